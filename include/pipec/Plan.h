@@ -1,0 +1,81 @@
+//===- Plan.h - Pipeline plans and planners ---------------------*- C++ -*-===//
+//
+// The `Plan` type every planner returns (DESIGN.md §4) and the planners
+// themselves. Plain C++: no MLIR, so `pipec plan` works on a profile alone.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEC_PLAN_H
+#define PIPEC_PLAN_H
+
+#include "pipec/Profile.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipec {
+
+/// One pipeline stage: a contiguous, inclusive range of layers (indices into
+/// the profile's op list), replicated `replicas` times on `devices`.
+struct StagePlan {
+  int firstLayer = 0;
+  int lastLayer = 0;
+  int replicas = 1;
+  std::vector<int> devices;
+};
+
+/// What the simulator / cost model predicts for a plan.
+struct PlanPrediction {
+  double iterationSeconds = 0;
+  double samplesPerSecond = 0;
+  double bubbleFraction = 0;
+  std::vector<int64_t> stageMemoryBytes;
+};
+
+/// A complete pipeline plan (`pipec.plan/1`, DESIGN.md §7).
+struct Plan {
+  std::string algorithm;
+  std::string schedule = "1f1b-flush";
+  int microbatches = 1;
+  int64_t microbatchSize = 1;
+  int chunks = 1;
+  std::vector<StagePlan> stages;
+  PlanPrediction predicted;
+
+  int numStages() const { return static_cast<int>(stages.size()); }
+  /// Stage owning `layer`, or -1.
+  int stageOfLayer(int layer) const;
+};
+
+/// Result of a planner: a plan or an error message for the user.
+struct PlanResult {
+  bool ok = false;
+  Plan plan;
+  std::string error;
+};
+
+/// Balanced contiguous split of a layer chain into `numStages` stages: the
+/// partition minimising the largest stage time (fwd + bwd), ties broken by
+/// the smaller total number of bytes crossing the cuts. Exact (dynamic
+/// programming, O(L^2 p)). Errors: numStages < 1, more stages than layers,
+/// negative costs.
+PlanResult planBalanced(const Profile &profile, int numStages);
+
+/// Checks the structural invariants of a plan against a profile with
+/// `numLayers` layers: contiguous, non-empty, covering, replicas >= 1.
+/// Returns an empty string when valid, else the first violation.
+std::string validatePlan(const Plan &plan, int numLayers);
+
+/// Bytes of every tensor live across the cut after layer `cutAfter`
+/// (produced at or before it, consumed after it), each counted once per
+/// consuming stage of `plan` (DESIGN.md §4). With an empty plan each tensor
+/// counts once.
+int64_t cutBytes(const Profile &profile, int cutAfter, const Plan *plan);
+
+/// plan.json (`pipec.plan/1`) writer and reader.
+std::string planToJson(const Plan &plan);
+PlanResult planFromJson(const std::string &text);
+
+} // namespace pipec
+
+#endif // PIPEC_PLAN_H

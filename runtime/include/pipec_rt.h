@@ -1,0 +1,210 @@
+/*===- pipec_rt.h - C ABI between generated stage code and libpipec_rt ----===*
+ *
+ * This header is the only contract between the compiler and the runtime.
+ * Generated code (one object per pipeline stage) calls two kinds of entry
+ * points:
+ *
+ *  1. Kernels, all with the uniform signature `pipec_kernel_fn`:
+ *       void k(void *const *bufs, const int64_t *ints, const double *reals);
+ *     `bufs` are tensor pointers (float32 unless noted), `ints` and `reals`
+ *     the static parameters the compiler computed. The layout of each
+ *     kernel's arrays is documented below and is part of the ABI. Output
+ *     buffers may alias an input only where the kernel says so.
+ *
+ *  2. Program services (communication, data feed, loss, optimizer
+ *     hyper-parameters, profiling), taking the opaque `pipec_ctx`.
+ *
+ * The stage executable's `main` is generated; it calls `pipec_rt_main` with
+ * the stage description (a JSON string, see runtime/README.md) and the
+ * generated per-step program.
+ *
+ * No MLIR or LLVM header may be included here or anywhere in runtime/.
+ *===----------------------------------------------------------------------===*/
+#ifndef PIPEC_RT_H
+#define PIPEC_RT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Version of this ABI. Bumped on any incompatible change; generated code
+/// records the version it was built against and the runtime refuses others.
+#define PIPEC_RT_ABI_VERSION 1
+
+typedef void (*pipec_kernel_fn)(void *const *bufs, const int64_t *ints,
+                                const double *reals);
+
+/*===----------------------------------------------------------------------===*
+ * Kernels (runtime/cpu). All tensors are dense, row-major, float32 unless
+ * stated. "n" is an element count.
+ *===----------------------------------------------------------------------===*/
+
+/// Y = alpha * op(A) * op(B) + beta * C.
+/// bufs: [A, B, C (may be NULL when hasC == 0), Y]
+/// ints: [M, N, K, transA, transB, hasC, cStrideM, cStrideN]
+///   op(A) is MxK, op(B) is KxN, Y is MxN. C is read as C[i*cStrideM +
+///   j*cStrideN] (strides are 0 along broadcast dimensions).
+/// reals: [alpha, beta]
+void pipec_k_gemm(void *const *bufs, const int64_t *ints, const double *reals);
+
+/// Batched matmul with broadcasting of the batch dimensions:
+/// Y[b] = alpha * op(A[b]) * op(B[b]).
+/// bufs: [A, B, Y]
+/// ints: [nb, batchDims[nb], aBatchStrides[nb], bBatchStrides[nb], M, N, K,
+///        transA, transB]
+///   Batch strides are in elements (0 where that operand is broadcast). Y is
+///   contiguous [batchDims..., M, N].
+/// reals: [alpha]
+void pipec_k_batch_matmul(void *const *bufs, const int64_t *ints,
+                          const double *reals);
+
+/// Elementwise binary op with numpy broadcasting, made explicit by strides.
+/// bufs: [A, B, Y]; Y may alias A or B when that operand is not broadcast.
+/// ints: [opcode, rank, dims[rank], aStrides[rank], bStrides[rank]]
+///   dims are Y's dims; strides are in elements, 0 along broadcast dims.
+///   rank may be 0 (scalars).
+/// opcode: PIPEC_BIN_*.
+void pipec_k_binary(void *const *bufs, const int64_t *ints,
+                    const double *reals);
+enum {
+  PIPEC_BIN_ADD = 0,
+  PIPEC_BIN_SUB = 1,
+  PIPEC_BIN_MUL = 2,
+  PIPEC_BIN_DIV = 3,
+};
+
+/// Elementwise unary op. bufs: [X, Y] (Y may alias X). ints: [opcode, n].
+/// reals: [alpha] (used by SCALE: Y = alpha * X; others ignore it).
+void pipec_k_unary(void *const *bufs, const int64_t *ints, const double *reals);
+enum {
+  PIPEC_UN_COPY = 0,
+  PIPEC_UN_RELU = 1,
+  PIPEC_UN_TANH = 2,
+  PIPEC_UN_SIGMOID = 3,
+  PIPEC_UN_NEG = 4,
+  PIPEC_UN_SCALE = 5,
+  PIPEC_UN_EXP = 6,
+};
+
+/// Backward of a unary op: dX = dY * f'(.)
+/// bufs: [T, dY, dX] where T is the forward input X for RELU and the forward
+///   output Y for TANH and SIGMOID (dX may alias dY).
+/// ints: [opcode, n] with opcode PIPEC_UN_RELU / _TANH / _SIGMOID.
+void pipec_k_unary_grad(void *const *bufs, const int64_t *ints,
+                        const double *reals);
+
+/// Softmax or log-softmax over one axis of a tensor viewed as
+/// [outer, dim, inner]. bufs: [X, Y]. ints: [outer, dim, inner, isLog].
+/// Numerically stable (max subtracted).
+void pipec_k_softmax(void *const *bufs, const int64_t *ints,
+                     const double *reals);
+
+/// Backward of softmax / log-softmax from the forward output Y.
+/// bufs: [Y, dY, dX]. ints: [outer, dim, inner, isLog].
+///   softmax:     dX = Y * (dY - sum_axis(dY * Y))
+///   log-softmax: dX = dY - exp(Y) * sum_axis(dY)
+void pipec_k_softmax_grad(void *const *bufs, const int64_t *ints,
+                          const double *reals);
+
+/// Sum-reduction of X onto a broadcast-compatible shape (the adjoint of
+/// broadcasting), times a scale: Y = scale * sum over reduced dims of X.
+/// bufs: [X, Y]. ints: [rank, xDims[rank], yStrides[rank]] where yStrides
+///   are Y's element strides for each X dimension, 0 along reduced dims.
+///   Y's element count is implied; Y is overwritten (not accumulated).
+/// reals: [scale]
+void pipec_k_reduce_sum(void *const *bufs, const int64_t *ints,
+                        const double *reals);
+
+/// General transpose. bufs: [X, Y]. ints: [rank, xDims[rank], perm[rank]]
+/// (ONNX semantics: Y.dims[i] = X.dims[perm[i]]).
+void pipec_k_transpose(void *const *bufs, const int64_t *ints,
+                       const double *reals);
+
+/// Byte copy. bufs: [src, dst]. ints: [nbytes].
+void pipec_k_copy(void *const *bufs, const int64_t *ints, const double *reals);
+
+/// Fill. bufs: [Y]. ints: [n]. reals: [value].
+void pipec_k_fill(void *const *bufs, const int64_t *ints, const double *reals);
+
+/// ONNX SoftmaxCrossEntropyLoss (opset 13 semantics).
+/// bufs: [scores, labels (int64), weights (C floats, or NULL), loss,
+///        logProb (or NULL)]
+///   scores: [N, C, D] viewed (D = product of the extra dims d1..dk, 1 if
+///   none); labels: [N, D]; loss: scalar for mean/sum, [N, D] for none;
+///   logProb: same shape as scores.
+/// ints: [N, C, D, reduction, hasWeights, hasIgnoreIndex, ignoreIndex]
+///   reduction: 0 none, 1 mean, 2 sum. Mean divides by the sum of the
+///   weights of the non-ignored targets (by their count without weights).
+void pipec_k_sce_loss(void *const *bufs, const int64_t *ints,
+                      const double *reals);
+
+/// Gradient of pipec_k_sce_loss with respect to the scores.
+/// bufs: [scores, labels (int64), weights (or NULL), dLoss, dScores]
+///   dLoss has the shape of the forward loss output (scalar or [N, D]).
+/// ints: as pipec_k_sce_loss.
+void pipec_k_sce_loss_grad(void *const *bufs, const int64_t *ints,
+                           const double *reals);
+
+/// Plain SGD: Wout = W - lr * G. bufs: [W, G, lr (one float), Wout];
+/// Wout may alias W. ints: [n].
+void pipec_k_sgd(void *const *bufs, const int64_t *ints, const double *reals);
+
+/// Looks a kernel up by its symbol name ("pipec_k_gemm"); NULL if unknown.
+/// Used by in-process executors (profiling, conformance tests).
+pipec_kernel_fn pipec_rt_find_kernel(const char *name);
+
+/*===----------------------------------------------------------------------===*
+ * Program services (runtime/core).
+ *===----------------------------------------------------------------------===*/
+
+typedef struct pipec_ctx pipec_ctx;
+
+/// One training step of this stage: the generated schedule program.
+typedef void (*pipec_program_fn)(pipec_ctx *ctx, char *arena);
+
+/// Entry point of a stage executable. `stage_meta_json` describes the stage
+/// (see runtime/README.md: arena size, weights table, feeds, ops for the
+/// profiler, build id). Parses argv, initialises MPI, loads the weights,
+/// runs `--steps` steps of `program`, writes metrics and checkpoints.
+/// Returns the process exit code.
+int pipec_rt_main(int argc, char **argv, const char *stage_meta_json,
+                  pipec_program_fn program);
+
+/// Copies microbatch `mb` of feed `feed` (an index into the stage
+/// description's "feeds" list: model inputs or labels) into dst.
+void pipec_rt_feed(pipec_ctx *ctx, int64_t feed, int64_t mb, void *dst);
+
+/// Non-blocking send of `bytes` bytes to pipeline stage `peer` on `channel`
+/// for microbatch `mb`. The data is copied; src may be reused at once.
+void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel, int64_t mb,
+                   const void *src, int64_t bytes);
+
+/// Blocking receive matching pipec_rt_send(…, this stage, channel, mb, …).
+void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel, int64_t mb,
+                   void *dst, int64_t bytes);
+
+/// Waits until every send of this step has completed.
+void pipec_rt_flush(pipec_ctx *ctx);
+
+/// Records the (scalar, float) loss of microbatch mb of the current step.
+void pipec_rt_loss(pipec_ctx *ctx, int64_t mb, const void *loss);
+
+/// Writes the loss seed dL/dloss_mb (1/microbatches: the step loss is the
+/// mean of the microbatch losses) as one float into dst.
+void pipec_rt_loss_seed(pipec_ctx *ctx, void *dst);
+
+/// Writes the learning rate of the current step as one float into dst.
+void pipec_rt_lr(pipec_ctx *ctx, void *dst);
+
+/// Profiler / trace hooks around op `op` (an index into the stage
+/// description's "ops" list); phase 0 forward, 1 backward, 2 optimizer.
+void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase);
+void pipec_rt_op_end(pipec_ctx *ctx, int64_t op, int64_t phase);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PIPEC_RT_H */
