@@ -41,6 +41,9 @@ struct Plan {
   int chunks = 1;
   std::vector<StagePlan> stages;
   PlanPrediction predicted;
+  /// Every plan that was scored to pick this one (plan.json `candidates`);
+  /// candidates carry no candidates of their own.
+  std::vector<Plan> candidates;
 
   int numStages() const { return static_cast<int>(stages.size()); }
   /// Stage owning `layer`, or -1.
@@ -59,7 +62,23 @@ struct PlanResult {
 /// the smaller total number of bytes crossing the cuts. Exact (dynamic
 /// programming, O(L^2 p)). Errors: numStages < 1, more stages than layers,
 /// negative costs.
+///
+/// Details: the tie-break objective is planCutBytes(); stage times within a
+/// relative 1e-9 of the optimum count as ties (floating-point sums). When
+/// every layer costs 0 s, each layer counts as 1 so the split balances the
+/// op count. The plan has algorithm "balanced", one replica per stage on
+/// device = stage index, and the profile's microbatch size.
 PlanResult planBalanced(const Profile &profile, int numStages);
+
+/// Seconds of one stage: fwd_s + bwd_s summed over its layers.
+double stageSeconds(const Profile &profile, const StagePlan &stage);
+
+/// The tie-break objective of planBalanced: the sum, over the plan's stage
+/// boundaries, of cutBytes(profile, boundary, nullptr), i.e. every tensor
+/// counted once per boundary it crosses (a skip connection over two
+/// boundaries counts twice). Unlike the per-consuming-stage count this sum
+/// decomposes over cuts, which keeps the dynamic programme exact.
+int64_t planCutBytes(const Profile &profile, const Plan &plan);
 
 /// Checks the structural invariants of a plan against a profile with
 /// `numLayers` layers: contiguous, non-empty, covering, replicas >= 1.

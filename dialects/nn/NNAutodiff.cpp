@@ -1,0 +1,250 @@
+//===- NNAutodiff.cpp - DifferentiableOpInterface implementations ---------===//
+//
+// The vector-Jacobian product of every differentiable nn op, emitted as nn
+// ops. `fwd(v)` makes a forward value available in the backward function
+// (saved across the pipeline stash or rematerialised); gradients of
+// broadcast operands are summed back onto the operand's shape.
+//
+//===----------------------------------------------------------------------===//
+#include "dialects/nn/NNDialect.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace pipec::nn;
+
+/// Sums `grad` onto the type of `like` (adjoint of numpy broadcasting),
+/// times `scale`.
+static Value sumTo(OpBuilder &b, Location loc, Value grad, Type like,
+                   double scale = 1.0) {
+  if (grad.getType() == like && scale == 1.0)
+    return grad;
+  if (grad.getType() == like)
+    return ScaleOp::create(b, loc, like, grad, b.getF64FloatAttr(scale));
+  return SumToShapeOp::create(b, loc, like, grad, b.getF64FloatAttr(scale));
+}
+
+static Value gemm(OpBuilder &b, Location loc, Type type, Value x, Value y,
+                  bool transX, bool transY, float alpha) {
+  return GemmOp::create(b, loc, type, x, y, Value(), b.getF32FloatAttr(alpha),
+                        b.getF32FloatAttr(0.0f), b.getBoolAttr(transX),
+                        b.getBoolAttr(transY));
+}
+
+//===----------------------------------------------------------------------===//
+// Products
+//===----------------------------------------------------------------------===//
+
+LogicalResult GemmOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
+                               function_ref<Value(Value)> fwd,
+                               SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  Location loc = getLoc();
+  float alpha = getAlpha().convertToFloat();
+  bool ta = getTransA(), tb = getTransB();
+  Value a = fwd(getA()), bb = fwd(getB());
+  // Y = alpha op(A) op(B) + beta C.
+  Value da = ta ? gemm(b, loc, getA().getType(), bb, dy, tb, true, alpha)
+                : gemm(b, loc, getA().getType(), dy, bb, false, !tb, alpha);
+  Value db = tb ? gemm(b, loc, getB().getType(), dy, a, true, ta, alpha)
+                : gemm(b, loc, getB().getType(), a, dy, !ta, false, alpha);
+  operandGrads.push_back(da);
+  operandGrads.push_back(db);
+  if (getC())
+    operandGrads.push_back(
+        sumTo(b, loc, dy, getC().getType(), getBeta().convertToDouble()));
+  return success();
+}
+
+/// Transpose of the last two dimensions.
+static Value transposeLast2(OpBuilder &b, Location loc, Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  SmallVector<int64_t> perm, shape;
+  for (int64_t i = 0; i < t.getRank(); ++i)
+    perm.push_back(i);
+  std::swap(perm[t.getRank() - 1], perm[t.getRank() - 2]);
+  for (int64_t p : perm)
+    shape.push_back(t.getDimSize(p));
+  return TransposeOp::create(
+      b, loc, RankedTensorType::get(shape, t.getElementType()), v,
+      b.getDenseI64ArrayAttr(perm));
+}
+
+LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                 function_ref<Value(Value)> fwd,
+                                 SmallVectorImpl<Value> &operandGrads) {
+  Value dy = resultGrads[0];
+  Location loc = getLoc();
+  auto at = cast<RankedTensorType>(getA().getType());
+  auto bt = cast<RankedTensorType>(getB().getType());
+  Value a = fwd(getA()), bb = fwd(getB());
+  if (at.getRank() == 2 && bt.getRank() == 2) {
+    operandGrads.push_back(gemm(b, loc, at, dy, bb, false, true, 1.0f));
+    operandGrads.push_back(gemm(b, loc, bt, a, dy, true, false, 1.0f));
+    return success();
+  }
+  // dA = sum(dY . B^T), dB = sum(A^T . dY) over broadcast batch dims.
+  auto yt = cast<RankedTensorType>(dy.getType());
+  auto full = [&](RankedTensorType like) {
+    SmallVector<int64_t> shape(yt.getShape().drop_back(2));
+    shape.push_back(like.getDimSize(like.getRank() - 2));
+    shape.push_back(like.getDimSize(like.getRank() - 1));
+    return RankedTensorType::get(shape, like.getElementType());
+  };
+  Value daFull =
+      MatMulOp::create(b, loc, full(at), dy, transposeLast2(b, loc, bb));
+  Value dbFull =
+      MatMulOp::create(b, loc, full(bt), transposeLast2(b, loc, a), dy);
+  operandGrads.push_back(sumTo(b, loc, daFull, at));
+  operandGrads.push_back(sumTo(b, loc, dbFull, bt));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+LogicalResult AddOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                              function_ref<Value(Value)>,
+                              SmallVectorImpl<Value> &out) {
+  out.push_back(sumTo(b, getLoc(), g[0], getLhs().getType()));
+  out.push_back(sumTo(b, getLoc(), g[0], getRhs().getType()));
+  return success();
+}
+
+LogicalResult SubOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                              function_ref<Value(Value)>,
+                              SmallVectorImpl<Value> &out) {
+  out.push_back(sumTo(b, getLoc(), g[0], getLhs().getType()));
+  out.push_back(sumTo(b, getLoc(), g[0], getRhs().getType(), -1.0));
+  return success();
+}
+
+LogicalResult MulOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                              function_ref<Value(Value)> fwd,
+                              SmallVectorImpl<Value> &out) {
+  Location loc = getLoc();
+  Type yt = g[0].getType();
+  Value da = MulOp::create(b, loc, yt, g[0], fwd(getRhs()));
+  Value db = MulOp::create(b, loc, yt, g[0], fwd(getLhs()));
+  out.push_back(sumTo(b, loc, da, getLhs().getType()));
+  out.push_back(sumTo(b, loc, db, getRhs().getType()));
+  return success();
+}
+
+LogicalResult DivOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                              function_ref<Value(Value)> fwd,
+                              SmallVectorImpl<Value> &out) {
+  // Y = A / B: dA = dY / B, dB = -dY * Y / B.
+  Location loc = getLoc();
+  Type yt = g[0].getType();
+  Value rhs = fwd(getRhs());
+  Value da = DivOp::create(b, loc, yt, g[0], rhs);
+  Value dyy = MulOp::create(b, loc, yt, g[0], fwd(getOutput()));
+  Value db = DivOp::create(b, loc, yt, dyy, rhs);
+  out.push_back(sumTo(b, loc, da, getLhs().getType()));
+  out.push_back(sumTo(b, loc, db, getRhs().getType(), -1.0));
+  return success();
+}
+
+LogicalResult ReluOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                               function_ref<Value(Value)> fwd,
+                               SmallVectorImpl<Value> &out) {
+  out.push_back(ReluGradOp::create(b, getLoc(), fwd(getInput()), g[0]));
+  return success();
+}
+
+LogicalResult TanhOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                               function_ref<Value(Value)> fwd,
+                               SmallVectorImpl<Value> &out) {
+  out.push_back(TanhGradOp::create(b, getLoc(), fwd(getOutput()), g[0]));
+  return success();
+}
+
+LogicalResult SigmoidOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                  function_ref<Value(Value)> fwd,
+                                  SmallVectorImpl<Value> &out) {
+  out.push_back(SigmoidGradOp::create(b, getLoc(), fwd(getOutput()), g[0]));
+  return success();
+}
+
+LogicalResult IdentityOp::buildVJP(OpBuilder &, ArrayRef<Value> g,
+                                   function_ref<Value(Value)>,
+                                   SmallVectorImpl<Value> &out) {
+  out.push_back(g[0]);
+  return success();
+}
+
+template <typename OpT>
+static void softmaxVJP(OpT op, OpBuilder &b, Value dy,
+                       function_ref<Value(Value)> fwd,
+                       SmallVectorImpl<Value> &out, bool isLog) {
+  out.push_back(SoftmaxGradOp::create(
+      b, op.getLoc(), op.getOutput().getType(), fwd(op.getOutput()), dy,
+      op.getAxisAttr(), op.getCoerce_2dAttr(),
+      isLog ? b.getUnitAttr() : UnitAttr()));
+}
+
+LogicalResult SoftmaxOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                  function_ref<Value(Value)> fwd,
+                                  SmallVectorImpl<Value> &out) {
+  softmaxVJP(*this, b, g[0], fwd, out, /*isLog=*/false);
+  return success();
+}
+
+LogicalResult LogSoftmaxOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                     function_ref<Value(Value)> fwd,
+                                     SmallVectorImpl<Value> &out) {
+  softmaxVJP(*this, b, g[0], fwd, out, /*isLog=*/true);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult FlattenOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                  function_ref<Value(Value)>,
+                                  SmallVectorImpl<Value> &out) {
+  out.push_back(ReshapeOp::create(b, getLoc(), getInput().getType(), g[0]));
+  return success();
+}
+
+LogicalResult ReshapeOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                  function_ref<Value(Value)>,
+                                  SmallVectorImpl<Value> &out) {
+  out.push_back(ReshapeOp::create(b, getLoc(), getInput().getType(), g[0]));
+  return success();
+}
+
+LogicalResult TransposeOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                    function_ref<Value(Value)>,
+                                    SmallVectorImpl<Value> &out) {
+  ArrayRef<int64_t> perm = getPerm();
+  SmallVector<int64_t> inverse(perm.size());
+  for (auto [i, p] : llvm::enumerate(perm))
+    inverse[p] = i;
+  out.push_back(TransposeOp::create(b, getLoc(), getInput().getType(), g[0],
+                                    b.getDenseI64ArrayAttr(inverse)));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+LogicalResult SoftmaxCrossEntropyLossOp::buildVJP(
+    OpBuilder &b, ArrayRef<Value> g, function_ref<Value(Value)> fwd,
+    SmallVectorImpl<Value> &out) {
+  if (g.size() > 1 && g[1])
+    return emitOpError("gradient through the log_prob result is not "
+                       "supported; use the loss output");
+  Value weights = getWeights() ? fwd(getWeights()) : Value();
+  out.push_back(SoftmaxCrossEntropyLossGradOp::create(
+      b, getLoc(), getScores().getType(), fwd(getScores()), fwd(getLabels()),
+      g[0], weights, getReductionAttr(), getIgnoreIndexAttr()));
+  out.push_back(Value()); // labels
+  if (getWeights())
+    out.push_back(Value());
+  return success();
+}

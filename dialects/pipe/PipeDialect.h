@@ -1,0 +1,61 @@
+//===- PipeDialect.h - the pipe dialect -------------------------*- C++ -*-===//
+//
+// Public header of the pipe dialect: plan attribute, pipeline/program ops,
+// communication and stage-run ops.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEC_DIALECTS_PIPE_PIPEDIALECT_H
+#define PIPEC_DIALECTS_PIPE_PIPEDIALECT_H
+
+#include "dialects/nn/NNDialect.h" // FieldParser<double>
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "dialects/pipe/PipeDialect.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/pipe/PipeAttrs.h.inc"
+
+#define GET_OP_CLASSES
+#include "dialects/pipe/PipeOps.h.inc"
+
+namespace pipec::pipe {
+
+/// Attribute names used on stage functions and their arguments/results.
+namespace attrs {
+inline constexpr llvm::StringLiteral kStage = "pipe.stage";
+inline constexpr llvm::StringLiteral kPlan = "pipe.plan";
+inline constexpr llvm::StringLiteral kFeed = "pipe.feed";
+inline constexpr llvm::StringLiteral kLoss = "pipe.loss";
+inline constexpr llvm::StringLiteral kLossSeed = "pipe.loss_seed";
+inline constexpr llvm::StringLiteral kFwdArg = "pipe.fwd_arg";
+inline constexpr llvm::StringLiteral kFwdResult = "pipe.fwd_result";
+inline constexpr llvm::StringLiteral kGradOf = "pipe.grad_of";
+inline constexpr llvm::StringLiteral kGradGlobal = "pipe.grad_global";
+inline constexpr llvm::StringLiteral kChannel = "pipe.channel";
+inline constexpr llvm::StringLiteral kPeers = "pipe.peers";
+inline constexpr llvm::StringLiteral kBoundary = "pipe.boundary";
+} // namespace attrs
+
+/// Expands the programs of a pipeline into per-rank communication events
+/// (loops unrolled, microbatch indices evaluated). Emits an error on `op`
+/// and fails when an index cannot be evaluated statically.
+struct ExpandedEvent {
+  enum Kind { Send, Recv, Forward, Backward, Step } kind;
+  int64_t stage = 0;   ///< peer stage for Send/Recv
+  int64_t channel = 0;
+  int64_t microbatch = 0;
+  mlir::Operation *op = nullptr;
+};
+mlir::LogicalResult
+expandProgram(ProgramOp program,
+              llvm::SmallVectorImpl<ExpandedEvent> &events);
+
+} // namespace pipec::pipe
+
+#endif // PIPEC_DIALECTS_PIPE_PIPEDIALECT_H

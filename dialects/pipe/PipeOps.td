@@ -1,0 +1,187 @@
+//===- PipeOps.td - the pipe dialect -----------------------*- tablegen -*-===//
+//
+// The parallel structure made explicit (DESIGN.md §3): the plan, and one
+// static schedule program per pipeline rank whose ops move boundary tensors
+// (send/recv) and run stage functions (forward/backward/step).
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEC_PIPE_OPS
+#define PIPEC_PIPE_OPS
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/RegionKindInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Pipe_Dialect : Dialect {
+  let name = "pipe";
+  let cppNamespace = "::pipec::pipe";
+  let summary = "Pipeline stages, schedules and their communication.";
+  let description = [{
+    `pipe` describes how an nn model runs as a pipeline: `#pipe.plan` records
+    the stage split; stage functions (`@sK_fwd`, `@sK_bwd`, `@sK_step`) are
+    ordinary `func.func`s; `pipe.pipeline` holds one `pipe.program` per rank
+    whose ops are the static schedule. The verifier of `pipe.pipeline`
+    checks, across programs, that every send has exactly one matching receive
+    of the same type in the same order per link and that the programs cannot
+    deadlock.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::scf::SCFDialect"];
+}
+
+def Pipe_PlanAttr : AttrDef<Pipe_Dialect, "Plan"> {
+  let mnemonic = "plan";
+  let summary = "The pipeline plan: stage layer ranges, replicas, prediction.";
+  let description = [{
+    `first` / `last` are the inclusive layer (op) index ranges of the stages
+    in the linearised forward graph; `replicas` the replica count of each
+    stage. `predicted_iteration_s` is the planner's estimate.
+
+    ```mlir
+    module attributes {pipe.plan = #pipe.plan<algorithm = "balanced", first = [0, 4],
+        last = [3, 7], replicas = [1, 1], predicted_iteration_s = 1.0e-3>} {}
+    ```
+  }];
+  let parameters = (ins "::mlir::StringAttr":$algorithm,
+                        "::mlir::DenseI64ArrayAttr":$first,
+                        "::mlir::DenseI64ArrayAttr":$last,
+                        "::mlir::DenseI64ArrayAttr":$replicas,
+                        APFloatParameter<"predicted seconds per iteration">:$predicted_iteration_s);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+class Pipe_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Pipe_Dialect, mnemonic, traits>;
+
+def Pipe_PipelineOp : Pipe_Op<"pipeline", [NoTerminator, SingleBlock,
+    NoRegionArguments, IsolatedFromAbove]> {
+  let summary = "The set of rank programs of one pipeline.";
+  let description = [{
+    Holds one `pipe.program` per rank. `microbatches` is the number of
+    microbatches per step. Its verifier symbolically executes all programs
+    together (loops expanded) and checks the communication.
+
+    ```mlir
+    pipe.pipeline microbatches 4 {
+      pipe.program @rank0 stage 0 slots 2 { ... }
+      pipe.program @rank1 stage 1 slots 1 { ... }
+    }
+    ```
+  }];
+  let arguments = (ins I64Attr:$microbatches, StrAttr:$schedule);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`microbatches` $microbatches `schedule` $schedule attr-dict-with-keyword $body";
+  let hasRegionVerifier = 1;
+}
+
+def Pipe_ProgramOp : Pipe_Op<"program", [Symbol, NoTerminator, SingleBlock,
+    NoRegionArguments, HasParent<"PipelineOp">]> {
+  let summary = "The static per-step schedule of one rank.";
+  let description = [{
+    Runs once per training step on the rank that executes pipeline stage
+    `stage`. The body uses `scf.for` for the steady state so its size does
+    not grow with the microbatch count. `slots` is the number of microbatch
+    activation stash slots the stage needs (its peak in-flight count);
+    microbatch `k` uses slot `k mod slots`.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$stage, I64Attr:$slots);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name `stage` $stage `slots` $slots attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+}
+
+class Pipe_CommOp<string mnemonic, string dir> : Pipe_Op<mnemonic,
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+     MemoryEffects<[MemRead, MemWrite]>]> {
+  let arguments = (ins Index:$microbatch, I64Attr:$peer, I64Attr:$channel,
+                       FlatSymbolRefAttr:$func, I64Attr:$index, TypeAttr:$type);
+}
+
+def Pipe_SendOp : Pipe_CommOp<"send", "to"> {
+  let summary = "Sends a stage-function result of a microbatch to another stage.";
+  let description = [{
+    Sends result `index` of `func` computed for `microbatch` to stage `peer`
+    on logical channel `channel`. Non-blocking: the data is copied.
+
+    ```mlir
+    pipe.send %mb to 1 channel 0 from @s0_fwd[0] : tensor<8x256xf32>
+    ```
+  }];
+  let assemblyFormat = "$microbatch `to` $peer `channel` $channel `from` $func `[` $index `]` attr-dict `:` $type";
+}
+
+def Pipe_RecvOp : Pipe_CommOp<"recv", "from"> {
+  let summary = "Receives a stage-function argument of a microbatch from another stage.";
+  let description = [{
+    Receives argument `index` of `func` for `microbatch` from stage `peer` on
+    channel `channel`. Blocks until the data has arrived.
+
+    ```mlir
+    pipe.recv %mb from 0 channel 0 into @s1_fwd[0] : tensor<8x256xf32>
+    ```
+  }];
+  let assemblyFormat = "$microbatch `from` $peer `channel` $channel `into` $func `[` $index `]` attr-dict `:` $type";
+}
+
+class Pipe_RunOp<string mnemonic, string what> : Pipe_Op<mnemonic,
+    [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+     MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "Runs the " # what # " stage function on one microbatch.";
+  let arguments = (ins FlatSymbolRefAttr:$func, Index:$microbatch);
+  let assemblyFormat = "$func `mb` $microbatch attr-dict";
+}
+
+def Pipe_ForwardOp : Pipe_RunOp<"forward", "forward"> {
+  let description = [{
+    Runs `func` on the microbatch's stash slot: arguments marked
+    `pipe.feed` are filled from the data feed first; a result marked
+    `pipe.loss` is reported to the runtime afterwards.
+
+    ```mlir
+    pipe.forward @s0_fwd mb %mb
+    ```
+  }];
+}
+
+def Pipe_BackwardOp : Pipe_RunOp<"backward", "backward"> {
+  let description = [{
+    Runs `func` for the microbatch: arguments marked `pipe.fwd_arg` /
+    `pipe.fwd_result` read the microbatch's stash slot, an argument marked
+    `pipe.loss_seed` receives dL/dloss from the runtime; weight gradients
+    accumulate into the gradient globals.
+
+    ```mlir
+    pipe.backward @s0_bwd mb %mb
+    ```
+  }];
+}
+
+def Pipe_FlushOp : Pipe_Op<"flush", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "Waits for every outstanding send of this step.";
+  let description = [{
+    ```mlir
+    pipe.flush
+    ```
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
+def Pipe_StepOp : Pipe_Op<"step", [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "Applies the optimizer update of the stage.";
+  let description = [{
+    Calls the stage's update function (`@sK_step`), which reads the
+    accumulated gradients, updates the weights and zeroes the gradients.
+
+    ```mlir
+    pipe.step @s0_step
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$func);
+  let assemblyFormat = "$func attr-dict";
+}
+
+#endif // PIPEC_PIPE_OPS

@@ -1,0 +1,188 @@
+//===- PipelineVerifier.cpp - cross-program checks of pipe.pipeline -------===//
+//
+// Expands every rank program (scf.for loops unrolled, microbatch indices
+// evaluated) and hands the communication events to the schedule library's
+// symbolic executor (lib/Schedule): every send must have exactly one
+// matching receive of the same type, each directed link must send in the
+// order its receiver receives, and the programs must not deadlock. Also
+// checks that every microbatch index is in range and that each stage runs
+// one forward and one backward per microbatch.
+//
+//===----------------------------------------------------------------------===//
+#include "dialects/pipe/PipeDialect.h"
+#include "pipec/Schedule.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace pipec::pipe;
+
+namespace {
+/// Evaluates the index arithmetic of a program body.
+class ProgramExpander {
+public:
+  explicit ProgramExpander(SmallVectorImpl<ExpandedEvent> &events)
+      : events(events) {}
+
+  LogicalResult run(Block &block) {
+    for (Operation &op : block)
+      if (failed(visit(&op)))
+        return failure();
+    return success();
+  }
+
+private:
+  FailureOr<int64_t> value(Operation *user, Value v) {
+    auto it = env.find(v);
+    if (it == env.end())
+      return user->emitOpError("microbatch index is not a static function of "
+                               "loop counters and constants");
+    return it->second;
+  }
+
+  LogicalResult visit(Operation *op) {
+    if (auto c = dyn_cast<arith::ConstantIndexOp>(op)) {
+      env[c.getResult()] = c.value();
+      return success();
+    }
+    if (isa<arith::AddIOp, arith::SubIOp, arith::MulIOp, arith::RemUIOp>(op)) {
+      auto l = value(op, op->getOperand(0)), r = value(op, op->getOperand(1));
+      if (failed(l) || failed(r))
+        return failure();
+      int64_t v = isa<arith::AddIOp>(op)   ? *l + *r
+                  : isa<arith::SubIOp>(op) ? *l - *r
+                  : isa<arith::MulIOp>(op) ? *l * *r
+                                           : (*r ? *l % *r : 0);
+      env[op->getResult(0)] = v;
+      return success();
+    }
+    if (auto loop = dyn_cast<scf::ForOp>(op)) {
+      auto lb = value(op, loop.getLowerBound());
+      auto ub = value(op, loop.getUpperBound());
+      auto st = value(op, loop.getStep());
+      if (failed(lb) || failed(ub) || failed(st))
+        return failure();
+      if (*st <= 0)
+        return op->emitOpError("loop step must be positive");
+      for (int64_t i = *lb; i < *ub; i += *st) {
+        env[loop.getInductionVar()] = i;
+        for (Operation &inner : loop.getBody()->without_terminator())
+          if (failed(visit(&inner)))
+            return failure();
+      }
+      return success();
+    }
+    auto add = [&](ExpandedEvent::Kind kind, Value mb, int64_t stage,
+                   int64_t channel) -> LogicalResult {
+      FailureOr<int64_t> m = mb ? value(op, mb) : FailureOr<int64_t>(0);
+      if (failed(m))
+        return failure();
+      events.push_back({kind, stage, channel, *m, op});
+      return success();
+    };
+    if (auto s = dyn_cast<SendOp>(op))
+      return add(ExpandedEvent::Send, s.getMicrobatch(), s.getPeer(),
+                 s.getChannel());
+    if (auto r = dyn_cast<RecvOp>(op))
+      return add(ExpandedEvent::Recv, r.getMicrobatch(), r.getPeer(),
+                 r.getChannel());
+    if (auto f = dyn_cast<ForwardOp>(op))
+      return add(ExpandedEvent::Forward, f.getMicrobatch(), 0, 0);
+    if (auto b = dyn_cast<BackwardOp>(op))
+      return add(ExpandedEvent::Backward, b.getMicrobatch(), 0, 0);
+    if (isa<StepOp>(op))
+      return add(ExpandedEvent::Step, Value(), 0, 0);
+    if (isa<FlushOp>(op))
+      return success();
+    return op->emitOpError("is not allowed in a pipe.program");
+  }
+
+  SmallVectorImpl<ExpandedEvent> &events;
+  llvm::DenseMap<Value, int64_t> env;
+};
+} // namespace
+
+LogicalResult
+pipec::pipe::expandProgram(ProgramOp program,
+                           SmallVectorImpl<ExpandedEvent> &events) {
+  ProgramExpander expander(events);
+  return expander.run(program.getBody().front());
+}
+
+static std::string typeString(Type t) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << t;
+  return s;
+}
+
+LogicalResult PipelineOp::verifyRegions() {
+  int64_t m = getMicrobatches();
+  if (m < 1)
+    return emitOpError("needs at least one microbatch");
+  SmallVector<ProgramOp> programs;
+  llvm::DenseMap<int64_t, int> rankOfStage;
+  for (Operation &op : getBody().front()) {
+    auto program = dyn_cast<ProgramOp>(op);
+    if (!program)
+      return op.emitOpError("only pipe.program ops may appear in a pipeline");
+    if (!rankOfStage.try_emplace(program.getStage(), programs.size()).second)
+      return program.emitOpError("stage ")
+             << program.getStage() << " has more than one program";
+    programs.push_back(program);
+  }
+  std::vector<std::vector<pipec::CommEvent>> comm(programs.size());
+  for (auto [rank, program] : llvm::enumerate(programs)) {
+    SmallVector<ExpandedEvent> events;
+    if (failed(expandProgram(program, events)))
+      return failure();
+    llvm::DenseMap<int64_t, int> fwdCount, bwdCount;
+    for (auto [i, e] : llvm::enumerate(events)) {
+      if (e.kind != ExpandedEvent::Step &&
+          (e.microbatch < 0 || e.microbatch >= m))
+        return e.op->emitOpError("microbatch ")
+               << e.microbatch << " is out of range [0, " << m << ")";
+      if (e.kind == ExpandedEvent::Forward)
+        ++fwdCount[e.microbatch];
+      if (e.kind == ExpandedEvent::Backward) {
+        if (!fwdCount.count(e.microbatch))
+          return e.op->emitOpError("backward of microbatch ")
+                 << e.microbatch << " runs before its forward";
+        ++bwdCount[e.microbatch];
+      }
+      if (e.kind != ExpandedEvent::Send && e.kind != ExpandedEvent::Recv)
+        continue;
+      auto peer = rankOfStage.find(e.stage);
+      if (peer == rankOfStage.end())
+        return e.op->emitOpError("peer stage ")
+               << e.stage << " has no program in this pipeline";
+      Type type = isa<SendOp>(e.op) ? cast<SendOp>(e.op).getType()
+                                    : cast<RecvOp>(e.op).getType();
+      std::string where;
+      llvm::raw_string_ostream os(where);
+      os << program.getSymName() << " (" << e.op->getLoc() << ")";
+      comm[rank].push_back({e.kind == ExpandedEvent::Send
+                                ? pipec::CommEvent::Send
+                                : pipec::CommEvent::Recv,
+                            peer->second, e.channel, e.microbatch,
+                            typeString(type), where});
+    }
+    for (int64_t k = 0; k < m; ++k)
+      if (fwdCount.lookup(k) != 1 || bwdCount.lookup(k) != 1)
+        return program.emitOpError("must run exactly one forward and one "
+                                   "backward of microbatch ")
+               << k << " (found " << fwdCount.lookup(k) << " and "
+               << bwdCount.lookup(k) << ")";
+  }
+  pipec::CommCheckResult check = pipec::checkCommunication(comm);
+  if (!check.ok) {
+    InFlightDiagnostic diag = emitOpError("invalid pipeline communication");
+    for (const std::string &error : check.errors)
+      diag.attachNote() << error;
+    return diag;
+  }
+  return success();
+}

@@ -1,0 +1,50 @@
+//===- Import.h - ONNX -> nn importer ---------------------------*- C++ -*-===//
+//
+// Reads an ONNX model with libonnx (checker, version converter, shape
+// inference) and builds an nn-dialect module: one `func.func @main` over
+// static tensor types, weights as mutable `ml_program` globals holding
+// `dense_resource` blobs, ONNX node names as locations.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEC_IMPORT_H
+#define PIPEC_IMPORT_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace pipec {
+
+struct ImportOptions {
+  /// Leading (batch) dimension given to every model input; 0 keeps the
+  /// file's value (which must then be static).
+  int64_t batch = 0;
+  /// Full static shapes for named inputs (override `batch` for them).
+  std::map<std::string, std::vector<int64_t>> inputShapes;
+};
+
+/// Oldest default-domain opset imported as is; older models are upgraded
+/// with ONNX's version converter first.
+constexpr int kMinOpset = 13;
+
+/// Imports `path`. On failure returns null and sets `error` to a message
+/// for the user (possibly several lines, e.g. every unsupported op).
+mlir::OwningOpRef<mlir::ModuleOp> importOnnxFile(mlir::MLIRContext &context,
+                                                 const std::string &path,
+                                                 const ImportOptions &options,
+                                                 std::string &error);
+
+/// Batch size (leading dimension of input 0) written in the file, 0 when
+/// it is symbolic; -1 and `error` set when the file cannot be read.
+int64_t onnxFileBatch(const std::string &path, std::string &error);
+
+/// Registers the dialects the importer produces.
+void registerImportDialects(mlir::DialectRegistry &registry);
+
+} // namespace pipec
+
+#endif // PIPEC_IMPORT_H

@@ -1,0 +1,731 @@
+//===- OnnxImporter.cpp - ONNX protobuf -> nn dialect ---------------------===//
+//
+// Pipeline of the importer:
+//   1. parse the protobuf (a truncated or foreign file fails here);
+//   2. upgrade opsets older than kMinOpset with ONNX's version converter;
+//   3. refuse unsupported operators, listing each once with its nodes;
+//   4. run ONNX's checker;
+//   5. specialise input shapes (batch / --input-shape) and run ONNX shape
+//      inference, so every value gets a static type;
+//   6. emit nn ops in graph order (ONNX requires topological order), float
+//      initializers as mutable ml_program globals with dense_resource data.
+// Every failure is a message for the user; nothing here aborts.
+//
+//===----------------------------------------------------------------------===//
+#include "pipec/Import.h"
+
+#include "dialects/nn/NNDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MLProgram/IR/MLProgram.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Verifier.h"
+
+#include <onnx/checker.h>
+#include <onnx/defs/schema.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+using namespace mlir;
+using namespace pipec;
+
+namespace {
+
+/// Operators the importer converts (issue: the MLP slice). Others are
+/// reported together with the nodes that use them.
+const std::set<std::string> &supportedOps() {
+  static const std::set<std::string> ops = {
+      "Gemm",    "MatMul",     "Add",      "Sub",       "Mul",
+      "Div",     "Relu",       "Tanh",     "Sigmoid",   "Softmax",
+      "LogSoftmax", "Flatten", "Reshape",  "Transpose", "Identity",
+      "Constant", "SoftmaxCrossEntropyLoss"};
+  return ops;
+}
+
+bool isDefaultDomain(const std::string &domain) {
+  return domain.empty() || domain == "ai.onnx";
+}
+
+std::string nodeLabel(const onnx::NodeProto &node, int index) {
+  if (!node.name().empty())
+    return node.name();
+  return node.op_type() + "_" + std::to_string(index);
+}
+
+std::string dimsString(const std::vector<int64_t> &dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i)
+    s += (i ? "x" : "") + (dims[i] < 0 ? std::string("?") : std::to_string(dims[i]));
+  return s + "]";
+}
+
+/// Static type facts of an ONNX value.
+struct ValueType {
+  int32_t elemType = 0;
+  std::vector<int64_t> dims; // -1 = unknown
+  bool known = false;
+  bool isStatic() const {
+    if (!known)
+      return false;
+    for (int64_t d : dims)
+      if (d < 0)
+        return false;
+    return true;
+  }
+};
+
+ValueType fromTypeProto(const onnx::TypeProto &type) {
+  ValueType vt;
+  if (!type.has_tensor_type())
+    return vt;
+  const auto &tt = type.tensor_type();
+  vt.elemType = tt.elem_type();
+  if (!tt.has_shape())
+    return vt;
+  vt.known = true;
+  for (const auto &d : tt.shape().dim())
+    vt.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  return vt;
+}
+
+class Importer {
+public:
+  Importer(MLIRContext &ctx, const std::string &path,
+           const ImportOptions &options, std::string &error)
+      : ctx(ctx), path(path), options(options), error(error), b(&ctx) {}
+
+  OwningOpRef<ModuleOp> run();
+
+private:
+  bool fail(const std::string &message) {
+    if (error.empty())
+      error = message;
+    return false;
+  }
+  bool load();
+  bool upgradeOpset();
+  bool checkSupported();
+  bool specialiseAndInfer();
+  bool emit();
+  bool emitNode(const onnx::NodeProto &node, int index);
+
+  Type elementType(int32_t onnxType);
+  FailureOr<RankedTensorType> typeOf(const std::string &name,
+                                     const std::string &where);
+  Value operand(const onnx::NodeProto &node, int i, int index);
+  bool constantInts(const std::string &name, std::vector<int64_t> &out);
+
+  MLIRContext &ctx;
+  std::string path;
+  const ImportOptions &options;
+  std::string &error;
+  OpBuilder b;
+  onnx::ModelProto model;
+  int64_t opset = 0;
+  ModuleOp module;
+
+  std::map<std::string, const onnx::TensorProto *> initializers;
+  std::map<std::string, const onnx::TensorProto *> constantNodes;
+  std::map<std::string, ValueType> types;
+  std::map<std::string, Value> values;
+  std::map<std::string, ml_program::GlobalOp> globals;
+  Location loc = UnknownLoc::get(&ctx);
+};
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Reading and validating
+//===----------------------------------------------------------------------===//
+
+bool Importer::load() {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return fail("cannot open '" + path + "': " + std::strerror(errno));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string bytes = buffer.str();
+  if (bytes.empty())
+    return fail("'" + path + "' is empty, not an ONNX model");
+  if (!model.ParseFromString(bytes))
+    return fail("'" + path +
+                "' is not a valid ONNX model (protobuf parse failed: "
+                "truncated or not an ONNX file)");
+  if (model.ir_version() <= 0 || !model.has_graph() ||
+      model.graph().node_size() == 0)
+    return fail("'" + path + "' is not an ONNX model (no IR version or empty "
+                "graph)");
+  for (const auto &op : model.opset_import())
+    if (isDefaultDomain(op.domain()))
+      opset = op.version();
+  if (opset == 0)
+    return fail("'" + path + "' imports no version of the default ONNX "
+                "operator set");
+  return true;
+}
+
+bool Importer::upgradeOpset() {
+  if (opset >= kMinOpset)
+    return true;
+  try {
+    model = onnx::version_conversion::ConvertVersion(model, kMinOpset);
+  } catch (const std::exception &e) {
+    return fail("'" + path + "' uses opset " + std::to_string(opset) +
+                ", older than the " + std::to_string(kMinOpset) +
+                " pipec imports, and ONNX's version converter could not "
+                "upgrade it: " +
+                e.what());
+  }
+  opset = kMinOpset;
+  return true;
+}
+
+bool Importer::checkSupported() {
+  // op label -> node labels, in first-seen order.
+  std::vector<std::pair<std::string, std::vector<std::string>>> bad;
+  const auto &graph = model.graph();
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto &node = graph.node(i);
+    bool ok = isDefaultDomain(node.domain()) &&
+              supportedOps().count(node.op_type());
+    if (ok)
+      continue;
+    std::string label = node.op_type();
+    if (!isDefaultDomain(node.domain()))
+      label += " (custom domain '" + node.domain() + "')";
+    auto it = std::find_if(bad.begin(), bad.end(),
+                           [&](auto &p) { return p.first == label; });
+    if (it == bad.end()) {
+      bad.push_back({label, {}});
+      it = std::prev(bad.end());
+    }
+    it->second.push_back(nodeLabel(node, i));
+  }
+  if (bad.empty())
+    return true;
+  std::string msg = "'" + path + "' uses " + std::to_string(bad.size()) +
+                    " unsupported operator" + (bad.size() > 1 ? "s" : "") +
+                    ":";
+  for (auto &[op, nodes] : bad) {
+    msg += "\n  " + op + ": node" + (nodes.size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < nodes.size() && i < 8; ++i)
+      msg += (i ? ", " : "") + nodes[i];
+    if (nodes.size() > 8)
+      msg += ", ... (" + std::to_string(nodes.size()) + " in all)";
+  }
+  return fail(msg);
+}
+
+bool Importer::specialiseAndInfer() {
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    return fail("'" + path + "' fails the ONNX checker: " +
+                what.substr(0, what.find('\n')));
+  }
+  auto *graph = model.mutable_graph();
+  std::set<std::string> initNames;
+  for (const auto &init : graph->initializer())
+    initNames.insert(init.name());
+  for (auto &input : *graph->mutable_input()) {
+    if (initNames.count(input.name()))
+      continue;
+    auto *tt = input.mutable_type()->mutable_tensor_type();
+    auto *shape = tt->mutable_shape();
+    auto it = options.inputShapes.find(input.name());
+    if (it != options.inputShapes.end()) {
+      shape->clear_dim();
+      for (int64_t d : it->second)
+        shape->add_dim()->set_dim_value(d);
+    } else if (options.batch > 0 && shape->dim_size() >= 1) {
+      shape->mutable_dim(0)->set_dim_value(options.batch);
+    }
+  }
+  // Forget every recorded intermediate/output shape: they may carry the
+  // file's batch size, which inference recomputes for the new one.
+  graph->clear_value_info();
+  for (auto &output : *graph->mutable_output())
+    output.mutable_type()->mutable_tensor_type()->clear_shape();
+  try {
+    onnx::ShapeInferenceOptions opts(/*check_type=*/true, /*strict=*/1,
+                                     /*data_prop=*/true);
+    onnx::shape_inference::InferShapes(
+        model, onnx::OpSchemaRegistry::Instance(), opts);
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    return fail("ONNX shape inference failed on '" + path +
+                "': " + what.substr(0, what.find('\n')));
+  }
+  for (const auto &v : graph->input())
+    types[v.name()] = fromTypeProto(v.type());
+  for (const auto &v : graph->value_info())
+    types[v.name()] = fromTypeProto(v.type());
+  for (const auto &v : graph->output())
+    types[v.name()] = fromTypeProto(v.type());
+  for (const auto &init : graph->initializer()) {
+    ValueType vt;
+    vt.known = true;
+    vt.elemType = init.data_type();
+    vt.dims.assign(init.dims().begin(), init.dims().end());
+    types[init.name()] = vt;
+    initializers[init.name()] = &init;
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Emission helpers
+//===----------------------------------------------------------------------===//
+
+Type Importer::elementType(int32_t onnxType) {
+  switch (onnxType) {
+  case onnx::TensorProto::FLOAT:
+    return b.getF32Type();
+  case onnx::TensorProto::INT64:
+    return b.getI64Type();
+  default:
+    return Type();
+  }
+}
+
+FailureOr<RankedTensorType> Importer::typeOf(const std::string &name,
+                                             const std::string &where) {
+  auto it = types.find(name);
+  if (it == types.end() || !it->second.known) {
+    fail(where + ": the shape of '" + name +
+         "' is unknown after ONNX shape inference");
+    return failure();
+  }
+  const ValueType &vt = it->second;
+  if (!vt.isStatic()) {
+    fail(where + ": '" + name + "' has the dynamic shape " +
+         dimsString(vt.dims) +
+         "; give static sizes with --batch or --input-shape NAME=D0xD1...");
+    return failure();
+  }
+  Type elem = elementType(vt.elemType);
+  if (!elem) {
+    fail(where + ": '" + name + "' has ONNX element type " +
+         std::to_string(vt.elemType) +
+         "; pipec supports float32 tensors and int64 labels");
+    return failure();
+  }
+  for (int64_t d : vt.dims)
+    if (d > (int64_t(1) << 40)) {
+      fail(where + ": '" + name + "' has an implausible dimension " +
+           std::to_string(d));
+      return failure();
+    }
+  return RankedTensorType::get(vt.dims, elem);
+}
+
+/// Reads the elements of an ONNX tensor as T (raw_data or typed fields).
+template <typename T>
+static bool tensorData(const onnx::TensorProto &t, std::vector<T> &out,
+                       std::string &why) {
+  int64_t n = 1;
+  for (int64_t d : t.dims())
+    n *= d;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    why = "external data files are not supported yet";
+    return false;
+  }
+  out.clear();
+  if (t.has_raw_data()) {
+    const std::string &raw = t.raw_data();
+    if (static_cast<int64_t>(raw.size()) != n * int64_t(sizeof(T))) {
+      why = "raw data holds " + std::to_string(raw.size()) + " bytes, " +
+            std::to_string(n * sizeof(T)) + " expected";
+      return false;
+    }
+    out.resize(n);
+    std::memcpy(out.data(), raw.data(), raw.size());
+    return true;
+  }
+  if constexpr (std::is_same_v<T, float>)
+    out.assign(t.float_data().begin(), t.float_data().end());
+  else
+    out.assign(t.int64_data().begin(), t.int64_data().end());
+  if (static_cast<int64_t>(out.size()) != n) {
+    why = "holds " + std::to_string(out.size()) + " values, " +
+          std::to_string(n) + " expected";
+    return false;
+  }
+  return true;
+}
+
+bool Importer::constantInts(const std::string &name,
+                            std::vector<int64_t> &out) {
+  const onnx::TensorProto *t = nullptr;
+  if (auto it = initializers.find(name); it != initializers.end())
+    t = it->second;
+  else if (auto it = constantNodes.find(name); it != constantNodes.end())
+    t = it->second;
+  if (!t || t->data_type() != onnx::TensorProto::INT64)
+    return false;
+  std::string why;
+  return tensorData(*t, out, why);
+}
+
+/// Returns the Value of input `i` of `node`, creating weight globals and
+/// constants on first use; null (and `error` set) on failure.
+Value Importer::operand(const onnx::NodeProto &node, int i, int index) {
+  if (i >= node.input_size() || node.input(i).empty())
+    return Value();
+  const std::string &name = node.input(i);
+  if (auto it = values.find(name); it != values.end())
+    return it->second;
+  std::string where = "node '" + nodeLabel(node, index) + "' (" +
+                      node.op_type() + ")";
+  const onnx::TensorProto *t = nullptr;
+  bool isWeight = false;
+  if (auto it = initializers.find(name); it != initializers.end()) {
+    t = it->second;
+    isWeight = true;
+  } else if (auto it = constantNodes.find(name); it != constantNodes.end()) {
+    t = it->second;
+  }
+  if (!t) {
+    fail(where + ": input '" + name + "' is not produced by any node");
+    return Value();
+  }
+  auto type = typeOf(name, where);
+  if (failed(type))
+    return Value();
+  std::string why;
+  Attribute data;
+  if (type->getElementType().isF32()) {
+    std::vector<float> v;
+    if (!tensorData(*t, v, why)) {
+      fail(where + ": tensor '" + name + "' " + why);
+      return Value();
+    }
+    if (isWeight)
+      data = DenseResourceElementsAttr::get(
+          *type, name,
+          HeapAsmResourceBlob::allocateAndCopyInferAlign<float>(v));
+    else
+      data = DenseElementsAttr::get(*type, ArrayRef<float>(v));
+  } else {
+    std::vector<int64_t> v;
+    if (!tensorData(*t, v, why)) {
+      fail(where + ": tensor '" + name + "' " + why);
+      return Value();
+    }
+    isWeight = false; // integer tensors are never trained
+    data = DenseElementsAttr::get(*type, ArrayRef<int64_t>(v));
+  }
+  Value result;
+  if (isWeight) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(module.getBody());
+    auto global = ml_program::GlobalOp::create(
+        b, NameLoc::get(b.getStringAttr(name)), name, *type,
+        /*is_mutable=*/true, data, b.getStringAttr("private"));
+    globals[name] = global;
+  }
+  if (isWeight)
+    result = ml_program::GlobalLoadOp::create(
+        b, NameLoc::get(b.getStringAttr(name)), *type,
+        FlatSymbolRefAttr::get(&ctx, name));
+  else
+    result = nn::ConstantOp::create(b, NameLoc::get(b.getStringAttr(name)),
+                                    cast<ElementsAttr>(data));
+  values[name] = result;
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Node conversion
+//===----------------------------------------------------------------------===//
+
+static const onnx::AttributeProto *findAttr(const onnx::NodeProto &node,
+                                            const std::string &name) {
+  for (const auto &a : node.attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+static int64_t attrInt(const onnx::NodeProto &n, const std::string &name,
+                       int64_t dflt) {
+  const auto *a = findAttr(n, name);
+  return a ? a->i() : dflt;
+}
+static float attrFloat(const onnx::NodeProto &n, const std::string &name,
+                       float dflt) {
+  const auto *a = findAttr(n, name);
+  return a ? a->f() : dflt;
+}
+
+bool Importer::emitNode(const onnx::NodeProto &node, int index) {
+  const std::string &op = node.op_type();
+  std::string label = nodeLabel(node, index);
+  std::string where = "node '" + label + "' (" + op + ")";
+  loc = NameLoc::get(b.getStringAttr(label),
+                     FileLineColLoc::get(&ctx, path, index + 1, 0));
+
+  if (op == "Constant") {
+    const auto *value = findAttr(node, "value");
+    if (!value || !value->has_t())
+      return fail(where + ": only the 'value' attribute form of Constant is "
+                          "supported");
+    constantNodes[node.output(0)] = &value->t();
+    ValueType vt;
+    vt.known = true;
+    vt.elemType = value->t().data_type();
+    vt.dims.assign(value->t().dims().begin(), value->t().dims().end());
+    types[node.output(0)] = vt;
+    return true; // materialised on first use
+  }
+
+  // Result types (static) of every non-empty output.
+  SmallVector<Type> resultTypes;
+  for (const auto &out : node.output()) {
+    if (out.empty()) {
+      resultTypes.push_back(Type());
+      continue;
+    }
+    auto t = typeOf(out, where);
+    if (failed(t))
+      return false;
+    resultTypes.push_back(*t);
+  }
+  auto in = [&](int i) { return operand(node, i, index); };
+  auto need = [&](int count) -> bool {
+    for (int i = 0; i < count; ++i)
+      if (!in(i))
+        return error.empty() ? fail(where + ": missing input " +
+                                    std::to_string(i))
+                             : false;
+    return true;
+  };
+  Type rt0 = resultTypes.empty() ? Type() : resultTypes[0];
+  Value result;
+
+  if (op == "Gemm") {
+    if (!need(2))
+      return false;
+    Value c = in(2);
+    if (!error.empty())
+      return false;
+    result = nn::GemmOp::create(
+        b, loc, rt0, in(0), in(1), c,
+        b.getF32FloatAttr(attrFloat(node, "alpha", 1.0f)),
+        b.getF32FloatAttr(attrFloat(node, "beta", 1.0f)),
+        b.getBoolAttr(attrInt(node, "transA", 0) != 0),
+        b.getBoolAttr(attrInt(node, "transB", 0) != 0));
+  } else if (op == "MatMul") {
+    if (!need(2))
+      return false;
+    auto at = cast<RankedTensorType>(in(0).getType());
+    auto bt = cast<RankedTensorType>(in(1).getType());
+    if (at.getRank() < 2 || bt.getRank() < 2)
+      return fail(where + ": 1-D MatMul operands are not supported yet");
+    result = nn::MatMulOp::create(b, loc, rt0, in(0), in(1));
+  } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
+    if (!need(2))
+      return false;
+    if (op == "Add")
+      result = nn::AddOp::create(b, loc, rt0, in(0), in(1));
+    else if (op == "Sub")
+      result = nn::SubOp::create(b, loc, rt0, in(0), in(1));
+    else if (op == "Mul")
+      result = nn::MulOp::create(b, loc, rt0, in(0), in(1));
+    else
+      result = nn::DivOp::create(b, loc, rt0, in(0), in(1));
+  } else if (op == "Relu" || op == "Tanh" || op == "Sigmoid" ||
+             op == "Identity") {
+    if (!need(1))
+      return false;
+    if (op == "Relu")
+      result = nn::ReluOp::create(b, loc, in(0));
+    else if (op == "Tanh")
+      result = nn::TanhOp::create(b, loc, in(0));
+    else if (op == "Sigmoid")
+      result = nn::SigmoidOp::create(b, loc, in(0));
+    else
+      result = nn::IdentityOp::create(b, loc, in(0));
+  } else if (op == "Softmax" || op == "LogSoftmax") {
+    if (!need(1))
+      return false;
+    auto axis = b.getI64IntegerAttr(attrInt(node, "axis", -1));
+    if (op == "Softmax")
+      result = nn::SoftmaxOp::create(b, loc, rt0, in(0), axis, UnitAttr());
+    else
+      result = nn::LogSoftmaxOp::create(b, loc, rt0, in(0), axis, UnitAttr());
+  } else if (op == "Flatten") {
+    if (!need(1))
+      return false;
+    result = nn::FlattenOp::create(b, loc, rt0, in(0),
+                                   b.getI64IntegerAttr(attrInt(node, "axis", 1)));
+  } else if (op == "Reshape") {
+    if (!need(1))
+      return false;
+    std::vector<int64_t> shape;
+    if (node.input_size() < 2 || !constantInts(node.input(1), shape))
+      return fail(where + ": the shape input '" +
+                  (node.input_size() > 1 ? node.input(1) : "") +
+                  "' is not a constant int64 tensor (computed shapes are not "
+                  "supported yet)");
+    result = nn::ReshapeOp::create(b, loc, rt0, in(0));
+  } else if (op == "Transpose") {
+    if (!need(1))
+      return false;
+    int64_t rank = cast<RankedTensorType>(in(0).getType()).getRank();
+    SmallVector<int64_t> perm;
+    if (const auto *p = findAttr(node, "perm"))
+      perm.assign(p->ints().begin(), p->ints().end());
+    else
+      for (int64_t i = rank - 1; i >= 0; --i)
+        perm.push_back(i);
+    result = nn::TransposeOp::create(b, loc, rt0, in(0),
+                                     b.getDenseI64ArrayAttr(perm));
+  } else if (op == "SoftmaxCrossEntropyLoss") {
+    if (!need(2))
+      return false;
+    Value weights = in(2);
+    if (!error.empty())
+      return false;
+    std::string reduction = "mean";
+    if (const auto *r = findAttr(node, "reduction"))
+      reduction = r->s();
+    IntegerAttr ignore;
+    if (const auto *ii = findAttr(node, "ignore_index"))
+      ignore = b.getI64IntegerAttr(ii->i());
+    Type logProbType = resultTypes.size() > 1 ? resultTypes[1] : Type();
+    auto sce = nn::SoftmaxCrossEntropyLossOp::create(
+        b, loc, rt0, logProbType, in(0), in(1), weights,
+        b.getStringAttr(reduction), ignore);
+    values[node.output(0)] = sce.getLoss();
+    if (logProbType)
+      values[node.output(1)] = sce.getLogProb();
+    return true;
+  } else {
+    return fail(where + ": unsupported operator");
+  }
+  if (!result)
+    return false;
+  if (result.getType() != rt0)
+    return fail(where + ": inferred result type disagrees with ONNX shape "
+                        "inference");
+  values[node.output(0)] = result;
+  return true;
+}
+
+bool Importer::emit() {
+  const auto &graph = model.graph();
+  module = ModuleOp::create(UnknownLoc::get(&ctx));
+  module->setAttr("pipec.source", b.getStringAttr(path));
+  module->setAttr("pipec.opset", b.getI64IntegerAttr(opset));
+
+  // Signature: graph inputs that are not initializers.
+  SmallVector<Type> argTypes;
+  SmallVector<std::string> argNames;
+  for (const auto &input : graph.input()) {
+    if (initializers.count(input.name()))
+      continue;
+    auto t = typeOf(input.name(), "model input");
+    if (failed(t))
+      return false;
+    argTypes.push_back(*t);
+    argNames.push_back(input.name());
+  }
+  SmallVector<Type> resultTypes;
+  for (const auto &output : graph.output()) {
+    auto t = typeOf(output.name(), "model output");
+    if (failed(t))
+      return false;
+    resultTypes.push_back(*t);
+  }
+  b.setInsertionPointToEnd(module.getBody());
+  auto fn = func::FuncOp::create(b, FileLineColLoc::get(&ctx, path, 0, 0),
+                                 "main", b.getFunctionType(argTypes, resultTypes));
+  Block *entry = fn.addEntryBlock();
+  for (auto [i, name] : llvm::enumerate(argNames)) {
+    fn.setArgAttr(i, "pipec.name", b.getStringAttr(name));
+    values[name] = entry->getArgument(i);
+  }
+  for (auto [i, output] : llvm::enumerate(graph.output()))
+    fn.setResultAttr(i, "pipec.name", b.getStringAttr(output.name()));
+  b.setInsertionPointToEnd(entry);
+
+  for (int i = 0; i < graph.node_size(); ++i)
+    if (!emitNode(graph.node(i), i))
+      return false;
+  SmallVector<Value> results;
+  for (const auto &output : graph.output()) {
+    auto it = values.find(output.name());
+    if (it == values.end())
+      return fail("model output '" + output.name() +
+                  "' is a constant or an initializer; nothing to train");
+    results.push_back(it->second);
+  }
+  func::ReturnOp::create(b, fn.getLoc(), results);
+  // Globals go before the function (they were inserted at the end).
+  for (auto &[name, global] : globals)
+    global->moveBefore(fn);
+  if (failed(verify(module)))
+    return fail("internal error: the imported module does not verify");
+  return true;
+}
+
+OwningOpRef<ModuleOp> Importer::run() {
+  ctx.loadDialect<nn::NNDialect, func::FuncDialect,
+                  ml_program::MLProgramDialect>();
+  if (!load() || !upgradeOpset() || !checkSupported() ||
+      !specialiseAndInfer() || !emit()) {
+    if (module)
+      module->erase();
+    return nullptr;
+  }
+  return OwningOpRef<ModuleOp>(module);
+}
+
+OwningOpRef<ModuleOp> pipec::importOnnxFile(MLIRContext &context,
+                                            const std::string &path,
+                                            const ImportOptions &options,
+                                            std::string &error) {
+  error.clear();
+  try {
+    Importer importer(context, path, options, error);
+    return importer.run();
+  } catch (const std::exception &e) {
+    error = "failed to import '" + path + "': " + e.what();
+  }
+  return nullptr;
+}
+
+int64_t pipec::onnxFileBatch(const std::string &path, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  onnx::ModelProto model;
+  if (!in || !model.ParseFromIstream(&in)) {
+    error = "cannot read '" + path + "' as an ONNX model";
+    return -1;
+  }
+  std::set<std::string> initNames;
+  for (const auto &init : model.graph().initializer())
+    initNames.insert(init.name());
+  for (const auto &input : model.graph().input()) {
+    if (initNames.count(input.name()))
+      continue;
+    const auto &shape = input.type().tensor_type().shape();
+    if (shape.dim_size() == 0)
+      return 0;
+    return shape.dim(0).has_dim_value() ? shape.dim(0).dim_value() : 0;
+  }
+  return 0;
+}
+
+void pipec::registerImportDialects(DialectRegistry &registry) {
+  registry.insert<nn::NNDialect, func::FuncDialect,
+                  ml_program::MLProgramDialect>();
+}

@@ -1,0 +1,47 @@
+//===- Passes.h - pipec passes ----------------------------------*- C++ -*-===//
+#ifndef PIPEC_PASSES_PASSES_H
+#define PIPEC_PASSES_PASSES_H
+
+#include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MLProgram/IR/MLProgram.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace pipec {
+
+#define GEN_PASS_DECL
+#include "passes/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "passes/Passes.h.inc"
+
+/// Options of the whole training pipeline (import is separate).
+struct TrainingPipelineOptions {
+  std::string profile;
+  std::string device = "cpu";
+  int stages = 1;
+  std::string loss = "cross-entropy";
+  std::string schedule = "1f1b-flush";
+  int microbatches = 1;
+};
+
+/// Adds annotate-costs, plan, split-stages, autodiff, build-schedule.
+void buildTrainingPipeline(mlir::OpPassManager &pm,
+                           const TrainingPipelineOptions &options);
+
+/// Adds lower-to-runtime for `stage` and the upstream conversions to the
+/// LLVM dialect.
+void buildStageLoweringPipeline(mlir::OpPassManager &pm, int stage,
+                                const std::string &buildId);
+
+/// Registers the pass pipelines (`--pipec-train-pipeline`).
+void registerPipecPipelines();
+
+} // namespace pipec
+
+#endif // PIPEC_PASSES_PASSES_H

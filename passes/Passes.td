@@ -1,0 +1,112 @@
+//===- Passes.td - pipec passes ----------------------------*- tablegen -*-===//
+//
+// Every compiler pass of pipec (DESIGN.md §1). Each one can be run alone
+// with pipec-opt and has lit tests under test/Transforms.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEC_PASSES
+#define PIPEC_PASSES
+
+include "mlir/Pass/PassBase.td"
+
+def NNAnnotateCostsPass : Pass<"nn-annotate-costs", "mlir::ModuleOp"> {
+  let summary = "Attaches #nn.cost (time, bytes) to every nn op of the model.";
+  let description = [{
+    With `profile=FILE` the forward/backward seconds come from a
+    `pipec.profile/1` file written by the runtime profiler (ops matched by
+    ONNX node name); otherwise from the analytic roofline model of `device`
+    (cpu, v100, a100, h100) using each op's FLOPs and bytes. Byte counts of
+    outputs, parameters and saved activations come from the types.
+  }];
+  let options = [
+    Option<"profile", "profile", "std::string", "\"\"", "pipec.profile/1 file with measured times">,
+    Option<"device", "device", "std::string", "\"cpu\"", "analytic device model: cpu, v100, a100, h100">,
+  ];
+  let dependentDialects = ["::pipec::nn::NNDialect"];
+}
+
+def PipePlanPass : Pass<"pipe-plan", "mlir::ModuleOp"> {
+  let summary = "Chooses pipeline stages and tags every op with its stage.";
+  let description = [{
+    Linearises the forward graph (ops in topological order are the layers),
+    builds a profile from the #nn.cost attributes and calls the planner
+    library (lib/Plan). Sets `pipe.stage` on every layer op and
+    `pipe.plan = #pipe.plan<...>` on the module.
+  }];
+  let options = [
+    Option<"stages", "stages", "int", "1", "number of pipeline stages">,
+    Option<"algorithm", "algorithm", "std::string", "\"balanced\"", "planner (balanced)">,
+  ];
+  let dependentDialects = ["::pipec::pipe::PipeDialect"];
+}
+
+def PipeSplitStagesPass : Pass<"pipe-split-stages", "mlir::ModuleOp"> {
+  let summary = "Splits the model function into one forward function per stage.";
+  let description = [{
+    Creates `@sK_fwd` for every stage K with explicit boundary values:
+    arguments are model inputs (`pipe.feed`) or tensors produced by an
+    earlier stage (`pipe.from = array<i64: stage, result>`); results are
+    tensors consumed by later stages or model outputs (`pipe.output`). Weight
+    loads and constants are cloned into each stage that uses them; a weight
+    used by two stages is an error naming it.
+  }];
+  let dependentDialects = ["::pipec::pipe::PipeDialect", "::mlir::func::FuncDialect"];
+}
+
+def NNAutodiffPass : Pass<"nn-autodiff", "mlir::ModuleOp"> {
+  let summary = "Adds the loss, per-stage backward functions and the optimizer update.";
+  let description = [{
+    On the last stage appends the loss (`loss=cross-entropy`: softmax
+    cross-entropy of model output 0 against an int64 labels feed, mean over
+    the microbatch; the runtime seeds each microbatch with 1/m so the step
+    loss is the global-batch mean; `loss=model`: output 0 already is the
+    loss). For every stage builds `@sK_bwd` by reverse-mode differentiation
+    (DifferentiableOpInterface): forward values the backward needs become
+    extra `@sK_fwd` results stashed per microbatch; weight gradients
+    accumulate into `<weight>.grad` globals. Builds `@sK_step` applying the
+    optimizer (`sgd`) and zeroing the gradients.
+  }];
+  let options = [
+    Option<"loss", "loss", "std::string", "\"cross-entropy\"", "cross-entropy or model">,
+    Option<"optimizer", "optimizer", "std::string", "\"sgd\"", "optimizer (sgd)">,
+  ];
+  let dependentDialects = ["::pipec::nn::NNDialect", "::mlir::ml_program::MLProgramDialect"];
+}
+
+def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
+  let summary = "Materialises the pipeline schedule as one pipe.program per rank.";
+  let description = [{
+    Uses the schedule generators of lib/Schedule (gpipe, 1f1b-flush) to
+    emit, per stage, receives, forward/backward runs and sends in schedule
+    order (steady state as scf.for loops), then a flush and the optimizer
+    step. The pipe.pipeline verifier then checks matching and deadlock
+    freedom across all programs.
+  }];
+  let options = [
+    Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe or 1f1b-flush">,
+    Option<"microbatches", "microbatches", "int", "1", "microbatches per step">,
+  ];
+  let dependentDialects = ["::pipec::pipe::PipeDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
+def PipeLowerToRuntimePass : Pass<"pipe-lower-to-runtime", "mlir::ModuleOp"> {
+  let summary = "Lowers one stage to func/llvm calls into the runtime C ABI.";
+  let description = [{
+    Keeps stage `stage` only. Assigns every tensor of its functions a static
+    offset in the stage arena (microbatch-stashed values get `slots` copies),
+    turns every nn op into a call of a runtime kernel (pipec_rt.h) and the
+    stage's pipe.program into a function `pipec_program(ctx, arena)` of
+    runtime service calls, and adds `main` and the stage description
+    `pipec_stage_meta` (JSON). Output: func/scf/arith/llvm ops, ready for the
+    standard conversions to the LLVM dialect.
+  }];
+  let options = [
+    Option<"stage", "stage", "int", "0", "the stage to lower">,
+    Option<"buildId", "build-id", "std::string", "\"dev\"", "build id recorded in the stage description">,
+  ];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect", "::mlir::func::FuncDialect",
+                           "::mlir::arith::ArithDialect", "::mlir::scf::SCFDialect"];
+}
+
+#endif // PIPEC_PASSES

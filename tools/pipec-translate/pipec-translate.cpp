@@ -1,0 +1,90 @@
+//===- pipec-translate.cpp - ONNX <-> MLIR ---------------------------------===//
+//
+//   pipec-translate --import-onnx model.onnx [--batch N]
+//                   [--input-shape NAME=D0xD1...]... [-o out.mlir]
+//
+// Imports an ONNX model into the nn dialect and prints it.
+//
+//===----------------------------------------------------------------------===//
+#include "pipec/Import.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llvm;
+
+static cl::opt<bool> importOnnx("import-onnx",
+                                cl::desc("Import an ONNX model (default)"),
+                                cl::init(true));
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"),
+                                      cl::Required);
+static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
+                                       cl::value_desc("file"), cl::init("-"));
+static cl::opt<int64_t> batch("batch",
+                              cl::desc("Leading (batch) dimension of every "
+                                       "model input"),
+                              cl::init(0));
+static cl::list<std::string>
+    inputShapes("input-shape",
+                cl::desc("Static shape of an input: NAME=D0xD1x..."),
+                cl::value_desc("NAME=DIMS"));
+
+/// Parses NAME=D0xD1... into `shapes`; false on syntax errors.
+static bool parseInputShape(const std::string &spec,
+                            std::map<std::string, std::vector<int64_t>> &shapes) {
+  size_t eq = spec.rfind('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    return false;
+  std::vector<int64_t> dims;
+  StringRef rest = StringRef(spec).substr(eq + 1);
+  while (!rest.empty()) {
+    auto [head, tail] = rest.split('x');
+    int64_t d;
+    if (head.getAsInteger(10, d) || d <= 0)
+      return false;
+    dims.push_back(d);
+    rest = tail;
+  }
+  shapes[spec.substr(0, eq)] = dims;
+  return true;
+}
+
+int main(int argc, char **argv) {
+  InitLLVM y(argc, argv);
+  mlir::registerAsmPrinterCLOptions();
+  mlir::registerMLIRContextCLOptions();
+  cl::ParseCommandLineOptions(argc, argv, "pipec ONNX -> MLIR translator\n");
+
+  pipec::ImportOptions options;
+  options.batch = batch;
+  for (const std::string &spec : inputShapes)
+    if (!parseInputShape(spec, options.inputShapes)) {
+      errs() << "pipec-translate: error: bad --input-shape '" << spec
+             << "' (expected NAME=D0xD1x...)\n";
+      return 1;
+    }
+  mlir::DialectRegistry registry;
+  pipec::registerImportDialects(registry);
+  mlir::MLIRContext context(registry);
+  std::string error;
+  auto module = pipec::importOnnxFile(context, inputFile, options, error);
+  if (!module) {
+    errs() << "pipec-translate: error: " << error << "\n";
+    return 1;
+  }
+  std::string msg;
+  auto out = mlir::openOutputFile(outputFile, &msg);
+  if (!out) {
+    errs() << "pipec-translate: error: " << msg << "\n";
+    return 1;
+  }
+  module->print(out->os());
+  out->os() << "\n";
+  out->keep();
+  return 0;
+}
