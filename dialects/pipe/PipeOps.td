@@ -66,8 +66,8 @@ def Pipe_PipelineOp : Pipe_Op<"pipeline", [NoTerminator, SingleBlock,
 
     ```mlir
     pipe.pipeline microbatches 4 {
-      pipe.program @rank0 stage 0 slots 2 { ... }
-      pipe.program @rank1 stage 1 slots 1 { ... }
+      pipe.program "rank0" stage 0 slots 2 { ... }
+      pipe.program "rank1" stage 1 slots 1 { ... }
     }
     ```
   }];
@@ -77,7 +77,7 @@ def Pipe_PipelineOp : Pipe_Op<"pipeline", [NoTerminator, SingleBlock,
   let hasRegionVerifier = 1;
 }
 
-def Pipe_ProgramOp : Pipe_Op<"program", [Symbol, NoTerminator, SingleBlock,
+def Pipe_ProgramOp : Pipe_Op<"program", [NoTerminator, SingleBlock,
     NoRegionArguments, HasParent<"PipelineOp">]> {
   let summary = "The static per-step schedule of one rank.";
   let description = [{
@@ -87,20 +87,20 @@ def Pipe_ProgramOp : Pipe_Op<"program", [Symbol, NoTerminator, SingleBlock,
     activation stash slots the stage needs (its peak in-flight count);
     microbatch `k` uses slot `k mod slots`.
   }];
-  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$stage, I64Attr:$slots);
+  let arguments = (ins StrAttr:$rank_name, I64Attr:$stage, I64Attr:$slots);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "$sym_name `stage` $stage `slots` $slots attr-dict-with-keyword $body";
+  let assemblyFormat = "$rank_name `stage` $stage `slots` $slots attr-dict-with-keyword $body";
   let hasVerifier = 1;
 }
 
-class Pipe_CommOp<string mnemonic, string dir> : Pipe_Op<mnemonic,
+class Pipe_CommOp<string mnemonic> : Pipe_Op<mnemonic,
     [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
      MemoryEffects<[MemRead, MemWrite]>]> {
   let arguments = (ins Index:$microbatch, I64Attr:$peer, I64Attr:$channel,
                        FlatSymbolRefAttr:$func, I64Attr:$index, TypeAttr:$type);
 }
 
-def Pipe_SendOp : Pipe_CommOp<"send", "to"> {
+def Pipe_SendOp : Pipe_CommOp<"send"> {
   let summary = "Sends a stage-function result of a microbatch to another stage.";
   let description = [{
     Sends result `index` of `func` computed for `microbatch` to stage `peer`
@@ -113,7 +113,7 @@ def Pipe_SendOp : Pipe_CommOp<"send", "to"> {
   let assemblyFormat = "$microbatch `to` $peer `channel` $channel `from` $func `[` $index `]` attr-dict `:` $type";
 }
 
-def Pipe_RecvOp : Pipe_CommOp<"recv", "from"> {
+def Pipe_RecvOp : Pipe_CommOp<"recv"> {
   let summary = "Receives a stage-function argument of a microbatch from another stage.";
   let description = [{
     Receives argument `index` of `func` for `microbatch` from stage `peer` on

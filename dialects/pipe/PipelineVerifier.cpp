@@ -163,7 +163,7 @@ LogicalResult PipelineOp::verifyRegions() {
                                     : cast<RecvOp>(e.op).getType();
       std::string where;
       llvm::raw_string_ostream os(where);
-      os << program.getSymName() << " (" << e.op->getLoc() << ")";
+      os << program.getRankName() << " (" << e.op->getLoc() << ")";
       comm[rank].push_back({e.kind == ExpandedEvent::Send
                                 ? pipec::CommEvent::Send
                                 : pipec::CommEvent::Recv,

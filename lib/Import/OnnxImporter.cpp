@@ -470,8 +470,7 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
   const std::string &op = node.op_type();
   std::string label = nodeLabel(node, index);
   std::string where = "node '" + label + "' (" + op + ")";
-  loc = NameLoc::get(b.getStringAttr(label),
-                     FileLineColLoc::get(&ctx, path, index + 1, 0));
+  loc = NameLoc::get(b.getStringAttr(label));
 
   if (op == "Constant") {
     const auto *value = findAttr(node, "value");

@@ -83,7 +83,8 @@ int main(int argc, char **argv) {
     errs() << "pipec-translate: error: " << msg << "\n";
     return 1;
   }
-  module->print(out->os());
+  // Locations carry the ONNX node names (profiles and diagnostics use them).
+  module->print(out->os(), mlir::OpPrintingFlags().enableDebugInfo(true, true));
   out->os() << "\n";
   out->keep();
   return 0;

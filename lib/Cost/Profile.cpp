@@ -1,0 +1,271 @@
+//===- Profile.cpp - profile.json reader and writer -----------------------===//
+//
+// Reads and writes `pipec.profile/1` (DESIGN.md §7): a list of ops in
+// topological order with forward/backward seconds and byte counts. Every
+// rejection names the op it is about, so a user can fix a hand-written
+// profile without guessing.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipec/Profile.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+namespace pipec {
+
+namespace {
+
+constexpr const char *kProfileFormat = "pipec.profile/1";
+
+/// Describes op `index` for diagnostics: `op 3 ('conv1')`.
+std::string describeOp(size_t index, const std::string &name) {
+  std::string text = "op " + std::to_string(index);
+  if (!name.empty())
+    text += " ('" + name + "')";
+  return text;
+}
+
+/// Reads a non-negative finite number, or sets `error`.
+std::optional<double> readSeconds(const json &obj, const char *key,
+                                  const std::string &what, std::string &error) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null())
+    return 0.0;
+  if (!it->is_number()) {
+    error = what + ": '" + key + "' must be a number";
+    return std::nullopt;
+  }
+  double value = it->get<double>();
+  if (!std::isfinite(value) || value < 0) {
+    error = what + ": '" + key + "' must be a non-negative number (got " +
+            it->dump() + ")";
+    return std::nullopt;
+  }
+  return value;
+}
+
+/// Reads a non-negative integral count; accepts integral floating values such
+/// as `1e9`, which paper-scale profiles tend to contain.
+std::optional<int64_t> readCount(const json &obj, const char *key,
+                                 const std::string &what, std::string &error) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null())
+    return int64_t(0);
+  if (it->is_number_unsigned()) {
+    uint64_t value = it->get<uint64_t>();
+    if (value > uint64_t(std::numeric_limits<int64_t>::max())) {
+      error = what + ": '" + key + "' is too large";
+      return std::nullopt;
+    }
+    return int64_t(value);
+  }
+  if (it->is_number_integer()) {
+    int64_t value = it->get<int64_t>();
+    if (value < 0) {
+      error = what + ": '" + key + "' must be non-negative (got " +
+              std::to_string(value) + ")";
+      return std::nullopt;
+    }
+    return value;
+  }
+  if (it->is_number_float()) {
+    double value = it->get<double>();
+    if (!std::isfinite(value) || value < 0 || value != std::floor(value) ||
+        value >= 9.2e18) {
+      error = what + ": '" + key +
+              "' must be a non-negative whole number of bytes (got " +
+              it->dump() + ")";
+      return std::nullopt;
+    }
+    return int64_t(value);
+  }
+  error = what + ": '" + key + "' must be a number";
+  return std::nullopt;
+}
+
+ProfileResult fail(std::string message) {
+  ProfileResult result;
+  result.ok = false;
+  result.error = "profile: " + std::move(message);
+  return result;
+}
+
+} // namespace
+
+std::vector<int> Profile::producersOf(int i) const {
+  if (i < 0 || i >= static_cast<int>(ops.size()))
+    return {};
+  const ProfileOp &op = ops[i];
+  if (op.inputs.empty()) {
+    if (i > 0)
+      return {i - 1};
+    return {};
+  }
+  return op.inputs;
+}
+
+ProfileResult profileFromJson(const std::string &text) {
+  json doc = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded())
+    return fail("not valid JSON");
+  if (!doc.is_object())
+    return fail("top level must be a JSON object");
+
+  auto format = doc.find("format");
+  if (format == doc.end())
+    return fail(std::string("missing \"format\" (expected \"") +
+                kProfileFormat + "\")");
+  if (!format->is_string() || format->get<std::string>() != kProfileFormat)
+    return fail("unsupported format " + format->dump() + " (expected \"" +
+                kProfileFormat + "\")");
+
+  Profile profile;
+  std::string error;
+  if (auto device = doc.find("device"); device != doc.end()) {
+    if (!device->is_string())
+      return fail("'device' must be a string");
+    profile.device = device->get<std::string>();
+  }
+  if (doc.contains("microbatch")) {
+    std::optional<int64_t> microbatch =
+        readCount(doc, "microbatch", "top level", error);
+    if (!microbatch)
+      return fail(error);
+    if (*microbatch < 1)
+      return fail("'microbatch' must be at least 1");
+    profile.microbatch = *microbatch;
+  }
+
+  auto ops = doc.find("ops");
+  if (ops == doc.end() || !ops->is_array())
+    return fail("'ops' must be a list of ops");
+
+  // All names first, so that a forward reference can be told apart from a
+  // name that does not exist at all.
+  std::unordered_map<std::string, int> indexOfName;
+  for (size_t i = 0; i < ops->size(); ++i) {
+    const json &entry = (*ops)[i];
+    if (!entry.is_object())
+      return fail(describeOp(i, "") + " must be a JSON object");
+    auto name = entry.find("name");
+    if (name == entry.end() || !name->is_string() ||
+        name->get<std::string>().empty())
+      return fail(describeOp(i, "") + ": 'name' must be a non-empty string");
+    std::string nameText = name->get<std::string>();
+    auto [it, inserted] = indexOfName.emplace(nameText, static_cast<int>(i));
+    if (!inserted)
+      return fail(describeOp(i, nameText) + ": duplicate name (also op " +
+                  std::to_string(it->second) + ")");
+  }
+
+  profile.ops.reserve(ops->size());
+  for (size_t i = 0; i < ops->size(); ++i) {
+    const json &entry = (*ops)[i];
+    ProfileOp op;
+    op.name = entry["name"].get<std::string>();
+    std::string what = describeOp(i, op.name);
+    if (auto kind = entry.find("op"); kind != entry.end()) {
+      if (!kind->is_string())
+        return fail(what + ": 'op' must be a string");
+      op.op = kind->get<std::string>();
+    }
+
+    auto fwd = readSeconds(entry, "fwd_s", what, error);
+    if (!fwd)
+      return fail(error);
+    auto bwd = readSeconds(entry, "bwd_s", what, error);
+    if (!bwd)
+      return fail(error);
+    auto outBytes = readCount(entry, "out_bytes", what, error);
+    if (!outBytes)
+      return fail(error);
+    auto paramBytes = readCount(entry, "param_bytes", what, error);
+    if (!paramBytes)
+      return fail(error);
+    auto savedBytes = readCount(entry, "saved_bytes", what, error);
+    if (!savedBytes)
+      return fail(error);
+    op.fwdSeconds = *fwd;
+    op.bwdSeconds = *bwd;
+    op.outBytes = *outBytes;
+    op.paramBytes = *paramBytes;
+    op.savedBytes = *savedBytes;
+
+    auto inputs = entry.find("inputs");
+    if (inputs != entry.end() && !inputs->is_null()) {
+      if (!inputs->is_array())
+        return fail(what + ": 'inputs' must be a list of op names or indices");
+      for (const json &input : *inputs) {
+        int producer = -1;
+        if (input.is_string()) {
+          auto found = indexOfName.find(input.get<std::string>());
+          if (found == indexOfName.end())
+            return fail(what + ": input " + input.dump() +
+                        " is not the name of an op");
+          producer = found->second;
+        } else if (input.is_number_integer()) {
+          int64_t index = input.get<int64_t>();
+          if (index < 0 || index >= static_cast<int64_t>(ops->size()))
+            return fail(what + ": input index " + std::to_string(index) +
+                        " is out of range (" + std::to_string(ops->size()) +
+                        " ops)");
+          producer = static_cast<int>(index);
+        } else {
+          return fail(what + ": input " + input.dump() +
+                      " must be an op name or index");
+        }
+        if (producer >= static_cast<int>(i))
+          return fail(what + ": input " + input.dump() +
+                      " is not an earlier op (ops must be in topological "
+                      "order)");
+        op.inputs.push_back(producer);
+      }
+    }
+    profile.ops.push_back(std::move(op));
+  }
+
+  ProfileResult result;
+  result.ok = true;
+  result.profile = std::move(profile);
+  return result;
+}
+
+std::string profileToJson(const Profile &profile) {
+  ordered_json ops = ordered_json::array();
+  for (const ProfileOp &op : profile.ops) {
+    ordered_json entry = {{"name", op.name},
+                          {"op", op.op},
+                          {"fwd_s", op.fwdSeconds},
+                          {"bwd_s", op.bwdSeconds},
+                          {"out_bytes", op.outBytes},
+                          {"param_bytes", op.paramBytes},
+                          {"saved_bytes", op.savedBytes}};
+    // An empty list means "the previous op"; keep it implicit.
+    if (!op.inputs.empty()) {
+      ordered_json inputs = ordered_json::array();
+      for (int producer : op.inputs) {
+        if (producer >= 0 && producer < static_cast<int>(profile.ops.size()))
+          inputs.push_back(profile.ops[producer].name);
+        else
+          inputs.push_back(producer);
+      }
+      entry["inputs"] = std::move(inputs);
+    }
+    ops.push_back(std::move(entry));
+  }
+  ordered_json doc = {{"format", kProfileFormat},
+                      {"device", profile.device},
+                      {"microbatch", profile.microbatch},
+                      {"ops", std::move(ops)}};
+  return doc.dump(2) + "\n";
+}
+
+} // namespace pipec

@@ -1,0 +1,140 @@
+//===- AnnotateCosts.cpp - --nn-annotate-costs ----------------------------===//
+//
+// Attaches #nn.cost to every layer op, from a measured profile
+// (pipec.profile/1, ops matched by ONNX node name) or from the analytic
+// roofline model of a named device: t = max(FLOPs / peak, bytes / bandwidth)
+// + per-op overhead.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/PassUtils.h"
+#include "passes/Passes.h"
+#include "pipec/Profile.h"
+
+#include "mlir/Dialect/MLProgram/IR/MLProgram.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <map>
+
+namespace pipec {
+#define GEN_PASS_DEF_NNANNOTATECOSTSPASS
+#include "passes/Passes.h.inc"
+} // namespace pipec
+
+using namespace mlir;
+using namespace pipec;
+
+namespace {
+
+/// Roofline parameters of a device (fp32 training).
+struct DeviceModel {
+  double peakFlops;     ///< FLOP/s
+  double bandwidth;     ///< bytes/s of device memory
+  double opOverhead;    ///< seconds per kernel launch
+};
+
+std::optional<DeviceModel> deviceModel(StringRef name) {
+  // Peak numbers are the vendors' dense fp32 (TF32 on A100/H100) figures;
+  // the CPU entry is a conservative two-core AVX2 figure for this class of
+  // machine.
+  if (name == "cpu")
+    return DeviceModel{5.0e10, 2.0e10, 1.0e-6};
+  if (name == "v100")
+    return DeviceModel{15.7e12, 9.0e11, 5.0e-6};
+  if (name == "a100")
+    return DeviceModel{156.0e12, 1.555e12, 5.0e-6};
+  if (name == "h100")
+    return DeviceModel{494.0e12, 3.35e12, 4.0e-6};
+  return std::nullopt;
+}
+
+bool isParam(Value v) {
+  return v.getDefiningOp<ml_program::GlobalLoadOp>() != nullptr;
+}
+
+struct Bytes {
+  int64_t out = 0, param = 0, saved = 0, touched = 0;
+};
+
+Bytes bytesOf(Operation *op) {
+  Bytes b;
+  for (Value r : op->getResults())
+    b.out += nn::tensorBytes(r.getType());
+  for (Value v : op->getOperands()) {
+    int64_t n = nn::tensorBytes(v.getType());
+    (isParam(v) ? b.param : b.saved) += n;
+  }
+  b.touched = b.out + b.param + b.saved;
+  return b;
+}
+
+struct NNAnnotateCostsPass
+    : public pipec::impl::NNAnnotateCostsPassBase<NNAnnotateCostsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    std::map<std::string, const ProfileOp *> byName;
+    ProfileResult loaded;
+    std::optional<DeviceModel> dev;
+    if (!profile.empty()) {
+      auto buffer = llvm::MemoryBuffer::getFile(profile);
+      if (!buffer) {
+        module.emitError("cannot read profile '")
+            << profile << "': " << buffer.getError().message();
+        return signalPassFailure();
+      }
+      loaded = profileFromJson((*buffer)->getBuffer().str());
+      if (!loaded.ok) {
+        module.emitError("profile '") << profile << "': " << loaded.error;
+        return signalPassFailure();
+      }
+      for (const ProfileOp &op : loaded.profile.ops)
+        byName[op.name] = &op;
+    } else {
+      dev = deviceModel(device);
+      if (!dev) {
+        module.emitError("unknown device model '")
+            << device << "' (known: cpu, v100, a100, h100)";
+        return signalPassFailure();
+      }
+    }
+
+    int index = 0;
+    bool failedAny = false;
+    module.walk([&](Operation *op) {
+      if (!isLayer(op))
+        return;
+      Bytes bytes = bytesOf(op);
+      double fwd, bwd;
+      if (dev) {
+        auto cost = cast<nn::CostOpInterface>(op);
+        double f = cost.getForwardFlops(), bf = cost.getBackwardFlops();
+        fwd = std::max(f / dev->peakFlops, bytes.touched / dev->bandwidth) +
+              dev->opOverhead;
+        bwd = std::max(bf / dev->peakFlops,
+                       2.0 * bytes.touched / dev->bandwidth) +
+              dev->opOverhead;
+      } else {
+        std::string name = layerName(op, index);
+        auto it = byName.find(name);
+        if (it == byName.end()) {
+          op->emitError("op '") << name << "' is not in profile '" << profile
+                                << "' (was it measured on another model?)";
+          failedAny = true;
+          return;
+        }
+        fwd = it->second->fwdSeconds;
+        bwd = it->second->bwdSeconds;
+      }
+      ++index;
+      op->setAttr("nn.cost",
+                  nn::CostAttr::get(op->getContext(), llvm::APFloat(fwd),
+                                    llvm::APFloat(bwd), bytes.out, bytes.param,
+                                    bytes.saved));
+    });
+    if (failedAny)
+      signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,395 @@
+//===- Autodiff.cpp - --nn-autodiff ---------------------------------------===//
+//
+// Reverse-mode differentiation of every stage forward function:
+//
+//   @sK_fwd(args) -> (results..., saved...)      forward, plus the values the
+//                                                backward needs (stashed per
+//                                                microbatch by the schedule)
+//   @sK_bwd(saved / seeds) -> (grads of boundary args)
+//                                                weight gradients accumulate
+//                                                into `<weight>.grad` globals
+//   @sK_step(%lr) : W <- W - lr * G; G <- 0      the optimizer update
+//
+// Boundary conventions (attributes, see dialects/pipe/PipeDialect.h):
+//   bwd args:   pipe.fwd_arg = i      forward argument i of the same microbatch
+//               pipe.fwd_result = j   forward result j (a saved value)
+//               pipe.loss_seed        dL/dloss of the microbatch (1/m)
+//               pipe.grad_from = [k, a]  gradient of this stage's output that
+//                                        stage k consumed as its argument a
+//   bwd results: pipe.grad_of_arg = i gradient of forward argument i
+// The last stage gets the loss: softmax cross-entropy of model output 0
+// against an int64 labels feed (`pipe.feed = -1`), or the model's own loss.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/PassUtils.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/MLProgram/IR/MLProgram.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace pipec {
+#define GEN_PASS_DEF_NNAUTODIFFPASS
+#include "passes/Passes.h.inc"
+} // namespace pipec
+
+using namespace mlir;
+using namespace pipec;
+
+namespace {
+
+/// Builds the backward function of one stage.
+class StageDifferentiator {
+public:
+  StageDifferentiator(ModuleOp module, func::FuncOp fwd,
+                      ArrayRef<func::FuncOp> allFwd, int64_t stage)
+      : module(module), fwd(fwd), allFwd(allFwd), stage(stage),
+        b(module.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  Value mapForward(Value v);
+  void addGrad(Value v, Value g);
+  ml_program::GlobalOp gradGlobal(ml_program::GlobalOp weight);
+
+  ModuleOp module;
+  func::FuncOp fwd;
+  ArrayRef<func::FuncOp> allFwd;
+  int64_t stage;
+  OpBuilder b;
+  func::FuncOp bwd;
+  Block *entry = nullptr;
+  SmallVector<DictionaryAttr> argAttrs;
+  llvm::DenseMap<Value, Value> fwdToBwd;
+  llvm::DenseMap<Value, Value> grads;
+  SmallVector<Value> saved; // forward values appended to @sK_fwd's results
+  llvm::MapVector<StringRef, Value> weightGrads;
+  llvm::DenseMap<StringRef, ml_program::GlobalOp> weightGlobals;
+};
+
+} // namespace
+
+Value StageDifferentiator::mapForward(Value v) {
+  if (Value m = fwdToBwd.lookup(v))
+    return m;
+  auto newArg = [&](StringRef name, int64_t index) {
+    Value arg = entry->addArgument(v.getType(), v.getLoc());
+    argAttrs.push_back(
+        b.getDictionaryAttr({b.getNamedAttr(name, b.getI64IntegerAttr(index))}));
+    return arg;
+  };
+  Value mapped;
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    mapped = newArg(pipe::attrs::kFwdArg, arg.getArgNumber());
+  } else if (isa<ml_program::GlobalLoadOp, nn::ConstantOp>(v.getDefiningOp())) {
+    // Weights and constants are re-read, not stashed.
+    mapped = b.clone(*v.getDefiningOp())->getResult(0);
+  } else {
+    int64_t numResults = fwd.getFunctionType().getNumResults();
+    mapped = newArg(pipe::attrs::kFwdResult, numResults + saved.size());
+    saved.push_back(v);
+  }
+  fwdToBwd[v] = mapped;
+  return mapped;
+}
+
+void StageDifferentiator::addGrad(Value v, Value g) {
+  Value &slot = grads[v];
+  slot = slot ? nn::AddOp::create(b, g.getLoc(), g.getType(), slot, g) : g;
+}
+
+ml_program::GlobalOp
+StageDifferentiator::gradGlobal(ml_program::GlobalOp weight) {
+  std::string name = (weight.getSymName() + ".grad").str();
+  if (auto g = module.lookupSymbol<ml_program::GlobalOp>(name))
+    return g;
+  OpBuilder gb(weight);
+  gb.setInsertionPointAfter(weight);
+  auto type = cast<RankedTensorType>(weight.getType());
+  auto zeros = DenseElementsAttr::get(type, gb.getF32FloatAttr(0.0f));
+  auto g = ml_program::GlobalOp::create(gb, weight.getLoc(), name, type,
+                                        /*is_mutable=*/true, zeros,
+                                        gb.getStringAttr("private"));
+  g->setAttr(pipe::attrs::kGradOf, FlatSymbolRefAttr::get(weight.getSymNameAttr()));
+  return g;
+}
+
+LogicalResult StageDifferentiator::run() {
+  MLIRContext *ctx = module.getContext();
+  b.setInsertionPointAfter(fwd);
+  bwd = func::FuncOp::create(b, fwd.getLoc(), stageFuncName(stage, "bwd"),
+                             b.getFunctionType({}, {}));
+  bwd->setAttr(pipe::attrs::kStage, b.getI64IntegerAttr(stage));
+  entry = bwd.addEntryBlock();
+  b.setInsertionPointToEnd(entry);
+
+  Block &body = fwd.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+
+  // Seeds: the loss, and the gradients later stages send back.
+  for (auto [r, v] : llvm::enumerate(ret.getOperands())) {
+    if (fwd.getResultAttr(r, pipe::attrs::kLoss)) {
+      Value seed = entry->addArgument(v.getType(), v.getLoc());
+      argAttrs.push_back(b.getDictionaryAttr(
+          {b.getNamedAttr(pipe::attrs::kLossSeed, UnitAttr::get(ctx))}));
+      addGrad(v, seed);
+      continue;
+    }
+    for (auto [k, consumerConst] : llvm::enumerate(allFwd)) {
+      func::FuncOp consumer = consumerConst;
+      if (static_cast<int64_t>(k) <= stage)
+        continue;
+      for (unsigned a = 0; a < consumer.getNumArguments(); ++a) {
+        auto from = consumer.getArgAttrOfType<DenseI64ArrayAttr>(a, "pipe.from");
+        if (!from || from[0] != stage || from[1] != static_cast<int64_t>(r))
+          continue;
+        Value g = entry->addArgument(v.getType(), v.getLoc());
+        argAttrs.push_back(b.getDictionaryAttr({b.getNamedAttr(
+            "pipe.grad_from",
+            b.getDenseI64ArrayAttr({static_cast<int64_t>(k), a}))}));
+        addGrad(v, g);
+      }
+    }
+  }
+
+  // Reverse sweep.
+  SmallVector<Operation *> ops;
+  for (Operation &op : body.without_terminator())
+    ops.push_back(&op);
+  for (Operation *op : llvm::reverse(ops)) {
+    SmallVector<Value> resultGrads;
+    bool any = false;
+    for (Value r : op->getResults()) {
+      resultGrads.push_back(grads.lookup(r));
+      any |= static_cast<bool>(resultGrads.back());
+    }
+    if (!any)
+      continue;
+    auto diff = dyn_cast<nn::DifferentiableOpInterface>(op);
+    if (!diff)
+      return op->emitError("'") << op->getName()
+                                << "' has no gradient (DifferentiableOpInterface)";
+    SmallVector<Value> operandGrads;
+    // Backward ops keep the forward op's location: the profiler charges
+    // their time to it.
+    b.setInsertionPointToEnd(entry);
+    auto mapper = [&](Value v) { return mapForward(v); };
+    if (failed(diff.buildVJP(b, resultGrads, mapper, operandGrads)))
+      return failure();
+    for (auto [i, v] : llvm::enumerate(op->getOperands())) {
+      if (i >= operandGrads.size() || !operandGrads[i])
+        continue;
+      Value g = operandGrads[i];
+      if (auto load = v.getDefiningOp<ml_program::GlobalLoadOp>()) {
+        StringRef name = load.getGlobal().getLeafReference().getValue();
+        weightGlobals[name] =
+            module.lookupSymbol<ml_program::GlobalOp>(load.getGlobal());
+        Value &acc = weightGrads[name];
+        acc = acc ? nn::AddOp::create(b, g.getLoc(), g.getType(), acc, g) : g;
+        continue;
+      }
+      if (v.getDefiningOp<nn::ConstantOp>())
+        continue;
+      addGrad(v, g);
+    }
+  }
+
+  // Accumulate weight gradients into their .grad globals.
+  for (auto &[name, g] : weightGrads) {
+    auto weight = weightGlobals.lookup(name);
+    if (!weight || !weight.getIsMutable())
+      continue;
+    auto gradG = gradGlobal(weight);
+    auto ref = FlatSymbolRefAttr::get(gradG.getSymNameAttr());
+    Value old = ml_program::GlobalLoadOp::create(b, g.getLoc(), g.getType(), ref);
+    Value sum = nn::AddOp::create(b, g.getLoc(), g.getType(), old, g);
+    ml_program::GlobalStoreOp::create(b, g.getLoc(), ref, sum);
+  }
+
+  // Results: gradients of the boundary arguments.
+  SmallVector<Value> results;
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (BlockArgument arg : body.getArguments()) {
+    if (!fwd.getArgAttr(arg.getArgNumber(), "pipe.from"))
+      continue;
+    Value g = grads.lookup(arg);
+    if (!g)
+      g = nn::FillOp::create(b, arg.getLoc(), arg.getType(),
+                             b.getF64FloatAttr(0.0));
+    results.push_back(g);
+    resultAttrs.push_back(b.getDictionaryAttr({b.getNamedAttr(
+        "pipe.grad_of_arg", b.getI64IntegerAttr(arg.getArgNumber()))}));
+  }
+  func::ReturnOp::create(b, fwd.getLoc(), results);
+
+  // Drop dead backward ops (e.g. the input gradient of the first stage),
+  // then the stashed values nobody reads any more.
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(*entry)))
+    if (isOpTriviallyDead(&op))
+      op.erase();
+  SmallVector<Value> keptSaved;
+  llvm::DenseMap<int64_t, int64_t> savedIndex;
+  int64_t firstSavedIndex = fwd.getFunctionType().getNumResults();
+  for (int64_t i = entry->getNumArguments() - 1; i >= 0; --i) {
+    auto attrs = argAttrs[i];
+    bool data = attrs.get(pipe::attrs::kFwdArg) || attrs.get(pipe::attrs::kFwdResult);
+    if (data && entry->getArgument(i).use_empty()) {
+      entry->eraseArgument(i);
+      argAttrs.erase(argAttrs.begin() + i);
+    }
+  }
+  for (auto &attrs : argAttrs) {
+    auto r = attrs.getAs<IntegerAttr>(pipe::attrs::kFwdResult);
+    if (!r)
+      continue;
+    Value v = saved[r.getInt() - firstSavedIndex];
+    savedIndex[r.getInt()] = firstSavedIndex + keptSaved.size();
+    keptSaved.push_back(v);
+    attrs = b.getDictionaryAttr({b.getNamedAttr(
+        pipe::attrs::kFwdResult, b.getI64IntegerAttr(savedIndex[r.getInt()]))});
+  }
+  saved = keptSaved;
+  bwd.setFunctionType(b.getFunctionType(entry->getArgumentTypes(),
+                                        ValueRange(results).getTypes()));
+  for (auto [i, attrs] : llvm::enumerate(argAttrs))
+    bwd.setArgAttrs(i, attrs);
+  for (auto [i, attrs] : llvm::enumerate(resultAttrs))
+    bwd.setResultAttrs(i, attrs);
+
+  // Forward: append the saved values to the results.
+  unsigned firstSaved = ret.getNumOperands();
+  SmallVector<Value> newResults(ret.getOperands());
+  newResults.append(saved.begin(), saved.end());
+  ret->setOperands(newResults);
+  SmallVector<DictionaryAttr> fwdResultAttrs;
+  for (unsigned i = 0; i < firstSaved; ++i)
+    fwdResultAttrs.push_back(fwd.getResultAttrDict(i)
+                                 ? fwd.getResultAttrDict(i)
+                                 : b.getDictionaryAttr({}));
+  for (size_t i = 0; i < saved.size(); ++i)
+    fwdResultAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr("pipe.saved", UnitAttr::get(ctx))}));
+  fwd.setFunctionType(b.getFunctionType(fwd.getArgumentTypes(),
+                                        ValueRange(newResults).getTypes()));
+  fwd.setAllResultAttrs(fwdResultAttrs);
+
+  // The optimizer update of every trained weight of this stage.
+  b.setInsertionPointAfter(bwd);
+  auto lrType = RankedTensorType::get({}, b.getF32Type());
+  auto step = func::FuncOp::create(b, fwd.getLoc(), stageFuncName(stage, "step"),
+                                   b.getFunctionType({lrType}, {}));
+  step->setAttr(pipe::attrs::kStage, b.getI64IntegerAttr(stage));
+  step.setArgAttr(0, "pipe.lr", UnitAttr::get(ctx));
+  Block *stepEntry = step.addEntryBlock();
+  OpBuilder sb = OpBuilder::atBlockEnd(stepEntry);
+  for (auto &[name, g] : weightGrads) {
+    auto weight = weightGlobals.lookup(name);
+    if (!weight || !weight.getIsMutable())
+      continue;
+    auto gradG = gradGlobal(weight);
+    auto type = weight.getType();
+    Location loc = weight.getLoc();
+    auto wRef = FlatSymbolRefAttr::get(weight.getSymNameAttr());
+    auto gRef = FlatSymbolRefAttr::get(gradG.getSymNameAttr());
+    Value w = ml_program::GlobalLoadOp::create(sb, loc, type, wRef);
+    Value gv = ml_program::GlobalLoadOp::create(sb, loc, type, gRef);
+    Value updated =
+        nn::SgdUpdateOp::create(sb, loc, type, w, gv, stepEntry->getArgument(0));
+    ml_program::GlobalStoreOp::create(sb, loc, wRef, updated);
+    Value zero = nn::FillOp::create(sb, loc, type, sb.getF64FloatAttr(0.0));
+    ml_program::GlobalStoreOp::create(sb, loc, gRef, zero);
+  }
+  func::ReturnOp::create(sb, fwd.getLoc());
+  return success();
+}
+
+namespace {
+
+struct NNAutodiffPass
+    : public pipec::impl::NNAutodiffPassBase<NNAutodiffPass> {
+  using Base::Base;
+
+  /// Appends the loss to the last stage.
+  LogicalResult addLoss(func::FuncOp last) {
+    OpBuilder b(last.getContext());
+    auto ret = cast<func::ReturnOp>(last.getBody().front().getTerminator());
+    int outputPos = -1;
+    for (unsigned r = 0; r < ret.getNumOperands(); ++r)
+      if (auto idx = last.getResultAttrOfType<IntegerAttr>(r, "pipe.output"))
+        if (idx.getInt() == 0)
+          outputPos = r;
+    if (outputPos < 0)
+      return last.emitError("the last stage does not compute model output 0");
+    Value out = ret.getOperand(outputPos);
+    Value lossValue;
+    b.setInsertionPoint(ret);
+    Location loc = NameLoc::get(b.getStringAttr("loss"), out.getLoc());
+    if (loss == "cross-entropy") {
+      auto scores = cast<RankedTensorType>(out.getType());
+      if (scores.getRank() < 2)
+        return last.emitError("cross-entropy needs scores [N, C, ...]; model "
+                              "output 0 is ")
+               << scores;
+      SmallVector<int64_t> labelShape{scores.getDimSize(0)};
+      llvm::append_range(labelShape, scores.getShape().drop_front(2));
+      auto labelType = RankedTensorType::get(labelShape, b.getI64Type());
+      unsigned idx = last.getNumArguments();
+      if (failed(last.insertArgument(idx, labelType,
+                                     b.getDictionaryAttr({b.getNamedAttr(
+                                         pipe::attrs::kFeed,
+                                         b.getI64IntegerAttr(-1))}),
+                                     loc)))
+        return failure();
+      lossValue = nn::SoftmaxCrossEntropyLossOp::create(
+                      b, loc, RankedTensorType::get({}, b.getF32Type()), Type(),
+                      out, last.getArgument(idx), Value(),
+                      b.getStringAttr("mean"), IntegerAttr())
+                      .getLoss();
+    } else if (loss == "model") {
+      auto t = cast<RankedTensorType>(out.getType());
+      if (t.getRank() != 0)
+        return last.emitError("loss=model needs a scalar model output 0, got ")
+               << t;
+      lossValue = out;
+    } else {
+      return last.emitError("unknown loss '")
+             << loss << "' (cross-entropy or model)";
+    }
+    // The loss replaces the model outputs of the last stage.
+    ret->setOperands(lossValue);
+    last.setFunctionType(
+        b.getFunctionType(last.getArgumentTypes(), {lossValue.getType()}));
+    SmallVector<DictionaryAttr> lossAttrs{b.getDictionaryAttr(
+        {b.getNamedAttr(pipe::attrs::kLoss, UnitAttr::get(&getContext()))})};
+    last.setAllResultAttrs(lossAttrs);
+    return success();
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (optimizer != "sgd") {
+      module.emitError("unknown optimizer '") << optimizer << "' (sgd)";
+      return signalPassFailure();
+    }
+    SmallVector<func::FuncOp> stages = getStageFuncs(module, "fwd");
+    if (stages.empty()) {
+      module.emitError("no stage functions @s0_fwd...; run "
+                       "--pipe-split-stages first");
+      return signalPassFailure();
+    }
+    if (!getStageFuncs(module, "bwd").empty()) {
+      module.emitError("the module is already differentiated");
+      return signalPassFailure();
+    }
+    if (failed(addLoss(stages.back())))
+      return signalPassFailure();
+    for (auto [s, fwd] : llvm::enumerate(stages)) {
+      StageDifferentiator diff(module, fwd, stages, s);
+      if (failed(diff.run()))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,752 @@
+//===- LowerToRuntime.cpp - --pipe-lower-to-runtime -----------------------===//
+//
+// Lowers one pipeline stage to code that calls the runtime C ABI.
+//
+// Arena layout (one static, zero-initialised allocation per stage process):
+//
+//   [ weights and gradient accumulators | stash slots | io | scratch ]
+//
+//   - weights: every ml_program global the stage touches;
+//   - stash slots: `slots` copies of the forward arguments and results
+//     (boundary inputs, model inputs, saved activations) - microbatch k
+//     uses slot k mod slots, so a 1F1B stage holds only its in-flight
+//     microbatches;
+//   - io: backward inputs that arrive from the next stage or the loss seed,
+//     backward results sent to the previous stage, the learning rate;
+//   - scratch: intermediates of whichever stage function runs (functions
+//     never overlap, so they share it).
+//
+// Every nn op becomes a call `pipec_k_*(bufs, ints, reals)` (KernelCalls.h)
+// bracketed by profiler hooks; view ops (reshape/flatten/identity) alias
+// their operand; a value stored into a global by an elementwise op is
+// computed in place. The pipe.program becomes `pipec_program(ctx, arena)`
+// calling pipec_rt_{feed,recv,send,loss,loss_seed,lr,flush} and the stage
+// functions; `main` hands it with the stage description (JSON) to
+// pipec_rt_main.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/KernelCalls.h"
+#include "passes/PassUtils.h"
+#include "passes/Passes.h"
+#include "pipec_rt.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MLProgram/IR/MLProgram.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/JSON.h"
+
+#include <map>
+
+namespace pipec {
+#define GEN_PASS_DEF_PIPELOWERTORUNTIMEPASS
+#include "passes/Passes.h.inc"
+} // namespace pipec
+
+using namespace mlir;
+using namespace pipec;
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t alignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+/// Where a tensor lives.
+struct Buffer {
+  enum Region { None, Weights, Slots, IO, Scratch, Const, Null } region = None;
+  int64_t offset = 0;   ///< within the region (slots: within one slot)
+  std::string symbol;   ///< Const: the llvm global holding the data
+  bool operator==(const Buffer &o) const {
+    return region == o.region && offset == o.offset && symbol == o.symbol;
+  }
+};
+
+/// Arena regions and their sizes.
+struct Regions {
+  int64_t weights = 0, slot = 0, io = 0, scratch = 0;
+  int64_t slots = 1;
+  int64_t slotBase() const { return alignUp(weights); }
+  int64_t ioBase() const { return slotBase() + slots * alignUp(slot); }
+  int64_t scratchBase() const { return ioBase() + alignUp(io); }
+  int64_t total() const { return scratchBase() + alignUp(scratch); }
+};
+
+/// One op to emit: a kernel call with resolved buffers, or a copy.
+struct Step {
+  KernelCall call;
+  SmallVector<Buffer> buffers;
+  int64_t opId = -1;
+  Location loc;
+};
+
+/// Buffers and kernel steps of one stage function.
+struct FunctionPlan {
+  func::FuncOp fn;
+  int64_t phase = 0;
+  llvm::DenseMap<Value, Buffer> buffers;
+  std::vector<Step> steps;
+  SmallVector<Buffer> args, results;
+};
+
+class StageLowering {
+public:
+  StageLowering(ModuleOp module, int64_t stage, std::string buildId)
+      : module(module), stage(stage), buildId(std::move(buildId)),
+        b(module.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult collect();
+  LogicalResult planFunction(FunctionPlan &fp);
+  Buffer weightBuffer(StringRef global, Type type);
+  Buffer constBuffer(nn::ConstantOp op);
+  Buffer allocate(int64_t &regionSize, Buffer::Region region, Type type);
+
+  void emitDeclarations();
+  func::FuncOp emitStageFunction(FunctionPlan &fp);
+  Value pointer(OpBuilder &ob, Location loc, const Buffer &buf, Value arena,
+                Value slot);
+  Value i64(OpBuilder &ob, Location loc, int64_t v);
+  Value constArray(OpBuilder &ob, Location loc, ArrayRef<int64_t> ints);
+  Value constArray(OpBuilder &ob, Location loc, ArrayRef<double> reals);
+  LogicalResult emitProgram();
+  void emitMain();
+  std::string stageMeta();
+
+  ModuleOp module;
+  int64_t stage;
+  std::string buildId;
+  OpBuilder b;
+
+  pipe::PipelineOp pipeline;
+  pipe::ProgramOp program;
+  FunctionPlan fwd, bwd, step;
+  Regions regions;
+  std::map<std::string, std::pair<int64_t, Type>> weights; // name -> offset
+  SmallVector<std::string> weightOrder;
+  llvm::StringMap<int64_t> opIds;
+  SmallVector<Operation *> layerOps;
+  int64_t lossResult = -1;
+  int64_t lossSeedArg = -1;
+  SmallVector<std::pair<int64_t, int64_t>> feedArgs; // (fwd arg, feed index)
+  int constCounter = 0;
+  std::map<std::vector<int64_t>, std::string> intArrays;
+  std::map<std::vector<double>, std::string> realArrays;
+  SmallVector<LLVM::GlobalOp> newGlobals;
+  func::FuncOp lowered[3];
+};
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Buffer planning
+//===----------------------------------------------------------------------===//
+
+Buffer StageLowering::allocate(int64_t &regionSize, Buffer::Region region,
+                               Type type) {
+  Buffer buf{region, regionSize, ""};
+  regionSize += alignUp(std::max<int64_t>(nn::tensorBytes(type), 4));
+  return buf;
+}
+
+Buffer StageLowering::weightBuffer(StringRef global, Type type) {
+  auto it = weights.find(global.str());
+  if (it == weights.end()) {
+    it = weights.emplace(global.str(), std::make_pair(regions.weights, type))
+             .first;
+    weightOrder.push_back(global.str());
+    regions.weights += alignUp(nn::tensorBytes(type));
+  }
+  return Buffer{Buffer::Weights, it->second.first, ""};
+}
+
+Buffer StageLowering::constBuffer(nn::ConstantOp op) {
+  auto type = cast<RankedTensorType>(op.getType());
+  std::string name = "__pipec_const_" + std::to_string(constCounter++);
+  auto flat = RankedTensorType::get({type.getNumElements()},
+                                    type.getElementType());
+  Attribute value = op.getValue();
+  if (auto dense = dyn_cast<DenseElementsAttr>(value))
+    value = dense.reshape(flat);
+  OpBuilder gb = OpBuilder::atBlockBegin(module.getBody());
+  auto arrayType =
+      LLVM::LLVMArrayType::get(type.getElementType(), type.getNumElements());
+  newGlobals.push_back(LLVM::GlobalOp::create(
+      gb, op.getLoc(), arrayType, /*isConstant=*/true, LLVM::Linkage::Internal,
+      name, value, /*alignment=*/kAlign));
+  return Buffer{Buffer::Const, 0, name};
+}
+
+LogicalResult StageLowering::planFunction(FunctionPlan &fp) {
+  func::FuncOp fn = fp.fn;
+  Block &body = fn.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+
+  for (BlockArgument arg : body.getArguments())
+    fp.buffers[arg] = fp.args[arg.getArgNumber()];
+
+  // Results computed directly into their destination.
+  llvm::DenseMap<Value, int> returnUses;
+  for (Value v : ret.getOperands())
+    ++returnUses[v];
+  for (auto [r, v] : llvm::enumerate(ret.getOperands())) {
+    Operation *def = v.getDefiningOp();
+    if (!def || isViewOp(def) || isa<ml_program::GlobalLoadOp, nn::ConstantOp>(def) ||
+        returnUses[v] != 1 || fp.buffers.count(v))
+      continue;
+    fp.buffers[v] = fp.results[r];
+  }
+  // Values stored into a global by an elementwise op: compute in place,
+  // provided no load of that global is read after the op.
+  for (Operation &op : body) {
+    auto store = dyn_cast<ml_program::GlobalStoreOp>(op);
+    if (!store)
+      continue;
+    Value v = store.getValue();
+    Operation *def = v.getDefiningOp();
+    if (!def || !v.hasOneUse() || fp.buffers.count(v) ||
+        !isa<nn::AddOp, nn::SgdUpdateOp, nn::FillOp, nn::ScaleOp>(def))
+      continue;
+    bool safe = true;
+    fn.walk([&](ml_program::GlobalLoadOp load) {
+      if (load.getGlobal() != store.getGlobal())
+        return;
+      for (Operation *user : load->getUsers())
+        if (user != def && def->isBeforeInBlock(user))
+          safe = false;
+    });
+    if (safe)
+      fp.buffers[v] = weightBuffer(
+          store.getGlobal().getLeafReference().getValue(), v.getType());
+  }
+
+  int64_t scratch = 0;
+  auto addCopy = [&](Value from, Buffer to, Location loc) {
+    Step s{{"pipec_k_copy", {}, {nn::tensorBytes(from.getType())}, {}},
+           {fp.buffers[from], to}, -1, loc};
+    fp.steps.push_back(s);
+  };
+  for (Operation &op : body) {
+    Location loc = op.getLoc();
+    if (auto load = dyn_cast<ml_program::GlobalLoadOp>(op)) {
+      fp.buffers[load.getResult()] = weightBuffer(
+          load.getGlobal().getLeafReference().getValue(), load.getType());
+      continue;
+    }
+    if (auto c = dyn_cast<nn::ConstantOp>(op)) {
+      fp.buffers[c.getResult()] = constBuffer(c);
+      continue;
+    }
+    if (auto store = dyn_cast<ml_program::GlobalStoreOp>(op)) {
+      Buffer target = weightBuffer(
+          store.getGlobal().getLeafReference().getValue(),
+          store.getValue().getType());
+      if (!(fp.buffers[store.getValue()] == target))
+        addCopy(store.getValue(), target, loc);
+      continue;
+    }
+    if (isa<func::ReturnOp>(op)) {
+      for (auto [r, v] : llvm::enumerate(op.getOperands()))
+        if (!(fp.buffers[v] == fp.results[r]))
+          addCopy(v, fp.results[r], loc);
+      continue;
+    }
+    if (isViewOp(&op) && !fp.buffers.count(op.getResult(0))) {
+      fp.buffers[op.getResult(0)] = fp.buffers[op.getOperand(0)];
+      continue;
+    }
+    if (op.getDialect() != module.getContext()->getLoadedDialect<nn::NNDialect>())
+      return op.emitError("cannot lower '") << op.getName()
+                                            << "' inside a stage function";
+    for (Value r : op.getResults())
+      if (!fp.buffers.count(r))
+        fp.buffers[r] = allocate(scratch, Buffer::Scratch, r.getType());
+    auto call = getKernelCall(&op);
+    if (failed(call))
+      return failure();
+    Step s{*call, {}, -1, loc};
+    for (Value v : call->buffers)
+      s.buffers.push_back(v ? fp.buffers.lookup(v)
+                            : Buffer{Buffer::Null, 0, ""});
+    std::string name = locationName(loc);
+    if (auto it = opIds.find(name); it != opIds.end())
+      s.opId = it->second;
+    fp.steps.push_back(std::move(s));
+  }
+  regions.scratch = std::max(regions.scratch, scratch);
+  return success();
+}
+
+LogicalResult StageLowering::collect() {
+  for (Operation &op : *module.getBody())
+    if (auto p = dyn_cast<pipe::PipelineOp>(op))
+      pipeline = p;
+  if (!pipeline)
+    return module.emitError("no pipe.pipeline; run --pipe-build-schedule first");
+  for (Operation &op : pipeline.getBody().front())
+    if (auto p = dyn_cast<pipe::ProgramOp>(op); p && p.getStage() == stage)
+      program = p;
+  if (!program)
+    return module.emitError("the pipeline has no program for stage ") << stage;
+  regions.slots = program.getSlots();
+  fwd.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "fwd"));
+  bwd.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "bwd"));
+  step.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "step"));
+  if (!fwd.fn || !bwd.fn || !step.fn)
+    return module.emitError("stage ") << stage
+                                      << " lacks its fwd/bwd/step functions";
+  fwd.phase = 0;
+  bwd.phase = 1;
+  step.phase = 2;
+
+  // Op table of the profiler: the stage's layers, by ONNX node name.
+  for (Operation &op : fwd.fn.getBody().front())
+    if (isLayer(&op)) {
+      opIds[layerName(&op, layerOps.size())] = layerOps.size();
+      layerOps.push_back(&op);
+    }
+
+  // Stash slot layout: forward arguments, then forward results.
+  auto fwdType = fwd.fn.getFunctionType();
+  for (auto [i, t] : llvm::enumerate(fwdType.getInputs())) {
+    fwd.args.push_back(allocate(regions.slot, Buffer::Slots, t));
+    if (auto feed = fwd.fn.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFeed))
+      feedArgs.push_back({static_cast<int64_t>(i),
+                          static_cast<int64_t>(feedArgs.size())});
+  }
+  for (auto [i, t] : llvm::enumerate(fwdType.getResults())) {
+    fwd.results.push_back(allocate(regions.slot, Buffer::Slots, t));
+    if (fwd.fn.getResultAttr(i, pipe::attrs::kLoss))
+      lossResult = i;
+  }
+  auto bwdType = bwd.fn.getFunctionType();
+  for (auto [i, t] : llvm::enumerate(bwdType.getInputs())) {
+    if (auto a = bwd.fn.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFwdArg))
+      bwd.args.push_back(fwd.args[a.getInt()]);
+    else if (auto r = bwd.fn.getArgAttrOfType<IntegerAttr>(
+                 i, pipe::attrs::kFwdResult))
+      bwd.args.push_back(fwd.results[r.getInt()]);
+    else
+      bwd.args.push_back(allocate(regions.io, Buffer::IO, t));
+    if (bwd.fn.getArgAttr(i, pipe::attrs::kLossSeed))
+      lossSeedArg = i;
+  }
+  for (Type t : bwdType.getResults())
+    bwd.results.push_back(allocate(regions.io, Buffer::IO, t));
+  for (Type t : step.fn.getFunctionType().getInputs())
+    step.args.push_back(allocate(regions.io, Buffer::IO, t));
+
+  for (FunctionPlan *fp : {&fwd, &bwd, &step})
+    if (failed(planFunction(*fp)))
+      return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Emission
+//===----------------------------------------------------------------------===//
+
+static Type ptrType(MLIRContext *ctx) { return LLVM::LLVMPointerType::get(ctx); }
+
+void StageLowering::emitDeclarations() {
+  MLIRContext *ctx = module.getContext();
+  Type ptr = ptrType(ctx), i64t = b.getI64Type(), i32t = b.getI32Type();
+  OpBuilder db = OpBuilder::atBlockEnd(module.getBody());
+  auto declare = [&](StringRef name, ArrayRef<Type> ins, ArrayRef<Type> outs) {
+    if (module.lookupSymbol(name))
+      return;
+    auto fn = func::FuncOp::create(db, module.getLoc(), name,
+                                   db.getFunctionType(ins, outs));
+    fn.setPrivate();
+  };
+  std::set<std::string> kernels;
+  for (FunctionPlan *fp : {&fwd, &bwd, &step})
+    for (Step &s : fp->steps)
+      kernels.insert(s.call.kernel);
+  for (const std::string &k : kernels)
+    declare(k, {ptr, ptr, ptr}, {});
+  declare("pipec_rt_feed", {ptr, i64t, i64t, ptr}, {});
+  declare("pipec_rt_send", {ptr, i64t, i64t, i64t, ptr, i64t}, {});
+  declare("pipec_rt_recv", {ptr, i64t, i64t, i64t, ptr, i64t}, {});
+  declare("pipec_rt_flush", {ptr}, {});
+  declare("pipec_rt_loss", {ptr, i64t, ptr}, {});
+  declare("pipec_rt_loss_seed", {ptr, ptr}, {});
+  declare("pipec_rt_lr", {ptr, ptr}, {});
+  declare("pipec_rt_op_begin", {ptr, i64t, i64t}, {});
+  declare("pipec_rt_op_end", {ptr, i64t, i64t}, {});
+  auto programType = db.getFunctionType({ptr, ptr}, {});
+  declare("pipec_rt_main", {i32t, ptr, ptr, programType}, {i32t});
+}
+
+Value StageLowering::i64(OpBuilder &ob, Location loc, int64_t v) {
+  return LLVM::ConstantOp::create(ob, loc, ob.getI64Type(),
+                                  ob.getI64IntegerAttr(v));
+}
+
+Value StageLowering::pointer(OpBuilder &ob, Location loc, const Buffer &buf,
+                             Value arena, Value slot) {
+  MLIRContext *ctx = module.getContext();
+  Type ptr = ptrType(ctx);
+  switch (buf.region) {
+  case Buffer::Null:
+  case Buffer::None:
+    return LLVM::ZeroOp::create(ob, loc, ptr);
+  case Buffer::Const:
+    return LLVM::AddressOfOp::create(ob, loc, ptr, buf.symbol);
+  default:
+    break;
+  }
+  int64_t base = buf.offset;
+  Value offset;
+  if (buf.region == Buffer::Weights)
+    base += 0;
+  else if (buf.region == Buffer::Slots)
+    base += regions.slotBase();
+  else if (buf.region == Buffer::IO)
+    base += regions.ioBase();
+  else
+    base += regions.scratchBase();
+  offset = i64(ob, loc, base);
+  if (buf.region == Buffer::Slots) {
+    Value stride = i64(ob, loc, alignUp(regions.slot));
+    Value slotOff = LLVM::MulOp::create(ob, loc, slot, stride);
+    offset = LLVM::AddOp::create(ob, loc, offset, slotOff);
+  }
+  return LLVM::GEPOp::create(ob, loc, ptr, ob.getI8Type(), arena,
+                             ValueRange{offset});
+}
+
+Value StageLowering::constArray(OpBuilder &ob, Location loc,
+                                ArrayRef<int64_t> ints) {
+  Type ptr = ptrType(module.getContext());
+  if (ints.empty())
+    return LLVM::ZeroOp::create(ob, loc, ptr);
+  std::vector<int64_t> key(ints.begin(), ints.end());
+  auto it = intArrays.find(key);
+  if (it == intArrays.end()) {
+    std::string name = "__pipec_ints_" + std::to_string(intArrays.size());
+    OpBuilder gb = OpBuilder::atBlockBegin(module.getBody());
+    auto tensor = RankedTensorType::get({(int64_t)ints.size()}, gb.getI64Type());
+    LLVM::GlobalOp::create(
+        gb, loc, LLVM::LLVMArrayType::get(gb.getI64Type(), ints.size()), true,
+        LLVM::Linkage::Internal, name, DenseElementsAttr::get(tensor, ints));
+    it = intArrays.emplace(key, name).first;
+  }
+  return LLVM::AddressOfOp::create(ob, loc, ptr, it->second);
+}
+
+Value StageLowering::constArray(OpBuilder &ob, Location loc,
+                                ArrayRef<double> reals) {
+  Type ptr = ptrType(module.getContext());
+  if (reals.empty())
+    return LLVM::ZeroOp::create(ob, loc, ptr);
+  std::vector<double> key(reals.begin(), reals.end());
+  auto it = realArrays.find(key);
+  if (it == realArrays.end()) {
+    std::string name = "__pipec_reals_" + std::to_string(realArrays.size());
+    OpBuilder gb = OpBuilder::atBlockBegin(module.getBody());
+    auto tensor = RankedTensorType::get({(int64_t)reals.size()}, gb.getF64Type());
+    LLVM::GlobalOp::create(
+        gb, loc, LLVM::LLVMArrayType::get(gb.getF64Type(), reals.size()), true,
+        LLVM::Linkage::Internal, name, DenseElementsAttr::get(tensor, reals));
+    it = realArrays.emplace(key, name).first;
+  }
+  return LLVM::AddressOfOp::create(ob, loc, ptr, it->second);
+}
+
+func::FuncOp StageLowering::emitStageFunction(FunctionPlan &fp) {
+  MLIRContext *ctx = module.getContext();
+  Type ptr = ptrType(ctx);
+  OpBuilder fb = OpBuilder::atBlockEnd(module.getBody());
+  std::string name = "pipec_" + fp.fn.getSymName().str();
+  auto fn = func::FuncOp::create(
+      fb, fp.fn.getLoc(), name,
+      fb.getFunctionType({ptr, ptr, fb.getI64Type()}, {}));
+  fn.setPrivate();
+  Block *entry = fn.addEntryBlock();
+  OpBuilder ob = OpBuilder::atBlockEnd(entry);
+  Value ctxArg = entry->getArgument(0), arena = entry->getArgument(1),
+        slot = entry->getArgument(2);
+  Value one = i64(ob, fp.fn.getLoc(), 1);
+  for (Step &s : fp.steps) {
+    Location loc = s.loc;
+    if (s.opId >= 0)
+      func::CallOp::create(ob, loc, "pipec_rt_op_begin", TypeRange{},
+                           ValueRange{ctxArg, i64(ob, loc, s.opId),
+                                      i64(ob, loc, fp.phase)});
+    auto arrayType = LLVM::LLVMArrayType::get(ptr, s.buffers.size());
+    Value bufs = LLVM::AllocaOp::create(ob, loc, ptr, arrayType, one);
+    for (auto [i, buf] : llvm::enumerate(s.buffers)) {
+      Value p = pointer(ob, loc, buf, arena, slot);
+      Value elem = LLVM::GEPOp::create(
+          ob, loc, ptr, arrayType, bufs,
+          ArrayRef<LLVM::GEPArg>{0, static_cast<int32_t>(i)});
+      LLVM::StoreOp::create(ob, loc, p, elem);
+    }
+    Value ints = constArray(ob, loc, ArrayRef<int64_t>(s.call.ints));
+    Value reals = constArray(ob, loc, ArrayRef<double>(s.call.reals));
+    func::CallOp::create(ob, loc, s.call.kernel, TypeRange{},
+                         ValueRange{bufs, ints, reals});
+    if (s.opId >= 0)
+      func::CallOp::create(ob, loc, "pipec_rt_op_end", TypeRange{},
+                           ValueRange{ctxArg, i64(ob, loc, s.opId),
+                                      i64(ob, loc, fp.phase)});
+  }
+  func::ReturnOp::create(ob, fp.fn.getLoc());
+  return fn;
+}
+
+LogicalResult StageLowering::emitProgram() {
+  MLIRContext *ctx = module.getContext();
+  Type ptr = ptrType(ctx);
+  OpBuilder fb = OpBuilder::atBlockEnd(module.getBody());
+  auto fn = func::FuncOp::create(fb, program.getLoc(), "pipec_program",
+                                 fb.getFunctionType({ptr, ptr}, {}));
+  Block *entry = fn.addEntryBlock();
+  Value ctxArg = entry->getArgument(0), arena = entry->getArgument(1);
+  OpBuilder ob = OpBuilder::atBlockEnd(entry);
+  IRMapping map;
+  for (Operation &op : program.getBody().front())
+    ob.clone(op, map);
+  func::ReturnOp::create(ob, program.getLoc());
+
+  SmallVector<Operation *> pipeOps;
+  fn.walk([&](Operation *op) {
+    if (isa<pipe::PipeDialect>(op->getDialect()))
+      pipeOps.push_back(op);
+  });
+  int64_t slots = regions.slots;
+  auto funcPlan = [&](StringRef name) -> FunctionPlan * {
+    for (FunctionPlan *fp : {&fwd, &bwd, &step})
+      if (fp->fn.getSymName() == name)
+        return fp;
+    return nullptr;
+  };
+  for (Operation *op : pipeOps) {
+    OpBuilder pb(op);
+    Location loc = op->getLoc();
+    auto mbAndSlot = [&](Value mbIndex) -> std::pair<Value, Value> {
+      Value mb = arith::IndexCastOp::create(pb, loc, pb.getI64Type(), mbIndex);
+      Value slot = arith::RemUIOp::create(pb, loc, mb, i64(pb, loc, slots));
+      return {mb, slot};
+    };
+    auto call = [&](StringRef callee, ValueRange args) {
+      func::CallOp::create(pb, loc, callee, TypeRange{}, args);
+    };
+    if (auto send = dyn_cast<pipe::SendOp>(op)) {
+      FunctionPlan *fp = funcPlan(send.getFunc());
+      auto [mb, slot] = mbAndSlot(send.getMicrobatch());
+      Value p = pointer(pb, loc, fp->results[send.getIndex()], arena, slot);
+      call("pipec_rt_send",
+           {ctxArg, i64(pb, loc, send.getPeer()), i64(pb, loc, send.getChannel()),
+            mb, p, i64(pb, loc, nn::tensorBytes(send.getType()))});
+    } else if (auto recv = dyn_cast<pipe::RecvOp>(op)) {
+      FunctionPlan *fp = funcPlan(recv.getFunc());
+      auto [mb, slot] = mbAndSlot(recv.getMicrobatch());
+      Value p = pointer(pb, loc, fp->args[recv.getIndex()], arena, slot);
+      call("pipec_rt_recv",
+           {ctxArg, i64(pb, loc, recv.getPeer()), i64(pb, loc, recv.getChannel()),
+            mb, p, i64(pb, loc, nn::tensorBytes(recv.getType()))});
+    } else if (auto f = dyn_cast<pipe::ForwardOp>(op)) {
+      auto [mb, slot] = mbAndSlot(f.getMicrobatch());
+      for (auto [arg, feed] : feedArgs)
+        call("pipec_rt_feed", {ctxArg, i64(pb, loc, feed), mb,
+                               pointer(pb, loc, fwd.args[arg], arena, slot)});
+      call(lowered[0].getSymName(), {ctxArg, arena, slot});
+      if (lossResult >= 0)
+        call("pipec_rt_loss",
+             {ctxArg, mb, pointer(pb, loc, fwd.results[lossResult], arena, slot)});
+    } else if (auto bw = dyn_cast<pipe::BackwardOp>(op)) {
+      auto [mb, slot] = mbAndSlot(bw.getMicrobatch());
+      if (lossSeedArg >= 0)
+        call("pipec_rt_loss_seed",
+             {ctxArg, pointer(pb, loc, bwd.args[lossSeedArg], arena, slot)});
+      call(lowered[1].getSymName(), {ctxArg, arena, slot});
+    } else if (isa<pipe::FlushOp>(op)) {
+      call("pipec_rt_flush", {ctxArg});
+    } else if (isa<pipe::StepOp>(op)) {
+      Value zero = i64(pb, loc, 0);
+      for (auto [i, buf] : llvm::enumerate(step.args))
+        call("pipec_rt_lr", {ctxArg, pointer(pb, loc, buf, arena, zero)});
+      call(lowered[2].getSymName(), {ctxArg, arena, zero});
+    } else {
+      return op->emitError("cannot lower this op");
+    }
+    op->erase();
+  }
+  return success();
+}
+
+std::string StageLowering::stageMeta() {
+  namespace json = llvm::json;
+  auto shape = [](Type t) {
+    json::Array a;
+    for (int64_t d : cast<RankedTensorType>(t).getShape())
+      a.push_back(d);
+    return a;
+  };
+  auto dtype = [](Type t) {
+    return cast<RankedTensorType>(t).getElementType().isF32() ? "f32" : "i64";
+  };
+  int64_t m = pipeline.getMicrobatches();
+  int64_t microbatch = 0;
+  json::Array feeds;
+  auto inputNames = module->getAttrOfType<ArrayAttr>("pipec.inputs");
+  for (auto [arg, feed] : feedArgs) {
+    Type t = fwd.fn.getArgumentTypes()[arg];
+    auto tt = cast<RankedTensorType>(t);
+    if (tt.getRank() > 0)
+      microbatch = tt.getDimSize(0);
+    int64_t which =
+        fwd.fn.getArgAttrOfType<IntegerAttr>(arg, pipe::attrs::kFeed).getInt();
+    json::Object f{{"shape", shape(t)}, {"dtype", dtype(t)}};
+    if (which < 0) {
+      f["kind"] = "labels";
+      f["name"] = "labels";
+      int64_t classes = 0;
+      for (Operation *user : fwd.fn.getArgument(arg).getUsers())
+        if (auto loss = dyn_cast<nn::SoftmaxCrossEntropyLossOp>(user))
+          classes = cast<RankedTensorType>(loss.getScores().getType())
+                        .getDimSize(1);
+      f["classes"] = classes;
+    } else {
+      f["kind"] = "input";
+      f["index"] = which;
+      f["name"] = inputNames && which < (int64_t)inputNames.size()
+                      ? cast<StringAttr>(inputNames[which]).str()
+                      : "input" + std::to_string(which);
+    }
+    feeds.push_back(std::move(f));
+  }
+  if (microbatch == 0)
+    for (Type t : fwd.fn.getArgumentTypes())
+      if (auto tt = cast<RankedTensorType>(t); tt.getRank() > 0) {
+        microbatch = tt.getDimSize(0);
+        break;
+      }
+  json::Array weightList;
+  for (const std::string &name : weightOrder) {
+    auto &[offset, type] = weights[name];
+    auto global = module.lookupSymbol<ml_program::GlobalOp>(name);
+    if (global && global->hasAttr(pipe::attrs::kGradOf))
+      continue; // gradient accumulators start at zero; not checkpointed
+    weightList.push_back(json::Object{{"name", name},
+                                      {"offset", offset},
+                                      {"shape", shape(type)},
+                                      {"dtype", dtype(type)}});
+  }
+  json::Array ops;
+  llvm::DenseMap<Operation *, std::string> names;
+  for (auto [i, op] : llvm::enumerate(layerOps))
+    names[op] = layerName(op, i);
+  for (Operation *op : layerOps) {
+    json::Array inputs;
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp(); def && names.count(def))
+        inputs.push_back(names[def]);
+    int64_t out = 0, param = 0, saved = 0;
+    if (auto cost = op->getAttrOfType<nn::CostAttr>("nn.cost")) {
+      out = cost.getOutBytes();
+      param = cost.getParamBytes();
+      saved = cost.getSavedBytes();
+    } else {
+      for (Value r : op->getResults())
+        out += nn::tensorBytes(r.getType());
+    }
+    ops.push_back(json::Object{{"name", names[op]},
+                               {"op", op->getName().stripDialect().str()},
+                               {"out_bytes", out},
+                               {"param_bytes", param},
+                               {"saved_bytes", saved},
+                               {"inputs", std::move(inputs)}});
+  }
+  json::Object meta{{"format", "pipec.stage/1"},
+                    {"abi", PIPEC_RT_ABI_VERSION},
+                    {"build_id", buildId},
+                    {"stage", stage},
+                    {"num_stages", (int64_t)getStageFuncs(module, "fwd").size()},
+                    {"microbatches", m},
+                    {"microbatch", microbatch},
+                    {"global_batch", microbatch * m},
+                    {"schedule", pipeline.getSchedule().str()},
+                    {"slots", regions.slots},
+                    {"arena_bytes", regions.total()},
+                    {"weights", std::move(weightList)},
+                    {"feeds", std::move(feeds)},
+                    {"loss", lossResult >= 0},
+                    {"ops", std::move(ops)}};
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << json::Value(std::move(meta));
+  return text;
+}
+
+void StageLowering::emitMain() {
+  MLIRContext *ctx = module.getContext();
+  Type ptr = ptrType(ctx);
+  std::string meta = stageMeta();
+  meta.push_back('\0');
+  OpBuilder gb = OpBuilder::atBlockBegin(module.getBody());
+  LLVM::GlobalOp::create(
+      gb, module.getLoc(), LLVM::LLVMArrayType::get(gb.getI8Type(), meta.size()),
+      true, LLVM::Linkage::Internal, "pipec_stage_meta",
+      gb.getStringAttr(meta));
+  OpBuilder fb = OpBuilder::atBlockEnd(module.getBody());
+  auto mainFn = func::FuncOp::create(
+      fb, module.getLoc(), "main",
+      fb.getFunctionType({fb.getI32Type(), ptr}, {fb.getI32Type()}));
+  Block *entry = mainFn.addEntryBlock();
+  OpBuilder ob = OpBuilder::atBlockEnd(entry);
+  Location loc = module.getLoc();
+  Value metaPtr = LLVM::AddressOfOp::create(ob, loc, ptr, "pipec_stage_meta");
+  auto programType = ob.getFunctionType({ptr, ptr}, {});
+  Value programFn =
+      func::ConstantOp::create(ob, loc, programType, "pipec_program");
+  auto rc = func::CallOp::create(
+      ob, loc, "pipec_rt_main", TypeRange{ob.getI32Type()},
+      ValueRange{entry->getArgument(0), entry->getArgument(1), metaPtr,
+                 programFn});
+  func::ReturnOp::create(ob, loc, rc.getResult(0));
+}
+
+LogicalResult StageLowering::run() {
+  if (failed(collect()))
+    return failure();
+  emitDeclarations();
+  lowered[0] = emitStageFunction(fwd);
+  lowered[1] = emitStageFunction(bwd);
+  lowered[2] = emitStageFunction(step);
+  if (failed(emitProgram()))
+    return failure();
+  emitMain();
+  // Drop everything that is not the lowered stage.
+  SmallVector<Operation *> dead;
+  for (Operation &op : *module.getBody()) {
+    if (isa<pipe::PipelineOp, ml_program::GlobalOp>(op))
+      dead.push_back(&op);
+    else if (auto fn = dyn_cast<func::FuncOp>(op); fn && fn->hasAttr(pipe::attrs::kStage))
+      dead.push_back(&op);
+  }
+  for (Operation *op : dead)
+    op->erase();
+  for (StringRef attr : {"pipe.plan", "pipec.inputs", "pipec.opset"})
+    module->removeAttr(attr);
+  module->setAttr("pipec.stage", b.getI64IntegerAttr(stage));
+  module->setAttr("pipec.arena_bytes", b.getI64IntegerAttr(regions.total()));
+  return success();
+}
+
+namespace {
+struct PipeLowerToRuntimePass
+    : public pipec::impl::PipeLowerToRuntimePassBase<PipeLowerToRuntimePass> {
+  using Base::Base;
+  void runOnOperation() override {
+    StageLowering lowering(getOperation(), stage, buildId);
+    if (failed(lowering.run()))
+      signalPassFailure();
+  }
+};
+} // namespace

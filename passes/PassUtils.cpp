@@ -1,0 +1,50 @@
+//===- PassUtils.cpp - helpers shared by pipec passes ---------------------===//
+#include "passes/PassUtils.h"
+#include "dialects/pipe/PipeDialect.h"
+
+using namespace mlir;
+
+std::string pipec::locationName(Location loc) {
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return name.getName().str();
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    for (Location inner : fused.getLocations())
+      if (std::string n = locationName(inner); !n.empty())
+        return n;
+  return "";
+}
+
+std::string pipec::layerName(Operation *op, int index) {
+  std::string name = locationName(op->getLoc());
+  if (!name.empty())
+    return name;
+  return op->getName().stripDialect().str() + "_" + std::to_string(index);
+}
+
+bool pipec::isLayer(Operation *op) {
+  return isa<nn::CostOpInterface>(op) && !isa<nn::ConstantOp>(op);
+}
+
+func::FuncOp pipec::getModelFunc(ModuleOp module) {
+  auto fn = module.lookupSymbol<func::FuncOp>("main");
+  if (!fn)
+    module.emitError("no model function @main: import an ONNX model first "
+                     "(pipec-translate --import-onnx)");
+  return fn;
+}
+
+std::string pipec::stageFuncName(int64_t stage, StringRef kind) {
+  return "s" + std::to_string(stage) + "_" + kind.str();
+}
+
+SmallVector<func::FuncOp> pipec::getStageFuncs(ModuleOp module,
+                                               StringRef kind) {
+  SmallVector<func::FuncOp> funcs;
+  for (int64_t s = 0;; ++s) {
+    auto fn = module.lookupSymbol<func::FuncOp>(stageFuncName(s, kind));
+    if (!fn)
+      break;
+    funcs.push_back(fn);
+  }
+  return funcs;
+}

@@ -1,0 +1,67 @@
+//===- Pipelines.cpp - registered pass pipelines --------------------------===//
+//
+//   --pipec-train-pipeline="stages=4 microbatches=8 schedule=1f1b-flush"
+//       annotate-costs, plan, split-stages, autodiff, build-schedule
+//   --pipec-lower-stage="stage=K"
+//       lower-to-runtime for one stage, then the upstream conversions to
+//       the LLVM dialect
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+void pipec::buildTrainingPipeline(OpPassManager &pm,
+                                  const TrainingPipelineOptions &o) {
+  pm.addPass(createNNAnnotateCostsPass({o.profile, o.device}));
+  pm.addPass(createPipePlanPass({o.stages, "balanced"}));
+  pm.addPass(createPipeSplitStagesPass());
+  pm.addPass(createNNAutodiffPass({o.loss, "sgd"}));
+  pm.addPass(createPipeBuildSchedulePass({o.schedule, o.microbatches}));
+}
+
+void pipec::buildStageLoweringPipeline(OpPassManager &pm, int stage,
+                                       const std::string &buildId) {
+  pm.addPass(createPipeLowerToRuntimePass({stage, buildId}));
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+}
+
+namespace {
+struct TrainPipelineCLOptions
+    : public PassPipelineOptions<TrainPipelineCLOptions> {
+  Option<std::string> profile{*this, "profile", llvm::cl::init("")};
+  Option<std::string> device{*this, "device", llvm::cl::init("cpu")};
+  Option<int> stages{*this, "stages", llvm::cl::init(1)};
+  Option<std::string> loss{*this, "loss", llvm::cl::init("cross-entropy")};
+  Option<std::string> schedule{*this, "schedule", llvm::cl::init("1f1b-flush")};
+  Option<int> microbatches{*this, "microbatches", llvm::cl::init(1)};
+};
+struct LowerStageCLOptions : public PassPipelineOptions<LowerStageCLOptions> {
+  Option<int> stage{*this, "stage", llvm::cl::init(0)};
+  Option<std::string> buildId{*this, "build-id", llvm::cl::init("dev")};
+};
+} // namespace
+
+void pipec::registerPipecPipelines() {
+  PassPipelineRegistration<TrainPipelineCLOptions>(
+      "pipec-train-pipeline",
+      "Costs, plan, stage split, autodiff and schedule of an imported model",
+      [](OpPassManager &pm, const TrainPipelineCLOptions &o) {
+        buildTrainingPipeline(pm, {o.profile, o.device, o.stages, o.loss,
+                                   o.schedule, o.microbatches});
+      });
+  PassPipelineRegistration<LowerStageCLOptions>(
+      "pipec-lower-stage", "Lower one stage to the LLVM dialect",
+      [](OpPassManager &pm, const LowerStageCLOptions &o) {
+        buildStageLoweringPipeline(pm, o.stage, o.buildId);
+      });
+}

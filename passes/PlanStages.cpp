@@ -1,0 +1,99 @@
+//===- PlanStages.cpp - --pipe-plan ---------------------------------------===//
+//
+// Linearises the model function (layer ops in program order, which is a
+// topological order), turns the #nn.cost attributes into a Profile, asks
+// lib/Plan for a plan and records it: `pipe.stage` on every layer op and
+// `pipe.plan` on the module.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/PassUtils.h"
+#include "passes/Passes.h"
+#include "pipec/Plan.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+namespace pipec {
+#define GEN_PASS_DEF_PIPEPLANPASS
+#include "passes/Passes.h.inc"
+} // namespace pipec
+
+using namespace mlir;
+using namespace pipec;
+
+namespace {
+
+struct PipePlanPass : public pipec::impl::PipePlanPassBase<PipePlanPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp fn = getModelFunc(module);
+    if (!fn)
+      return signalPassFailure();
+    if (algorithm != "balanced") {
+      module.emitError("unknown planner '")
+          << algorithm << "' (available in this build: balanced)";
+      return signalPassFailure();
+    }
+
+    Profile profile;
+    SmallVector<Operation *> layers;
+    llvm::DenseMap<Operation *, int> layerIndex;
+    for (Operation &op : fn.getBody().front()) {
+      if (!isLayer(&op))
+        continue;
+      auto cost = op.getAttrOfType<nn::CostAttr>("nn.cost");
+      if (!cost) {
+        op.emitError("has no #nn.cost; run --nn-annotate-costs before "
+                     "--pipe-plan");
+        return signalPassFailure();
+      }
+      ProfileOp p;
+      p.name = layerName(&op, layers.size());
+      p.op = op.getName().stripDialect().str();
+      p.fwdSeconds = cost.getFwd().convertToDouble();
+      p.bwdSeconds = cost.getBwd().convertToDouble();
+      p.outBytes = cost.getOutBytes();
+      p.paramBytes = cost.getParamBytes();
+      p.savedBytes = cost.getSavedBytes();
+      for (Value v : op.getOperands())
+        if (Operation *def = v.getDefiningOp())
+          if (auto it = layerIndex.find(def); it != layerIndex.end())
+            if (!llvm::is_contained(p.inputs, it->second))
+              p.inputs.push_back(it->second);
+      layerIndex[&op] = layers.size();
+      layers.push_back(&op);
+      profile.ops.push_back(std::move(p));
+    }
+    if (layers.empty()) {
+      fn.emitError("the model has no layers to place on stages");
+      return signalPassFailure();
+    }
+
+    PlanResult result = planBalanced(profile, stages);
+    if (!result.ok) {
+      module.emitError("cannot plan ") << stages << " stages: " << result.error;
+      return signalPassFailure();
+    }
+    const Plan &plan = result.plan;
+    OpBuilder b(module.getContext());
+    SmallVector<int64_t> first, last, replicas;
+    for (const StagePlan &s : plan.stages) {
+      first.push_back(s.firstLayer);
+      last.push_back(s.lastLayer);
+      replicas.push_back(s.replicas);
+    }
+    for (auto [i, op] : llvm::enumerate(layers))
+      op->setAttr(pipe::attrs::kStage,
+                  b.getI64IntegerAttr(plan.stageOfLayer(i)));
+    module->setAttr(pipe::attrs::kPlan,
+                    pipe::PlanAttr::get(
+                        module.getContext(), b.getStringAttr(plan.algorithm),
+                        b.getDenseI64ArrayAttr(first),
+                        b.getDenseI64ArrayAttr(last),
+                        b.getDenseI64ArrayAttr(replicas),
+                        llvm::APFloat(plan.predicted.iterationSeconds)));
+  }
+};
+
+} // namespace

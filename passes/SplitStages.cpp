@@ -1,0 +1,186 @@
+//===- SplitStages.cpp - --pipe-split-stages ------------------------------===//
+//
+// Turns the model function, whose layer ops carry `pipe.stage`, into one
+// forward function per stage with explicit boundaries:
+//   - arguments: model inputs (`pipe.feed = <input index>`) or tensors
+//     produced by an earlier stage (`pipe.from = array<i64: stage, result>`);
+//     a tensor skipping stages is received directly from its producer;
+//   - results: tensors some later stage consumes, and model outputs
+//     (`pipe.output = <output index>`).
+// Weight loads and constants are cloned into every stage that uses them; a
+// weight used by two stages (tied weights) is refused with its name.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/PassUtils.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/MLProgram/IR/MLProgram.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace pipec {
+#define GEN_PASS_DEF_PIPESPLITSTAGESPASS
+#include "passes/Passes.h.inc"
+} // namespace pipec
+
+using namespace mlir;
+using namespace pipec;
+
+namespace {
+
+struct PipeSplitStagesPass
+    : public pipec::impl::PipeSplitStagesPassBase<PipeSplitStagesPass> {
+  using Base::Base;
+
+  /// Stage of a layer op; -1 for ops that are cloned where used.
+  static int64_t stageOf(Operation *op) {
+    auto attr = op->getAttrOfType<IntegerAttr>(pipe::attrs::kStage);
+    return attr ? attr.getInt() : -1;
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
+    if (!plan) {
+      module.emitError("no pipe.plan on the module; run --pipe-plan first");
+      return signalPassFailure();
+    }
+    func::FuncOp fn = getModelFunc(module);
+    if (!fn)
+      return signalPassFailure();
+    int64_t numStages = plan.getFirst().size();
+    Block &body = fn.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+
+    // Check stages and tied weights.
+    for (Operation &op : body.without_terminator()) {
+      if (isLayer(&op) && (stageOf(&op) < 0 || stageOf(&op) >= numStages)) {
+        op.emitError("layer has no valid pipe.stage (plan has ")
+            << numStages << " stages)";
+        return signalPassFailure();
+      }
+      if (isLayer(&op) || !op.getNumResults())
+        continue;
+      llvm::SmallSetVector<int64_t, 4> users;
+      for (Operation *user : op.getUsers())
+        if (!isa<func::ReturnOp>(user))
+          users.insert(stageOf(user));
+      if (users.size() > 1 && isa<ml_program::GlobalLoadOp>(op)) {
+        auto load = cast<ml_program::GlobalLoadOp>(op);
+        auto diag = op.emitError("weight '")
+                    << load.getGlobal().getLeafReference().getValue()
+                    << "' is used by stages " << users[0] << " and "
+                    << users[1]
+                    << "; parameters shared across stages (tied weights) "
+                       "must stay in one stage";
+        return signalPassFailure();
+      }
+    }
+    for (Operation &op : body.without_terminator())
+      for (Value v : op.getOperands())
+        if (Operation *def = v.getDefiningOp())
+          if (isLayer(def) && isLayer(&op) && stageOf(def) > stageOf(&op)) {
+            op.emitError("uses a value of a later stage (")
+                << stageOf(def) << " > " << stageOf(&op)
+                << "): stages must follow the data flow";
+            return signalPassFailure();
+          }
+
+    // Values each stage must return: consumed by a later stage or returned.
+    llvm::DenseMap<Value, int64_t> outputIndex;
+    for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+      if (!v.getDefiningOp() || !isLayer(v.getDefiningOp())) {
+        fn.emitError("model output ")
+            << i << " is not computed by a layer (an input or a constant)";
+        return signalPassFailure();
+      }
+      outputIndex.try_emplace(v, i);
+    }
+    SmallVector<llvm::SetVector<Value>> stageResults(numStages);
+    for (Operation &op : body.without_terminator()) {
+      if (!isLayer(&op))
+        continue;
+      for (Value r : op.getResults()) {
+        bool crosses = outputIndex.count(r);
+        for (Operation *user : r.getUsers())
+          if (isLayer(user) && stageOf(user) > stageOf(&op))
+            crosses = true;
+        if (crosses)
+          stageResults[stageOf(&op)].insert(r);
+      }
+    }
+
+    OpBuilder b(module.getContext());
+    b.setInsertionPoint(fn);
+    for (int64_t s = 0; s < numStages; ++s) {
+      auto stageFn = func::FuncOp::create(b, fn.getLoc(), stageFuncName(s, "fwd"),
+                                          b.getFunctionType({}, {}));
+      stageFn->setAttr(pipe::attrs::kStage, b.getI64IntegerAttr(s));
+      Block *entry = stageFn.addEntryBlock();
+      OpBuilder sb = OpBuilder::atBlockEnd(entry);
+      IRMapping map;
+      SmallVector<DictionaryAttr> argAttrs;
+      auto addArg = [&](Value v, NamedAttribute attr) {
+        map.map(v, entry->addArgument(v.getType(), v.getLoc()));
+        argAttrs.push_back(b.getDictionaryAttr({attr}));
+      };
+      for (Operation &op : body.without_terminator()) {
+        if (!isLayer(&op) || stageOf(&op) != s)
+          continue;
+        for (Value v : op.getOperands()) {
+          if (map.contains(v))
+            continue;
+          if (auto arg = dyn_cast<BlockArgument>(v)) {
+            addArg(v, b.getNamedAttr(pipe::attrs::kFeed,
+                                     b.getI64IntegerAttr(arg.getArgNumber())));
+            continue;
+          }
+          Operation *def = v.getDefiningOp();
+          if (!isLayer(def)) {
+            sb.clone(*def, map);
+            continue;
+          }
+          int64_t from = stageOf(def);
+          int64_t result = stageResults[from].getArrayRef().size();
+          for (auto [i, r] : llvm::enumerate(stageResults[from]))
+            if (r == v)
+              result = i;
+          addArg(v, b.getNamedAttr("pipe.from",
+                                   b.getDenseI64ArrayAttr({from, result})));
+        }
+        Operation *clone = sb.clone(op, map);
+        clone->removeAttr(pipe::attrs::kStage);
+      }
+      SmallVector<Value> results;
+      SmallVector<Type> resultTypes;
+      for (Value r : stageResults[s]) {
+        results.push_back(map.lookup(r));
+        resultTypes.push_back(r.getType());
+      }
+      func::ReturnOp::create(sb, fn.getLoc(), results);
+      stageFn.setFunctionType(
+          b.getFunctionType(entry->getArgumentTypes(), resultTypes));
+      for (auto [i, attrs] : llvm::enumerate(argAttrs))
+        stageFn.setArgAttrs(i, attrs);
+      for (auto [i, r] : llvm::enumerate(stageResults[s]))
+        if (auto it = outputIndex.find(r); it != outputIndex.end())
+          stageFn.setResultAttr(i, "pipe.output",
+                                b.getI64IntegerAttr(it->second));
+      if (entry->getNumArguments() == 0 && s > 0) {
+        stageFn.emitError("stage ") << s << " receives nothing";
+        return signalPassFailure();
+      }
+    }
+    // Keep the model's input names for the data feed.
+    SmallVector<Attribute> names;
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+      auto name = fn.getArgAttrOfType<StringAttr>(i, "pipec.name");
+      names.push_back(name ? name : b.getStringAttr("input" + std::to_string(i)));
+    }
+    module->setAttr("pipec.inputs", b.getArrayAttr(names));
+    fn.erase();
+  }
+};
+
+} // namespace

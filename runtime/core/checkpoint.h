@@ -1,0 +1,47 @@
+//===- checkpoint.h - Weights loading and checkpoints -----------*- C++ -*-===//
+//
+// Part of pipec's runtime core.
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// Moves a stage's weights between safetensors files and the arena:
+/// loading the initial weights named by the manifest, and writing
+/// checkpoints `DIR/step-NNNNNN/stageK.safetensors` plus `DIR/latest` (a
+/// text file holding the newest step folder's name). Every file is written
+/// atomically (temporary name, fsync, rename). Failures throw RtError.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEC_RUNTIME_CORE_CHECKPOINT_H
+#define PIPEC_RUNTIME_CORE_CHECKPOINT_H
+
+#include "core/stage.h"
+
+#include <cstdint>
+#include <string>
+
+namespace pipec {
+namespace rt {
+
+/// Copies every weight of `desc` from the safetensors file `path` into the
+/// arena at its offset, checking presence, dtype (F32) and shape. Tensors
+/// of the file that the stage does not use are ignored.
+void loadWeights(const StageDesc &desc, const std::string &path, char *arena);
+
+/// "step-000042" for step 42 (the number of completed steps).
+std::string checkpointFolderName(int64_t step);
+
+/// Writes `<dir>/step-NNNNNN/stage<K>.safetensors` from the arena (creating
+/// the folders) and returns the step folder's path. The file's
+/// __metadata__ records format "pipec.checkpoint/1", build_id, stage, step.
+std::string writeStageCheckpoint(const std::string &dir, int64_t step,
+                                 const StageDesc &desc, const char *arena);
+
+/// Atomically points `<dir>/latest` at the step folder of `step`.
+void writeLatest(const std::string &dir, int64_t step);
+
+} // namespace rt
+} // namespace pipec
+
+#endif // PIPEC_RUNTIME_CORE_CHECKPOINT_H

@@ -1,0 +1,137 @@
+//===- comm.cpp - Point-to-point transport between stages (MPI) -----------===//
+//
+// Part of pipec's runtime core. Implements pipec_rt_send / _recv / _flush.
+//
+//===----------------------------------------------------------------------===//
+///
+/// A message of `bytes` bytes between two stages travels as one MPI message
+/// per chunk of at most kChunkBytes (MPI counts are int), all with the tag
+/// channel * 1024 + mb mod 1024; MPI's non-overtaking rule keeps the chunks
+/// in order. The receiver probes each chunk first so that a size mismatch
+/// is reported as such instead of as an MPI truncation error.
+///
+//===----------------------------------------------------------------------===//
+
+#include "core/context.h"
+#include "core/error.h"
+#include "pipec_rt.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace pipec {
+namespace rt {
+namespace {
+
+constexpr int64_t kChunkBytes = int64_t(1) << 30;
+
+void mpiCheck(int rc, const std::string &what) {
+  if (rc == MPI_SUCCESS)
+    return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw RtError(what + " failed: " + std::string(text, size_t(len)));
+}
+
+std::string linkName(int64_t peer, int64_t channel, int64_t mb) {
+  return "stage " + std::to_string(peer) + ", channel " +
+         std::to_string(channel) + ", microbatch " + std::to_string(mb);
+}
+
+/// Validates the arguments shared by send and recv; returns the peer's rank
+/// and the MPI tag.
+std::pair<int, int> route(const pipec_ctx &ctx, const char *fn, int64_t peer,
+                          int64_t channel, int64_t mb, int64_t bytes) {
+  if (peer < 0 || peer >= ctx.desc.numStages || peer == ctx.desc.stage)
+    throw RtError(std::string(fn) + ": peer stage " + std::to_string(peer) +
+                  " is not another stage of the " +
+                  std::to_string(ctx.desc.numStages) + "-stage pipeline");
+  if (channel < 0 || mb < 0 || bytes < 0)
+    throw RtError(std::string(fn) + ": negative channel, microbatch or size (" +
+                  linkName(peer, channel, mb) + ", " + std::to_string(bytes) +
+                  " bytes)");
+  int64_t tag = channel * 1024 + mb % 1024;
+  if (channel > int64_t(ctx.tagUpperBound) / 1024 || tag > ctx.tagUpperBound)
+    throw RtError(std::string(fn) + ": channel " + std::to_string(channel) +
+                  " gives MPI tag " + std::to_string(tag) +
+                  " above MPI_TAG_UB " + std::to_string(ctx.tagUpperBound));
+  return {ctx.stageRank[size_t(peer)], int(tag)};
+}
+
+} // namespace
+
+pipec_ctx &checkedContext(pipec_ctx *ctx, const char *function) {
+  if (!ctx)
+    throw RtError(std::string(function) + " called with a null context");
+  return *ctx;
+}
+
+} // namespace rt
+} // namespace pipec
+
+using namespace pipec::rt;
+
+extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
+                              int64_t mb, const void *src, int64_t bytes) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_send");
+    auto [rank, tag] = route(c, "pipec_rt_send", peer, channel, mb, bytes);
+    if (bytes > 0 && !src)
+      throw RtError("pipec_rt_send: null source buffer");
+    std::unique_ptr<char[]> copy(new char[size_t(std::max<int64_t>(bytes, 1))]);
+    if (bytes > 0)
+      std::memcpy(copy.get(), src, size_t(bytes));
+    int64_t offset = 0;
+    do {
+      int count = int(std::min(bytes - offset, kChunkBytes));
+      MPI_Request request;
+      mpiCheck(MPI_Isend(copy.get() + offset, count, MPI_BYTE, rank, tag,
+                         MPI_COMM_WORLD, &request),
+               "MPI_Isend to " + linkName(peer, channel, mb));
+      c.sendRequests.push_back(request);
+      offset += count;
+    } while (offset < bytes);
+    c.sendBuffers.push_back(std::move(copy));
+  });
+}
+
+extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
+                              int64_t mb, void *dst, int64_t bytes) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_recv");
+    auto [rank, tag] = route(c, "pipec_rt_recv", peer, channel, mb, bytes);
+    if (bytes > 0 && !dst)
+      throw RtError("pipec_rt_recv: null destination buffer");
+    int64_t offset = 0;
+    do {
+      int expected = int(std::min(bytes - offset, kChunkBytes));
+      MPI_Status status;
+      mpiCheck(MPI_Probe(rank, tag, MPI_COMM_WORLD, &status),
+               "MPI_Probe from " + linkName(peer, channel, mb));
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      if (count != expected)
+        throw RtError("pipec_rt_recv: received " + std::to_string(count) +
+                      " bytes from " + linkName(peer, channel, mb) +
+                      " but expected " + std::to_string(expected) +
+                      " (sender and receiver disagree on the tensor size)");
+      mpiCheck(MPI_Recv(static_cast<char *>(dst) + offset, count, MPI_BYTE,
+                        rank, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+               "MPI_Recv from " + linkName(peer, channel, mb));
+      offset += count;
+    } while (offset < bytes);
+  });
+}
+
+extern "C" void pipec_rt_flush(pipec_ctx *ctx) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_flush");
+    if (!c.sendRequests.empty())
+      mpiCheck(MPI_Waitall(int(c.sendRequests.size()), c.sendRequests.data(),
+                           MPI_STATUSES_IGNORE),
+               "MPI_Waitall on this step's sends");
+    c.sendRequests.clear();
+    c.sendBuffers.clear();
+  });
+}

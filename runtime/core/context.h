@@ -1,0 +1,66 @@
+//===- context.h - The state behind the opaque pipec_ctx --------*- C++ -*-===//
+//
+// Part of pipec's runtime core.
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// `pipec_ctx` is the opaque handle that generated code passes back to every
+/// program service. One exists per process, owned by pipec_rt_main.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEC_RUNTIME_CORE_CONTEXT_H
+#define PIPEC_RUNTIME_CORE_CONTEXT_H
+
+#include "core/feed.h"
+#include "core/options.h"
+#include "core/profiler.h"
+#include "core/stage.h"
+
+#include "core/mpi_c.h"
+
+#include <memory>
+#include <vector>
+
+struct pipec_ctx {
+  pipec::rt::StageDesc desc;
+  pipec::rt::Options options;
+  pipec::rt::Manifest manifest;
+
+  int rank = 0;
+  int worldSize = 1;
+  /// MPI rank of every stage (index: stage number).
+  std::vector<int> stageRank;
+  /// Rank of the stage whose description has "loss": true.
+  int lossRank = 0;
+  /// Largest tag value MPI allows (MPI_TAG_UB).
+  int tagUpperBound = 32767;
+
+  /// Current step, 0-based.
+  int64_t step = 0;
+
+  /// Data sources, one per entry of desc.feeds.
+  std::vector<pipec::rt::Feed> feeds;
+
+  /// Microbatch losses of the current step (loss stage only).
+  std::vector<float> losses;
+  std::vector<bool> lossRecorded;
+
+  /// Sends of the current step: requests and the owned copies they read.
+  std::vector<MPI_Request> sendRequests;
+  std::vector<std::unique_ptr<char[]>> sendBuffers;
+
+  pipec::rt::Profiler profiler;
+};
+
+namespace pipec {
+namespace rt {
+
+/// Throws RtError unless `ctx` is non-null (every ABI entry point checks).
+pipec_ctx &checkedContext(pipec_ctx *ctx, const char *function);
+
+} // namespace rt
+} // namespace pipec
+
+#endif // PIPEC_RUNTIME_CORE_CONTEXT_H

@@ -1,0 +1,72 @@
+//===- error.h - Runtime errors and the fatal-error path --------*- C++ -*-===//
+//
+// Part of pipec's runtime core.
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// Inside the runtime, failures are `RtError` exceptions carrying one line of
+/// text. They never cross the C ABI: every entry point catches them and
+/// calls `fatal`, which prints
+///   pipec-rt: error: <message> (rank R, stage S, step T)
+/// and ends the job (MPI_Abort once MPI is up, so blocked peers end too).
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEC_RUNTIME_CORE_ERROR_H
+#define PIPEC_RUNTIME_CORE_ERROR_H
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace pipec {
+namespace rt {
+
+/// A runtime failure; what() is the one-line message (without prefix and
+/// location, which `fatal` adds).
+class RtError : public std::runtime_error {
+public:
+  explicit RtError(const std::string &message) : std::runtime_error(message) {}
+};
+
+/// Where the process is, for error messages. Fields are -1 while unknown.
+struct ErrorLocation {
+  int rank = -1;
+  int stage = -1;
+  /// 1-based step being executed; 0 before the first step (start-up).
+  int64_t step = 0;
+  /// Set between MPI_Init and MPI_Finalize.
+  bool mpiActive = false;
+  /// Size of MPI_COMM_WORLD once known.
+  int worldSize = 0;
+};
+
+/// The process-wide location, updated by pipec_rt_main.
+ErrorLocation &errorLocation();
+
+/// Formats `pipec-rt: error: <message> (rank R, stage S, step T)`; parts
+/// that are still unknown (rank before MPI starts) are left out.
+std::string formatError(const std::string &message);
+
+/// Prints the error line on stderr and ends the job with exit code 1:
+/// MPI_Abort when MPI is active and other ranks may be waiting, a plain
+/// MPI_Finalize and exit for a one-rank job, exit before MPI starts.
+[[noreturn]] void fatal(const std::string &message);
+
+/// Runs `fn`, turning any exception into `fatal`. Used at every C ABI entry
+/// point so that no exception crosses into generated code.
+template <typename Fn> void guarded(Fn &&fn) {
+  try {
+    fn();
+  } catch (const std::exception &e) {
+    fatal(e.what());
+  } catch (...) {
+    fatal("unknown internal error");
+  }
+}
+
+} // namespace rt
+} // namespace pipec
+
+#endif // PIPEC_RUNTIME_CORE_ERROR_H

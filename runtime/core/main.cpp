@@ -1,0 +1,334 @@
+//===- main.cpp - pipec_rt_main: start-up and the training loop -----------===//
+//
+// Part of pipec's runtime core.
+//
+//===----------------------------------------------------------------------===//
+///
+/// Start-up: stage description, flags, MPI, manifest checks, arena, weights,
+/// feeds. Then, per step: the generated program, flush, the step loss (mean
+/// of the microbatch losses) broadcast from the loss stage so that every
+/// rank stops together on NaN/Inf, progress and metrics, checkpoints.
+///
+//===----------------------------------------------------------------------===//
+
+#include "core/checkpoint.h"
+#include "core/context.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "pipec_rt.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+using namespace pipec::rt;
+
+namespace {
+
+void mpiCheck(int rc, const char *what) {
+  if (rc == MPI_SUCCESS)
+    return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw RtError(std::string(what) +
+                " failed: " + std::string(text, size_t(len)));
+}
+
+struct FreeDeleter {
+  void operator()(char *p) const { std::free(p); }
+};
+
+/// The zeroed, 64-byte aligned arena.
+std::unique_ptr<char, FreeDeleter> allocateArena(int64_t bytes) {
+  size_t size = size_t((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+  char *p = static_cast<char *>(std::aligned_alloc(64, size));
+  if (!p)
+    throw RtError("cannot allocate the arena of " + std::to_string(bytes) +
+                  " bytes");
+  std::memset(p, 0, size);
+  return std::unique_ptr<char, FreeDeleter>(p);
+}
+
+/// Where this stage writes its profile: a "{stage}" in the path becomes the
+/// stage number; otherwise a multi-stage build inserts ".stageK" before the
+/// extension so that ranks sharing one command line do not collide.
+std::string profilePath(const std::string &path, const StageDesc &desc) {
+  std::string stage = std::to_string(desc.stage);
+  size_t at = path.find("{stage}");
+  if (at != std::string::npos)
+    return path.substr(0, at) + stage + path.substr(at + 7);
+  if (desc.numStages == 1)
+    return path;
+  std::filesystem::path p(path);
+  return (p.parent_path() /
+          (p.stem().string() + ".stage" + stage + p.extension().string()))
+      .string();
+}
+
+void writeText(const std::string &path, const std::string &text) {
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty())
+    std::filesystem::create_directories(parent, ec);
+  std::string error;
+  bool ok = pipec::safetensors::writeFileAtomic(
+      path,
+      [&](std::FILE *f, std::string &why) {
+        if (std::fwrite(text.data(), 1, text.size(), f) == text.size())
+          return true;
+        why = std::strerror(errno);
+        return false;
+      },
+      error);
+  if (!ok)
+    throw RtError(error);
+}
+
+/// Builds the feeds from --inputs / --labels or the synthetic source.
+void setUpFeeds(pipec_ctx &ctx) {
+  const Options &o = ctx.options;
+  if (!o.inputs.empty() && ctx.manifest.numInputs >= 0 &&
+      int(o.inputs.size()) != ctx.manifest.numInputs)
+    throw RtError("--inputs lists " + std::to_string(o.inputs.size()) +
+                  " files but the model has " +
+                  std::to_string(ctx.manifest.numInputs) +
+                  " inputs (one .npy per input, in order)");
+  for (const FeedSpec &spec : ctx.desc.feeds) {
+    bool labels = spec.kind == FeedSpec::Kind::Labels;
+    std::string file;
+    if (labels) {
+      file = o.labels;
+    } else if (!o.inputs.empty()) {
+      if (spec.index >= int64_t(o.inputs.size()))
+        throw RtError("--inputs lists " + std::to_string(o.inputs.size()) +
+                      " files but feed '" + spec.name + "' is model input " +
+                      std::to_string(spec.index));
+      file = o.inputs[size_t(spec.index)];
+    }
+    if (file.empty())
+      ctx.feeds.emplace_back(spec, ctx.desc.globalBatch, o.seed);
+    else
+      ctx.feeds.push_back(Feed::fromNpy(spec, ctx.desc.globalBatch, file));
+  }
+}
+
+/// Finds the single rank whose stage computes the loss.
+int findLossRank(const pipec_ctx &ctx) {
+  int mine = ctx.desc.loss ? 1 : 0, count = 0;
+  int candidate = ctx.desc.loss ? ctx.rank : -1, lossRank = -1;
+  mpiCheck(MPI_Allreduce(&mine, &count, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD),
+           "MPI_Allreduce");
+  mpiCheck(
+      MPI_Allreduce(&candidate, &lossRank, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
+      "MPI_Allreduce");
+  if (count != 1)
+    throw RtError(std::to_string(count) +
+                  " stages of this build compute the loss (\"loss\": true); "
+                  "exactly one must");
+  return lossRank;
+}
+
+const char *nonFiniteName(double v) {
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
+  ErrorLocation &loc = errorLocation();
+  if (!meta || !program)
+    throw RtError("pipec_rt_main called without a stage description or "
+                  "program");
+  auto ctxOwner = std::make_unique<pipec_ctx>();
+  pipec_ctx &ctx = *ctxOwner;
+  try {
+    ctx.desc = parseStageDesc(meta);
+  } catch (const RtError &e) {
+    throw RtError(std::string("invalid stage description compiled into this "
+                              "binary: ") +
+                  e.what());
+  }
+  const StageDesc &desc = ctx.desc;
+  loc.stage = desc.stage;
+  const char *argv0 = argc > 0 ? argv[0] : nullptr;
+  try {
+    ctx.options = parseOptions(argc, argv);
+  } catch (const UsageError &e) {
+    std::fprintf(stderr, "%s\n%s", formatError(e.what()).c_str(),
+                 usageText(argv0).c_str());
+    return 2;
+  }
+  Options &o = ctx.options;
+  if (o.help) {
+    std::printf("%s", usageText(argv0).c_str());
+    return 0;
+  }
+  resolveDefaultPaths(o, argv0);
+
+  // MPI.
+  int alreadyInitialised = 0;
+  MPI_Initialized(&alreadyInitialised);
+  if (!alreadyInitialised && MPI_Init(&argc, &argv) != MPI_SUCCESS)
+    throw RtError("MPI_Init failed");
+  loc.mpiActive = true;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &ctx.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ctx.worldSize);
+  loc.rank = ctx.rank;
+  loc.worldSize = ctx.worldSize;
+  int *tagUb = nullptr, hasTagUb = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &hasTagUb);
+  if (hasTagUb && tagUb)
+    ctx.tagUpperBound = *tagUb;
+
+  // Manifest and topology.
+  ctx.manifest = readManifest(o.manifest);
+  checkManifest(desc, ctx.manifest, ctx.rank, ctx.worldSize);
+  ctx.stageRank.assign(size_t(desc.numStages), 0);
+  for (const ManifestStage &s : ctx.manifest.stages)
+    ctx.stageRank[size_t(s.stage)] = s.ranks[0];
+  ctx.lossRank = findLossRank(ctx);
+  const bool isLossRank = ctx.rank == ctx.lossRank;
+
+  // Arena, weights, data.
+  auto arena = allocateArena(desc.arenaBytes);
+  loadWeights(desc, manifestStage(ctx.manifest, desc.stage).weights,
+              arena.get());
+  setUpFeeds(ctx);
+  if (!o.profileOut.empty())
+    ctx.profiler.enable(desc.ops.size());
+  ctx.losses.assign(size_t(desc.microbatches), 0.0f);
+  ctx.lossRecorded.assign(size_t(desc.microbatches), false);
+
+  std::FILE *metrics = nullptr;
+  if (isLossRank) {
+    std::error_code ec;
+    std::filesystem::path parent =
+        std::filesystem::path(o.metrics).parent_path();
+    if (!parent.empty())
+      std::filesystem::create_directories(parent, ec);
+    metrics = std::fopen(o.metrics.c_str(), "w");
+    if (!metrics)
+      throw RtError("cannot open metrics file '" + o.metrics +
+                    "': " + std::strerror(errno));
+  }
+  std::unique_ptr<std::FILE, int (*)(std::FILE *)> metricsOwner(
+      metrics, [](std::FILE *f) { return f ? std::fclose(f) : 0; });
+
+  std::string lastCheckpoint = "none";
+  double lastLoss = 0, laterWall = 0;
+  using Clock = std::chrono::steady_clock;
+  for (int64_t t = 0; t < o.steps; ++t) {
+    loc.step = t + 1;
+    ctx.step = t;
+    std::fill(ctx.lossRecorded.begin(), ctx.lossRecorded.end(), false);
+    bool counted = o.steps <= o.profileWarmup || t >= o.profileWarmup;
+    ctx.profiler.setCounting(counted);
+
+    Clock::time_point start = Clock::now();
+    program(&ctx, arena.get());
+    pipec_rt_flush(&ctx);
+    if (counted)
+      ctx.profiler.stepCounted();
+
+    double loss = 0;
+    if (isLossRank) {
+      for (int64_t mb = 0; mb < desc.microbatches; ++mb) {
+        if (!ctx.lossRecorded[size_t(mb)])
+          throw RtError("the program recorded no loss for microbatch " +
+                        std::to_string(mb) +
+                        " (pipec_rt_loss must be called once per microbatch)");
+        loss += double(ctx.losses[size_t(mb)]);
+      }
+      loss /= double(desc.microbatches);
+    }
+    double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    mpiCheck(MPI_Bcast(&loss, 1, MPI_DOUBLE, ctx.lossRank, MPI_COMM_WORLD),
+             "MPI_Bcast of the step loss");
+    if (!std::isfinite(loss)) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "%s\n",
+                   formatError(std::string("loss is ") + nonFiniteName(loss) +
+                               " at step " + std::to_string(t + 1) +
+                               " (last good checkpoint: " + lastCheckpoint +
+                               ")")
+                       .c_str());
+      std::fflush(stderr);
+      loc.mpiActive = false;
+      if (!alreadyInitialised)
+        MPI_Finalize();
+      return 3;
+    }
+
+    if (isLossRank) {
+      double samplesPerS = double(desc.globalBatch) / std::max(wall, 1e-12);
+      if (!o.quiet) {
+        std::printf("step %lld/%lld  loss %.6f  %.1f samples/s  (%.3f s)\n",
+                    static_cast<long long>(t + 1),
+                    static_cast<long long>(o.steps), loss, samplesPerS, wall);
+        std::fflush(stdout);
+      }
+      nlohmann::ordered_json line;
+      line["step"] = t + 1;
+      line["loss"] = loss;
+      line["samples_per_s"] = samplesPerS;
+      line["wall_s"] = wall;
+      std::string text = line.dump() + "\n";
+      if (std::fputs(text.c_str(), metrics) < 0 || std::fflush(metrics) != 0)
+        throw RtError("cannot write metrics file '" + o.metrics +
+                      "': " + std::strerror(errno));
+      lastLoss = loss;
+      if (t > 0 || o.steps == 1)
+        laterWall += wall;
+    }
+
+    bool last = t + 1 == o.steps;
+    if (last || (o.checkpointEvery > 0 && (t + 1) % o.checkpointEvery == 0)) {
+      lastCheckpoint =
+          writeStageCheckpoint(o.checkpointDir, t + 1, desc, arena.get());
+      // `latest` moves only once every stage's file is in place.
+      mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier after checkpoint");
+      if (ctx.rank == 0)
+        writeLatest(o.checkpointDir, t + 1);
+    }
+  }
+
+  if (ctx.profiler.enabled())
+    writeText(profilePath(o.profileOut, desc), ctx.profiler.toJson(desc));
+  if (isLossRank) {
+    int64_t timed = o.steps > 1 ? o.steps - 1 : 1;
+    double meanRate =
+        double(timed * desc.globalBatch) / std::max(laterWall, 1e-12);
+    std::printf("done: %lld steps  final loss %.6f  %.1f samples/s (%s)  "
+                "checkpoint %s\n",
+                static_cast<long long>(o.steps), lastLoss, meanRate,
+                o.steps > 1 ? "mean excluding step 1" : "step 1",
+                lastCheckpoint.c_str());
+    std::fflush(stdout);
+  }
+  loc.step = o.steps;
+  loc.mpiActive = false;
+  if (!alreadyInitialised)
+    MPI_Finalize();
+  return 0;
+}
+
+} // namespace
+
+extern "C" int pipec_rt_main(int argc, char **argv, const char *stage_meta_json,
+                             pipec_program_fn program) {
+  try {
+    return run(argc, argv, stage_meta_json, program);
+  } catch (const std::exception &e) {
+    fatal(e.what());
+  } catch (...) {
+    fatal("unknown internal error");
+  }
+}

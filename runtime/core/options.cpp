@@ -1,0 +1,183 @@
+//===- options.cpp - Command line of a stage executable -------------------===//
+//
+// Part of pipec's runtime core.
+//
+//===----------------------------------------------------------------------===//
+
+#include "core/options.h"
+
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <unistd.h>
+
+namespace pipec {
+namespace rt {
+namespace {
+
+int64_t parseInt(const std::string &flag, const std::string &text,
+                 int64_t min) {
+  errno = 0;
+  char *end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || v < min)
+    throw UsageError("invalid value '" + text + "' for " + flag +
+                     " (expected an integer >= " + std::to_string(min) + ")");
+  return v;
+}
+
+uint64_t parseUnsigned(const std::string &flag, const std::string &text) {
+  errno = 0;
+  char *end = nullptr;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE)
+    throw UsageError("invalid value '" + text + "' for " + flag +
+                     " (expected an integer in [0, 2^64))");
+  return v;
+}
+
+double parseReal(const std::string &flag, const std::string &text) {
+  errno = 0;
+  char *end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+    throw UsageError("invalid value '" + text + "' for " + flag +
+                     " (expected a finite number)");
+  return v;
+}
+
+std::vector<std::string> splitList(const std::string &flag,
+                                   const std::string &text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma - start);
+    if (item.empty())
+      throw UsageError("invalid value '" + text + "' for " + flag +
+                       " (expected A.npy[,B.npy…] without empty entries)");
+    items.push_back(item);
+    if (comma == std::string::npos)
+      return items;
+    start = comma + 1;
+  }
+}
+
+std::string executableDir(const char *argv0) {
+  std::error_code ec;
+  std::filesystem::path self =
+      std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec)
+    self = std::filesystem::absolute(argv0 ? argv0 : ".", ec);
+  return self.parent_path().string();
+}
+
+} // namespace
+
+std::string usageText(const char *argv0) {
+  std::string name =
+      argv0 ? std::filesystem::path(argv0).filename().string() : "stage";
+  return "usage: " + name +
+         " [--manifest PATH] [--steps N] [--lr F] [--inputs A.npy[,B.npy...]]\n"
+         "       [--labels Y.npy] [--seed S] [--metrics PATH] "
+         "[--checkpoint-dir DIR]\n"
+         "       [--checkpoint-every N] [--profile-out PATH] "
+         "[--profile-warmup N] [--quiet]\n"
+         "  --manifest PATH        the build's manifest (default: "
+         "manifest.json "
+         "beside the executable)\n"
+         "  --steps N              training steps (default 10)\n"
+         "  --lr F                 SGD learning rate (default 0.01)\n"
+         "  --inputs A.npy,...     one .npy per model input (default: "
+         "synthetic data)\n"
+         "  --labels Y.npy         labels .npy (default: synthetic labels)\n"
+         "  --seed S               seed of the synthetic data (default 0)\n"
+         "  --metrics PATH         per-step metrics (default: metrics.jsonl "
+         "beside the manifest)\n"
+         "  --checkpoint-dir DIR   checkpoints (default: checkpoints/ beside "
+         "the manifest)\n"
+         "  --checkpoint-every N   also checkpoint every N steps (default 0: "
+         "only at the end)\n"
+         "  --profile-out PATH     write per-op times as pipec.profile/1 JSON\n"
+         "  --profile-warmup N     steps the profiler skips (default 1)\n"
+         "  --quiet                no per-step progress lines\n";
+}
+
+Options parseOptions(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string flag = arg, value;
+    bool hasInline = false;
+    size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      hasInline = true;
+    }
+    auto needValue = [&]() -> std::string {
+      if (hasInline)
+        return value;
+      if (i + 1 >= argc)
+        throw UsageError("missing value for " + flag);
+      return argv[++i];
+    };
+    auto needPath = [&]() -> std::string {
+      std::string path = needValue();
+      if (path.empty())
+        throw UsageError("empty path for " + flag);
+      return path;
+    };
+    auto noValue = [&]() {
+      if (hasInline)
+        throw UsageError(flag + " takes no value");
+    };
+    if (flag == "--manifest")
+      o.manifest = needPath();
+    else if (flag == "--steps")
+      o.steps = parseInt(flag, needValue(), 1);
+    else if (flag == "--lr")
+      o.lr = parseReal(flag, needValue());
+    else if (flag == "--inputs")
+      o.inputs = splitList(flag, needValue());
+    else if (flag == "--labels")
+      o.labels = needPath();
+    else if (flag == "--seed")
+      o.seed = parseUnsigned(flag, needValue());
+    else if (flag == "--metrics")
+      o.metrics = needPath();
+    else if (flag == "--checkpoint-dir")
+      o.checkpointDir = needPath();
+    else if (flag == "--checkpoint-every")
+      o.checkpointEvery = parseInt(flag, needValue(), 0);
+    else if (flag == "--profile-out")
+      o.profileOut = needPath();
+    else if (flag == "--profile-warmup")
+      o.profileWarmup = parseInt(flag, needValue(), 0);
+    else if (flag == "--quiet")
+      noValue(), o.quiet = true;
+    else if (flag == "--help" || flag == "-h")
+      noValue(), o.help = true;
+    else
+      throw UsageError("unknown flag '" + arg + "'");
+  }
+  return o;
+}
+
+void resolveDefaultPaths(Options &o, const char *argv0) {
+  namespace fs = std::filesystem;
+  if (o.manifest.empty())
+    o.manifest = (fs::path(executableDir(argv0)) / "manifest.json").string();
+  fs::path dir = fs::path(o.manifest).parent_path();
+  if (dir.empty())
+    dir = ".";
+  if (o.metrics.empty())
+    o.metrics = (dir / "metrics.jsonl").string();
+  if (o.checkpointDir.empty())
+    o.checkpointDir = (dir / "checkpoints").string();
+}
+
+} // namespace rt
+} // namespace pipec

@@ -1,0 +1,64 @@
+//===- options.h - Command line of a stage executable -----------*- C++ -*-===//
+//
+// Part of pipec's runtime core.
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// The flags every stage executable accepts (runtime/README.md, "Command line
+/// of a stage executable"). Both `--flag value` and `--flag=value` work; a
+/// repeated flag takes its last value.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEC_RUNTIME_CORE_OPTIONS_H
+#define PIPEC_RUNTIME_CORE_OPTIONS_H
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pipec {
+namespace rt {
+
+/// A bad command line: unknown flag, missing or malformed value.
+class UsageError : public std::runtime_error {
+public:
+  explicit UsageError(const std::string &message)
+      : std::runtime_error(message) {}
+};
+
+/// Parsed flags. Empty paths mean "the default", resolved by
+/// resolveDefaultPaths once the manifest's location is known.
+struct Options {
+  std::string manifest;
+  int64_t steps = 10;
+  double lr = 0.01;
+  /// One .npy file per model input, in model-input order.
+  std::vector<std::string> inputs;
+  std::string labels;
+  uint64_t seed = 0;
+  std::string metrics;
+  std::string checkpointDir;
+  int64_t checkpointEvery = 0;
+  std::string profileOut;
+  int64_t profileWarmup = 1;
+  bool quiet = false;
+  bool help = false;
+};
+
+/// Parses argv[1..argc); throws UsageError.
+Options parseOptions(int argc, char **argv);
+
+/// Fills the defaults that depend on locations: the manifest beside the
+/// executable, metrics.jsonl and checkpoints/ beside the manifest.
+void resolveDefaultPaths(Options &options, const char *argv0);
+
+/// The usage text (several lines, ending in a newline).
+std::string usageText(const char *argv0);
+
+} // namespace rt
+} // namespace pipec
+
+#endif // PIPEC_RUNTIME_CORE_OPTIONS_H

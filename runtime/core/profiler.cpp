@@ -1,0 +1,88 @@
+//===- profiler.cpp - Per-op wall-time profiler ---------------------------===//
+//
+// Part of pipec's runtime core.
+//
+//===----------------------------------------------------------------------===//
+
+#include "core/profiler.h"
+
+#include "core/error.h"
+
+#include <nlohmann/json.hpp>
+
+namespace pipec {
+namespace rt {
+
+void Profiler::enable(size_t numOps) {
+  on = true;
+  slots.assign(numOps * kPhases, Slot());
+}
+
+Profiler::Slot &Profiler::slot(int64_t op, int64_t phase) {
+  if (op < 0 || size_t(op) * kPhases >= slots.size() || phase < 0 ||
+      phase >= kPhases)
+    throw RtError("profiler hook for op " + std::to_string(op) + " phase " +
+                  std::to_string(phase) + " is out of range (" +
+                  std::to_string(slots.size() / kPhases) +
+                  " ops, phases 0..2)");
+  return slots[size_t(op) * kPhases + size_t(phase)];
+}
+
+void Profiler::begin(int64_t op, int64_t phase) {
+  Slot &s = slot(op, phase);
+  s.open = true;
+  s.start = Clock::now();
+}
+
+void Profiler::end(int64_t op, int64_t phase) {
+  Clock::time_point now = Clock::now();
+  Slot &s = slot(op, phase);
+  if (!s.open)
+    throw RtError("pipec_rt_op_end for op " + std::to_string(op) + " phase " +
+                  std::to_string(phase) + " without pipec_rt_op_begin");
+  s.open = false;
+  if (!counting)
+    return;
+  s.total += std::chrono::duration<double>(now - s.start).count();
+  ++s.calls;
+}
+
+double Profiler::seconds(size_t op, int phase) const {
+  return slots[op * kPhases + size_t(phase)].total;
+}
+
+int64_t Profiler::calls(size_t op, int phase) const {
+  return slots[op * kPhases + size_t(phase)].calls;
+}
+
+std::string Profiler::toJson(const StageDesc &desc) const {
+  using Json = nlohmann::ordered_json;
+  double steps = double(countedSteps > 0 ? countedSteps : 1);
+  double perMicrobatch = steps * double(desc.microbatches);
+  Json ops = Json::array();
+  for (size_t i = 0; i < desc.ops.size(); ++i) {
+    const OpSpec &op = desc.ops[i];
+    Json o;
+    o["name"] = op.name;
+    o["op"] = op.op;
+    o["fwd_s"] = seconds(i, 0) / perMicrobatch;
+    o["bwd_s"] = seconds(i, 1) / perMicrobatch;
+    o["opt_s"] = seconds(i, 2) / steps;
+    o["out_bytes"] = op.outBytes;
+    o["param_bytes"] = op.paramBytes;
+    o["saved_bytes"] = op.savedBytes;
+    o["inputs"] = op.inputs;
+    ops.push_back(std::move(o));
+  }
+  Json doc;
+  doc["format"] = "pipec.profile/1";
+  doc["device"] = "cpu";
+  doc["microbatch"] = desc.microbatch;
+  doc["stage"] = desc.stage;
+  doc["steps"] = countedSteps;
+  doc["ops"] = std::move(ops);
+  return doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+} // namespace rt
+} // namespace pipec

@@ -1,0 +1,88 @@
+//===- services.cpp - Data, loss, learning-rate and profiler services -----===//
+//
+// Part of pipec's runtime core. Implements pipec_rt_feed, pipec_rt_loss,
+// pipec_rt_loss_seed, pipec_rt_lr and pipec_rt_op_begin / _end.
+//
+//===----------------------------------------------------------------------===//
+
+#include "core/context.h"
+#include "core/error.h"
+#include "pipec_rt.h"
+
+using namespace pipec::rt;
+
+namespace {
+
+void checkMicrobatch(const pipec_ctx &c, const char *fn, int64_t mb) {
+  if (mb < 0 || mb >= c.desc.microbatches)
+    throw RtError(std::string(fn) + ": microbatch " + std::to_string(mb) +
+                  " is outside [0, " + std::to_string(c.desc.microbatches) +
+                  ")");
+}
+
+void checkPointer(const void *p, const char *fn) {
+  if (!p)
+    throw RtError(std::string(fn) + ": null buffer");
+}
+
+} // namespace
+
+extern "C" void pipec_rt_feed(pipec_ctx *ctx, int64_t feed, int64_t mb,
+                              void *dst) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_feed");
+    if (feed < 0 || size_t(feed) >= c.feeds.size())
+      throw RtError("pipec_rt_feed: feed " + std::to_string(feed) +
+                    " is not in the stage description's " +
+                    std::to_string(c.feeds.size()) + " feeds");
+    checkMicrobatch(c, "pipec_rt_feed", mb);
+    checkPointer(dst, "pipec_rt_feed");
+    c.feeds[size_t(feed)].fill(c.step, mb, dst);
+  });
+}
+
+extern "C" void pipec_rt_loss(pipec_ctx *ctx, int64_t mb, const void *loss) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_loss");
+    if (!c.desc.loss)
+      throw RtError("pipec_rt_loss called on stage " +
+                    std::to_string(c.desc.stage) +
+                    ", whose description does not say \"loss\": true");
+    checkMicrobatch(c, "pipec_rt_loss", mb);
+    checkPointer(loss, "pipec_rt_loss");
+    if (c.lossRecorded[size_t(mb)])
+      throw RtError("pipec_rt_loss: the loss of microbatch " +
+                    std::to_string(mb) + " was recorded twice in one step");
+    c.losses[size_t(mb)] = *static_cast<const float *>(loss);
+    c.lossRecorded[size_t(mb)] = true;
+  });
+}
+
+extern "C" void pipec_rt_loss_seed(pipec_ctx *ctx, void *dst) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_loss_seed");
+    checkPointer(dst, "pipec_rt_loss_seed");
+    // The step loss is the mean of the microbatch losses.
+    *static_cast<float *>(dst) = 1.0f / float(c.desc.microbatches);
+  });
+}
+
+extern "C" void pipec_rt_lr(pipec_ctx *ctx, void *dst) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_lr");
+    checkPointer(dst, "pipec_rt_lr");
+    *static_cast<float *>(dst) = float(c.options.lr);
+  });
+}
+
+extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {
+  if (!ctx || !ctx->profiler.enabled())
+    return;
+  guarded([&] { ctx->profiler.begin(op, phase); });
+}
+
+extern "C" void pipec_rt_op_end(pipec_ctx *ctx, int64_t op, int64_t phase) {
+  if (!ctx || !ctx->profiler.enabled())
+    return;
+  guarded([&] { ctx->profiler.end(op, phase); });
+}

@@ -1,0 +1,334 @@
+//===- stage.cpp - Stage description and manifest -------------------------===//
+//
+// Part of pipec's runtime core.
+//
+//===----------------------------------------------------------------------===//
+
+#include "core/stage.h"
+
+#include "core/error.h"
+#include "pipec_rt.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace pipec {
+namespace rt {
+namespace {
+
+using Json = nlohmann::json;
+
+/// Field access with errors that say which document and field is wrong.
+class Reader {
+public:
+  Reader(const Json &obj, std::string what) : obj(obj), what(std::move(what)) {
+    if (!obj.is_object())
+      throw RtError(this->what + " is not a JSON object");
+  }
+
+  const Json &get(const char *key) const {
+    auto it = obj.find(key);
+    if (it == obj.end())
+      throw RtError(what + " lacks \"" + key + "\"");
+    return *it;
+  }
+  bool has(const char *key) const { return obj.find(key) != obj.end(); }
+
+  std::string str(const char *key) const {
+    const Json &v = get(key);
+    if (!v.is_string())
+      throw RtError(what + ": \"" + key + "\" is not a string");
+    return v.get<std::string>();
+  }
+  int64_t integer(const char *key, int64_t min = 0) const {
+    const Json &v = get(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < min)
+      throw RtError(what + ": \"" + key +
+                    "\" is not an integer >= " + std::to_string(min));
+    return v.get<int64_t>();
+  }
+  bool boolean(const char *key, bool dflt) const {
+    if (!has(key))
+      return dflt;
+    const Json &v = get(key);
+    if (!v.is_boolean())
+      throw RtError(what + ": \"" + key + "\" is not a boolean");
+    return v.get<bool>();
+  }
+  std::vector<int64_t> shape(const char *key) const {
+    const Json &v = get(key);
+    std::vector<int64_t> dims;
+    if (v.is_array())
+      for (const Json &d : v) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 0)
+          break;
+        dims.push_back(d.get<int64_t>());
+      }
+    if (!v.is_array() || dims.size() != v.size())
+      throw RtError(what + ": \"" + key +
+                    "\" is not a list of non-negative integers");
+    return dims;
+  }
+  const Json &list(const char *key) const {
+    const Json &v = get(key);
+    if (!v.is_array())
+      throw RtError(what + ": \"" + key + "\" is not a list");
+    return v;
+  }
+
+private:
+  const Json &obj;
+  std::string what;
+};
+
+int64_t product(const std::vector<int64_t> &dims, size_t from = 0) {
+  int64_t n = 1;
+  for (size_t i = from; i < dims.size(); ++i) {
+    if (dims[i] != 0 && n > (int64_t(1) << 50) / dims[i])
+      throw RtError("tensor shape is too large");
+    n *= dims[i];
+  }
+  return n;
+}
+
+Json parseJson(const std::string &text, const std::string &what) {
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    throw RtError(what + " is not valid JSON");
+  return j;
+}
+
+std::string listString(const std::vector<int> &v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+} // namespace
+
+StageDesc parseStageDesc(const std::string &json) {
+  const std::string what = "stage description";
+  Json doc = parseJson(json, what);
+  Reader r(doc, what);
+  std::string format = r.str("format");
+  if (format != "pipec.stage/1")
+    throw RtError("stage description has format \"" + format +
+                  "\"; this runtime reads \"pipec.stage/1\"");
+  int64_t abi = r.integer("abi");
+  if (abi != PIPEC_RT_ABI_VERSION)
+    throw RtError("stage binary was generated for runtime ABI " +
+                  std::to_string(abi) + " but this runtime implements ABI " +
+                  std::to_string(PIPEC_RT_ABI_VERSION));
+  StageDesc d;
+  d.buildId = r.str("build_id");
+  d.numStages = int(r.integer("num_stages", 1));
+  d.stage = int(r.integer("stage"));
+  if (d.stage >= d.numStages)
+    throw RtError(what + ": stage " + std::to_string(d.stage) +
+                  " is not below num_stages " + std::to_string(d.numStages));
+  d.microbatches = r.integer("microbatches", 1);
+  d.microbatch = r.integer("microbatch", 1);
+  d.globalBatch = r.integer("global_batch", 1);
+  if (d.microbatches * d.microbatch != d.globalBatch)
+    throw RtError(what + ": microbatches (" + std::to_string(d.microbatches) +
+                  ") * microbatch (" + std::to_string(d.microbatch) +
+                  ") != global_batch (" + std::to_string(d.globalBatch) + ")");
+  d.schedule = r.has("schedule") ? r.str("schedule") : "";
+  d.arenaBytes = r.integer("arena_bytes");
+  d.loss = r.boolean("loss", false);
+
+  std::set<std::string> names;
+  for (const Json &w : r.list("weights")) {
+    Reader wr(w, what + " weight");
+    WeightSpec spec;
+    spec.name = wr.str("name");
+    Reader named(w, what + " weight '" + spec.name + "'");
+    spec.offset = named.integer("offset");
+    spec.shape = named.shape("shape");
+    std::string dtype = named.has("dtype") ? named.str("dtype") : "f32";
+    if (dtype != "f32")
+      throw RtError(what + " weight '" + spec.name + "' has dtype " + dtype +
+                    "; the runtime stores f32 weights only");
+    spec.bytes = product(spec.shape) * 4;
+    if (spec.offset % 4 != 0 || spec.offset + spec.bytes > d.arenaBytes)
+      throw RtError(what + " weight '" + spec.name + "' at offset " +
+                    std::to_string(spec.offset) + " (" +
+                    std::to_string(spec.bytes) +
+                    " bytes) is misaligned or outside the arena of " +
+                    std::to_string(d.arenaBytes) + " bytes");
+    if (!names.insert(spec.name).second)
+      throw RtError(what + " lists weight '" + spec.name + "' twice");
+    d.weights.push_back(std::move(spec));
+  }
+
+  if (r.has("feeds")) {
+    for (const Json &f : r.list("feeds")) {
+      Reader fr(f, what + " feed");
+      FeedSpec spec;
+      spec.name = fr.str("name");
+      Reader named(f, what + " feed '" + spec.name + "'");
+      std::string kind = named.str("kind");
+      std::string dtype = named.str("dtype");
+      spec.shape = named.shape("shape");
+      if (spec.shape.empty() || spec.shape[0] != d.microbatch)
+        throw RtError(what + " feed '" + spec.name +
+                      "': the leading dimension of \"shape\" must be the "
+                      "microbatch size " +
+                      std::to_string(d.microbatch));
+      spec.sampleElems = product(spec.shape, 1);
+      if (kind == "input") {
+        spec.kind = FeedSpec::Kind::Input;
+        spec.index = named.integer("index");
+        if (dtype != "f32")
+          throw RtError(what + " feed '" + spec.name + "' has dtype " + dtype +
+                        "; model inputs must be f32");
+        spec.bytes = product(spec.shape) * 4;
+      } else if (kind == "labels") {
+        spec.kind = FeedSpec::Kind::Labels;
+        spec.classes = named.integer("classes", 1);
+        if (dtype != "i64")
+          throw RtError(what + " feed '" + spec.name + "' has dtype " + dtype +
+                        "; labels must be i64");
+        spec.bytes = product(spec.shape) * 8;
+      } else {
+        throw RtError(what + " feed '" + spec.name + "' has kind \"" + kind +
+                      "\" (expected \"input\" or \"labels\")");
+      }
+      d.feeds.push_back(std::move(spec));
+    }
+  }
+
+  if (r.has("ops")) {
+    for (const Json &o : r.list("ops")) {
+      Reader orr(o, what + " op");
+      OpSpec spec;
+      spec.name = orr.str("name");
+      Reader named(o, what + " op '" + spec.name + "'");
+      spec.op = named.str("op");
+      spec.outBytes = named.has("out_bytes") ? named.integer("out_bytes") : 0;
+      spec.paramBytes =
+          named.has("param_bytes") ? named.integer("param_bytes") : 0;
+      spec.savedBytes =
+          named.has("saved_bytes") ? named.integer("saved_bytes") : 0;
+      if (named.has("inputs"))
+        for (const Json &in : named.list("inputs")) {
+          if (!in.is_string())
+            throw RtError(what + " op '" + spec.name +
+                          "': \"inputs\" must list op names");
+          spec.inputs.push_back(in.get<std::string>());
+        }
+      d.ops.push_back(std::move(spec));
+    }
+  }
+  return d;
+}
+
+Manifest readManifest(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw RtError("cannot open manifest '" + path + "' (pass --manifest PATH)");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string what = "manifest '" + path + "'";
+  Json doc = parseJson(text.str(), what);
+  Reader r(doc, what);
+  std::string format = r.str("format");
+  if (format != "pipec.manifest/1")
+    throw RtError(what + " has format \"" + format +
+                  "\"; this runtime reads \"pipec.manifest/1\"");
+  Manifest m;
+  m.path = path;
+  m.buildId = r.str("build_id");
+  m.numRanks = int(r.integer("num_ranks", 1));
+  m.microbatches = r.integer("microbatches", 1);
+  m.microbatch = r.integer("microbatch", 1);
+  m.globalBatch = r.integer("global_batch", 1);
+  if (r.has("inputs"))
+    m.numInputs = int(r.list("inputs").size());
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  for (const Json &s : r.list("stages")) {
+    Reader sr(s, what + " stage");
+    ManifestStage st;
+    st.stage = int(sr.integer("stage"));
+    st.binary = sr.has("binary") ? sr.str("binary") : "";
+    if (sr.has("weights")) {
+      std::filesystem::path w = sr.str("weights");
+      st.weights = (w.is_absolute() ? w : dir / w).string();
+    }
+    for (const Json &rank : sr.list("ranks")) {
+      if (!rank.is_number_integer() || rank.get<int64_t>() < 0)
+        throw RtError(what + ": stage " + std::to_string(st.stage) +
+                      " has a rank that is not a non-negative integer");
+      st.ranks.push_back(rank.get<int>());
+    }
+    m.stages.push_back(std::move(st));
+  }
+  return m;
+}
+
+const ManifestStage &manifestStage(const Manifest &manifest, int stage) {
+  for (const ManifestStage &s : manifest.stages)
+    if (s.stage == stage)
+      return s;
+  throw RtError("manifest '" + manifest.path + "' has no stage " +
+                std::to_string(stage));
+}
+
+void checkManifest(const StageDesc &desc, const Manifest &m, int rank,
+                   int worldSize) {
+  const std::string name = m.path;
+  if (desc.buildId != m.buildId)
+    throw RtError("stage binary was built for build " + desc.buildId + " but " +
+                  name + " is for build " + m.buildId);
+  if (m.numRanks != worldSize)
+    throw RtError(name + " is for " + std::to_string(m.numRanks) +
+                  " ranks (num_ranks) but the job has " +
+                  std::to_string(worldSize) + " (mpirun -np)");
+  auto mismatch = [&](const char *field, int64_t mine, int64_t theirs) {
+    if (mine != theirs)
+      throw RtError("stage binary has " + std::string(field) + " " +
+                    std::to_string(mine) + " but " + name + " has " +
+                    std::to_string(theirs));
+  };
+  mismatch("num_stages", desc.numStages, int64_t(m.stages.size()));
+  mismatch("microbatches", desc.microbatches, m.microbatches);
+  mismatch("microbatch", desc.microbatch, m.microbatch);
+  mismatch("global_batch", desc.globalBatch, m.globalBatch);
+
+  std::set<int> stagesSeen, ranksSeen;
+  for (const ManifestStage &s : m.stages) {
+    if (s.stage < 0 || s.stage >= desc.numStages ||
+        !stagesSeen.insert(s.stage).second)
+      throw RtError(name + " lists stage " + std::to_string(s.stage) +
+                    " twice or out of range");
+    // ABI 1 has no collective for replicated stages (data parallelism), so
+    // each stage runs on exactly one rank.
+    if (s.ranks.size() != 1)
+      throw RtError(name + " gives stage " + std::to_string(s.stage) + " " +
+                    std::to_string(s.ranks.size()) +
+                    " ranks; this runtime runs each stage on exactly one rank");
+    for (int r : s.ranks)
+      if (r >= worldSize || !ranksSeen.insert(r).second)
+        throw RtError(name + " gives rank " + std::to_string(r) +
+                      " to two stages or it is outside the job of " +
+                      std::to_string(worldSize) + " ranks");
+  }
+  const ManifestStage &mine = manifestStage(m, desc.stage);
+  bool listed = false;
+  for (int r : mine.ranks)
+    listed |= r == rank;
+  if (!listed)
+    throw RtError("this is stage " + std::to_string(desc.stage) + " on rank " +
+                  std::to_string(rank) + " but " + name + " runs stage " +
+                  std::to_string(desc.stage) + " on ranks " +
+                  listString(mine.ranks) +
+                  " (check the order of the mpirun MPMD line)");
+}
+
+} // namespace rt
+} // namespace pipec

@@ -1,0 +1,114 @@
+//===- stage.h - Stage description and manifest -----------------*- C++ -*-===//
+//
+// Part of pipec's runtime core.
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// The two JSON documents a stage executable starts from: its own stage
+/// description (`pipec.stage/1`, compiled into the binary) and the build's
+/// manifest (`pipec.manifest/1`, a file). See runtime/README.md for both.
+/// Parsing validates everything the runtime later relies on, so the rest of
+/// the runtime can index without checks; failures throw RtError.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEC_RUNTIME_CORE_STAGE_H
+#define PIPEC_RUNTIME_CORE_STAGE_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipec {
+namespace rt {
+
+/// A weight of this stage: F32, placed in the arena at `offset`.
+struct WeightSpec {
+  std::string name;
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;
+};
+
+/// One entry of the stage description's "feeds".
+struct FeedSpec {
+  enum class Kind { Input, Labels };
+  Kind kind = Kind::Input;
+  std::string name;
+  /// Model input number (inputs only).
+  int64_t index = 0;
+  /// Microbatch shape; shape[0] is the microbatch size.
+  std::vector<int64_t> shape;
+  /// Number of classes (labels only; bounds synthetic and file labels).
+  int64_t classes = 0;
+  /// Elements of one sample (product of shape[1:]).
+  int64_t sampleElems = 1;
+  /// Bytes of one microbatch (f32 inputs, i64 labels).
+  int64_t bytes = 0;
+};
+
+/// One entry of the stage description's "ops" (profiler metadata).
+struct OpSpec {
+  std::string name;
+  std::string op;
+  int64_t outBytes = 0, paramBytes = 0, savedBytes = 0;
+  std::vector<std::string> inputs;
+};
+
+/// A parsed `pipec.stage/1` document.
+struct StageDesc {
+  std::string buildId;
+  int stage = 0;
+  int numStages = 0;
+  int64_t microbatches = 0, microbatch = 0, globalBatch = 0;
+  std::string schedule;
+  int64_t arenaBytes = 0;
+  std::vector<WeightSpec> weights;
+  std::vector<FeedSpec> feeds;
+  bool loss = false;
+  std::vector<OpSpec> ops;
+};
+
+/// Parses and validates a stage description: format tag, ABI version,
+/// batch arithmetic (microbatches * microbatch == global_batch), weights
+/// inside the arena, feed shapes and dtypes.
+StageDesc parseStageDesc(const std::string &json);
+
+/// One stage of the manifest.
+struct ManifestStage {
+  int stage = 0;
+  std::string binary;
+  /// Weights file, resolved against the manifest's folder ("" if none).
+  std::string weights;
+  std::vector<int> ranks;
+};
+
+/// A parsed `pipec.manifest/1` document.
+struct Manifest {
+  std::string path;
+  std::string buildId;
+  int numRanks = 0;
+  int64_t microbatches = 0, microbatch = 0, globalBatch = 0;
+  std::vector<ManifestStage> stages;
+  /// Number of model inputs listed under "inputs" (-1 when absent).
+  int numInputs = -1;
+};
+
+/// Reads and parses the manifest at `path`.
+Manifest readManifest(const std::string &path);
+
+/// Checks that this binary, this job and the manifest belong together:
+/// build ids, world size, stage count, batch sizes, and that `rank` is
+/// listed for the description's stage. Each mismatch throws one line
+/// naming both values.
+void checkManifest(const StageDesc &desc, const Manifest &manifest, int rank,
+                   int worldSize);
+
+/// The manifest entry of stage `stage` (validated to exist).
+const ManifestStage &manifestStage(const Manifest &manifest, int stage);
+
+} // namespace rt
+} // namespace pipec
+
+#endif // PIPEC_RUNTIME_CORE_STAGE_H

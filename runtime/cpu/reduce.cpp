@@ -1,0 +1,105 @@
+//===- reduce.cpp - Sum reduction (adjoint of broadcasting) ---------------===//
+//
+// Part of pipec. CPU kernel behind pipec_k_reduce_sum (see
+// include/pipec_rt.h for the parameter layout).
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// Y = scale * sum over the reduced dimensions of X, where yStrides[i] gives
+/// Y's element stride for X dimension i (0 along reduced dimensions). X is
+/// walked once in memory order; each contiguous row either adds into a Y row
+/// (the dimension is kept) or collapses into one Y element (it is reduced).
+/// Y is zeroed first, so it is overwritten, never accumulated into.
+///
+//===----------------------------------------------------------------------===//
+
+#include "pipec_rt.h"
+
+#include "cpu/strided.h"
+
+#include <algorithm>
+
+using namespace pipec::rt;
+
+namespace {
+
+/// Number of elements of Y implied by X's dims and Y's strides: one more
+/// than the largest Y offset (Y is dense, so this is the product of its
+/// dims; it is 0 when a kept dimension is empty).
+int64_t impliedYCount(int64_t rank, const int64_t *xDims,
+                      const int64_t *yStrides) {
+  int64_t last = 0;
+  for (int64_t i = 0; i < rank; ++i)
+    if (yStrides[i] != 0)
+      last += (xDims[i] - 1) * yStrides[i];
+  return std::max<int64_t>(last + 1, 0);
+}
+
+/// Sum of a contiguous row, in double with independent lanes so that the
+/// loop vectorises without reassociation flags.
+double sumRow(const float *x, int64_t n) {
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l)
+      lanes[l] += x[i + l];
+  double acc = 0;
+  for (; i < n; ++i)
+    acc += x[i];
+  for (int l = 0; l < kLanes; ++l)
+    acc += lanes[l];
+  return acc;
+}
+
+} // namespace
+
+extern "C" void pipec_k_reduce_sum(void *const *bufs, const int64_t *ints,
+                                   const double *reals) {
+  const float *x = static_cast<const float *>(bufs[0]);
+  float *y = static_cast<float *>(bufs[1]);
+  int64_t rank = ints[0];
+  const int64_t *xDims = ints + 1;
+  const int64_t *yStrides = ints + 1 + rank;
+  const float scale = reals ? float(reals[0]) : 1.0f;
+
+  int64_t yCount = impliedYCount(rank, xDims, yStrides);
+  std::fill(y, y + yCount, 0.0f);
+
+  int64_t xStrides[kMaxDims];
+  if (rank > kMaxDims) {
+    poison(y, yCount);
+    return;
+  }
+  contiguousStrides(rank, xDims, xStrides);
+  StridedNest<2> nest;
+  const int64_t *const strides[2] = {xStrides, yStrides};
+  NestKind kind = canonicalize(rank, xDims, strides, nest);
+  if (kind == NestKind::Empty)
+    return; // Empty X: Y stays all zeros.
+  if (kind == NestKind::TooDeep) {
+    poison(y, yCount);
+    return;
+  }
+
+  // The innermost X stride is 1 after canonicalisation.
+  forEachRow(nest, [&](const int64_t *off, int64_t n, const int64_t *inner) {
+    const float *xRow = x + off[0];
+    float *yRow = y + off[1];
+    int64_t ys = inner[1];
+    if (ys == 1) {
+      for (int64_t i = 0; i < n; ++i)
+        yRow[i] += xRow[i];
+    } else if (ys == 0) {
+      yRow[0] += float(sumRow(xRow, n));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        yRow[i * ys] += xRow[i];
+    }
+  });
+
+  if (scale != 1.0f)
+    for (int64_t i = 0; i < yCount; ++i)
+      y[i] *= scale;
+}

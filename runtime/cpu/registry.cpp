@@ -1,0 +1,54 @@
+//===- registry.cpp - Kernel lookup by symbol name ------------------------===//
+//
+// Part of pipec. Implements pipec_rt_find_kernel (see include/pipec_rt.h).
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// In-process executors (the profiler, conformance tests) call kernels by the
+/// symbol name that generated code links against. The table below lists
+/// every `pipec_k_*` entry point of the ABI; keep it in sync with the header.
+///
+//===----------------------------------------------------------------------===//
+
+#include "pipec_rt.h"
+
+#include <cstring>
+
+namespace {
+
+struct KernelEntry {
+  const char *name;
+  pipec_kernel_fn fn;
+};
+
+#define PIPEC_KERNEL_ENTRY(sym)                                                \
+  { #sym, &sym }
+constexpr KernelEntry kKernels[] = {
+    PIPEC_KERNEL_ENTRY(pipec_k_gemm),
+    PIPEC_KERNEL_ENTRY(pipec_k_batch_matmul),
+    PIPEC_KERNEL_ENTRY(pipec_k_binary),
+    PIPEC_KERNEL_ENTRY(pipec_k_unary),
+    PIPEC_KERNEL_ENTRY(pipec_k_unary_grad),
+    PIPEC_KERNEL_ENTRY(pipec_k_softmax),
+    PIPEC_KERNEL_ENTRY(pipec_k_softmax_grad),
+    PIPEC_KERNEL_ENTRY(pipec_k_reduce_sum),
+    PIPEC_KERNEL_ENTRY(pipec_k_transpose),
+    PIPEC_KERNEL_ENTRY(pipec_k_copy),
+    PIPEC_KERNEL_ENTRY(pipec_k_fill),
+    PIPEC_KERNEL_ENTRY(pipec_k_sce_loss),
+    PIPEC_KERNEL_ENTRY(pipec_k_sce_loss_grad),
+    PIPEC_KERNEL_ENTRY(pipec_k_sgd),
+};
+#undef PIPEC_KERNEL_ENTRY
+
+} // namespace
+
+extern "C" pipec_kernel_fn pipec_rt_find_kernel(const char *name) {
+  if (!name)
+    return nullptr;
+  for (const KernelEntry &entry : kKernels)
+    if (std::strcmp(entry.name, name) == 0)
+      return entry.fn;
+  return nullptr;
+}

@@ -1,0 +1,173 @@
+//===- softmax.cpp - Softmax / log-softmax and their backward -------------===//
+//
+// Part of pipec. CPU kernels behind pipec_k_softmax and pipec_k_softmax_grad
+// (see include/pipec_rt.h for the parameter layouts).
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// The tensor is viewed as [outer, dim, inner] and normalised along `dim`.
+/// With inner == 1 every row is contiguous. Otherwise the kernels sweep
+/// whole [dim, inner-block] panels, keeping one running maximum and sum per
+/// inner position in a small stack buffer, so all memory accesses stay
+/// contiguous. Sums are accumulated in double; exponentials are float.
+///
+/// Every output element is written after the last read of the input
+/// element at the same index, so Y may alias X (and dX may alias dY).
+///
+//===----------------------------------------------------------------------===//
+
+#include "pipec_rt.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace {
+
+/// Inner positions processed together when inner > 1.
+constexpr int64_t kBlock = 256;
+
+/// Parameters shared by the forward and backward kernels.
+struct SoftmaxShape {
+  int64_t outer, dim, inner;
+  bool isLog;
+  explicit SoftmaxShape(const int64_t *ints)
+      : outer(ints[0]), dim(ints[1]), inner(ints[2]), isLog(ints[3] != 0) {}
+  bool empty() const { return outer <= 0 || dim <= 0 || inner <= 0; }
+};
+
+/// Softmax of one contiguous row of n > 0 elements.
+void softmaxRow(const float *x, float *y, int64_t n, bool isLog) {
+  float mx = x[0];
+  for (int64_t d = 1; d < n; ++d)
+    mx = std::max(mx, x[d]);
+  double sum = 0;
+  if (isLog) {
+    for (int64_t d = 0; d < n; ++d)
+      sum += std::exp(x[d] - mx);
+    double lse = double(mx) + std::log(sum);
+    for (int64_t d = 0; d < n; ++d)
+      y[d] = float(double(x[d]) - lse);
+    return;
+  }
+  for (int64_t d = 0; d < n; ++d) {
+    float e = std::exp(x[d] - mx);
+    y[d] = e;
+    sum += e;
+  }
+  float inv = float(1.0 / sum);
+  for (int64_t d = 0; d < n; ++d)
+    y[d] *= inv;
+}
+
+/// Softmax along the middle axis of one [dim, inner] panel, for the inner
+/// positions [0, nb) of the block starting at x / y (row stride `inner`).
+void softmaxPanel(const float *x, float *y, int64_t dim, int64_t inner,
+                  int64_t nb, bool isLog) {
+  float mx[kBlock];
+  double sum[kBlock];
+  for (int64_t j = 0; j < nb; ++j) {
+    mx[j] = x[j];
+    sum[j] = 0;
+  }
+  for (int64_t d = 1; d < dim; ++d)
+    for (int64_t j = 0; j < nb; ++j)
+      mx[j] = std::max(mx[j], x[d * inner + j]);
+  if (isLog) {
+    for (int64_t d = 0; d < dim; ++d)
+      for (int64_t j = 0; j < nb; ++j)
+        sum[j] += std::exp(x[d * inner + j] - mx[j]);
+    for (int64_t j = 0; j < nb; ++j)
+      sum[j] = double(mx[j]) + std::log(sum[j]); // log-sum-exp
+    for (int64_t d = 0; d < dim; ++d)
+      for (int64_t j = 0; j < nb; ++j)
+        y[d * inner + j] = float(double(x[d * inner + j]) - sum[j]);
+    return;
+  }
+  for (int64_t d = 0; d < dim; ++d)
+    for (int64_t j = 0; j < nb; ++j) {
+      float e = std::exp(x[d * inner + j] - mx[j]);
+      y[d * inner + j] = e;
+      sum[j] += e;
+    }
+  float inv[kBlock];
+  for (int64_t j = 0; j < nb; ++j)
+    inv[j] = float(1.0 / sum[j]);
+  for (int64_t d = 0; d < dim; ++d)
+    for (int64_t j = 0; j < nb; ++j)
+      y[d * inner + j] *= inv[j];
+}
+
+/// Backward of one [dim, inner] panel restricted to inner positions [0, nb).
+/// inner == 1 (a contiguous row) is the special case nb == inner == 1.
+void softmaxGradPanel(const float *y, const float *dy, float *dx, int64_t dim,
+                      int64_t inner, int64_t nb, bool isLog) {
+  double acc[kBlock];
+  float s[kBlock];
+  for (int64_t j = 0; j < nb; ++j)
+    acc[j] = 0;
+  if (isLog) {
+    // dX = dY - exp(Y) * sum(dY)
+    for (int64_t d = 0; d < dim; ++d)
+      for (int64_t j = 0; j < nb; ++j)
+        acc[j] += dy[d * inner + j];
+    for (int64_t j = 0; j < nb; ++j)
+      s[j] = float(acc[j]);
+    for (int64_t d = 0; d < dim; ++d)
+      for (int64_t j = 0; j < nb; ++j) {
+        int64_t k = d * inner + j;
+        dx[k] = dy[k] - std::exp(y[k]) * s[j];
+      }
+    return;
+  }
+  // dX = Y * (dY - sum(dY * Y))
+  for (int64_t d = 0; d < dim; ++d)
+    for (int64_t j = 0; j < nb; ++j)
+      acc[j] += double(dy[d * inner + j]) * double(y[d * inner + j]);
+  for (int64_t j = 0; j < nb; ++j)
+    s[j] = float(acc[j]);
+  for (int64_t d = 0; d < dim; ++d)
+    for (int64_t j = 0; j < nb; ++j) {
+      int64_t k = d * inner + j;
+      dx[k] = y[k] * (dy[k] - s[j]);
+    }
+}
+
+} // namespace
+
+extern "C" void pipec_k_softmax(void *const *bufs, const int64_t *ints,
+                                const double *reals) {
+  const float *x = static_cast<const float *>(bufs[0]);
+  float *y = static_cast<float *>(bufs[1]);
+  SoftmaxShape s(ints);
+  if (s.empty())
+    return;
+  int64_t panel = s.dim * s.inner;
+  for (int64_t o = 0; o < s.outer; ++o) {
+    const float *xo = x + o * panel;
+    float *yo = y + o * panel;
+    if (s.inner == 1) {
+      softmaxRow(xo, yo, s.dim, s.isLog);
+      continue;
+    }
+    for (int64_t j0 = 0; j0 < s.inner; j0 += kBlock)
+      softmaxPanel(xo + j0, yo + j0, s.dim, s.inner,
+                   std::min(kBlock, s.inner - j0), s.isLog);
+  }
+}
+
+extern "C" void pipec_k_softmax_grad(void *const *bufs, const int64_t *ints,
+                                     const double *reals) {
+  const float *y = static_cast<const float *>(bufs[0]);
+  const float *dy = static_cast<const float *>(bufs[1]);
+  float *dx = static_cast<float *>(bufs[2]);
+  SoftmaxShape s(ints);
+  if (s.empty())
+    return;
+  int64_t panel = s.dim * s.inner;
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t j0 = 0; j0 < s.inner; j0 += kBlock)
+      softmaxGradPanel(y + o * panel + j0, dy + o * panel + j0,
+                       dx + o * panel + j0, s.dim, s.inner,
+                       std::min(kBlock, s.inner - j0), s.isLog);
+}

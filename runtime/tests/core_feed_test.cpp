@@ -1,0 +1,162 @@
+//===- core_feed_test.cpp - Synthetic data
+//---------------------------------===//
+//
+// Part of pipec's runtime tests. The synthetic data must be a function of
+// (seed, global sample, element) only, so that runs with any stage and
+// microbatch split see the same samples.
+//
+//===----------------------------------------------------------------------===//
+
+#include "core/feed.h"
+#include "core/npy.h"
+#include "core_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+using namespace pipec;
+using namespace pipec::rt;
+
+namespace {
+
+FeedSpec inputSpec(int64_t b, std::vector<int64_t> sampleDims, int64_t index) {
+  FeedSpec s;
+  s.kind = FeedSpec::Kind::Input;
+  s.name = "x";
+  s.index = index;
+  s.shape = {b};
+  s.shape.insert(s.shape.end(), sampleDims.begin(), sampleDims.end());
+  for (int64_t d : sampleDims)
+    s.sampleElems *= d;
+  s.bytes = b * s.sampleElems * 4;
+  return s;
+}
+
+FeedSpec labelSpec(int64_t b, int64_t classes) {
+  FeedSpec s;
+  s.kind = FeedSpec::Kind::Labels;
+  s.name = "y";
+  s.shape = {b};
+  s.classes = classes;
+  s.bytes = b * 8;
+  return s;
+}
+
+/// The whole global batch of step `step`, assembled from microbatches of
+/// size b.
+template <typename T>
+std::vector<T> globalBatch(const Feed &feed, int64_t step, int64_t B) {
+  int64_t b = feed.spec().shape[0], n = feed.spec().sampleElems;
+  std::vector<T> out(size_t(B * n));
+  for (int64_t mb = 0; mb < B / b; ++mb)
+    feed.fill(step, mb, out.data() + mb * b * n);
+  return out;
+}
+
+} // namespace
+
+TEST(CoreSyntheticData, Splitmix64MatchesTheReferenceSequence) {
+  // splitmix64 with state 0: the first two outputs of Vigna's reference
+  // generator (state += 0x9E3779B97F4A7C15 before each output).
+  EXPECT_EQ(splitmix64(0), 0xE220A8397B1DCDAFull);
+  EXPECT_EQ(splitmix64(0x9E3779B97F4A7C15ull), 0x6E789E6AA1B965F4ull);
+}
+
+TEST(CoreSyntheticData, FollowsTheDocumentedFormula) {
+  // README: h = mix(mix(mix(mix(seed) ^ stream) ^ sample) ^ element),
+  // input = (h >> 40) * 2^-23 - 1 with stream 1 + k; label = h mod C, stream 0.
+  uint64_t seed = 42, sample = 1234, element = 5;
+  uint64_t h = splitmix64(
+      splitmix64(splitmix64(splitmix64(seed) ^ 2) ^ sample) ^ element);
+  EXPECT_EQ(syntheticInput(seed, 1, sample, element),
+            float(double(h >> 40) / 8388608.0 - 1.0));
+  uint64_t hl = splitmix64(
+      splitmix64(splitmix64(splitmix64(seed) ^ 0) ^ sample) ^ element);
+  EXPECT_EQ(syntheticLabel(seed, sample, element, 10), int64_t(hl % 10));
+
+  // A feed's microbatches use exactly these functions: labels of [b, 3]
+  // (element = index inside the sample) and inputs of model input 1.
+  FeedSpec labels = labelSpec(2, 10);
+  labels.shape = {2, 3};
+  labels.sampleElems = 3;
+  labels.bytes = 48;
+  int64_t y[6];
+  Feed(labels, 4, seed).fill(5, 1, y); // samples 22, 23
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(y[i], syntheticLabel(seed, 22 + i / 3, i % 3, 10));
+  float x[2 * 5];
+  Feed(inputSpec(2, {5}, 1), 4, seed).fill(5, 1, x);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(x[i], syntheticInput(seed, 1, 22 + i / 5, i % 5));
+}
+
+TEST(CoreSyntheticData, IsDeterministicAndSeedDependent) {
+  Feed a(inputSpec(4, {3, 2}, 0), 8, 7), b(inputSpec(4, {3, 2}, 0), 8, 7),
+      c(inputSpec(4, {3, 2}, 0), 8, 8), d(inputSpec(4, {3, 2}, 1), 8, 7);
+  auto va = globalBatch<float>(a, 3, 8), vb = globalBatch<float>(b, 3, 8),
+       vc = globalBatch<float>(c, 3, 8), vd = globalBatch<float>(d, 3, 8);
+  EXPECT_EQ(va, vb);
+  EXPECT_NE(va, vc);
+  EXPECT_NE(va, vd); // model inputs are independent streams
+  EXPECT_NE(va, globalBatch<float>(a, 4, 8)); // steps differ
+  for (float v : va) {
+    EXPECT_GE(v, -1.0f);
+    EXPECT_LT(v, 1.0f);
+  }
+  // Sample i of step t is global sample t * B + i, element e at i * n + e.
+  EXPECT_EQ(va[2 * 6 + 5], syntheticInput(7, 0, 3 * 8 + 2, 5));
+}
+
+TEST(CoreSyntheticData, IsIndependentOfTheMicrobatchSplit) {
+  const int64_t B = 12;
+  for (int64_t step : {0, 1, 5}) {
+    auto whole = globalBatch<float>(Feed(inputSpec(12, {5}, 0), B, 3), step, B);
+    for (int64_t b : {1, 2, 3, 4, 6})
+      EXPECT_EQ(globalBatch<float>(Feed(inputSpec(b, {5}, 0), B, 3), step, B),
+                whole)
+          << "microbatch " << b << " step " << step;
+    auto labels = globalBatch<int64_t>(Feed(labelSpec(12, 10), B, 3), step, B);
+    for (int64_t b : {1, 4, 6})
+      EXPECT_EQ(globalBatch<int64_t>(Feed(labelSpec(b, 10), B, 3), step, B),
+                labels);
+  }
+  // Steps of a smaller global batch walk the same sample sequence: samples
+  // 12..15 are step 3 of B = 4 and step 1, microbatch 1 of B = 8, b = 4.
+  std::vector<float> x(20), y(20);
+  Feed(inputSpec(4, {5}, 0), 4, 3).fill(3, 0, x.data());
+  Feed(inputSpec(4, {5}, 0), 8, 3).fill(1, 1, y.data());
+  EXPECT_EQ(x, y);
+}
+
+TEST(CoreSyntheticData, LabelsCoverTheClasses) {
+  Feed f(labelSpec(50, 7), 50, 0);
+  std::set<int64_t> seen;
+  for (int64_t step = 0; step < 4; ++step)
+    for (int64_t v : globalBatch<int64_t>(f, step, 50)) {
+      EXPECT_GE(v, 0);
+      EXPECT_LT(v, 7);
+      seen.insert(v);
+    }
+  EXPECT_EQ(seen.size(), 7u);
+}
+
+TEST(CoreSyntheticData, FileFeedsAreIndependentOfTheMicrobatchSplitToo) {
+  coretest::TempDir tmp;
+  std::vector<float> rows(7 * 3);
+  for (size_t i = 0; i < rows.size(); ++i)
+    rows[i] = float(i);
+  std::string error;
+  ASSERT_TRUE(npy::writeFile(tmp / "x.npy", "<f4", {7, 3}, rows.data(),
+                             rows.size() * 4, error));
+  const int64_t B = 4;
+  auto whole = globalBatch<float>(
+      Feed::fromNpy(inputSpec(4, {3}, 0), B, tmp / "x.npy"), 2, B);
+  for (int64_t b : {1, 2})
+    EXPECT_EQ(globalBatch<float>(
+                  Feed::fromNpy(inputSpec(b, {3}, 0), B, tmp / "x.npy"), 2, B),
+              whole);
+  // Step 2 holds samples 8..11 = rows 1..4 of the 7-row file.
+  EXPECT_EQ(whole[0], 3.0f);
+  EXPECT_EQ(whole.back(), 14.0f);
+}

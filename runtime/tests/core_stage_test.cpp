@@ -1,0 +1,234 @@
+//===- core_stage_test.cpp - Stage description, manifest, flags -----------===//
+//
+// Part of pipec's runtime tests.
+//
+//===----------------------------------------------------------------------===//
+
+#include "core/error.h"
+#include "core/options.h"
+#include "core/stage.h"
+#include "core_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+using namespace pipec;
+using namespace pipec::rt;
+using Json = nlohmann::json;
+
+namespace {
+
+Json validDesc() {
+  return Json::parse(R"({
+    "format": "pipec.stage/1", "abi": 1, "build_id": "3f9a",
+    "stage": 1, "num_stages": 2,
+    "microbatches": 4, "microbatch": 2, "global_batch": 8,
+    "schedule": "gpipe", "arena_bytes": 1024,
+    "weights": [{"name": "fc.weight", "offset": 0, "shape": [4, 3], "dtype": "f32"},
+                {"name": "fc.bias", "offset": 64, "shape": [3]}],
+    "feeds": [{"kind": "labels", "name": "labels", "shape": [2], "dtype": "i64", "classes": 3}],
+    "loss": true,
+    "ops": [{"name": "/fc/Gemm", "op": "Gemm", "out_bytes": 24, "param_bytes": 60,
+             "saved_bytes": 32, "inputs": ["/in"]}, {"name": "/loss", "op": "SCE"}]
+  })");
+}
+
+Json validManifest() {
+  return Json::parse(R"({
+    "format": "pipec.manifest/1", "build_id": "3f9a", "num_ranks": 2,
+    "microbatches": 4, "microbatch": 2, "global_batch": 8,
+    "stages": [{"stage": 0, "binary": "stage0", "weights": "weights/stage0.safetensors", "ranks": [0]},
+               {"stage": 1, "binary": "stage1", "weights": "weights/stage1.safetensors", "ranks": [1]}],
+    "inputs": [{"name": "x", "shape": [8, 4], "dtype": "f32"}]
+  })");
+}
+
+std::string descError(const Json &j) {
+  try {
+    parseStageDesc(j.dump());
+  } catch (const RtError &e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+/// Writes `m` as manifest.json into `dir` and checks it against `desc`.
+std::string manifestError(const coretest::TempDir &dir, const Json &m,
+                          const Json &desc, int rank, int worldSize) {
+  coretest::writeBytes(dir / "manifest.json", m.dump());
+  try {
+    checkManifest(parseStageDesc(desc.dump()),
+                  readManifest(dir / "manifest.json"), rank, worldSize);
+  } catch (const RtError &e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool contains(const std::string &s, const std::string &part) {
+  return s.find(part) != std::string::npos;
+}
+
+} // namespace
+
+TEST(CoreStageDesc, ParsesTheDocumentedExample) {
+  StageDesc d = parseStageDesc(validDesc().dump());
+  EXPECT_EQ(d.buildId, "3f9a");
+  EXPECT_EQ(d.stage, 1);
+  EXPECT_EQ(d.numStages, 2);
+  EXPECT_EQ(d.globalBatch, 8);
+  ASSERT_EQ(d.weights.size(), 2u);
+  EXPECT_EQ(d.weights[0].bytes, 48);
+  EXPECT_EQ(d.weights[1].offset, 64);
+  ASSERT_EQ(d.feeds.size(), 1u);
+  EXPECT_EQ(d.feeds[0].kind, FeedSpec::Kind::Labels);
+  EXPECT_EQ(d.feeds[0].bytes, 16);
+  EXPECT_EQ(d.feeds[0].classes, 3);
+  EXPECT_TRUE(d.loss);
+  ASSERT_EQ(d.ops.size(), 2u);
+  EXPECT_EQ(d.ops[0].savedBytes, 32);
+  EXPECT_EQ(d.ops[0].inputs, std::vector<std::string>{"/in"});
+  EXPECT_TRUE(d.ops[1].inputs.empty());
+}
+
+TEST(CoreStageDesc, RejectsInconsistentDescriptions) {
+  Json j = validDesc();
+  j["format"] = "pipec.stage/2";
+  EXPECT_TRUE(contains(descError(j), "\"pipec.stage/2\""));
+  j = validDesc();
+  j["abi"] = 7;
+  EXPECT_TRUE(contains(descError(j), "runtime ABI 7"));
+  j = validDesc();
+  j["global_batch"] = 9;
+  EXPECT_TRUE(contains(descError(j), "!= global_batch (9)"));
+  j = validDesc();
+  j["weights"][1]["offset"] = 1020;
+  EXPECT_TRUE(contains(descError(j), "'fc.bias' at offset 1020"));
+  j = validDesc();
+  j["feeds"][0]["shape"] = {3};
+  EXPECT_TRUE(contains(descError(j), "microbatch size 2"));
+  j = validDesc();
+  j["feeds"][0]["dtype"] = "f32";
+  EXPECT_TRUE(contains(descError(j), "labels must be i64"));
+  j = validDesc();
+  j.erase("arena_bytes");
+  EXPECT_TRUE(contains(descError(j), "lacks \"arena_bytes\""));
+  EXPECT_TRUE(contains(descError(Json::array()), "not a JSON object"));
+}
+
+TEST(CoreManifest, AcceptsAMatchingJob) {
+  coretest::TempDir tmp;
+  EXPECT_EQ(manifestError(tmp, validManifest(), validDesc(), 1, 2),
+            "(no error)");
+  Manifest m = readManifest(tmp / "manifest.json");
+  EXPECT_EQ(m.numInputs, 1);
+  EXPECT_EQ(manifestStage(m, 1).weights, tmp / "weights/stage1.safetensors");
+}
+
+TEST(CoreManifest, EachMismatchNamesBothValues) {
+  coretest::TempDir tmp;
+  Json m = validManifest();
+  m["build_id"] = "77c1";
+  std::string e = manifestError(tmp, m, validDesc(), 1, 2);
+  EXPECT_TRUE(contains(e, "stage binary was built for build 3f9a but "));
+  EXPECT_TRUE(contains(e, "manifest.json is for build 77c1")) << e;
+
+  e = manifestError(tmp, validManifest(), validDesc(), 1, 3);
+  EXPECT_TRUE(contains(e, "is for 2 ranks (num_ranks) but the job has 3")) << e;
+
+  e = manifestError(tmp, validManifest(), validDesc(), 0, 2);
+  EXPECT_TRUE(contains(e, "this is stage 1 on rank 0 but")) << e;
+  EXPECT_TRUE(contains(e, "runs stage 1 on ranks [1]")) << e;
+
+  m = validManifest();
+  m["microbatch"] = 4;
+  e = manifestError(tmp, m, validDesc(), 1, 2);
+  EXPECT_TRUE(contains(e, "microbatch 2 but")) << e;
+
+  m = validManifest();
+  m["format"] = "pipec.plan/1";
+  EXPECT_TRUE(
+      contains(manifestError(tmp, m, validDesc(), 1, 2), "\"pipec.plan/1\""));
+
+  m = validManifest();
+  m["stages"][1]["ranks"] = {1, 0};
+  EXPECT_TRUE(
+      contains(manifestError(tmp, m, validDesc(), 1, 2), "exactly one rank"));
+
+  coretest::writeBytes(tmp / "broken.json", "{\"format\": ");
+  try {
+    readManifest(tmp / "broken.json");
+    FAIL();
+  } catch (const RtError &err) {
+    EXPECT_TRUE(contains(err.what(), "broken.json' is not valid JSON"));
+  }
+  EXPECT_THROW(readManifest(tmp / "absent.json"), RtError);
+}
+
+//===----------------------------------------------------------------------===//
+// Command line
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+Options parse(std::vector<std::string> args) {
+  std::vector<char *> argv = {const_cast<char *>("stage0")};
+  for (std::string &a : args)
+    argv.push_back(a.data());
+  return parseOptions(int(argv.size()), argv.data());
+}
+
+std::string usageError(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const UsageError &e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+} // namespace
+
+TEST(CoreOptions, DefaultsAndBothFlagSyntaxes) {
+  Options d = parse({});
+  EXPECT_EQ(d.steps, 10);
+  EXPECT_DOUBLE_EQ(d.lr, 0.01);
+  EXPECT_EQ(d.seed, 0u);
+  EXPECT_EQ(d.checkpointEvery, 0);
+  EXPECT_EQ(d.profileWarmup, 1);
+  EXPECT_FALSE(d.quiet);
+
+  Options o =
+      parse({"--steps", "50", "--lr=0.5", "--inputs", "a.npy,b.npy",
+             "--labels=y.npy", "--seed", "18446744073709551615", "--manifest",
+             "/x/manifest.json", "--checkpoint-every=5", "--profile-out",
+             "p.json", "--profile-warmup", "0", "--quiet"});
+  EXPECT_EQ(o.steps, 50);
+  EXPECT_DOUBLE_EQ(o.lr, 0.5);
+  EXPECT_EQ(o.inputs, (std::vector<std::string>{"a.npy", "b.npy"}));
+  EXPECT_EQ(o.labels, "y.npy");
+  EXPECT_EQ(o.seed, 18446744073709551615ull);
+  EXPECT_EQ(o.checkpointEvery, 5);
+  EXPECT_EQ(o.profileOut, "p.json");
+  EXPECT_EQ(o.profileWarmup, 0);
+  EXPECT_TRUE(o.quiet);
+
+  resolveDefaultPaths(o, "stage0");
+  EXPECT_EQ(o.metrics, "/x/metrics.jsonl");
+  EXPECT_EQ(o.checkpointDir, "/x/checkpoints");
+}
+
+TEST(CoreOptions, RejectsBadFlagsWithOneClearMessage) {
+  EXPECT_EQ(usageError({"--step", "3"}), "unknown flag '--step'");
+  EXPECT_EQ(usageError({"--steps"}), "missing value for --steps");
+  EXPECT_TRUE(contains(usageError({"--steps", "0"}), "integer >= 1"));
+  EXPECT_TRUE(contains(usageError({"--steps", "3x"}), "invalid value '3x'"));
+  EXPECT_TRUE(contains(usageError({"--lr", "nan"}), "finite number"));
+  EXPECT_TRUE(contains(usageError({"--seed", "-1"}), "--seed"));
+  EXPECT_TRUE(contains(usageError({"--inputs", "a.npy,,b.npy"}),
+                       "without empty entries"));
+  EXPECT_EQ(usageError({"--quiet=1"}), "--quiet takes no value");
+  EXPECT_EQ(usageError({"--metrics="}), "empty path for --metrics");
+  EXPECT_TRUE(contains(usageText("stage3"), "usage: stage3 "));
+}

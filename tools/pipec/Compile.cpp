@@ -1,0 +1,476 @@
+//===- Compile.cpp - pipec import / compile -------------------------------===//
+//
+// `pipec compile` = import (batch re-specialised to the microbatch size) +
+// the training pipeline (costs, plan, split, autodiff, schedule) + per
+// stage: initial weights (safetensors), lowering to the LLVM dialect, object
+// emission and linking with libpipec_rt; then the manifest and plan.json.
+//
+//===----------------------------------------------------------------------===//
+#include "Driver.h"
+
+#include "passes/PassUtils.h"
+#include "passes/Passes.h"
+#include "pipec/Codegen.h"
+#include "pipec/Import.h"
+#include "pipec/Plan.h"
+
+#include "core/safetensors.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/BuiltinDialect.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/xxhash.h"
+
+#include <chrono>
+
+using namespace mlir;
+using namespace pipec;
+using namespace pipec::driver;
+
+namespace {
+
+/// Prints MLIR diagnostics as "pipec <cmd>: error: 'node': message".
+class DiagnosticPrinter {
+public:
+  DiagnosticPrinter(MLIRContext &ctx, std::string command)
+      : handler(&ctx, [command](Diagnostic &diag) {
+          auto where = [](Location loc) {
+            std::string name = locationName(loc);
+            return name.empty() ? std::string() : "'" + name + "': ";
+          };
+          const char *sev = diag.getSeverity() == DiagnosticSeverity::Error
+                                ? "error"
+                            : diag.getSeverity() == DiagnosticSeverity::Warning
+                                ? "warning"
+                                : "note";
+          llvm::errs() << "pipec " << command << ": " << sev << ": "
+                       << where(diag.getLocation()) << diag.str() << "\n";
+          for (Diagnostic &note : diag.getNotes())
+            llvm::errs() << "  note: " << where(note.getLocation())
+                         << note.str() << "\n";
+          return success();
+        }) {}
+
+private:
+  ScopedDiagnosticHandler handler;
+};
+
+bool parseShapes(const Args &a, std::map<std::string, std::vector<int64_t>> &out,
+                 const std::string &cmd) {
+  std::string spec = a.get("--input-shape");
+  if (spec.empty())
+    return true;
+  for (llvm::StringRef item : llvm::split(spec, ',')) {
+    auto [name, dims] = item.rsplit('=');
+    std::vector<int64_t> shape;
+    for (llvm::StringRef d : llvm::split(dims, 'x')) {
+      int64_t v;
+      if (d.getAsInteger(10, v) || v <= 0) {
+        fail(cmd, "bad --input-shape '" + item.str() +
+                      "' (expected NAME=D0xD1x..., several separated by ',')");
+        return false;
+      }
+      shape.push_back(v);
+    }
+    out[name.str()] = shape;
+  }
+  return true;
+}
+
+void registerAll(DialectRegistry &registry) {
+  registerImportDialects(registry);
+  registry.insert<pipe::PipeDialect, arith::ArithDialect, scf::SCFDialect,
+                  LLVM::LLVMDialect>();
+  registerCodegenTranslations(registry);
+}
+
+std::string hex64(uint64_t v) {
+  std::string s = llvm::utohexstr(v, /*LowerCase=*/true);
+  return std::string(16 - s.size(), '0') + s;
+}
+
+std::string humanBytes(int64_t bytes) {
+  char buf[32];
+  if (bytes >= (1 << 20))
+    snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
+  else
+    snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+  return buf;
+}
+
+/// Globals (weights) a stage's functions read or write, excluding gradient
+/// accumulators.
+std::vector<ml_program::GlobalOp> stageWeights(ModuleOp module, int64_t stage) {
+  std::vector<ml_program::GlobalOp> result;
+  std::set<std::string> seen;
+  for (const char *kind : {"fwd", "bwd", "step"}) {
+    auto fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, kind));
+    if (!fn)
+      continue;
+    fn.walk([&](ml_program::GlobalLoadOp load) {
+      auto global = module.lookupSymbol<ml_program::GlobalOp>(load.getGlobal());
+      if (!global || global->hasAttr(pipe::attrs::kGradOf) ||
+          !seen.insert(global.getSymName().str()).second)
+        return;
+      result.push_back(global);
+    });
+  }
+  return result;
+}
+
+/// Writes the initial values of `weights` as safetensors.
+bool writeWeights(const std::vector<ml_program::GlobalOp> &weights,
+                  const std::string &path, const std::string &buildId,
+                  std::string &error) {
+  std::vector<std::vector<float>> storage;
+  std::vector<safetensors::TensorRef> tensors;
+  storage.reserve(weights.size());
+  for (ml_program::GlobalOp g : weights) {
+    auto type = cast<RankedTensorType>(g.getType());
+    std::vector<float> data;
+    Attribute value = g.getValue().value_or(Attribute());
+    if (auto res = dyn_cast_or_null<DenseResourceElementsAttr>(value)) {
+      AsmResourceBlob *blob = res.getRawHandle().getBlob();
+      if (!blob) {
+        error = "weight '" + g.getSymName().str() + "' has no data";
+        return false;
+      }
+      ArrayRef<char> raw = blob->getData();
+      data.resize(raw.size() / sizeof(float));
+      std::memcpy(data.data(), raw.data(), data.size() * sizeof(float));
+    } else if (auto dense = dyn_cast_or_null<DenseElementsAttr>(value)) {
+      for (float f : dense.getValues<float>())
+        data.push_back(f);
+    } else {
+      error = "weight '" + g.getSymName().str() + "' has no initial value";
+      return false;
+    }
+    if (static_cast<int64_t>(data.size()) != type.getNumElements()) {
+      error = "weight '" + g.getSymName().str() + "' has " +
+              std::to_string(data.size()) + " values for " +
+              std::to_string(type.getNumElements()) + " elements";
+      return false;
+    }
+    storage.push_back(std::move(data));
+    tensors.push_back({g.getSymName().str(), "F32",
+                       std::vector<int64_t>(type.getShape().begin(),
+                                            type.getShape().end()),
+                       storage.back().data()});
+  }
+  return safetensors::writeFile(path, tensors,
+                                {{"format", "pipec.weights/1"},
+                                 {"build_id", buildId}},
+                                error);
+}
+
+llvm::json::Array shapeJson(ArrayRef<int64_t> shape) {
+  llvm::json::Array a;
+  for (int64_t d : shape)
+    a.push_back(d);
+  return a;
+}
+
+bool writeText(const std::string &path, const std::string &text,
+               std::string &error) {
+  std::string msg;
+  auto out = openOutputFile(path, &msg);
+  if (!out) {
+    error = msg;
+    return false;
+  }
+  out->os() << text;
+  out->keep();
+  return true;
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+} // namespace
+
+int pipec::driver::compileModel(const CompileOptions &o) {
+  const std::string cmd = "compile";
+  auto t0 = std::chrono::steady_clock::now();
+  auto say = [&](const std::string &line) {
+    if (!o.quiet)
+      llvm::outs() << "pipec compile: " << line << "\n";
+  };
+  if (o.stages < 1)
+    return fail(cmd, "--stages must be >= 1");
+  if (o.microbatches < 1)
+    return fail(cmd, "--microbatches must be >= 1");
+  std::string error;
+  int64_t fileBatch = onnxFileBatch(o.model, error);
+  if (fileBatch < 0)
+    return fail(cmd, error);
+  int64_t batch = o.batch ? o.batch : fileBatch;
+  if (batch <= 0)
+    return fail(cmd, "'" + o.model +
+                         "' has a dynamic batch dimension; give the global "
+                         "batch with --batch N");
+  if (batch % o.microbatches)
+    return fail(cmd, "the global batch " + std::to_string(batch) +
+                         " is not divisible into " +
+                         std::to_string(o.microbatches) +
+                         " microbatches; change --batch or --microbatches");
+  int64_t microbatch = batch / o.microbatches;
+
+  DialectRegistry registry;
+  registerAll(registry);
+  MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
+  DiagnosticPrinter printer(ctx, cmd);
+
+  ImportOptions importOptions;
+  importOptions.batch = microbatch;
+  importOptions.inputShapes = o.inputShapes;
+  for (auto &[name, shape] : importOptions.inputShapes)
+    if (!shape.empty())
+      shape[0] = microbatch;
+  auto module = importOnnxFile(ctx, o.model, importOptions, error);
+  if (!module)
+    return fail(cmd, error);
+  int64_t layers = 0, params = 0;
+  module->walk([&](Operation *op) {
+    if (isLayer(op))
+      ++layers;
+    if (auto g = dyn_cast<ml_program::GlobalOp>(op))
+      params += cast<RankedTensorType>(g.getType()).getNumElements();
+  });
+  say("imported " + o.model + ": " + std::to_string(layers) + " layers, " +
+      std::to_string(params) + " parameters; global batch " +
+      std::to_string(batch) + " = " + std::to_string(o.microbatches) +
+      " microbatches of " + std::to_string(microbatch));
+
+  PassManager pm(&ctx);
+  TrainingPipelineOptions tpo;
+  tpo.profile = o.profile;
+  tpo.device = o.device;
+  tpo.stages = o.stages;
+  tpo.loss = o.loss;
+  tpo.schedule = o.schedule;
+  tpo.microbatches = o.microbatches;
+  buildTrainingPipeline(pm, tpo);
+  if (failed(pm.run(*module)))
+    return fail(cmd, "compilation of '" + o.model + "' failed (see above)");
+
+  std::error_code ec = llvm::sys::fs::create_directories(o.outDir + "/weights");
+  if (!ec)
+    ec = llvm::sys::fs::create_directories(o.outDir + "/obj");
+  if (ec)
+    return fail(cmd, "cannot create '" + o.outDir + "': " + ec.message());
+
+  // Build id: the model's bytes and everything that shapes the programs.
+  auto bytes = llvm::MemoryBuffer::getFile(o.model);
+  if (!bytes)
+    return fail(cmd, "cannot read '" + o.model + "'");
+  std::string key = (*bytes)->getBuffer().str();
+  key += "|" + std::to_string(o.stages) + "|" + std::to_string(o.microbatches) +
+         "|" + std::to_string(batch) + "|" + o.schedule + "|" + o.loss + "|" +
+         o.profile + "|" + o.device;
+  std::string buildId = hex64(llvm::xxh3_64bits(llvm::StringRef(key)));
+  std::string modelHash =
+      hex64(llvm::xxh3_64bits((*bytes)->getBuffer()));
+
+  if (o.emitMlir) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    module->print(os, OpPrintingFlags().elideLargeResourceString(64));
+    if (!writeText(o.outDir + "/pipeline.mlir", text, error))
+      return fail(cmd, error);
+  }
+
+  auto planAttr = (*module)->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
+  Plan plan;
+  plan.algorithm = planAttr.getAlgorithm().str();
+  plan.schedule = o.schedule;
+  plan.microbatches = o.microbatches;
+  plan.microbatchSize = microbatch;
+  for (int64_t s = 0; s < static_cast<int64_t>(planAttr.getFirst().size()); ++s)
+    plan.stages.push_back({static_cast<int>(planAttr.getFirst()[s]),
+                           static_cast<int>(planAttr.getLast()[s]),
+                           static_cast<int>(planAttr.getReplicas()[s]),
+                           {static_cast<int>(s)}});
+  if (!writeText(o.outDir + "/plan.json", planToJson(plan) + "\n", error))
+    return fail(cmd, error);
+
+  llvm::json::Array stagesJson;
+  for (int s = 0; s < o.stages; ++s) {
+    auto stageStart = std::chrono::steady_clock::now();
+    std::string weightsRel = "weights/stage" + std::to_string(s) + ".safetensors";
+    auto weights = stageWeights(*module, s);
+    int64_t weightBytes = 0;
+    for (auto g : weights)
+      weightBytes += nn::tensorBytes(g.getType());
+    if (!writeWeights(weights, o.outDir + "/" + weightsRel, buildId, error))
+      return fail(cmd, error);
+
+    OwningOpRef<ModuleOp> stageModule = module->clone();
+    PassManager lower(&ctx);
+    buildStageLoweringPipeline(lower, s, buildId);
+    if (failed(lower.run(*stageModule)))
+      return fail(cmd, "lowering stage " + std::to_string(s) + " failed");
+    int64_t arena = 0;
+    if (auto a = (*stageModule)->getAttrOfType<IntegerAttr>("pipec.arena_bytes"))
+      arena = a.getInt();
+    std::string obj = o.outDir + "/obj/stage" + std::to_string(s) + ".o";
+    std::string exe = o.outDir + "/stage" + std::to_string(s);
+    if (!emitObjectFile(*stageModule, obj, error) ||
+        !linkExecutable({obj}, exe, error))
+      return fail(cmd, error);
+    say("stage " + std::to_string(s) + ": layers " +
+        std::to_string(plan.stages[s].firstLayer) + "-" +
+        std::to_string(plan.stages[s].lastLayer) + ", " +
+        std::to_string(weights.size()) + " weights (" +
+        humanBytes(weightBytes) + "), arena " + humanBytes(arena) + " -> " +
+        exe + " (" + std::to_string(since(stageStart)).substr(0, 4) + " s)");
+    stagesJson.push_back(llvm::json::Object{
+        {"stage", s},
+        {"binary", "stage" + std::to_string(s)},
+        {"weights", weightsRel},
+        {"ranks", llvm::json::Array{s}}});
+  }
+
+  // Model inputs and labels, at the global batch.
+  llvm::json::Array inputs;
+  llvm::json::Value labels = nullptr;
+  auto names = (*module)->getAttrOfType<ArrayAttr>("pipec.inputs");
+  for (int s = 0; s < o.stages; ++s) {
+    auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd"));
+    for (unsigned i = 0; i < fwd.getNumArguments(); ++i) {
+      auto feed = fwd.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFeed);
+      if (!feed)
+        continue;
+      auto t = cast<RankedTensorType>(fwd.getArgumentTypes()[i]);
+      SmallVector<int64_t> shape(t.getShape());
+      if (!shape.empty())
+        shape[0] = batch;
+      if (feed.getInt() < 0) {
+        int64_t classes = 0;
+        for (Operation *user : fwd.getArgument(i).getUsers())
+          if (auto loss = dyn_cast<nn::SoftmaxCrossEntropyLossOp>(user))
+            classes = cast<RankedTensorType>(loss.getScores().getType())
+                          .getDimSize(1);
+        labels = llvm::json::Object{
+            {"shape", shapeJson(shape)}, {"dtype", "i64"}, {"classes", classes}};
+        continue;
+      }
+      if (static_cast<int64_t>(inputs.size()) > feed.getInt())
+        continue;
+      inputs.push_back(llvm::json::Object{
+          {"name", names ? cast<StringAttr>(names[feed.getInt()]).str() : ""},
+          {"shape", shapeJson(shape)},
+          {"dtype", t.getElementType().isF32() ? "f32" : "i64"}});
+    }
+  }
+  llvm::json::Object manifest{
+      {"format", "pipec.manifest/1"},
+      {"build_id", buildId},
+      {"model", llvm::sys::path::filename(o.model).str()},
+      {"model_hash", modelHash},
+      {"schedule", o.schedule},
+      {"microbatches", o.microbatches},
+      {"microbatch", microbatch},
+      {"global_batch", batch},
+      {"num_stages", o.stages},
+      {"num_ranks", o.stages},
+      {"stages", std::move(stagesJson)},
+      {"inputs", std::move(inputs)},
+      {"labels", std::move(labels)}};
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
+  if (!writeText(o.outDir + "/manifest.json", text, error))
+    return fail(cmd, error);
+  say("wrote " + o.outDir + "/manifest.json (build " + buildId + ") in " +
+      std::to_string(since(t0)).substr(0, 4) + " s; run: pipec train " +
+      o.outDir);
+  return 0;
+}
+
+int pipec::driver::runCompile(const std::vector<std::string> &argv) {
+  Args a("compile", argv);
+  a.positional("MODEL.onnx", "the model to compile")
+      .opt("-o", "output folder", "out")
+      .opt("--stages", "pipeline stages (one process each)", "1")
+      .opt("--microbatches", "microbatches per step (the global batch is "
+                             "split into them)", "1")
+      .opt("--batch", "global batch (default: the model's batch dimension)")
+      .opt("--schedule", "gpipe or 1f1b-flush", "1f1b-flush")
+      .opt("--profile", "pipec.profile/1 with measured op times for planning")
+      .opt("--device", "analytic cost model when no profile: cpu, v100, a100, "
+                       "h100", "cpu")
+      .opt("--loss", "cross-entropy (against integer labels) or model (output "
+                     "0 is the loss)", "cross-entropy")
+      .opt("--input-shape", "static shapes NAME=D0xD1..., comma-separated")
+      .flag("--emit-mlir", "also write OUT/pipeline.mlir")
+      .flag("--quiet", "no progress lines");
+  if (!a.parse())
+    return a.helpShown ? 0 : 2;
+  if (a.positionals().size() != 1)
+    return fail("compile", "expected one MODEL.onnx", 2);
+  CompileOptions o;
+  o.model = a.positionals()[0];
+  o.outDir = a.get("-o");
+  int64_t stages, micro, batch = 0;
+  if (!a.getInt("--stages", stages, 1) ||
+      !a.getInt("--microbatches", micro, 1) ||
+      (a.has("--batch") && !a.getInt("--batch", batch, 1)))
+    return 2;
+  o.stages = stages;
+  o.microbatches = micro;
+  o.batch = batch;
+  o.schedule = a.get("--schedule");
+  o.profile = a.get("--profile");
+  o.device = a.get("--device");
+  o.loss = a.get("--loss");
+  o.emitMlir = a.has("--emit-mlir");
+  o.quiet = a.has("--quiet");
+  if (!parseShapes(a, o.inputShapes, "compile"))
+    return 2;
+  return compileModel(o);
+}
+
+int pipec::driver::runImport(const std::vector<std::string> &argv) {
+  Args a("import", argv);
+  a.positional("MODEL.onnx", "the model to import")
+      .opt("-o", "output file", "-")
+      .opt("--batch", "leading dimension of every input (default: the file's)")
+      .opt("--input-shape", "static shapes NAME=D0xD1..., comma-separated");
+  if (!a.parse())
+    return a.helpShown ? 0 : 2;
+  if (a.positionals().size() != 1)
+    return fail("import", "expected one MODEL.onnx", 2);
+  ImportOptions options;
+  if (a.has("--batch") && !a.getInt("--batch", options.batch, 1))
+    return 2;
+  if (!parseShapes(a, options.inputShapes, "import"))
+    return 2;
+  DialectRegistry registry;
+  registerAll(registry);
+  MLIRContext ctx(registry);
+  std::string error;
+  auto module = importOnnxFile(ctx, a.positionals()[0], options, error);
+  if (!module)
+    return fail("import", error);
+  std::string msg;
+  auto out = openOutputFile(a.get("-o"), &msg);
+  if (!out)
+    return fail("import", msg);
+  module->print(out->os(), OpPrintingFlags().enableDebugInfo(true, true));
+  out->os() << "\n";
+  out->keep();
+  return 0;
+}

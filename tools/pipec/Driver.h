@@ -1,0 +1,85 @@
+//===- Driver.h - pipec subcommands -----------------------------*- C++ -*-===//
+#ifndef PIPEC_TOOLS_PIPEC_DRIVER_H
+#define PIPEC_TOOLS_PIPEC_DRIVER_H
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pipec::driver {
+
+/// A tiny option parser: `--name value`, `--name=value`, flags, positionals.
+class Args {
+public:
+  Args(std::string command, std::vector<std::string> args)
+      : command(std::move(command)), raw(std::move(args)) {}
+
+  /// Declares an option taking a value.
+  Args &opt(const std::string &name, const std::string &help,
+            const std::string &dflt = "");
+  /// Declares a boolean flag.
+  Args &flag(const std::string &name, const std::string &help);
+  /// Declares the positional argument(s).
+  Args &positional(const std::string &name, const std::string &help);
+
+  /// Parses; on error prints one line + usage and returns false. Sets
+  /// `helpShown` when --help was given (the caller returns 0).
+  bool parse();
+  bool helpShown = false;
+
+  std::string get(const std::string &name) const;
+  bool has(const std::string &name) const;
+  bool getInt(const std::string &name, int64_t &out, int64_t min) const;
+  bool getDouble(const std::string &name, double &out) const;
+  const std::vector<std::string> &positionals() const { return pos; }
+  void usage(bool toStdout) const;
+
+private:
+  struct Spec {
+    std::string help, dflt;
+    bool isFlag;
+  };
+  std::string command;
+  std::vector<std::string> raw;
+  std::vector<std::pair<std::string, Spec>> specs;
+  std::string posName, posHelp;
+  std::map<std::string, std::string> values;
+  std::vector<std::string> pos;
+};
+
+/// One error line, "pipec <command>: error: ...".
+int fail(const std::string &command, const std::string &message, int rc = 1);
+
+int runImport(const std::vector<std::string> &args);
+int runProfile(const std::vector<std::string> &args, const char *argv0);
+int runCompile(const std::vector<std::string> &args);
+int runTrain(const std::vector<std::string> &args, const char *argv0);
+
+/// Options of `pipec compile` (also used by `pipec profile`).
+struct CompileOptions {
+  std::string model;
+  std::string outDir;
+  int stages = 1;
+  int microbatches = 1;
+  int64_t batch = 0; // 0: the file's
+  std::string schedule = "1f1b-flush";
+  std::string profile;
+  std::string device = "cpu";
+  std::string loss = "cross-entropy";
+  std::map<std::string, std::vector<int64_t>> inputShapes;
+  bool emitMlir = false;
+  bool quiet = false;
+};
+
+/// Compiles a model into OUT/ (stage executables, weights, manifest).
+/// Returns 0 or prints one error line and returns non-zero.
+int compileModel(const CompileOptions &options);
+
+/// Directory of the running executable (to find sibling tools).
+std::string selfDir(const char *argv0);
+
+} // namespace pipec::driver
+
+#endif // PIPEC_TOOLS_PIPEC_DRIVER_H

@@ -1,0 +1,290 @@
+//===- Train.cpp - pipec train / profile ----------------------------------===//
+//
+// `pipec train OUT/` launches the stage executables as one MPMD job:
+//   mpirun --oversubscribe --bind-to none -np 1 OUT/stage0 ARGS : -np 1 ...
+// (`--dry-run` prints that line; running it by hand is equivalent).
+// `pipec profile` compiles a one-stage program at the requested microbatch
+// and runs it with the runtime's per-op profiler.
+//
+//===----------------------------------------------------------------------===//
+#include "Driver.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdlib>
+#include <thread>
+#include <unistd.h>
+
+using namespace pipec::driver;
+
+std::string pipec::driver::selfDir(const char *argv0) {
+  static int anchor;
+  std::string exe = llvm::sys::fs::getMainExecutable(argv0, &anchor);
+  return llvm::sys::path::parent_path(exe).str();
+}
+
+namespace {
+
+std::string absolute(const std::string &path) {
+  llvm::SmallString<256> p(path);
+  llvm::sys::fs::make_absolute(p);
+  llvm::sys::path::remove_dots(p, /*remove_dot_dot=*/true);
+  return p.str().str();
+}
+
+std::string shellQuote(const std::string &s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
+                                        "KLMNOPQRSTUVWXYZ0123456789-_./=,:+") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s)
+    q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+/// Stage binaries of a build folder, from its manifest.
+bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
+                std::string &error) {
+  auto buffer = llvm::MemoryBuffer::getFile(manifestPath);
+  if (!buffer) {
+    error = "cannot read '" + manifestPath + "' (is this a `pipec compile` "
+            "output folder?)";
+    return false;
+  }
+  auto json = llvm::json::parse((*buffer)->getBuffer());
+  if (!json) {
+    error = "'" + manifestPath + "' is not valid JSON: " +
+            llvm::toString(json.takeError());
+    return false;
+  }
+  auto *obj = json->getAsObject();
+  if (!obj || obj->getString("format") != "pipec.manifest/1") {
+    error = "'" + manifestPath + "' is not a pipec.manifest/1 file";
+    return false;
+  }
+  auto *stages = obj->getArray("stages");
+  if (!stages || stages->empty()) {
+    error = "'" + manifestPath + "' lists no stages";
+    return false;
+  }
+  std::string dir = llvm::sys::path::parent_path(manifestPath).str();
+  for (const llvm::json::Value &s : *stages) {
+    auto *so = s.getAsObject();
+    auto bin = so ? so->getString("binary") : std::nullopt;
+    auto *ranks = so ? so->getArray("ranks") : nullptr;
+    if (!bin || !ranks || ranks->size() != 1) {
+      error = "'" + manifestPath + "': every stage needs a binary and one rank";
+      return false;
+    }
+    std::string path = dir + "/" + bin->str();
+    if (!llvm::sys::fs::can_execute(path)) {
+      error = "stage executable '" + path + "' is missing";
+      return false;
+    }
+    bins.push_back(path);
+  }
+  return true;
+}
+
+/// The mpirun command for `bins`, each with `stageArgs`.
+std::vector<std::string> mpirunCommand(const std::string &mpirun,
+                                       const std::vector<std::string> &bins,
+                                       const std::vector<std::string> &stageArgs) {
+  std::vector<std::string> cmd = {mpirun, "--oversubscribe", "--bind-to",
+                                  "none"};
+  if (geteuid() == 0)
+    cmd.push_back("--allow-run-as-root");
+  cmd.insert(cmd.end(), {"-x", "OPENBLAS_NUM_THREADS"});
+  for (size_t i = 0; i < bins.size(); ++i) {
+    if (i)
+      cmd.push_back(":");
+    cmd.insert(cmd.end(), {"-np", "1", bins[i]});
+    cmd.insert(cmd.end(), stageArgs.begin(), stageArgs.end());
+  }
+  return cmd;
+}
+
+int execute(const std::vector<std::string> &cmd) {
+  std::vector<llvm::StringRef> refs(cmd.begin(), cmd.end());
+  std::string msg;
+  int rc = llvm::sys::ExecuteAndWait(cmd[0], refs, std::nullopt, {}, 0, 0, &msg);
+  if (rc < 0)
+    llvm::errs() << "pipec: error: cannot run " << cmd[0] << ": " << msg
+                 << "\n";
+  return rc;
+}
+
+/// OpenBLAS threads per process: the cores shared among the ranks, unless
+/// the user chose.
+void setBlasThreads(size_t ranks) {
+  if (std::getenv("OPENBLAS_NUM_THREADS"))
+    return;
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  unsigned threads = std::max<unsigned>(1, cores / std::max<size_t>(ranks, 1));
+  setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
+}
+
+std::string findMpirun(const std::string &requested, std::string &error) {
+  auto path = llvm::sys::findProgramByName(requested);
+  if (!path) {
+    error = "cannot find '" + requested +
+            "' (install openmpi-bin, or pass --mpirun PATH)";
+    return "";
+  }
+  return *path;
+}
+
+} // namespace
+
+int pipec::driver::runTrain(const std::vector<std::string> &argv,
+                            const char *argv0) {
+  Args a("train", argv);
+  a.positional("OUT", "a folder written by `pipec compile`")
+      .opt("--steps", "training steps", "10")
+      .opt("--lr", "SGD learning rate", "0.01")
+      .opt("--inputs", ".npy file(s) of model inputs, comma-separated, one "
+                       "per input (default: synthetic)")
+      .opt("--labels", ".npy file of int labels (default: synthetic)")
+      .opt("--seed", "seed of the synthetic data", "0")
+      .opt("--checkpoint-every", "also checkpoint every N steps", "0")
+      .opt("--checkpoint-dir", "checkpoint folder (default OUT/checkpoints)")
+      .opt("--metrics", "metrics file (default OUT/metrics.jsonl)")
+      .opt("--profile-out", "write per-op times (pipec.profile/1)")
+      .opt("--mpirun", "MPI launcher", "mpirun")
+      .flag("--dry-run", "print the mpirun command instead of running it")
+      .flag("--quiet", "no per-step lines");
+  if (!a.parse())
+    return a.helpShown ? 0 : 2;
+  if (a.positionals().size() != 1)
+    return fail("train", "expected the OUT folder of `pipec compile`", 2);
+  std::string out = absolute(a.positionals()[0]);
+  std::string manifest = out + "/manifest.json";
+  std::vector<std::string> bins;
+  std::string error;
+  if (!readStages(manifest, bins, error))
+    return fail("train", error);
+  int64_t steps, every, seed;
+  double lr;
+  if (!a.getInt("--steps", steps, 1) || !a.getDouble("--lr", lr) ||
+      !a.getInt("--checkpoint-every", every, 0) || !a.getInt("--seed", seed, 0))
+    return 2;
+  std::vector<std::string> stageArgs = {
+      "--manifest", manifest, "--steps", std::to_string(steps), "--lr",
+      a.get("--lr"), "--seed", std::to_string(seed), "--checkpoint-every",
+      std::to_string(every)};
+  auto pass = [&](const char *flag, bool isPath) {
+    if (a.has(flag)) {
+      stageArgs.push_back(flag);
+      std::string v = a.get(flag);
+      if (isPath) {
+        std::string joined;
+        for (llvm::StringRef p : llvm::split(v, ','))
+          joined += (joined.empty() ? "" : ",") + absolute(p.str());
+        v = joined;
+      }
+      stageArgs.push_back(v);
+    }
+  };
+  pass("--inputs", true);
+  pass("--labels", true);
+  pass("--checkpoint-dir", true);
+  pass("--metrics", true);
+  pass("--profile-out", true);
+  if (a.has("--quiet"))
+    stageArgs.push_back("--quiet");
+  setBlasThreads(bins.size());
+  std::string mpirun = findMpirun(a.get("--mpirun"), error);
+  if (mpirun.empty())
+    return fail("train", error);
+  std::vector<std::string> cmd = mpirunCommand(mpirun, bins, stageArgs);
+  if (a.has("--dry-run")) {
+    llvm::outs() << "OPENBLAS_NUM_THREADS=" << std::getenv("OPENBLAS_NUM_THREADS");
+    for (const std::string &c : cmd)
+      llvm::outs() << " " << shellQuote(c);
+    llvm::outs() << "\n";
+    return 0;
+  }
+  (void)argv0;
+  int rc = execute(cmd);
+  if (rc != 0)
+    llvm::errs() << "pipec train: error: training failed (exit status " << rc
+                 << ")\n";
+  return rc == 0 ? 0 : 1;
+}
+
+int pipec::driver::runProfile(const std::vector<std::string> &argv,
+                              const char *argv0) {
+  Args a("profile", argv);
+  a.positional("MODEL.onnx", "the model to measure")
+      .opt("-o", "output profile", "profile.json")
+      .opt("--microbatch", "batch size the ops are measured at (default: the "
+                           "model's batch)")
+      .opt("--steps", "measured steps", "20")
+      .opt("--warmup", "unmeasured first steps", "3")
+      .opt("--input-shape", "static shapes NAME=D0xD1..., comma-separated")
+      .opt("--mpirun", "MPI launcher", "mpirun");
+  if (!a.parse())
+    return a.helpShown ? 0 : 2;
+  if (a.positionals().size() != 1)
+    return fail("profile", "expected one MODEL.onnx", 2);
+  int64_t steps, warmup, micro = 0;
+  if (!a.getInt("--steps", steps, 1) || !a.getInt("--warmup", warmup, 0) ||
+      (a.has("--microbatch") && !a.getInt("--microbatch", micro, 1)))
+    return 2;
+  llvm::SmallString<128> tmp;
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueDirectory("pipec-profile", tmp))
+    return fail("profile", "cannot create a temporary folder: " + ec.message());
+  CompileOptions o;
+  o.model = a.positionals()[0];
+  o.outDir = tmp.str().str();
+  o.batch = micro;
+  o.quiet = true;
+  if (a.has("--input-shape")) {
+    for (llvm::StringRef item : llvm::split(a.get("--input-shape"), ',')) {
+      auto [name, dims] = item.rsplit('=');
+      std::vector<int64_t> shape;
+      for (llvm::StringRef d : llvm::split(dims, 'x')) {
+        int64_t v;
+        if (d.getAsInteger(10, v) || v <= 0)
+          return fail("profile", "bad --input-shape '" + item.str() + "'", 2);
+        shape.push_back(v);
+      }
+      o.inputShapes[name.str()] = shape;
+    }
+  }
+  llvm::outs() << "pipec profile: compiling " << o.model << " (one stage)\n";
+  int rc = compileModel(o);
+  if (rc != 0) {
+    llvm::sys::fs::remove_directories(o.outDir);
+    return rc;
+  }
+  std::string error;
+  std::string mpirun = findMpirun(a.get("--mpirun"), error);
+  if (mpirun.empty())
+    return fail("profile", error);
+  std::string outPath = absolute(a.get("-o"));
+  setBlasThreads(1);
+  std::vector<std::string> stageArgs = {
+      "--manifest", o.outDir + "/manifest.json", "--steps",
+      std::to_string(steps + warmup), "--lr", "0", "--profile-out", outPath,
+      "--profile-warmup", std::to_string(warmup), "--quiet",
+      "--checkpoint-dir", o.outDir + "/checkpoints"};
+  llvm::outs() << "pipec profile: measuring " << steps << " steps after "
+               << warmup << " warm-up steps\n";
+  rc = execute(mpirunCommand(mpirun, {o.outDir + "/stage0"}, stageArgs));
+  llvm::sys::fs::remove_directories(o.outDir);
+  if (rc != 0)
+    return fail("profile", "the profiling run failed (exit status " +
+                               std::to_string(rc) + ")");
+  llvm::outs() << "pipec profile: wrote " << outPath << "\n";
+  (void)argv0;
+  return 0;
+}
