@@ -72,7 +72,7 @@ struct PipePlanPass : public pipec::impl::PipePlanPassBase<PipePlanPass> {
 
     PlanResult result = planBalanced(profile, stages);
     if (!result.ok) {
-      module.emitError("cannot plan ") << stages << " stages: " << result.error;
+      module.emitError("cannot plan ") << stages.getValue() << " stages: " << result.error;
       return signalPassFailure();
     }
     const Plan &plan = result.plan;

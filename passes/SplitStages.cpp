@@ -19,6 +19,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <set>
+
 namespace pipec {
 #define GEN_PASS_DEF_PIPESPLITSTAGESPASS
 #include "passes/Passes.h.inc"
@@ -62,16 +64,16 @@ struct PipeSplitStagesPass
       }
       if (isLayer(&op) || !op.getNumResults())
         continue;
-      llvm::SmallSetVector<int64_t, 4> users;
+      std::set<int64_t> users;
       for (Operation *user : op.getUsers())
         if (!isa<func::ReturnOp>(user))
           users.insert(stageOf(user));
       if (users.size() > 1 && isa<ml_program::GlobalLoadOp>(op)) {
         auto load = cast<ml_program::GlobalLoadOp>(op);
-        auto diag = op.emitError("weight '")
+        op.emitError("weight '")
                     << load.getGlobal().getLeafReference().getValue()
-                    << "' is used by stages " << users[0] << " and "
-                    << users[1]
+                    << "' is used by stages " << *users.begin() << " and "
+                    << *std::next(users.begin())
                     << "; parameters shared across stages (tied weights) "
                        "must stay in one stage";
         return signalPassFailure();

@@ -134,6 +134,15 @@ LogicalResult PipelineOp::verifyRegions() {
              << program.getStage() << " has more than one program";
     programs.push_back(program);
   }
+  // Local checks first (referenced functions, indices, types), so that a
+  // broken op is reported as such rather than as a communication error.
+  SymbolTableCollection tables;
+  WalkResult local = getBody().walk([&](SymbolUserOpInterface user) {
+    return failed(user.verifySymbolUses(tables)) ? WalkResult::interrupt()
+                                                 : WalkResult::advance();
+  });
+  if (local.wasInterrupted())
+    return failure();
   std::vector<std::vector<pipec::CommEvent>> comm(programs.size());
   for (auto [rank, program] : llvm::enumerate(programs)) {
     SmallVector<ExpandedEvent> events;

@@ -176,6 +176,8 @@ bool Importer::upgradeOpset() {
   if (opset >= kMinOpset)
     return true;
   try {
+    // Some adapters (Softmax 12->13) need the shapes of their inputs.
+    onnx::shape_inference::InferShapes(model);
     model = onnx::version_conversion::ConvertVersion(model, kMinOpset);
   } catch (const std::exception &e) {
     return fail("'" + path + "' uses opset " + std::to_string(opset) +

@@ -18,7 +18,6 @@
 #ifndef PIPEC_RUNTIME_CPU_STRIDED_H
 #define PIPEC_RUNTIME_CPU_STRIDED_H
 
-#include <cmath>
 #include <cstdint>
 #include <limits>
 

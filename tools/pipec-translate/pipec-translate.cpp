@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   // Locations carry the ONNX node names (profiles and diagnostics use them).
-  module->print(out->os(), mlir::OpPrintingFlags().enableDebugInfo(true, true));
+  module->print(out->os(), mlir::OpPrintingFlags().enableDebugInfo(true, /*prettyForm=*/false));
   out->os() << "\n";
   out->keep();
   return 0;

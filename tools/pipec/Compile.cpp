@@ -56,7 +56,8 @@ public:
           llvm::errs() << "pipec " << command << ": " << sev << ": "
                        << where(diag.getLocation()) << diag.str() << "\n";
           for (Diagnostic &note : diag.getNotes())
-            llvm::errs() << "  note: " << where(note.getLocation())
+            if (!llvm::StringRef(note.str()).starts_with("see current operation"))
+              llvm::errs() << "  note: " << where(note.getLocation())
                          << note.str() << "\n";
           return success();
         }) {}
@@ -469,7 +470,7 @@ int pipec::driver::runImport(const std::vector<std::string> &argv) {
   auto out = openOutputFile(a.get("-o"), &msg);
   if (!out)
     return fail("import", msg);
-  module->print(out->os(), OpPrintingFlags().enableDebugInfo(true, true));
+  module->print(out->os(), OpPrintingFlags().enableDebugInfo(true, /*prettyForm=*/false));
   out->os() << "\n";
   out->keep();
   return 0;

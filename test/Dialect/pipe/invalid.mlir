@@ -1,0 +1,123 @@
+// RUN: pipec-opt %s --split-input-file --verify-diagnostics
+
+// A send nobody receives.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  // expected-error @+2 {{invalid pipeline communication}}
+  // expected-note @+1 {{never received}}
+  pipe.pipeline microbatches 1 schedule "gpipe" {
+    pipe.program "rank0" stage 0 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.forward @f mb %c0
+      pipe.send %c0 to 1 channel 0 from @f[0] : tensor<2xf32>
+      pipe.backward @f mb %c0
+    }
+    pipe.program "rank1" stage 1 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.forward @f mb %c0
+      pipe.backward @f mb %c0
+    }
+  }
+}
+
+// -----
+
+// Both ranks receive first: a deadlock, reported with the cycle.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  // expected-error @+2 {{invalid pipeline communication}}
+  // expected-note @+1 {{deadlock}}
+  pipe.pipeline microbatches 1 schedule "gpipe" {
+    pipe.program "rank0" stage 0 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.recv %c0 from 1 channel 1 into @f[0] : tensor<2xf32>
+      pipe.forward @f mb %c0
+      pipe.send %c0 to 1 channel 0 from @f[0] : tensor<2xf32>
+      pipe.backward @f mb %c0
+    }
+    pipe.program "rank1" stage 1 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.recv %c0 from 0 channel 0 into @f[0] : tensor<2xf32>
+      pipe.forward @f mb %c0
+      pipe.send %c0 to 0 channel 1 from @f[0] : tensor<2xf32>
+      pipe.backward @f mb %c0
+    }
+  }
+}
+
+// -----
+
+// The communicated type must be the function's.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  pipe.pipeline microbatches 1 schedule "gpipe" {
+    pipe.program "rank0" stage 0 slots 1 {
+      %c0 = arith.constant 0 : index
+      // expected-error @+1 {{type 'tensor<3xf32>' differs from f result 0 of type 'tensor<2xf32>'}}
+      pipe.send %c0 to 1 channel 0 from @f[0] : tensor<3xf32>
+    }
+  }
+}
+
+// -----
+
+// Result index out of range.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  pipe.pipeline microbatches 1 schedule "gpipe" {
+    pipe.program "rank0" stage 0 slots 1 {
+      %c0 = arith.constant 0 : index
+      // expected-error @+1 {{index 3 is out of range: f has 1 results}}
+      pipe.send %c0 to 1 channel 0 from @f[3] : tensor<2xf32>
+    }
+  }
+}
+
+// -----
+
+// Unknown stage function.
+module {
+  pipe.pipeline microbatches 1 schedule "gpipe" {
+    pipe.program "rank0" stage 0 slots 1 {
+      %c0 = arith.constant 0 : index
+      // expected-error @+1 {{references unknown stage function @nope}}
+      pipe.forward @nope mb %c0
+    }
+  }
+}
+
+// -----
+
+// Every microbatch needs one forward and one backward.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  pipe.pipeline microbatches 2 schedule "gpipe" {
+    // expected-error @+1 {{must run exactly one forward and one backward of microbatch 1 (found 0 and 0)}}
+    pipe.program "rank0" stage 0 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.forward @f mb %c0
+      pipe.backward @f mb %c0
+    }
+  }
+}
+
+// -----
+
+// Microbatch index out of range.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  pipe.pipeline microbatches 1 schedule "gpipe" {
+    pipe.program "rank0" stage 0 slots 1 {
+      %c5 = arith.constant 5 : index
+      // expected-error @+1 {{microbatch 5 is out of range [0, 1)}}
+      pipe.forward @f mb %c5
+    }
+  }
+}
+
+// -----
+
+// Non-contiguous plan.
+// expected-error @+1 {{plan: stage 1 does not start where stage 0 ends}}
+module attributes {pipe.plan = #pipe.plan<algorithm = "x", first = [0, 3], last = [1, 4], replicas = [1, 1], predicted_iteration_s = 0.0>} {
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""Writes the small ONNX models the importer lit tests read into a folder:
+
+    make_models.py OUTDIR
+
+tiny.onnx        Flatten -> Gemm(transB) -> Relu -> MatMul -> Add -> Softmax
+all_ops.onnx     every operator of the MLP slice once
+unsupported.onnx a Conv, two Foo nodes of a custom domain and a LRN
+dynamic.onnx     an input with a symbolic batch dimension
+opset11.onnx     opset 11 (upgraded by ONNX's version converter)
+computed_shape.onnx  Reshape whose shape is computed, not constant
+with_loss.onnx   a model that ends in SoftmaxCrossEntropyLoss
+truncated.onnx   the first half of tiny.onnx
+not_onnx.onnx    a text file
+empty.onnx       zero bytes
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17, domains=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
+    m = helper.make_model(g, opset_imports=imports)
+    m.ir_version = 8
+    return m
+
+
+def f32(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def init(name, shape, seed):
+    rng = np.random.default_rng(seed)
+    return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    tiny = model(
+        [helper.make_node("Flatten", ["x"], ["f"], name="flat"),
+         helper.make_node("Gemm", ["f", "w1", "b1"], ["h"], name="fc1", transB=1),
+         helper.make_node("Relu", ["h"], ["r"], name="relu1"),
+         helper.make_node("MatMul", ["r", "w2"], ["m"], name="mm2"),
+         helper.make_node("Add", ["m", "b2"], ["a"], name="add2"),
+         helper.make_node("Softmax", ["a"], ["y"], name="soft", axis=1)],
+        [f32("x", [8, 2, 3])], [f32("y", [8, 4])],
+        [init("w1", [5, 6], 1), init("b1", [5], 2), init("w2", [5, 4], 3), init("b2", [4], 4)])
+    onnx.save(tiny, f"{out}/tiny.onnx")
+
+    shape = numpy_helper.from_array(np.array([2, 12], dtype=np.int64), "shape")
+    all_ops = model(
+        [helper.make_node("Transpose", ["x"], ["t"], name="tr", perm=[0, 2, 1]),
+         helper.make_node("Reshape", ["t", "shape"], ["re"], name="rs"),
+         helper.make_node("Identity", ["re"], ["id"], name="ident"),
+         helper.make_node("Constant", [], ["c"], name="const",
+                          value=numpy_helper.from_array(np.full([12], 0.5, np.float32))),
+         helper.make_node("Sub", ["id", "c"], ["s"], name="sub"),
+         helper.make_node("Mul", ["s", "s"], ["mu"], name="mul"),
+         helper.make_node("Div", ["mu", "c"], ["d"], name="div"),
+         helper.make_node("Tanh", ["d"], ["th"], name="tanh"),
+         helper.make_node("Sigmoid", ["th"], ["sg"], name="sig"),
+         helper.make_node("LogSoftmax", ["sg"], ["y"], name="logsoft", axis=-1)],
+        [f32("x", [2, 3, 4])], [f32("y", [2, 12])], [shape])
+    onnx.save(all_ops, f"{out}/all_ops.onnx")
+
+    unsupported = model(
+        [helper.make_node("Conv", ["x", "k"], ["c1"], name="conv1"),
+         helper.make_node("Foo", ["c1"], ["f1"], name="foo1", domain="com.example"),
+         helper.make_node("Foo", ["f1"], ["f2"], name="foo2", domain="com.example"),
+         helper.make_node("LRN", ["f2"], ["y"], name="lrn", size=3)],
+        [f32("x", [1, 1, 5, 5])], [f32("y", None)], [init("k", [1, 1, 3, 3], 5)],
+        domains=["com.example"])
+    onnx.save(unsupported, f"{out}/unsupported.onnx")
+
+    dynamic = model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                    [f32("x", ["N", 4])], [f32("y", ["N", 4])])
+    onnx.save(dynamic, f"{out}/dynamic.onnx")
+
+    old = model([helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="fc", transB=1),
+                 helper.make_node("Softmax", ["h"], ["y"], name="soft")],
+                [f32("x", [2, 3])], [f32("y", [2, 4])],
+                [init("w", [4, 3], 6), init("b", [4], 7)], opset=11)
+    onnx.save(old, f"{out}/opset11.onnx")
+
+    computed = model(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape_of"),
+         helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")],
+        [f32("x", [2, 3])], [f32("y", [2, 3])])
+    onnx.save(computed, f"{out}/computed_shape.onnx")
+
+    labels = helper.make_tensor_value_info("labels", TensorProto.INT64, [4])
+    with_loss = model(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["s"], name="fc", transB=1),
+         helper.make_node("SoftmaxCrossEntropyLoss", ["s", "labels"], ["loss"],
+                          name="sce", reduction="mean")],
+        [f32("x", [4, 3]), labels], [f32("loss", [])],
+        [init("w", [5, 3], 8), init("b", [5], 9)])
+    onnx.save(with_loss, f"{out}/with_loss.onnx")
+
+    data = tiny.SerializeToString()
+    with open(f"{out}/truncated.onnx", "wb") as fh:
+        fh.write(data[: len(data) // 2])
+    with open(f"{out}/not_onnx.onnx", "w") as fh:
+        fh.write("this is not a model\n")
+    open(f"{out}/empty.onnx", "wb").close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

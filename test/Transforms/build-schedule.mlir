@@ -1,0 +1,42 @@
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4" | FileCheck %s
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=gpipe microbatches=3" | FileCheck %s --check-prefix=GPIPE
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule=schedule=zigzag 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --pipe-build-schedule 2>&1 | FileCheck %s --check-prefix=NOFUNCS
+
+// 1F1B-flush, p = 2, m = 4. Stage 0 warms up with one forward, then runs
+// three {F, B} pairs in a loop, then cools down with one backward; it
+// stashes min(p - s, m) = 2 microbatches.
+// CHECK: pipe.pipeline microbatches 4 schedule "1f1b-flush" {
+// CHECK: pipe.program "rank0" stage 0 slots 2 {
+// CHECK:   %[[C0:.*]] = arith.constant 0 : index
+// CHECK:   pipe.forward @s0_fwd mb %[[C0]]
+// CHECK:   pipe.send %[[C0]] to 1 channel 0 from @s0_fwd[0] : tensor<4x5xf32>
+// CHECK:   scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:     %[[NEXT:.*]] = arith.addi %[[I]], %{{.*}} : index
+// CHECK:     pipe.forward @s0_fwd mb %[[NEXT]]
+// CHECK:     pipe.send %[[NEXT]] to 1 channel 0 from @s0_fwd[0]
+// CHECK:     pipe.recv %[[I]] from 1 channel 1 into @s0_bwd[0] : tensor<4x5xf32>
+// CHECK:     pipe.backward @s0_bwd mb %[[I]]
+// CHECK:   pipe.recv %{{.*}} from 1 channel 1 into @s0_bwd[0]
+// CHECK:   pipe.backward @s0_bwd
+// CHECK:   pipe.flush
+// CHECK:   pipe.step @s0_step
+// The last stage alternates F and B from the start and keeps one slot.
+// CHECK: pipe.program "rank1" stage 1 slots 1 {
+// CHECK:   scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:     pipe.recv %[[J]] from 0 channel 0 into @s1_fwd[0]
+// CHECK:     pipe.forward @s1_fwd mb %[[J]]
+// CHECK:     pipe.backward @s1_bwd mb %[[J]]
+// CHECK:     pipe.send %[[J]] to 0 channel 1 from @s1_bwd[0]
+// CHECK:   pipe.step @s1_step
+
+// GPipe: all forwards, then all backwards; every microbatch is stashed.
+// GPIPE: pipe.program "rank0" stage 0 slots 3 {
+// GPIPE:   scf.for
+// GPIPE:     pipe.forward @s0_fwd
+// GPIPE:   scf.for
+// GPIPE:     pipe.backward @s0_bwd
+// GPIPE: pipe.program "rank1" stage 1 slots 3 {
+
+// UNKNOWN: unknown schedule 'zigzag' (available: gpipe, 1f1b-flush)
+// NOFUNCS: expected @sK_fwd, @sK_bwd and @sK_step for every stage; run --pipe-split-stages and --nn-autodiff first

@@ -1,0 +1,48 @@
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=gpipe microbatches=2" --pipe-lower-to-runtime=stage=1 | FileCheck %s
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipec-train-pipeline="stages=2 microbatches=2 schedule=gpipe" --pipec-lower-stage="stage=0" | FileCheck %s --check-prefix=LLVM
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --pipe-lower-to-runtime 2>&1 | FileCheck %s --check-prefix=NOSCHED
+
+// The stage description (JSON) travels inside the executable.
+// CHECK: llvm.mlir.global internal constant @pipec_stage_meta("{{.*}}\22format\22:\22pipec.stage/1\22
+// CHECK-SAME: \22loss\22:true
+// CHECK-SAME: \22stage\22:1
+// Stage functions call runtime kernels with (bufs, ints, reals).
+// CHECK-LABEL: func.func private @pipec_s1_fwd
+// CHECK-SAME: (%[[CTX:.*]]: !llvm.ptr, %[[ARENA:.*]]: !llvm.ptr, %[[SLOT:.*]]: i64)
+// CHECK: call @pipec_rt_op_begin(%[[CTX]]
+// CHECK: call @pipec_k_unary(
+// CHECK: call @pipec_k_gemm(
+// CHECK: call @pipec_k_sce_loss(
+// CHECK-LABEL: func.func private @pipec_s1_bwd
+// CHECK: call @pipec_k_sce_loss_grad(
+// CHECK: call @pipec_k_unary_grad(
+// CHECK-LABEL: func.func private @pipec_s1_step
+// CHECK: call @pipec_k_sgd(
+// CHECK: call @pipec_k_fill(
+// The schedule program: receive, feed labels, forward, record the loss ...
+// CHECK-LABEL: func.func @pipec_program
+// CHECK: scf.for
+// CHECK:   call @pipec_rt_recv(
+// CHECK:   call @pipec_rt_feed(
+// CHECK:   call @pipec_s1_fwd(
+// CHECK:   call @pipec_rt_loss(
+// CHECK: scf.for
+// CHECK:   call @pipec_rt_loss_seed(
+// CHECK:   call @pipec_s1_bwd(
+// CHECK:   call @pipec_rt_send(
+// CHECK: call @pipec_rt_flush(
+// CHECK: call @pipec_rt_lr(
+// CHECK: call @pipec_s1_step(
+// CHECK-LABEL: func.func @main
+// CHECK: call @pipec_rt_main(
+// CHECK-NOT: nn.
+// CHECK-NOT: pipe.program
+
+// After the upstream conversions only the LLVM dialect is left.
+// LLVM-LABEL: llvm.func @pipec_program
+// LLVM: llvm.call @pipec_rt_feed
+// LLVM-LABEL: llvm.func @main
+// LLVM-NOT: scf.for
+// LLVM-NOT: func.func
+
+// NOSCHED: no pipe.pipeline; run --pipe-build-schedule first

@@ -1,0 +1,440 @@
+#!/usr/bin/python3
+"""End-to-end checks that pipec fails cleanly on bad input.
+
+    /usr/bin/python3 test/e2e/bad_input.py --pipec build/bin/pipec \
+        --pipec-translate build/bin/pipec-translate --workdir DIR
+
+Every case must end within a timeout with an exit status in 1..127 (an
+error, not a signal or crash) and print exactly one error line, i.e. one
+distinct line containing `error:` (the runtime documents that a start-up
+check or a non-finite loss may print the same line once per rank, so copies
+that differ only in the "(rank R, stage S, step T)" suffix count once),
+that states the key fact of the case. The unsupported-operator case prints
+one error line followed by the list of operators. Compiler cases must print
+nothing else; no case may print a traceback, a stack dump or an IR dump.
+
+The NaN cases also check that training stops at the bad step, and that the
+last good checkpoint is intact (complete, readable, `latest` naming it, no
+temporary files); a successful run must leave no temporary files either.
+
+Prints one line per case and `N passed, M failed`; exits 1 on any failure.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from safetensors_io import load_checkpoint  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(HERE))
+MAKE_MLP = os.path.join(REPO, "examples", "mlp", "make_mlp.py")
+TIMEOUT = 60
+
+# Text that must never appear: crashes, stack dumps, Python tracebacks, and
+# MLIR's dump of the module that comes with a diagnostic.
+FORBIDDEN = [
+    "Traceback (most recent call last)", "Stack dump", "PLEASE submit a bug report",
+    "Segmentation fault", "core dumped", "terminate called", "LLVM ERROR",
+    "Assertion", "Aborted", "AddressSanitizer", "Process received signal",
+    "note: see current operation", "builtin.module", "func.func",
+]
+
+RANK_SUFFIX = re.compile(r"\s*\((rank \d+, )?stage \d+, step \d+\)\s*$")
+
+
+class Runner:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def report(self, name, problems, detail=""):
+        if problems:
+            self.failed += 1
+            print(f"FAIL {name}: " + "; ".join(problems), flush=True)
+        else:
+            self.passed += 1
+            print(f"PASS {name}: {detail}", flush=True)
+
+
+def run(cmd, timeout=TIMEOUT):
+    """Runs cmd in its own process group; on timeout kills that group.
+    Returns (returncode or None on timeout, combined output, seconds)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, _ = p.communicate()
+        rc = None
+    return rc, out.decode("utf-8", errors="replace"), time.monotonic() - t0
+
+
+def error_lines(out):
+    """Distinct lines containing `error:`, with per-rank copies merged."""
+    seen, lines = set(), []
+    for line in out.splitlines():
+        if "error:" not in line:
+            continue
+        key = RANK_SUFFIX.sub("", line.strip())
+        if key not in seen:
+            seen.add(key)
+            lines.append(line.strip())
+    return lines
+
+
+def short(s, n=300):
+    s = s.strip().replace("\n", " | ")
+    return s if len(s) <= n else s[:n] + "..."
+
+
+def check_failure(cmd, facts, names=(), only_error_line=False, extra_lines=None, timeout=TIMEOUT):
+    """Runs cmd and checks the common rules. names: file names the error line
+    must contain; facts: regexes (case-insensitive) that the error line must
+    match once those names (and any path) are taken out of it, so that a
+    file name cannot stand in for the fact. only_error_line: the output may
+    hold nothing but the error line (and, with extra_lines, lines matching
+    that regex). Returns (problems, error line, output, seconds)."""
+    problems = []
+    rc, out, secs = run(cmd, timeout)
+    if rc is None:
+        return [f"no exit within {timeout}s (hang); output: {short(out)}"], "", out, secs
+    if rc == 0:
+        problems.append("exit status 0")
+    elif rc < 0 or rc >= 128:
+        problems.append(f"exit status {rc} (signal/crash)")
+    for bad in FORBIDDEN:
+        if bad in out:
+            problems.append(f"output contains {bad!r}")
+    errs = error_lines(out)
+    line = errs[0] if errs else ""
+    if len(errs) != 1:
+        problems.append(f"{len(errs)} distinct 'error:' lines, expected 1: {errs[:4]}")
+    stripped = line
+    for n in names:
+        if n not in line:
+            problems.append(f"error line does not name {n!r}: {line!r}")
+        stripped = re.sub(r"\S*" + re.escape(n), "<file>", stripped)
+    for fact in facts:
+        if not re.search(fact, stripped, re.IGNORECASE):
+            problems.append(f"error line does not match /{fact}/: {line!r}")
+    if only_error_line:
+        others = [l for l in out.splitlines() if l.strip() and "error:" not in l
+                  and not (extra_lines and re.search(extra_lines, l))]
+        if others:
+            problems.append(f"{len(others)} other output lines, e.g. {others[0][:120]!r}")
+    return problems, line, out, secs
+
+
+def make_unsupported(src, dst):
+    """The MLP with a Conv before the Flatten and a custom-domain op after the
+    first activation."""
+    m = onnx.load(src)
+    g = m.graph
+    g.initializer.append(numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "conv.weight"))
+    nodes = list(g.node)
+    conv = helper.make_node("Conv", [g.input[0].name, "conv.weight"], ["/conv/Conv_output_0"],
+                            name="/conv/Conv", pads=[1, 1, 1, 1])
+    nodes[0].input[0] = "/conv/Conv_output_0"
+    act = next(i for i, n in enumerate(nodes) if n.op_type in ("Relu", "Tanh"))
+    custom = helper.make_node("FancyAct", [nodes[act].output[0]], ["/custom/FancyAct_output_0"],
+                              name="/custom/FancyAct", domain="com.example")
+    for n in nodes[act + 1:]:
+        for i, name in enumerate(n.input):
+            if name == nodes[act].output[0]:
+                n.input[i] = "/custom/FancyAct_output_0"
+    new = [conv] + nodes[:act + 1] + [custom] + nodes[act + 1:]
+    del g.node[:]
+    g.node.extend(new)
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    onnx.save(m, dst)
+
+
+def make_symbolic(src, dst):
+    m = onnx.load(src)
+    for vi in list(m.graph.input) + list(m.graph.output):
+        if vi.name in {i.name for i in m.graph.initializer}:
+            continue
+        vi.type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(m, dst)
+
+
+def checkpoint_problems(ckdir, want_step, init_names, max_step=None):
+    """The checkpoint folder is complete and clean: `latest` names
+    step-<want_step>, which holds every weight; no temporary files; no step
+    folder beyond max_step."""
+    problems = []
+    if not os.path.isdir(ckdir):
+        return [f"{ckdir} missing"], None, []
+    tmp = [os.path.relpath(p, ckdir) for p in glob.glob(os.path.join(ckdir, "**", "*"), recursive=True)
+           if ".tmp" in os.path.basename(p)]
+    tmp += [os.path.relpath(p, ckdir) for p in glob.glob(os.path.join(ckdir, "**", ".*"), recursive=True)]
+    if tmp:
+        problems.append(f"temporary files left: {sorted(set(tmp))[:5]}")
+    want = f"step-{want_step:06d}"
+    try:
+        with open(os.path.join(ckdir, "latest")) as f:
+            latest = f.read()
+        if latest != want + "\n":
+            problems.append(f"latest holds {latest!r}, expected {want!r} and a newline")
+    except OSError as e:
+        problems.append(f"cannot read latest: {e}")
+    steps = sorted(d for d in os.listdir(ckdir) if d.startswith("step-"))
+    if max_step is not None:
+        beyond = [d for d in steps if int(d[5:]) > max_step]
+        if beyond:
+            problems.append(f"checkpoint folders beyond step {max_step}: {beyond}")
+    weights = None
+    try:
+        weights = load_checkpoint(os.path.join(ckdir, want))
+        if set(weights) != set(init_names):
+            problems.append(f"{want} holds {sorted(weights)}, expected {sorted(init_names)}")
+        nonfinite = [k for k, v in weights.items() if not np.all(np.isfinite(v))]
+        if nonfinite:
+            problems.append(f"{want} has non-finite values in {nonfinite}")
+    except Exception as e:  # noqa: BLE001 - any reader error is a finding
+        problems.append(f"{want} unreadable: {type(e).__name__}: {e}")
+    return problems, weights, steps
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pipec", required=True)
+    ap.add_argument("--pipec-translate", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    pipec = os.path.abspath(args.pipec)
+    translate = os.path.abspath(args.pipec_translate)
+    work = os.path.abspath(args.workdir)
+    for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+        os.environ.setdefault(k, "1")
+    t_start = time.monotonic()
+    R = Runner()
+
+    d = os.path.join(work, "bad")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+
+    def p(name):
+        return os.path.join(d, name)
+
+    # -- inputs -----------------------------------------------------------------
+    rc, out, _ = run([sys.executable, MAKE_MLP, "-o", p("mlp.onnx"), "--data-steps", "2"])
+    if rc != 0:
+        R.report("setup: make_mlp", [f"exit {rc}: {short(out)}"])
+        print(f"{R.passed} passed, {R.failed} failed")
+        return 1
+    model = onnx.load(p("mlp.onnx"))
+    init_names = [i.name for i in model.graph.initializer]
+    blob = open(p("mlp.onnx"), "rb").read()
+    with open(p("half.onnx"), "wb") as f:
+        f.write(blob[:len(blob) // 2])
+    with open(p("notes.onnx"), "w") as f:
+        f.write("This is a text file, not an ONNX model.\n" * 20)
+    open(p("zero.onnx"), "wb").close()
+    make_unsupported(p("mlp.onnx"), p("unsupported.onnx"))
+    make_symbolic(p("mlp.onnx"), p("symbolic.onnx"))
+
+    x = np.load(p("x.npy"))
+    y = np.load(p("y.npy"))
+    B = 64
+    with open(p("garbage.npy"), "wb") as f:
+        f.write(bytes(range(256)) * 8)
+    np.save(p("x_wrong_shape.npy"), np.zeros((len(x), 1, 28, 27), np.float32))
+    y_bad = y.copy()
+    y_bad[70] = 10  # 10 classes: valid labels are 0..9
+    np.save(p("y_out_of_range.npy"), y_bad)
+    x_inf = x.copy()
+    x_inf[B + 5, 0, 3, 3] = np.inf  # row 69: in the second global batch -> step 2
+    np.save(p("x_inf.npy"), x_inf)
+
+    # -- ONNX files: both pipec compile and pipec-translate ---------------------
+    file_cases = [
+        ("truncated-onnx", "half.onnx", r"truncat|pars|not a valid onnx|not an onnx|as an onnx model"),
+        ("text-file", "notes.onnx", r"pars|not a valid onnx|not an onnx|as an onnx model"),
+        ("empty-file", "zero.onnx", r"empty|0 bytes|not a valid onnx|not an onnx|as an onnx model"),
+        ("missing-file", "absent.onnx", r"no such file|does not exist|not found"),
+    ]
+    for name, fname, fact in file_cases:
+        for tool, cmd in (("compile", [pipec, "compile", p(fname), "--stages", "2", "--microbatches", "4",
+                                       "-o", p(f"out-{name}"), "--quiet"]),
+                          ("translate", [translate, p(fname)])):
+            problems, line, _, _ = check_failure(cmd, [fact], names=[fname], only_error_line=True)
+            R.report(f"{tool} {name}", problems, line)
+
+    # -- unsupported operators ----------------------------------------------------
+    for tool, cmd in (("compile", [pipec, "compile", p("unsupported.onnx"), "--stages", "2",
+                                   "--microbatches", "4", "-o", p("out-unsupported"), "--quiet"]),
+                      ("translate", [translate, p("unsupported.onnx")])):
+        problems, line, out, _ = check_failure(cmd, [r"unsupported"], names=["unsupported.onnx"],
+                                               only_error_line=True, extra_lines=r"^\s+\S")
+        for op, node in (("Conv", "/conv/Conv"), ("FancyAct", "/custom/FancyAct")):
+            n = len(re.findall(re.escape(node) + r"(?![\w/])", out))
+            if n != 1:
+                problems.append(f"node {node} named {n} times, expected once")
+            elif not any(op in l and node in l for l in out.splitlines()):
+                problems.append(f"no line names both {op} and its node {node}")
+        if "com.example" not in out:
+            problems.append("the custom domain 'com.example' is not named")
+        for ok_op in ("Gemm", "Flatten", "Relu", "Tanh"):
+            if re.search(rf"^\s+{ok_op}\b", out, re.MULTILINE):
+                problems.append(f"supported op {ok_op} listed as unsupported")
+        R.report(f"{tool} unsupported-ops", problems, short(out))
+
+    # -- compile options --------------------------------------------------------
+    compile_cases = [
+        ("symbolic-batch-without---batch", [p("symbolic.onnx"), "--stages", "2", "--microbatches", "4"],
+         [r"batch", r"--batch"]),
+        ("stages-9-for-8-layers", [p("mlp.onnx"), "--stages", "9", "--microbatches", "4"],
+         [r"(?<![\d.])9(?![\d.])", r"(?<![\d.])8(?![\d.])", r"stage"]),
+        ("batch-64-into-5-microbatches", [p("mlp.onnx"), "--stages", "2", "--microbatches", "5"],
+         [r"(?<![\d.])64(?![\d.])", r"(?<![\d.])5(?![\d.])", r"microbatch"]),
+        ("unknown-schedule", [p("mlp.onnx"), "--stages", "2", "--microbatches", "4", "--schedule", "zigzag"],
+         [r"zigzag", r"schedule"]),
+    ]
+    for name, cargs, facts in compile_cases:
+        cmd = [pipec, "compile"] + cargs + ["-o", p(f"out-{name}"), "--quiet"]
+        problems, line, _, _ = check_failure(cmd, facts, only_error_line=True)
+        R.report(f"compile {name}", problems, line)
+    # Control: the symbolic model compiles once the batch is given.
+    rc, out, _ = run([pipec, "compile", p("symbolic.onnx"), "--stages", "2", "--microbatches", "4",
+                      "--batch", "64", "-o", p("out-symbolic-ok"), "--quiet"])
+    R.report("compile symbolic-batch-with---batch-64 (control)",
+             [] if rc == 0 else [f"exit {rc}: {short(out)}"], "compiles")
+
+    # -- pipec train --------------------------------------------------------------
+    A, Bdir = p("build-mb4"), p("build-mb8")
+    setup = []
+    for out_dir, mb in ((A, 4), (Bdir, 8)):
+        rc, out, _ = run([pipec, "compile", p("mlp.onnx"), "--stages", "2", "--microbatches", str(mb),
+                          "-o", out_dir, "--quiet"], timeout=300)
+        if rc != 0:
+            setup.append(f"compile with --microbatches {mb}: exit {rc}: {short(out)}")
+    R.report("setup: two builds (2 stages, 4 and 8 microbatches)", setup, "compiled")
+    if setup:
+        print(f"total {time.monotonic() - t_start:.1f}s")
+        print(f"{R.passed} passed, {R.failed} failed")
+        return 1
+
+    def train(build, *extra, tag):
+        return [pipec, "train", build, "--lr", "0.05", "--quiet",
+                "--checkpoint-dir", p(f"ckpt-{tag}"), "--metrics", p(f"metrics-{tag}.jsonl")] + list(extra)
+
+    xs, ys = p("x.npy"), p("y.npy")
+    train_cases = [
+        ("missing-npy", ["--steps", "2", "--inputs", p("no_such_input.npy"), "--labels", ys],
+         ["no_such_input.npy"], [r"no such file|does not exist|not found"]),
+        ("malformed-npy", ["--steps", "2", "--inputs", p("garbage.npy"), "--labels", ys],
+         ["garbage.npy"], [r"npy|not a valid|malformed"]),
+        ("malformed-labels-npy", ["--steps", "2", "--inputs", xs, "--labels", p("garbage.npy")],
+         ["garbage.npy"], [r"npy|not a valid|malformed"]),
+        ("wrong-shape-npy", ["--steps", "2", "--inputs", p("x_wrong_shape.npy"), "--labels", ys],
+         ["x_wrong_shape.npy"], [r"shape", r"27"]),
+        ("labels-out-of-range", ["--steps", "2", "--inputs", xs, "--labels", p("y_out_of_range.npy")],
+         ["y_out_of_range.npy"], [r"row 70\b", r"(?<![\d.])10(?![\d.])"]),
+    ]
+    for name, targs, names, facts in train_cases:
+        problems, line, _, _ = check_failure(train(A, *targs, tag=name), facts, names=names)
+        if glob.glob(os.path.join(p(f"ckpt-{name}"), "*")):
+            problems.append("checkpoint files were written although the input was rejected")
+        R.report(f"train {name}", problems, line)
+
+    # A stage binary started with the manifest of another build.
+    mixed = p("build-mb4-with-mb8-manifest")
+    shutil.copytree(A, mixed)
+    shutil.copyfile(os.path.join(Bdir, "manifest.json"), os.path.join(mixed, "manifest.json"))
+    ids = []
+    for b in (A, Bdir):
+        with open(os.path.join(b, "manifest.json")) as f:
+            ids.append(json.load(f)["build_id"])
+    facts = [r"build"] + [re.escape(i) for i in ids]
+    if ids[0] == ids[1]:
+        R.report("train manifest-of-another-build", [f"both builds have build_id {ids[0]}"])
+    else:
+        problems, line, _, _ = check_failure(
+            train(mixed, "--steps", "2", "--inputs", xs, "--labels", ys, tag="mixed"), facts)
+        R.report("train manifest-of-another-build", problems, line)
+
+    # A successful run leaves complete checkpoints and no temporary files.
+    rc, out, _ = run(train(A, "--steps", "3", "--checkpoint-every", "1", "--inputs", xs, "--labels", ys,
+                           tag="ok"))
+    problems = [] if rc == 0 else [f"exit {rc}: {short(out)}"]
+    if rc == 0:
+        cp, _, steps = checkpoint_problems(p("ckpt-ok"), 3, init_names)
+        problems += cp
+        if steps != ["step-000001", "step-000002", "step-000003"]:
+            problems.append(f"step folders {steps}")
+        for s in steps:
+            try:
+                load_checkpoint(os.path.join(p("ckpt-ok"), s))
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"{s} unreadable: {e}")
+    R.report("train success-leaves-no-temp-files", problems, "3 complete checkpoints, latest step-000003")
+
+    # Reference for the NaN cases: one clean step.
+    rc, out, _ = run(train(A, "--steps", "1", "--inputs", xs, "--labels", ys, tag="one-step"))
+    clean1 = None
+    if rc == 0:
+        try:
+            clean1 = load_checkpoint(os.path.join(p("ckpt-one-step"), "step-000001"))
+        except Exception as e:  # noqa: BLE001
+            R.report("setup: one clean step", [f"checkpoint unreadable: {e}"])
+    else:
+        R.report("setup: one clean step", [f"exit {rc}: {short(out)}"])
+
+    nan_cases = [
+        ("nan-loss-from-inf-input", ["--inputs", p("x_inf.npy"), "--labels", ys], True),
+        ("nan-loss-from-lr-1e30", ["--lr", "1e30", "--inputs", xs, "--labels", ys], False),
+    ]
+    for name, targs, compare_clean in nan_cases:
+        ck = p(f"ckpt-{name}")
+        cmd = train(A, "--steps", "4", "--checkpoint-every", "1", *targs, tag=name)
+        problems, line, out, _ = check_failure(
+            cmd, [r"loss is (nan|inf|-inf) at step 2\b", r"step-000001"])
+        cp, weights, steps = checkpoint_problems(ck, 1, init_names, max_step=1)
+        problems += cp
+        try:
+            with open(p(f"metrics-{name}.jsonl")) as f:
+                mlines = [l for l in f.read().splitlines() if l.strip()]
+            if len(mlines) != 1 or json.loads(mlines[0]).get("step") != 1:
+                problems.append(f"metrics has {len(mlines)} lines, expected only step 1's")
+        except (OSError, ValueError) as e:
+            problems.append(f"metrics unreadable: {e}")
+        if compare_clean and weights is not None and clean1 is not None:
+            diff = [k for k in clean1 if k not in weights or not np.array_equal(weights[k], clean1[k])]
+            if diff:
+                problems.append(f"step-000001 differs from a clean one-step run in {diff}")
+        R.report(f"train {name}", problems, line)
+
+    # Stage executable: a bad flag is a usage error (exit 2) before MPI starts.
+    problems, line, _, _ = check_failure([os.path.join(A, "stage0"), "--no-such-flag"],
+                                         [r"unknown|unrecognized|invalid"], names=["--no-such-flag"])
+    rc, _, _ = run([os.path.join(A, "stage0"), "--no-such-flag"])
+    if rc != 2:
+        problems.append(f"exit status {rc}, documented 2 for usage errors")
+    R.report("stage-binary unknown-flag", problems, line)
+
+    print(f"total {time.monotonic() - t_start:.1f}s")
+    print(f"{R.passed} passed, {R.failed} failed")
+    return 1 if R.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
