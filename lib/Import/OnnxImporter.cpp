@@ -488,6 +488,14 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
     return true; // materialised on first use
   }
 
+  if (op == "Reshape") {
+    std::vector<int64_t> shape;
+    if (node.input_size() < 2 || !constantInts(node.input(1), shape))
+      return fail(where + ": the shape input '" +
+                  (node.input_size() > 1 ? node.input(1) : "") +
+                  "' is not a constant int64 tensor (computed shapes are not "
+                  "supported yet)");
+  }
   // Result types (static) of every non-empty output.
   SmallVector<Type> resultTypes;
   for (const auto &out : node.output()) {
@@ -499,6 +507,18 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
     if (failed(t))
       return false;
     resultTypes.push_back(*t);
+  }
+  // Activations are float32; only the labels of the loss are integers.
+  for (int i = 0; i < node.input_size(); ++i) {
+    bool labels = op == "SoftmaxCrossEntropyLoss" && i == 1;
+    bool shape = op == "Reshape" && i == 1;
+    auto it = types.find(node.input(i));
+    if (node.input(i).empty() || labels || shape || it == types.end())
+      continue;
+    if (it->second.elemType != onnx::TensorProto::FLOAT)
+      return fail(where + ": input '" + node.input(i) + "' has ONNX element "
+                  "type " + std::to_string(it->second.elemType) + "; " + op +
+                  " is supported on float32 tensors only");
   }
   auto in = [&](int i) { return operand(node, i, index); };
   auto need = [&](int count) -> bool {

@@ -423,6 +423,25 @@ def main():
                 problems.append(f"step-000001 differs from a clean one-step run in {diff}")
         R.report(f"train {name}", problems, line)
 
+    # The stage executables themselves (the printed mpirun line, run by a
+    # shell): a non-finite loss is exit status 3, and with no checkpoint
+    # written yet the message says `none`.
+    name = "nan-loss-exit-status-3"
+    dry = train(A, "--steps", "3", "--inputs", p("x_inf.npy"), "--labels", ys, tag=name) + ["--dry-run"]
+    rc, line_out, _ = run(dry)
+    lines = [l for l in line_out.splitlines() if l.strip()]
+    if rc != 0 or len(lines) != 1:
+        R.report(f"stage-binaries {name}", [f"--dry-run exit {rc}, {len(lines)} lines: {short(line_out)}"])
+    else:
+        problems, line, _, _ = check_failure(
+            ["/bin/sh", "-c", lines[0]], [r"loss is (nan|inf|-inf) at step 2\b", r"last good checkpoint: none"])
+        rc, _, _ = run(["/bin/sh", "-c", lines[0]])
+        if rc != 3:
+            problems.append(f"exit status {rc}, documented 3 for a non-finite loss")
+        if glob.glob(os.path.join(p(f"ckpt-{name}"), "*")):
+            problems.append("checkpoint files written for a run that failed before any checkpoint")
+        R.report(f"stage-binaries {name}", problems, line)
+
     # Stage executable: a bad flag is a usage error (exit 2) before MPI starts.
     problems, line, _, _ = check_failure([os.path.join(A, "stage0"), "--no-such-flag"],
                                          [r"unknown|unrecognized|invalid"], names=["--no-such-flag"])

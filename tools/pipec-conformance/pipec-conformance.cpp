@@ -1,0 +1,273 @@
+//===- pipec-conformance.cpp - ONNX operator test data runner -------------===//
+//
+//   pipec-conformance [--verbose] [--filter SUBSTRING] [DIR...]
+//
+// For every test case folder (model.onnx + test_data_set_*/input_*.pb,
+// output_*.pb) under the given folders (default: ONNX's node,
+// pytorch-converted and pytorch-operator suites from libonnx-testdata):
+// imports the model with the real importer, runs it with the runtime's CPU
+// kernels (lib/Exec) and compares every output with ONNX's tolerance
+// (|got - want| <= 1e-5 + 1e-3 |want|). A case the importer refuses is
+// "unsupported" and listed with the reason; an imported case must pass.
+// Prints `N passed, N failed` last; exits non-zero on any failure.
+//
+//===----------------------------------------------------------------------===//
+#include "pipec/Exec.h"
+#include "pipec/Import.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+namespace fs = std::filesystem;
+using namespace pipec;
+
+static bool readTensor(const fs::path &path, HostTensor &out, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  onnx::TensorProto t;
+  if (!in || !t.ParseFromIstream(&in)) {
+    error = "cannot parse " + path.string();
+    return false;
+  }
+  out.shape.assign(t.dims().begin(), t.dims().end());
+  int64_t n = out.numel();
+  switch (t.data_type()) {
+  case onnx::TensorProto::FLOAT: {
+    out.isFloat = true;
+    std::vector<float> v;
+    if (t.has_raw_data()) {
+      v.resize(t.raw_data().size() / 4);
+      std::memcpy(v.data(), t.raw_data().data(), v.size() * 4);
+    } else {
+      v.assign(t.float_data().begin(), t.float_data().end());
+    }
+    if ((int64_t)v.size() != n)
+      break;
+    out.bytes.resize(n * 4);
+    std::memcpy(out.bytes.data(), v.data(), n * 4);
+    return true;
+  }
+  case onnx::TensorProto::INT64:
+  case onnx::TensorProto::INT32: {
+    out.isFloat = false;
+    std::vector<int64_t> v;
+    bool is64 = t.data_type() == onnx::TensorProto::INT64;
+    if (t.has_raw_data()) {
+      size_t w = is64 ? 8 : 4;
+      v.resize(t.raw_data().size() / w);
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (is64) {
+          std::memcpy(&v[i], t.raw_data().data() + 8 * i, 8);
+        } else {
+          int32_t x;
+          std::memcpy(&x, t.raw_data().data() + 4 * i, 4);
+          v[i] = x;
+        }
+      }
+    } else if (is64) {
+      v.assign(t.int64_data().begin(), t.int64_data().end());
+    } else {
+      v.assign(t.int32_data().begin(), t.int32_data().end());
+    }
+    if ((int64_t)v.size() != n)
+      break;
+    out.bytes.resize(n * 8);
+    std::memcpy(out.bytes.data(), v.data(), n * 8);
+    return true;
+  }
+  default:
+    error = path.string() + ": element type " + std::to_string(t.data_type()) +
+            " is not supported";
+    return false;
+  }
+  error = path.string() + ": element count does not match the shape";
+  return false;
+}
+
+/// Compares with ONNX's backend tolerance; empty string when equal.
+static std::string compare(const HostTensor &got, const HostTensor &want) {
+  if (got.shape != want.shape)
+    return "shape differs";
+  if (got.isFloat != want.isFloat)
+    return "element type differs";
+  int64_t n = want.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    if (got.isFloat) {
+      float a, b;
+      std::memcpy(&a, got.bytes.data() + 4 * i, 4);
+      std::memcpy(&b, want.bytes.data() + 4 * i, 4);
+      if (std::isnan(a) && std::isnan(b))
+        continue;
+      if (!(std::fabs(a - b) <= 1e-5 + 1e-3 * std::fabs(b)))
+        return "element " + std::to_string(i) + ": got " + std::to_string(a) +
+               ", want " + std::to_string(b);
+    } else if (std::memcmp(got.bytes.data() + 8 * i, want.bytes.data() + 8 * i,
+                           8)) {
+      return "element " + std::to_string(i) + " differs";
+    }
+  }
+  return "";
+}
+
+/// Sorted input_*.pb / output_*.pb of a data set folder.
+static std::vector<fs::path> numbered(const fs::path &dir, const std::string &prefix) {
+  std::vector<std::pair<int, fs::path>> files;
+  for (const auto &e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.size() > 3 &&
+        name.substr(name.size() - 3) == ".pb")
+      files.push_back({std::atoi(name.c_str() + prefix.size()), e.path()});
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<fs::path> out;
+  for (auto &f : files)
+    out.push_back(f.second);
+  return out;
+}
+
+int main(int argc, char **argv) {
+  bool verbose = false;
+  std::string filter;
+  std::vector<fs::path> roots;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--verbose")
+      verbose = true;
+    else if (a == "--filter" && i + 1 < argc)
+      filter = argv[++i];
+    else if (a == "-h" || a == "--help") {
+      std::cout << "usage: pipec-conformance [--verbose] [--filter SUBSTRING] [DIR...]\n";
+      return 0;
+    } else
+      roots.push_back(a);
+  }
+  if (roots.empty())
+    for (const char *d : {"node", "pytorch-converted", "pytorch-operator"})
+      roots.push_back(fs::path("/usr/share/libonnx-testdata/data") / d);
+
+  std::vector<fs::path> cases;
+  for (const fs::path &root : roots) {
+    if (!fs::is_directory(root)) {
+      std::cerr << "pipec-conformance: error: no test folder " << root << "\n";
+      return 2;
+    }
+    for (const auto &e : fs::directory_iterator(root))
+      if (fs::exists(e.path() / "model.onnx") &&
+          e.path().filename().string().find(filter) != std::string::npos)
+        cases.push_back(e.path());
+  }
+  std::sort(cases.begin(), cases.end());
+
+  int passed = 0, failed = 0;
+  std::map<std::string, std::vector<std::string>> unsupported; // reason -> cases
+  for (const fs::path &dir : cases) {
+    std::string name = dir.parent_path().filename().string() + "/" +
+                       dir.filename().string();
+    mlir::DialectRegistry registry;
+    registerImportDialects(registry);
+    mlir::MLIRContext ctx(registry);
+    ctx.disableMultithreading();
+    std::string error;
+    auto module = importOnnxFile(ctx, (dir / "model.onnx").string(), {}, error);
+    if (!module) {
+      std::string reason = error.substr(0, error.find('\n'));
+      // Group by the unsupported operator names, not the paths.
+      size_t colon = error.find(":\n");
+      if (colon != std::string::npos) {
+        reason.clear();
+        std::string rest = error.substr(colon + 2);
+        size_t pos = 0;
+        while (pos < rest.size()) {
+          size_t end = rest.find('\n', pos);
+          std::string line = rest.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+          line = line.substr(line.find_first_not_of(' '));
+          reason += (reason.empty() ? "unsupported: " : ", ") + line.substr(0, line.find(':'));
+          if (end == std::string::npos)
+            break;
+          pos = end + 1;
+        }
+      } else if (size_t q = reason.find("' "); q != std::string::npos &&
+                 reason.rfind("'", 0) == 0) {
+        reason = reason.substr(q + 2);
+      }
+      unsupported[reason].push_back(name);
+      continue;
+    }
+    auto fn = module->lookupSymbol<mlir::func::FuncOp>("main");
+    bool ok = true;
+    std::string why;
+    int sets = 0;
+    for (const auto &e : fs::directory_iterator(dir)) {
+      if (!e.is_directory() || e.path().filename().string().rfind("test_data_set_", 0))
+        continue;
+      ++sets;
+      std::vector<HostTensor> inputs, want, got;
+      for (const fs::path &p : numbered(e.path(), "input_")) {
+        HostTensor t;
+        if (!readTensor(p, t, why)) { ok = false; break; }
+        inputs.push_back(std::move(t));
+      }
+      for (const fs::path &p : numbered(e.path(), "output_")) {
+        HostTensor t;
+        if (!readTensor(p, t, why)) { ok = false; break; }
+        want.push_back(std::move(t));
+      }
+      if (!ok)
+        break;
+      if (!executeFunction(fn, inputs, got, why)) {
+        ok = false;
+        break;
+      }
+      if (got.size() != want.size()) {
+        why = "got " + std::to_string(got.size()) + " outputs, want " +
+              std::to_string(want.size());
+        ok = false;
+        break;
+      }
+      for (size_t i = 0; i < want.size() && ok; ++i) {
+        std::string diff = compare(got[i], want[i]);
+        if (!diff.empty()) {
+          why = "output " + std::to_string(i) + " " + diff;
+          ok = false;
+        }
+      }
+    }
+    if (ok && sets == 0) {
+      ok = false;
+      why = "no test_data_set_* folder";
+    }
+    if (ok) {
+      ++passed;
+      if (verbose)
+        std::cout << "PASS " << name << "\n";
+    } else {
+      ++failed;
+      std::cout << "FAIL " << name << ": " << why << "\n";
+    }
+  }
+  size_t nUnsupported = 0;
+  for (auto &[reason, names] : unsupported)
+    nUnsupported += names.size();
+  std::cout << "unsupported (" << nUnsupported << " cases, by reason):\n";
+  for (auto &[reason, names] : unsupported) {
+    std::cout << "  " << names.size() << "  " << reason;
+    if (verbose) {
+      std::cout << ":";
+      for (auto &n : names)
+        std::cout << " " << n;
+    }
+    std::cout << "\n";
+  }
+  std::cout << "supported cases: " << passed + failed << " of " << cases.size()
+            << "\n";
+  std::cout << passed << " passed, " << failed << " failed\n";
+  return failed ? 1 : 0;
+}
