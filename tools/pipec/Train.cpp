@@ -112,6 +112,7 @@ std::vector<std::string> mpirunCommand(const std::string &mpirun,
 }
 
 int execute(const std::vector<std::string> &cmd) {
+  llvm::outs().flush();
   std::vector<llvm::StringRef> refs(cmd.begin(), cmd.end());
   std::string msg;
   int rc = llvm::sys::ExecuteAndWait(cmd[0], refs, std::nullopt, {}, 0, 0, &msg);

@@ -1,0 +1,17 @@
+//===- pipec-run.cpp - launch a compiled pipeline -------------------------===//
+//
+//   pipec-run OUT/ [--steps N] [--lr F] [--inputs x.npy] [--labels y.npy] ...
+//
+// The same as `pipec train`: starts every stage executable of a
+// `pipec compile` output folder as one MPMD mpirun job.
+//
+//===----------------------------------------------------------------------===//
+#include "../pipec/Driver.h"
+
+#include "llvm/Support/InitLLVM.h"
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM y(argc, argv);
+  return pipec::driver::runTrain(std::vector<std::string>(argv + 1, argv + argc),
+                                 argv[0]);
+}
