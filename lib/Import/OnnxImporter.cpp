@@ -727,9 +727,22 @@ OwningOpRef<ModuleOp> pipec::importOnnxFile(MLIRContext &context,
 
 int64_t pipec::onnxFileBatch(const std::string &path, std::string &error) {
   std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = "cannot open '" + path + "': " + std::strerror(errno);
+    return -1;
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string bytes = buffer.str();
   onnx::ModelProto model;
-  if (!in || !model.ParseFromIstream(&in)) {
-    error = "cannot read '" + path + "' as an ONNX model";
+  if (bytes.empty()) {
+    error = "'" + path + "' is empty, not an ONNX model";
+    return -1;
+  }
+  if (!model.ParseFromString(bytes) || model.ir_version() <= 0 ||
+      !model.has_graph()) {
+    error = "'" + path + "' is not a valid ONNX model (protobuf parse failed: "
+            "truncated or not an ONNX file)";
     return -1;
   }
   std::set<std::string> initNames;

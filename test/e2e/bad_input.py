@@ -226,6 +226,11 @@ def main():
     for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
         os.environ.setdefault(k, "1")
     t_start = time.monotonic()
+    for tool in (pipec, translate,):
+        if not os.access(tool, os.X_OK):
+            print(f"FAIL setup: {tool} is not an executable")
+            print("0 passed, 1 failed")
+            return 1
     R = Runner()
 
     d = os.path.join(work, "bad")

@@ -355,6 +355,11 @@ def main():
     pipec = os.path.abspath(args.pipec)
     work = os.path.abspath(args.workdir)
     t_start = time.monotonic()
+    for tool in (pipec,):
+        if not os.access(tool, os.X_OK):
+            print(f"FAIL setup: {tool} is not an executable")
+            print("0 passed, 1 failed")
+            return 1
 
     env_need = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     for k, v in env_need.items():

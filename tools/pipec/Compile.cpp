@@ -13,6 +13,7 @@
 #include "pipec/Codegen.h"
 #include "pipec/Import.h"
 #include "pipec/Plan.h"
+#include "pipec/Schedule.h"
 
 #include "core/safetensors.h"
 
@@ -265,7 +266,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   tpo.microbatches = o.microbatches;
   buildTrainingPipeline(pm, tpo);
   if (failed(pm.run(*module)))
-    return fail(cmd, "compilation of '" + o.model + "' failed (see above)");
+    return 1; // the diagnostics said why
 
   std::error_code ec = llvm::sys::fs::create_directories(o.outDir + "/weights");
   if (!ec)
@@ -322,7 +323,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
     PassManager lower(&ctx);
     buildStageLoweringPipeline(lower, s, buildId);
     if (failed(lower.run(*stageModule)))
-      return fail(cmd, "lowering stage " + std::to_string(s) + " failed");
+      return 1; // the diagnostics said why
     int64_t arena = 0;
     if (auto a = (*stageModule)->getAttrOfType<IntegerAttr>("pipec.arena_bytes"))
       arena = a.getInt();
@@ -434,6 +435,9 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   o.microbatches = micro;
   o.batch = batch;
   o.schedule = a.get("--schedule");
+  if (!parseScheduleKind(o.schedule))
+    return fail("compile", "unknown --schedule '" + o.schedule +
+                               "' (available: gpipe, 1f1b-flush)", 2);
   o.profile = a.get("--profile");
   o.device = a.get("--device");
   o.loss = a.get("--loss");

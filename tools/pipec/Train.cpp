@@ -213,11 +213,10 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     return 0;
   }
   (void)argv0;
+  // The ranks print their own error line; pass their exit status through
+  // (1 error, 2 usage, 3 non-finite loss).
   int rc = execute(cmd);
-  if (rc != 0)
-    llvm::errs() << "pipec train: error: training failed (exit status " << rc
-                 << ")\n";
-  return rc == 0 ? 0 : 1;
+  return rc < 0 ? 1 : rc;
 }
 
 int pipec::driver::runProfile(const std::vector<std::string> &argv,
