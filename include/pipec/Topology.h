@@ -1,0 +1,63 @@
+//===- Topology.h - Cluster topology and communication costs ----*- C++ -*-===//
+//
+// A hierarchical cluster (`pipec.topology/1`, DESIGN.md §7): levels
+// innermost first, each `count` components of the level below, linked with
+// `bandwidth` (bytes/s) and `latency` (s). Devices are numbered so that
+// devices 0..levels[0].count-1 share the innermost level, and so on.
+// Communication costs (issue: planners and cost models):
+//   point-to-point:  latency + bytes / bandwidth of the slowest level spanned
+//   ring allreduce:  2(n-1)/n * bytes / bandwidth of the slowest level
+//                    spanned (+ 2(n-1) latencies)
+// Plain C++, no MLIR.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEC_TOPOLOGY_H
+#define PIPEC_TOPOLOGY_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipec {
+
+struct TopologyLevel {
+  std::string name;
+  int count = 1;
+  double bandwidth = 0; ///< bytes per second
+  double latency = 0;   ///< seconds
+};
+
+struct Topology {
+  /// Memory of one device in bytes (0 = unlimited).
+  int64_t deviceMemoryBytes = 0;
+  std::vector<TopologyLevel> levels;
+
+  /// Product of the level counts.
+  int numDevices() const;
+  /// Index of the innermost level that contains both devices; -1 if a == b.
+  int levelBetween(int a, int b) const;
+  /// Innermost level containing every device of the set; -1 for one device.
+  int levelSpanning(const std::vector<int> &devices) const;
+  /// latency + bytes / bandwidth over the slowest level spanned; 0 if a == b.
+  double p2pSeconds(int64_t bytes, int a, int b) const;
+  /// Ring allreduce of `bytes` among `devices`; 0 for fewer than two.
+  double allreduceSeconds(int64_t bytes, const std::vector<int> &devices) const;
+  /// A one-level topology of `n` devices (tests, defaults).
+  static Topology flat(int n, double bandwidth, double latency,
+                       int64_t memoryBytes = 0);
+};
+
+struct TopologyResult {
+  bool ok = false;
+  Topology topology;
+  std::string error;
+};
+
+/// Parses `pipec.topology/1`; rejects zero/negative counts, bandwidths and
+/// negative latencies or memory with a message naming the level.
+TopologyResult topologyFromJson(const std::string &text);
+std::string topologyToJson(const Topology &topology);
+
+} // namespace pipec
+
+#endif // PIPEC_TOPOLOGY_H
