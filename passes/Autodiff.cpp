@@ -8,7 +8,10 @@
 //   @sK_bwd(saved / seeds) -> (grads of boundary args)
 //                                                weight gradients accumulate
 //                                                into `<weight>.grad` globals
-//   @sK_step(%lr) : W <- W - lr * G; G <- 0      the optimizer update
+//   @sK_step(%lr[, %t]) : W <- opt(W, G, state); G <- 0
+//                                                the optimizer update (SGD, or
+//                                                ONNX Momentum/Adam/Adagrad
+//                                                with T = updates so far)
 //
 // Boundary conventions (attributes, see dialects/pipe/PipeDialect.h):
 //   bwd args:   pipe.fwd_arg = i      forward argument i of the same microbatch
@@ -38,12 +41,29 @@ using namespace pipec;
 
 namespace {
 
+/// The optimizer of the step functions (ONNX training-operator semantics).
+struct OptimizerConfig {
+  std::string name = "sgd"; // sgd, momentum, nesterov, adam, adagrad
+  double momentum = 0.9, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  double weightDecay = 0;
+  /// State tensors per weight (V for momentum, V and H for Adam, H for
+  /// Adagrad; SGD with weight decay runs as momentum 0 with one).
+  int states() const {
+    if (name == "adam")
+      return 2;
+    if (name == "sgd")
+      return weightDecay != 0 ? 1 : 0;
+    return 1;
+  }
+};
+
 /// Builds the backward function of one stage.
 class StageDifferentiator {
 public:
   StageDifferentiator(ModuleOp module, func::FuncOp fwd,
-                      ArrayRef<func::FuncOp> allFwd, int64_t stage)
-      : module(module), fwd(fwd), allFwd(allFwd), stage(stage),
+                      ArrayRef<func::FuncOp> allFwd, int64_t stage,
+                      const OptimizerConfig &opt)
+      : module(module), fwd(fwd), allFwd(allFwd), stage(stage), opt(opt),
         b(module.getContext()) {}
 
   LogicalResult run();
@@ -52,11 +72,16 @@ private:
   Value mapForward(Value v);
   void addGrad(Value v, Value g);
   ml_program::GlobalOp gradGlobal(ml_program::GlobalOp weight);
+  ml_program::GlobalOp zeroGlobal(ml_program::GlobalOp weight,
+                                  StringRef suffix, StringRef attr);
+  void emitUpdate(OpBuilder &sb, ml_program::GlobalOp weight, Value lr,
+                  Value count);
 
   ModuleOp module;
   func::FuncOp fwd;
   ArrayRef<func::FuncOp> allFwd;
   int64_t stage;
+  const OptimizerConfig &opt;
   OpBuilder b;
   func::FuncOp bwd;
   Block *entry = nullptr;
@@ -99,9 +124,12 @@ void StageDifferentiator::addGrad(Value v, Value g) {
   slot = slot ? nn::AddOp::create(b, g.getLoc(), g.getType(), slot, g) : g;
 }
 
+/// A mutable zero-initialised global `<weight><suffix>` tagged with `attr`
+/// = @weight (gradient accumulators, optimizer state).
 ml_program::GlobalOp
-StageDifferentiator::gradGlobal(ml_program::GlobalOp weight) {
-  std::string name = (weight.getSymName() + ".grad").str();
+StageDifferentiator::zeroGlobal(ml_program::GlobalOp weight, StringRef suffix,
+                                StringRef attr) {
+  std::string name = (weight.getSymName() + suffix).str();
   if (auto g = module.lookupSymbol<ml_program::GlobalOp>(name))
     return g;
   OpBuilder gb(weight);
@@ -111,8 +139,64 @@ StageDifferentiator::gradGlobal(ml_program::GlobalOp weight) {
   auto g = ml_program::GlobalOp::create(gb, weight.getLoc(), name, type,
                                         /*is_mutable=*/true, zeros,
                                         gb.getStringAttr("private"));
-  g->setAttr(pipe::attrs::kGradOf, FlatSymbolRefAttr::get(weight.getSymNameAttr()));
+  g->setAttr(attr, FlatSymbolRefAttr::get(weight.getSymNameAttr()));
   return g;
+}
+
+ml_program::GlobalOp
+StageDifferentiator::gradGlobal(ml_program::GlobalOp weight) {
+  return zeroGlobal(weight, ".grad", pipe::attrs::kGradOf);
+}
+
+/// W <- optimizer(W, G, state...); G <- 0.
+void StageDifferentiator::emitUpdate(OpBuilder &sb, ml_program::GlobalOp weight,
+                                     Value lr, Value count) {
+  auto type = weight.getType();
+  Location loc = weight.getLoc();
+  auto ref = [](ml_program::GlobalOp g) {
+    return FlatSymbolRefAttr::get(g.getSymNameAttr());
+  };
+  auto load = [&](ml_program::GlobalOp g) -> Value {
+    return ml_program::GlobalLoadOp::create(sb, loc, type, ref(g));
+  };
+  auto store = [&](ml_program::GlobalOp g, Value v) {
+    ml_program::GlobalStoreOp::create(sb, loc, ref(g), v);
+  };
+  auto f32 = [&](double v) { return sb.getF32FloatAttr(static_cast<float>(v)); };
+  auto gradG = gradGlobal(weight);
+  Value w = load(weight), g = load(gradG);
+  if (opt.states() == 0) {
+    store(weight, nn::SgdUpdateOp::create(sb, loc, type, w, g, lr));
+  } else if (opt.name == "adam") {
+    auto vG = zeroGlobal(weight, ".adam_v", "pipe.state_of");
+    auto hG = zeroGlobal(weight, ".adam_h", "pipe.state_of");
+    auto adam = nn::AdamOp::create(sb, loc, type, type, type, lr, count, w, g,
+                                   load(vG), load(hG), f32(opt.beta1),
+                                   f32(opt.beta2), f32(opt.weightDecay),
+                                   f32(0.0), f32(opt.epsilon));
+    store(weight, adam.getXNew());
+    store(vG, adam.getVNew());
+    store(hG, adam.getHNew());
+  } else if (opt.name == "adagrad") {
+    auto hG = zeroGlobal(weight, ".adagrad_h", "pipe.state_of");
+    auto ada = nn::AdagradOp::create(sb, loc, type, type, lr, count, w, g,
+                                     load(hG), f32(0.0), f32(opt.epsilon),
+                                     f32(opt.weightDecay));
+    store(weight, ada.getXNew());
+    store(hG, ada.getHNew());
+  } else {
+    // momentum / nesterov, and SGD with weight decay (momentum 0).
+    auto vG = zeroGlobal(weight, ".momentum", "pipe.state_of");
+    bool plain = opt.name == "sgd";
+    auto mom = nn::MomentumOp::create(
+        sb, loc, type, type, lr, count, w, g, load(vG),
+        f32(plain ? 0.0 : opt.momentum), f32(1.0),
+        sb.getStringAttr(opt.name == "nesterov" ? "nesterov" : "standard"),
+        f32(opt.weightDecay));
+    store(weight, mom.getXNew());
+    store(vG, mom.getVNew());
+  }
+  store(gradG, nn::FillOp::create(sb, loc, type, sb.getF64FloatAttr(0.0)));
 }
 
 LogicalResult StageDifferentiator::run() {
@@ -277,28 +361,25 @@ LogicalResult StageDifferentiator::run() {
   // The optimizer update of every trained weight of this stage.
   b.setInsertionPointAfter(bwd);
   auto lrType = RankedTensorType::get({}, b.getF32Type());
+  auto countType = RankedTensorType::get({}, b.getI64Type());
+  bool needsCount = opt.states() > 0;
+  SmallVector<Type> stepArgs{lrType};
+  if (needsCount)
+    stepArgs.push_back(countType);
   auto step = func::FuncOp::create(b, fwd.getLoc(), stageFuncName(stage, "step"),
-                                   b.getFunctionType({lrType}, {}));
+                                   b.getFunctionType(stepArgs, {}));
   step->setAttr(pipe::attrs::kStage, b.getI64IntegerAttr(stage));
   step.setArgAttr(0, "pipe.lr", UnitAttr::get(ctx));
+  if (needsCount)
+    step.setArgAttr(1, "pipe.step_count", UnitAttr::get(ctx));
   Block *stepEntry = step.addEntryBlock();
   OpBuilder sb = OpBuilder::atBlockEnd(stepEntry);
   for (auto &[name, g] : weightGrads) {
     auto weight = weightGlobals.lookup(name);
     if (!weight || !weight.getIsMutable())
       continue;
-    auto gradG = gradGlobal(weight);
-    auto type = weight.getType();
-    Location loc = weight.getLoc();
-    auto wRef = FlatSymbolRefAttr::get(weight.getSymNameAttr());
-    auto gRef = FlatSymbolRefAttr::get(gradG.getSymNameAttr());
-    Value w = ml_program::GlobalLoadOp::create(sb, loc, type, wRef);
-    Value gv = ml_program::GlobalLoadOp::create(sb, loc, type, gRef);
-    Value updated =
-        nn::SgdUpdateOp::create(sb, loc, type, w, gv, stepEntry->getArgument(0));
-    ml_program::GlobalStoreOp::create(sb, loc, wRef, updated);
-    Value zero = nn::FillOp::create(sb, loc, type, sb.getF64FloatAttr(0.0));
-    ml_program::GlobalStoreOp::create(sb, loc, gRef, zero);
+    emitUpdate(sb, weight, stepEntry->getArgument(0),
+               needsCount ? stepEntry->getArgument(1) : Value());
   }
   func::ReturnOp::create(sb, fwd.getLoc());
   return success();
@@ -368,8 +449,18 @@ struct NNAutodiffPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (optimizer != "sgd") {
-      module.emitError("unknown optimizer '") << optimizer << "' (sgd)";
+    OptimizerConfig opt;
+    opt.name = optimizer;
+    opt.momentum = momentum;
+    opt.beta1 = beta1;
+    opt.beta2 = beta2;
+    opt.epsilon = epsilon;
+    opt.weightDecay = weightDecay;
+    if (!llvm::is_contained(
+            ArrayRef<StringRef>{"sgd", "momentum", "nesterov", "adam", "adagrad"},
+            StringRef(opt.name))) {
+      module.emitError("unknown optimizer '")
+          << optimizer << "' (sgd, momentum, nesterov, adam, adagrad)";
       return signalPassFailure();
     }
     SmallVector<func::FuncOp> stages = getStageFuncs(module, "fwd");
@@ -385,7 +476,7 @@ struct NNAutodiffPass
     if (failed(addLoss(stages.back())))
       return signalPassFailure();
     for (auto [s, fwd] : llvm::enumerate(stages)) {
-      StageDifferentiator diff(module, fwd, stages, s);
+      StageDifferentiator diff(module, fwd, stages, s, opt);
       if (failed(diff.run()))
         return signalPassFailure();
     }

@@ -247,6 +247,35 @@ FailureOr<KernelCall> pipec::getKernelCall(Operation *op) {
                               {numel(o.getOutput())},
                               {}};
           })
+          .Case([](MomentumOp o) {
+            return KernelCall{"pipec_k_momentum",
+                              {o.getR(), o.getT(), o.getX(), o.getG(),
+                               o.getV(), o.getXNew(), o.getVNew()},
+                              {numel(o.getX()), o.getMode() == "nesterov"},
+                              {o.getAlpha().convertToDouble(),
+                               o.getBeta().convertToDouble(),
+                               o.getNormCoefficient().convertToDouble()}};
+          })
+          .Case([](AdamOp o) {
+            return KernelCall{
+                "pipec_k_adam",
+                {o.getR(), o.getT(), o.getX(), o.getG(), o.getV(), o.getH(),
+                 o.getXNew(), o.getVNew(), o.getHNew()},
+                {numel(o.getX())},
+                {o.getAlpha().convertToDouble(), o.getBeta().convertToDouble(),
+                 o.getNormCoefficient().convertToDouble(),
+                 o.getNormCoefficientPost().convertToDouble(),
+                 o.getEpsilon().convertToDouble()}};
+          })
+          .Case([](AdagradOp o) {
+            return KernelCall{"pipec_k_adagrad",
+                              {o.getR(), o.getT(), o.getX(), o.getG(),
+                               o.getH(), o.getXNew(), o.getHNew()},
+                              {numel(o.getX())},
+                              {o.getDecayFactor().convertToDouble(),
+                               o.getEpsilon().convertToDouble(),
+                               o.getNormCoefficient().convertToDouble()}};
+          })
           .Case([](FillOp o) {
             return KernelCall{"pipec_k_fill",
                               {o.getOutput()},

@@ -208,7 +208,8 @@ LogicalResult StageLowering::planFunction(FunctionPlan &fp) {
     Value v = store.getValue();
     Operation *def = v.getDefiningOp();
     if (!def || !v.hasOneUse() || fp.buffers.count(v) ||
-        !isa<nn::AddOp, nn::SgdUpdateOp, nn::FillOp, nn::ScaleOp>(def))
+        !isa<nn::AddOp, nn::SgdUpdateOp, nn::FillOp, nn::ScaleOp,
+             nn::MomentumOp, nn::AdamOp, nn::AdagradOp>(def))
       continue;
     bool safe = true;
     fn.walk([&](ml_program::GlobalLoadOp load) {
@@ -375,6 +376,7 @@ void StageLowering::emitDeclarations() {
   declare("pipec_rt_loss", {ptr, i64t, ptr}, {});
   declare("pipec_rt_loss_seed", {ptr, ptr}, {});
   declare("pipec_rt_lr", {ptr, ptr}, {});
+  declare("pipec_rt_step", {ptr, ptr}, {});
   declare("pipec_rt_op_begin", {ptr, i64t, i64t}, {});
   declare("pipec_rt_op_end", {ptr, i64t, i64t}, {});
   auto programType = db.getFunctionType({ptr, ptr}, {});
@@ -570,7 +572,9 @@ LogicalResult StageLowering::emitProgram() {
     } else if (isa<pipe::StepOp>(op)) {
       Value zero = i64(pb, loc, 0);
       for (auto [i, buf] : llvm::enumerate(step.args))
-        call("pipec_rt_lr", {ctxArg, pointer(pb, loc, buf, arena, zero)});
+        call(step.fn.getArgAttr(i, "pipe.step_count") ? "pipec_rt_step"
+                                                       : "pipec_rt_lr",
+             {ctxArg, pointer(pb, loc, buf, arena, zero)});
       call(lowered[2].getSymName(), {ctxArg, arena, zero});
     } else {
       return op->emitError("cannot lower this op");

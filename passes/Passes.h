@@ -28,6 +28,9 @@ struct TrainingPipelineOptions {
   std::string loss = "cross-entropy";
   std::string schedule = "1f1b-flush";
   int microbatches = 1;
+  std::string optimizer = "sgd";
+  double momentum = 0.9, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  double weightDecay = 0;
 };
 
 /// Adds annotate-costs, plan, split-stages, autodiff, build-schedule.

@@ -64,11 +64,21 @@ def NNAutodiffPass : Pass<"nn-autodiff", "mlir::ModuleOp"> {
     (DifferentiableOpInterface): forward values the backward needs become
     extra `@sK_fwd` results stashed per microbatch; weight gradients
     accumulate into `<weight>.grad` globals. Builds `@sK_step` applying the
-    optimizer (`sgd`) and zeroing the gradients.
+    optimizer and zeroing the gradients: `sgd`, or ONNX's training operators
+    `momentum` / `nesterov` / `adam` / `adagrad` (their state in
+    `<weight>.momentum`, `.adam_v`, `.adam_h`, `.adagrad_h` globals; T is the
+    number of updates made before this step).
   }];
   let options = [
     Option<"loss", "loss", "std::string", "\"cross-entropy\"", "cross-entropy or model">,
-    Option<"optimizer", "optimizer", "std::string", "\"sgd\"", "optimizer (sgd)">,
+    Option<"optimizer", "optimizer", "std::string", "\"sgd\"",
+           "sgd, momentum, nesterov, adam or adagrad">,
+    Option<"momentum", "momentum", "double", "0.9", "momentum coefficient (alpha)">,
+    Option<"beta1", "beta1", "double", "0.9", "Adam beta1 (alpha)">,
+    Option<"beta2", "beta2", "double", "0.999", "Adam beta2 (beta)">,
+    Option<"epsilon", "epsilon", "double", "1e-8", "Adam/Adagrad epsilon">,
+    Option<"weightDecay", "weight-decay", "double", "0.0",
+           "L2 weight decay (ONNX norm_coefficient)">,
   ];
   let dependentDialects = ["::pipec::nn::NNDialect", "::mlir::ml_program::MLProgramDialect"];
 }

@@ -21,7 +21,8 @@ void pipec::buildTrainingPipeline(OpPassManager &pm,
   pm.addPass(createNNAnnotateCostsPass({o.profile, o.device}));
   pm.addPass(createPipePlanPass({o.stages, "balanced"}));
   pm.addPass(createPipeSplitStagesPass());
-  pm.addPass(createNNAutodiffPass({o.loss, "sgd"}));
+  pm.addPass(createNNAutodiffPass({o.loss, o.optimizer, o.momentum, o.beta1,
+                                   o.beta2, o.epsilon, o.weightDecay}));
   pm.addPass(createPipeBuildSchedulePass({o.schedule, o.microbatches}));
 }
 
@@ -44,6 +45,7 @@ struct TrainPipelineCLOptions
   Option<std::string> loss{*this, "loss", llvm::cl::init("cross-entropy")};
   Option<std::string> schedule{*this, "schedule", llvm::cl::init("1f1b-flush")};
   Option<int> microbatches{*this, "microbatches", llvm::cl::init(1)};
+  Option<std::string> optimizer{*this, "optimizer", llvm::cl::init("sgd")};
 };
 struct LowerStageCLOptions : public PassPipelineOptions<LowerStageCLOptions> {
   Option<int> stage{*this, "stage", llvm::cl::init(0)};
@@ -56,8 +58,15 @@ void pipec::registerPipecPipelines() {
       "pipec-train-pipeline",
       "Costs, plan, stage split, autodiff and schedule of an imported model",
       [](OpPassManager &pm, const TrainPipelineCLOptions &o) {
-        buildTrainingPipeline(pm, {o.profile, o.device, o.stages, o.loss,
-                                   o.schedule, o.microbatches});
+        TrainingPipelineOptions options;
+        options.profile = o.profile;
+        options.device = o.device;
+        options.stages = o.stages;
+        options.loss = o.loss;
+        options.schedule = o.schedule;
+        options.microbatches = o.microbatches;
+        options.optimizer = o.optimizer;
+        buildTrainingPipeline(pm, options);
       });
   PassPipelineRegistration<LowerStageCLOptions>(
       "pipec-lower-stage", "Lower one stage to the LLVM dialect",

@@ -50,3 +50,6 @@ int64_t SoftmaxCrossEntropyLossGradOp::getForwardFlops() {
 }
 int64_t SgdUpdateOp::getForwardFlops() { return 2 * numel(getOutput()); }
 int64_t FillOp::getForwardFlops() { return 0; }
+int64_t MomentumOp::getForwardFlops() { return 5 * numel(getX()); }
+int64_t AdamOp::getForwardFlops() { return 12 * numel(getX()); }
+int64_t AdagradOp::getForwardFlops() { return 7 * numel(getX()); }

@@ -376,6 +376,76 @@ def NN_SgdUpdateOp : NN_Op<"sgd_update", [DeclareOpInterfaceMethods<NN_CostOpInt
   let hasVerifier = 1;
 }
 
+def NN_MomentumOp : NN_Op<"momentum", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+    AllTypesMatch<["x", "g", "v", "x_new", "v_new"]>]> {
+  let summary = "SGD with momentum (ONNX ai.onnx.preview.training Momentum, one tensor).";
+  let description = [{
+    `r` is the learning rate and `t` the 0-based update count (rank-0
+    tensors). G' = norm_coefficient X + G; beta' = T > 0 ? beta : 1;
+    V_new = alpha V + beta' G'; standard: X_new = X - R V_new; nesterov:
+    X_new = X - R (G' + alpha V_new).
+
+    ```mlir
+    %x2, %v2 = nn.momentum %r, %t, %x, %g, %v {alpha = 0.9 : f32, beta = 1.0 : f32}
+        : tensor<f32>, tensor<i64>, tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$r, NN_I64Tensor:$t, NN_F32Tensor:$x,
+                       NN_F32Tensor:$g, NN_F32Tensor:$v,
+                       F32Attr:$alpha, F32Attr:$beta,
+                       DefaultValuedAttr<StrAttr, "\"standard\"">:$mode,
+                       DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient);
+  let results = (outs NN_F32Tensor:$x_new, NN_F32Tensor:$v_new);
+  let assemblyFormat = "$r `,` $t `,` $x `,` $g `,` $v attr-dict `:` type($r) `,` type($t) `,` type($x)";
+  let hasVerifier = 1;
+}
+
+def NN_AdamOp : NN_Op<"adam", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+    AllTypesMatch<["x", "g", "v", "h", "x_new", "v_new", "h_new"]>]> {
+  let summary = "Adam (ONNX ai.onnx.preview.training Adam, one tensor).";
+  let description = [{
+    G' = norm_coefficient X + G; V_new = alpha V + (1 - alpha) G';
+    H_new = beta H + (1 - beta) G'^2; R' = T > 0 ? R sqrt(1 - beta^T) /
+    (1 - alpha^T) : R; X_new = (1 - norm_coefficient_post)(X - R' V_new /
+    (sqrt(H_new) + epsilon)).
+
+    ```mlir
+    %x2, %v2, %h2 = nn.adam %r, %t, %x, %g, %v, %h : tensor<f32>, tensor<i64>, tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$r, NN_I64Tensor:$t, NN_F32Tensor:$x,
+                       NN_F32Tensor:$g, NN_F32Tensor:$v, NN_F32Tensor:$h,
+                       DefaultValuedAttr<F32Attr, "0.9">:$alpha,
+                       DefaultValuedAttr<F32Attr, "0.999">:$beta,
+                       DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient,
+                       DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient_post,
+                       DefaultValuedAttr<F32Attr, "1.0e-6">:$epsilon);
+  let results = (outs NN_F32Tensor:$x_new, NN_F32Tensor:$v_new, NN_F32Tensor:$h_new);
+  let assemblyFormat = "$r `,` $t `,` $x `,` $g `,` $v `,` $h attr-dict `:` type($r) `,` type($t) `,` type($x)";
+  let hasVerifier = 1;
+}
+
+def NN_AdagradOp : NN_Op<"adagrad", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+    AllTypesMatch<["x", "g", "h", "x_new", "h_new"]>]> {
+  let summary = "Adagrad (ONNX ai.onnx.preview.training Adagrad, one tensor).";
+  let description = [{
+    r = R / (1 + T decay_factor); G' = norm_coefficient X + G;
+    H_new = H + G'^2; X_new = X - r G' / (sqrt(H_new) + epsilon).
+
+    ```mlir
+    %x2, %h2 = nn.adagrad %r, %t, %x, %g, %h : tensor<f32>, tensor<i64>, tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$r, NN_I64Tensor:$t, NN_F32Tensor:$x,
+                       NN_F32Tensor:$g, NN_F32Tensor:$h,
+                       DefaultValuedAttr<F32Attr, "0.0">:$decay_factor,
+                       DefaultValuedAttr<F32Attr, "1.0e-6">:$epsilon,
+                       DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient);
+  let results = (outs NN_F32Tensor:$x_new, NN_F32Tensor:$h_new);
+  let assemblyFormat = "$r `,` $t `,` $x `,` $g `,` $h attr-dict `:` type($r) `,` type($t) `,` type($x)";
+  let hasVerifier = 1;
+}
+
 def NN_FillOp : NN_Op<"fill", [DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
   let summary = "A tensor with every element equal to `value`.";
   let description = [{

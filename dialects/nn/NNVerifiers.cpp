@@ -233,3 +233,24 @@ LogicalResult SgdUpdateOp::verify() {
     return emitOpError("lr must be a rank-0 tensor");
   return success();
 }
+
+/// R and T of the ONNX training operators are scalars.
+static LogicalResult verifyOptimizerScalars(Operation *op, Value r, Value t) {
+  if (rt(r).getRank() != 0 || rt(t).getRank() != 0)
+    return op->emitOpError("R (learning rate) and T (update count) must be "
+                           "rank-0 tensors");
+  return success();
+}
+
+LogicalResult MomentumOp::verify() {
+  if (getMode() != "standard" && getMode() != "nesterov")
+    return emitOpError("mode must be standard or nesterov, got '")
+           << getMode() << "'";
+  return verifyOptimizerScalars(*this, getR(), getT());
+}
+LogicalResult AdamOp::verify() {
+  return verifyOptimizerScalars(*this, getR(), getT());
+}
+LogicalResult AdagradOp::verify() {
+  return verifyOptimizerScalars(*this, getR(), getT());
+}

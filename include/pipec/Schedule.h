@@ -16,31 +16,75 @@
 
 namespace pipec {
 
-enum class ScheduleKind { GPipe, OneFOneBFlush };
+/// The schedules of the papers (DESIGN.md §5, papers/thesis.md §5):
+///   GPipe          "gpipe"       all forwards, all backwards, flush (§5.1)
+///   OneFOneBFlush  "1f1b-flush"  PipeDream-Flush / DAPPLE, warm-up policies
+///                                A and B (§5.2, dapple.md §3.3)
+///   OneFOneB       "1f1b"        PipeDream: continuous 1F1B, no flush,
+///                                weight stashing (§5.3, pipedream.md §3-4)
+///   TwoBW          "2bw"         PipeDream-2BW: continuous 1F1B, a new weight
+///                                version every m microbatches (§3.1)
+///   Interleaved    "interleaved" Megatron interleaved 1F1B, v chunks per
+///                                device (§4.2, §5.4)
+///   ZeroBubbleH1   "zb-h1"       1F1B with the backward split into B (input
+///                                gradient) and W (weight gradient); W is
+///                                deferred into the cool-down (Qi et al. 2023)
+enum class ScheduleKind {
+  GPipe,
+  OneFOneBFlush,
+  OneFOneB,
+  TwoBW,
+  Interleaved,
+  ZeroBubbleH1
+};
 
-/// Parses "gpipe" / "1f1b-flush"; nullopt for anything else.
+/// Parses "gpipe" / "1f1b-flush" / "1f1b" / "2bw" / "interleaved" / "zb-h1";
+/// nullopt for anything else.
 std::optional<ScheduleKind> parseScheduleKind(const std::string &name);
 const char *scheduleKindName(ScheduleKind kind);
+/// Every accepted name, in declaration order, e.g. for "available: ..."
+/// messages.
+std::vector<std::string> scheduleKindNames();
+/// True for the synchronous schedules that end each step with a flush
+/// (gpipe, 1f1b-flush, interleaved, zb-h1); false for 1f1b and 2bw, which
+/// run batches back to back.
+bool isFlushSchedule(ScheduleKind kind);
 
-enum class PassKind { Forward, Backward };
+/// Forward, backward and, for zero-bubble schedules, the weight-gradient half
+/// of the backward. Without BackwardWeight ops, Backward computes both input
+/// and weight gradients; with them, Backward is the input gradient only.
+enum class PassKind { Forward, Backward, BackwardWeight };
 
-/// One forward or backward of a microbatch. In a Segment, `microbatch` is
-/// the value at trip 0 and grows by one every trip.
+/// One forward or backward of a microbatch on one model chunk. In a Segment,
+/// `microbatch` is the value at trip 0 and grows by the segment's stride
+/// (1 unless stated otherwise) every trip. `chunk` is the virtual-stage chunk
+/// c of the device (interleaved: virtual stage c*p + r on device r); 0 for
+/// every other schedule.
 struct SchedOp {
   PassKind kind;
   int64_t microbatch;
+  int chunk = 0;
   bool operator==(const SchedOp &o) const {
-    return kind == o.kind && microbatch == o.microbatch;
+    return kind == o.kind && microbatch == o.microbatch && chunk == o.chunk;
   }
 };
 
 /// `trips` repetitions of `body` (a counted loop in the generated program).
+/// Trip t runs the body with every microbatch index increased by
+/// t * stride.
 struct Segment {
   std::vector<SchedOp> body;
   int64_t trips = 0;
+  /// Microbatch increment per trip: 1 for the plain schedules; p for the
+  /// interleaved steady state (a period of p*v ops covers p microbatches);
+  /// multiplied by r on a stage replica of a stage with r replicas
+  /// (replica j runs microbatches j, j+r, j+2r, ...).
+  int64_t stride = 1;
 };
 
-/// The schedule of one stage for one training step (one flush).
+/// The schedule of one stage (or one stage replica, or one device of an
+/// interleaved pipeline) for one training step (one flush); for 1f1b and
+/// 2bw, for all the steps requested.
 struct StageSchedule {
   std::vector<Segment> segments;
   /// Loops expanded into the flat op order.
@@ -48,22 +92,135 @@ struct StageSchedule {
 };
 
 /// Generates the per-stage programs of `kind` for `stages` stages and
-/// `microbatches` microbatches:
+/// `microbatches` microbatches with default ScheduleOptions:
 ///   gpipe:      F0..F(m-1), B0..B(m-1)
 ///   1f1b-flush: w = min(p-s-1, m) warm-up forwards, m-w {F, B} pairs,
 ///               w cool-down backwards (thesis.md §5.2)
-/// Preconditions: stages >= 1, microbatches >= 1.
+///   1f1b, 2bw:  the same order for one batch (see ScheduleOptions::steps)
+///   zb-h1:      the 1f1b-flush order with W ops (see generateSchedule below)
+///   interleaved with one chunk
+/// Returns an empty vector for stages < 1, microbatches < 1 or a request the
+/// kind cannot satisfy (use the ScheduleResult overload for the reason).
 std::vector<StageSchedule> generateSchedule(ScheduleKind kind, int stages,
                                             int64_t microbatches);
 
-/// Peak number of microbatches whose forward ran and backward has not, on
-/// one stage of a flat program. Used to size activation stashes.
+/// DAPPLE's warm-up depth K_i, the forwards a 1f1b-flush stage runs before
+/// its first backward (dapple.md §3.3), with S = p pipeline stages:
+///   A: K_s = min(p - s, D)         (warm-up w = K_s - 1 = p - s - 1)
+///   B: K_s = min(2(p - s) - 1, D)  (warm-up w = 2(p - s - 1))
+/// D is ScheduleOptions::maxInflight (unbounded when 0). A suits small
+/// communication-to-compute ratios, B hides communication comparable to
+/// compute.
+enum class WarmupPolicy { A, B };
+
+struct ScheduleOptions {
+  /// v, virtual chunks per device; only the interleaved schedule takes
+  /// v > 1.
+  int chunks = 1;
+  /// 1f1b-flush warm-up policy.
+  WarmupPolicy warmup = WarmupPolicy::A;
+  /// D of DAPPLE's K_i (microbatches that fit in memory); 0 = unbounded.
+  /// Applies to 1f1b-flush only.
+  int64_t maxInflight = 0;
+  /// Batches of `microbatches` microbatches each that 1f1b and 2bw run back
+  /// to back in one program (microbatch ids 0 .. steps*m-1, no flush in
+  /// between). Must be 1 for the flush schedules.
+  int64_t steps = 1;
+  /// Replicas per pipeline stage (1F1B-RR: microbatch k runs on replica
+  /// k mod r of every stage, pipedream.md §3); empty = one each. For the
+  /// interleaved schedule, all stages must have the same count d and
+  /// m % (d*p) == 0.
+  std::vector<int> replicas;
+};
+
+/// The program of one rank: one replica of one pipeline stage (for the
+/// interleaved schedule, one replica of one device position r, holding the
+/// chunks c = 0..v-1, i.e. virtual stages c*p + r). Microbatch ids are
+/// global: replica j of a stage with r replicas sees j, j+r, j+2r, ...
+struct RankSchedule {
+  int stage = 0;
+  int replica = 0;
+  StageSchedule schedule;
+};
+
+struct ScheduleResult {
+  bool ok = false;
+  /// Why the request is impossible, e.g. "interleaved schedule needs the
+  /// number of microbatches (6) to be a multiple of the pipeline depth (4)".
+  std::string error;
+  ScheduleKind kind = ScheduleKind::GPipe;
+  int stages = 0;              ///< p (devices per pipeline, not p*v)
+  int chunks = 1;              ///< v
+  int64_t microbatches = 0;    ///< m per step
+  int64_t steps = 1;
+  std::vector<int> replicas;   ///< per stage, always filled
+  /// Stage-major, replica-minor: ranks of stage s are consecutive.
+  std::vector<RankSchedule> ranks;
+  /// Index into `ranks` of (stage, replica), or -1.
+  int rankOf(int stage, int replica) const;
+};
+
+/// Generates every rank program of `kind`. Errors come back as text: stages
+/// or microbatches < 1, chunks > 1 for a schedule other than interleaved,
+/// interleaved with m % p != 0 (Megatron's rule), 2bw with m < p - 1 (a
+/// forward would need a weight version not created yet, thesis.md §3.1),
+/// steps > 1 for a flush schedule, replica counts < 1 or of the wrong
+/// length.
+///
+/// Per-rank warm-up (forwards before the first backward, K - 1 with K the
+/// in-flight depth) with replicas: let W_s = sum_{t>=s} r_t be the workers
+/// from stage s on; then K_s = ceil(W_s / r_s), which is p - s for a
+/// straight pipeline and NOAM = ceil(workers / r_0) on the input stage
+/// (pipedream.md §3); policy B uses ceil(2 W_s / r_s) - 1. zb-h1 defers
+/// d_s = K_0 - K_s weight-gradient ops (s for a straight pipeline): after
+/// each B, a W runs for the oldest pending microbatch once more than d_s
+/// are pending; the last d_s W ops end the step.
+ScheduleResult generateSchedule(ScheduleKind kind, int stages,
+                                int64_t microbatches,
+                                const ScheduleOptions &options);
+
+/// Peak number of (microbatch, chunk) pairs whose forward ran and whose last
+/// backward op (B, or W where the program has one) has not, on one flat
+/// program. Used to size activation stashes.
 int64_t peakInflight(const std::vector<SchedOp> &ops);
 
-/// Closed form of the peak in-flight count: m for gpipe, min(p-s, m) for
-/// 1f1b-flush.
+/// Closed form of the peak in-flight count of stage (device) `stage`:
+///   gpipe        m
+///   1f1b-flush   min(p - s, m) (policy A), min(2(p - s) - 1, m) (policy B)
+///   1f1b, 2bw    min(p - s, m * steps)
+///   zb-h1        min(p, m) on every stage (a microbatch stays until its W)
+///   interleaved  chunk-microbatches: 2(p-s-1) + (v-1)p + 1 when m > p,
+///                m*v when m == p (thesis.md §5.4)
+/// For replicated stages the same forms per replica with K_s as in
+/// generateSchedule and the replica's own microbatch count.
 int64_t closedFormInflight(ScheduleKind kind, int stages, int stage,
                            int64_t microbatches);
+int64_t closedFormInflight(ScheduleKind kind, int stages, int stage,
+                           int64_t microbatches,
+                           const ScheduleOptions &options, int replica = 0);
+
+/// Peak number of live weight versions on one rank program, where version
+/// v lives from its creation until the later of its last use and the
+/// creation of version v+1 (the newest always lives; an update whose
+/// backward is the old version's last use happens in place):
+///   flush schedules  1
+///   1f1b             a new version after every backward (weight stashing:
+///                    a forward uses the newest, its backward the same one);
+///                    p - s in steady state (thesis.md Table 7.1)
+///   2bw              microbatch k (0-based) uses version max(k div m - 1, 0)
+///                    for F and B; the backward of the last microbatch of
+///                    batch j on this rank creates version j + 1; at most 2
+/// `microbatches` is m (per batch). Returns -1 when a forward needs a version
+/// that does not exist yet (2bw with too few microbatches per batch).
+int64_t peakWeightVersions(ScheduleKind kind, const std::vector<SchedOp> &ops,
+                           int64_t microbatches);
+
+/// Closed form of the steady-state weight versions: 1 for flush schedules,
+/// min(p - s, m * steps) for 1f1b (K_s per replica with replicas), 2 for 2bw
+/// (1 when there is a single batch).
+int64_t closedFormWeightVersions(ScheduleKind kind, int stages, int stage,
+                                 int64_t microbatches,
+                                 const ScheduleOptions &options = {});
 
 //===----------------------------------------------------------------------===//
 // Message-level check of rank programs.
@@ -94,6 +251,16 @@ struct CommCheckResult {
 /// and that execution terminates.
 CommCheckResult checkCommunication(
     const std::vector<std::vector<CommEvent>> &programs);
+
+/// The send/receive programs of a generated schedule, one per rank in
+/// `schedule.ranks` order, for a chain of p*v virtual stages: the forward of
+/// virtual stage q receives the activation from q-1 and sends its output to
+/// q+1; the backward (input gradient) receives the gradient from q+1 and
+/// sends one to q-1; W ops communicate nothing. Channels: activation
+/// q -> q+1 is 2q, gradient q+1 -> q is 2q+1. The peer replica of
+/// microbatch k is k mod r. Feed the result to checkCommunication.
+std::vector<std::vector<CommEvent>>
+scheduleCommPrograms(const ScheduleResult &schedule);
 
 } // namespace pipec
 

@@ -54,6 +54,14 @@ bool isDefaultDomain(const std::string &domain) {
   return domain.empty() || domain == "ai.onnx";
 }
 
+/// ONNX's training operators (optimizers).
+constexpr const char *kTrainingDomain = "ai.onnx.preview.training";
+bool isTrainingOp(const onnx::NodeProto &node) {
+  return node.domain() == kTrainingDomain &&
+         (node.op_type() == "Momentum" || node.op_type() == "Adam" ||
+          node.op_type() == "Adagrad");
+}
+
 std::string nodeLabel(const onnx::NodeProto &node, int index) {
   if (!node.name().empty())
     return node.name();
@@ -116,6 +124,8 @@ private:
   bool specialiseAndInfer();
   bool emit();
   bool emitNode(const onnx::NodeProto &node, int index);
+  bool emitOptimizer(const onnx::NodeProto &node, int index,
+                     ArrayRef<Type> resultTypes);
 
   Type elementType(int32_t onnxType);
   FailureOr<RankedTensorType> typeOf(const std::string &name,
@@ -166,9 +176,15 @@ bool Importer::load() {
   for (const auto &op : model.opset_import())
     if (isDefaultDomain(op.domain()))
       opset = op.version();
-  if (opset == 0)
-    return fail("'" + path + "' imports no version of the default ONNX "
-                "operator set");
+  if (opset == 0) {
+    // Models of training operators alone (ONNX's optimizer tests) import
+    // only ai.onnx.preview.training.
+    for (const auto &node : model.graph().node())
+      if (!isTrainingOp(node))
+        return fail("'" + path + "' imports no version of the default ONNX "
+                    "operator set");
+    opset = kMinOpset;
+  }
   return true;
 }
 
@@ -196,8 +212,9 @@ bool Importer::checkSupported() {
   const auto &graph = model.graph();
   for (int i = 0; i < graph.node_size(); ++i) {
     const auto &node = graph.node(i);
-    bool ok = isDefaultDomain(node.domain()) &&
-              supportedOps().count(node.op_type());
+    bool ok = (isDefaultDomain(node.domain()) &&
+               supportedOps().count(node.op_type())) ||
+              isTrainingOp(node);
     if (ok)
       continue;
     std::string label = node.op_type();
@@ -510,7 +527,8 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
   }
   // Activations are float32; only the labels of the loss are integers.
   for (int i = 0; i < node.input_size(); ++i) {
-    bool labels = op == "SoftmaxCrossEntropyLoss" && i == 1;
+    bool labels = (op == "SoftmaxCrossEntropyLoss" || isTrainingOp(node)) &&
+                  i == 1;
     bool shape = op == "Reshape" && i == 1;
     auto it = types.find(node.input(i));
     if (node.input(i).empty() || labels || shape || it == types.end())
@@ -630,6 +648,8 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
     if (logProbType)
       values[node.output(1)] = sce.getLogProb();
     return true;
+  } else if (isTrainingOp(node)) {
+    return emitOptimizer(node, index, resultTypes);
   } else {
     return fail(where + ": unsupported operator");
   }
@@ -639,6 +659,63 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
     return fail(where + ": inferred result type disagrees with ONNX shape "
                         "inference");
   values[node.output(0)] = result;
+  return true;
+}
+
+/// Momentum / Adam / Adagrad update several tensors at once: inputs R, T,
+/// then k groups (X..., G..., state...), outputs (X_new..., state_new...).
+/// One nn op per tensor.
+bool Importer::emitOptimizer(const onnx::NodeProto &node, int index,
+                             ArrayRef<Type> resultTypes) {
+  const std::string &op = node.op_type();
+  std::string where = "node '" + nodeLabel(node, index) + "' (" + op + ")";
+  int states = op == "Adam" ? 2 : 1;
+  int groups = (node.input_size() - 2) / (2 + states);
+  if (groups < 1 || node.input_size() != 2 + groups * (2 + states) ||
+      node.output_size() != groups * (1 + states))
+    return fail(where + ": unexpected number of inputs or outputs");
+  Value r = operand(node, 0, index), t = operand(node, 1, index);
+  if (!r || !t)
+    return false;
+  auto f = [&](const char *name, float dflt) {
+    return b.getF32FloatAttr(attrFloat(node, name, dflt));
+  };
+  for (int k = 0; k < groups; ++k) {
+    Value x = operand(node, 2 + k, index);
+    Value g = operand(node, 2 + groups + k, index);
+    Value s1 = operand(node, 2 + 2 * groups + k, index);
+    Value s2 = states == 2 ? operand(node, 2 + 3 * groups + k, index) : Value();
+    if (!x || !g || !s1 || (states == 2 && !s2))
+      return false;
+    Type type = x.getType();
+    SmallVector<Value> outs;
+    if (op == "Momentum") {
+      std::string mode = "standard";
+      if (const auto *m = findAttr(node, "mode"))
+        mode = m->s();
+      auto mo = nn::MomentumOp::create(
+          b, loc, type, type, r, t, x, g, s1, f("alpha", 0), f("beta", 0),
+          b.getStringAttr(mode), f("norm_coefficient", 0));
+      outs = {mo.getXNew(), mo.getVNew()};
+    } else if (op == "Adam") {
+      auto ad = nn::AdamOp::create(
+          b, loc, type, type, type, r, t, x, g, s1, s2, f("alpha", 0.9f),
+          f("beta", 0.999f), f("norm_coefficient", 0),
+          f("norm_coefficient_post", 0), f("epsilon", 1e-6f));
+      outs = {ad.getXNew(), ad.getVNew(), ad.getHNew()};
+    } else {
+      auto ag = nn::AdagradOp::create(b, loc, type, type, r, t, x, g, s1,
+                                      f("decay_factor", 0), f("epsilon", 1e-6f),
+                                      f("norm_coefficient", 0));
+      outs = {ag.getXNew(), ag.getHNew()};
+    }
+    for (int j = 0; j < 1 + states; ++j) {
+      int out = j * groups + k;
+      if (resultTypes[out] && resultTypes[out] != outs[j].getType())
+        return fail(where + ": output type disagrees with shape inference");
+      values[node.output(out)] = outs[j];
+    }
+  }
   return true;
 }
 

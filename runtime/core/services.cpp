@@ -75,6 +75,14 @@ extern "C" void pipec_rt_lr(pipec_ctx *ctx, void *dst) {
   });
 }
 
+extern "C" void pipec_rt_step(pipec_ctx *ctx, void *dst) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_step");
+    checkPointer(dst, "pipec_rt_step");
+    *static_cast<int64_t *>(dst) = c.step;
+  });
+}
+
 extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {
   if (!ctx || !ctx->profiler.enabled())
     return;

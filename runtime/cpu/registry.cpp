@@ -39,6 +39,9 @@ constexpr KernelEntry kKernels[] = {
     PIPEC_KERNEL_ENTRY(pipec_k_sce_loss),
     PIPEC_KERNEL_ENTRY(pipec_k_sce_loss_grad),
     PIPEC_KERNEL_ENTRY(pipec_k_sgd),
+    PIPEC_KERNEL_ENTRY(pipec_k_momentum),
+    PIPEC_KERNEL_ENTRY(pipec_k_adam),
+    PIPEC_KERNEL_ENTRY(pipec_k_adagrad),
 };
 #undef PIPEC_KERNEL_ENTRY
 

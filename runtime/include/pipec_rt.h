@@ -151,6 +151,23 @@ void pipec_k_sce_loss_grad(void *const *bufs, const int64_t *ints,
 /// Wout may alias W. ints: [n].
 void pipec_k_sgd(void *const *bufs, const int64_t *ints, const double *reals);
 
+/// ONNX Momentum (ai.onnx.preview.training), one tensor of n elements.
+/// bufs: [R (f32 scalar), T (i64 scalar), X, G, V, Xnew, Vnew]; Xnew may
+/// alias X and Vnew V. ints: [n, nesterov]. reals: [alpha, beta,
+/// norm_coefficient].
+void pipec_k_momentum(void *const *bufs, const int64_t *ints,
+                      const double *reals);
+
+/// ONNX Adam. bufs: [R, T, X, G, V, H, Xnew, Vnew, Hnew] (outputs may alias
+/// their inputs). ints: [n]. reals: [alpha, beta, norm_coefficient,
+/// norm_coefficient_post, epsilon].
+void pipec_k_adam(void *const *bufs, const int64_t *ints, const double *reals);
+
+/// ONNX Adagrad. bufs: [R, T, X, G, H, Xnew, Hnew]. ints: [n].
+/// reals: [decay_factor, epsilon, norm_coefficient].
+void pipec_k_adagrad(void *const *bufs, const int64_t *ints,
+                     const double *reals);
+
 /// Looks a kernel up by its symbol name ("pipec_k_gemm"); NULL if unknown.
 /// Used by in-process executors (profiling, conformance tests).
 pipec_kernel_fn pipec_rt_find_kernel(const char *name);
@@ -197,6 +214,11 @@ void pipec_rt_loss_seed(pipec_ctx *ctx, void *dst);
 
 /// Writes the learning rate of the current step as one float into dst.
 void pipec_rt_lr(pipec_ctx *ctx, void *dst);
+
+/// Writes the number of optimizer updates made before this step (0 on the
+/// first step) as one int64 into dst: the T input of ONNX's training
+/// operators.
+void pipec_rt_step(pipec_ctx *ctx, void *dst);
 
 /// Profiler / trace hooks around op `op` (an index into the stage
 /// description's "ops" list); phase 0 forward, 1 backward, 2 optimizer.

@@ -41,3 +41,20 @@
 
 // NOSPLIT: no stage functions @s0_fwd...; run --pipe-split-stages first
 // LOSS: unknown loss 'hinge' (cross-entropy or model)
+
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan=stages=1 --pipe-split-stages --nn-autodiff="optimizer=adam weight-decay=0.01" | FileCheck %s --check-prefix=ADAM
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan=stages=1 --pipe-split-stages --nn-autodiff="optimizer=nesterov momentum=0.8" | FileCheck %s --check-prefix=NESTEROV
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan=stages=1 --pipe-split-stages --nn-autodiff=optimizer=lion 2>&1 | FileCheck %s --check-prefix=BADOPT
+
+// Adam keeps two zero-initialised state tensors per weight and takes the
+// update count T from the runtime.
+// ADAM-DAG: ml_program.global private mutable @w1.adam_v(dense<0.000000e+00> : tensor<5x6xf32>) : tensor<5x6xf32> {pipe.state_of = @w1}
+// ADAM-DAG: ml_program.global private mutable @w1.adam_h(dense<0.000000e+00> : tensor<5x6xf32>) : tensor<5x6xf32> {pipe.state_of = @w1}
+// ADAM-LABEL: func.func @s0_step
+// ADAM-SAME: (%[[LR:.*]]: tensor<f32> {pipe.lr}, %[[T:.*]]: tensor<i64> {pipe.step_count})
+// ADAM: %{{.*}}, %{{.*}}, %{{.*}} = nn.adam %[[LR]], %[[T]], %w2, %w2.grad, %w2.adam_v, %w2.adam_h {epsilon = 9.99999993E-9 : f32, norm_coefficient = 0.00999999977 : f32}
+// ADAM: ml_program.global_store @w2.adam_v
+// ADAM: ml_program.global_store @w2.adam_h
+
+// NESTEROV: nn.momentum {{.*}} {alpha = 8.000000e-01 : f32, beta = 1.000000e+00 : f32, mode = "nesterov"}
+// BADOPT: unknown optimizer 'lion' (sgd, momentum, nesterov, adam, adagrad)

@@ -175,6 +175,40 @@ def reference_train(ref, x, y, steps, lr, B):
     return params, losses
 
 
+OPT_LR, OPT_WD = 0.01, 0.01
+OPT_HP = {"momentum": 0.9, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+
+
+def reference_train_opt(ref, x, y, steps, B, name):
+    """Full-batch training with ONNX's training-operator update formulas
+    (ai.onnx.preview.training Momentum/Adam/Adagrad, T = updates so far),
+    written from the operator specification in float64."""
+    params = {k: v.copy() for k, v in ref.params.items()}
+    v = {k: np.zeros_like(p) for k, p in params.items()}
+    h = {k: np.zeros_like(p) for k, p in params.items()}
+    losses = []
+    for t in range(steps):
+        rows = batch_rows(t, B, len(x))
+        loss, grads = ref.loss_and_grad(params, x[rows], y[rows])
+        losses.append(loss)
+        for k in params:
+            g = OPT_WD * params[k] + grads[k]          # G' = norm_coefficient X + G
+            if name in ("momentum", "nesterov"):
+                v[k] = OPT_HP["momentum"] * v[k] + g    # beta = 1
+                step = g + OPT_HP["momentum"] * v[k] if name == "nesterov" else v[k]
+                params[k] = params[k] - OPT_LR * step
+            elif name == "adam":
+                b1, b2 = OPT_HP["beta1"], OPT_HP["beta2"]
+                v[k] = b1 * v[k] + (1 - b1) * g
+                h[k] = b2 * h[k] + (1 - b2) * g * g
+                r = OPT_LR * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) if t > 0 else OPT_LR
+                params[k] = params[k] - r * v[k] / (np.sqrt(h[k]) + OPT_HP["epsilon"])
+            elif name == "adagrad":
+                h[k] = h[k] + g * g
+                params[k] = params[k] - OPT_LR * g / (np.sqrt(h[k]) + OPT_HP["epsilon"])
+    return params, losses
+
+
 def gradcheck(ref, x, y, B, coords_per_tensor=3, eps=1e-6, seed=123):
     """Central finite differences on random coordinates of every parameter.
     Returns (ok, worst error description)."""
@@ -547,6 +581,57 @@ def main():
         report(False, label, str(exc))
     except Exception as exc:
         report(False, label, f"{type(exc).__name__}: {exc}")
+
+    # -- optimizers: ONNX Momentum / Nesterov / Adam / Adagrad ----------------
+    # 1 stage and 4 stages (1F1B-flush, 8 microbatches) against a float64
+    # reference of the operator formulas. Adaptive methods divide by
+    # sqrt(H), which magnifies float32 rounding of tiny gradients: their
+    # reference tolerance is 1e-4 (pipelined vs 1-stage stays at 1e-5).
+    opt_names = ("momentum", "adam") if args.quick else ("momentum", "nesterov", "adam", "adagrad")
+    for opt in opt_names:
+        want_p, want_l = reference_train_opt(ref, x, y, STEPS, GLOBAL_BATCH, opt)
+        runs = {}
+        for stages, mb in ((1, 1), (4, 8)):
+            label = f"optimizer-{opt} s{stages}-1f1b-flush-mb{mb}"
+            try:
+                out_dir = os.path.join(runs_dir, f"opt-{opt}-s{stages}")
+                cmd = [pipec, "compile", onnx_path, "--stages", str(stages), "--microbatches", str(mb),
+                       "--optimizer", opt, "--weight-decay", str(OPT_WD), "-o", out_dir, "--quiet"]
+                rc, o, e, _ = run(cmd)
+                if rc != 0:
+                    raise Failure(f"compile exit {rc}: {tail(o + e)}")
+                cmd = [pipec, "train", out_dir, "--steps", str(STEPS), "--lr", str(OPT_LR),
+                       "--inputs", xs, "--labels", ys, "--quiet"]
+                rc, o, e, _ = run(cmd)
+                if rc != 0:
+                    raise Failure(f"train exit {rc}: {tail(o + e)}")
+                ckpt = load_checkpoint(latest_checkpoint(os.path.join(out_dir, "checkpoints")))
+                weights = {k: ckpt[k] for k in init_names if k in ckpt}
+                state = sorted(k for k in ckpt if k not in init_names)
+                losses = read_metrics(os.path.join(out_dir, "metrics.jsonl"), STEPS)
+                runs[stages] = weights
+                tol = 1e-4 if opt in ("adam", "adagrad") else TOL
+                worst = max(rel_err(weights[k], want_p[k]) for k in want_p)
+                lw, lbad = compare_losses(losses, want_l)
+                bad = ([] if worst <= tol else [f"weights rel err {worst:.2e} > {tol}"]) + lbad
+                if len(weights) != len(want_p):
+                    bad.append(f"checkpoint lacks weights: has {sorted(ckpt)}")
+                if not state:
+                    bad.append("checkpoint holds no optimizer state")
+                if stages > 1 and 1 in runs:
+                    w1 = max(rel_err(weights[k], runs[1][k]) for k in weights)
+                    if w1 > TOL:
+                        bad.append(f"vs 1 stage: rel err {w1:.2e}")
+                    worst_vs1 = f", vs 1 stage {w1:.2e}"
+                else:
+                    worst_vs1 = ""
+                detail = (f"vs ONNX-formula reference: weights {worst:.2e}, losses {lw:.2e}{worst_vs1}; "
+                          f"state {len(state)} tensors")
+                report(not bad, label, detail if not bad else detail + "; " + "; ".join(bad[:4]))
+            except Failure as exc:
+                report(False, label, str(exc))
+            except Exception as exc:
+                report(False, label, f"{type(exc).__name__}: {exc}")
 
     print(f"total {time.monotonic() - t_start:.1f}s")
     print(f"{passed} passed, {failed} failed")

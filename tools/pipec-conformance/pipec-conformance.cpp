@@ -11,6 +11,11 @@
 // "unsupported" and listed with the reason; an imported case must pass.
 // Prints `N passed, N failed` last; exits non-zero on any failure.
 //
+// Known defects of the test data itself are corrected, not skipped: where
+// ONNX's generator computed the expected outputs with an attribute value it
+// did not store in the node, the runner sets that value on the node (listed
+// in kTestDataFixes, printed when used) so the case still checks the kernel.
+//
 //===----------------------------------------------------------------------===//
 #include "pipec/Exec.h"
 #include "pipec/Import.h"
@@ -29,6 +34,52 @@
 
 namespace fs = std::filesystem;
 using namespace pipec;
+
+/// Attribute values ONNX's test generators used but did not write into the
+/// model (the schema default then differs from the data).
+struct TestDataFix {
+  const char *testCase, *opType, *attribute;
+  float value;
+  const char *why;
+};
+static const TestDataFix kTestDataFixes[] = {
+    {"test_adam_multiple", "Adam", "epsilon", 1e-2f,
+     "onnx/backend/test/case/node/adam.py computes the outputs with "
+     "epsilon=1e-2 but omits the attribute (schema default 1e-6)"},
+};
+
+/// Imports `dir`/model.onnx, applying any kTestDataFixes entry.
+static mlir::OwningOpRef<mlir::ModuleOp>
+importCase(mlir::MLIRContext &ctx, const fs::path &dir, std::string &error,
+           std::vector<std::string> &applied) {
+  std::string model = (dir / "model.onnx").string();
+  for (const TestDataFix &fix : kTestDataFixes) {
+    if (dir.filename() != fix.testCase)
+      continue;
+    onnx::ModelProto proto;
+    std::ifstream in(model, std::ios::binary);
+    if (!in || !proto.ParseFromIstream(&in))
+      break;
+    for (auto &node : *proto.mutable_graph()->mutable_node())
+      if (node.op_type() == fix.opType) {
+        auto *attr = node.add_attribute();
+        attr->set_name(fix.attribute);
+        attr->set_type(onnx::AttributeProto::FLOAT);
+        attr->set_f(fix.value);
+      }
+    fs::path fixed = fs::temp_directory_path() /
+                     (std::string("pipec-conformance-") + fix.testCase + ".onnx");
+    std::ofstream out(fixed, std::ios::binary);
+    proto.SerializeToOstream(&out);
+    out.close();
+    applied.push_back(std::string(fix.testCase) + ": " + fix.attribute + "=" +
+                      std::to_string(fix.value) + " (" + fix.why + ")");
+    auto module = importOnnxFile(ctx, fixed.string(), {}, error);
+    fs::remove(fixed);
+    return module;
+  }
+  return importOnnxFile(ctx, model, {}, error);
+}
 
 static bool readTensor(const fs::path &path, HostTensor &out, std::string &error) {
   std::ifstream in(path, std::ios::binary);
@@ -167,6 +218,7 @@ int main(int argc, char **argv) {
   std::sort(cases.begin(), cases.end());
 
   int passed = 0, failed = 0;
+  std::vector<std::string> fixesApplied;
   std::map<std::string, std::vector<std::string>> unsupported; // reason -> cases
   for (const fs::path &dir : cases) {
     std::string name = dir.parent_path().filename().string() + "/" +
@@ -176,7 +228,7 @@ int main(int argc, char **argv) {
     mlir::MLIRContext ctx(registry);
     ctx.disableMultithreading();
     std::string error;
-    auto module = importOnnxFile(ctx, (dir / "model.onnx").string(), {}, error);
+    auto module = importCase(ctx, dir, error, fixesApplied);
     if (!module) {
       std::string reason = error.substr(0, error.find('\n'));
       // Group by the unsupported operator names, not the paths.
@@ -266,6 +318,8 @@ int main(int argc, char **argv) {
     }
     std::cout << "\n";
   }
+  for (const std::string &fix : fixesApplied)
+    std::cout << "test-data fix applied: " << fix << "\n";
   std::cout << "supported cases: " << passed + failed << " of " << cases.size()
             << "\n";
   std::cout << passed << " passed, " << failed << " failed\n";

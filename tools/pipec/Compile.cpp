@@ -264,6 +264,12 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   tpo.loss = o.loss;
   tpo.schedule = o.schedule;
   tpo.microbatches = o.microbatches;
+  tpo.optimizer = o.optimizer;
+  tpo.momentum = o.momentum;
+  tpo.beta1 = o.beta1;
+  tpo.beta2 = o.beta2;
+  tpo.epsilon = o.epsilon;
+  tpo.weightDecay = o.weightDecay;
   buildTrainingPipeline(pm, tpo);
   if (failed(pm.run(*module)))
     return 1; // the diagnostics said why
@@ -281,7 +287,10 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   std::string key = (*bytes)->getBuffer().str();
   key += "|" + std::to_string(o.stages) + "|" + std::to_string(o.microbatches) +
          "|" + std::to_string(batch) + "|" + o.schedule + "|" + o.loss + "|" +
-         o.profile + "|" + o.device;
+         o.profile + "|" + o.device + "|" + o.optimizer + "|" +
+         std::to_string(o.momentum) + "|" + std::to_string(o.beta1) + "|" +
+         std::to_string(o.beta2) + "|" + std::to_string(o.epsilon) + "|" +
+         std::to_string(o.weightDecay);
   std::string buildId = hex64(llvm::xxh3_64bits(llvm::StringRef(key)));
   std::string modelHash =
       hex64(llvm::xxh3_64bits((*bytes)->getBuffer()));
@@ -416,6 +425,13 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
                        "h100", "cpu")
       .opt("--loss", "cross-entropy (against integer labels) or model (output "
                      "0 is the loss)", "cross-entropy")
+      .opt("--optimizer", "sgd, momentum, nesterov, adam, adagrad (ONNX "
+                          "training-operator semantics)", "sgd")
+      .opt("--momentum", "momentum coefficient", "0.9")
+      .opt("--beta1", "Adam beta1", "0.9")
+      .opt("--beta2", "Adam beta2", "0.999")
+      .opt("--epsilon", "Adam/Adagrad epsilon", "1e-8")
+      .opt("--weight-decay", "L2 weight decay", "0")
       .opt("--input-shape", "static shapes NAME=D0xD1..., comma-separated")
       .flag("--emit-mlir", "also write OUT/pipeline.mlir")
       .flag("--quiet", "no progress lines");
@@ -441,6 +457,11 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   o.profile = a.get("--profile");
   o.device = a.get("--device");
   o.loss = a.get("--loss");
+  o.optimizer = a.get("--optimizer");
+  if (!a.getDouble("--momentum", o.momentum) || !a.getDouble("--beta1", o.beta1) ||
+      !a.getDouble("--beta2", o.beta2) || !a.getDouble("--epsilon", o.epsilon) ||
+      !a.getDouble("--weight-decay", o.weightDecay))
+    return 2;
   o.emitMlir = a.has("--emit-mlir");
   o.quiet = a.has("--quiet");
   if (!parseShapes(a, o.inputShapes, "compile"))
