@@ -56,6 +56,8 @@ int runImport(const std::vector<std::string> &args);
 int runProfile(const std::vector<std::string> &args, const char *argv0);
 int runCompile(const std::vector<std::string> &args);
 int runTrain(const std::vector<std::string> &args, const char *argv0);
+int runPlan(const std::vector<std::string> &args);
+int runSimulate(const std::vector<std::string> &args);
 
 /// Options of `pipec compile` (also used by `pipec profile`).
 struct CompileOptions {
@@ -68,6 +70,9 @@ struct CompileOptions {
   std::string profile;
   std::string device = "cpu";
   std::string loss = "cross-entropy";
+  std::string optimizer = "sgd";
+  double momentum = 0.9, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  double weightDecay = 0;
   std::map<std::string, std::vector<int64_t>> inputShapes;
   bool emitMlir = false;
   bool quiet = false;
