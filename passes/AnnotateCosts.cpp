@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/PassUtils.h"
 #include "passes/Passes.h"
+#include "pipec/CostModel.h"
 #include "pipec/Profile.h"
 
 #include "mlir/Dialect/MLProgram/IR/MLProgram.h"
@@ -24,28 +25,6 @@ using namespace mlir;
 using namespace pipec;
 
 namespace {
-
-/// Roofline parameters of a device (fp32 training).
-struct DeviceModel {
-  double peakFlops;     ///< FLOP/s
-  double bandwidth;     ///< bytes/s of device memory
-  double opOverhead;    ///< seconds per kernel launch
-};
-
-std::optional<DeviceModel> deviceModel(StringRef name) {
-  // Peak numbers are the vendors' dense fp32 (TF32 on A100/H100) figures;
-  // the CPU entry is a conservative two-core AVX2 figure for this class of
-  // machine.
-  if (name == "cpu")
-    return DeviceModel{5.0e10, 2.0e10, 1.0e-6};
-  if (name == "v100")
-    return DeviceModel{15.7e12, 9.0e11, 5.0e-6};
-  if (name == "a100")
-    return DeviceModel{156.0e12, 1.555e12, 5.0e-6};
-  if (name == "h100")
-    return DeviceModel{494.0e12, 3.35e12, 4.0e-6};
-  return std::nullopt;
-}
 
 bool isParam(Value v) {
   return v.getDefiningOp<ml_program::GlobalLoadOp>() != nullptr;
@@ -93,8 +72,11 @@ struct NNAnnotateCostsPass
     } else {
       dev = deviceModel(device);
       if (!dev) {
+        std::string known;
+        for (const std::string &n : deviceModelNames())
+          known += (known.empty() ? "" : ", ") + n;
         module.emitError("unknown device model '")
-            << device << "' (known: cpu, v100, a100, h100)";
+            << device << "' (known: " << known << ")";
         return signalPassFailure();
       }
     }
@@ -109,11 +91,8 @@ struct NNAnnotateCostsPass
       if (dev) {
         auto cost = cast<nn::CostOpInterface>(op);
         double f = cost.getForwardFlops(), bf = cost.getBackwardFlops();
-        fwd = std::max(f / dev->peakFlops, bytes.touched / dev->bandwidth) +
-              dev->opOverhead;
-        bwd = std::max(bf / dev->peakFlops,
-                       2.0 * bytes.touched / dev->bandwidth) +
-              dev->opOverhead;
+        fwd = dev->seconds(f, bytes.touched);
+        bwd = dev->seconds(bf, 2.0 * bytes.touched);
       } else {
         std::string name = layerName(op, index);
         auto it = byName.find(name);
