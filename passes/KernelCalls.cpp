@@ -9,6 +9,7 @@
 #include "dialects/nn/NNDialect.h"
 #include "pipec_rt.h"
 
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -95,8 +96,13 @@ bool pipec::isViewOp(Operation *op) {
   return isa<nn::ReshapeOp, nn::FlattenOp, nn::IdentityOp>(op);
 }
 
-FailureOr<KernelCall> pipec::getKernelCall(Operation *op) {
+/// Kernels of the CNN/transformer ops (NNLayerOps.td); nullopt for others.
+static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op);
+
+FailureOr<SmallVector<KernelCall, 1>> pipec::getKernelCalls(Operation *op) {
   using namespace nn;
+  if (auto calls = layerKernelCalls(op))
+    return *calls;
   std::optional<KernelCall> call =
       llvm::TypeSwitch<Operation *, std::optional<KernelCall>>(op)
           .Case([](GemmOp g) -> std::optional<KernelCall> {
@@ -287,5 +293,319 @@ FailureOr<KernelCall> pipec::getKernelCall(Operation *op) {
     op->emitError("no runtime kernel implements '") << op->getName() << "'";
     return failure();
   }
-  return *call;
+  return SmallVector<KernelCall, 1>{*call};
+}
+
+//===----------------------------------------------------------------------===//
+// CNN and transformer ops
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+SmallVector<int64_t> contiguousStrides(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
+/// pipec_k_strided_copy of `dims` elements.
+KernelCall stridedCopy(Value src, Value dst, ArrayRef<int64_t> dims,
+                       ArrayRef<int64_t> srcStrides, int64_t srcOffset,
+                       ArrayRef<int64_t> dstStrides, int64_t dstOffset,
+                       bool accumulate) {
+  KernelCall c{"pipec_k_strided_copy", {src, dst},
+               {static_cast<int64_t>(dims.size())}, {}};
+  llvm::append_range(c.ints, dims);
+  llvm::append_range(c.ints, srcStrides);
+  c.ints.push_back(srcOffset);
+  llvm::append_range(c.ints, dstStrides);
+  c.ints.push_back(dstOffset);
+  c.ints.push_back(accumulate ? 1 : 0);
+  return c;
+}
+
+/// [N, C, H, W, M, kH, kW, oH, oW, sH, sW, padTop, padLeft, dH, dW, group,
+/// hasBias] of a convolution given X, W and Y shapes.
+SmallVector<int64_t> convInts(ArrayRef<int64_t> x, ArrayRef<int64_t> w,
+                              ArrayRef<int64_t> y, ArrayRef<int64_t> strides,
+                              ArrayRef<int64_t> pads,
+                              ArrayRef<int64_t> dilations, int64_t group,
+                              bool hasBias) {
+  return {x[0],       x[1],       x[2],    x[3],    w[0],   w[2],
+          w[3],       y[2],       y[3],    strides[0], strides[1], pads[0],
+          pads[1],    dilations[0], dilations[1], group, hasBias ? 1 : 0};
+}
+
+int64_t unaryOpcode(StringRef kind) {
+  return llvm::StringSwitch<int64_t>(kind)
+      .Case("erf", PIPEC_UN_ERF)
+      .Case("gelu", PIPEC_UN_GELU)
+      .Case("sqrt", PIPEC_UN_SQRT)
+      .Case("exp", PIPEC_UN_EXP)
+      .Case("log", PIPEC_UN_LOG)
+      .Case("neg", PIPEC_UN_NEG)
+      .Case("abs", PIPEC_UN_ABS)
+      .Case("reciprocal", PIPEC_UN_RECIPROCAL)
+      .Case("leaky_relu", PIPEC_UN_LEAKY_RELU)
+      .Case("clip", PIPEC_UN_CLIP)
+      .Case("pow_scalar", PIPEC_UN_POW_SCALAR)
+      .Default(-1);
+}
+
+/// [outer, axisDim, inner] of data viewed around a gather axis.
+SmallVector<int64_t> gatherInts(ArrayRef<int64_t> data, int64_t axis) {
+  int64_t rank = data.size();
+  if (axis < 0)
+    axis += rank;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i)
+    outer *= data[i];
+  for (int64_t i = axis + 1; i < rank; ++i)
+    inner *= data[i];
+  return {outer, data[axis], inner};
+}
+
+KernelCall unaryOp(Operation *op, int64_t opcode, double alpha = 0,
+                   double beta = 0) {
+  return {"pipec_k_unary",
+          {op->getOperand(0), op->getResult(0)},
+          {opcode, numel(op->getResult(0))},
+          {alpha, beta}};
+}
+
+} // namespace
+
+static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op) {
+  using namespace nn;
+  using Calls = SmallVector<KernelCall, 1>;
+  return llvm::TypeSwitch<Operation *, std::optional<Calls>>(op)
+      .Case([](ErfOp o) { return Calls{unaryOp(o, PIPEC_UN_ERF)}; })
+      .Case([](GeluOp o) { return Calls{unaryOp(o, PIPEC_UN_GELU)}; })
+      .Case([](SqrtOp o) { return Calls{unaryOp(o, PIPEC_UN_SQRT)}; })
+      .Case([](ExpOp o) { return Calls{unaryOp(o, PIPEC_UN_EXP)}; })
+      .Case([](LogOp o) { return Calls{unaryOp(o, PIPEC_UN_LOG)}; })
+      .Case([](NegOp o) { return Calls{unaryOp(o, PIPEC_UN_NEG)}; })
+      .Case([](AbsOp o) { return Calls{unaryOp(o, PIPEC_UN_ABS)}; })
+      .Case([](ReciprocalOp o) { return Calls{unaryOp(o, PIPEC_UN_RECIPROCAL)}; })
+      .Case([](LeakyReluOp o) {
+        return Calls{unaryOp(o, PIPEC_UN_LEAKY_RELU,
+                             o.getAlpha().convertToDouble())};
+      })
+      .Case([](ClipOp o) {
+        return Calls{unaryOp(o, PIPEC_UN_CLIP, o.getMin().convertToDouble(),
+                             o.getMax().convertToDouble())};
+      })
+      .Case([](PowScalarOp o) {
+        return Calls{unaryOp(o, PIPEC_UN_POW_SCALAR,
+                             o.getExponent().convertToDouble())};
+      })
+      .Case([](PowOp o) { return Calls{binary(o, PIPEC_BIN_POW)}; })
+      .Case([](MaxOp o) { return Calls{binary(o, PIPEC_BIN_MAX)}; })
+      .Case([](MinOp o) { return Calls{binary(o, PIPEC_BIN_MIN)}; })
+      .Case([](UnaryGradOp o) {
+        return Calls{KernelCall{"pipec_k_unary_grad",
+                                {o.getForward(), o.getGrad(), o.getOutput()},
+                                {unaryOpcode(o.getKind()), numel(o.getOutput())},
+                                {o.getAlpha().convertToDouble(),
+                                 o.getBeta().convertToDouble()}}};
+      })
+      .Case([](BinaryGradOp o) {
+        ArrayRef<int64_t> out = shapeOf(o.getGrad());
+        int64_t rank = out.size();
+        int64_t opcode = o.getKind() == "pow"   ? PIPEC_BIN_POW
+                         : o.getKind() == "max" ? PIPEC_BIN_MAX
+                                                : PIPEC_BIN_MIN;
+        KernelCall c{"pipec_k_binary_grad",
+                     {o.getLhs(), o.getRhs(), o.getGrad(), o.getLhsGrad(),
+                      o.getRhsGrad()},
+                     {opcode, rank},
+                     {}};
+        llvm::append_range(c.ints, out);
+        llvm::append_range(c.ints, broadcastStrides(shapeOf(o.getLhs()), rank, out));
+        llvm::append_range(c.ints, broadcastStrides(shapeOf(o.getRhs()), rank, out));
+        return Calls{c};
+      })
+      .Case([](ConvOp o) {
+        return Calls{KernelCall{
+            "pipec_k_conv2d",
+            {o.getInput(), o.getWeight(), o.getBias(), o.getOutput()},
+            convInts(shapeOf(o.getInput()), shapeOf(o.getWeight()),
+                     shapeOf(o.getOutput()), o.getStrides(), o.getPads(),
+                     o.getDilations(), o.getGroup(), o.getBias() != nullptr),
+            {}}};
+      })
+      .Case([](ConvGradInputOp o) {
+        return Calls{KernelCall{
+            "pipec_k_conv2d_grad_input",
+            {o.getGrad(), o.getOther(), o.getOutput()},
+            convInts(shapeOf(o.getOutput()), shapeOf(o.getOther()),
+                     shapeOf(o.getGrad()), o.getStrides(), o.getPads(),
+                     o.getDilations(), o.getGroup(), false),
+            {}}};
+      })
+      .Case([](ConvGradWeightOp o) {
+        return Calls{KernelCall{
+            "pipec_k_conv2d_grad_weight",
+            {o.getGrad(), o.getOther(), o.getOutput()},
+            convInts(shapeOf(o.getOther()), shapeOf(o.getOutput()),
+                     shapeOf(o.getGrad()), o.getStrides(), o.getPads(),
+                     o.getDilations(), o.getGroup(), false),
+            {}}};
+      })
+      .Case([](MaxPoolOp o) {
+        auto x = shapeOf(o.getInput()), y = shapeOf(o.getOutput());
+        auto k = o.getKernel(), s = o.getStrides(), p = o.getPads(),
+             d = o.getDilations();
+        return Calls{KernelCall{"pipec_k_maxpool2d",
+                                {o.getInput(), o.getOutput(), o.getIndices()},
+                                {x[0], x[1], x[2], x[3], k[0], k[1], y[2], y[3],
+                                 s[0], s[1], p[0], p[1], d[0], d[1]},
+                                {}}};
+      })
+      .Case([](MaxPoolGradOp o) {
+        return Calls{KernelCall{"pipec_k_maxpool2d_grad",
+                                {o.getGrad(), o.getIndices(), o.getOutput()},
+                                {numel(o.getOutput()), numel(o.getGrad())},
+                                {}}};
+      })
+      .Case([](AveragePoolOp o) {
+        auto x = shapeOf(o.getInput()), y = shapeOf(o.getOutput());
+        auto k = o.getKernel(), s = o.getStrides(), p = o.getPads();
+        return Calls{KernelCall{"pipec_k_avgpool2d",
+                                {o.getInput(), o.getOutput()},
+                                {x[0], x[1], x[2], x[3], k[0], k[1], y[2], y[3],
+                                 s[0], s[1], p[0], p[1],
+                                 o.getCountIncludePad() ? 1 : 0},
+                                {}}};
+      })
+      .Case([](AveragePoolGradOp o) {
+        auto x = shapeOf(o.getOutput()), y = shapeOf(o.getGrad());
+        auto k = o.getKernel(), s = o.getStrides(), p = o.getPads();
+        return Calls{KernelCall{"pipec_k_avgpool2d_grad",
+                                {o.getGrad(), o.getOutput()},
+                                {x[0], x[1], x[2], x[3], k[0], k[1], y[2], y[3],
+                                 s[0], s[1], p[0], p[1],
+                                 o.getCountIncludePad() ? 1 : 0},
+                                {}}};
+      })
+      .Case([](BatchNormOp o) {
+        auto x = shapeOf(o.getInput());
+        int64_t spatial = 1;
+        for (int64_t d : x.drop_front(2))
+          spatial *= d;
+        return Calls{KernelCall{
+            "pipec_k_batchnorm_train",
+            {o.getInput(), o.getScale(), o.getBias(), o.getRunningMean(),
+             o.getRunningVar(), o.getOutput(), o.getSavedMean(),
+             o.getSavedInvStd(), o.getNewRunningMean(), o.getNewRunningVar()},
+            {x[0], x[1], spatial},
+            {o.getEpsilon().convertToDouble(), o.getMomentum().convertToDouble()}}};
+      })
+      .Case([](BatchNormInferenceOp o) {
+        auto x = shapeOf(o.getInput());
+        int64_t spatial = 1;
+        for (int64_t d : x.drop_front(2))
+          spatial *= d;
+        return Calls{KernelCall{"pipec_k_batchnorm_infer",
+                                {o.getInput(), o.getScale(), o.getBias(),
+                                 o.getMean(), o.getVar(), o.getOutput()},
+                                {x[0], x[1], spatial},
+                                {o.getEpsilon().convertToDouble()}}};
+      })
+      .Case([](BatchNormGradOp o) {
+        auto x = shapeOf(o.getInput());
+        int64_t spatial = 1;
+        for (int64_t d : x.drop_front(2))
+          spatial *= d;
+        return Calls{KernelCall{
+            "pipec_k_batchnorm_grad",
+            {o.getInput(), o.getScale(), o.getSavedMean(), o.getSavedInvStd(),
+             o.getGrad(), o.getInputGrad(), o.getScaleGrad(), o.getBiasGrad()},
+            {x[0], x[1], spatial},
+            {}}};
+      })
+      .Case([](LayerNormOp o) {
+        int64_t outer = numel(o.getMean());
+        return Calls{KernelCall{"pipec_k_layernorm",
+                                {o.getInput(), o.getScale(), o.getBias(),
+                                 o.getOutput(), o.getMean(), o.getInvStd()},
+                                {outer, numel(o.getInput()) / outer},
+                                {o.getEpsilon().convertToDouble()}}};
+      })
+      .Case([](LayerNormGradOp o) {
+        int64_t outer = numel(o.getMean());
+        return Calls{KernelCall{
+            "pipec_k_layernorm_grad",
+            {o.getInput(), o.getScale(), o.getMean(), o.getInvStd(),
+             o.getGrad(), o.getInputGrad(), o.getScaleGrad(), o.getBiasGrad()},
+            {outer, numel(o.getInput()) / outer},
+            {}}};
+      })
+      .Case([](GatherOp o) {
+        SmallVector<int64_t> ints = gatherInts(shapeOf(o.getData()), o.getAxis());
+        ints.push_back(numel(o.getIndices()));
+        return Calls{KernelCall{"pipec_k_gather",
+                                {o.getData(), o.getIndices(), o.getOutput()},
+                                ints,
+                                {}}};
+      })
+      .Case([](GatherGradOp o) {
+        SmallVector<int64_t> ints = gatherInts(shapeOf(o.getOutput()), o.getAxis());
+        ints.push_back(numel(o.getIndices()));
+        return Calls{KernelCall{"pipec_k_gather_grad",
+                                {o.getGrad(), o.getIndices(), o.getOutput()},
+                                ints,
+                                {}}};
+      })
+      .Case([](ExpandOp o) {
+        auto y = shapeOf(o.getOutput());
+        int64_t rank = y.size();
+        KernelCall c{"pipec_k_broadcast", {o.getInput(), o.getOutput()}, {rank}, {}};
+        llvm::append_range(c.ints, y);
+        llvm::append_range(c.ints, broadcastStrides(shapeOf(o.getInput()), rank, y));
+        return Calls{c};
+      })
+      .Case([](ConcatOp o) {
+        auto y = shapeOf(o.getOutput());
+        int64_t axis = o.getAxis() < 0 ? o.getAxis() + y.size() : o.getAxis();
+        SmallVector<int64_t> yStrides = contiguousStrides(y);
+        Calls calls;
+        int64_t offset = 0;
+        for (Value v : o.getInputs()) {
+          auto x = shapeOf(v);
+          calls.push_back(stridedCopy(v, o.getOutput(), x, contiguousStrides(x),
+                                      0, yStrides, offset * yStrides[axis],
+                                      false));
+          offset += x[axis];
+        }
+        return calls;
+      })
+      .Case([](SliceOp o) {
+        auto x = shapeOf(o.getInput()), y = shapeOf(o.getOutput());
+        SmallVector<int64_t> xStrides = contiguousStrides(x), src;
+        int64_t offset = 0;
+        for (size_t d = 0; d < x.size(); ++d) {
+          src.push_back(xStrides[d] * o.getSteps()[d]);
+          offset += o.getStarts()[d] * xStrides[d];
+        }
+        return Calls{stridedCopy(o.getInput(), o.getOutput(), y, src, offset,
+                                 contiguousStrides(y), 0, false)};
+      })
+      .Case([](SliceGradOp o) {
+        auto x = shapeOf(o.getOutput()), y = shapeOf(o.getGrad());
+        SmallVector<int64_t> xStrides = contiguousStrides(x), dst;
+        int64_t offset = 0;
+        for (size_t d = 0; d < x.size(); ++d) {
+          dst.push_back(xStrides[d] * o.getSteps()[d]);
+          offset += o.getStarts()[d] * xStrides[d];
+        }
+        return Calls{KernelCall{"pipec_k_fill",
+                                {o.getOutput()},
+                                {numel(o.getOutput())},
+                                {0.0}},
+                     stridedCopy(o.getGrad(), o.getOutput(), y,
+                                 contiguousStrides(y), 0, dst, offset, false)};
+      })
+      .Default([](Operation *) { return std::nullopt; });
 }

@@ -28,9 +28,11 @@ struct KernelCall {
 /// flatten, identity): the result may share the operand's buffer.
 bool isViewOp(mlir::Operation *op);
 
-/// The kernel call computing `op`; failure (with an error on `op`) for an
-/// op no kernel implements.
-mlir::FailureOr<KernelCall> getKernelCall(mlir::Operation *op);
+/// The kernel calls computing `op`, in order (most ops need one; concat
+/// one per input, slice_grad a fill and a copy); failure (with an error on
+/// `op`) for an op no kernel implements.
+mlir::FailureOr<llvm::SmallVector<KernelCall, 1>>
+getKernelCalls(mlir::Operation *op);
 
 } // namespace pipec
 

@@ -265,17 +265,18 @@ LogicalResult StageLowering::planFunction(FunctionPlan &fp) {
     for (Value r : op.getResults())
       if (!fp.buffers.count(r))
         fp.buffers[r] = allocate(scratch, Buffer::Scratch, r.getType());
-    auto call = getKernelCall(&op);
-    if (failed(call))
+    auto calls = getKernelCalls(&op);
+    if (failed(calls))
       return failure();
-    Step s{*call, {}, -1, loc};
-    for (Value v : call->buffers)
-      s.buffers.push_back(v ? fp.buffers.lookup(v)
-                            : Buffer{Buffer::Null, 0, ""});
     std::string name = locationName(loc);
-    if (auto it = opIds.find(name); it != opIds.end())
-      s.opId = it->second;
-    fp.steps.push_back(std::move(s));
+    auto id = opIds.find(name);
+    for (KernelCall &call : *calls) {
+      Step s{call, {}, id != opIds.end() ? id->second : -1, loc};
+      for (Value v : call.buffers)
+        s.buffers.push_back(v ? fp.buffers.lookup(v)
+                              : Buffer{Buffer::Null, 0, ""});
+      fp.steps.push_back(std::move(s));
+    }
   }
   regions.scratch = std::max(regions.scratch, scratch);
   return success();

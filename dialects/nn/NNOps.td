@@ -203,8 +203,8 @@ def NN_ReshapeOp : NN_Op<"reshape", [DeclareOpInterfaceMethods<NN_CostOpInterfac
     %y = nn.reshape %x : tensor<8x784xf32> -> tensor<8x28x28xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins RankedTensorOf<[F32, I64]>:$input);
+  let results = (outs RankedTensorOf<[F32, I64]>:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -306,7 +306,8 @@ def NN_SoftmaxGradOp : NN_Op<"softmax_grad", [SameOperandsAndResultType,
   let assemblyFormat = "$output_value `,` $grad attr-dict `:` type($output)";
 }
 
-def NN_SumToShapeOp : NN_Op<"sum_to_shape", [DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
+def NN_SumToShapeOp : NN_Op<"sum_to_shape", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = "Sums a tensor onto a broadcast-compatible shape (adjoint of broadcasting).";
   let description = [{
     The result type must broadcast to the input type; every broadcast
@@ -457,5 +458,7 @@ def NN_FillOp : NN_Op<"fill", [DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
   let results = (outs NN_F32Tensor:$output);
   let assemblyFormat = "attr-dict `:` type($output)";
 }
+
+include "NNLayerOps.td"
 
 #endif // PIPEC_NN_OPS

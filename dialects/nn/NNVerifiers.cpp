@@ -42,6 +42,9 @@ LogicalResult AddOp::verify() { return verifyBroadcastBinary(*this); }
 LogicalResult SubOp::verify() { return verifyBroadcastBinary(*this); }
 LogicalResult MulOp::verify() { return verifyBroadcastBinary(*this); }
 LogicalResult DivOp::verify() { return verifyBroadcastBinary(*this); }
+LogicalResult PowOp::verify() { return verifyBroadcastBinary(*this); }
+LogicalResult MaxOp::verify() { return verifyBroadcastBinary(*this); }
+LogicalResult MinOp::verify() { return verifyBroadcastBinary(*this); }
 
 LogicalResult GemmOp::verify() {
   auto a = rt(getA()), b = rt(getB());

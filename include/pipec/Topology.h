@@ -45,7 +45,23 @@ struct Topology {
   /// A one-level topology of `n` devices (tests, defaults).
   static Topology flat(int n, double bandwidth, double latency,
                        int64_t memoryBytes = 0);
+
+  /// Index of `device` inside its level-`level` component:
+  /// (device / prod(counts below level)) % count_level.
+  int indexAtLevel(int device, int level) const;
+  /// Devices in one component of level `level` (prod of counts 0..level);
+  /// 1 for level -1.
+  int devicesPerComponent(int level) const;
+  /// The link a message crossing level `level` sees: the lowest bandwidth
+  /// and the highest latency of levels 0..level (equal to level `level`
+  /// itself when bandwidth falls outwards, as in every real cluster).
+  TopologyLevel effectiveLink(int level) const;
 };
+
+/// Why `topology` is unusable (no levels, a non-positive count or
+/// bandwidth, a negative latency or memory, too many devices), naming the
+/// level; empty when it is fine. topologyFromJson applies the same checks.
+std::string topologyError(const Topology &topology);
 
 struct TopologyResult {
   bool ok = false;

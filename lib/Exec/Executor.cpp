@@ -118,22 +118,24 @@ bool pipec::executeFunction(func::FuncOp fn,
       }
       return true;
     }
-    auto call = getKernelCall(&op);
-    if (failed(call)) {
+    auto calls = getKernelCalls(&op);
+    if (failed(calls)) {
       error = "no kernel for " + op.getName().getStringRef().str();
       return false;
     }
     for (Value r : op.getResults())
       allocate(r);
-    std::vector<void *> ptrs;
-    for (Value v : call->buffers)
-      ptrs.push_back(v ? buffers.lookup(v) : nullptr);
-    pipec_kernel_fn kernel = pipec_rt_find_kernel(call->kernel.c_str());
-    if (!kernel) {
-      error = "the runtime has no kernel " + call->kernel;
-      return false;
+    for (const KernelCall &call : *calls) {
+      std::vector<void *> ptrs;
+      for (Value v : call.buffers)
+        ptrs.push_back(v ? buffers.lookup(v) : nullptr);
+      pipec_kernel_fn kernel = pipec_rt_find_kernel(call.kernel.c_str());
+      if (!kernel) {
+        error = "the runtime has no kernel " + call.kernel;
+        return false;
+      }
+      kernel(ptrs.data(), call.ints.data(), call.reals.data());
     }
-    kernel(ptrs.data(), call->ints.data(), call->reals.data());
   }
   error = "function has no return";
   return false;

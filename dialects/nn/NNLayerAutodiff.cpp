@@ -1,0 +1,282 @@
+//===- NNLayerAutodiff.cpp - VJPs of the CNN/transformer ops --------------===//
+//
+// Vector-Jacobian products of the ops in NNLayerOps.td (and of
+// sum_to_shape), emitted as nn ops; see NNAutodiff.cpp for the conventions.
+//
+//===----------------------------------------------------------------------===//
+#include "dialects/nn/NNDialect.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace pipec::nn;
+
+namespace {
+
+RankedTensorType rt(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+/// Sums a full-shape gradient onto `like` (adjoint of broadcasting).
+Value sumTo(OpBuilder &b, Location loc, Value grad, Type like) {
+  if (grad.getType() == like)
+    return grad;
+  return SumToShapeOp::create(b, loc, like, grad, b.getF64FloatAttr(1.0));
+}
+
+Value unaryGrad(OpBuilder &b, Location loc, Value forward, Value dy,
+                StringRef kind, double alpha = 0, double beta = 0) {
+  return UnaryGradOp::create(b, loc, dy.getType(), forward, dy,
+                             b.getStringAttr(kind), b.getF64FloatAttr(alpha),
+                             b.getF64FloatAttr(beta));
+}
+
+/// Per-channel vector [C] summed from a gradient [N, C, ...].
+Value channelSum(OpBuilder &b, Location loc, Value full, int64_t c) {
+  int64_t rank = rt(full).getRank();
+  SmallVector<int64_t> shape(rank - 1, 1);
+  shape[0] = c;
+  auto elem = rt(full).getElementType();
+  Value s = SumToShapeOp::create(b, loc, RankedTensorType::get(shape, elem),
+                                 full, b.getF64FloatAttr(1.0));
+  return ReshapeOp::create(b, loc, RankedTensorType::get({c}, elem), s);
+}
+
+/// A vector [C] reshaped to [C, 1, ...] to broadcast against [N, C, ...].
+Value channelBroadcastable(OpBuilder &b, Location loc, Value v, int64_t rank) {
+  int64_t c = rt(v).getDimSize(0);
+  SmallVector<int64_t> shape(rank - 1, 1);
+  shape[0] = c;
+  return ReshapeOp::create(b, loc,
+                           RankedTensorType::get(shape, rt(v).getElementType()),
+                           v);
+}
+
+} // namespace
+
+#define PIPEC_UNARY_VJP(OP, KIND, USE_OUTPUT)                                  \
+  LogicalResult OP::buildVJP(OpBuilder &b, ArrayRef<Value> g,                  \
+                             function_ref<Value(Value)> fwd,                    \
+                             SmallVectorImpl<Value> &out) {                     \
+    out.push_back(unaryGrad(b, getLoc(),                                        \
+                            fwd(USE_OUTPUT ? getOutput() : getInput()), g[0],  \
+                            KIND));                                             \
+    return success();                                                           \
+  }
+PIPEC_UNARY_VJP(ErfOp, "erf", false)
+PIPEC_UNARY_VJP(SqrtOp, "sqrt", true)
+PIPEC_UNARY_VJP(ExpOp, "exp", true)
+PIPEC_UNARY_VJP(LogOp, "log", false)
+PIPEC_UNARY_VJP(AbsOp, "abs", false)
+PIPEC_UNARY_VJP(ReciprocalOp, "reciprocal", true)
+PIPEC_UNARY_VJP(GeluOp, "gelu", false)
+#undef PIPEC_UNARY_VJP
+
+LogicalResult NegOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                              function_ref<Value(Value)>,
+                              SmallVectorImpl<Value> &out) {
+  out.push_back(
+      ScaleOp::create(b, getLoc(), g[0].getType(), g[0], b.getF64FloatAttr(-1)));
+  return success();
+}
+
+LogicalResult LeakyReluOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                    function_ref<Value(Value)> fwd,
+                                    SmallVectorImpl<Value> &out) {
+  out.push_back(unaryGrad(b, getLoc(), fwd(getInput()), g[0], "leaky_relu",
+                          getAlpha().convertToDouble()));
+  return success();
+}
+
+LogicalResult ClipOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                               function_ref<Value(Value)> fwd,
+                               SmallVectorImpl<Value> &out) {
+  out.push_back(unaryGrad(b, getLoc(), fwd(getInput()), g[0], "clip",
+                          getMin().convertToDouble(),
+                          getMax().convertToDouble()));
+  return success();
+}
+
+LogicalResult PowScalarOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                    function_ref<Value(Value)> fwd,
+                                    SmallVectorImpl<Value> &out) {
+  out.push_back(unaryGrad(b, getLoc(), fwd(getInput()), g[0], "pow_scalar",
+                          getExponent().convertToDouble()));
+  return success();
+}
+
+template <typename OpT>
+static void binaryVJP(OpT op, StringRef kind, OpBuilder &b, Value dy,
+                      function_ref<Value(Value)> fwd,
+                      SmallVectorImpl<Value> &out) {
+  auto grads = BinaryGradOp::create(b, op.getLoc(), dy.getType(), dy.getType(),
+                                    fwd(op.getLhs()), fwd(op.getRhs()), dy,
+                                    b.getStringAttr(kind));
+  out.push_back(sumTo(b, op.getLoc(), grads.getLhsGrad(), op.getLhs().getType()));
+  out.push_back(sumTo(b, op.getLoc(), grads.getRhsGrad(), op.getRhs().getType()));
+}
+
+LogicalResult PowOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                              function_ref<Value(Value)> fwd,
+                              SmallVectorImpl<Value> &out) {
+  binaryVJP(*this, "pow", b, g[0], fwd, out);
+  return success();
+}
+LogicalResult MaxOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                              function_ref<Value(Value)> fwd,
+                              SmallVectorImpl<Value> &out) {
+  binaryVJP(*this, "max", b, g[0], fwd, out);
+  return success();
+}
+LogicalResult MinOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                              function_ref<Value(Value)> fwd,
+                              SmallVectorImpl<Value> &out) {
+  binaryVJP(*this, "min", b, g[0], fwd, out);
+  return success();
+}
+
+LogicalResult ConvOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                               function_ref<Value(Value)> fwd,
+                               SmallVectorImpl<Value> &out) {
+  Location loc = getLoc();
+  Value dy = g[0];
+  out.push_back(ConvGradInputOp::create(
+      b, loc, getInput().getType(), dy, fwd(getWeight()), getStridesAttr(),
+      getPadsAttr(), getDilationsAttr(), getGroupAttr()));
+  out.push_back(ConvGradWeightOp::create(
+      b, loc, getWeight().getType(), dy, fwd(getInput()), getStridesAttr(),
+      getPadsAttr(), getDilationsAttr(), getGroupAttr()));
+  if (getBias())
+    out.push_back(channelSum(b, loc, dy, rt(getBias()).getDimSize(0)));
+  return success();
+}
+
+LogicalResult MaxPoolOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                  function_ref<Value(Value)> fwd,
+                                  SmallVectorImpl<Value> &out) {
+  if (!g[0]) {
+    out.push_back(Value());
+    return success();
+  }
+  out.push_back(MaxPoolGradOp::create(b, getLoc(), getInput().getType(), g[0],
+                                      fwd(getIndices())));
+  return success();
+}
+
+LogicalResult AveragePoolOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                      function_ref<Value(Value)>,
+                                      SmallVectorImpl<Value> &out) {
+  out.push_back(AveragePoolGradOp::create(
+      b, getLoc(), getInput().getType(), g[0], getKernelAttr(),
+      getStridesAttr(), getPadsAttr(), getCountIncludePadAttr()));
+  return success();
+}
+
+LogicalResult BatchNormOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                    function_ref<Value(Value)> fwd,
+                                    SmallVectorImpl<Value> &out) {
+  if (!g[0])
+    return success(); // only the running statistics are used
+  auto grads = BatchNormGradOp::create(
+      b, getLoc(), getInput().getType(), getScale().getType(),
+      getScale().getType(), fwd(getInput()), fwd(getScale()),
+      fwd(getSavedMean()), fwd(getSavedInvStd()), g[0]);
+  out.append({grads.getInputGrad(), grads.getScaleGrad(), grads.getBiasGrad(),
+              Value(), Value()});
+  return success();
+}
+
+LogicalResult BatchNormInferenceOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                             function_ref<Value(Value)> fwd,
+                                             SmallVectorImpl<Value> &out) {
+  // Y = scale (X - mean) k + bias, k = 1 / sqrt(var + epsilon): constants
+  // mean/var, so dX = dY scale k, dScale = sum dY (X - mean) k, dBias = sum dY.
+  Location loc = getLoc();
+  Value dy = g[0];
+  int64_t rank = rt(getInput()).getRank();
+  auto vec = getScale().getType();
+  int64_t c = rt(getScale()).getDimSize(0);
+  Value eps = ConstantOp::create(
+      b, loc, DenseElementsAttr::get(cast<ShapedType>(vec),
+                                     getEpsilonAttr().getValue()));
+  Value k = ReciprocalOp::create(
+      b, loc, SqrtOp::create(b, loc, AddOp::create(b, loc, vec, fwd(getVar()), eps)));
+  Value sk = MulOp::create(b, loc, vec, fwd(getScale()), k);
+  Value dx = MulOp::create(b, loc, dy.getType(), dy,
+                           channelBroadcastable(b, loc, sk, rank));
+  Value centered = SubOp::create(b, loc, dy.getType(), fwd(getInput()),
+                                 channelBroadcastable(b, loc, fwd(getMean()), rank));
+  Value xhat = MulOp::create(b, loc, dy.getType(), centered,
+                             channelBroadcastable(b, loc, k, rank));
+  Value dscale =
+      channelSum(b, loc, MulOp::create(b, loc, dy.getType(), dy, xhat), c);
+  out.append({dx, dscale, channelSum(b, loc, dy, c), Value(), Value()});
+  return success();
+}
+
+LogicalResult LayerNormOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                    function_ref<Value(Value)> fwd,
+                                    SmallVectorImpl<Value> &out) {
+  if (!g[0])
+    return success();
+  auto grads = LayerNormGradOp::create(
+      b, getLoc(), getInput().getType(), getScale().getType(),
+      getScale().getType(), fwd(getInput()), fwd(getScale()), fwd(getMean()),
+      fwd(getInvStd()), g[0], getAxisAttr());
+  out.push_back(grads.getInputGrad());
+  out.push_back(grads.getScaleGrad());
+  if (getBias())
+    out.push_back(grads.getBiasGrad());
+  return success();
+}
+
+LogicalResult GatherOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                 function_ref<Value(Value)> fwd,
+                                 SmallVectorImpl<Value> &out) {
+  out.push_back(GatherGradOp::create(b, getLoc(), getData().getType(), g[0],
+                                     fwd(getIndices()), getAxisAttr()));
+  out.push_back(Value());
+  return success();
+}
+
+LogicalResult ExpandOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                 function_ref<Value(Value)>,
+                                 SmallVectorImpl<Value> &out) {
+  out.push_back(sumTo(b, getLoc(), g[0], getInput().getType()));
+  return success();
+}
+
+LogicalResult SumToShapeOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                     function_ref<Value(Value)>,
+                                     SmallVectorImpl<Value> &out) {
+  Value full = ExpandOp::create(b, getLoc(), getInput().getType(), g[0]);
+  double scale = getScale().convertToDouble();
+  if (scale != 1.0)
+    full = ScaleOp::create(b, getLoc(), full.getType(), full,
+                           b.getF64FloatAttr(scale));
+  out.push_back(full);
+  return success();
+}
+
+LogicalResult ConcatOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                 function_ref<Value(Value)>,
+                                 SmallVectorImpl<Value> &out) {
+  auto y = rt(getOutput());
+  int64_t axis = getAxis() < 0 ? getAxis() + y.getRank() : getAxis();
+  int64_t offset = 0;
+  for (Value v : getInputs()) {
+    SmallVector<int64_t> starts(y.getRank(), 0), steps(y.getRank(), 1);
+    starts[axis] = offset;
+    out.push_back(SliceOp::create(b, getLoc(), v.getType(), g[0],
+                                  b.getDenseI64ArrayAttr(starts),
+                                  b.getDenseI64ArrayAttr(steps)));
+    offset += rt(v).getDimSize(axis);
+  }
+  return success();
+}
+
+LogicalResult SliceOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                function_ref<Value(Value)>,
+                                SmallVectorImpl<Value> &out) {
+  out.push_back(SliceGradOp::create(b, getLoc(), getInput().getType(), g[0],
+                                    getStartsAttr(), getStepsAttr()));
+  return success();
+}
