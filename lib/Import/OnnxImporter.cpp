@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 #include "pipec/Import.h"
 
+#include "ConstFold.h"
 #include "dialects/nn/NNDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -29,6 +30,7 @@
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
+#include <cfloat>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -42,11 +44,26 @@ namespace {
 /// Operators the importer converts (issue: the MLP slice). Others are
 /// reported together with the nodes that use them.
 const std::set<std::string> &supportedOps() {
-  static const std::set<std::string> ops = {
-      "Gemm",    "MatMul",     "Add",      "Sub",       "Mul",
-      "Div",     "Relu",       "Tanh",     "Sigmoid",   "Softmax",
-      "LogSoftmax", "Flatten", "Reshape",  "Transpose", "Identity",
-      "Constant", "SoftmaxCrossEntropyLoss"};
+  static std::set<std::string> ops = {
+      "Gemm",      "MatMul",     "Add",       "Sub",        "Mul",
+      "Div",       "Relu",       "Tanh",      "Sigmoid",    "Softmax",
+      "LogSoftmax", "Flatten",   "Reshape",   "Transpose",  "Identity",
+      "Constant",  "SoftmaxCrossEntropyLoss", "Conv",       "MaxPool",
+      "AveragePool", "GlobalAveragePool", "BatchNormalization",
+      "LayerNormalization", "Gather", "Concat", "Split", "Slice", "Squeeze",
+      "Unsqueeze", "Expand", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs",
+      "Reciprocal", "LeakyRelu", "Clip", "Pow", "Max", "Min", "ReduceMean",
+      "ReduceSum", "Dropout", "Cast"};
+  // Shape computations are supported when they fold to constants.
+  static const bool once = [] {
+    for (const char *op : {"Shape", "Size", "Range", "ConstantOfShape",
+                           "Equal", "Less", "Greater", "LessOrEqual",
+                           "GreaterOrEqual", "Where", "Not", "And", "Or",
+                           "Xor", "Floor", "Ceil"})
+      ops.insert(op);
+    return true;
+  }();
+  (void)once;
   return ops;
 }
 
@@ -144,6 +161,18 @@ private:
 
   std::map<std::string, const onnx::TensorProto *> initializers;
   std::map<std::string, const onnx::TensorProto *> constantNodes;
+  /// Values computed at import time (folded shape subgraphs).
+  std::map<std::string, import::ConstTensor> consts;
+  /// Float initializers: trainable, so never folded into constants.
+  bool isWeightName(const std::string &name) const {
+    auto it = initializers.find(name);
+    return it != initializers.end() &&
+           it->second->data_type() == onnx::TensorProto::FLOAT;
+  }
+  std::optional<import::ConstTensor> constOf(const std::string &name);
+  bool tryFold(const onnx::NodeProto &node, int index, bool &folded);
+  bool emitLayerNode(const onnx::NodeProto &node, int index,
+                     ArrayRef<Type> resultTypes, bool &handled);
   std::map<std::string, ValueType> types;
   std::map<std::string, Value> values;
   std::map<std::string, ml_program::GlobalOp> globals;
@@ -384,15 +413,76 @@ static bool tensorData(const onnx::TensorProto &t, std::vector<T> &out,
 
 bool Importer::constantInts(const std::string &name,
                             std::vector<int64_t> &out) {
+  auto c = constOf(name);
+  if (!c)
+    return false;
+  out.clear();
+  for (int64_t i = 0; i < c->numel(); ++i)
+    out.push_back(c->integer(i));
+  return true;
+}
+
+std::optional<import::ConstTensor> Importer::constOf(const std::string &name) {
+  if (auto it = consts.find(name); it != consts.end())
+    return it->second;
   const onnx::TensorProto *t = nullptr;
   if (auto it = initializers.find(name); it != initializers.end())
     t = it->second;
   else if (auto it = constantNodes.find(name); it != constantNodes.end())
     t = it->second;
-  if (!t || t->data_type() != onnx::TensorProto::INT64)
-    return false;
+  if (!t)
+    return std::nullopt;
   std::string why;
-  return tensorData(*t, out, why);
+  return import::fromTensorProto(*t, why);
+}
+
+/// Folds `node` when every input is a constant that is not a trainable
+/// weight (or, for Shape/Size, when the input's shape is static).
+bool Importer::tryFold(const onnx::NodeProto &node, int index, bool &folded) {
+  folded = false;
+  if (!import::isFoldable(node.op_type()) || !isDefaultDomain(node.domain()))
+    return true;
+  for (const auto &in : node.input())
+    if (!in.empty() && isWeightName(in))
+      return true;
+  std::string why;
+  auto outs = import::foldNode(
+      node,
+      [&](int i) -> std::optional<import::ConstTensor> {
+        return constOf(node.input(i));
+      },
+      [&](const std::string &name) -> std::optional<std::vector<int64_t>> {
+        auto it = types.find(name);
+        if (it == types.end() || !it->second.isStatic())
+          return std::nullopt;
+        return it->second.dims;
+      },
+      why);
+  if (!outs) {
+    // Ops with a run-time kernel are converted normally; pure shape ops
+    // must fold.
+    if (supportedOps().count(node.op_type()) &&
+        std::set<std::string>{"Shape", "Size", "Range", "ConstantOfShape",
+                              "Equal", "Less", "Greater", "LessOrEqual",
+                              "GreaterOrEqual", "Where", "Not", "And", "Or",
+                              "Xor", "Floor", "Ceil"}
+            .count(node.op_type()))
+      return fail("node '" + nodeLabel(node, index) + "' (" +
+                  node.op_type() + ") cannot be folded to a constant: " + why +
+                  " (pipec evaluates shape computations at import)");
+    return true;
+  }
+  for (size_t k = 0; k < outs->size() && k < size_t(node.output_size()); ++k) {
+    const import::ConstTensor &c = (*outs)[k];
+    ValueType vt;
+    vt.known = true;
+    vt.elemType = c.isFloat ? onnx::TensorProto::FLOAT : onnx::TensorProto::INT64;
+    vt.dims = c.dims;
+    types[node.output(k)] = vt;
+    consts[node.output(k)] = c;
+  }
+  folded = true;
+  return true;
 }
 
 /// Returns the Value of input `i` of `node`, creating weight globals and
@@ -405,6 +495,23 @@ Value Importer::operand(const onnx::NodeProto &node, int i, int index) {
     return it->second;
   std::string where = "node '" + nodeLabel(node, index) + "' (" +
                       node.op_type() + ")";
+  if (auto it = consts.find(name); it != consts.end()) {
+    const import::ConstTensor &c = it->second;
+    auto type = typeOf(name, where);
+    if (failed(type))
+      return Value();
+    Attribute data;
+    if (c.isFloat) {
+      std::vector<float> v(c.reals.begin(), c.reals.end());
+      data = DenseElementsAttr::get(*type, ArrayRef<float>(v));
+    } else {
+      data = DenseElementsAttr::get(*type, ArrayRef<int64_t>(c.ints));
+    }
+    Value result = nn::ConstantOp::create(
+        b, NameLoc::get(b.getStringAttr(name)), cast<ElementsAttr>(data));
+    values[name] = result;
+    return result;
+  }
   const onnx::TensorProto *t = nullptr;
   bool isWeight = false;
   if (auto it = initializers.find(name); it != initializers.end()) {
@@ -505,13 +612,18 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
     return true; // materialised on first use
   }
 
-  if (op == "Reshape") {
+  bool folded = false;
+  if (!tryFold(node, index, folded))
+    return false;
+  if (folded)
+    return true;
+
+  if (op == "Reshape" || op == "Expand") {
     std::vector<int64_t> shape;
     if (node.input_size() < 2 || !constantInts(node.input(1), shape))
       return fail(where + ": the shape input '" +
                   (node.input_size() > 1 ? node.input(1) : "") +
-                  "' is not a constant int64 tensor (computed shapes are not "
-                  "supported yet)");
+                  "' is not constant after folding the shape computations");
   }
   // Result types (static) of every non-empty output.
   SmallVector<Type> resultTypes;
@@ -525,11 +637,15 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
       return false;
     resultTypes.push_back(*t);
   }
-  // Activations are float32; only the labels of the loss are integers.
+  // Activations are float32; only the labels of the loss, gather indices
+  // and constant shape/axes/bounds inputs are integers.
+  static const std::set<std::string> firstInputOnly = {
+      "Reshape", "Expand", "Squeeze", "Unsqueeze", "Split", "Slice", "Clip",
+      "ReduceSum", "ReduceMean", "Dropout", "Gather"};
   for (int i = 0; i < node.input_size(); ++i) {
     bool labels = (op == "SoftmaxCrossEntropyLoss" || isTrainingOp(node)) &&
                   i == 1;
-    bool shape = op == "Reshape" && i == 1;
+    bool shape = firstInputOnly.count(op) && i >= 1;
     auto it = types.find(node.input(i));
     if (node.input(i).empty() || labels || shape || it == types.end())
       continue;
@@ -549,6 +665,12 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
   };
   Type rt0 = resultTypes.empty() ? Type() : resultTypes[0];
   Value result;
+
+  bool handled = false;
+  if (!emitLayerNode(node, index, resultTypes, handled))
+    return false;
+  if (handled)
+    return true;
 
   if (op == "Gemm") {
     if (!need(2))
@@ -716,6 +838,436 @@ bool Importer::emitOptimizer(const onnx::NodeProto &node, int index,
       values[node.output(out)] = outs[j];
     }
   }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// CNN and transformer operators
+//===----------------------------------------------------------------------===//
+
+static std::vector<int64_t> attrInts(const onnx::NodeProto &n,
+                                     const std::string &name,
+                                     std::vector<int64_t> dflt = {}) {
+  const auto *a = findAttr(n, name);
+  return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : dflt;
+}
+
+static std::string attrString(const onnx::NodeProto &n, const std::string &name,
+                              const std::string &dflt) {
+  const auto *a = findAttr(n, name);
+  return a ? a->s() : dflt;
+}
+
+/// Explicit [top, left, bottom, right] pads of a 2-D window from ONNX's
+/// auto_pad/pads; empty with `why` set for unsupported settings.
+static std::vector<int64_t> windowPads(const onnx::NodeProto &node,
+                                       ArrayRef<int64_t> in,
+                                       ArrayRef<int64_t> kernel,
+                                       ArrayRef<int64_t> strides,
+                                       ArrayRef<int64_t> dilations,
+                                       std::string &why) {
+  std::string autoPad = attrString(node, "auto_pad", "NOTSET");
+  if (autoPad == "NOTSET") {
+    std::vector<int64_t> pads = attrInts(node, "pads", {0, 0, 0, 0});
+    if (pads.size() != 4) {
+      why = "pads must have 4 entries for a 2-D window";
+      return {};
+    }
+    return pads;
+  }
+  if (autoPad == "VALID")
+    return {0, 0, 0, 0};
+  if (autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER") {
+    why = "auto_pad '" + autoPad + "' is not supported";
+    return {};
+  }
+  std::vector<int64_t> pads(4);
+  for (int d = 0; d < 2; ++d) {
+    int64_t out = (in[d] + strides[d] - 1) / strides[d];
+    int64_t total = std::max<int64_t>(
+        0, (out - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - in[d]);
+    int64_t small = total / 2, big = total - small;
+    pads[d] = autoPad == "SAME_UPPER" ? small : big;
+    pads[d + 2] = autoPad == "SAME_UPPER" ? big : small;
+  }
+  return pads;
+}
+
+bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
+                             ArrayRef<Type> resultTypes, bool &handled) {
+  const std::string &op = node.op_type();
+  std::string where = "node '" + nodeLabel(node, index) + "' (" + op + ")";
+  handled = true;
+  auto in = [&](int i) { return operand(node, i, index); };
+  Type rt0 = resultTypes.empty() ? Type() : resultTypes[0];
+  auto rtype = [](Value v) { return cast<RankedTensorType>(v.getType()); };
+  auto out0 = [&](Value v) -> bool {
+    if (!v)
+      return false;
+    if (v.getType() != rt0)
+      return fail(where + ": result type disagrees with ONNX shape inference");
+    values[node.output(0)] = v;
+    return true;
+  };
+  auto f32 = [&](float v) { return b.getF32FloatAttr(v); };
+  auto i64s = [&](ArrayRef<int64_t> v) { return b.getDenseI64ArrayAttr(v); };
+  auto inputConstFloat = [&](int i, float dflt) -> std::optional<float> {
+    if (i >= node.input_size() || node.input(i).empty())
+      return dflt;
+    auto c = constOf(node.input(i));
+    if (!c || c->numel() != 1)
+      return std::nullopt;
+    return float(c->real(0));
+  };
+
+  // Elementwise functions.
+  if (op == "Erf" || op == "Sqrt" || op == "Exp" || op == "Log" || op == "Neg" ||
+      op == "Abs" || op == "Reciprocal") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    Value y = op == "Erf"   ? nn::ErfOp::create(b, loc, x).getResult()
+              : op == "Sqrt" ? nn::SqrtOp::create(b, loc, x).getResult()
+              : op == "Exp"  ? nn::ExpOp::create(b, loc, x).getResult()
+              : op == "Log"  ? nn::LogOp::create(b, loc, x).getResult()
+              : op == "Neg"  ? nn::NegOp::create(b, loc, x).getResult()
+              : op == "Abs"  ? nn::AbsOp::create(b, loc, x).getResult()
+                             : nn::ReciprocalOp::create(b, loc, x).getResult();
+    return out0(y);
+  }
+  if (op == "LeakyRelu") {
+    Value x = in(0);
+    return x && out0(nn::LeakyReluOp::create(b, loc, rt0, x,
+                                             f32(attrFloat(node, "alpha", 0.01f))));
+  }
+  if (op == "Clip") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    auto lo = inputConstFloat(1, attrFloat(node, "min", -FLT_MAX));
+    auto hi = inputConstFloat(2, attrFloat(node, "max", FLT_MAX));
+    if (!lo || !hi)
+      return fail(where + ": min and max must be constant scalars");
+    return out0(nn::ClipOp::create(b, loc, rt0, x, f32(*lo), f32(*hi)));
+  }
+  if (op == "Pow") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    auto e = constOf(node.input(1));
+    if (e && e->numel() == 1)
+      return out0(nn::PowScalarOp::create(b, loc, rt0, x, f32(float(e->real(0)))));
+    Value y = in(1);
+    return y && out0(nn::PowOp::create(b, loc, rt0, x, y));
+  }
+  if (op == "Max" || op == "Min") {
+    Value acc = in(0);
+    if (!acc)
+      return false;
+    for (int i = 1; i < node.input_size(); ++i) {
+      Value v = in(i);
+      if (!v)
+        return false;
+      auto shape = nn::broadcastShapes(rtype(acc).getShape(), rtype(v).getShape());
+      auto type = RankedTensorType::get(*shape, b.getF32Type());
+      acc = op == "Max" ? nn::MaxOp::create(b, loc, type, acc, v).getResult()
+                        : nn::MinOp::create(b, loc, type, acc, v).getResult();
+    }
+    return out0(acc);
+  }
+  if (op == "Cast") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    if (attrInt(node, "to", 0) != onnx::TensorProto::FLOAT)
+      return fail(where + ": casting run-time tensors to types other than "
+                          "float32 is not supported");
+    return out0(nn::IdentityOp::create(b, loc, x));
+  }
+  if (op == "Dropout") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    if (node.input_size() > 2 && !node.input(2).empty()) {
+      auto training = constOf(node.input(2));
+      if (!training || training->numel() != 1)
+        return fail(where + ": training_mode must be a constant");
+      if (training->integer(0))
+        return fail(where + ": Dropout in training mode is not supported yet "
+                            "(export the model with dropout disabled)");
+    }
+    if (node.output_size() > 1 && !node.output(1).empty())
+      return fail(where + ": the Dropout mask output is not supported");
+    return out0(nn::IdentityOp::create(b, loc, x));
+  }
+
+  // Data movement.
+  if (op == "Squeeze" || op == "Unsqueeze") {
+    Value x = in(0);
+    return x && out0(nn::ReshapeOp::create(b, loc, rt0, x));
+  }
+  if (op == "Expand") {
+    Value x = in(0);
+    return x && out0(nn::ExpandOp::create(b, loc, rt0, x));
+  }
+  if (op == "Gather") {
+    Value data = in(0), idx = in(1);
+    if (!data || !idx)
+      return false;
+    if (!rtype(idx).getElementType().isInteger(64))
+      return fail(where + ": indices must be int64");
+    return out0(nn::GatherOp::create(b, loc, rt0, data, idx,
+                                     b.getI64IntegerAttr(attrInt(node, "axis", 0))));
+  }
+  if (op == "Concat") {
+    SmallVector<Value> inputs;
+    for (int i = 0; i < node.input_size(); ++i) {
+      Value v = in(i);
+      if (!v)
+        return false;
+      inputs.push_back(v);
+    }
+    return out0(nn::ConcatOp::create(b, loc, rt0, inputs,
+                                     b.getI64IntegerAttr(attrInt(node, "axis", 0))));
+  }
+  if (op == "Split" || op == "Slice") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    auto xt = rtype(x);
+    int64_t rank = xt.getRank();
+    if (op == "Split") {
+      int64_t axis = attrInt(node, "axis", 0);
+      if (axis < 0)
+        axis += rank;
+      int64_t offset = 0;
+      for (int k = 0; k < node.output_size(); ++k) {
+        auto t = cast<RankedTensorType>(resultTypes[k]);
+        SmallVector<int64_t> starts(rank, 0), steps(rank, 1);
+        starts[axis] = offset;
+        values[node.output(k)] =
+            nn::SliceOp::create(b, loc, t, x, i64s(starts), i64s(steps));
+        offset += t.getDimSize(axis);
+      }
+      return true;
+    }
+    std::vector<int64_t> starts, ends, axes, steps;
+    if (!constantInts(node.input(1), starts) || !constantInts(node.input(2), ends))
+      return fail(where + ": starts and ends must be constant");
+    if (node.input_size() > 3 && !node.input(3).empty()) {
+      if (!constantInts(node.input(3), axes))
+        return fail(where + ": axes must be constant");
+    } else {
+      for (size_t i = 0; i < starts.size(); ++i)
+        axes.push_back(i);
+    }
+    if (node.input_size() > 4 && !node.input(4).empty()) {
+      if (!constantInts(node.input(4), steps))
+        return fail(where + ": steps must be constant");
+    } else {
+      steps.assign(starts.size(), 1);
+    }
+    SmallVector<int64_t> st(rank, 0), sp(rank, 1);
+    for (size_t k = 0; k < axes.size(); ++k) {
+      int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
+      int64_t n = xt.getDimSize(a), s0 = starts[k];
+      if (s0 < 0)
+        s0 += n;
+      s0 = steps[k] > 0 ? std::clamp<int64_t>(s0, 0, n)
+                        : std::clamp<int64_t>(s0, 0, n - 1);
+      st[a] = s0;
+      sp[a] = steps[k];
+    }
+    return out0(nn::SliceOp::create(b, loc, rt0, x, i64s(st), i64s(sp)));
+  }
+
+  // Convolution and pooling.
+  if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    auto xt = rtype(x);
+    bool oneD = xt.getRank() == 3;
+    if (xt.getRank() != 4 && !oneD)
+      return fail(where + ": only 1-D and 2-D " + op + " are supported (input "
+                          "rank " + std::to_string(xt.getRank()) + ")");
+    auto as2d = [&](std::vector<int64_t> v, int64_t fill) {
+      if (oneD)
+        v.insert(v.begin(), fill);
+      return v;
+    };
+    SmallVector<int64_t> x4(xt.getShape());
+    if (oneD)
+      x4.insert(x4.begin() + 2, 1);
+    Value w;
+    std::vector<int64_t> kernel;
+    if (op == "Conv") {
+      w = in(1);
+      if (!w)
+        return false;
+      auto wt = rtype(w);
+      kernel.assign(wt.getShape().begin() + 2, wt.getShape().end());
+    } else {
+      kernel = attrInts(node, "kernel_shape");
+    }
+    kernel = as2d(kernel, 1);
+    std::vector<int64_t> strides = as2d(attrInts(node, "strides", oneD ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 1}), 1);
+    std::vector<int64_t> dilations = as2d(attrInts(node, "dilations", oneD ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 1}), 1);
+    if (oneD) {
+      std::vector<int64_t> p = attrInts(node, "pads", {0, 0});
+      if (attrString(node, "auto_pad", "NOTSET") == "NOTSET" && p.size() != 2)
+        return fail(where + ": pads must have 2 entries");
+    }
+    std::string why;
+    std::vector<int64_t> pads;
+    if (oneD && attrString(node, "auto_pad", "NOTSET") == "NOTSET") {
+      std::vector<int64_t> p = attrInts(node, "pads", {0, 0});
+      pads = {0, p[0], 0, p[1]};
+    } else {
+      pads = windowPads(node, ArrayRef<int64_t>(x4).drop_front(2), kernel,
+                        strides, dilations, why);
+    }
+    if (pads.empty())
+      return fail(where + ": " + why);
+    if (kernel.size() != 2 || strides.size() != 2 || dilations.size() != 2)
+      return fail(where + ": kernel, strides and dilations must be 2-D");
+    // Work in 2-D; 1-D inputs get a unit height.
+    auto f32t = b.getF32Type();
+    Value x2 = oneD ? nn::ReshapeOp::create(b, loc, RankedTensorType::get(x4, f32t), x).getResult() : x;
+    auto rt = cast<RankedTensorType>(rt0);
+    SmallVector<int64_t> y4(rt.getShape());
+    if (oneD)
+      y4.insert(y4.begin() + 2, 1);
+    auto y4t = RankedTensorType::get(y4, f32t);
+    Value y;
+    if (op == "Conv") {
+      Value w2 = w;
+      if (oneD) {
+        SmallVector<int64_t> ws(rtype(w).getShape());
+        ws.insert(ws.begin() + 2, 1);
+        w2 = nn::ReshapeOp::create(b, loc, RankedTensorType::get(ws, f32t), w);
+      }
+      Value bias = in(2);
+      if (!error.empty())
+        return false;
+      y = nn::ConvOp::create(b, loc, y4t, x2, w2, bias, i64s(strides), i64s(pads),
+                             i64s(dilations),
+                             b.getI64IntegerAttr(attrInt(node, "group", 1)));
+    } else if (op == "MaxPool") {
+      if (attrInt(node, "storage_order", 0) != 0)
+        return fail(where + ": storage_order 1 is not supported");
+      if (node.output_size() > 1 && !node.output(1).empty())
+        return fail(where + ": the Indices output of MaxPool is not supported");
+      auto idxT = RankedTensorType::get(y4, b.getI64Type());
+      y = nn::MaxPoolOp::create(b, loc, y4t, idxT, x2, i64s(kernel), i64s(strides),
+                                i64s(pads), i64s(dilations))
+              .getOutput();
+    } else {
+      y = nn::AveragePoolOp::create(
+          b, loc, y4t, x2, i64s(kernel), i64s(strides), i64s(pads),
+          attrInt(node, "count_include_pad", 0) ? b.getUnitAttr() : UnitAttr());
+    }
+    if (oneD)
+      y = nn::ReshapeOp::create(b, loc, rt0, y);
+    return out0(y);
+  }
+  if (op == "GlobalAveragePool") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    int64_t spatial = 1;
+    for (int64_t d : rtype(x).getShape().drop_front(2))
+      spatial *= d;
+    return out0(nn::SumToShapeOp::create(b, loc, rt0, x,
+                                         b.getF64FloatAttr(1.0 / spatial)));
+  }
+
+  // Normalization.
+  if (op == "BatchNormalization") {
+    Value x = in(0), scale = in(1), bias = in(2), mean = in(3), var = in(4);
+    if (!x || !scale || !bias || !mean || !var)
+      return false;
+    float eps = attrFloat(node, "epsilon", 1e-5f);
+    bool training = attrInt(node, "training_mode", 0) != 0 ||
+                    (node.output_size() > 1 && !node.output(1).empty());
+    if (!training)
+      return out0(nn::BatchNormInferenceOp::create(b, loc, rt0, x, scale, bias,
+                                                   mean, var, f32(eps)));
+    auto vec = scale.getType();
+    auto bn = nn::BatchNormOp::create(b, loc, rt0, vec, vec, vec, vec, x, scale,
+                                      bias, mean, var, f32(eps),
+                                      f32(attrFloat(node, "momentum", 0.9f)));
+    // The running statistics live in their globals: store the update.
+    for (auto [k, v] : {std::pair<int, Value>{3, bn.getNewRunningMean()},
+                        std::pair<int, Value>{4, bn.getNewRunningVar()}})
+      if (globals.count(node.input(k)))
+        ml_program::GlobalStoreOp::create(
+            b, loc, FlatSymbolRefAttr::get(&ctx, node.input(k)), v);
+    if (node.output_size() > 1 && !node.output(1).empty())
+      values[node.output(1)] = bn.getNewRunningMean();
+    if (node.output_size() > 2 && !node.output(2).empty())
+      values[node.output(2)] = bn.getNewRunningVar();
+    return out0(bn.getOutput());
+  }
+  if (op == "LayerNormalization") {
+    Value x = in(0), scale = in(1);
+    if (!x || !scale)
+      return false;
+    Value bias = in(2);
+    if (!error.empty())
+      return false;
+    auto xt = rtype(x);
+    int64_t axis = attrInt(node, "axis", -1);
+    if (axis < 0)
+      axis += xt.getRank();
+    int64_t outer = 1;
+    for (int64_t i = 0; i < axis; ++i)
+      outer *= xt.getDimSize(i);
+    auto stat = RankedTensorType::get({outer}, b.getF32Type());
+    auto ln = nn::LayerNormOp::create(b, loc, rt0, stat, stat, x, scale, bias,
+                                      b.getI64IntegerAttr(axis),
+                                      f32(attrFloat(node, "epsilon", 1e-5f)));
+    for (int k = 1; k < 3 && k < node.output_size(); ++k)
+      if (!node.output(k).empty())
+        values[node.output(k)] = nn::ReshapeOp::create(
+            b, loc, resultTypes[k], k == 1 ? ln.getMean() : ln.getInvStd());
+    return out0(ln.getOutput());
+  }
+
+  // Reductions: a sum onto the kept-dims shape, then a reshape.
+  if (op == "ReduceMean" || op == "ReduceSum") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    auto xt = rtype(x);
+    std::vector<int64_t> axes;
+    if (node.input_size() > 1 && !node.input(1).empty()) {
+      if (!constantInts(node.input(1), axes))
+        return fail(where + ": axes must be constant");
+    } else {
+      axes = attrInts(node, "axes");
+    }
+    if (axes.empty() && attrInt(node, "noop_with_empty_axes", 0))
+      return out0(nn::IdentityOp::create(b, loc, x));
+    SmallVector<int64_t> kept(xt.getShape());
+    int64_t count = 1;
+    for (int64_t d = 0; d < xt.getRank(); ++d) {
+      bool reduced = axes.empty();
+      for (int64_t a : axes)
+        reduced |= (a < 0 ? a + xt.getRank() : a) == d;
+      if (reduced) {
+        count *= kept[d];
+        kept[d] = 1;
+      }
+    }
+    double scale = op == "ReduceMean" ? 1.0 / count : 1.0;
+    auto keptT = RankedTensorType::get(kept, b.getF32Type());
+    Value sum = nn::SumToShapeOp::create(b, loc, keptT, x, b.getF64FloatAttr(scale));
+    if (keptT != rt0)
+      sum = nn::ReshapeOp::create(b, loc, rt0, sum);
+    return out0(sum);
+  }
+  handled = false;
   return true;
 }
 
