@@ -40,6 +40,13 @@ struct PipeBuildSchedulePass
           << schedule << "' (available: gpipe, 1f1b-flush)";
       return signalPassFailure();
     }
+    if (*kind != ScheduleKind::GPipe && *kind != ScheduleKind::OneFOneBFlush) {
+      module.emitError("schedule '")
+          << schedule
+          << "' can be planned and simulated (pipec plan/simulate) but not "
+             "yet compiled; compiled schedules: gpipe, 1f1b-flush";
+      return signalPassFailure();
+    }
     if (microbatches < 1) {
       module.emitError("microbatches must be >= 1, got ") << microbatches;
       return signalPassFailure();

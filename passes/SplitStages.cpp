@@ -89,6 +89,15 @@ struct PipeSplitStagesPass
             return signalPassFailure();
           }
 
+    for (Operation &op : body.without_terminator())
+      if (auto store = dyn_cast<ml_program::GlobalStoreOp>(op)) {
+        Operation *def = store.getValue().getDefiningOp();
+        if (!def || !isLayer(def)) {
+          store.emitError("stores a value no layer computes");
+          return signalPassFailure();
+        }
+      }
+
     // Values each stage must return: consumed by a later stage or returned.
     llvm::DenseMap<Value, int64_t> outputIndex;
     for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
@@ -153,6 +162,17 @@ struct PipeSplitStagesPass
         }
         Operation *clone = sb.clone(op, map);
         clone->removeAttr(pipe::attrs::kStage);
+      }
+      // State updates computed by this stage (BatchNorm running statistics)
+      // are stored by it.
+      for (Operation &op : body.without_terminator()) {
+        auto store = dyn_cast<ml_program::GlobalStoreOp>(op);
+        if (!store)
+          continue;
+        Operation *def = store.getValue().getDefiningOp();
+        if (!def || !isLayer(def) || stageOf(def) != s)
+          continue;
+        sb.clone(op, map);
       }
       SmallVector<Value> results;
       SmallVector<Type> resultTypes;

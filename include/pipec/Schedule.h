@@ -149,11 +149,11 @@ struct ScheduleResult {
   /// number of microbatches (6) to be a multiple of the pipeline depth (4)".
   std::string error;
   ScheduleKind kind = ScheduleKind::GPipe;
-  int stages = 0;              ///< p (devices per pipeline, not p*v)
-  int chunks = 1;              ///< v
-  int64_t microbatches = 0;    ///< m per step
+  int stages = 0;           ///< p (devices per pipeline, not p*v)
+  int chunks = 1;           ///< v
+  int64_t microbatches = 0; ///< m per step
   int64_t steps = 1;
-  std::vector<int> replicas;   ///< per stage, always filled
+  std::vector<int> replicas; ///< per stage, always filled
   /// Stage-major, replica-minor: ranks of stage s are consecutive.
   std::vector<RankSchedule> ranks;
   /// Index into `ranks` of (stage, replica), or -1.
@@ -196,8 +196,8 @@ int64_t peakInflight(const std::vector<SchedOp> &ops);
 int64_t closedFormInflight(ScheduleKind kind, int stages, int stage,
                            int64_t microbatches);
 int64_t closedFormInflight(ScheduleKind kind, int stages, int stage,
-                           int64_t microbatches,
-                           const ScheduleOptions &options, int replica = 0);
+                           int64_t microbatches, const ScheduleOptions &options,
+                           int replica = 0);
 
 /// Peak number of live weight versions on one rank program, where version
 /// v lives from its creation until the later of its last use and the

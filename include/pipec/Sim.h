@@ -12,6 +12,7 @@
 
 #include "pipec/Plan.h"
 #include "pipec/Profile.h"
+#include "pipec/Schedule.h"
 #include "pipec/Topology.h"
 
 #include <cstdint>
@@ -27,9 +28,32 @@ struct SimOptions {
   double optimizerStateFactor = 0;
   /// Produce `SimResult::traceJson`.
   bool trace = false;
-  /// Steps simulated for continuous schedules (1f1b, 2bw); the steady state
-  /// of the last one is reported.
+  /// Steps (global batches) simulated for continuous schedules (1f1b, 2bw),
+  /// a minimum: the simulator runs at least enough steps to leave the
+  /// pipeline fill behind and measures the steady state between the fill and
+  /// the final drain.
   int steps = 3;
+  /// 1f1b-flush warm-up depth K_i (dapple.md §3.3) and DAPPLE's D, the
+  /// microbatches that fit in memory (0 = unbounded).
+  WarmupPolicy warmupPolicy = WarmupPolicy::A;
+  int64_t maxInflight = 0;
+  /// zb-h1: the share of a stage's backward time that is the weight
+  /// gradient (the W op); the input gradient B gets the rest. 0.5 matches a
+  /// matmul, whose dX and dW cost one forward each.
+  double weightGradFraction = 0.5;
+  /// Optimizer step time per parameter byte of a stage (0 = free). Flush
+  /// schedules run it once per step after the allreduce; 1f1b after every
+  /// backward round, 2bw after every batch, off the critical path unless a
+  /// forward needs the new version.
+  double optimizerSecondsPerByte = 0;
+  /// Replicated stages split every microbatch into r even slices, one per
+  /// replica, with split/concat between stages of different replica counts
+  /// (DAPPLE, dapple.md §4; uneven counts such as 15:1 or 11:5 allowed):
+  /// a replica's times and activation bytes are 1/r of the stage's, and
+  /// every replica runs the straight pipeline's program over all m
+  /// microbatches. Default: PipeDream's 1F1B-RR, microbatch k whole on
+  /// replica k mod r.
+  bool splitReplicas = false;
 };
 
 /// Peak memory of one stage replica, by kind (bytes).
@@ -45,23 +69,78 @@ struct StageMemory {
   }
 };
 
+/// What one device does in the simulated iteration.
+struct DeviceUsage {
+  int device = 0;
+  /// Peak memory of everything on the device (every chunk of an interleaved
+  /// pipeline): weights x versions, gradients, optimizer state, the peak of
+  /// the stashed activations over time and communication buffers.
+  int64_t peakBytes = 0;
+  double busySeconds = 0; ///< compute (F, B, W) per iteration
+};
+
 struct SimResult {
   bool ok = false;
   std::string error;
-  double iterationSeconds = 0;  ///< one global batch (steady state)
+  /// One global batch: for flush schedules the makespan of one step
+  /// including the gradient allreduce and the optimizer; for 1f1b and 2bw
+  /// the steady-state time per `microbatches` microbatches.
+  double iterationSeconds = 0;
+  /// Global batch / iterationSeconds, with global batch = plan.microbatches
+  /// x plan.microbatchSize: `microbatches` counts every microbatch of an
+  /// iteration, whichever replica runs it (1F1B-RR).
   double samplesPerSecond = 0;
-  double bubbleFraction = 0;    ///< idle / (devices x iteration time)
-  std::vector<StageMemory> memory;  ///< per plan stage
-  std::vector<int64_t> peakInflight; ///< per plan stage
-  bool fitsMemory = true;       ///< every stage within the device memory
+  /// Bubble time over ideal time, t_pb / t_id of thesis.md §4.1: idle
+  /// device time / busy compute time, with idle = devices x iteration time -
+  /// busy. Equals (p-1)/m for gpipe and 1f1b-flush and (p-1)/(v m) for
+  /// interleaved on uniform stages without communication; can exceed 1 when
+  /// m < p.
+  double bubbleFraction = 0;
+  /// Idle share of the device time: idle / (devices x iteration time),
+  /// = (p-1)/(m+p-1) for gpipe on uniform stages; always in [0, 1).
+  double idleFraction = 0;
+  std::vector<StageMemory> memory;  ///< per plan stage (its largest replica)
+  std::vector<int64_t> peakInflight; ///< per plan stage, max over replicas
+  std::vector<DeviceUsage> devices;  ///< per device the plan uses, by id
+  bool fitsMemory = true;       ///< every device within the device memory
   std::string traceJson;        ///< Chrome trace events when requested
 };
 
 /// Simulates `plan` (its schedule, microbatches, chunks, replicas and
 /// devices) on `profile` and `topology`. Errors (invalid plan, unknown
-/// schedule, divisibility rules) come back in `error`.
+/// schedule, divisibility rules, a deadlock) come back in `error`.
+///
+/// Model (lib/Sim/Simulator.cpp has the details):
+///  - a stage's forward time is the sum of its ops' fwd_s, its backward the
+///    sum of bwd_s (plus one more forward with `recompute`), both scaled by
+///    plan.microbatchSize / profile.microbatch;
+///  - each tensor crossing a stage boundary is sent by its producing stage to
+///    every consuming stage (skip connections included) with
+///    topology.p2pSeconds, the gradient back the same way; one FIFO link
+///    per directed device pair, overlapping compute;
+///  - a device runs its rank program (lib/Schedule) in order, each op as
+///    soon as its inputs have arrived and the device is free;
+///  - a stage with r replicas runs microbatch k on replica k mod r
+///    (1F1B-RR), or a 1/r slice of every microbatch on every replica with
+///    `splitReplicas` (DAPPLE); replicas allreduce their gradients
+///    (topology.allreduceSeconds) once per step for flush schedules, per
+///    batch for 2bw and per backward round for 1f1b;
+///  - interleaved: plan.stages are the p*v virtual stages in order and
+///    plan.chunks = v; virtual stage c*p + r runs on stage r's devices.
+/// A plan stage without devices gets the lowest unused device ids.
 SimResult simulatePlan(const Profile &profile, const Topology &topology,
                        const Plan &plan, const SimOptions &options = {});
+
+/// Like simulatePlan, but runs the given rank programs (e.g. edited or
+/// produced elsewhere) instead of generating them. `schedule` must match the
+/// plan: kind, stages p, chunks, replicas and microbatches; for 1f1b and 2bw
+/// its `steps` are simulated and the iteration time is the time between the
+/// ends of the first and the last step over steps - 1 (the makespan for one
+/// step). Programs that cannot finish are reported as a deadlock naming the
+/// devices that wait and what for.
+SimResult simulateSchedule(const Profile &profile, const Topology &topology,
+                           const Plan &plan, const ScheduleResult &schedule,
+                           const SimOptions &options = {});
 
 } // namespace pipec
 

@@ -1,110 +1,638 @@
-//===- Schedule.cpp - GPipe and 1F1B-flush schedule generators ------------===//
+//===- Schedule.cpp - Pipeline schedule generators
+//-------------------------===//
 //
-// Per-stage programs of one training step (one flush) as counted loops, so
-// that generated code does not grow with the microbatch count
-// (papers/thesis.md §5.1, §5.2).
+// Per-rank programs of every schedule of the papers (DESIGN.md §5,
+// papers/thesis.md §3-5, pipedream.md §3-4, dapple.md §3): GPipe,
+// 1F1B-flush with DAPPLE's warm-up policies, PipeDream 1F1B, 2BW, Megatron's
+// interleaved 1F1B and zero-bubble ZB-H1, with replicated stages (1F1B-RR).
+// Programs are counted loops (Segments) wherever the order is periodic, so
+// generated code does not grow with the microbatch count.
+//
+// Every generator first builds the program of one stage replica over its
+// local microbatches 0..n-1 and then maps local index l to the global
+// microbatch j + r*l of replica j of r (pipedream.md §3, 1F1B-RR).
 //
 //===----------------------------------------------------------------------===//
 
 #include "pipec/Schedule.h"
 
 #include <algorithm>
-#include <unordered_set>
+#include <map>
+#include <unordered_map>
 
 namespace pipec {
 
+//===----------------------------------------------------------------------===//
+// Names
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct KindName {
+  ScheduleKind kind;
+  const char *name;
+};
+
+constexpr KindName kKindNames[] = {
+    {ScheduleKind::GPipe, "gpipe"},
+    {ScheduleKind::OneFOneBFlush, "1f1b-flush"},
+    {ScheduleKind::OneFOneB, "1f1b"},
+    {ScheduleKind::TwoBW, "2bw"},
+    {ScheduleKind::Interleaved, "interleaved"},
+    {ScheduleKind::ZeroBubbleH1, "zb-h1"},
+};
+
+} // namespace
+
 std::optional<ScheduleKind> parseScheduleKind(const std::string &name) {
-  if (name == "gpipe")
-    return ScheduleKind::GPipe;
-  if (name == "1f1b-flush")
-    return ScheduleKind::OneFOneBFlush;
+  for (const KindName &entry : kKindNames)
+    if (name == entry.name)
+      return entry.kind;
   return std::nullopt;
 }
 
 const char *scheduleKindName(ScheduleKind kind) {
-  switch (kind) {
-  case ScheduleKind::GPipe:
-    return "gpipe";
-  case ScheduleKind::OneFOneBFlush:
-    return "1f1b-flush";
-  }
+  for (const KindName &entry : kKindNames)
+    if (entry.kind == kind)
+      return entry.name;
   return "unknown";
 }
+
+std::vector<std::string> scheduleKindNames() {
+  std::vector<std::string> names;
+  for (const KindName &entry : kKindNames)
+    names.push_back(entry.name);
+  return names;
+}
+
+bool isFlushSchedule(ScheduleKind kind) {
+  return kind != ScheduleKind::OneFOneB && kind != ScheduleKind::TwoBW;
+}
+
+//===----------------------------------------------------------------------===//
+// Programs
+//===----------------------------------------------------------------------===//
 
 std::vector<SchedOp> StageSchedule::flatten() const {
   std::vector<SchedOp> ops;
   for (const Segment &segment : segments)
     for (int64_t trip = 0; trip < segment.trips; ++trip)
       for (const SchedOp &op : segment.body)
-        ops.push_back({op.kind, op.microbatch + trip});
+        ops.push_back(
+            {op.kind, op.microbatch + trip * segment.stride, op.chunk});
   return ops;
+}
+
+int ScheduleResult::rankOf(int stage, int replica) const {
+  if (stage < 0 || stage >= static_cast<int>(replicas.size()) || replica < 0 ||
+      replica >= replicas[stage])
+    return -1;
+  int rank = 0;
+  for (int s = 0; s < stage; ++s)
+    rank += replicas[s];
+  return rank + replica;
 }
 
 namespace {
 
+using K = PassKind;
+
 /// Appends `trips` repetitions of `body` unless the loop would never run.
 void addSegment(StageSchedule &schedule, std::vector<SchedOp> body,
-                int64_t trips) {
-  if (trips > 0)
-    schedule.segments.push_back({std::move(body), trips});
+                int64_t trips, int64_t stride = 1) {
+  if (trips > 0 && !body.empty())
+    schedule.segments.push_back({std::move(body), trips, stride});
+}
+
+/// GPipe on n local microbatches: F0..F(n-1), B0..B(n-1) (thesis.md §5.1).
+StageSchedule gpipeStage(int64_t n) {
+  StageSchedule schedule;
+  addSegment(schedule, {{K::Forward, 0}}, n);
+  addSegment(schedule, {{K::Backward, 0}}, n);
+  return schedule;
+}
+
+/// 1F1B on n local microbatches with `warmup` forwards before the steady
+/// state: w = min(warmup, n) forwards, n - w {F, B} pairs, w backwards
+/// (thesis.md §5.2; the same per-stage pattern without a flush, §5.3).
+StageSchedule oneFOneBStage(int64_t n, int64_t warmup) {
+  const int64_t w = std::min(warmup, n);
+  StageSchedule schedule;
+  addSegment(schedule, {{K::Forward, 0}}, w);
+  addSegment(schedule, {{K::Forward, w}, {K::Backward, 0}}, n - w);
+  addSegment(schedule, {{K::Backward, n - w}}, w);
+  return schedule;
+}
+
+/// ZB-H1 on n local microbatches: the 1F1B order of F and B (input gradient)
+/// with `warmup` forwards; after each B, the W (weight gradient) of the
+/// oldest pending microbatch runs once more than `deferred` are pending; the
+/// deferred W ops close the step and fill the cool-down bubble.
+StageSchedule zbH1Stage(int64_t n, int64_t warmup, int64_t deferred) {
+  const int64_t w = std::min(warmup, n);
+  const int64_t d = deferred;
+  StageSchedule schedule;
+  addSegment(schedule, {{K::Forward, 0}}, w);
+  // Steady state: pairs j = 0..n-w-1 run F(w+j), B(j), and W(j-d) for j >= d.
+  const int64_t pairs = n - w;
+  const int64_t plainPairs = std::min(d, pairs);
+  addSegment(schedule, {{K::Forward, w}, {K::Backward, 0}}, plainPairs);
+  addSegment(schedule,
+             {{K::Forward, w + d}, {K::Backward, d}, {K::BackwardWeight, 0}},
+             pairs - plainPairs);
+  // Cool-down: B(j) for j = n-w..n-1, followed by W(j-d) when j >= d.
+  const int64_t coolFirst = n - w;
+  const int64_t coolPlainEnd = std::max(coolFirst, std::min(d, n));
+  addSegment(schedule, {{K::Backward, coolFirst}}, coolPlainEnd - coolFirst);
+  addSegment(
+      schedule,
+      {{K::Backward, coolPlainEnd}, {K::BackwardWeight, coolPlainEnd - d}},
+      n - coolPlainEnd);
+  // The W ops still pending.
+  const int64_t firstPending = std::max<int64_t>(n - d, 0);
+  addSegment(schedule, {{K::BackwardWeight, firstPending}}, n - firstPending);
+  return schedule;
+}
+
+/// Appends ops(k) for k in [begin, end) where ops(k + period) equals ops(k)
+/// with every microbatch increased by `stride`: whole periods become one
+/// loop, the rest one plain segment.
+template <typename OpsFn>
+void addPeriodic(StageSchedule &schedule, OpsFn ops, int64_t begin, int64_t end,
+                 int64_t period, int64_t stride) {
+  if (end <= begin)
+    return;
+  const int64_t trips = (end - begin) / period;
+  if (trips > 0) {
+    std::vector<SchedOp> body;
+    for (int64_t k = begin; k < begin + period; ++k)
+      ops(k, body);
+    addSegment(schedule, std::move(body), trips, stride);
+  }
+  std::vector<SchedOp> rest;
+  for (int64_t k = begin + trips * period; k < end; ++k)
+    ops(k, rest);
+  addSegment(schedule, std::move(rest), 1);
+}
+
+/// Warm-up W_r of the interleaved schedule on device r (thesis.md §4.2):
+/// min(2(p-r-1) + (v-1)p, N_v), and N_v when m == p.
+int64_t interleavedWarmup(int p, int v, int r, int64_t n) {
+  const int64_t total = n * v;
+  if (n == p)
+    return total;
+  return std::min<int64_t>(2 * (p - r - 1) + static_cast<int64_t>(v - 1) * p,
+                           total);
+}
+
+/// Megatron's interleaved 1F1B on device r over n local microbatches
+/// (thesis.md §4.2 [M]): for k = 0..N_v-1 with N_v = n*v,
+///   c_F(k) = (k mod pv) div p,  c_B(k) = v-1-c_F(k),
+///   mb(k)  = (k div pv) p + (k mod p);
+/// W_r warm-up forwards, N_v - W_r pairs {F(k+W_r), B(k)}, W_r backwards.
+StageSchedule interleavedStage(int p, int v, int r, int64_t n) {
+  const int64_t pv = static_cast<int64_t>(p) * v;
+  const int64_t total = n * v;
+  const int64_t warmup = interleavedWarmup(p, v, r, n);
+  auto chunkF = [&](int64_t k) { return static_cast<int>((k % pv) / p); };
+  auto mb = [&](int64_t k) { return (k / pv) * p + (k % p); };
+  auto fwd = [&](int64_t k, std::vector<SchedOp> &out) {
+    out.push_back({K::Forward, mb(k), chunkF(k)});
+  };
+  auto bwd = [&](int64_t k, std::vector<SchedOp> &out) {
+    out.push_back({K::Backward, mb(k), v - 1 - chunkF(k)});
+  };
+  auto pair = [&](int64_t k, std::vector<SchedOp> &out) {
+    fwd(k + warmup, out);
+    bwd(k, out);
+  };
+  StageSchedule schedule;
+  addPeriodic(schedule, fwd, 0, warmup, pv, p);
+  addPeriodic(schedule, pair, 0, total - warmup, pv, p);
+  addPeriodic(schedule, bwd, total - warmup, total, pv, p);
+  return schedule;
+}
+
+/// Maps a program over local microbatches 0..n-1 to replica j of r: local l
+/// becomes global j + r*l, and every loop stride is multiplied by r.
+StageSchedule mapToReplica(StageSchedule local, int replica, int replicas) {
+  if (replicas == 1)
+    return local;
+  for (Segment &segment : local.segments) {
+    for (SchedOp &op : segment.body)
+      op.microbatch = replica + static_cast<int64_t>(replicas) * op.microbatch;
+    segment.stride *= replicas;
+  }
+  return local;
+}
+
+/// Microbatches k in [0, total) with k mod r == j.
+int64_t localCount(int64_t total, int replica, int replicas) {
+  if (replica >= total)
+    return 0;
+  return (total - replica + replicas - 1) / replicas;
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// In-flight depth K_s of every stage: W_s = sum_{t>=s} r_t workers from
+/// stage s on, K_s = ceil(W_s / r_s) (p - s for a straight pipeline; NOAM
+/// on the input stage, pipedream.md §3), policy B ceil(2 W_s / r_s) - 1
+/// (2(p-s) - 1, dapple.md §3.3), clamped to D when D > 0.
+std::vector<int64_t> inflightDepths(const std::vector<int> &replicas,
+                                    WarmupPolicy policy, int64_t maxInflight) {
+  const int p = static_cast<int>(replicas.size());
+  std::vector<int64_t> depth(p);
+  int64_t workers = 0;
+  for (int s = p - 1; s >= 0; --s) {
+    workers += replicas[s];
+    int64_t k = policy == WarmupPolicy::A
+                    ? ceilDiv(workers, replicas[s])
+                    : ceilDiv(2 * workers, replicas[s]) - 1;
+    if (maxInflight > 0)
+      k = std::min(k, maxInflight);
+    depth[s] = std::max<int64_t>(k, 1);
+  }
+  return depth;
+}
+
+/// Depths used by `kind`: the DAPPLE policy and D apply to 1f1b-flush only.
+std::vector<int64_t> depthsFor(ScheduleKind kind,
+                               const std::vector<int> &replicas,
+                               const ScheduleOptions &options) {
+  if (kind == ScheduleKind::OneFOneBFlush)
+    return inflightDepths(replicas, options.warmup, options.maxInflight);
+  return inflightDepths(replicas, WarmupPolicy::A, 0);
+}
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+/// Checks the request; returns "" or the message.
+std::string checkRequest(ScheduleKind kind, int stages, int64_t microbatches,
+                         const ScheduleOptions &options,
+                         std::vector<int> &replicas) {
+  const char *name = scheduleKindName(kind);
+  if (stages < 1)
+    return "a pipeline needs at least one stage (got " + str(stages) + ")";
+  if (microbatches < 1)
+    return "the number of microbatches must be at least 1 (got " +
+           str(microbatches) + ")";
+  if (options.chunks < 1)
+    return "the number of chunks per device must be at least 1 (got " +
+           str(options.chunks) + ")";
+  if (options.chunks > 1 && kind != ScheduleKind::Interleaved)
+    return std::string("only the interleaved schedule runs several chunks "
+                       "per device; got v = ") +
+           str(options.chunks) + " for " + name;
+  if (options.steps < 1)
+    return "steps must be at least 1 (got " + str(options.steps) + ")";
+  if (options.steps > 1 && isFlushSchedule(kind))
+    return std::string("steps > 1 is for the continuous schedules 1f1b and "
+                       "2bw; ") +
+           name + " flushes after every step";
+  if (options.maxInflight < 0)
+    return "maxInflight must be >= 0 (got " + str(options.maxInflight) + ")";
+  replicas = options.replicas;
+  if (replicas.empty())
+    replicas.assign(stages, 1);
+  if (static_cast<int>(replicas.size()) != stages)
+    return "replicas lists " + str(replicas.size()) + " counts for " +
+           str(stages) + " stages";
+  for (int s = 0; s < stages; ++s)
+    if (replicas[s] < 1)
+      return "stage " + str(s) + " has " + str(replicas[s]) +
+             " replicas (must be at least 1)";
+  if (kind == ScheduleKind::Interleaved) {
+    const int d = replicas[0];
+    for (int s = 1; s < stages; ++s)
+      if (replicas[s] != d)
+        return "the interleaved schedule needs the same replica count on "
+               "every stage (stage 0 has " +
+               str(d) + ", stage " + str(s) + " has " + str(replicas[s]) + ")";
+    if (microbatches % (static_cast<int64_t>(d) * stages) != 0) {
+      if (d == 1)
+        return "the interleaved schedule needs the number of microbatches "
+               "(" +
+               str(microbatches) +
+               ") to be a multiple of the pipeline depth p = " + str(stages) +
+               " (Megatron's rule, thesis.md §4.1)";
+      return "the interleaved schedule needs the number of microbatches "
+             "(" +
+             str(microbatches) +
+             ") to be a multiple of the pipeline depth times the replicas, " +
+             str(stages) + " x " + str(d) + " (Megatron's rule per replica)";
+    }
+  }
+  return "";
 }
 
 } // namespace
 
-std::vector<StageSchedule> generateSchedule(ScheduleKind kind, int stages,
-                                            int64_t microbatches) {
-  if (stages < 1 || microbatches < 1)
-    return {};
-  const int64_t m = microbatches;
-  std::vector<StageSchedule> schedules(stages);
-  for (int s = 0; s < stages; ++s) {
-    StageSchedule &schedule = schedules[s];
-    switch (kind) {
-    case ScheduleKind::GPipe:
-      // F1..Fm then B1..Bm, thesis.md §5.1.
-      addSegment(schedule, {{PassKind::Forward, 0}}, m);
-      addSegment(schedule, {{PassKind::Backward, 0}}, m);
-      break;
-    case ScheduleKind::OneFOneBFlush: {
-      // w_r = min(p - r - 1, m) warm-up forwards, m - w_r {F, B} pairs,
-      // w_r cool-down backwards, thesis.md §5.2.
-      const int64_t w = std::min<int64_t>(stages - s - 1, m);
-      addSegment(schedule, {{PassKind::Forward, 0}}, w);
-      addSegment(schedule, {{PassKind::Forward, w}, {PassKind::Backward, 0}},
-                 m - w);
-      addSegment(schedule, {{PassKind::Backward, m - w}}, w);
-      break;
-    }
+ScheduleResult generateSchedule(ScheduleKind kind, int stages,
+                                int64_t microbatches,
+                                const ScheduleOptions &options) {
+  ScheduleResult result;
+  result.kind = kind;
+  result.stages = stages;
+  result.chunks = options.chunks;
+  result.microbatches = microbatches;
+  result.steps = options.steps;
+  result.error =
+      checkRequest(kind, stages, microbatches, options, result.replicas);
+  if (!result.error.empty())
+    return result;
+
+  const int p = stages;
+  const int64_t total = microbatches * options.steps;
+  const std::vector<int64_t> depth = depthsFor(kind, result.replicas, options);
+  for (int s = 0; s < p; ++s) {
+    const int r = result.replicas[s];
+    for (int j = 0; j < r; ++j) {
+      const int64_t n = localCount(total, j, r);
+      StageSchedule local;
+      switch (kind) {
+      case ScheduleKind::GPipe:
+        local = gpipeStage(n);
+        break;
+      case ScheduleKind::OneFOneBFlush:
+      case ScheduleKind::OneFOneB:
+      case ScheduleKind::TwoBW:
+        // K_s forwards in flight: K_s - 1 warm-up forwards, then the first
+        // steady-state forward (thesis.md §5.2, §5.3).
+        local = oneFOneBStage(n, depth[s] - 1);
+        break;
+      case ScheduleKind::ZeroBubbleH1:
+        // d_s = K_0 - K_s deferred W ops (s on a straight pipeline).
+        local = zbH1Stage(n, depth[s] - 1,
+                          std::max<int64_t>(depth[0] - depth[s], 0));
+        break;
+      case ScheduleKind::Interleaved:
+        local = interleavedStage(p, options.chunks, s, n);
+        break;
+      }
+      result.ranks.push_back({s, j, mapToReplica(std::move(local), j, r)});
     }
   }
+
+  if (kind == ScheduleKind::TwoBW) {
+    // A forward of batch j+2 needs the version made by the last backward of
+    // batch j (thesis.md §3.1): m >= p - 1 on a straight pipeline. Check the
+    // programs themselves, over at least three batches.
+    ScheduleResult check = result;
+    if (options.steps < 3) {
+      ScheduleOptions longer = options;
+      longer.steps = 3;
+      check = generateSchedule(kind, stages, microbatches, longer);
+      if (!check.ok) {
+        result.ranks.clear();
+        result.error = check.error;
+        return result;
+      }
+    }
+    for (const RankSchedule &rank : check.ranks) {
+      int64_t versions =
+          peakWeightVersions(kind, rank.schedule.flatten(), microbatches);
+      if (versions < 0 || versions > 2) {
+        result.ranks.clear();
+        result.error =
+            "2bw needs enough microbatches per batch for the weight version "
+            "of batch j+2 to exist when it starts (m >= p - 1 on a straight "
+            "pipeline, thesis.md §3.1; m >= d(p - 1) for d parallel "
+            "pipelines): got m = " +
+            str(microbatches) + " with " + str(p) + " stages; stage " +
+            str(rank.stage) + " replica " + str(rank.replica) +
+            (versions < 0 ? " would run a forward before its weight version "
+                            "exists"
+                          : " would hold " + str(versions) + " versions");
+        return result;
+      }
+    }
+  }
+  result.ok = true;
+  return result;
+}
+
+std::vector<StageSchedule> generateSchedule(ScheduleKind kind, int stages,
+                                            int64_t microbatches) {
+  ScheduleResult result =
+      generateSchedule(kind, stages, microbatches, ScheduleOptions());
+  std::vector<StageSchedule> schedules;
+  if (!result.ok)
+    return schedules;
+  for (RankSchedule &rank : result.ranks)
+    schedules.push_back(std::move(rank.schedule));
   return schedules;
 }
 
+//===----------------------------------------------------------------------===//
+// In-flight microbatches and weight versions
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// (microbatch, chunk) as one hashable key.
+struct OpKey {
+  int64_t microbatch;
+  int chunk;
+  bool operator==(const OpKey &o) const {
+    return microbatch == o.microbatch && chunk == o.chunk;
+  }
+};
+
+struct OpKeyHash {
+  size_t operator()(const OpKey &k) const {
+    return std::hash<int64_t>()(k.microbatch * 1000003 + k.chunk);
+  }
+};
+
+} // namespace
+
 int64_t peakInflight(const std::vector<SchedOp> &ops) {
-  std::unordered_set<int64_t> inflight;
-  int64_t peak = 0;
-  for (const SchedOp &op : ops) {
-    if (op.kind == PassKind::Forward) {
-      inflight.insert(op.microbatch);
-      peak = std::max<int64_t>(peak, inflight.size());
-    } else {
-      inflight.erase(op.microbatch);
+  // A (microbatch, chunk) leaves at its last backward op: the W where the
+  // program splits the backward, else the B.
+  std::unordered_map<OpKey, size_t, OpKeyHash> lastBackward;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].kind != PassKind::Forward)
+      lastBackward[{ops[i].microbatch, ops[i].chunk}] = i;
+  int64_t inflight = 0, peak = 0;
+  std::unordered_map<OpKey, bool, OpKeyHash> live;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    OpKey key{ops[i].microbatch, ops[i].chunk};
+    if (ops[i].kind == PassKind::Forward) {
+      if (live.emplace(key, true).second)
+        peak = std::max(peak, ++inflight);
+      continue;
     }
+    auto it = lastBackward.find(key);
+    if (it != lastBackward.end() && it->second == i && live.erase(key))
+      --inflight;
   }
   return peak;
 }
 
+namespace {
+
+/// The in-flight depth K and local microbatch count of one replica.
+struct ReplicaShape {
+  int64_t depth = 1;      ///< K_s
+  int64_t depthFirst = 1; ///< K_0
+  int64_t count = 0;      ///< local microbatches n
+};
+
+ReplicaShape replicaShape(ScheduleKind kind, int stages, int stage,
+                          int64_t microbatches, const ScheduleOptions &options,
+                          int replica) {
+  ReplicaShape shape;
+  std::vector<int> replicas = options.replicas;
+  if (replicas.empty())
+    replicas.assign(stages, 1);
+  if (stage < 0 || stage >= stages ||
+      static_cast<int>(replicas.size()) != stages)
+    return shape;
+  std::vector<int64_t> depth = depthsFor(kind, replicas, options);
+  shape.depth = depth[stage];
+  shape.depthFirst = depth[0];
+  const int64_t steps = isFlushSchedule(kind) ? 1 : options.steps;
+  shape.count = localCount(microbatches * steps, replica, replicas[stage]);
+  return shape;
+}
+
+} // namespace
+
 int64_t closedFormInflight(ScheduleKind kind, int stages, int stage,
-                           int64_t microbatches) {
+                           int64_t microbatches, const ScheduleOptions &options,
+                           int replica) {
+  ReplicaShape shape =
+      replicaShape(kind, stages, stage, microbatches, options, replica);
+  const int64_t n = shape.count;
   switch (kind) {
   case ScheduleKind::GPipe:
     // GPipe stashes every microbatch, thesis.md §5.1.
-    return microbatches;
+    return n;
   case ScheduleKind::OneFOneBFlush:
-    // min(p - r, m), thesis.md §5.2.
-    return std::min<int64_t>(stages - stage, microbatches);
+  case ScheduleKind::OneFOneB:
+  case ScheduleKind::TwoBW:
+    // min(K_s, m): min(p - s, m) for policy A, thesis.md §5.2;
+    // min(2(p - s) - 1, m) for policy B, dapple.md §6.1 invariant 14.
+    return std::min(shape.depth, n);
+  case ScheduleKind::ZeroBubbleH1:
+    // K_s forwards plus d_s = K_0 - K_s microbatches waiting for their W:
+    // min(p, m) on every stage of a straight pipeline.
+    return std::min(std::max(shape.depth, shape.depthFirst), n);
+  case ScheduleKind::Interleaved: {
+    // min(W_r + 1, N_v) chunk-microbatches: 2(p-r-1) + (v-1)p + 1 when
+    // m > p, m v when m == p (thesis.md §5.4).
+    const int64_t totalOps = n * options.chunks;
+    if (n == 0)
+      return 0;
+    return std::min(interleavedWarmup(stages, options.chunks, stage, n) + 1,
+                    totalOps);
+  }
   }
   return 0;
+}
+
+int64_t closedFormInflight(ScheduleKind kind, int stages, int stage,
+                           int64_t microbatches) {
+  return closedFormInflight(kind, stages, stage, microbatches,
+                            ScheduleOptions(), 0);
+}
+
+int64_t peakWeightVersions(ScheduleKind kind, const std::vector<SchedOp> &ops,
+                           int64_t microbatches) {
+  if (isFlushSchedule(kind) || ops.empty() || microbatches < 1)
+    return 1;
+  const int64_t n = static_cast<int64_t>(ops.size());
+  // created[v]: position of the op that creates version v (-1: initial).
+  std::vector<int64_t> created{-1};
+  std::unordered_map<int64_t, int64_t> versionOf; // microbatch -> version
+  std::vector<int64_t> lastUse{-1};
+
+  // 2bw: the backward of the last microbatch of batch j on this program
+  // creates version j + 1.
+  std::map<int64_t, int64_t> lastBackwardOfBatch;
+  if (kind == ScheduleKind::TwoBW)
+    for (int64_t i = 0; i < n; ++i)
+      if (ops[i].kind != PassKind::Forward)
+        lastBackwardOfBatch[ops[i].microbatch / microbatches] = i;
+
+  for (int64_t i = 0; i < n; ++i) {
+    const SchedOp &op = ops[i];
+    if (op.kind == PassKind::Forward) {
+      int64_t version;
+      if (kind == ScheduleKind::OneFOneB) {
+        // Weight stashing: the newest version, kept for the backward.
+        version = static_cast<int64_t>(created.size()) - 1;
+      } else {
+        // 2bw: max(floor((k-1)/m) - 1, 0) for 1-indexed k (thesis.md §3.1).
+        version = std::max<int64_t>(op.microbatch / microbatches - 1, 0);
+        if (version >= static_cast<int64_t>(created.size()))
+          return -1;
+      }
+      versionOf[op.microbatch] = version;
+      lastUse[version] = i;
+      continue;
+    }
+    auto it = versionOf.find(op.microbatch);
+    if (it != versionOf.end())
+      lastUse[it->second] = i;
+    bool creates = false;
+    if (kind == ScheduleKind::OneFOneB) {
+      // PipeDream applies an update after every backward (§5.3).
+      creates = true;
+    } else {
+      auto last = lastBackwardOfBatch.find(op.microbatch / microbatches);
+      creates = last != lastBackwardOfBatch.end() && last->second == i;
+    }
+    if (creates) {
+      created.push_back(i);
+      lastUse.push_back(-1);
+    }
+  }
+
+  // Version v is live after op i when created[v] <= i < release[v], with
+  // release = max(last use, creation of v+1); the newest lives to the end.
+  // Index i + 1 in `delta` is "after op i"; index 0 is "before any op".
+  std::vector<int64_t> delta(n + 2, 0);
+  const int64_t versions = static_cast<int64_t>(created.size());
+  for (int64_t v = 0; v < versions; ++v) {
+    int64_t release = v + 1 < versions ? std::max(lastUse[v], created[v + 1])
+                                       : n;          // after the last op
+    int64_t from = created[v] + 1, to = release + 1; // [from, to) in delta
+    if (to <= from)
+      continue;
+    delta[from] += 1;
+    delta[to] -= 1;
+  }
+  int64_t live = 0, peak = 0;
+  for (int64_t i = 0; i <= n; ++i) {
+    live += delta[i];
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+int64_t closedFormWeightVersions(ScheduleKind kind, int stages, int stage,
+                                 int64_t microbatches,
+                                 const ScheduleOptions &options) {
+  if (isFlushSchedule(kind))
+    return 1;
+  ReplicaShape shape =
+      replicaShape(kind, stages, stage, microbatches, options, 0);
+  const int64_t n = shape.count, depth = shape.depth;
+  if (kind == ScheduleKind::TwoBW)
+    // Batch j+1 still uses W^(j) when W^(j+1) appears (thesis.md §3.1).
+    return options.steps >= 2 ? 2 : 1;
+  // PipeDream: F(j) uses version u_j = max(0, j - K + 1) (it follows
+  // B(j - K)); after the steady-state B(i), the in-flight j = i+1..i+K-1 and
+  // the new version i+1 are live: min(i + 2, K) versions, K_s = p - s
+  // (thesis.md Table 7.1) from i = K - 2 on. With n < K microbatches all
+  // forwards use W^0 and each backward makes one more: 2.
+  if (depth == 1 || n <= 1)
+    return 1;
+  if (n < depth)
+    return 2;
+  return std::min(depth, n - depth + 2);
 }
 
 } // namespace pipec

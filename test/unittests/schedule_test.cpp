@@ -38,10 +38,16 @@ const ScheduleKind kKinds[] = {ScheduleKind::GPipe,
 TEST(ScheduleTest, KindNames) {
   EXPECT_EQ(parseScheduleKind("gpipe"), ScheduleKind::GPipe);
   EXPECT_EQ(parseScheduleKind("1f1b-flush"), ScheduleKind::OneFOneBFlush);
-  EXPECT_EQ(parseScheduleKind("1f1b"), std::nullopt);
+  EXPECT_EQ(parseScheduleKind("1f1b"), ScheduleKind::OneFOneB);
+  EXPECT_EQ(parseScheduleKind("2bw"), ScheduleKind::TwoBW);
+  EXPECT_EQ(parseScheduleKind("interleaved"), ScheduleKind::Interleaved);
+  EXPECT_EQ(parseScheduleKind("zb-h1"), ScheduleKind::ZeroBubbleH1);
   EXPECT_EQ(parseScheduleKind("GPipe"), std::nullopt);
+  EXPECT_EQ(parseScheduleKind("1f1b-rr"), std::nullopt);
   for (ScheduleKind kind : kKinds)
     EXPECT_EQ(parseScheduleKind(scheduleKindName(kind)), kind);
+  for (const std::string &name : scheduleKindNames())
+    EXPECT_EQ(scheduleKindName(*parseScheduleKind(name)), name);
 }
 
 TEST(ScheduleTest, ThesisWorkedExampleP4M8) {

@@ -451,9 +451,15 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   o.microbatches = micro;
   o.batch = batch;
   o.schedule = a.get("--schedule");
-  if (!parseScheduleKind(o.schedule))
+  auto kind = parseScheduleKind(o.schedule);
+  if (!kind)
     return fail("compile", "unknown --schedule '" + o.schedule +
                                "' (available: gpipe, 1f1b-flush)", 2);
+  if (*kind != ScheduleKind::GPipe && *kind != ScheduleKind::OneFOneBFlush)
+    return fail("compile", "--schedule " + o.schedule +
+                               " can be planned and simulated (pipec plan, "
+                               "pipec simulate) but not compiled yet; compiled "
+                               "schedules: gpipe, 1f1b-flush", 2);
   o.profile = a.get("--profile");
   o.device = a.get("--device");
   o.loss = a.get("--loss");

@@ -1,0 +1,65 @@
+//===- CommPrograms.cpp - Send/receive programs of a generated schedule ---===//
+//
+// Derives the message-level rank programs of a ScheduleResult for
+// checkCommunication (thesis.md §7 invariant 10): a chain of p*v virtual
+// stages, virtual stage q = c*p + r on device position r, microbatch k on
+// replica k mod r_s of every stage (1F1B-RR).
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipec/Schedule.h"
+
+namespace pipec {
+
+std::vector<std::vector<CommEvent>>
+scheduleCommPrograms(const ScheduleResult &schedule) {
+  std::vector<std::vector<CommEvent>> programs(schedule.ranks.size());
+  const int p = schedule.stages;
+  const int numVirtual = p * schedule.chunks;
+  std::vector<int> firstRank(p, 0);
+  for (int s = 1; s < p; ++s)
+    firstRank[s] = firstRank[s - 1] + schedule.replicas[s - 1];
+  // Rank of virtual stage q for microbatch k.
+  auto peerOf = [&](int q, int64_t k) {
+    int stage = q % p;
+    return firstRank[stage] + static_cast<int>(k % schedule.replicas[stage]);
+  };
+  for (size_t rank = 0; rank < schedule.ranks.size(); ++rank) {
+    const RankSchedule &program = schedule.ranks[rank];
+    std::vector<CommEvent> &events = programs[rank];
+    int opIndex = 0;
+    for (const SchedOp &op : program.schedule.flatten()) {
+      std::string where = "stage " + std::to_string(program.stage) +
+                          " replica " + std::to_string(program.replica) +
+                          " op " + std::to_string(opIndex++);
+      const int q = op.chunk * p + program.stage;
+      const int64_t k = op.microbatch;
+      // A message between two chunks of the same rank is a local hand-off.
+      auto add = [&](CommEvent::Kind kind, int peerStage, int64_t channel,
+                     const char *type) {
+        int peer = peerOf(peerStage, k);
+        if (peer != static_cast<int>(rank))
+          events.push_back({kind, peer, channel, k, type, where});
+      };
+      switch (op.kind) {
+      case PassKind::Forward:
+        if (q > 0)
+          add(CommEvent::Recv, q - 1, 2 * int64_t(q - 1), "activation");
+        if (q + 1 < numVirtual)
+          add(CommEvent::Send, q + 1, 2 * int64_t(q), "activation");
+        break;
+      case PassKind::Backward:
+        if (q + 1 < numVirtual)
+          add(CommEvent::Recv, q + 1, 2 * int64_t(q) + 1, "gradient");
+        if (q > 0)
+          add(CommEvent::Send, q - 1, 2 * int64_t(q - 1) + 1, "gradient");
+        break;
+      case PassKind::BackwardWeight:
+        break;
+      }
+    }
+  }
+  return programs;
+}
+
+} // namespace pipec

@@ -1,0 +1,1099 @@
+//===- Simulator.cpp - Discrete-event pipeline simulator ------------------===//
+//
+// Runs a plan's rank programs (lib/Schedule) on the cost model: profile times
+// per stage, topology communication, and reports iteration time,
+// throughput, bubble, memory per stage and a Chrome trace (DESIGN.md §4:
+// every planner's candidate is re-scored here).
+//
+// Model
+//  - Virtual stage q (a plan stage; for interleaved plans the p*v virtual
+//    stages in order, q = c*p + r on device position r) takes
+//      t_F(q) = sigma * sum fwd_s,   t_B(q) = sigma * sum bwd_s (+ t_F(q)
+//      with recompute: one more forward, c_extra = 4/3 when t_B = 2 t_F,
+//      thesis.md §3.5),
+//    sigma = plan.microbatchSize / profile.microbatch (times and activation
+//    bytes scale linearly with the microbatch). zb-h1 splits t_B into
+//    B = (1 - alpha) t_B and W = alpha t_B, alpha = weightGradFraction (the
+//    recompute forward stays in B).
+//  - Edges: every tensor produced in stage a and consumed in stage b > a is
+//    sent a -> b (skip connections included, once per consuming stage,
+//    DESIGN.md §4); its gradient goes back b -> a with the same size. The
+//    bytes of the edges crossing a boundary sum to cutBytes(profile, cut,
+//    &plan). A transfer costs topology.p2pSeconds(bytes, src, dst) on a FIFO
+//    link per directed device pair and overlaps compute.
+//  - Each rank (one replica of one stage, or of one device position of an
+//    interleaved pipeline) runs its program in order; an op starts when the
+//    device is free and its inputs have arrived: F(q, k) needs the
+//    activations of F(a, k) for every edge a -> q; B(q, k) needs the
+//    gradients of B(b, k) for every edge q -> b and its own F(q, k); W(q, k)
+//    its own B(q, k). Microbatch k of a stage with r replicas runs on
+//    replica k mod r (1F1B-RR). With SimOptions::splitReplicas (DAPPLE,
+//    dapple.md §4) every replica runs a 1/r slice of every microbatch
+//    (times and activation bytes / r) and each overlapping pair of slices
+//    of neighbouring stages is one message (split/concat, uneven counts
+//    allowed); an op waits for all the slices it overlaps.
+//  - Weight updates. Flush schedules: once all replicas of q finished their
+//    last backward, they allreduce (topology.allreduceSeconds of q's
+//    parameter bytes over q's devices) on the device's collective lane, then
+//    each device runs the optimizer; the iteration ends when the last device
+//    has. 2bw: after the last backward of batch j on stage q (all
+//    replicas), allreduce + optimizer make W^(j+1), which the first forward
+//    of batch j+2 waits for (thesis.md §3.1). 1f1b: replicas allreduce per
+//    backward round (the l-th local backward of every replica); with weight
+//    stashing a forward uses the newest version, and the forward of local
+//    microbatch l follows the backward of l - K in program order (K the
+//    replica's in-flight depth), so it waits for update round l - K.
+//  - Iteration time: flush schedules, the makespan of one step; 1f1b and
+//    2bw, the steady-state time per m microbatches: the completion times of
+//    steps (the end of the step's last backward op anywhere) differenced
+//    over a window of whole round-robin periods between the fill and the
+//    drain (see setup()).
+//  - Memory of one stage replica: weights x versions (1, p - s for 1f1b
+//    stage s, 2 for 2bw; counted on the rank program), gradients (one
+//    accumulator), optimizer state (factor x parameters), activations
+//    (saved_bytes x peak in-flight, or stage input x peak in-flight + one
+//    microbatch's saved bytes with recompute) and buffers (the peak of the
+//    boundary tensors the replica holds in flight: sent but not yet
+//    delivered, or delivered but not yet consumed).
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipec/Sim.h"
+
+#include "Trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <queue>
+#include <set>
+#include <unordered_map>
+
+namespace pipec {
+
+namespace {
+
+constexpr double kUnknown = -1.0; ///< a time not known yet (times are >= 0)
+
+/// One virtual stage (a plan stage).
+struct VStage {
+  int group = 0; ///< device position: the rank programs' stage index
+  int chunk = 0;
+  double fwd = 0, bwd = 0, bwdWeight = 0; ///< op durations per microbatch
+  int64_t paramBytes = 0, savedBytes = 0, inputBytes = 0;
+  std::vector<int> inEdges, outEdges;
+};
+
+/// Tensors from virtual stage `from` to `to`, per microbatch.
+struct Edge {
+  int from = 0, to = 0;
+  int64_t bytes = 0;
+};
+
+struct Rank {
+  int group = 0, replica = 0, device = 0;
+  std::vector<SchedOp> ops;
+  size_t pc = 0;
+  bool busy = false;
+  double freeAt = 0;
+  double busySeconds = 0;
+  int64_t depth = 1; ///< forwards before the first backward (K)
+  /// Last-backward ops still to run, per chunk (flush bookkeeping).
+  std::vector<int64_t> remaining;
+};
+
+/// An interval during which `bytes` sit in a communication buffer.
+struct BufferInterval {
+  double from, to;
+  int64_t bytes;
+};
+
+/// Peak of the summed bytes of a set of intervals.
+int64_t peakOf(const std::vector<BufferInterval> &intervals) {
+  std::vector<std::pair<double, int64_t>> points;
+  for (const BufferInterval &i : intervals) {
+    if (i.to <= i.from || i.bytes == 0)
+      continue;
+    points.push_back({i.from, i.bytes});
+    points.push_back({i.to, -i.bytes});
+  }
+  // Releases before acquisitions at equal times.
+  std::sort(points.begin(), points.end());
+  int64_t live = 0, peak = 0;
+  for (const auto &point : points) {
+    live += point.second;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+/// Calls fn(j, fraction) for every replica j of a stage with `to` replicas
+/// whose slice of a microbatch overlaps the slice of replica i of a stage
+/// with `from` replicas (split replicas, dapple.md §4: replica i of r holds
+/// [i/r, (i+1)/r)); `fraction` is the overlap as a share of the microbatch.
+/// In units of 1/(from*to) the slices are [i*to, (i+1)*to) and
+/// [j*from, (j+1)*from), so the arithmetic is exact.
+template <typename Fn> void forEachOverlap(int i, int from, int to, Fn fn) {
+  const int64_t lo = int64_t(i) * to, hi = int64_t(i + 1) * to;
+  for (int64_t j = lo / from; j < to && j * from < hi; ++j) {
+    int64_t a = std::max(lo, j * from), b = std::min(hi, (j + 1) * from);
+    if (b > a)
+      fn(static_cast<int>(j),
+         static_cast<double>(b - a) / (static_cast<double>(from) * to));
+  }
+}
+
+/// Deliveries to the receiving slots of one kind of message, microbatch-
+/// major (the ops of one microbatch on neighbouring stages touch
+/// neighbouring entries): per microbatch k, row (an edge or a virtual
+/// stage) and slot (the receiving replica with split replicas, else 0), the
+/// latest delivery so far and how many are still missing.
+struct Mailbox {
+  std::vector<size_t> offset; ///< per row
+  std::vector<int> expected;  ///< per row x slot: deliveries needed
+  size_t stride = 0;
+  std::vector<double> latest;
+  std::vector<int> missing;
+
+  /// `expected[row]` lists, per slot, the deliveries each slot waits for.
+  void init(const std::vector<std::vector<int>> &perRow, int64_t microbatches) {
+    offset.clear();
+    expected.clear();
+    for (const std::vector<int> &slots : perRow) {
+      offset.push_back(expected.size());
+      expected.insert(expected.end(), slots.begin(), slots.end());
+    }
+    stride = expected.size();
+    latest.assign(stride * microbatches, 0);
+    missing.resize(stride * microbatches);
+    for (int64_t k = 0; k < microbatches; ++k)
+      std::copy(expected.begin(), expected.end(),
+                missing.begin() + static_cast<size_t>(k) * stride);
+  }
+  size_t index(int row, int64_t k, int slot) const {
+    return static_cast<size_t>(k) * stride + offset[row] + slot;
+  }
+  void deliver(int row, int64_t k, int slot, double time) {
+    size_t i = index(row, k, slot);
+    latest[i] = std::max(latest[i], time);
+    --missing[i];
+  }
+  bool known(int row, int64_t k, int slot) const {
+    return missing[index(row, k, slot)] <= 0;
+  }
+  double time(int row, int64_t k, int slot) const {
+    return latest[index(row, k, slot)];
+  }
+};
+
+class Simulator {
+public:
+  Simulator(const Profile &profile, const Topology &topology, const Plan &plan,
+            const SimOptions &options, const ScheduleResult *given)
+      : profile(profile), topology(topology), plan(plan), options(options),
+        given(given) {}
+
+  SimResult run();
+
+private:
+  std::string setup();
+  std::string buildStages();
+  std::string assignDevices();
+  std::string simulate();
+  void account(SimResult &result);
+
+  // Event handling.
+  void tryStart(int rank);
+  void complete(int rank, double time);
+  void lastBackwardDone(int q, int rank, int64_t k, double time);
+  /// Schedules an allreduce + optimizer on group g's collective lane after
+  /// `ready`; returns its end.
+  double update(int q, double ready, int64_t round);
+  /// Sends `bytes` of microbatch k from rank `sender` (running virtual
+  /// stage q) to rank `receiver` once `ready`; returns the arrival time.
+  double transfer(int64_t bytes, int sender, int receiver, double ready, int q,
+                  int64_t k, bool gradient);
+  std::string describeWait(int rank) const;
+
+  int groupOf(int q) const { return interleaved ? q % p : q; }
+  /// 1F1B-RR: the rank of virtual stage q that runs microbatch k.
+  int rankFor(int q, int64_t k) const {
+    int g = groupOf(q);
+    return firstRank[g] + static_cast<int>(k % replicas[g]);
+  }
+  int virtualStage(int rank, const SchedOp &op) const {
+    return op.chunk * p + ranks[rank].group;
+  }
+  /// Mailbox slot of a rank: its replica with split replicas, else 0.
+  int slotOf(int rank) const { return split ? ranks[rank].replica : 0; }
+  /// Position of microbatch k among the microbatches its replica runs.
+  int64_t localIndex(int g, int64_t k) const {
+    return split ? k : k / replicas[g];
+  }
+  /// Sends the boundary tensors of op (q, k) that just ended on `rank` at
+  /// `time` along `edgeList` (activations or gradients).
+  void send(int rank, int q, int64_t k, double time, bool gradient);
+  bool needsUpdateGate() const {
+    return kind == ScheduleKind::OneFOneB || kind == ScheduleKind::TwoBW;
+  }
+  bool splitBackward() const { return kind == ScheduleKind::ZeroBubbleH1; }
+
+  const Profile &profile;
+  const Topology &topology;
+  const Plan &plan;
+  const SimOptions &options;
+  const ScheduleResult *given; ///< caller's programs, or null
+
+  ScheduleKind kind = ScheduleKind::GPipe;
+  bool interleaved = false;
+  int p = 1;     ///< device positions
+  int v = 1;     ///< chunks
+  int numQ = 0;  ///< virtual stages p*v
+  int64_t m = 1; ///< microbatches per step
+  int64_t steps = 1;
+  int64_t measureFrom = 0, measureLast = 0; ///< steady-state window
+  int64_t numMicrobatches = 0;              ///< m * steps
+  double sigma = 1;                         ///< microbatch scale
+  std::vector<int> replicas;                ///< per group
+  std::vector<int> firstRank; ///< per group: rank of its replica 0
+  std::vector<std::vector<int>> groupDevices;
+  bool split = false; ///< DAPPLE split replicas instead of 1F1B-RR
+  std::vector<VStage> stages;
+  std::vector<Edge> edges;
+  ScheduleResult schedule;
+  std::vector<Rank> ranks;
+
+  // Forwards done per (virtual stage, slot), activations per (edge,
+  // consuming slot), gradients per (edge, producing slot).
+  Mailbox forwards, activations, gradients;
+  // Update rounds (1f1b: local backward round; 2bw: batch) per stage: when
+  // the new version is ready, how many backwards it still waits for, and
+  // the latest of those that ended.
+  std::vector<std::vector<double>> updateReady, updateLatest;
+  std::vector<std::vector<int>> updateCount;
+  std::vector<double> laneFree;     ///< collective lane per group
+  std::vector<double> stageReduced; ///< flush: allreduce end per stage
+  std::vector<int> replicasDone;    ///< flush: replicas finished per stage
+  std::vector<double> stageLastBackward;
+  std::vector<double> stepEnd;
+  /// Free time of the link per directed device pair (src << 32 | dst).
+  std::unordered_map<uint64_t, double> linkFree;
+  std::vector<int> woken; ///< ranks to retry after an event
+  /// Buffer intervals per rank x chunk.
+  std::vector<std::vector<BufferInterval>> buffers;
+
+  using Event = std::pair<double, int>; // (time, rank), min-heap
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  std::vector<sim::TraceEvent> trace;
+  double computeSeconds = 0;
+  std::string failure; ///< a non-finite time found while simulating
+};
+
+//===----------------------------------------------------------------------===//
+// Setup
+//===----------------------------------------------------------------------===//
+
+std::string Simulator::setup() {
+  const int numLayers = static_cast<int>(profile.ops.size());
+  std::string error = validatePlan(plan, numLayers);
+  if (!error.empty())
+    return "invalid plan: " + error;
+  auto parsed = parseScheduleKind(plan.schedule);
+  if (!parsed) {
+    std::string names;
+    for (const std::string &name : scheduleKindNames())
+      names += (names.empty() ? "" : ", ") + name;
+    return "unknown schedule '" + plan.schedule + "' (available: " + names +
+           ")";
+  }
+  kind = *parsed;
+  if (profile.microbatch < 1)
+    return "the profile's microbatch size must be at least 1 (got " +
+           str(profile.microbatch) + ")";
+  for (int i = 0; i < numLayers; ++i) {
+    const ProfileOp &op = profile.ops[i];
+    if (!std::isfinite(op.fwdSeconds) || op.fwdSeconds < 0 ||
+        !std::isfinite(op.bwdSeconds) || op.bwdSeconds < 0)
+      return "op " + str(i) + " ('" + op.name +
+             "') has a negative or non-finite time";
+    if (op.outBytes < 0 || op.paramBytes < 0 || op.savedBytes < 0)
+      return "op " + str(i) + " ('" + op.name + "') has negative sizes";
+  }
+  if (!(options.weightGradFraction >= 0 && options.weightGradFraction <= 1))
+    return "weightGradFraction must be in [0, 1]";
+  if (!(options.optimizerSecondsPerByte >= 0))
+    return "optimizerSecondsPerByte must be >= 0";
+  if (topology.numDevices() < 1)
+    return "the topology has no devices";
+
+  interleaved = kind == ScheduleKind::Interleaved;
+  v = plan.chunks;
+  numQ = plan.numStages();
+  if (v > 1 && !interleaved)
+    return "chunks = " + str(v) + " needs the interleaved schedule (got '" +
+           plan.schedule + "')";
+  if (interleaved && numQ % v != 0)
+    return "an interleaved plan lists its p*v virtual stages: " + str(numQ) +
+           " stages is not a multiple of chunks v = " + str(v);
+  p = numQ / v;
+  m = plan.microbatches;
+  sigma = static_cast<double>(plan.microbatchSize) / profile.microbatch;
+
+  replicas.assign(p, 1);
+  for (int g = 0; g < p; ++g)
+    replicas[g] = plan.stages[g].replicas;
+  for (int q = p; q < numQ; ++q)
+    if (plan.stages[q].replicas != replicas[q % p])
+      return "virtual stage " + str(q) + " has " +
+             str(plan.stages[q].replicas) + " replicas but runs on the " +
+             "devices of stage " + str(q % p) + ", which has " +
+             str(replicas[q % p]);
+  error = assignDevices();
+  if (!error.empty())
+    return error;
+
+  // With split replicas every replica runs every microbatch: the programs
+  // are those of a straight pipeline.
+  split = options.splitReplicas;
+  if (split && given)
+    return "simulateSchedule takes round-robin replicas (1F1B-RR) only";
+
+  // Continuous schedules: enough steps to measure between the fill and the
+  // drain, over a window of whole round-robin periods. The fill admits at
+  // most sum r_s microbatches (p with split replicas) before the first
+  // backward returns, and the drain runs as many backwards without
+  // forwards; rank programs repeat every lcm(r_s) microbatches, i.e. every
+  // lcm / gcd(lcm, m) steps; the window spans at least 8 steps and 32
+  // microbatches so that the cyclic steady state of the max-plus system
+  // averages out.
+  int totalRanks = 0;
+  int64_t period = 1;
+  for (int r : replicas) {
+    totalRanks += r;
+    if (period <= 4096 && !split)
+      period = period / std::gcd<int64_t>(period, r) * r;
+  }
+  const int64_t depth = split ? p : totalRanks;
+  if (isFlushSchedule(kind)) {
+    steps = 1;
+  } else {
+    const int64_t periodSteps = period / std::gcd<int64_t>(period, m);
+    const int64_t fill = (2 * depth + m - 1) / m + 1;
+    const int64_t drain = fill;
+    const int64_t minWindow = std::max<int64_t>(8, (32 + m - 1) / m);
+    int64_t window =
+        ((minWindow + periodSteps - 1) / periodSteps) * periodSteps;
+    steps = std::max<int64_t>(options.steps, fill + window + drain + 1);
+    // Widen the window to whole periods within the steps asked for.
+    window = ((steps - 1 - drain - fill) / periodSteps) * periodSteps;
+    measureLast = steps - 1 - drain;
+    measureFrom = measureLast - window;
+  }
+
+  if (given) {
+    if (!given->ok)
+      return "the schedule is not valid: " + given->error;
+    if (given->kind != kind || given->stages != p || given->chunks != v ||
+        given->replicas != replicas || given->microbatches != m ||
+        given->ranks.size() != static_cast<size_t>(totalRanks))
+      return "the schedule does not match the plan (kind, stages, chunks, "
+             "replicas, microbatches or rank count differ)";
+    if (isFlushSchedule(kind) && given->steps != 1)
+      return "a flush schedule runs one step (got steps = " +
+             str(given->steps) + ")";
+    schedule = *given;
+    if (!isFlushSchedule(kind)) {
+      // The caller's steps: from the end of the first to the end of the
+      // last (fill and drain included).
+      steps = std::max<int64_t>(given->steps, 1);
+      measureFrom = steps >= 2 ? 0 : -1;
+      measureLast = steps - 1;
+    }
+    for (size_t i = 0; i < schedule.ranks.size(); ++i) {
+      const RankSchedule &program = schedule.ranks[i];
+      if (schedule.rankOf(program.stage, program.replica) !=
+          static_cast<int>(i))
+        return "rank program " + str(i) + " names stage " + str(program.stage) +
+               " replica " + str(program.replica) +
+               "; programs must be listed stage-major, replica-minor";
+    }
+  } else {
+    ScheduleOptions scheduleOptions;
+    scheduleOptions.chunks = v;
+    scheduleOptions.warmup = options.warmupPolicy;
+    scheduleOptions.maxInflight = options.maxInflight;
+    scheduleOptions.steps = steps;
+    scheduleOptions.replicas = replicas;
+    if (split) {
+      // The straight pipeline's programs, but the divisibility rules of
+      // interleaving apply to m itself (every replica runs all of it).
+      scheduleOptions.replicas.assign(p, 1);
+    }
+    schedule = generateSchedule(kind, p, m, scheduleOptions);
+    if (!schedule.ok)
+      return schedule.error;
+    if (split) {
+      // One copy of stage g's program per replica.
+      std::vector<RankSchedule> copies;
+      for (const RankSchedule &program : schedule.ranks)
+        for (int j = 0; j < replicas[program.stage]; ++j)
+          copies.push_back({program.stage, j, program.schedule});
+      schedule.ranks = std::move(copies);
+      schedule.replicas = replicas;
+    }
+  }
+  numMicrobatches = m * steps;
+
+  error = buildStages();
+  if (!error.empty())
+    return error;
+  firstRank.assign(p, 0);
+  for (int g = 1; g < p; ++g)
+    firstRank[g] = firstRank[g - 1] + replicas[g - 1];
+
+  for (const RankSchedule &program : schedule.ranks) {
+    Rank rank;
+    rank.group = program.stage;
+    rank.replica = program.replica;
+    rank.device = groupDevices[rank.group][rank.replica];
+    rank.ops = program.schedule.flatten();
+    rank.depth = 0;
+    while (rank.depth < static_cast<int64_t>(rank.ops.size()) &&
+           rank.ops[rank.depth].kind == PassKind::Forward)
+      ++rank.depth;
+    rank.remaining.assign(v, 0);
+    for (const SchedOp &op : rank.ops)
+      if (op.kind == PassKind::Forward)
+        ++rank.remaining[op.chunk];
+    ranks.push_back(std::move(rank));
+  }
+  return "";
+}
+
+std::string Simulator::assignDevices() {
+  const int numDevices = topology.numDevices();
+  groupDevices.assign(p, {});
+  std::map<int, int> owner; // device -> group
+  for (int g = 0; g < p; ++g)
+    for (int device : plan.stages[g].devices) {
+      if (device < 0 || device >= numDevices)
+        return "stage " + str(g) + " uses device " + str(device) +
+               " but the topology has " + str(numDevices) + " devices";
+      auto [it, inserted] = owner.emplace(device, g);
+      if (!inserted)
+        return "device " + str(device) + " is assigned to stage " +
+               str(it->second) + " and stage " + str(g) +
+               "; a device runs one stage (several chunks per device need "
+               "the interleaved schedule)";
+      groupDevices[g].push_back(device);
+    }
+  for (int q = p; q < numQ; ++q)
+    if (!plan.stages[q].devices.empty() &&
+        plan.stages[q].devices != plan.stages[q % p].devices)
+      return "virtual stage " + str(q) + " (chunk " + str(q / p) +
+             ") must run on the devices of stage " + str(q % p);
+  // Stages without devices get the lowest unused ids.
+  int next = 0;
+  for (int g = 0; g < p; ++g) {
+    if (!groupDevices[g].empty())
+      continue;
+    for (int j = 0; j < replicas[g]; ++j) {
+      while (owner.count(next))
+        ++next;
+      if (next >= numDevices)
+        return "the plan needs more devices than the topology's " +
+               str(numDevices);
+      owner[next] = g;
+      groupDevices[g].push_back(next);
+    }
+  }
+  return "";
+}
+
+std::string Simulator::buildStages() {
+  const int numLayers = static_cast<int>(profile.ops.size());
+  const bool recompute = options.recompute;
+  const double alpha = options.weightGradFraction;
+  std::vector<int> stageOfLayer(numLayers, 0);
+  stages.assign(numQ, {});
+  for (int q = 0; q < numQ; ++q) {
+    const StagePlan &plan_ = plan.stages[q];
+    VStage &stage = stages[q];
+    stage.group = groupOf(q);
+    stage.chunk = q / p;
+    double fwd = 0, bwd = 0;
+    int64_t saved = 0;
+    for (int l = plan_.firstLayer; l <= plan_.lastLayer; ++l) {
+      stageOfLayer[l] = q;
+      fwd += profile.ops[l].fwdSeconds;
+      bwd += profile.ops[l].bwdSeconds;
+      stage.paramBytes += profile.ops[l].paramBytes;
+      saved += profile.ops[l].savedBytes;
+    }
+    stage.fwd = sigma * fwd;
+    double backward = sigma * bwd;
+    double recomputeForward = recompute ? stage.fwd : 0;
+    if (splitBackward()) {
+      stage.bwd = (1 - alpha) * backward + recomputeForward;
+      stage.bwdWeight = alpha * backward;
+    } else {
+      stage.bwd = backward + recomputeForward;
+    }
+    stage.savedBytes = std::llround(sigma * static_cast<double>(saved));
+  }
+  // One edge per (producing stage, consuming stage); a tensor counts once
+  // per consuming stage.
+  std::map<std::pair<int, int>, int64_t> edgeBytes;
+  std::set<std::pair<int, int>> counted; // (tensor, consuming stage)
+  for (int j = 0; j < numLayers; ++j)
+    for (int t : profile.producersOf(j)) {
+      if (t < 0 || t >= j)
+        continue;
+      int a = stageOfLayer[t], b = stageOfLayer[j];
+      if (a >= b)
+        continue;
+      int64_t &bytes = edgeBytes[{a, b}];
+      if (counted.insert({t, b}).second)
+        bytes +=
+            std::llround(sigma * static_cast<double>(profile.ops[t].outBytes));
+    }
+  for (const auto &[link, bytes] : edgeBytes) {
+    int e = static_cast<int>(edges.size());
+    edges.push_back({link.first, link.second, bytes});
+    stages[link.first].outEdges.push_back(e);
+    stages[link.second].inEdges.push_back(e);
+    stages[link.second].inputBytes += bytes;
+  }
+  if (split) {
+    // Replica j of r runs a 1/r slice of every microbatch: time and
+    // activation bytes scale with the slice (dapple.md §4, pitfall 5).
+    for (VStage &stage : stages) {
+      const double r = replicas[stage.group];
+      stage.fwd /= r;
+      stage.bwd /= r;
+      stage.bwdWeight /= r;
+      stage.savedBytes = std::llround(stage.savedBytes / r);
+      stage.inputBytes = std::llround(stage.inputBytes / r);
+    }
+  }
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// Event simulation
+//===----------------------------------------------------------------------===//
+
+double Simulator::transfer(int64_t bytes, int sender, int receiver,
+                           double ready, int q, int64_t k, bool gradient) {
+  const int src = ranks[sender].device, dst = ranks[receiver].device;
+  if (src == dst)
+    return ready;
+  double seconds = topology.p2pSeconds(bytes, src, dst);
+  if (!std::isfinite(seconds) || seconds < 0) {
+    failure = "the transfer of " + str(bytes) + " bytes from device " +
+              str(src) + " to device " + str(dst) +
+              " takes no finite time (check the topology's bandwidth)";
+    seconds = 0;
+  }
+  double &free =
+      linkFree[static_cast<uint64_t>(src) << 32 | static_cast<uint32_t>(dst)];
+  double start = std::max(ready, free);
+  double end = start + seconds;
+  free = end;
+  if (options.trace && seconds > 0) {
+    std::string name = gradient ? "gradient" : "activation";
+    trace.push_back({"send " + name, src, sim::Send, start, seconds, k,
+                     stages[q].chunk, q});
+    trace.push_back({"recv " + name, dst, sim::Recv, start, seconds, k,
+                     stages[q].chunk, q});
+  }
+  // The sender holds the tensor until it is delivered.
+  buffers[static_cast<size_t>(sender) * v + stages[q].chunk].push_back(
+      {ready, end, bytes});
+  return end;
+}
+
+double Simulator::update(int q, double ready, int64_t round) {
+  const int g = groupOf(q);
+  double allreduce =
+      replicas[g] > 1
+          ? topology.allreduceSeconds(stages[q].paramBytes, groupDevices[g])
+          : 0;
+  if (!std::isfinite(allreduce) || allreduce < 0) {
+    failure = "the allreduce of stage " + str(q) +
+              " takes no finite time (check the topology's bandwidth)";
+    allreduce = 0;
+  }
+  double optimizer = isFlushSchedule(kind)
+                         ? 0 // flush: the optimizer runs on compute, later
+                         : options.optimizerSecondsPerByte *
+                               static_cast<double>(stages[q].paramBytes);
+  double start = std::max(ready, laneFree[g]);
+  double end = start + allreduce + optimizer;
+  laneFree[g] = end;
+  if (options.trace)
+    for (int device : groupDevices[g]) {
+      if (allreduce > 0)
+        trace.push_back({"allreduce", device, sim::Collective, start, allreduce,
+                         round, stages[q].chunk, q});
+      if (optimizer > 0)
+        trace.push_back({"optimizer", device, sim::Collective,
+                         start + allreduce, optimizer, round, stages[q].chunk,
+                         q});
+    }
+  return end;
+}
+
+void Simulator::tryStart(int r) {
+  Rank &rank = ranks[r];
+  if (rank.busy || rank.pc >= rank.ops.size())
+    return;
+  const SchedOp &op = rank.ops[rank.pc];
+  const int q = virtualStage(r, op);
+  const int64_t k = op.microbatch;
+  const VStage &stage = stages[q];
+  const int slot = slotOf(r);
+  double ready = rank.freeAt;
+  double duration = 0;
+  switch (op.kind) {
+  case PassKind::Forward:
+    for (int e : stage.inEdges) {
+      if (!activations.known(e, k, slot))
+        return;
+      ready = std::max(ready, activations.time(e, k, slot));
+    }
+    if (kind == ScheduleKind::OneFOneB) {
+      // Weight stashing: F(l) follows B(l - K) and uses its update.
+      int64_t local = localIndex(rank.group, k);
+      if (local >= rank.depth) {
+        double available = updateReady[q][local - rank.depth];
+        if (available == kUnknown)
+          return;
+        ready = std::max(ready, available);
+      }
+    } else if (kind == ScheduleKind::TwoBW) {
+      // Batch j + 2 runs on W^(j+1), made after batch j (thesis.md §3.1).
+      int64_t batch = k / m;
+      if (batch >= 2) {
+        double available = updateReady[q][batch - 2];
+        if (available == kUnknown)
+          return;
+        ready = std::max(ready, available);
+      }
+    }
+    duration = stage.fwd;
+    break;
+  case PassKind::Backward:
+    if (!forwards.known(q, k, slot))
+      return;
+    for (int e : stage.outEdges) {
+      if (!gradients.known(e, k, slot))
+        return;
+      ready = std::max(ready, gradients.time(e, k, slot));
+    }
+    duration = stage.bwd;
+    break;
+  case PassKind::BackwardWeight:
+    duration = stage.bwdWeight;
+    break;
+  }
+  // Delivered inputs (this replica's slice) wait in a receive buffer until
+  // this op starts.
+  auto &held = buffers[static_cast<size_t>(r) * v + stage.chunk];
+  const int64_t share = split ? replicas[rank.group] : 1;
+  if (op.kind == PassKind::Forward)
+    for (int e : stage.inEdges)
+      held.push_back(
+          {activations.time(e, k, slot), ready, edges[e].bytes / share});
+  else if (op.kind == PassKind::Backward)
+    for (int e : stage.outEdges)
+      held.push_back(
+          {gradients.time(e, k, slot), ready, edges[e].bytes / share});
+
+  rank.busy = true;
+  rank.busySeconds += duration;
+  computeSeconds += duration;
+  if (options.trace) {
+    const char *prefix = op.kind == PassKind::Forward    ? "F"
+                         : op.kind == PassKind::Backward ? "B"
+                                                         : "W";
+    std::string name = prefix + str(k);
+    if (v > 1)
+      name += "c" + str(op.chunk);
+    trace.push_back(
+        {name, rank.device, sim::Compute, ready, duration, k, op.chunk, q});
+  }
+  events.push({ready + duration, r});
+}
+
+void Simulator::complete(int r, double time) {
+  Rank &rank = ranks[r];
+  const SchedOp op = rank.ops[rank.pc];
+  rank.busy = false;
+  rank.freeAt = time;
+  ++rank.pc;
+  const int q = virtualStage(r, op);
+  const int64_t k = op.microbatch;
+  woken.clear();
+  woken.push_back(r);
+  switch (op.kind) {
+  case PassKind::Forward:
+    forwards.deliver(q, k, slotOf(r), time);
+    send(r, q, k, time, /*gradient=*/false);
+    break;
+  case PassKind::Backward:
+    send(r, q, k, time, /*gradient=*/true);
+    if (!splitBackward())
+      lastBackwardDone(q, r, k, time);
+    break;
+  case PassKind::BackwardWeight:
+    lastBackwardDone(q, r, k, time);
+    break;
+  }
+  if (needsUpdateGate())
+    for (int j = 0; j < replicas[rank.group]; ++j)
+      woken.push_back(firstRank[rank.group] + j);
+  // tryStart never re-enters complete(), so `woken` stays intact.
+  for (int w : woken)
+    tryStart(w);
+}
+
+void Simulator::send(int r, int q, int64_t k, double time, bool gradient) {
+  const VStage &stage = stages[q];
+  const int replica = ranks[r].replica;
+  for (int e : gradient ? stage.inEdges : stage.outEdges) {
+    const Edge &edge = edges[e];
+    const int peer = gradient ? edge.from : edge.to;
+    Mailbox &mailbox = gradient ? gradients : activations;
+    if (!split) {
+      int receiver = rankFor(peer, k);
+      mailbox.deliver(e, k, 0,
+                      transfer(edge.bytes, r, receiver, time, q, k, gradient));
+      woken.push_back(receiver);
+      continue;
+    }
+    // Split/concat: each overlapping pair of slices is one message.
+    const int g = groupOf(peer);
+    forEachOverlap(
+        replica, replicas[ranks[r].group], replicas[g],
+        [&](int j, double fraction) {
+          int receiver = firstRank[g] + j;
+          int64_t bytes =
+              std::llround(static_cast<double>(edge.bytes) * fraction);
+          mailbox.deliver(e, k, j,
+                          transfer(bytes, r, receiver, time, q, k, gradient));
+          woken.push_back(receiver);
+        });
+  }
+}
+
+void Simulator::lastBackwardDone(int q, int r, int64_t k, double time) {
+  Rank &rank = ranks[r];
+  const int g = rank.group;
+  int64_t step = k / m;
+  stepEnd[step] = std::max(stepEnd[step], time);
+  switch (kind) {
+  case ScheduleKind::OneFOneB: {
+    // Round l: the l-th local backward of every replica that has one.
+    int64_t round = localIndex(g, k);
+    int participants = 0;
+    for (int j = 0; j < replicas[g]; ++j)
+      if (split || j + round * replicas[g] < numMicrobatches)
+        ++participants;
+    double &latest = updateLatest[q][round];
+    latest = std::max(latest, time);
+    if (++updateCount[q][round] == participants)
+      updateReady[q][round] = update(q, latest, round);
+    break;
+  }
+  case ScheduleKind::TwoBW: {
+    // Batch j: all m microbatches pass every stage once (every replica,
+    // with split replicas).
+    double &latest = updateLatest[q][step];
+    latest = std::max(latest, time);
+    if (++updateCount[q][step] == (split ? m * replicas[g] : m))
+      updateReady[q][step] = update(q, latest, step);
+    break;
+  }
+  default: {
+    stageLastBackward[q] = std::max(stageLastBackward[q], time);
+    if (--rank.remaining[stages[q].chunk] == 0 &&
+        ++replicasDone[q] == replicas[g])
+      stageReduced[q] = update(q, stageLastBackward[q], -1);
+    break;
+  }
+  }
+}
+
+std::string Simulator::describeWait(int r) const {
+  const Rank &rank = ranks[r];
+  const SchedOp &op = rank.ops[rank.pc];
+  const int q = virtualStage(r, op);
+  const int64_t k = op.microbatch;
+  std::string what = "device " + str(rank.device) + " (stage " +
+                     str(rank.group) + " replica " + str(rank.replica) +
+                     ") waits to run " +
+                     (op.kind == PassKind::Forward    ? "F"
+                      : op.kind == PassKind::Backward ? "B"
+                                                      : "W") +
+                     " of microbatch " + str(k);
+  if (v > 1)
+    what += " chunk " + str(op.chunk);
+  const int slot = slotOf(r);
+  if (op.kind == PassKind::Forward) {
+    for (int e : stages[q].inEdges)
+      if (!activations.known(e, k, slot))
+        return what + " for the activation from stage " + str(edges[e].from);
+    return what + " for a weight version";
+  }
+  for (int e : stages[q].outEdges)
+    if (!gradients.known(e, k, slot))
+      return what + " for the gradient from stage " + str(edges[e].to);
+  return what + " for its own forward";
+}
+
+std::string Simulator::simulate() {
+  // Slots: the receiving replicas with split replicas (each waiting for the
+  // slices that overlap its own), else one slot and one delivery.
+  auto senders = [&](int receiver, int receiving, int sending) {
+    int count = 0;
+    forEachOverlap(receiver, receiving, sending, [&](int, double) { ++count; });
+    return count;
+  };
+  std::vector<std::vector<int>> forwardSlots, activationSlots, gradientSlots;
+  for (int q = 0; q < numQ; ++q)
+    forwardSlots.push_back(
+        std::vector<int>(split ? replicas[groupOf(q)] : 1, 1));
+  for (const Edge &edge : edges) {
+    const int rFrom = replicas[groupOf(edge.from)],
+              rTo = replicas[groupOf(edge.to)];
+    std::vector<int> toSlots(1, 1), fromSlots(1, 1);
+    if (split) {
+      toSlots.resize(rTo);
+      for (int j = 0; j < rTo; ++j)
+        toSlots[j] = senders(j, rTo, rFrom);
+      fromSlots.resize(rFrom);
+      for (int i = 0; i < rFrom; ++i)
+        fromSlots[i] = senders(i, rFrom, rTo);
+    }
+    activationSlots.push_back(toSlots);
+    gradientSlots.push_back(fromSlots);
+  }
+  forwards.init(forwardSlots, numMicrobatches);
+  activations.init(activationSlots, numMicrobatches);
+  gradients.init(gradientSlots, numMicrobatches);
+  const size_t rounds = needsUpdateGate() ? numMicrobatches : 0;
+  updateReady.assign(numQ, std::vector<double>(rounds, kUnknown));
+  updateLatest.assign(numQ, std::vector<double>(rounds, 0));
+  updateCount.assign(numQ, std::vector<int>(rounds, 0));
+  laneFree.assign(p, 0);
+  stageReduced.assign(numQ, 0);
+  replicasDone.assign(numQ, 0);
+  stageLastBackward.assign(numQ, 0);
+  stepEnd.assign(steps, 0);
+  buffers.assign(ranks.size() * v, {});
+  // A stage replica without microbatches is done from the start.
+  for (size_t r = 0; r < ranks.size(); ++r)
+    for (int c = 0; c < v; ++c)
+      if (ranks[r].remaining[c] == 0 && isFlushSchedule(kind))
+        ++replicasDone[c * p + ranks[r].group];
+
+  for (size_t r = 0; r < ranks.size(); ++r)
+    tryStart(static_cast<int>(r));
+  while (!events.empty()) {
+    auto [time, r] = events.top();
+    events.pop();
+    complete(r, time);
+    if (!failure.empty())
+      return failure;
+  }
+  std::string stuck;
+  int count = 0;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (ranks[r].pc < ranks[r].ops.size()) {
+      if (count++ < 3)
+        stuck +=
+            (stuck.empty() ? "" : "; ") + describeWait(static_cast<int>(r));
+    }
+  if (count > 0)
+    return "deadlock: the schedule makes no progress: " + stuck +
+           (count > 3 ? " (and " + str(count - 3) + " more devices)" : "");
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// Results
+//===----------------------------------------------------------------------===//
+
+void Simulator::account(SimResult &result) {
+  // Iteration time.
+  double iteration = 0;
+  std::vector<double> deviceEnd(ranks.size(), 0);
+  if (isFlushSchedule(kind)) {
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const Rank &rank = ranks[r];
+      double finish = rank.freeAt;
+      int64_t params = 0;
+      for (int c = 0; c < v; ++c) {
+        int q = c * p + rank.group;
+        finish = std::max(finish, stageReduced[q]);
+        params += stages[q].paramBytes;
+      }
+      double optimizer =
+          options.optimizerSecondsPerByte * static_cast<double>(params);
+      if (options.trace && optimizer > 0)
+        trace.push_back({"optimizer", rank.device, sim::Compute, finish,
+                         optimizer, -1, 0, rank.group});
+      deviceEnd[r] = finish + optimizer;
+      iteration = std::max(iteration, deviceEnd[r]);
+    }
+  } else if (measureFrom >= 0 && measureLast > measureFrom) {
+    iteration = (stepEnd[measureLast] - stepEnd[measureFrom]) /
+                static_cast<double>(measureLast - measureFrom);
+  } else {
+    // Too few steps for a steady state: the makespan per step.
+    iteration = stepEnd[steps - 1] / static_cast<double>(steps);
+  }
+  // Compute per iteration. Flush: what the step ran. Continuous: the steady
+  // state, where each of the m microbatches of an iteration passes every
+  // virtual stage once and a stage replica runs 1/r of them (with split
+  // replicas, a 1/r slice of each).
+  const bool flush = isFlushSchedule(kind);
+  auto work = [&](int q) {
+    return stages[q].fwd + stages[q].bwd + stages[q].bwdWeight;
+  };
+  double busy = computeSeconds;
+  if (!flush) {
+    busy = 0;
+    for (int q = 0; q < numQ; ++q)
+      busy +=
+          static_cast<double>(m) * work(q) * (split ? replicas[groupOf(q)] : 1);
+  }
+  const double deviceTime = static_cast<double>(ranks.size()) * iteration;
+  const double idle = std::max(0.0, deviceTime - busy);
+  result.iterationSeconds = iteration;
+  result.samplesPerSecond =
+      iteration > 0 ? static_cast<double>(m * plan.microbatchSize) / iteration
+                    : 0;
+  result.bubbleFraction = busy > 0 ? idle / busy : 0;
+  result.idleFraction = deviceTime > 0 ? idle / deviceTime : 0;
+
+  // Memory, per rank and chunk, then per plan stage (largest replica) and
+  // per device.
+  result.memory.assign(numQ, {});
+  result.peakInflight.assign(numQ, 0);
+  const bool recompute = options.recompute;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const Rank &rank = ranks[r];
+    // In-flight per chunk and the device's activation bytes over the
+    // program, a (microbatch, chunk) leaving at its last backward op.
+    std::map<std::pair<int64_t, int>, size_t> lastBackward;
+    for (size_t i = 0; i < rank.ops.size(); ++i)
+      if (rank.ops[i].kind != PassKind::Forward)
+        lastBackward[{rank.ops[i].microbatch, rank.ops[i].chunk}] = i;
+    std::vector<int64_t> inflight(v, 0), peak(v, 0);
+    int64_t liveBytes = 0, peakBytes = 0, maxSaved = 0;
+    for (int c = 0; c < v; ++c)
+      maxSaved = std::max(maxSaved, stages[c * p + rank.group].savedBytes);
+    for (size_t i = 0; i < rank.ops.size(); ++i) {
+      const SchedOp &op = rank.ops[i];
+      const VStage &stage = stages[op.chunk * p + rank.group];
+      int64_t perMicrobatch = recompute ? stage.inputBytes : stage.savedBytes;
+      if (op.kind == PassKind::Forward) {
+        peak[op.chunk] = std::max(peak[op.chunk], ++inflight[op.chunk]);
+        liveBytes += perMicrobatch;
+        peakBytes = std::max(peakBytes, liveBytes);
+      } else if (lastBackward[{op.microbatch, op.chunk}] == i) {
+        --inflight[op.chunk];
+        liveBytes -= perMicrobatch;
+      }
+    }
+    int64_t versions = peakWeightVersions(kind, rank.ops, m);
+    int64_t deviceBytes = peakBytes + (recompute ? maxSaved : 0) + peakOf([&] {
+                            std::vector<BufferInterval> all;
+                            for (int c = 0; c < v; ++c)
+                              all.insert(all.end(), buffers[r * v + c].begin(),
+                                         buffers[r * v + c].end());
+                            return all;
+                          }());
+    for (int c = 0; c < v; ++c) {
+      const int q = c * p + rank.group;
+      const VStage &stage = stages[q];
+      StageMemory memory;
+      memory.weightVersions = static_cast<int>(std::max<int64_t>(versions, 1));
+      memory.weights = stage.paramBytes * memory.weightVersions;
+      memory.gradients = stage.paramBytes;
+      memory.optimizer = std::llround(options.optimizerStateFactor *
+                                      static_cast<double>(stage.paramBytes));
+      memory.activations = recompute
+                               ? peak[c] * stage.inputBytes + stage.savedBytes
+                               : peak[c] * stage.savedBytes;
+      memory.buffers = peakOf(buffers[r * v + c]);
+      deviceBytes += memory.weights + memory.gradients + memory.optimizer;
+      if (memory.total() > result.memory[q].total() ||
+          result.memory[q].total() == 0)
+        result.memory[q] = memory;
+      result.peakInflight[q] = std::max(result.peakInflight[q], peak[c]);
+    }
+    DeviceUsage usage;
+    usage.device = rank.device;
+    usage.peakBytes = deviceBytes;
+    usage.busySeconds = rank.busySeconds;
+    if (!flush) {
+      usage.busySeconds = 0;
+      for (int c = 0; c < v; ++c)
+        usage.busySeconds += static_cast<double>(m) * work(c * p + rank.group) /
+                             (split ? 1 : replicas[rank.group]);
+    }
+    result.devices.push_back(usage);
+  }
+  std::sort(result.devices.begin(), result.devices.end(),
+            [](const DeviceUsage &a, const DeviceUsage &b) {
+              return a.device < b.device;
+            });
+  result.fitsMemory = true;
+  if (topology.deviceMemoryBytes > 0)
+    for (const DeviceUsage &usage : result.devices)
+      if (usage.peakBytes > topology.deviceMemoryBytes)
+        result.fitsMemory = false;
+  if (options.trace) {
+    std::stable_sort(trace.begin(), trace.end(),
+                     [](const sim::TraceEvent &a, const sim::TraceEvent &b) {
+                       return a.startSeconds < b.startSeconds;
+                     });
+    result.traceJson = sim::traceToJson(trace);
+  }
+}
+
+SimResult Simulator::run() {
+  SimResult result;
+  result.error = setup();
+  if (result.error.empty())
+    result.error = simulate();
+  if (!result.error.empty())
+    return result;
+  account(result);
+  result.ok = true;
+  return result;
+}
+
+} // namespace
+
+SimResult simulatePlan(const Profile &profile, const Topology &topology,
+                       const Plan &plan, const SimOptions &options) {
+  Simulator simulator(profile, topology, plan, options, nullptr);
+  return simulator.run();
+}
+
+SimResult simulateSchedule(const Profile &profile, const Topology &topology,
+                           const Plan &plan, const ScheduleResult &schedule,
+                           const SimOptions &options) {
+  Simulator simulator(profile, topology, plan, options, &schedule);
+  return simulator.run();
+}
+
+} // namespace pipec
