@@ -1289,23 +1289,16 @@ bool Importer::emit() {
     argTypes.push_back(*t);
     argNames.push_back(input.name());
   }
-  SmallVector<Type> resultTypes;
-  for (const auto &output : graph.output()) {
-    auto t = typeOf(output.name(), "model output");
-    if (failed(t))
-      return false;
-    resultTypes.push_back(*t);
-  }
+  // Result types are those of the values the nodes compute (set below), so
+  // a node that cannot be imported is reported before any output.
   b.setInsertionPointToEnd(module.getBody());
   auto fn = func::FuncOp::create(b, FileLineColLoc::get(&ctx, path, 0, 0),
-                                 "main", b.getFunctionType(argTypes, resultTypes));
+                                 "main", b.getFunctionType(argTypes, {}));
   Block *entry = fn.addEntryBlock();
   for (auto [i, name] : llvm::enumerate(argNames)) {
     fn.setArgAttr(i, "pipec.name", b.getStringAttr(name));
     values[name] = entry->getArgument(i);
   }
-  for (auto [i, output] : llvm::enumerate(graph.output()))
-    fn.setResultAttr(i, "pipec.name", b.getStringAttr(output.name()));
   b.setInsertionPointToEnd(entry);
 
   for (int i = 0; i < graph.node_size(); ++i)
@@ -1320,6 +1313,10 @@ bool Importer::emit() {
     results.push_back(it->second);
   }
   func::ReturnOp::create(b, fn.getLoc(), results);
+  fn.setFunctionType(
+      b.getFunctionType(argTypes, ValueRange(results).getTypes()));
+  for (auto [i, output] : llvm::enumerate(graph.output()))
+    fn.setResultAttr(i, "pipec.name", b.getStringAttr(output.name()));
   // Globals go before the function (they were inserted at the end).
   for (auto &[name, global] : globals)
     global->moveBefore(fn);

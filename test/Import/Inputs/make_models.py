@@ -5,10 +5,11 @@
 
 tiny.onnx        Flatten -> Gemm(transB) -> Relu -> MatMul -> Add -> Softmax
 all_ops.onnx     every operator of the MLP slice once
-unsupported.onnx a Conv, two Foo nodes of a custom domain and a LRN
+unsupported.onnx a ConvTranspose, two Foo nodes of a custom domain and a LRN
 dynamic.onnx     an input with a symbolic batch dimension
 opset11.onnx     opset 11 (upgraded by ONNX's version converter)
-computed_shape.onnx  Reshape whose shape is computed, not constant
+computed_shape.onnx  Reshape whose shape is computed by Shape (folds at import)
+runtime_shape.onnx   Reshape whose shape is a model input (cannot fold)
 with_loss.onnx   a model that ends in SoftmaxCrossEntropyLoss
 truncated.onnx   the first half of tiny.onnx
 not_onnx.onnx    a text file
@@ -69,7 +70,7 @@ def main(out):
     onnx.save(all_ops, f"{out}/all_ops.onnx")
 
     unsupported = model(
-        [helper.make_node("Conv", ["x", "k"], ["c1"], name="conv1"),
+        [helper.make_node("ConvTranspose", ["x", "k"], ["c1"], name="deconv1"),
          helper.make_node("Foo", ["c1"], ["f1"], name="foo1", domain="com.example"),
          helper.make_node("Foo", ["f1"], ["f2"], name="foo2", domain="com.example"),
          helper.make_node("LRN", ["f2"], ["y"], name="lrn", size=3)],
@@ -92,6 +93,12 @@ def main(out):
          helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")],
         [f32("x", [2, 3])], [f32("y", [2, 3])])
     onnx.save(computed, f"{out}/computed_shape.onnx")
+
+    runtime = model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape_rt")],
+        [f32("x", [2, 3]), helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [f32("y", [3, 2])])
+    onnx.save(runtime, f"{out}/runtime_shape.onnx")
 
     labels = helper.make_tensor_value_info("labels", TensorProto.INT64, [4])
     with_loss = model(
