@@ -110,28 +110,33 @@ struct PipeBuildSchedulePass
                                  fwdRef, i64(edge.fromResult),
                                  TypeAttr::get(edge.type));
       };
+      // Gradients travel back on the activations' edges, in edge order on
+      // both sides, so every link's send order equals its receive order.
       auto emitBackward = [&](Value mb) {
-        for (unsigned i = 0; i < bwd.getNumArguments(); ++i) {
-          auto from = bwd.getArgAttrOfType<DenseI64ArrayAttr>(i, "pipe.grad_from");
-          if (!from)
+        for (auto [e, edge] : llvm::enumerate(edges)) {
+          if (edge.fromStage != s)
             continue;
-          for (auto [e, edge] : llvm::enumerate(edges))
-            if (edge.fromStage == s && edge.toStage == from[0] &&
-                edge.toArg == from[1])
+          for (unsigned i = 0; i < bwd.getNumArguments(); ++i) {
+            auto from =
+                bwd.getArgAttrOfType<DenseI64ArrayAttr>(i, "pipe.grad_from");
+            if (from && from[0] == edge.toStage && from[1] == edge.toArg)
               pipe::RecvOp::create(pb, loc, mb, i64(edge.toStage),
                                    i64(2 * e + 1), bwdRef, i64(i),
                                    TypeAttr::get(edge.type));
+          }
         }
         pipe::BackwardOp::create(pb, loc, bwdRef, mb);
-        for (unsigned i = 0; i < bwd.getNumResults(); ++i) {
-          auto arg = bwd.getResultAttrOfType<IntegerAttr>(i, "pipe.grad_of_arg");
-          if (!arg)
+        for (auto [e, edge] : llvm::enumerate(edges)) {
+          if (edge.toStage != s)
             continue;
-          for (auto [e, edge] : llvm::enumerate(edges))
-            if (edge.toStage == s && edge.toArg == arg.getInt())
+          for (unsigned i = 0; i < bwd.getNumResults(); ++i) {
+            auto arg =
+                bwd.getResultAttrOfType<IntegerAttr>(i, "pipe.grad_of_arg");
+            if (arg && arg.getInt() == edge.toArg)
               pipe::SendOp::create(pb, loc, mb, i64(edge.fromStage),
                                    i64(2 * e + 1), bwdRef, i64(i),
                                    TypeAttr::get(edge.type));
+          }
         }
       };
       auto emitOps = [&](ArrayRef<SchedOp> body, Value iv) {

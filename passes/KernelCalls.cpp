@@ -568,7 +568,7 @@ static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op)
       })
       .Case([](ConcatOp o) {
         auto y = shapeOf(o.getOutput());
-        int64_t axis = o.getAxis() < 0 ? o.getAxis() + y.size() : o.getAxis();
+        int64_t axis = int64_t(o.getAxis()) < 0 ? int64_t(o.getAxis()) + int64_t(y.size()) : int64_t(o.getAxis());
         SmallVector<int64_t> yStrides = contiguousStrides(y);
         Calls calls;
         int64_t offset = 0;

@@ -260,7 +260,7 @@ LogicalResult ConcatOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
                                  function_ref<Value(Value)>,
                                  SmallVectorImpl<Value> &out) {
   auto y = rt(getOutput());
-  int64_t axis = getAxis() < 0 ? getAxis() + y.getRank() : getAxis();
+  int64_t axis = int64_t(getAxis()) < 0 ? int64_t(getAxis()) + y.getRank() : int64_t(getAxis());
   int64_t offset = 0;
   for (Value v : getInputs()) {
     SmallVector<int64_t> starts(y.getRank(), 0), steps(y.getRank(), 1);

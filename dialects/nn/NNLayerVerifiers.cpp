@@ -130,9 +130,9 @@ LogicalResult BatchNormOp::verify() {
 
 LogicalResult LayerNormOp::verify() {
   auto x = rt(getInput());
-  int64_t axis = getAxis() < 0 ? getAxis() + x.getRank() : getAxis();
+  int64_t axis = int64_t(getAxis()) < 0 ? int64_t(getAxis()) + x.getRank() : int64_t(getAxis());
   if (axis < 0 || axis >= x.getRank())
-    return emitOpError("axis ") << getAxis() << " is out of range";
+    return emitOpError("axis ") << int64_t(getAxis()) << " is out of range";
   ArrayRef<int64_t> norm = x.getShape().drop_front(axis);
   int64_t outer = 1;
   for (int64_t d : x.getShape().take_front(axis))
@@ -149,9 +149,9 @@ LogicalResult LayerNormOp::verify() {
 
 LogicalResult GatherOp::verify() {
   auto d = rt(getData()), i = rt(getIndices()), y = rt(getOutput());
-  int64_t axis = getAxis() < 0 ? getAxis() + d.getRank() : getAxis();
+  int64_t axis = int64_t(getAxis()) < 0 ? int64_t(getAxis()) + d.getRank() : int64_t(getAxis());
   if (axis < 0 || axis >= d.getRank())
-    return emitOpError("axis ") << getAxis() << " is out of range";
+    return emitOpError("axis ") << int64_t(getAxis()) << " is out of range";
   SmallVector<int64_t> expect(d.getShape().take_front(axis));
   llvm::append_range(expect, i.getShape());
   llvm::append_range(expect, d.getShape().drop_front(axis + 1));
@@ -174,9 +174,9 @@ LogicalResult ConcatOp::verify() {
   if (getInputs().empty())
     return emitOpError("needs at least one input");
   auto y = rt(getOutput());
-  int64_t axis = getAxis() < 0 ? getAxis() + y.getRank() : getAxis();
+  int64_t axis = int64_t(getAxis()) < 0 ? int64_t(getAxis()) + y.getRank() : int64_t(getAxis());
   if (axis < 0 || axis >= y.getRank())
-    return emitOpError("axis ") << getAxis() << " is out of range";
+    return emitOpError("axis ") << int64_t(getAxis()) << " is out of range";
   int64_t total = 0;
   for (Value v : getInputs()) {
     auto t = rt(v);

@@ -100,7 +100,7 @@ static LogicalResult verifySoftmaxAxis(OpT op) {
   int64_t rank = rt(op.getInput()).getRank();
   if (normalizeAxis(op.getAxis(), rank) < 0)
     return op.emitOpError("axis ")
-           << op.getAxis() << " is out of range for rank " << rank;
+           << int64_t(op.getAxis()) << " is out of range for rank " << rank;
   return success();
 }
 LogicalResult SoftmaxOp::verify() { return verifySoftmaxAxis(*this); }
@@ -112,7 +112,7 @@ LogicalResult FlattenOp::verify() {
   if (axis < 0)
     axis += rank;
   if (axis < 0 || axis > rank)
-    return emitOpError("axis ") << getAxis() << " is out of range for rank "
+    return emitOpError("axis ") << int64_t(getAxis()) << " is out of range for rank "
                                 << rank;
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < rank; ++i)
