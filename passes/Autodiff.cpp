@@ -415,17 +415,35 @@ struct NNAutodiffPass
       SmallVector<int64_t> labelShape{scores.getDimSize(0)};
       llvm::append_range(labelShape, scores.getShape().drop_front(2));
       auto labelType = RankedTensorType::get(labelShape, b.getI64Type());
+      // Outputs that flatten batch and sequence ([B*T, V]) take labels per
+      // sample ([B, T]): the feed stays batch-major and is reshaped here.
+      auto feedType = labelType;
+      auto micro = getOperation()->getAttrOfType<IntegerAttr>("pipec.microbatch");
+      int64_t b0 = micro ? micro.getInt() : scores.getDimSize(0);
+      if (scores.getDimSize(0) != b0) {
+        if (b0 <= 0 || scores.getDimSize(0) % b0)
+          return last.emitError("model output 0 has leading dimension ")
+                 << scores.getDimSize(0)
+                 << ", not a multiple of the batch " << b0
+                 << ": labels cannot be split into microbatches";
+        SmallVector<int64_t> perSample{b0, scores.getDimSize(0) / b0};
+        llvm::append_range(perSample, scores.getShape().drop_front(2));
+        feedType = RankedTensorType::get(perSample, b.getI64Type());
+      }
       unsigned idx = last.getNumArguments();
-      if (failed(last.insertArgument(idx, labelType,
+      if (failed(last.insertArgument(idx, feedType,
                                      b.getDictionaryAttr({b.getNamedAttr(
                                          pipe::attrs::kFeed,
                                          b.getI64IntegerAttr(-1))}),
                                      loc)))
         return failure();
+      Value labels = last.getArgument(idx);
+      if (feedType != labelType)
+        labels = nn::ReshapeOp::create(b, loc, labelType, labels);
       lossValue = nn::SoftmaxCrossEntropyLossOp::create(
                       b, loc, RankedTensorType::get({}, b.getF32Type()), Type(),
-                      out, last.getArgument(idx), Value(),
-                      b.getStringAttr("mean"), IntegerAttr())
+                      out, labels, Value(), b.getStringAttr("mean"),
+                      IntegerAttr())
                       .getLoss();
     } else if (loss == "model") {
       auto t = cast<RankedTensorType>(out.getType());

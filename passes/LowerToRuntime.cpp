@@ -611,15 +611,18 @@ std::string StageLowering::stageMeta() {
     if (which < 0) {
       f["kind"] = "labels";
       f["name"] = "labels";
-      int64_t classes = 0;
-      for (Operation *user : fwd.fn.getArgument(arg).getUsers())
-        if (auto loss = dyn_cast<nn::SoftmaxCrossEntropyLossOp>(user))
-          classes = cast<RankedTensorType>(loss.getScores().getType())
-                        .getDimSize(1);
-      f["classes"] = classes;
+      f["classes"] = labelClasses(fwd.fn.getArgument(arg));
     } else {
       f["kind"] = "input";
       f["index"] = which;
+      // Integer inputs (token ids) are bounded by the table they index.
+      for (Operation *user : fwd.fn.getArgument(arg).getUsers())
+        if (auto gather = dyn_cast<nn::GatherOp>(user))
+          if (gather.getIndices() == fwd.fn.getArgument(arg)) {
+            auto data = cast<RankedTensorType>(gather.getData().getType());
+            int64_t axis = int64_t(gather.getAxis());
+            f["classes"] = data.getDimSize(axis < 0 ? axis + data.getRank() : axis);
+          }
       f["name"] = inputNames && which < (int64_t)inputNames.size()
                       ? cast<StringAttr>(inputNames[which]).str()
                       : "input" + std::to_string(which);

@@ -48,3 +48,14 @@ SmallVector<func::FuncOp> pipec::getStageFuncs(ModuleOp module,
   }
   return funcs;
 }
+
+int64_t pipec::labelClasses(Value labels) {
+  for (Operation *user : labels.getUsers()) {
+    if (auto loss = dyn_cast<nn::SoftmaxCrossEntropyLossOp>(user))
+      return cast<RankedTensorType>(loss.getScores().getType()).getDimSize(1);
+    if (auto reshape = dyn_cast<nn::ReshapeOp>(user))
+      if (int64_t c = labelClasses(reshape.getResult()))
+        return c;
+  }
+  return 0;
+}

@@ -32,6 +32,10 @@ llvm::SmallVector<mlir::func::FuncOp> getStageFuncs(mlir::ModuleOp module,
 /// Name of stage function `kind` ("fwd", "bwd", "step") of `stage`.
 std::string stageFuncName(int64_t stage, llvm::StringRef kind);
 
+/// Number of classes of a labels feed argument: the class dimension of the
+/// loss that consumes it (through reshapes); 0 if none.
+int64_t labelClasses(mlir::Value labels);
+
 } // namespace pipec
 
 #endif // PIPEC_PASSES_PASSUTILS_H

@@ -1295,6 +1295,10 @@ bool Importer::emit() {
   auto fn = func::FuncOp::create(b, FileLineColLoc::get(&ctx, path, 0, 0),
                                  "main", b.getFunctionType(argTypes, {}));
   Block *entry = fn.addEntryBlock();
+  if (!argTypes.empty() && cast<RankedTensorType>(argTypes[0]).getRank() > 0)
+    module->setAttr("pipec.microbatch",
+                    b.getI64IntegerAttr(
+                        cast<RankedTensorType>(argTypes[0]).getDimSize(0)));
   for (auto [i, name] : llvm::enumerate(argNames)) {
     fn.setArgAttr(i, "pipec.name", b.getStringAttr(name));
     values[name] = entry->getArgument(i);

@@ -69,8 +69,8 @@ Feed Feed::fromNpy(FeedSpec spec, int64_t globalBatch,
   std::string error;
   if (!npy::readFile(path, array, error))
     throw RtError(error);
-  bool converted = labels ? npy::toInt64(array, feed.ints, error)
-                          : npy::toFloat32(array, feed.floats, error);
+  bool converted = s.isInt ? npy::toInt64(array, feed.ints, error)
+                           : npy::toFloat32(array, feed.floats, error);
   if (!converted)
     throw RtError(what + ": " + error);
   bool shapeOk = array.shape.size() == s.shape.size() && !array.shape.empty() &&
@@ -82,14 +82,14 @@ Feed Feed::fromNpy(FeedSpec spec, int64_t globalBatch,
                   " but the model needs [N" + (s.shape.size() > 1 ? ", " : "") +
                   shapeString(s.shape, 1).substr(1) + " with N >= 1");
   feed.numRows = array.shape[0];
-  if (labels) {
+  if (s.isInt) {
     for (size_t i = 0; i < feed.ints.size(); ++i) {
       int64_t v = feed.ints[i];
       if (v < 0 || v >= s.classes)
         throw RtError(what + ": row " +
-                      std::to_string(int64_t(i) / s.sampleElems) +
-                      " has label " + std::to_string(v) + " outside [0, " +
-                      std::to_string(s.classes) + ")");
+                      std::to_string(int64_t(i) / s.sampleElems) + " has " +
+                      (labels ? "label " : "value ") + std::to_string(v) +
+                      " outside [0, " + std::to_string(s.classes) + ")");
     }
   }
   return feed;
@@ -98,6 +98,7 @@ Feed Feed::fromNpy(FeedSpec spec, int64_t globalBatch,
 void Feed::fill(int64_t step, int64_t mb, void *dst) const {
   const int64_t b = feedSpec.shape[0], n = feedSpec.sampleElems;
   const bool labels = feedSpec.kind == FeedSpec::Kind::Labels;
+  const bool isInt = feedSpec.isInt;
   for (int64_t i = 0; i < b; ++i) {
     // Global sample index: t * B + mb * b + i.
     uint64_t sample = uint64_t(step) * uint64_t(globalBatch) +
@@ -107,7 +108,7 @@ void Feed::fill(int64_t step, int64_t mb, void *dst) const {
       uint64_t stream = labels ? 0 : uint64_t(feedSpec.index) + 1;
       uint64_t prefix =
           splitmix64(splitmix64(splitmix64(seed) ^ stream) ^ sample);
-      if (labels) {
+      if (isInt) {
         int64_t *out = static_cast<int64_t *>(dst) + i * n;
         for (int64_t e = 0; e < n; ++e)
           out[e] = int64_t(splitmix64(prefix ^ uint64_t(e)) %
@@ -122,7 +123,7 @@ void Feed::fill(int64_t step, int64_t mb, void *dst) const {
       continue;
     }
     int64_t row = int64_t(sample % uint64_t(numRows));
-    if (labels)
+    if (isInt)
       std::memcpy(static_cast<int64_t *>(dst) + i * n, ints.data() + row * n,
                   size_t(n) * sizeof(int64_t));
     else

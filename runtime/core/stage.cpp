@@ -184,12 +184,20 @@ StageDesc parseStageDesc(const std::string &json) {
       if (kind == "input") {
         spec.kind = FeedSpec::Kind::Input;
         spec.index = named.integer("index");
-        if (dtype != "f32")
+        if (dtype == "i64") {
+          // Integer inputs (token ids) are bounded like labels.
+          spec.isInt = true;
+          spec.classes = named.integer("classes", 1);
+          spec.bytes = product(spec.shape) * 8;
+        } else if (dtype == "f32") {
+          spec.bytes = product(spec.shape) * 4;
+        } else {
           throw RtError(what + " feed '" + spec.name + "' has dtype " + dtype +
-                        "; model inputs must be f32");
-        spec.bytes = product(spec.shape) * 4;
+                        "; model inputs must be f32 or i64");
+        }
       } else if (kind == "labels") {
         spec.kind = FeedSpec::Kind::Labels;
+        spec.isInt = true;
         spec.classes = named.integer("classes", 1);
         if (dtype != "i64")
           throw RtError(what + " feed '" + spec.name + "' has dtype " + dtype +

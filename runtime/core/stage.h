@@ -40,11 +40,15 @@ struct FeedSpec {
   int64_t index = 0;
   /// Microbatch shape; shape[0] is the microbatch size.
   std::vector<int64_t> shape;
-  /// Number of classes (labels only; bounds synthetic and file labels).
+  /// Integer (int64) elements: labels, and integer model inputs such as
+  /// token ids.
+  bool isInt = false;
+  /// Bound of integer feeds (classes, vocabulary): values lie in
+  /// [0, classes) for synthetic data and are checked in files.
   int64_t classes = 0;
   /// Elements of one sample (product of shape[1:]).
   int64_t sampleElems = 1;
-  /// Bytes of one microbatch (f32 inputs, i64 labels).
+  /// Bytes of one microbatch (f32 or i64 elements).
   int64_t bytes = 0;
 };
 
