@@ -369,11 +369,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
       if (!shape.empty())
         shape[0] = batch;
       if (feed.getInt() < 0) {
-        int64_t classes = 0;
-        for (Operation *user : fwd.getArgument(i).getUsers())
-          if (auto loss = dyn_cast<nn::SoftmaxCrossEntropyLossOp>(user))
-            classes = cast<RankedTensorType>(loss.getScores().getType())
-                          .getDimSize(1);
+        int64_t classes = labelClasses(fwd.getArgument(i));
         labels = llvm::json::Object{
             {"shape", shapeJson(shape)}, {"dtype", "i64"}, {"classes", classes}};
         continue;

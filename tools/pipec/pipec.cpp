@@ -6,6 +6,8 @@
 //   pipec profile MODEL.onnx [--microbatch B] [--steps N] -o profile.json
 //   pipec compile MODEL.onnx --stages P --microbatches M --schedule S -o OUT/
 //   pipec train   OUT/ [--steps N] [--lr F] [--inputs x.npy] [--labels y.npy]
+//   pipec plan    --profile P.json --topology T.json [--algorithm auto] -o plan.json
+//   pipec simulate plan.json --profile P.json --topology T.json [--trace t.json]
 //
 // Every step can also be run alone (pipec-translate, pipec-opt, the stage
 // executables under mpirun); `pipec train --dry-run` prints the mpirun line.
@@ -32,6 +34,11 @@ commands:
   compile  MODEL.onnx -o OUT   plan stages, differentiate, schedule and build
                                one executable per stage, weights and manifest
   train    OUT                 run the stage executables with mpirun
+  plan     --profile P --topology T
+                               choose stages, replicas and placement with the
+                               planners of the papers (no ONNX needed)
+  simulate PLAN --profile P --topology T
+                               predict time, bubble and memory of a plan
   help [command]               show the options of a command
 
 a first run:
@@ -70,6 +77,10 @@ int main(int argc, char **argv) {
     return runCompile(args);
   if (cmd == "train")
     return runTrain(args, argv[0]);
+  if (cmd == "plan")
+    return runPlan(args);
+  if (cmd == "simulate")
+    return runSimulate(args);
   llvm::errs() << "pipec: error: unknown command '" << cmd << "'\n\n";
   printUsage(llvm::errs());
   return 2;

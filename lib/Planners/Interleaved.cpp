@@ -1,0 +1,479 @@
+//===- Interleaved.cpp - Megatron's interleaved (p x v) planner -----------===//
+//
+// The interleaved 1F1B planner of PTD-P (papers/thesis.md §4): each of the p
+// pipeline devices holds v chunks; virtual stage q = c·p + r (chunk c on
+// device r) is the q-th contiguous run of layers, so activations flow r ->
+// r+1 within a chunk and wrap from device p-1 to device 0 at the next chunk
+// (§4.2). Layer counts per chunk may be uneven: the p·v runs are a min-max
+// balanced split by cost. Rules: m % p == 0 and v <= L/p (p·v virtual
+// stages need at least that many layers).
+//
+// The planner's own model (the simulator re-scores every plan):
+// - per microbatch, device r spends T_r = Σ_c (t_f + t_b)(c·p+r) plus 2 p2p
+//   transfers (activation and gradient) of every chunk boundary it sends;
+// - one iteration takes (m + (p-1)/v)·max_r T_r (§4.1) plus the gradient
+//   all-reduce of each device's parameters among its d replicas;
+// - memory of device r: (2 + optimizer factor)·weights (one version and a
+//   gradient) + the peak of Σ_c in-flight(c)·activations(c) over Megatron's
+//   op order (§4.2) + 2·(input + output) buffers per chunk.
+// The microbatch size is the requested one (times and activations scale
+// linearly from the profile's, as for twobw), d replicas of the pipeline
+// sit side by side (device r·d + j). Plan::microbatches and
+// PlannerOptions::microbatches count all microbatches of an iteration over
+// the d pipelines (the simulator's convention), so m = microbatches / d per
+// pipeline and the rule reads microbatches % (p·d) == 0.
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipec/Planners.h"
+
+#include "TwoBWUtil.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace pipec {
+
+std::vector<std::pair<int, int>> megatronChunkLayers(int layers, int depth,
+                                                     int chunks) {
+  std::vector<std::pair<int, int>> ranges;
+  if (layers < 1 || depth < 1 || chunks < 1 || layers % (depth * chunks))
+    return ranges;
+  // Virtual stage q holds layers q·L/(p·v) .. (q+1)·L/(p·v) - 1.
+  int per = layers / (depth * chunks);
+  for (int q = 0; q < depth * chunks; ++q)
+    ranges.push_back({q * per, (q + 1) * per - 1});
+  return ranges;
+}
+
+double transformerParameters(const TransformerShape &s) {
+  // P = 12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h))   (eq. 4.3)
+  double l = s.layers, h = s.hidden;
+  return 12 * l * h * h *
+         (1 + 13 / (12 * h) + (s.vocabulary + s.sequence) / (12 * l * h));
+}
+
+double transformerIterationFlops(const TransformerShape &s, double batch,
+                                 bool recompute) {
+  double l = s.layers, h = s.hidden, seq = s.sequence, V = s.vocabulary;
+  if (recompute) // F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))   (eq. 4.2)
+    return 96 * batch * seq * l * h * h *
+           (1 + seq / (6 * h) + V / (16 * l * h));
+  // Forward + backward only: 3 × (24Bsh² + 4Bs²h) per layer + 6BshV.
+  return 72 * batch * seq * l * h * h * (1 + seq / (6 * h)) +
+         6 * batch * seq * h * V;
+}
+
+double transformerTrainingSeconds(double tokens, double parameters, double gpus,
+                                  double flopsPerGpu) {
+  // ≈ 8·T·P/(n·X)   (eq. 4.4)
+  return 8 * tokens * parameters / (gpus * flopsPerGpu);
+}
+
+namespace {
+
+/// A virtual stage (chunk) at the planned microbatch size.
+struct Chunk {
+  int first = 0, last = 0;
+  double compute = 0;           ///< t_f + t_b (+ t_f when recomputing)
+  double weights = 0;           ///< parameter bytes
+  double activations = 0;       ///< stash per in-flight microbatch
+  double workspace = 0;         ///< recompute: one microbatch of saved bytes
+  double input = 0, output = 0; ///< bytes across the cuts before / after
+};
+
+/// Peak activation bytes of device r over Megatron's interleaved op order
+/// (thesis.md §4.2), and the peak in-flight count of each of its chunks.
+/// `act[c]` is the stash of chunk c per microbatch. The warm-up formula
+/// holds for v = 1 too (2(p-r-1) forwards, as the schedule generator runs
+/// it), which keeps more in flight than 1F1B-flush's p-r-1.
+double peakActivations(int p, int v, int m, int r,
+                       const std::vector<double> &act,
+                       std::vector<int> &chunkPeak) {
+  chunkPeak.assign(v, 0);
+  const long total = static_cast<long>(m) * v; // N_v
+  // W_r = min(2·(p-r-1) + (v-1)·p, N_v); all forwards first when m == p.
+  long warmup =
+      m == p ? total : std::min<long>(2L * (p - r - 1) + (v - 1L) * p, total);
+  if (static_cast<long>(p) * v > 64) {
+    // Large pipelines: the closed-form in-flight count, W_r + 1 chunk-
+    // microbatches (§5.4), times the largest chunk stash (an upper bound).
+    long inflight = std::min(total, warmup + 1);
+    for (int c = 0; c < v; ++c)
+      chunkPeak[c] = static_cast<int>(std::min<long>(inflight, m));
+    return inflight * *std::max_element(act.begin(), act.end());
+  }
+  // The steady state repeats every p·v pairs: past warm-up + 2·p·v ops the
+  // peak cannot grow any more.
+  long limit = std::min<long>(total, warmup + 2L * p * v + 1);
+  auto forwardChunk = [&](long k) { return (k % (p * v)) / p; }; // c_F(k)
+  auto backwardChunk = [&](long k) {
+    return v - 1 - static_cast<int>(forwardChunk(k)); // c_B(k)
+  };
+  std::vector<int> count(v, 0);
+  double bytes = 0, peak = 0;
+  auto forward = [&](long k) {
+    int c = static_cast<int>(forwardChunk(k));
+    ++count[c];
+    chunkPeak[c] = std::max(chunkPeak[c], count[c]);
+    bytes += act[c];
+    peak = std::max(peak, bytes);
+  };
+  auto backward = [&](long k) {
+    int c = backwardChunk(k);
+    --count[c];
+    bytes -= act[c];
+  };
+  long f = 0, b = 0;
+  for (; f < std::min(warmup, limit); ++f)
+    forward(f);
+  for (; f < limit; ++f, ++b) {
+    forward(f);
+    backward(b);
+  }
+  return peak;
+}
+
+/// The p·v chunk boundaries: the min-max split by cost (splitChainMinMax),
+/// then boundaries moved one layer at a time while that lowers the largest
+/// device load Σ_c cost(c·p + r), then the sum of squared device loads
+/// (the throughput model charges the slowest device). Returns each chunk's
+/// first layer.
+std::vector<int> balanceChunks(const std::vector<double> &costs, int p, int v) {
+  const int n = static_cast<int>(costs.size());
+  const int count = p * v;
+  std::vector<int> starts = plannerb::splitChainMinMax(costs, count);
+  if (p == 1 || count == n ||
+      static_cast<double>(count) * p * n > 5e7) // keep the search cheap
+    return starts;
+  std::vector<double> chunk(count, 0), device(p, 0);
+  for (int q = 0; q < count; ++q) {
+    int end = q + 1 < count ? starts[q + 1] : n;
+    for (int l = starts[q]; l < end; ++l)
+      chunk[q] += costs[l];
+    device[q % p] += chunk[q];
+  }
+  auto objective = [&](const std::vector<double> &loads) {
+    double worst = 0, squares = 0;
+    for (double x : loads) {
+      worst = std::max(worst, x);
+      squares += x * x;
+    }
+    return std::make_pair(worst, squares);
+  };
+  auto current = objective(device);
+  for (int pass = 0; pass < 4 * n; ++pass) {
+    bool improved = false;
+    for (int q = 1; q < count; ++q) {
+      for (int delta : {-1, 1}) {
+        int next = starts[q] + delta;
+        int end = q + 1 < count ? starts[q + 1] : n;
+        if (next <= starts[q - 1] || next >= end)
+          continue;
+        // delta = -1 moves layer next into chunk q, +1 moves starts[q] to q-1.
+        int layer = delta < 0 ? next : starts[q];
+        double moved = delta < 0 ? costs[layer] : -costs[layer];
+        device[q % p] += moved;
+        device[(q - 1) % p] -= moved;
+        auto candidate = objective(device);
+        const double eps = 1e-12 * (current.first + 1e-300);
+        if (candidate.first < current.first - eps ||
+            (candidate.first <= current.first + eps &&
+             candidate.second < current.second * (1 - 1e-12))) {
+          starts[q] = next;
+          current = candidate;
+          improved = true;
+        } else {
+          device[q % p] -= moved;
+          device[(q - 1) % p] += moved;
+        }
+      }
+    }
+    if (!improved)
+      break;
+  }
+  return starts;
+}
+
+/// One evaluated configuration.
+struct Config {
+  int p = 0, v = 0, d = 0, m = 0;
+  double iteration = 0, throughput = 0, bubble = 0, memory = 0;
+  bool fits = false;
+  /// Per virtual stage; shared by every d of one (p, v, m) class.
+  const std::vector<double> *stageMemory = nullptr;
+};
+
+} // namespace
+
+PlanResult planInterleaved(const Profile &original, const Topology &topology,
+                           const PlannerOptions &options) {
+  using namespace plannerb;
+  if (std::string bad = checkPlannerProfile(original); !bad.empty())
+    return planFailure("interleaved: " + bad);
+  if (!options.schedule.empty() && options.schedule != "interleaved")
+    return planFailure("interleaved plans the interleaved schedule, not '" +
+                       options.schedule + "'");
+  const int numDevices = topology.numDevices();
+  const int numLayers = static_cast<int>(original.ops.size());
+  if (numDevices < 1)
+    return planFailure("interleaved: the topology has no devices");
+  if (options.stages < 0 || options.chunks < 0 || options.microbatches < 0 ||
+      options.globalBatch < 0 || options.microbatchSize < 0)
+    return planFailure("interleaved: stages, chunks, microbatches, global "
+                       "batch and microbatch size must not be negative");
+  const int fixedP = options.stages, fixedV = options.chunks;
+  const int fixedM = options.microbatches;
+  if (fixedP > numDevices)
+    return planFailure("interleaved: a pipeline of " + std::to_string(fixedP) +
+                       " devices needs more than the topology's " +
+                       std::to_string(numDevices));
+  if (fixedP > numLayers)
+    return planFailure("interleaved: more stages (" + std::to_string(fixedP) +
+                       ") than layers (" + std::to_string(numLayers) + ")");
+  if (fixedV > 0 && fixedV > numLayers)
+    return planFailure("interleaved: more chunks (" + std::to_string(fixedV) +
+                       " per device) than layers (" +
+                       std::to_string(numLayers) + ")");
+  if (fixedP > 0 && fixedV > 0 && fixedP * fixedV > numLayers)
+    return planFailure("interleaved: more chunks than layers: p·v = " +
+                       std::to_string(fixedP) + "·" + std::to_string(fixedV) +
+                       " = " + std::to_string(fixedP * fixedV) +
+                       " virtual stages for " + std::to_string(numLayers) +
+                       " layers (v must be at most L/p = " +
+                       std::to_string(numLayers / fixedP) + ")");
+  if (fixedP > 0 && fixedM > 0 && fixedM % fixedP != 0)
+    return planFailure("interleaved: the number of microbatches (m = " +
+                       std::to_string(fixedM) +
+                       ") must be a multiple of the pipeline depth (p = " +
+                       std::to_string(fixedP) + ")");
+
+  const int64_t b = chosenMicrobatchSize(original, options.microbatchSize);
+  const Profile profile = scaleProfile(original, b);
+  const bool recompute = options.sim.recompute;
+  const double optimizer = options.sim.optimizerStateFactor;
+  const double memoryLimit = static_cast<double>(topology.deviceMemoryBytes);
+  const std::vector<int64_t> cuts = chainCutBytes(profile);
+  std::vector<double> loads(numLayers);
+  for (int l = 0; l < numLayers; ++l)
+    loads[l] = profile.ops[l].fwdSeconds + profile.ops[l].bwdSeconds;
+
+  std::map<std::pair<int, int>, std::vector<Chunk>> splits; // by (p, v)
+  auto chunksOf = [&](int p, int v) -> const std::vector<Chunk> & {
+    const int count = p * v;
+    auto it = splits.find({p, v});
+    if (it != splits.end())
+      return it->second;
+    std::vector<int> starts = balanceChunks(loads, p, v);
+    std::vector<Chunk> chunks(count);
+    for (int q = 0; q < count; ++q) {
+      Chunk &c = chunks[q];
+      c.first = starts[q];
+      c.last = q + 1 < count ? starts[q + 1] - 1 : numLayers - 1;
+      double saved = 0;
+      for (int l = c.first; l <= c.last; ++l) {
+        const ProfileOp &op = profile.ops[l];
+        c.compute +=
+            op.fwdSeconds + op.bwdSeconds + (recompute ? op.fwdSeconds : 0);
+        c.weights += static_cast<double>(op.paramBytes);
+        saved += static_cast<double>(op.savedBytes);
+      }
+      c.input = c.first > 0 ? static_cast<double>(cuts[c.first - 1]) : 0;
+      c.output = q + 1 < count ? static_cast<double>(cuts[c.last]) : 0;
+      c.activations = recompute ? c.input : saved;
+      c.workspace = recompute ? saved : 0;
+    }
+    return splits.emplace(std::make_pair(p, v), std::move(chunks))
+        .first->second;
+  };
+  // Memory per (p, v, m): m-independent once m >= 3p (the steady state
+  // repeats every p·v pairs, see peakActivations).
+  struct MemoryModel {
+    std::vector<double> device; ///< per device r
+    std::vector<double> stage;  ///< per virtual stage q
+  };
+  std::map<std::tuple<int, int, int>, MemoryModel> peaks;
+
+  bool haveBest = false, haveAny = false;
+  Config best, smallest;
+  int maxP = std::min(numDevices, numLayers);
+  for (int p = 1; p <= maxP; ++p) {
+    if (fixedP > 0 && p != fixedP)
+      continue;
+    if (fixedM > 0 && fixedM % p != 0)
+      continue; // m % p == 0
+    int maxV = fixedV > 0 ? fixedV : std::min(8, numLayers / p);
+    for (int d = numDevices / p; d >= 1; --d) {
+      if (!options.allowFewerDevices && d * p != numDevices)
+        break;
+      // Per device r: the p2p line to device r+1 (latency + bytes/β, the
+      // slower of the first and last pipeline) and the ring all-reduce line
+      // among its d replicas; both are affine in the bytes (Topology.h).
+      std::vector<Line> link(p), ring(p);
+      for (int r = 0; r < p; ++r) {
+        int next = (r + 1) % p;
+        for (int j : {0, d - 1}) {
+          Line l = lineOf([&](int64_t bytes) {
+            return topology.p2pSeconds(bytes, r * d + j, next * d + j);
+          });
+          link[r].latency = std::max(link[r].latency, l.latency);
+          link[r].perByte = std::max(link[r].perByte, l.perByte);
+        }
+        if (d > 1) {
+          std::vector<int> replicas(d);
+          for (int j = 0; j < d; ++j)
+            replicas[j] = r * d + j;
+          ring[r] = lineOf([&](int64_t bytes) {
+            return topology.allreduceSeconds(bytes, replicas);
+          });
+        }
+      }
+      int m; // per pipeline; options.microbatches counts all d pipelines
+      if (fixedM > 0) {
+        if (fixedM % (d * p) != 0)
+          continue; // m % p == 0 for each of the d pipelines
+        m = fixedM / d;
+        if (options.globalBatch > 0 && b * d * m > options.globalBatch)
+          continue;
+      } else if (options.globalBatch > 0) {
+        m = static_cast<int>(options.globalBatch / (b * d) / p * p);
+        if (m < 1)
+          continue;
+      } else {
+        m = 4 * p;
+      }
+      for (int v = fixedV > 0 ? fixedV : 1; v <= maxV; ++v) {
+        if (p * v > numLayers)
+          break; // v <= L/p
+        const std::vector<Chunk> &chunks = chunksOf(p, v);
+        Config c;
+        c.p = p;
+        c.v = v;
+        c.d = d;
+        c.m = m;
+        // Per microbatch and device: compute + sends of its chunk outputs.
+        double slowest = 0, allreduce = 0;
+        for (int r = 0; r < p; ++r) {
+          double busy = 0, weights = 0;
+          for (int ch = 0; ch < v; ++ch) {
+            const Chunk &k = chunks[ch * p + r];
+            busy += k.compute;
+            weights += k.weights;
+            if (ch * p + r + 1 < p * v)
+              busy += 2 * link[r].at(k.output); // activation + gradient
+          }
+          slowest = std::max(slowest, busy);
+          if (d > 1)
+            allreduce = std::max(allreduce, ring[r].at(weights));
+        }
+        // (m + (p-1)/v)·(t_f + t_b) per iteration (§4.1), + the all-reduce.
+        double bubbleTerm = (p - 1.0) / v;
+        c.iteration = (m + bubbleTerm) * slowest + allreduce;
+        c.throughput =
+            c.iteration > 0 ? static_cast<double>(m) * b * d / c.iteration : 0;
+        c.bubble = bubbleTerm / (m + bubbleTerm);
+        // Memory per device and per virtual stage (independent of d).
+        int mKey = m >= 3 * p ? -1 : m;
+        auto key = std::make_tuple(p, v, mKey);
+        auto pit = peaks.find(key);
+        if (pit == peaks.end()) {
+          MemoryModel model;
+          model.stage.assign(p * v, 0);
+          model.device.assign(p, 0);
+          std::vector<int> chunkPeaks;
+          for (int r = 0; r < p; ++r) {
+            std::vector<double> act(v);
+            double fixed = 0, workspace = 0;
+            for (int ch = 0; ch < v; ++ch) {
+              const Chunk &k = chunks[ch * p + r];
+              act[ch] = k.activations;
+              fixed += (2 + optimizer) * k.weights + 2 * (k.input + k.output);
+              workspace = std::max(workspace, k.workspace);
+            }
+            double peak =
+                peakActivations(p, v, mKey < 0 ? 3 * p : m, r, act, chunkPeaks);
+            model.device[r] = fixed + peak + workspace;
+            for (int ch = 0; ch < v; ++ch) {
+              const Chunk &k = chunks[ch * p + r];
+              model.stage[ch * p + r] =
+                  (2 + optimizer) * k.weights + 2 * (k.input + k.output) +
+                  chunkPeaks[ch] * k.activations + k.workspace;
+            }
+          }
+          pit = peaks.emplace(key, std::move(model)).first;
+        }
+        const MemoryModel &model = pit->second;
+        c.stageMemory = &model.stage;
+        c.memory = *std::max_element(model.device.begin(), model.device.end());
+        c.fits = memoryLimit <= 0 || c.memory <= memoryLimit;
+        if (!haveAny || c.memory < smallest.memory)
+          smallest = c;
+        haveAny = true;
+        if (c.fits &&
+            (!haveBest || c.throughput > best.throughput * (1 + 1e-9))) {
+          best = c;
+          haveBest = true;
+        }
+      }
+    }
+  }
+  if (!haveAny) {
+    if (fixedM > 0)
+      return planFailure(
+          "interleaved: the number of microbatches (m = " +
+          std::to_string(fixedM) +
+          ") must be a multiple of the pipeline depth p, and no usable p <= " +
+          std::to_string(maxP) + " divides it (with v <= L/p)");
+    if (fixedV > 0)
+      return planFailure(
+          "interleaved: more chunks than layers: " + std::to_string(fixedV) +
+          " chunks per device leave no pipeline depth p with "
+          "p·v <= " +
+          std::to_string(numLayers) + " layers");
+    return planFailure("interleaved: no (p, v, d, m) configuration satisfies "
+                       "the batch constraints (global batch " +
+                       std::to_string(options.globalBatch) + ")");
+  }
+  if (!haveBest)
+    return planFailure(
+        "interleaved: no configuration fits in " + formatBytes(memoryLimit) +
+        " per device; the best needs " + formatBytes(smallest.memory) + " (p=" +
+        std::to_string(smallest.p) + ", v=" + std::to_string(smallest.v) +
+        ", d=" + std::to_string(smallest.d) + ")");
+
+  const std::vector<Chunk> &chunks = chunksOf(best.p, best.v);
+  Plan plan;
+  plan.algorithm = "interleaved";
+  plan.schedule = "interleaved";
+  // All microbatches of the iteration over the d pipelines (the
+  // simulator's convention); m = best.m per pipeline.
+  plan.microbatches = best.m * best.d;
+  plan.microbatchSize = b;
+  plan.chunks = best.v;
+  for (int q = 0; q < best.p * best.v; ++q) {
+    StagePlan stage;
+    stage.firstLayer = chunks[q].first;
+    stage.lastLayer = chunks[q].last;
+    stage.replicas = best.d;
+    int r = q % best.p; // virtual stage c·p + r lives on device r
+    for (int j = 0; j < best.d; ++j)
+      stage.devices.push_back(r * best.d + j);
+    plan.stages.push_back(stage);
+    plan.predicted.stageMemoryBytes.push_back(
+        static_cast<int64_t>(std::llround((*best.stageMemory)[q])));
+  }
+  plan.predicted.iterationSeconds = best.iteration;
+  plan.predicted.samplesPerSecond = best.throughput;
+  plan.predicted.bubbleFraction = best.bubble;
+  if (std::string bad = validatePlan(plan, numLayers); !bad.empty())
+    return planFailure("interleaved: internal error: " + bad);
+  PlanResult result;
+  result.ok = true;
+  result.plan = std::move(plan);
+  return result;
+}
+
+} // namespace pipec

@@ -1,0 +1,265 @@
+//===- PlannerUtil.cpp - Shared pieces of pipedream, dapple, exhaustive ---===//
+//
+// See PlannerUtil.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PlannerUtil.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace pipec {
+namespace planner_util {
+
+std::vector<int64_t> cutBytesOnce(const Profile &profile) {
+  // The tensor of op t crosses the cuts t .. lastUse(t) - 1.
+  int numOps = static_cast<int>(profile.ops.size());
+  std::vector<int> lastUse(numOps, -1);
+  for (int j = 0; j < numOps; ++j)
+    for (int producer : profile.producersOf(j))
+      if (producer >= 0 && producer < j)
+        lastUse[producer] = std::max(lastUse[producer], j);
+  std::vector<int64_t> delta(numOps + 1, 0);
+  for (int t = 0; t < numOps; ++t) {
+    if (lastUse[t] <= t)
+      continue;
+    delta[t] += profile.ops[t].outBytes;
+    delta[lastUse[t]] -= profile.ops[t].outBytes;
+  }
+  std::vector<int64_t> cuts(numOps, 0);
+  int64_t running = 0;
+  for (int c = 0; c < numOps; ++c) {
+    running += delta[c];
+    cuts[c] = running;
+  }
+  return cuts;
+}
+
+LayerTable buildLayerTable(const Profile &profile, double scale) {
+  LayerTable table;
+  int n = static_cast<int>(profile.ops.size());
+  table.numLayers = n;
+  table.scale = scale;
+  table.fwd.assign(n + 1, 0);
+  table.bwd.assign(n + 1, 0);
+  table.params.assign(n + 1, 0);
+  table.saved.assign(n + 1, 0);
+  table.total.assign(n + 1, 0);
+  for (int l = 0; l < n; ++l) {
+    const ProfileOp &op = profile.ops[l];
+    table.fwd[l + 1] = table.fwd[l] + op.fwdSeconds * scale;
+    table.bwd[l + 1] = table.bwd[l] + op.bwdSeconds * scale;
+    table.params[l + 1] = table.params[l] + static_cast<double>(op.paramBytes);
+    table.saved[l + 1] =
+        table.saved[l] + static_cast<double>(op.savedBytes) * scale;
+    table.total[l + 1] =
+        table.total[l] + (op.fwdSeconds + op.bwdSeconds) * scale;
+  }
+  std::vector<int64_t> cuts = cutBytesOnce(profile);
+  table.cut.resize(n);
+  for (int s = 0; s < n; ++s)
+    table.cut[s] = static_cast<double>(cuts[s]) * scale;
+  return table;
+}
+
+std::string checkInputs(const Profile &profile, const Topology &topology) {
+  int n = static_cast<int>(profile.ops.size());
+  if (n == 0)
+    return "cannot plan an empty profile (no ops)";
+  if (profile.microbatch < 1)
+    return "the profile's microbatch must be at least 1 (got " +
+           std::to_string(profile.microbatch) + ")";
+  for (int i = 0; i < n; ++i) {
+    const ProfileOp &op = profile.ops[i];
+    std::string what = "op " + std::to_string(i) + " ('" + op.name + "')";
+    if (!std::isfinite(op.fwdSeconds) || op.fwdSeconds < 0)
+      return what + " has a negative or non-finite forward time";
+    if (!std::isfinite(op.bwdSeconds) || op.bwdSeconds < 0)
+      return what + " has a negative or non-finite backward time";
+    if (op.outBytes < 0 || op.paramBytes < 0 || op.savedBytes < 0)
+      return what + " has a negative byte count";
+    for (int producer : op.inputs)
+      if (producer < 0 || producer >= i)
+        return what + " has input " + std::to_string(producer) +
+               ", which is not an earlier op";
+  }
+  if (std::string bad = topologyError(topology); !bad.empty())
+    return "topology: " + bad;
+  return "";
+}
+
+int64_t resolveMicrobatchSize(const Profile &profile,
+                              const PlannerOptions &options,
+                              std::string &error) {
+  if (options.microbatchSize < 0 || options.microbatches < 0 ||
+      options.globalBatch < 0) {
+    error = "the microbatch size, microbatch count and global batch must "
+            "not be negative";
+    return 0;
+  }
+  int64_t size = options.microbatchSize;
+  if (size == 0 && options.globalBatch > 0 && options.microbatches > 0) {
+    if (options.globalBatch % options.microbatches != 0) {
+      error = "the global batch " + std::to_string(options.globalBatch) +
+              " is not a multiple of the " +
+              std::to_string(options.microbatches) + " microbatches";
+      return 0;
+    }
+    size = options.globalBatch / options.microbatches;
+  }
+  if (size == 0)
+    size = profile.microbatch;
+  if (options.globalBatch > 0 && options.microbatches > 0 &&
+      options.globalBatch != size * options.microbatches) {
+    error = "inconsistent batch: " + std::to_string(options.microbatches) +
+            " microbatches of " + std::to_string(size) + " samples are " +
+            std::to_string(size * options.microbatches) +
+            " samples, not the global batch of " +
+            std::to_string(options.globalBatch);
+    return 0;
+  }
+  if (options.globalBatch > 0 && options.globalBatch % size != 0) {
+    error = "the global batch " + std::to_string(options.globalBatch) +
+            " is not a multiple of the microbatch size " +
+            std::to_string(size);
+    return 0;
+  }
+  return size;
+}
+
+//===----------------------------------------------------------------------===//
+// Topology closed forms
+//===----------------------------------------------------------------------===//
+
+TopologyInfo topologyInfo(const Topology &topology) {
+  TopologyInfo info;
+  info.numLevels = static_cast<int>(topology.levels.size());
+  info.numDevices = topology.numDevices();
+  info.memoryBytes = topology.deviceMemoryBytes;
+  int64_t product = 1;
+  for (int k = 0; k < info.numLevels; ++k) {
+    info.count.push_back(topology.levels[k].count);
+    product *= topology.levels[k].count;
+    info.devicesPer.push_back(static_cast<int>(product));
+    TopologyLevel link = topology.effectiveLink(k);
+    info.bandwidth.push_back(link.bandwidth);
+    info.latency.push_back(link.latency);
+  }
+  return info;
+}
+
+int TopologyInfo::levelBetween(int a, int b) const {
+  if (a == b)
+    return -1;
+  for (int k = numLevels - 1; k > 0; --k)
+    if (a / devicesPer[k - 1] != b / devicesPer[k - 1])
+      return k;
+  return 0;
+}
+
+int TopologyInfo::levelSpanning(const std::vector<int> &devices) const {
+  int spanned = -1;
+  for (size_t i = 1; i < devices.size(); ++i)
+    spanned = std::max(spanned, levelBetween(devices[0], devices[i]));
+  return spanned;
+}
+
+double TopologyInfo::p2p(double bytes, int level) const {
+  if (level < 0 || bytes <= 0)
+    return 0;
+  return latency[level] + bytes / bandwidth[level];
+}
+
+double TopologyInfo::allreduce(double bytes, int n, int level) const {
+  if (n < 2 || level < 0 || bytes <= 0)
+    return 0;
+  double devices = n;
+  return 2.0 * (devices - 1) / devices * bytes / bandwidth[level] +
+         2.0 * (devices - 1) * latency[level];
+}
+
+//===----------------------------------------------------------------------===//
+// RangeMin
+//===----------------------------------------------------------------------===//
+
+RangeMin::RangeMin(const std::vector<double> &values) {
+  int n = static_cast<int>(values.size());
+  table.push_back(values);
+  for (int width = 2; width <= n; width *= 2) {
+    const std::vector<double> &below = table.back();
+    std::vector<double> level(n - width + 1);
+    for (int i = 0; i + width <= n; ++i)
+      level[i] = std::min(below[i], below[i + width / 2]);
+    table.push_back(std::move(level));
+  }
+}
+
+int RangeMin::lastAtMost(int lo, int hi, double x) const {
+  if (table.empty() || lo > hi)
+    return lo - 1;
+  // Walk left from hi, skipping power-of-two blocks whose minimum is > x.
+  int end = hi; // candidates are lo..end
+  for (int k = static_cast<int>(table.size()) - 1; k >= 0 && end >= lo;
+       --k) {
+    int width = 1 << k;
+    if (end - width + 1 < lo)
+      continue;
+    if (table[k][end - width + 1] > x)
+      end -= width;
+  }
+  if (end >= lo && table[0][end] <= x)
+    return end;
+  return lo - 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Formatting
+//===----------------------------------------------------------------------===//
+
+std::string formatBytes(double bytes) {
+  char buf[48];
+  if (bytes >= 1024.0 * 1024 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  else if (bytes >= 1024.0 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024));
+  else if (bytes >= 1024.0)
+    std::snprintf(buf, sizeof buf, "%.2f KiB", bytes / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
+  return buf;
+}
+
+std::string formatSeconds(double seconds) {
+  char buf[48];
+  if (seconds >= 1)
+    std::snprintf(buf, sizeof buf, "%.4g s", seconds);
+  else if (seconds >= 1e-3)
+    std::snprintf(buf, sizeof buf, "%.4g ms", seconds * 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.4g us", seconds * 1e6);
+  return buf;
+}
+
+PlanResult planError(std::string message) {
+  PlanResult result;
+  result.ok = false;
+  result.error = std::move(message);
+  return result;
+}
+
+std::string describeStages(const Plan &plan) {
+  std::string text;
+  for (const StagePlan &stage : plan.stages) {
+    if (!text.empty())
+      text += ' ';
+    text += "[" + std::to_string(stage.firstLayer) + "-" +
+            std::to_string(stage.lastLayer) + "]x" +
+            std::to_string(stage.replicas);
+  }
+  return text;
+}
+
+} // namespace planner_util
+} // namespace pipec

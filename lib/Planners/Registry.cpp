@@ -1,0 +1,200 @@
+//===- Registry.cpp - planner dispatch and the `auto` planner --------------===//
+//
+// `auto` runs every applicable planner, re-scores each plan with the one
+// simulator and memory model (lib/Sim), and keeps the fastest plan that fits
+// in device memory (DESIGN.md §4). The candidate table explains the choice.
+//
+//===----------------------------------------------------------------------===//
+#include "pipec/Planners.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+using namespace pipec;
+
+std::vector<std::string> pipec::plannerNames() {
+  return {"auto",   "balanced",    "pipedream",  "dapple",
+          "madpipe", "twobw", "interleaved", "exhaustive"};
+}
+
+namespace {
+
+/// Balanced contiguous split over all devices, one stage per device.
+PlanResult balancedPlan(const Profile &profile, const Topology &topology,
+                        const PlannerOptions &options) {
+  int stages = options.stages;
+  if (stages <= 0)
+    stages = std::min<int>(topology.numDevices(), profile.ops.size());
+  PlanResult result = planBalanced(profile, stages);
+  if (!result.ok)
+    return result;
+  Plan &plan = result.plan;
+  plan.schedule = options.schedule.empty() ? "1f1b-flush" : options.schedule;
+  plan.microbatchSize =
+      options.microbatchSize ? options.microbatchSize : profile.microbatch;
+  plan.microbatches = options.microbatches
+                          ? options.microbatches
+                          : std::max<int>(4 * stages, 1);
+  return result;
+}
+
+/// An instance small enough for brute force (the test oracle).
+bool smallInstance(const Profile &profile, const Topology &topology) {
+  return profile.ops.size() <= 10 && topology.numDevices() <= 8;
+}
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
+  return buf;
+}
+
+int64_t peakStageMemory(const SimResult &sim) {
+  int64_t peak = 0;
+  for (const StageMemory &m : sim.memory)
+    peak = std::max(peak, m.total());
+  return peak;
+}
+
+} // namespace
+
+PlanResult pipec::runPlanner(const std::string &name, const Profile &profile,
+                             const Topology &topology,
+                             const PlannerOptions &options) {
+  if (name == "balanced")
+    return balancedPlan(profile, topology, options);
+  if (name == "pipedream")
+    return planPipeDream(profile, topology, options);
+  if (name == "dapple")
+    return planDapple(profile, topology, options);
+  if (name == "madpipe")
+    return planMadPipe(profile, topology, options);
+  if (name == "twobw")
+    return planTwoBW(profile, topology, options);
+  if (name == "interleaved")
+    return planInterleaved(profile, topology, options);
+  if (name == "exhaustive")
+    return planExhaustive(profile, topology, options);
+  if (name == "auto") {
+    AutoPlanResult best = planAuto(profile, topology, options);
+    PlanResult result;
+    result.ok = best.ok;
+    result.error = best.error;
+    result.plan = best.best;
+    return result;
+  }
+  std::string known;
+  for (const std::string &n : plannerNames())
+    known += (known.empty() ? "" : ", ") + n;
+  PlanResult result;
+  result.error = "unknown planner '" + name + "' (known: " + known + ")";
+  return result;
+}
+
+AutoPlanResult pipec::planAuto(const Profile &profile, const Topology &topology,
+                               const PlannerOptions &options) {
+  AutoPlanResult result;
+  std::vector<std::string> names = {"balanced", "pipedream", "dapple",
+                                    "madpipe",  "twobw",     "interleaved"};
+  if (smallInstance(profile, topology))
+    names.push_back("exhaustive");
+  for (const std::string &name : names) {
+    PlanCandidate candidate;
+    PlanResult planned = runPlanner(name, profile, topology, options);
+    candidate.plan = planned.plan;
+    candidate.plan.algorithm = name;
+    if (!planned.ok) {
+      candidate.note = planned.error;
+      result.candidates.push_back(std::move(candidate));
+      continue;
+    }
+    candidate.sim = simulatePlan(profile, topology, planned.plan, options.sim);
+    if (!candidate.sim.ok) {
+      candidate.note = "simulation failed: " + candidate.sim.error;
+    } else if (!candidate.sim.fitsMemory) {
+      candidate.note = "needs " + gib(peakStageMemory(candidate.sim)) +
+                       " on its largest stage";
+    } else {
+      candidate.feasible = true;
+      candidate.plan.predicted.iterationSeconds = candidate.sim.iterationSeconds;
+      candidate.plan.predicted.samplesPerSecond = candidate.sim.samplesPerSecond;
+      candidate.plan.predicted.bubbleFraction = candidate.sim.bubbleFraction;
+      candidate.plan.predicted.stageMemoryBytes.clear();
+      for (const StageMemory &m : candidate.sim.memory)
+        candidate.plan.predicted.stageMemoryBytes.push_back(m.total());
+    }
+    result.candidates.push_back(std::move(candidate));
+  }
+  const PlanCandidate *best = nullptr;
+  for (const PlanCandidate &c : result.candidates)
+    if (c.feasible &&
+        (!best || c.sim.samplesPerSecond > best->sim.samplesPerSecond))
+      best = &c;
+  if (best) {
+    result.ok = true;
+    result.best = best->plan;
+    result.best.algorithm = "auto:" + best->plan.algorithm;
+    for (const PlanCandidate &c : result.candidates)
+      result.best.candidates.push_back(c.plan);
+    return result;
+  }
+  // Nothing fits: say what the smallest plan would need.
+  const PlanCandidate *smallest = nullptr;
+  for (const PlanCandidate &c : result.candidates)
+    if (c.sim.ok && (!smallest || peakStageMemory(c.sim) <
+                                      peakStageMemory(smallest->sim)))
+      smallest = &c;
+  if (smallest)
+    result.error = "no plan fits in " + gib(topology.deviceMemoryBytes) +
+                   " per device: the smallest plan (" +
+                   smallest->plan.algorithm + ") needs " +
+                   gib(peakStageMemory(smallest->sim)) +
+                   " on its largest stage";
+  else
+    result.error = "no planner produced a plan:" +
+                   [&] {
+                     std::string all;
+                     for (const PlanCandidate &c : result.candidates)
+                       all += "\n  " + c.plan.algorithm + ": " + c.note;
+                     return all;
+                   }();
+  return result;
+}
+
+std::string pipec::candidateTable(const std::vector<PlanCandidate> &candidates) {
+  std::ostringstream os;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "%-12s %6s %-16s %7s %4s %-12s %12s %12s %8s %12s  %s\n",
+                "planner", "stages", "replicas", "devices", "m", "schedule",
+                "iter (ms)", "samples/s", "bubble", "peak mem", "feasible");
+  os << line;
+  for (const PlanCandidate &c : candidates) {
+    std::string replicas;
+    int devices = 0;
+    for (const StagePlan &s : c.plan.stages) {
+      replicas += (replicas.empty() ? "" : "-") + std::to_string(s.replicas);
+      devices += s.replicas;
+    }
+    if (replicas.size() > 16)
+      replicas = replicas.substr(0, 13) + "...";
+    bool simulated = c.sim.ok;
+    char iter[32] = "-", rate[32] = "-";
+    if (simulated) {
+      std::snprintf(iter, sizeof iter, "%.3f", c.sim.iterationSeconds * 1e3);
+      std::snprintf(rate, sizeof rate, "%.1f", c.sim.samplesPerSecond);
+    }
+    std::snprintf(
+        line, sizeof line,
+        "%-12s %6d %-16s %7d %4d %-12s %12s %12s %7s%% %12s  %s\n",
+        c.plan.algorithm.c_str(), c.plan.numStages(), replicas.c_str(),
+        devices, c.plan.microbatches, c.plan.schedule.c_str(), iter, rate,
+        simulated ? std::to_string(c.sim.bubbleFraction * 100).substr(0, 5).c_str()
+                  : "-",
+        simulated ? gib(peakStageMemory(c.sim)).c_str() : "-",
+        c.feasible ? "yes" : ("no: " + c.note).c_str());
+    os << line;
+  }
+  return os.str();
+}

@@ -1,0 +1,265 @@
+//===- PlanCmd.cpp - pipec plan / simulate --------------------------------===//
+//
+//   pipec plan --profile P.json --topology T.json [--algorithm auto]
+//              [--schedule S] [--microbatches m] [--global-batch B] -o plan.json
+//   pipec simulate plan.json --profile P.json --topology T.json [--trace t.json]
+//
+// Planning works on a profile alone (no ONNX file), so paper-scale models
+// (examples/profiles) can be planned for paper-scale clusters
+// (examples/topologies).
+//
+//===----------------------------------------------------------------------===//
+#include "Driver.h"
+
+#include "pipec/Planners.h"
+#include "pipec/Sim.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <fstream>
+
+using namespace pipec;
+using namespace pipec::driver;
+
+namespace {
+
+bool readFile(const std::string &path, std::string &text, std::string &error) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer) {
+    error = "cannot read '" + path + "': " + buffer.getError().message();
+    return false;
+  }
+  text = (*buffer)->getBuffer().str();
+  return true;
+}
+
+bool writeFile(const std::string &path, const std::string &text,
+               std::string &error) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out || !(out << text) || !out.flush()) {
+      error = "cannot write '" + path + "'";
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    error = "cannot write '" + path + "'";
+    return false;
+  }
+  return true;
+}
+
+/// Loads and checks the profile and topology named by the options.
+bool loadInputs(const Args &a, const std::string &cmd, Profile &profile,
+                Topology &topology) {
+  std::string text, error;
+  if (a.get("--profile").empty()) {
+    fail(cmd, "--profile PROFILE.json is required");
+    return false;
+  }
+  if (a.get("--topology").empty()) {
+    fail(cmd, "--topology TOPOLOGY.json is required (see examples/topologies)");
+    return false;
+  }
+  if (!readFile(a.get("--profile"), text, error)) {
+    fail(cmd, error);
+    return false;
+  }
+  ProfileResult p = profileFromJson(text);
+  if (!p.ok) {
+    fail(cmd, "'" + a.get("--profile") + "': " + p.error);
+    return false;
+  }
+  double total = 0;
+  for (const ProfileOp &op : p.profile.ops)
+    total += op.fwdSeconds + op.bwdSeconds;
+  if (p.profile.ops.empty() || total <= 0) {
+    fail(cmd, "'" + a.get("--profile") +
+                  "' has no compute time (every op costs 0 s): nothing to plan");
+    return false;
+  }
+  if (!readFile(a.get("--topology"), text, error)) {
+    fail(cmd, error);
+    return false;
+  }
+  TopologyResult t = topologyFromJson(text);
+  if (!t.ok) {
+    fail(cmd, "'" + a.get("--topology") + "': " + t.error);
+    return false;
+  }
+  profile = std::move(p.profile);
+  topology = std::move(t.topology);
+  return true;
+}
+
+bool simOptions(const Args &a, const std::string &cmd, SimOptions &sim) {
+  std::string opt = a.get("--optimizer");
+  if (opt == "sgd")
+    sim.optimizerStateFactor = 0;
+  else if (opt == "momentum")
+    sim.optimizerStateFactor = 1;
+  else if (opt == "adam")
+    sim.optimizerStateFactor = 2;
+  else {
+    fail(cmd, "unknown --optimizer '" + opt + "' (sgd, momentum, adam)");
+    return false;
+  }
+  sim.recompute = a.has("--recompute");
+  return true;
+}
+
+void printSim(const SimResult &sim) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "iteration %.6f s  %.1f samples/s  bubble %.1f%%\n",
+                sim.iterationSeconds, sim.samplesPerSecond,
+                sim.bubbleFraction * 100);
+  llvm::outs() << line;
+  for (size_t s = 0; s < sim.memory.size(); ++s) {
+    const StageMemory &m = sim.memory[s];
+    std::snprintf(line, sizeof line,
+                  "  stage %zu: %.3f GiB (weights %.3f x%d, grads %.3f, "
+                  "optimizer %.3f, activations %.3f, buffers %.3f), in-flight "
+                  "%lld\n",
+                  s, m.total() / 1073741824.0, m.weights / 1073741824.0,
+                  m.weightVersions, m.gradients / 1073741824.0,
+                  m.optimizer / 1073741824.0, m.activations / 1073741824.0,
+                  m.buffers / 1073741824.0,
+                  static_cast<long long>(s < sim.peakInflight.size()
+                                             ? sim.peakInflight[s]
+                                             : 0));
+    llvm::outs() << line;
+  }
+  if (!sim.fitsMemory)
+    llvm::outs() << "  does NOT fit in device memory\n";
+}
+
+} // namespace
+
+int pipec::driver::runPlan(const std::vector<std::string> &argv) {
+  Args a("plan", argv);
+  a.opt("--profile", "pipec.profile/1 (measured or from examples/profiles)")
+      .opt("--topology", "pipec.topology/1 (examples/topologies)")
+      .opt("--algorithm", "auto, balanced, pipedream, dapple, madpipe, twobw, "
+                          "interleaved, exhaustive", "auto")
+      .opt("--schedule", "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved (default: "
+                         "the planner's)")
+      .opt("--microbatches", "microbatches per iteration (default: the "
+                             "planner's choice)")
+      .opt("--global-batch", "samples per iteration")
+      .opt("--microbatch", "samples per microbatch (default: the profile's)")
+      .opt("--stages", "pipeline depth (default: the planner's choice)")
+      .opt("--chunks", "virtual chunks per device (interleaved)")
+      .opt("--optimizer", "sgd, momentum or adam (optimizer state in the "
+                          "memory model)", "sgd")
+      .flag("--recompute", "recompute activations in the backward")
+      .opt("-o", "output plan", "plan.json");
+  if (!a.parse())
+    return a.helpShown ? 0 : 2;
+  Profile profile;
+  Topology topology;
+  if (!loadInputs(a, "plan", profile, topology))
+    return 1;
+  PlannerOptions options;
+  options.schedule = a.get("--schedule");
+  int64_t v = 0;
+  if ((a.has("--microbatches") && !a.getInt("--microbatches", v, 1)))
+    return 2;
+  options.microbatches = v;
+  v = 0;
+  if (a.has("--global-batch") && !a.getInt("--global-batch", v, 1))
+    return 2;
+  options.globalBatch = v;
+  v = 0;
+  if (a.has("--microbatch") && !a.getInt("--microbatch", v, 1))
+    return 2;
+  options.microbatchSize = v;
+  v = 0;
+  if (a.has("--stages") && !a.getInt("--stages", v, 1))
+    return 2;
+  options.stages = v;
+  v = 0;
+  if (a.has("--chunks") && !a.getInt("--chunks", v, 1))
+    return 2;
+  options.chunks = v;
+  if (!simOptions(a, "plan", options.sim))
+    return 2;
+
+  std::string algorithm = a.get("--algorithm");
+  Plan plan;
+  if (algorithm == "auto") {
+    AutoPlanResult result = planAuto(profile, topology, options);
+    llvm::outs() << candidateTable(result.candidates);
+    if (!result.ok)
+      return fail("plan", result.error);
+    plan = result.best;
+  } else {
+    PlanResult result = runPlanner(algorithm, profile, topology, options);
+    if (!result.ok)
+      return fail("plan", result.error);
+    plan = result.plan;
+    SimResult sim = simulatePlan(profile, topology, plan, options.sim);
+    if (!sim.ok)
+      return fail("plan", "the " + algorithm + " plan does not simulate: " +
+                              sim.error);
+    plan.predicted.iterationSeconds = sim.iterationSeconds;
+    plan.predicted.samplesPerSecond = sim.samplesPerSecond;
+    plan.predicted.bubbleFraction = sim.bubbleFraction;
+    plan.predicted.stageMemoryBytes.clear();
+    for (const StageMemory &m : sim.memory)
+      plan.predicted.stageMemoryBytes.push_back(m.total());
+    printSim(sim);
+  }
+  std::string error;
+  if (!writeFile(a.get("-o"), planToJson(plan) + "\n", error))
+    return fail("plan", error);
+  llvm::outs() << "pipec plan: " << plan.algorithm << ": "
+               << plan.numStages() << " stages, " << plan.microbatches
+               << " microbatches of " << plan.microbatchSize << ", "
+               << plan.schedule << " -> " << a.get("-o") << "\n";
+  return 0;
+}
+
+int pipec::driver::runSimulate(const std::vector<std::string> &argv) {
+  Args a("simulate", argv);
+  a.positional("PLAN.json", "a plan written by `pipec plan` or `pipec compile`")
+      .opt("--profile", "pipec.profile/1 the plan was made for")
+      .opt("--topology", "pipec.topology/1")
+      .opt("--trace", "write a Chrome trace (open in Perfetto)")
+      .opt("--optimizer", "sgd, momentum or adam", "sgd")
+      .flag("--recompute", "recompute activations in the backward");
+  if (!a.parse())
+    return a.helpShown ? 0 : 2;
+  if (a.positionals().size() != 1)
+    return fail("simulate", "expected one PLAN.json", 2);
+  Profile profile;
+  Topology topology;
+  if (!loadInputs(a, "simulate", profile, topology))
+    return 1;
+  std::string text, error;
+  if (!readFile(a.positionals()[0], text, error))
+    return fail("simulate", error);
+  PlanResult plan = planFromJson(text);
+  if (!plan.ok)
+    return fail("simulate", "'" + a.positionals()[0] + "': " + plan.error);
+  std::string invalid = validatePlan(plan.plan, profile.ops.size());
+  if (!invalid.empty())
+    return fail("simulate", "the plan does not fit the profile: " + invalid);
+  SimOptions options;
+  if (!simOptions(a, "simulate", options))
+    return 2;
+  options.trace = a.has("--trace");
+  SimResult sim = simulatePlan(profile, topology, plan.plan, options);
+  if (!sim.ok)
+    return fail("simulate", sim.error);
+  printSim(sim);
+  if (options.trace) {
+    if (!writeFile(a.get("--trace"), sim.traceJson, error))
+      return fail("simulate", error);
+    llvm::outs() << "pipec simulate: trace -> " << a.get("--trace") << "\n";
+  }
+  return 0;
+}
