@@ -69,7 +69,8 @@ Feed Feed::fromNpy(FeedSpec spec, int64_t globalBatch,
   std::string error;
   if (!npy::readFile(path, array, error))
     throw RtError(error);
-  bool converted = s.isInt ? npy::toInt64(array, feed.ints, error)
+  const bool isInt = s.isInt || labels;
+  bool converted = isInt ? npy::toInt64(array, feed.ints, error)
                            : npy::toFloat32(array, feed.floats, error);
   if (!converted)
     throw RtError(what + ": " + error);
@@ -82,7 +83,7 @@ Feed Feed::fromNpy(FeedSpec spec, int64_t globalBatch,
                   " but the model needs [N" + (s.shape.size() > 1 ? ", " : "") +
                   shapeString(s.shape, 1).substr(1) + " with N >= 1");
   feed.numRows = array.shape[0];
-  if (s.isInt) {
+  if (isInt) {
     for (size_t i = 0; i < feed.ints.size(); ++i) {
       int64_t v = feed.ints[i];
       if (v < 0 || v >= s.classes)
@@ -98,7 +99,7 @@ Feed Feed::fromNpy(FeedSpec spec, int64_t globalBatch,
 void Feed::fill(int64_t step, int64_t mb, void *dst) const {
   const int64_t b = feedSpec.shape[0], n = feedSpec.sampleElems;
   const bool labels = feedSpec.kind == FeedSpec::Kind::Labels;
-  const bool isInt = feedSpec.isInt;
+  const bool isInt = feedSpec.isInt || labels;
   for (int64_t i = 0; i < b; ++i) {
     // Global sample index: t * B + mb * b + i.
     uint64_t sample = uint64_t(step) * uint64_t(globalBatch) +
