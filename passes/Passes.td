@@ -35,7 +35,10 @@ def PipePlanPass : Pass<"pipe-plan", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"stages", "stages", "int", "1", "number of pipeline stages">,
-    Option<"algorithm", "algorithm", "std::string", "\"balanced\"", "planner (balanced)">,
+    Option<"algorithm", "algorithm", "std::string", "\"balanced\"",
+           "balanced, pipedream, dapple, madpipe, twobw, interleaved, exhaustive, auto">,
+    Option<"topologyFile", "topology", "std::string", "\"\"",
+           "pipec.topology/1 for the papers' planners (default: `stages` devices)">,
   ];
   let dependentDialects = ["::pipec::pipe::PipeDialect"];
 }

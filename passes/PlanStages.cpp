@@ -9,6 +9,9 @@
 #include "passes/PassUtils.h"
 #include "passes/Passes.h"
 #include "pipec/Plan.h"
+#include "pipec/Planners.h"
+
+#include "llvm/Support/MemoryBuffer.h"
 
 #include "llvm/ADT/DenseMap.h"
 
@@ -30,11 +33,6 @@ struct PipePlanPass : public pipec::impl::PipePlanPassBase<PipePlanPass> {
     func::FuncOp fn = getModelFunc(module);
     if (!fn)
       return signalPassFailure();
-    if (algorithm != "balanced") {
-      module.emitError("unknown planner '")
-          << algorithm << "' (available in this build: balanced)";
-      return signalPassFailure();
-    }
 
     Profile profile;
     SmallVector<Operation *> layers;
@@ -70,7 +68,41 @@ struct PipePlanPass : public pipec::impl::PipePlanPassBase<PipePlanPass> {
       return signalPassFailure();
     }
 
-    PlanResult result = planBalanced(profile, stages);
+    PlanResult result;
+    if (algorithm == "balanced") {
+      result = planBalanced(profile, stages);
+    } else {
+      // The papers' planners choose stages (and replicas) for a topology:
+      // a file, or `stages` devices on one level.
+      Topology topology = Topology::flat(stages, 1e10, 1e-5);
+      if (!topologyFile.empty()) {
+        auto buffer = llvm::MemoryBuffer::getFile(topologyFile);
+        if (!buffer) {
+          module.emitError("cannot read topology '") << topologyFile << "'";
+          return signalPassFailure();
+        }
+        TopologyResult t = topologyFromJson((*buffer)->getBuffer().str());
+        if (!t.ok) {
+          module.emitError("topology '") << topologyFile << "': " << t.error;
+          return signalPassFailure();
+        }
+        topology = t.topology;
+      }
+      PlannerOptions options;
+      options.schedule = "1f1b-flush";
+      options.stages = 0; // the planner chooses the depth for the devices
+      result = runPlanner(algorithm, profile, topology, options);
+      if (result.ok) {
+        for (const StagePlan &st : result.plan.stages)
+          if (st.replicas != 1 || result.plan.chunks > 1) {
+            module.emitError("the ")
+                << algorithm << " plan replicates stages or interleaves "
+                << "chunks, which the compiler cannot lower yet; plan it with "
+                   "`pipec plan` or use --pipe-plan=algorithm=balanced";
+            return signalPassFailure();
+          }
+      }
+    }
     if (!result.ok) {
       module.emitError("cannot plan ") << stages.getValue() << " stages: " << result.error;
       return signalPassFailure();

@@ -13,4 +13,11 @@
 // THREE: first = [0, 1, 2], last = [0, 1, 2]
 // TOOMANY: cannot plan 4 stages: cannot split 3 layers into 4 stages
 // NOCOST: has no #nn.cost; run --nn-annotate-costs before --pipe-plan
-// ALGO: unknown planner 'magic' (available in this build: balanced)
+// ALGO: unknown planner 'magic' (known: auto, balanced, pipedream, dapple, madpipe, twobw, interleaved, exhaustive)
+
+// The papers' planners go through the same pass; a plan the compiler
+// cannot lower yet (replicated stages) is refused with a clear message.
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan="stages=2 algorithm=dapple" | FileCheck %s --check-prefix=DAPPLE
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan="stages=2 algorithm=pipedream" 2>&1 | FileCheck %s --check-prefix=REPLICATED
+// DAPPLE: #pipe.plan<algorithm = "dapple", first = [0, 1], last = [0, 2], replicas = [1, 1]
+// REPLICATED: the pipedream plan replicates stages or interleaves chunks, which the compiler cannot lower yet

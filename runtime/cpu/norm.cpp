@@ -1,0 +1,348 @@
+//===- norm.cpp - Batch and layer normalization and their backward --------===//
+//
+// Part of pipec. CPU kernels behind pipec_k_batchnorm_train,
+// pipec_k_batchnorm_infer, pipec_k_batchnorm_grad, pipec_k_layernorm and
+// pipec_k_layernorm_grad (see include/pipec_rt.h for the parameter layouts).
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// Both normalisations standardise a set of values with its mean mu and
+/// biased variance var (divided by the count, not count - 1), epsilon
+/// inside the square root:
+///
+///   xhat = (x - mu) * invStd,  invStd = 1 / sqrt(var + epsilon)
+///   y    = scale * xhat + bias
+///
+/// BatchNormalization (ONNX opset 15, training mode) takes the set per
+/// channel c over N and the spatial positions S; LayerNormalization takes
+/// each of the `outer` rows of `inner` elements. The running statistics of
+/// training-mode batch norm follow ONNX exactly, with the biased batch
+/// variance (PyTorch uses the unbiased one there; ONNX's reference and
+/// onnxruntime do not):
+///
+///   runMeanOut = momentum * runMean + (1 - momentum) * mu
+///   runVarOut  = momentum * runVar  + (1 - momentum) * var
+///
+/// The backward, for a set of count R, with g = dY * scale:
+///
+///   dBias  = sum dY,   dScale = sum dY * xhat
+///   dX     = invStd * (g - mean(g) - xhat * mean(g * xhat))
+///
+/// (for batch norm scale is per set, so mean(g) = scale * dBias / R and
+/// mean(g * xhat) = scale * dScale / R).
+///
+/// Statistics are accumulated in double with two passes (mean, then the
+/// centred sum of squares), so large means do not cancel. Y may alias X and
+/// dX may alias dY (each element is read before it is written).
+/// Optional outputs: savedMean / savedInvStd / runMeanOut / runVarOut (batch
+/// norm) and mean / invStd (layer norm) may be NULL; dX, dScale and dBias of
+/// either backward may each be NULL. A NULL `reals` means ONNX's defaults:
+/// epsilon 1e-5, momentum 0.9.
+///
+//===----------------------------------------------------------------------===//
+
+#include "pipec_rt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+constexpr double kDefaultEpsilon = 1e-5;
+constexpr double kDefaultMomentum = 0.9;
+
+/// Independent double accumulators: without -ffast-math a single running
+/// sum is a serial dependency chain that does not vectorise.
+constexpr int kLanes = 8;
+
+/// sum_j x[j] in double.
+double sumRow(const float *x, int64_t n) {
+  double lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l)
+      lanes[l] += x[j + l];
+  double acc = 0;
+  for (; j < n; ++j)
+    acc += x[j];
+  for (int l = 0; l < kLanes; ++l)
+    acc += lanes[l];
+  return acc;
+}
+
+/// sum_j (x[j] - mean)^2 in double.
+double sumSqDevRow(const float *x, int64_t n, double mean) {
+  double lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const double d = double(x[j + l]) - mean;
+      lanes[l] += d * d;
+    }
+  double acc = 0;
+  for (; j < n; ++j) {
+    const double d = double(x[j]) - mean;
+    acc += d * d;
+  }
+  for (int l = 0; l < kLanes; ++l)
+    acc += lanes[l];
+  return acc;
+}
+
+/// sum_j dy[j] and sum_j dy[j] * g[j] * (x[j] - mean) * invStd in double,
+/// added to sumDy / sumDyXhat (g == NULL: 1).
+void gradSumsRow(const float *x, const float *dy, const float *g, int64_t n,
+                 float mean, float invStd, double &sumDy, double &sumDyXhat) {
+  double a[kLanes] = {}, b[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float d = g ? dy[j + l] * g[j + l] : dy[j + l];
+      a[l] += d;
+      b[l] += double(d) * double((x[j + l] - mean) * invStd);
+    }
+  for (; j < n; ++j) {
+    const float d = g ? dy[j] * g[j] : dy[j];
+    sumDy += d;
+    sumDyXhat += double(d) * double((x[j] - mean) * invStd);
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    sumDy += a[l];
+    sumDyXhat += b[l];
+  }
+}
+
+/// Mean and biased variance of the values x[i * stride + j], i < rows,
+/// j < len (the rows of one batch-norm channel, or one layer-norm row).
+void meanVar(const float *x, int64_t rows, int64_t stride, int64_t len,
+             double &mean, double &var) {
+  const double count = double(rows) * double(len);
+  double sum = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    sum += sumRow(x + i * stride, len);
+  mean = sum / count;
+  double sq = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    sq += sumSqDevRow(x + i * stride, len, mean);
+  var = sq / count;
+}
+
+/// A double mean as an unevaluated float sum hi + lo. (x - hi) - lo keeps
+/// x - mean accurate when |mean| >> std: x - hi is exact for x near hi.
+struct SplitMean {
+  float hi, lo;
+  explicit SplitMean(double mean)
+      : hi(float(mean)), lo(float(mean - double(float(mean)))) {}
+};
+
+/// y = (x - mean) * a + b over the same index set as meanVar.
+void normalizeRows(const float *x, float *y, int64_t rows, int64_t stride,
+                   int64_t len, SplitMean mean, float a, float b) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float *xr = x + i * stride;
+    float *yr = y + i * stride;
+    for (int64_t j = 0; j < len; ++j)
+      yr[j] = ((xr[j] - mean.hi) - mean.lo) * a + b;
+  }
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// BatchNormalization
+//===----------------------------------------------------------------------===//
+
+extern "C" void pipec_k_batchnorm_train(void *const *bufs, const int64_t *ints,
+                                        const double *reals) {
+  const float *x = static_cast<const float *>(bufs[0]);
+  const float *scale = static_cast<const float *>(bufs[1]);
+  const float *bias = static_cast<const float *>(bufs[2]);
+  const float *runMean = static_cast<const float *>(bufs[3]);
+  const float *runVar = static_cast<const float *>(bufs[4]);
+  float *y = static_cast<float *>(bufs[5]);
+  float *savedMean = static_cast<float *>(bufs[6]);
+  float *savedInvStd = static_cast<float *>(bufs[7]);
+  float *runMeanOut = static_cast<float *>(bufs[8]);
+  float *runVarOut = static_cast<float *>(bufs[9]);
+  int64_t n = ints[0], c = ints[1], s = ints[2];
+  const double eps = reals ? reals[0] : kDefaultEpsilon;
+  const double momentum = reals ? reals[1] : kDefaultMomentum;
+  if (n <= 0 || c <= 0 || s <= 0)
+    return;
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const float *xc = x + ch * s;
+    double mean, var;
+    meanVar(xc, n, c * s, s, mean, var);
+    const double invStd = 1.0 / std::sqrt(var + eps);
+    normalizeRows(xc, y + ch * s, n, c * s, s, SplitMean(mean),
+                  float(double(scale[ch]) * invStd), bias[ch]);
+    if (savedMean)
+      savedMean[ch] = float(mean);
+    if (savedInvStd)
+      savedInvStd[ch] = float(invStd);
+    // Read runMean / runVar before writing: the outputs may alias them.
+    if (runMeanOut)
+      runMeanOut[ch] =
+          float(momentum * double(runMean[ch]) + (1.0 - momentum) * mean);
+    if (runVarOut)
+      runVarOut[ch] =
+          float(momentum * double(runVar[ch]) + (1.0 - momentum) * var);
+  }
+}
+
+extern "C" void pipec_k_batchnorm_infer(void *const *bufs, const int64_t *ints,
+                                        const double *reals) {
+  const float *x = static_cast<const float *>(bufs[0]);
+  const float *scale = static_cast<const float *>(bufs[1]);
+  const float *bias = static_cast<const float *>(bufs[2]);
+  const float *mean = static_cast<const float *>(bufs[3]);
+  const float *var = static_cast<const float *>(bufs[4]);
+  float *y = static_cast<float *>(bufs[5]);
+  int64_t n = ints[0], c = ints[1], s = ints[2];
+  const double eps = reals ? reals[0] : kDefaultEpsilon;
+  if (n <= 0 || c <= 0 || s <= 0)
+    return;
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const double a = double(scale[ch]) / std::sqrt(double(var[ch]) + eps);
+    normalizeRows(x + ch * s, y + ch * s, n, c * s, s, SplitMean(mean[ch]),
+                  float(a), bias[ch]);
+  }
+}
+
+extern "C" void pipec_k_batchnorm_grad(void *const *bufs, const int64_t *ints,
+                                       const double *reals) {
+  const float *x = static_cast<const float *>(bufs[0]);
+  const float *scale = static_cast<const float *>(bufs[1]);
+  const float *savedMean = static_cast<const float *>(bufs[2]);
+  const float *savedInvStd = static_cast<const float *>(bufs[3]);
+  const float *dy = static_cast<const float *>(bufs[4]);
+  float *dx = static_cast<float *>(bufs[5]);
+  float *dScale = static_cast<float *>(bufs[6]);
+  float *dBias = static_cast<float *>(bufs[7]);
+  int64_t n = ints[0], c = ints[1], s = ints[2];
+  if (c <= 0)
+    return;
+  if (n <= 0 || s <= 0) {
+    // No elements: zero parameter gradients (dX is empty).
+    for (int64_t ch = 0; ch < c; ++ch) {
+      if (dScale)
+        dScale[ch] = 0.0f;
+      if (dBias)
+        dBias[ch] = 0.0f;
+    }
+    return;
+  }
+  const double count = double(n) * double(s);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const float mean = savedMean[ch], invStd = savedInvStd[ch];
+    double sumDy = 0, sumDyXhat = 0;
+    for (int64_t i = 0; i < n; ++i)
+      gradSumsRow(x + (i * c + ch) * s, dy + (i * c + ch) * s, nullptr, s, mean,
+                  invStd, sumDy, sumDyXhat);
+    if (dx) {
+      // dX = scale * invStd * (dY - sumDy / R - xhat * sumDyXhat / R).
+      const float k = scale[ch] * invStd;
+      const float meanDy = float(sumDy / count);
+      const float meanDyXhat = float(sumDyXhat / count);
+      for (int64_t i = 0; i < n; ++i) {
+        const float *xr = x + (i * c + ch) * s;
+        const float *dyr = dy + (i * c + ch) * s;
+        float *dxr = dx + (i * c + ch) * s;
+        for (int64_t j = 0; j < s; ++j) {
+          float xhat = (xr[j] - mean) * invStd;
+          dxr[j] = k * (dyr[j] - meanDy - xhat * meanDyXhat);
+        }
+      }
+    }
+    if (dScale)
+      dScale[ch] = float(sumDyXhat);
+    if (dBias)
+      dBias[ch] = float(sumDy);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// LayerNormalization
+//===----------------------------------------------------------------------===//
+
+extern "C" void pipec_k_layernorm(void *const *bufs, const int64_t *ints,
+                                  const double *reals) {
+  const float *x = static_cast<const float *>(bufs[0]);
+  const float *scale = static_cast<const float *>(bufs[1]);
+  const float *bias = static_cast<const float *>(bufs[2]);
+  float *y = static_cast<float *>(bufs[3]);
+  float *meanOut = static_cast<float *>(bufs[4]);
+  float *invStdOut = static_cast<float *>(bufs[5]);
+  int64_t outer = ints[0], inner = ints[1];
+  const double eps = reals ? reals[0] : kDefaultEpsilon;
+  if (outer <= 0 || inner <= 0)
+    return;
+  for (int64_t r = 0; r < outer; ++r) {
+    const float *xr = x + r * inner;
+    float *yr = y + r * inner;
+    double mean, var;
+    meanVar(xr, 1, inner, inner, mean, var);
+    const double invStdD = 1.0 / std::sqrt(var + eps);
+    const SplitMean mu(mean);
+    const float invStd = float(invStdD);
+    if (bias) {
+      for (int64_t j = 0; j < inner; ++j)
+        yr[j] = ((xr[j] - mu.hi) - mu.lo) * invStd * scale[j] + bias[j];
+    } else {
+      for (int64_t j = 0; j < inner; ++j)
+        yr[j] = ((xr[j] - mu.hi) - mu.lo) * invStd * scale[j];
+    }
+    if (meanOut)
+      meanOut[r] = mu.hi;
+    if (invStdOut)
+      invStdOut[r] = invStd;
+  }
+}
+
+extern "C" void pipec_k_layernorm_grad(void *const *bufs, const int64_t *ints,
+                                       const double *reals) {
+  const float *x = static_cast<const float *>(bufs[0]);
+  const float *scale = static_cast<const float *>(bufs[1]);
+  const float *meanIn = static_cast<const float *>(bufs[2]);
+  const float *invStdIn = static_cast<const float *>(bufs[3]);
+  const float *dy = static_cast<const float *>(bufs[4]);
+  float *dx = static_cast<float *>(bufs[5]);
+  float *dScale = static_cast<float *>(bufs[6]);
+  float *dBias = static_cast<float *>(bufs[7]);
+  int64_t outer = ints[0], inner = ints[1];
+  if (inner <= 0)
+    return;
+  // Column sums over the rows, in double.
+  std::vector<double> accScale(dScale ? size_t(inner) : 0, 0.0);
+  std::vector<double> accBias(dBias ? size_t(inner) : 0, 0.0);
+  for (int64_t r = 0; r < std::max<int64_t>(outer, 0); ++r) {
+    const float *xr = x + r * inner;
+    const float *dyr = dy + r * inner;
+    const float mean = meanIn[r], invStd = invStdIn[r];
+    if (dScale)
+      for (int64_t j = 0; j < inner; ++j)
+        accScale[size_t(j)] += double(dyr[j]) * double((xr[j] - mean) * invStd);
+    if (dBias)
+      for (int64_t j = 0; j < inner; ++j)
+        accBias[size_t(j)] += dyr[j];
+    if (!dx)
+      continue;
+    double sumG = 0, sumGXhat = 0;
+    gradSumsRow(xr, dyr, scale, inner, mean, invStd, sumG, sumGXhat);
+    const float meanG = float(sumG / double(inner));
+    const float meanGXhat = float(sumGXhat / double(inner));
+    float *dxr = dx + r * inner;
+    for (int64_t j = 0; j < inner; ++j) {
+      const float xhat = (xr[j] - mean) * invStd;
+      dxr[j] = invStd * (dyr[j] * scale[j] - meanG - xhat * meanGXhat);
+    }
+  }
+  for (int64_t j = 0; j < inner; ++j) {
+    if (dScale)
+      dScale[j] = float(accScale[size_t(j)]);
+    if (dBias)
+      dBias[j] = float(accBias[size_t(j)]);
+  }
+}
