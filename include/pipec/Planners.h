@@ -131,10 +131,20 @@ struct PipeDreamScore {
 /// the planner enforces: weights × v + gradients + optimizer state + v ×
 /// stashed activations ≤ device memory with v = ⌈D / R⌉, D the topology's
 /// devices and R the stage's replicas (an upper bound on the in-flight
-/// count that does not depend on the stage's position).
+/// count that does not depend on the stage's position). Cuts cost
+/// C_k(s) = 2 (latency_k + a_s / B_k), a_s the bytes live across the cut
+/// (each tensor once). Recomputation is not modelled (PipeDream stashes).
 PipeDreamScore scorePipeDream(const Profile &, const Topology &, const Plan &,
                               const SimOptions & = {},
                               const PipeDreamOptions & = {});
+/// The PipeDream partitioner: the plan minimising A^L (exact under the
+/// model, idle devices allowed or not), flattened to one plan stage per
+/// leaf stage with the devices of all its replicas; microbatches = NOAM
+/// (unless options.microbatches), schedule "1f1b", microbatch size from the
+/// options or the profile (the global batch is not used: PipeDream trains
+/// with minibatch = microbatch). options.stages is refused (PipeDream picks
+/// the depth). predicted: iteration = microbatches × A^L, samples/s = b /
+/// A^L, bubble = 1 - Σ T_l / (devices × A^L).
 PlanResult planPipeDream(const Profile &, const Topology &,
                          const PlannerOptions &, const PipeDreamOptions &);
 /// NOAM = ⌈workers / replicas of the input stage⌉ ([P] §3.2).
@@ -232,10 +242,15 @@ struct DappleScore {
 
 DappleScore scoreDapple(const Profile &, const Topology &, const Plan &,
                         const SimOptions & = {}, const DappleOptions & = {});
-PlanResult planDapple(const Profile &, const Topology &,
-                      const PlannerOptions &, const DappleOptions &);
+/// The DAPPLE planner: minimises L over partitions, replication and policy
+/// placements (optimal among plans of at most two compute stages, the
+/// paper's memoised search beyond). M and b: as given; with only a global
+/// batch B, b is chosen among B / 2^k. Schedule "1f1b-flush"; predicted:
+/// iteration = L, samples/s = M·b / L, per-stage memory with K_i.
+PlanResult planDapple(const Profile &, const Topology &, const PlannerOptions &,
+                      const DappleOptions &);
 
-/// What planExhaustive minimises.
+/// What searchExhaustive minimises.
 enum class ExhaustiveObjective {
   /// A^L of scorePipeDream (non-hierarchical plans are skipped).
   PipeDream,

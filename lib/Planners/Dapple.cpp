@@ -22,9 +22,17 @@
 // parallelism (j = 0, which Eq. (4) leaves out) and every two-stage plan
 // P:Q with every device count (including leaving devices idle when allowed)
 // are enumerated outright, so the result is optimal among plans of at most
-// two compute stages (Table V's shapes). Large instances run the same
-// search on a grid of cut positions and device counts and then refine the
-// best plan of each depth one move at a time (cuts, devices, policies).
+// two compute stages (Table V's shapes), and the straight pipeline is
+// seeded too (invariant 8). Large instances run the same search on a grid
+// of cut positions and device counts. Finally the best plan of every depth
+// is refined one move at a time at full resolution (a cut, devices between
+// neighbours or the idle pool by powers of two, a stage's policy).
+//
+// Conventions: times scale linearly with samples (profile microbatch ->
+// slice); a_s counts every tensor live across the cut once; F = B for a
+// communication stage; AR and p2p are Topology.h's closed forms on the
+// slowest level spanned (effective link). The Plan has no field for K_i:
+// it sizes the predicted memory only.
 //
 //===----------------------------------------------------------------------===//
 
@@ -81,8 +89,7 @@ DappleLatency pipec::dappleLatency(const std::vector<double> &forward,
   for (int s = 0; s <= q; ++s)
     result.warmup += forward[s];
   // T_s = (M-1)(F_Q + B_Q)
-  result.steady =
-      std::max(0, microbatches - 1) * (forward[q] + backward[q]);
+  result.steady = std::max(0, microbatches - 1) * (forward[q] + backward[q]);
   // T_e = max_s AR_s + { Σ_{a=s}^{Q} B_a      s <= Q (fixed; printed: s < Q)
   //                    { -Σ_{a=Q}^{s} B_a     s > Q  (printed: s >= Q)
   double ending = -kInf;
@@ -104,9 +111,9 @@ DappleLatency pipec::dappleLatency(const std::vector<double> &forward,
   return result;
 }
 
-std::vector<int> pipec::dappleWarmupDepths(int stages, int microbatches,
-                                           DappleWarmup policy,
-                                           const std::vector<int> &maxInflight) {
+std::vector<int>
+pipec::dappleWarmupDepths(int stages, int microbatches, DappleWarmup policy,
+                          const std::vector<int> &maxInflight) {
   std::vector<int> depths(std::max(stages, 0));
   for (int i = 0; i < stages; ++i) {
     // P_A: K_i = min(S - i, D); P_B: K_i = min(2(S - i) - 1, D).
@@ -219,7 +226,6 @@ std::vector<int> pipec::dappleAllocate(const Topology &topology,
   for (int d = 0; d < devices; ++d)
     if (!used[d])
       ++freeCount[d / perMachine];
-  // A short last machine counts as partly used.
   Takes takes = allocateCounts(freeCount, perMachine, count, policy);
   std::vector<int> taken;
   for (auto [machine, howMany] : takes)
@@ -251,7 +257,7 @@ struct DappleModel {
   int machines = 1;
   int64_t microbatchSize = 1; ///< b
   int64_t profileMicrobatch = 1;
-  int microbatches = 1; ///< M
+  int microbatches = 1;    ///< M
   double weightFactor = 2; ///< weights + gradients + optimizer state
   bool recompute = false;
   double memoryCap = 0;
@@ -270,12 +276,12 @@ struct PlacedStage {
   int last = 0;
   int replicas = 1;
   DapplePolicy policy = DapplePolicy::FreshFirst;
-  Takes takes;     ///< devices per machine (search) ...
-  int level = -1;  ///< innermost level its devices span
-  int anchor = 0;  ///< one of its devices (a machine's first in the search)
-  double forward = 0;   ///< F_s
-  double backward = 0;  ///< B_s
-  double allreduce = 0; ///< AR(P_s, g_s)
+  Takes takes;         ///< devices per machine (search) ...
+  int level = -1;      ///< innermost level its devices span
+  int anchor = 0;      ///< one of its devices (a machine's first in the search)
+  double forward = 0;  ///< F_s
+  double backward = 0; ///< B_s
+  double allreduce = 0;     ///< AR(P_s, g_s)
   double fixedBytes = 0;    ///< parameters, gradients, optimizer (+ recompute)
   double perMicrobatch = 0; ///< stashed bytes per microbatch in flight
   /// Bytes needed with one microbatch in flight.
@@ -290,8 +296,8 @@ int levelOfTakes(const DappleModel &model, const Takes &takes, int replicas) {
   int anchor = takes.front().first * model.perMachine;
   for (auto [machine, howMany] : takes)
     if (machine != takes.front().first)
-      level = std::max(level, model.topo.levelBetween(
-                                  anchor, machine * model.perMachine));
+      level = std::max(
+          level, model.topo.levelBetween(anchor, machine * model.perMachine));
   return level;
 }
 
@@ -315,8 +321,8 @@ void computeTerms(const DappleModel &model, PlacedStage &stage) {
 /// Places a stage on per-machine free counts; false when too few are free.
 bool placeStage(const DappleModel &model, std::vector<int> &freeCount,
                 PlacedStage &stage) {
-  stage.takes = allocateCounts(freeCount, model.perMachine, stage.replicas,
-                               stage.policy);
+  stage.takes =
+      allocateCounts(freeCount, model.perMachine, stage.replicas, stage.policy);
   int taken = 0;
   for (auto [machine, howMany] : stage.takes)
     taken += howMany;
@@ -334,9 +340,8 @@ double commSeconds(const DappleModel &model, const PlacedStage &a,
                    const PlacedStage &b) {
   double bytes = model.layers.cut[a.last] *
                  std::max(model.slice(a.replicas), model.slice(b.replicas));
-  int between = a.anchor == b.anchor
-                    ? 0
-                    : model.topo.levelBetween(a.anchor, b.anchor);
+  int between =
+      a.anchor == b.anchor ? 0 : model.topo.levelBetween(a.anchor, b.anchor);
   int level = std::max({a.level, b.level, between});
   return model.topo.p2p(bytes, level);
 }
@@ -427,15 +432,15 @@ public:
     const DappleOptions &options = model.options;
     bool fullCuts = n - 1 <= options.maxFullCuts;
     bool fullSizes = g <= options.maxFullDevices;
-    full = fullCuts && fullSizes;
     if (fullCuts) {
       for (int j = 1; j < n; ++j)
         cuts.push_back(j);
     } else {
       cuts = gridCuts();
     }
-    int unit = fullSizes ? 1 : (g + options.gridDevices - 1) /
-                                   std::max(1, options.gridDevices);
+    int unit = fullSizes ? 1
+                         : (g + options.gridDevices - 1) /
+                               std::max(1, options.gridDevices);
     for (int r = unit; r <= g; r += unit)
       sizes.push_back(r);
     if (sizes.empty() || sizes.back() != g)
@@ -452,7 +457,7 @@ public:
     seedShallowPlans();
     if (!quick && (wanted == 0 || wanted > 2))
       memoisedSearch();
-    if (!quick && !full)
+    if (!quick)
       refineAll();
     return std::isfinite(bestLatency);
   }
@@ -582,8 +587,9 @@ private:
   /// planBalanced, when that partition is cheap to compute.
   void seedStraightPipeline() {
     int depth = wanted > 0 ? wanted : std::min(n, g);
-    if (depth < 2 || depth > g ||
-        static_cast<double>(n) * n * depth > 2e7)
+    if (!fewer && depth != g)
+      return; // every device must be used
+    if (depth < 2 || depth > g || static_cast<double>(n) * n * depth > 2e7)
       return;
     PlanResult balanced = planBalanced(*model.profile, depth);
     if (!balanced.ok)
@@ -608,10 +614,12 @@ private:
     double value = kInf; ///< L of the prefix completed by [j, N) on the rest
   };
 
-  /// L and memory need of `prefix` completed by [j, N) on `replicas`
-  /// devices taken by `policy`; false when too few devices are free.
-  bool complete(const Prefix &prefix, int j, int replicas, DapplePolicy policy,
-                PlacedStage &last, double &latency, double &need) {
+  /// L and memory need of `prefix` (whose last stage is `previous`)
+  /// completed by [j, N) on `replicas` devices taken by `policy`; false
+  /// when too few devices are free.
+  bool complete(const Prefix &prefix, const PlacedStage *previous, int j,
+                int replicas, DapplePolicy policy, PlacedStage &last,
+                double &latency, double &need) {
     std::vector<int> freeCount = prefix.freeCount;
     last = makeStage(j, n - 1, replicas, policy);
     if (!placeStage(model, freeCount, last))
@@ -619,8 +627,7 @@ private:
     scratchF = prefix.forward;
     scratchB = prefix.backward;
     scratchAR = prefix.allreduce;
-    appendStage(model, prefix.stages.empty() ? nullptr : &prefix.stages.back(),
-                last, scratchF, scratchB, scratchAR);
+    appendStage(model, previous, last, scratchF, scratchB, scratchAR);
     need = std::max(prefix.need, last.need());
     latency = maxInflight(model, last) < 1
                   ? kInf
@@ -651,7 +658,10 @@ private:
             for (DapplePolicy policy : policies) {
               PlacedStage last;
               double latency, need;
-              if (!complete(prefix, j, r, policy, last, latency, need))
+              if (!complete(prefix,
+                            prefix.stages.empty() ? nullptr
+                                                  : &prefix.stages.back(),
+                            j, r, policy, last, latency, need))
                 continue;
               if (wouldKeep(depth + 1, latency)) {
                 std::vector<PlacedStage> plan = prefix.stages;
@@ -695,7 +705,7 @@ private:
               // Score with the last stage on every remaining device.
               PlacedStage last;
               double latency, need;
-              if (!complete(next, jNext, g - next.devices,
+              if (!complete(next, &stage, jNext, g - next.devices,
                             DapplePolicy::FreshFirst, last, latency, need))
                 continue;
               int key = wanted > 0 ? depth + 1 : 0;
@@ -826,7 +836,6 @@ private:
   int n, g;
   bool fewer;
   int wanted;
-  bool full = true;
   std::vector<int> cuts, sizes;
   std::vector<DapplePolicy> policies;
   double bestLatency = kInf;
@@ -861,8 +870,8 @@ DappleModel makeModel(const Profile &profile, const Topology &topology,
   model.topology = &topology;
   model.profile = &profile;
   model.perMachine = devicesPerMachine(topology, model.topo.numDevices);
-  model.machines = (model.topo.numDevices + model.perMachine - 1) /
-                   model.perMachine;
+  model.machines =
+      (model.topo.numDevices + model.perMachine - 1) / model.perMachine;
   model.microbatchSize = microbatchSize;
   model.profileMicrobatch = profile.microbatch;
   model.microbatches = microbatches;
@@ -895,9 +904,8 @@ DappleScore scoreStages(const DappleModel &model,
       else
         compute += (score.forward[s] + score.backward[s]) / 2;
     }
-    double ratio = count > 1 && compute > 0
-                       ? (comm / (count - 1)) / (compute / count)
-                       : 0;
+    double ratio =
+        count > 1 && compute > 0 ? (comm / (count - 1)) / (compute / count) : 0;
     policy = ratio > 0.5 ? DappleWarmup::B : DappleWarmup::A;
   }
   score.warmupPolicy = policy;
@@ -909,9 +917,8 @@ DappleScore scoreStages(const DappleModel &model,
   for (int s = 0; s < count; ++s) {
     if (capacity[s] < 1)
       score.fitsMemory = false;
-    score.stageMemoryBytes.push_back(static_cast<int64_t>(
-        std::llround(stages[s].fixedBytes +
-                     score.warmup[s] * stages[s].perMicrobatch)));
+    score.stageMemoryBytes.push_back(static_cast<int64_t>(std::llround(
+        stages[s].fixedBytes + score.warmup[s] * stages[s].perMicrobatch)));
   }
   return score;
 }
@@ -922,9 +929,8 @@ DappleScore scoreStages(const DappleModel &model,
 // Public entry points
 //===----------------------------------------------------------------------===//
 
-DappleScore pipec::scoreDapple(const Profile &profile,
-                               const Topology &topology, const Plan &plan,
-                               const SimOptions &sim,
+DappleScore pipec::scoreDapple(const Profile &profile, const Topology &topology,
+                               const Plan &plan, const SimOptions &sim,
                                const DappleOptions &options) {
   DappleScore score;
   if (std::string bad = checkInputs(profile, topology); !bad.empty()) {
@@ -1012,10 +1018,9 @@ PlanResult pipec::planDapple(const Profile &profile, const Topology &topology,
       search.run(/*quick=*/true);
       scored.push_back({search.bestValue(), {b, static_cast<int>(m)}});
     }
-    std::stable_sort(scored.begin(), scored.end(),
-                     [](const auto &a, const auto &b) {
-                       return a.first < b.first;
-                     });
+    std::stable_sort(
+        scored.begin(), scored.end(),
+        [](const auto &a, const auto &b) { return a.first < b.first; });
     batches.clear();
     for (size_t i = 0; i < scored.size() && i < 2; ++i)
       batches.push_back(scored[i].second);

@@ -1,4 +1,5 @@
-//===- Exhaustive.cpp - Brute force over partitions x replication x placement ===//
+//===- Exhaustive.cpp - Brute force over partitions x replication x placement
+//===//
 //
 // The test oracle: every contiguous partition of the layers into S stages,
 // every way of giving the stages devices, each plan scored by the model the
@@ -224,8 +225,8 @@ ExhaustiveResult pipec::searchExhaustive(const Profile &profile,
     if (microbatches == 0 && options.globalBatch > 0)
       microbatches = static_cast<int>(options.globalBatch / microbatchSize);
     if (microbatches == 0)
-      microbatches = eo.objective == ExhaustiveObjective::Dapple ? 16
-                                                                 : 4 * stages;
+      microbatches =
+          eo.objective == ExhaustiveObjective::Dapple ? 16 : 4 * stages;
     // Device sets per stage, for every placement tried.
     std::vector<std::vector<std::vector<int>>> placements;
     int64_t partitions = binomial(n - 1, stages - 1);
@@ -290,10 +291,10 @@ ExhaustiveResult pipec::searchExhaustive(const Profile &profile,
         plan.algorithm = "exhaustive";
         plan.microbatchSize = microbatchSize;
         plan.microbatches = microbatches;
-        plan.schedule =
-            !options.schedule.empty() ? options.schedule
-            : eo.objective == ExhaustiveObjective::PipeDream ? "1f1b"
-                                                            : "1f1b-flush";
+        plan.schedule = !options.schedule.empty() ? options.schedule
+                        : eo.objective == ExhaustiveObjective::PipeDream
+                            ? "1f1b"
+                            : "1f1b-flush";
         int first = 0;
         for (int s = 0; s < stages; ++s) {
           StagePlan stage;

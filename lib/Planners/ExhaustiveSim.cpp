@@ -1,4 +1,5 @@
-//===- ExhaustiveSim.cpp - The `exhaustive` planner on the simulator -------===//
+//===- ExhaustiveSim.cpp - The `exhaustive` planner on the simulator
+//-------===//
 //
 // `pipec plan --algorithm exhaustive` and `auto`'s oracle: brute force
 // (searchExhaustive) scored by the simulator, the yardstick every planner is

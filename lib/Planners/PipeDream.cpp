@@ -3,8 +3,9 @@
 // The PipeDream partitioner (pipedream.md §2.3, thesis.md §2.1), with the
 // recurrences rebuilt from the prose:
 //
-//   T^k(i→j, m) = (1/m) · max( A^{k-1}(i→j, m_{k-1}), Sync_k(Σ_{l=i..j}|w_l|, m) )
-//   A^k(i→j, m) = min( T^k(i→j, m),                                 (Case 1)
+//   T^k(i→j, m) = (1/m) · max( A^{k-1}(i→j, m_{k-1}), Sync_k(Σ_{l=i..j}|w_l|,
+//   m) ) A^k(i→j, m) = min( T^k(i→j, m),                                 (Case
+//   1)
 //                      min_{i<=s<j} min_{1<=m'<m}
 //                        max( A^k(i→s, m-m'), C_k(s), T^k(s+1→j, m') ) )
 //   A^0(i→j)    = Σ_{l=i..j} T_l ;  A^k(i→j, 1) = A^{k-1}(i→j, m_{k-1})
@@ -106,8 +107,8 @@ PipeDreamModel makeModel(const Profile &profile, const Topology &topology,
                          int64_t microbatchSize, const SimOptions &sim,
                          PipeDreamSync sync) {
   PipeDreamModel model;
-  model.layers = buildLayerTable(
-      profile, static_cast<double>(microbatchSize) / profile.microbatch);
+  model.layers = buildLayerTable(profile, static_cast<double>(microbatchSize) /
+                                              profile.microbatch);
   model.topo = topologyInfo(topology);
   model.sync = sync;
   model.memoryCap = static_cast<double>(topology.deviceMemoryBytes);
@@ -242,7 +243,8 @@ bool unflatten(const TopologyInfo &topo, const std::vector<StagePlan> &stages,
               part.devices.push_back(device);
           part.replicas = static_cast<int>(part.devices.size());
           if (part.devices.empty()) {
-            error = "stage " + std::to_string(u) + " is missing from a "
+            error = "stage " + std::to_string(u) +
+                    " is missing from a "
                     "replica of its level-" +
                     std::to_string(k) + " stage (not a hierarchical plan)";
             return false;
@@ -304,7 +306,8 @@ private:
     if (lo > hi)
       return lo - 1;
     // C_k(p) <= θ ⇔ a_p = 0 or a_p <= (θ/2 - latency_k)·B_k.
-    double limit = (theta / 2 - model.topo.latency[k]) * model.topo.bandwidth[k];
+    double limit =
+        (theta / 2 - model.topo.latency[k]) * model.topo.bandwidth[k];
     if (!(limit > 0))
       limit = 0;
     int p = cutMin.lastAtMost(lo, hi, limit);
@@ -337,8 +340,8 @@ private:
     if (model.sync == PipeDreamSync::Paper)
       limit = budget * bandwidth / (2.0 * (r - 1)); // 2(r-1)W/B <= rθ
     else // 2(r-1)/r W/B + 2(r-1)λ <= rθ
-      limit = (budget - 2.0 * (r - 1) * model.topo.latency[k]) * r *
-              bandwidth / (2.0 * (r - 1));
+      limit = (budget - 2.0 * (r - 1) * model.topo.latency[k]) * r * bandwidth /
+              (2.0 * (r - 1));
     return std::max(limit, 0.0);
   }
 
@@ -351,8 +354,8 @@ private:
       return start - 1;
     if (k == 0) {
       int replicas = outerReplicas * r;
-      end = std::min(end,
-                     lastWithin(model.layers.total, start, r * theta * (1 + 1e-12)));
+      end = std::min(
+          end, lastWithin(model.layers.total, start, r * theta * (1 + 1e-12)));
       if (model.memoryCap > 0 && end >= start) {
         int inflight = model.inflightBound(replicas);
         end = lastTrue(start, end, [&](int j) {
@@ -361,14 +364,14 @@ private:
       }
       // The model's expression rules (the bounds above may be an ulp off).
       while (end >= start &&
-             !(model.stageSeconds(0, model.layers.time(start, end), start,
-                                  end, r) <= theta &&
+             !(model.stageSeconds(0, model.layers.time(start, end), start, end,
+                                  r) <= theta &&
                model.fits(start, end, replicas)))
         --end;
       return end;
     }
-    int innerEnd = reachEnd(k - 1, start, r * theta, outerReplicas * r,
-                            nullptr, end);
+    int innerEnd =
+        reachEnd(k - 1, start, r * theta, outerReplicas * r, nullptr, end);
     end = std::min(end, innerEnd);
     while (end >= start &&
            !(model.syncSeconds(k, model.layers.weights(start, end), r) / r <=
@@ -420,9 +423,9 @@ private:
                                  r * theta * perComponent * (1 + 1e-9));
           if (bound <= best)
             continue;
-          bound = std::min(bound, lastWithin(model.layers.params, start,
-                                             syncWeightLimit(k, r, theta) *
-                                                 (1 + 1e-9)));
+          bound = std::min(
+              bound, lastWithin(model.layers.params, start,
+                                syncWeightLimit(k, r, theta) * (1 + 1e-9)));
           if (bound <= best)
             continue;
         }
@@ -581,7 +584,8 @@ private:
             if (cut >= best)
               continue;
             for (int mp = 1; mp < w; ++mp) {
-              double left = value[static_cast<size_t>(s) * level.width + w - mp];
+              double left =
+                  value[static_cast<size_t>(s) * level.width + w - mp];
               if (left >= best)
                 continue;
               double right = stageValue(k, outer, s + 1, j, mp);
@@ -654,8 +658,8 @@ private:
 /// Smallest device memory for which some plan (devices may stay idle)
 /// satisfies the memory rule; bisection over bytes at θ = ∞.
 double minimumMemory(PipeDreamModel model) {
-  double hi = model.stageMemory(0, model.numLayers() - 1,
-                                model.inflightBound(1));
+  double hi =
+      model.stageMemory(0, model.numLayers() - 1, model.inflightBound(1));
   double lo = 0;
   model.memoryCap = hi;
   {
@@ -681,9 +685,9 @@ double minimumMemory(PipeDreamModel model) {
           stages);
   double need = 0;
   for (const StagePlan &stage : stages)
-    need = std::max(need, model.stageMemory(stage.firstLayer, stage.lastLayer,
-                                            model.inflightBound(
-                                                stage.replicas)));
+    need =
+        std::max(need, model.stageMemory(stage.firstLayer, stage.lastLayer,
+                                         model.inflightBound(stage.replicas)));
   return need;
 }
 
@@ -723,8 +727,8 @@ int pipec::pipeDreamNoam(int workers, int inputStageReplicas) {
 }
 
 PipeDreamScore pipec::scorePipeDream(const Profile &profile,
-                                     const Topology &topology,
-                                     const Plan &plan, const SimOptions &sim,
+                                     const Topology &topology, const Plan &plan,
+                                     const SimOptions &sim,
                                      const PipeDreamOptions &options) {
   PipeDreamScore score;
   if (std::string bad = checkInputs(profile, topology); !bad.empty()) {
@@ -736,8 +740,8 @@ PipeDreamScore pipec::scorePipeDream(const Profile &profile,
     score.error = bad;
     return score;
   }
-  PipeDreamModel model = makeModel(profile, topology, plan.microbatchSize, sim,
-                                   options.sync);
+  PipeDreamModel model =
+      makeModel(profile, topology, plan.microbatchSize, sim, options.sync);
   std::set<int> seen;
   for (int s = 0; s < plan.numStages(); ++s) {
     const StagePlan &stage = plan.stages[s];
@@ -754,8 +758,8 @@ PipeDreamScore pipec::scorePipeDream(const Profile &profile,
         return score;
       }
       if (!seen.insert(device).second) {
-        score.error = "device " + std::to_string(device) +
-                      " runs more than one stage";
+        score.error =
+            "device " + std::to_string(device) + " runs more than one stage";
         return score;
       }
     }
@@ -805,8 +809,9 @@ PlanResult pipec::planPipeDream(const Profile &profile,
     if (dp.cost() > 4e9)
       return planError(
           "pipedream: the recurrence with every device in use costs about " +
-          std::to_string(static_cast<long long>(dp.cost())) +
-          " steps for " + std::to_string(n) + " layers on this topology (the "
+          std::to_string(static_cast<long long>(dp.cost())) + " steps for " +
+          std::to_string(n) +
+          " layers on this topology (the "
           "limit is 4e9); allow fewer devices, which uses the fast search");
     bestValue = dp.solve(best);
   } else {
@@ -820,8 +825,8 @@ PlanResult pipec::planPipeDream(const Profile &profile,
       lo *= 1 - 1e-12;
       double hi = bestValue;
       for (int probe = 0; probe < 200 && hi - lo > 1e-10 * hi; ++probe) {
-        double mid = (lo > 0 && hi > 4 * lo) ? std::sqrt(lo * hi)
-                                             : lo + (hi - lo) / 2;
+        double mid =
+            (lo > 0 && hi > 4 * lo) ? std::sqrt(lo * hi) : lo + (hi - lo) / 2;
         if (search.feasible(mid)) {
           Pipeline plan = search.reconstruct(mid);
           double value = evaluate(model, plan, top, 1);

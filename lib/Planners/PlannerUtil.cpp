@@ -122,8 +122,7 @@ int64_t resolveMicrobatchSize(const Profile &profile,
   }
   if (options.globalBatch > 0 && options.globalBatch % size != 0) {
     error = "the global batch " + std::to_string(options.globalBatch) +
-            " is not a multiple of the microbatch size " +
-            std::to_string(size);
+            " is not a multiple of the microbatch size " + std::to_string(size);
     return 0;
   }
   return size;
@@ -201,8 +200,7 @@ int RangeMin::lastAtMost(int lo, int hi, double x) const {
     return lo - 1;
   // Walk left from hi, skipping power-of-two blocks whose minimum is > x.
   int end = hi; // candidates are lo..end
-  for (int k = static_cast<int>(table.size()) - 1; k >= 0 && end >= lo;
-       --k) {
+  for (int k = static_cast<int>(table.size()) - 1; k >= 0 && end >= lo; --k) {
     int width = 1 << k;
     if (end - width + 1 < lo)
       continue;

@@ -1,4 +1,5 @@
-//===- PlannerUtil.h - Shared pieces of pipedream, dapple, exhaustive -*- C++ -*-===//
+//===- PlannerUtil.h - Shared pieces of pipedream, dapple, exhaustive -*- C++
+//-*-===//
 //
 // Internal to lib/Planners: per-layer cost tables with prefix sums, the
 // linear-time cut table, topology helpers with the closed forms of

@@ -8,6 +8,7 @@
 #include "pipec/Planners.h"
 
 #include <algorithm>
+#include <set>
 #include <cstdio>
 #include <sstream>
 
@@ -109,7 +110,11 @@ AutoPlanResult pipec::planAuto(const Profile &profile, const Topology &topology,
       result.candidates.push_back(std::move(candidate));
       continue;
     }
-    candidate.sim = simulatePlan(profile, topology, planned.plan, options.sim);
+    SimOptions sim = options.sim;
+    // DAPPLE splits each microbatch across a stage's replicas (dapple.md §4)
+    // rather than sending whole microbatches round-robin.
+    sim.splitReplicas = name == "dapple";
+    candidate.sim = simulatePlan(profile, topology, planned.plan, sim);
     if (!candidate.sim.ok) {
       candidate.note = "simulation failed: " + candidate.sim.error;
     } else if (!candidate.sim.fitsMemory) {
@@ -172,11 +177,15 @@ std::string pipec::candidateTable(const std::vector<PlanCandidate> &candidates) 
   os << line;
   for (const PlanCandidate &c : candidates) {
     std::string replicas;
-    int devices = 0;
+    std::set<int> deviceSet;
+    int replicaCount = 0;
     for (const StagePlan &s : c.plan.stages) {
       replicas += (replicas.empty() ? "" : "-") + std::to_string(s.replicas);
-      devices += s.replicas;
+      deviceSet.insert(s.devices.begin(), s.devices.end());
+      replicaCount += s.replicas;
     }
+    // Interleaved chunks share devices: count distinct ones when known.
+    int devices = deviceSet.empty() ? replicaCount : int(deviceSet.size());
     if (replicas.size() > 16)
       replicas = replicas.substr(0, 13) + "...";
     bool simulated = c.sim.ok;

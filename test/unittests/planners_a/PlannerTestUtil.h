@@ -1,4 +1,5 @@
-//===- PlannerTestUtil.h - Instances for the pipedream/dapple tests -*- C++ -*-===//
+//===- PlannerTestUtil.h - Instances for the pipedream/dapple tests -*- C++
+//-*-===//
 //
 // Hand-made and seeded random instances (profiles and topologies) shared by
 // the PipeDream*, Dapple* and Exhaustive* suites.
@@ -69,16 +70,15 @@ struct Instance {
   std::string describe() const {
     std::string text = std::to_string(profile.ops.size()) + " layers, levels";
     for (const TopologyLevel &l : topology.levels)
-      text += " " + std::to_string(l.count) + "@" +
-              std::to_string(l.bandwidth);
+      text += " " + std::to_string(l.count) + "@" + std::to_string(l.bandwidth);
     if (topology.deviceMemoryBytes)
       text += ", memory " + std::to_string(topology.deviceMemoryBytes);
     return text;
   }
 };
 
-inline Instance randomInstance(std::mt19937 &rng, int maxLayers,
-                               int maxDevices, bool withMemory = false) {
+inline Instance randomInstance(std::mt19937 &rng, int maxLayers, int maxDevices,
+                               bool withMemory = false) {
   auto uniform = [&](double lo, double hi) {
     return std::uniform_real_distribution<double>(lo, hi)(rng);
   };
@@ -157,8 +157,8 @@ inline std::string replicaString(const Plan &plan) {
 inline bool nearlyEqual(double a, double b, double relative = 1e-9) {
   if (std::isinf(a) || std::isinf(b))
     return a == b;
-  return std::fabs(a - b) <= relative * std::max({1.0, std::fabs(a),
-                                                  std::fabs(b)});
+  return std::fabs(a - b) <=
+         relative * std::max({1.0, std::fabs(a), std::fabs(b)});
 }
 
 } // namespace testutil

@@ -69,20 +69,17 @@ TEST(DappleLatency, DigestTable) {
     EXPECT_DOUBLE_EQ(fixed.latency, row.fixed);
     EXPECT_DOUBLE_EQ(printed.latency, row.printed);
     EXPECT_EQ(fixed.pivot, row.pivot);
-    EXPECT_DOUBLE_EQ(fixed.latency,
-                     fixed.warmup + fixed.steady + fixed.ending);
+    EXPECT_DOUBLE_EQ(fixed.latency, fixed.warmup + fixed.steady + fixed.ending);
   }
   // Single stage: exactly M(F + B) + AR with the correction; 2B short
   // without it.
   for (int m : {1, 2, 7}) {
-    EXPECT_DOUBLE_EQ(dappleLatency({1.5}, {2.5}, {3}, m).latency,
-                     m * 4.0 + 3);
+    EXPECT_DOUBLE_EQ(dappleLatency({1.5}, {2.5}, {3}, m).latency, m * 4.0 + 3);
     EXPECT_DOUBLE_EQ(dappleLatency({1.5}, {2.5}, {3}, m, false).latency,
                      m * 4.0 + 3 - 5);
   }
   // T_s = 0 for M = 1.
-  EXPECT_DOUBLE_EQ(dappleLatency({1, 0, 1}, {2, 0, 2}, {0, 0, 0}, 1).steady,
-                   0);
+  EXPECT_DOUBLE_EQ(dappleLatency({1, 0, 1}, {2, 0, 2}, {0, 0, 0}, 1).steady, 0);
 }
 
 TEST(DappleLatency, PivotRule) {
@@ -120,8 +117,8 @@ TEST(DappleLatency, MatchesSimulatorOnDigestRows) {
     const Case &c = cases[i];
     SCOPED_TRACE("case " + std::to_string(i));
     int stages = static_cast<int>(c.f.size());
-    Profile profile = chain(c.f, c.b, c.params,
-                            std::vector<int64_t>(stages, 0));
+    Profile profile =
+        chain(c.f, c.b, c.params, std::vector<int64_t>(stages, 0));
     Plan plan;
     plan.algorithm = "test";
     plan.schedule = "1f1b-flush";
@@ -214,8 +211,7 @@ TEST(DapplePlacement, SixDevicesOnTwoMachinesOfEight) {
   // Not enough free devices: as many as there are.
   std::vector<bool> used(16, true);
   used[3] = false;
-  EXPECT_EQ(dappleAllocate(cluster, used, 6, DapplePolicy::FreshFirst),
-            (V{3}));
+  EXPECT_EQ(dappleAllocate(cluster, used, 6, DapplePolicy::FreshFirst), (V{3}));
 }
 
 //===----------------------------------------------------------------------===//
@@ -316,8 +312,7 @@ TEST(DappleOracle, NeverWorseThanDataParallelOrStraight) {
     dp.stages = {{0, n - 1, g, {}}};
     for (int d = 0; d < g; ++d)
       dp.stages[0].devices.push_back(d);
-    EXPECT_LE(value, dappleValue(inst.profile, inst.topology, dp) *
-                         (1 + 1e-9));
+    EXPECT_LE(value, dappleValue(inst.profile, inst.topology, dp) * (1 + 1e-9));
     int depth = std::min(n, g);
     if (depth < 2)
       continue;
@@ -326,8 +321,8 @@ TEST(DappleOracle, NeverWorseThanDataParallelOrStraight) {
     Plan straight = balanced.plan;
     straight.microbatches = 8;
     straight.microbatchSize = 4;
-    EXPECT_LE(value, dappleValue(inst.profile, inst.topology, straight) *
-                         (1 + 1e-9));
+    EXPECT_LE(value,
+              dappleValue(inst.profile, inst.topology, straight) * (1 + 1e-9));
   }
 }
 
@@ -335,16 +330,19 @@ TEST(DappleOracle, NeverWorseThanDataParallelOrStraight) {
 // Uneven replication (dapple.md §4, Table V)
 //===----------------------------------------------------------------------===//
 
-/// VGG-19 on 16 single-GPU machines at 10 Gbps: convolutions (heavy
-/// compute, small weights) and a final fully connected layer holding most
-/// weights. Replicating the FC layer costs an allreduce of its weights over
-/// slow links: 15:1.
+/// VGG-19-like on 16 single-GPU machines at 10 Gbps: convolutions (heavy
+/// compute, small weights, large activations) and a final fully connected
+/// layer holding most weights. Replicating the FC layer costs an allreduce
+/// of its weights over slow links: 15:1. (The model hides the allreduce of
+/// a stage after the pivot behind the backward passes, AR_s - Σ_{a=Q}^{s}
+/// B_a, so the FC weights must outweigh those backward passes: 4 GB here;
+/// with 400 MB the model prefers 6:10, replicating the FC layer.)
 TEST(DappleExamples, FifteenToOne) {
   std::vector<double> fwd(6, 0.04), bwd(6, 0.08);
   std::vector<int64_t> params(6, 2000000), out(6, 20000000);
   fwd[5] = 0.0005;
   bwd[5] = 0.001;
-  params[5] = 400000000;
+  params[5] = 4000000000;
   out[4] = 200000;
   Profile profile = chain(fwd, bwd, params, out);
   Topology cluster = topology({level(1, 1e11), level(16, 1.25e9, 1e-5)});
@@ -369,9 +367,10 @@ TEST(DappleExamples, FifteenToOne) {
                           oracle.objective));
 }
 
-/// AmoebaNet-like: the first part does 11/5 of the second part's compute,
-/// both hold weights worth replicating only within limits; 55-sample
-/// microbatches split evenly 11 and 5 ways: 11:5.
+/// AmoebaNet-like: the first three cells do 11/5 of the last three's
+/// compute, only the cut between them is cheap, and 55-sample microbatches
+/// split evenly 11 and 5 ways: 11:5 (5 and 11 samples per replica, equal
+/// stage times).
 TEST(DappleExamples, ElevenToFive) {
   std::vector<double> fwd = {0.11, 0.11, 0.11, 0.05, 0.05, 0.05};
   std::vector<double> bwd = {0.22, 0.22, 0.22, 0.10, 0.10, 0.10};
@@ -381,7 +380,7 @@ TEST(DappleExamples, ElevenToFive) {
   Topology cluster = topology({level(1, 1e11), level(16, 3.1e9, 1e-5)});
   PlannerOptions options;
   options.microbatchSize = 55;
-  options.microbatches = 8;
+  options.microbatches = 32;
   PlanResult result = planDapple(profile, cluster, options, {});
   ASSERT_TRUE(result.ok) << result.error;
   EXPECT_EQ(replicaString(result.plan), "11-5");
@@ -479,12 +478,12 @@ TEST(DappleScale, ThousandLayersOnThousandDevices) {
   options.globalBatch = 2048;
   auto start = std::chrono::steady_clock::now();
   PlanResult result = planDapple(profile, cluster, options, {});
-  double seconds = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   ASSERT_TRUE(result.ok) << result.error;
   expectValidPlan(result.plan, profile, cluster);
-  EXPECT_LT(seconds, 20.0);
+  EXPECT_LT(seconds, 5.0);
   EXPECT_TRUE(nearlyEqual(dappleValue(profile, cluster, result.plan),
                           result.plan.predicted.iterationSeconds));
 }

@@ -48,8 +48,8 @@ int64_t binomial(int n, int k) {
 /// vector, C(G-1, S-1) of them (C(G, S) when devices may stay idle), times
 /// C(N-1, S-1) partitions.
 TEST(ExhaustiveEnumeration, FlatTopologyCountsCompositions) {
-  Profile profile = chain({1, 1, 1, 1}, {1, 1, 1, 1}, {0, 0, 0, 0},
-                          {1, 1, 1, 1});
+  Profile profile =
+      chain({1, 1, 1, 1}, {1, 1, 1, 1}, {0, 0, 0, 0}, {1, 1, 1, 1});
   Topology cluster = topology({level(5, 1)});
   for (bool idle : {false, true}) {
     std::map<int, int> counts =
@@ -126,9 +126,9 @@ TEST(ExhaustiveErrors, RefusesLargeInstances) {
   EXPECT_NE(result.error.find("refusing 40 layers"), std::string::npos)
       << result.error;
 
-  Profile small = chain(std::vector<double>(10, 1), std::vector<double>(10, 1),
-                        std::vector<int64_t>(10, 0),
-                        std::vector<int64_t>(10, 1));
+  Profile small =
+      chain(std::vector<double>(10, 1), std::vector<double>(10, 1),
+            std::vector<int64_t>(10, 0), std::vector<int64_t>(10, 1));
   Topology wide = topology({level(2, 10), level(8, 1)});
   eo.maxCandidates = 1000;
   result = searchExhaustive(small, wide, {}, eo);
@@ -168,6 +168,6 @@ TEST(ExhaustivePlanner, SimulatorScored) {
   };
   ExhaustiveResult all = searchExhaustive(profile, cluster, options, eo);
   ASSERT_TRUE(all.ok);
-  EXPECT_TRUE(nearlyEqual(1.0 / result.plan.predicted.samplesPerSecond, best,
-                          1e-9));
+  EXPECT_TRUE(
+      nearlyEqual(1.0 / result.plan.predicted.samplesPerSecond, best, 1e-9));
 }

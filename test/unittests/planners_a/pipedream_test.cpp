@@ -1,4 +1,5 @@
-//===- pipedream_test.cpp - PipeDream's hierarchical DP against brute force ===//
+//===- pipedream_test.cpp - PipeDream's hierarchical DP against brute force
+//===//
 //
 // The planner's bottleneck A^L equals the exhaustive oracle's under the
 // same model (scorePipeDream) on hundreds of seeded random instances, with
@@ -49,7 +50,8 @@ void compareWithOracle(unsigned seed, int count, bool allowFewer,
     options.allowFewerDevices = allowFewer;
     PipeDreamOptions pd;
     pd.sync = sync;
-    PlanResult planned = planPipeDream(inst.profile, inst.topology, options, pd);
+    PlanResult planned =
+        planPipeDream(inst.profile, inst.topology, options, pd);
     ExhaustiveResult oracle =
         pipeDreamOracle(inst.profile, inst.topology, options, sync);
     if (!oracle.ok) {
@@ -115,10 +117,11 @@ TEST(PipeDreamOracle, RandomInstancesWithMemoryLimits) {
 /// recurrence evaluated directly, on instances too big for brute force.
 TEST(PipeDreamOracle, ThresholdSearchEqualsRecurrence) {
   std::mt19937 rng(7);
+  int compared = 0;
   for (int trial = 0; trial < 40; ++trial) {
-    Instance inst = randomInstance(rng, 30, 1, trial % 3 == 0);
+    Instance inst = randomInstance(rng, 40, 1, trial % 3 == 0);
     // Larger hierarchical topologies than randomInstance draws.
-    std::uniform_int_distribution<int> pick(1, 4);
+    std::uniform_int_distribution<int> pick(1, 5);
     inst.topology.levels = {level(pick(rng), 2000), level(pick(rng), 300, 0.01),
                             level(pick(rng), 100, 0.05)};
     if (inst.topology.deviceMemoryBytes)
@@ -140,7 +143,9 @@ TEST(PipeDreamOracle, ThresholdSearchEqualsRecurrence) {
     double vb = pipeDreamValue(inst.profile, inst.topology, b.plan,
                                PipeDreamSync::Ring);
     EXPECT_TRUE(nearlyEqual(va, vb, 1e-8)) << va << " vs " << vb;
+    ++compared;
   }
+  EXPECT_GE(compared, 30);
 }
 
 //===----------------------------------------------------------------------===//
@@ -190,8 +195,8 @@ TEST(PipeDreamExamples, Figure8TwoOne) {
 /// B → ∞: the optimum is ΣT_l / m by one stage replicated m times
 /// (T = [3, 1, 2, 5], m = 4 → 2.75, config "4").
 TEST(PipeDreamExamples, InfiniteBandwidthGivesDataParallelism) {
-  Profile profile = chain({1, 0.5, 1, 2}, {2, 0.5, 1, 3}, {10, 10, 10, 10},
-                          {5, 5, 5, 5});
+  Profile profile =
+      chain({1, 0.5, 1, 2}, {2, 0.5, 1, 3}, {10, 10, 10, 10}, {5, 5, 5, 5});
   Topology cluster = topology({level(4, 1e30)});
   for (bool allowFewer : {false, true}) {
     PlannerOptions options;
@@ -199,9 +204,9 @@ TEST(PipeDreamExamples, InfiniteBandwidthGivesDataParallelism) {
     PlanResult result = planPipeDream(profile, cluster, options, {});
     ASSERT_TRUE(result.ok) << result.error;
     EXPECT_EQ(replicaString(result.plan), "4");
-    EXPECT_DOUBLE_EQ(pipeDreamValue(profile, cluster, result.plan,
-                                    PipeDreamSync::Ring),
-                     2.75);
+    EXPECT_DOUBLE_EQ(
+        pipeDreamValue(profile, cluster, result.plan, PipeDreamSync::Ring),
+        2.75);
     EXPECT_EQ(result.plan.microbatches, 1); // NOAM of DP
   }
 }
@@ -209,9 +214,9 @@ TEST(PipeDreamExamples, InfiniteBandwidthGivesDataParallelism) {
 /// Large weights, negligible activations: replication is avoided, a
 /// straight pipeline of balanced stages wins.
 TEST(PipeDreamExamples, WeightSyncDominatesGivesStraightPipeline) {
-  Profile profile = chain({1, 1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1, 1},
-                          std::vector<int64_t>(8, 1000000000),
-                          std::vector<int64_t>(8, 1));
+  Profile profile =
+      chain({1, 1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1, 1},
+            std::vector<int64_t>(8, 1000000000), std::vector<int64_t>(8, 1));
   Topology cluster = topology({level(4, 1e6)});
   PlanResult result = planPipeDream(profile, cluster, {}, {});
   ASSERT_TRUE(result.ok) << result.error;
@@ -266,8 +271,8 @@ TEST(PipeDreamExamples, HierarchyReplicatesWholeServers) {
   // Two servers of two devices; fast inside, slow between. Four equal
   // layers with weights: inside a server the pair pipelines or replicates;
   // across servers only activations are cheap enough.
-  Profile profile = chain({1, 1, 1, 1}, {1, 1, 1, 1}, {100, 100, 100, 100},
-                          {1, 1, 1, 1});
+  Profile profile =
+      chain({1, 1, 1, 1}, {1, 1, 1, 1}, {100, 100, 100, 100}, {1, 1, 1, 1});
   Topology cluster = topology({level(2, 1e6), level(2, 10)});
   PlanResult result = planPipeDream(profile, cluster, {}, {});
   ASSERT_TRUE(result.ok) << result.error;
@@ -287,8 +292,7 @@ TEST(PipeDreamExamples, HierarchyReplicatesWholeServers) {
   ragged.stages = {{0, 1, 3, {0, 1, 2}}, {2, 3, 1, {3}}};
   PipeDreamScore score = scorePipeDream(profile, cluster, ragged);
   EXPECT_FALSE(score.ok);
-  EXPECT_NE(score.error.find("hierarchical"), std::string::npos)
-      << score.error;
+  EXPECT_NE(score.error.find("hierarchical"), std::string::npos) << score.error;
 }
 
 /// A cut carries every tensor live across it (skip connections included),
@@ -300,8 +304,8 @@ TEST(PipeDreamExamples, CutCostCountsSkipConnections) {
   Plan plan;
   plan.stages = {{0, 1, 1, {0}}, {2, 2, 1, {1}}};
   // Across the cut after layer 1: 100 + 10 bytes. 2 (0.5 + 110 / 1) = 221.
-  EXPECT_DOUBLE_EQ(
-      pipeDreamValue(profile, cluster, plan, PipeDreamSync::Ring), 221.0);
+  EXPECT_DOUBLE_EQ(pipeDreamValue(profile, cluster, plan, PipeDreamSync::Ring),
+                   221.0);
 }
 
 TEST(PipeDreamExamples, Noam) {
@@ -392,12 +396,12 @@ TEST(PipeDreamScale, ThousandLayersOnThousandDevices) {
       topology({level(8, 3e11, 5e-6), level(128, 2.5e10, 1e-5)}, 80LL << 30);
   auto start = std::chrono::steady_clock::now();
   PlanResult result = planPipeDream(profile, cluster, {}, {});
-  double seconds = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   ASSERT_TRUE(result.ok) << result.error;
   expectValidPlan(result.plan, profile, cluster);
-  EXPECT_LT(seconds, 10.0);
+  EXPECT_LT(seconds, 5.0);
   EXPECT_TRUE(nearlyEqual(
       pipeDreamValue(profile, cluster, result.plan, PipeDreamSync::Ring),
       result.plan.microbatchSize / result.plan.predicted.samplesPerSecond,

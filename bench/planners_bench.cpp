@@ -1,0 +1,118 @@
+//===- planners_bench.cpp - Planning time at paper scale ------------------===//
+//
+// Issue 3's planning-time benchmark: a 1,000-layer chain (jittered
+// transformer-like layers) on 1,024 devices as 128 nodes x 8 (NVLink-class
+// inside a node, InfiniBand-class between nodes, 80 GiB per device). Every
+// planner of plannerNames() is timed through runPlanner; pipedream and
+// dapple also on smaller shapes to show how the time grows.
+//
+//   planners_bench [--benchmark_filter=pipedream]
+//
+// Each benchmark reports the wall time of one planning call and, as
+// counters, the plan's stages, devices used and predicted samples/s (0 when
+// the planner failed; the error is the skip message).
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipec/Planners.h"
+
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+
+using namespace pipec;
+
+namespace {
+
+Profile chainProfile(int layers) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> jitter(0.8, 1.2);
+  Profile profile;
+  profile.device = "h100";
+  profile.microbatch = 1;
+  for (int l = 0; l < layers; ++l) {
+    ProfileOp op;
+    op.name = "layer" + std::to_string(l);
+    op.op = "TransformerLayer";
+    op.fwdSeconds = 1e-3 * jitter(rng);
+    op.bwdSeconds = 2e-3 * jitter(rng);
+    op.paramBytes = static_cast<int64_t>(2e7 * jitter(rng));
+    op.outBytes = static_cast<int64_t>(4e6 * jitter(rng));
+    op.savedBytes = op.outBytes * 4;
+    profile.ops.push_back(op);
+  }
+  return profile;
+}
+
+Topology cluster(int nodes, int perNode) {
+  Topology topology;
+  topology.deviceMemoryBytes = 80LL << 30;
+  TopologyLevel node{"node", perNode, 3e11, 5e-6};
+  TopologyLevel net{"cluster", nodes, 2.5e10, 1e-5};
+  topology.levels = {node, net};
+  return topology;
+}
+
+void runOne(benchmark::State &state, const std::string &planner, int layers,
+            int nodes, int perNode) {
+  Profile profile = chainProfile(layers);
+  Topology topology = cluster(nodes, perNode);
+  PlannerOptions options;
+  if (planner == "dapple" || planner == "balanced")
+    options.globalBatch = 2048;
+  PlanResult result;
+  for (auto _ : state) {
+    result = runPlanner(planner, profile, topology, options);
+    benchmark::DoNotOptimize(result);
+  }
+  if (!result.ok) {
+    state.SkipWithError(result.error.c_str());
+    return;
+  }
+  int devices = 0;
+  for (const StagePlan &stage : result.plan.stages)
+    devices += stage.replicas;
+  state.counters["stages"] = result.plan.numStages();
+  state.counters["devices"] = devices;
+  state.counters["samples_per_s"] = result.plan.predicted.samplesPerSecond;
+}
+
+void registerAll() {
+  // The issue's shape, every planner.
+  for (const std::string &name : plannerNames()) {
+    if (name == "exhaustive" || name == "auto")
+      continue; // brute force refuses; auto is the sum of the others
+    benchmark::RegisterBenchmark(
+        ("plan/" + name + "/1000x(128x8)").c_str(),
+        [name](benchmark::State &state) { runOne(state, name, 1000, 128, 8); })
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(1)
+        ->Repetitions(3)
+        ->ReportAggregatesOnly(true);
+  }
+  // Growth of pipedream and dapple with the instance.
+  for (const char *name : {"pipedream", "dapple"})
+    for (auto [layers, nodes] : {std::pair{100, 16}, std::pair{300, 32},
+                                 std::pair{1000, 64}, std::pair{1000, 128}})
+      benchmark::RegisterBenchmark(("scale/" + std::string(name) + "/" +
+                                    std::to_string(layers) + "x(" +
+                                    std::to_string(nodes) + "x8)")
+                                       .c_str(),
+                                   [name = std::string(name), layers = layers,
+                                    nodes = nodes](benchmark::State &state) {
+                                     runOne(state, name, layers, nodes, 8);
+                                   })
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(1);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  registerAll();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
