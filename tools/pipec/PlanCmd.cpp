@@ -12,6 +12,7 @@
 #include "Driver.h"
 
 #include "pipec/Planners.h"
+#include "pipec/Schedule.h"
 #include "pipec/Sim.h"
 
 #include "llvm/Support/MemoryBuffer.h"
@@ -165,6 +166,10 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
     return 1;
   PlannerOptions options;
   options.schedule = a.get("--schedule");
+  if (!options.schedule.empty() && !parseScheduleKind(options.schedule))
+    return fail("plan", "unknown --schedule '" + options.schedule +
+                            "' (gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, "
+                            "zb-h1)", 2);
   int64_t v = 0;
   if ((a.has("--microbatches") && !a.getInt("--microbatches", v, 1)))
     return 2;
