@@ -38,6 +38,14 @@ mlir::OwningOpRef<mlir::ModuleOp> importOnnxFile(mlir::MLIRContext &context,
                                                  const ImportOptions &options,
                                                  std::string &error);
 
+/// Imports a model held in memory (`name` labels messages; external data
+/// is refused since there is no folder).
+mlir::OwningOpRef<mlir::ModuleOp> importOnnxBytes(mlir::MLIRContext &context,
+                                                  const std::string &bytes,
+                                                  const std::string &name,
+                                                  const ImportOptions &options,
+                                                  std::string &error);
+
 /// Batch size (leading dimension of input 0) written in the file, 0 when
 /// it is symbolic; -1 and `error` set when the file cannot be read.
 int64_t onnxFileBatch(const std::string &path, std::string &error);

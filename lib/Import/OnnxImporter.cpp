@@ -31,6 +31,7 @@
 #include <onnx/version_converter/convert.h>
 
 #include <cfloat>
+#include <filesystem>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -124,8 +125,10 @@ ValueType fromTypeProto(const onnx::TypeProto &type) {
 class Importer {
 public:
   Importer(MLIRContext &ctx, const std::string &path,
-           const ImportOptions &options, std::string &error)
-      : ctx(ctx), path(path), options(options), error(error), b(&ctx) {}
+           const ImportOptions &options, std::string &error,
+           const std::string *bytes = nullptr)
+      : ctx(ctx), path(path), options(options), error(error), b(&ctx),
+        givenBytes(bytes) {}
 
   OwningOpRef<ModuleOp> run();
 
@@ -136,6 +139,7 @@ private:
     return false;
   }
   bool load();
+  bool loadExternalData();
   bool upgradeOpset();
   bool checkSupported();
   bool specialiseAndInfer();
@@ -155,6 +159,9 @@ private:
   const ImportOptions &options;
   std::string &error;
   OpBuilder b;
+  /// The model's bytes when importing from memory (no folder: external
+  /// data is refused).
+  const std::string *givenBytes = nullptr;
   onnx::ModelProto model;
   int64_t opset = 0;
   ModuleOp module;
@@ -186,12 +193,17 @@ private:
 //===----------------------------------------------------------------------===//
 
 bool Importer::load() {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return fail("cannot open '" + path + "': " + std::strerror(errno));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string bytes = buffer.str();
+  std::string bytes;
+  if (givenBytes) {
+    bytes = *givenBytes;
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      return fail("cannot open '" + path + "': " + std::strerror(errno));
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    bytes = buffer.str();
+  }
   if (bytes.empty())
     return fail("'" + path + "' is empty, not an ONNX model");
   if (!model.ParseFromString(bytes))
@@ -213,6 +225,66 @@ bool Importer::load() {
         return fail("'" + path + "' imports no version of the default ONNX "
                     "operator set");
     opset = kMinOpset;
+  }
+  return true;
+}
+
+/// Inlines initializers stored in external data files (models over 2 GiB)
+/// as raw data. Locations must be relative paths inside the model's folder
+/// (no absolute paths, no '..', no symbolic links leading out).
+bool Importer::loadExternalData() {
+  namespace fs = std::filesystem;
+  for (auto &t : *model.mutable_graph()->mutable_initializer()) {
+    if (t.data_location() != onnx::TensorProto::EXTERNAL)
+      continue;
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto &kv : t.external_data()) {
+      if (kv.key() == "location")
+        location = kv.value();
+      else if (kv.key() == "offset")
+        offset = std::atoll(kv.value().c_str());
+      else if (kv.key() == "length")
+        length = std::atoll(kv.value().c_str());
+    }
+    std::string what = "initializer '" + t.name() + "'";
+    if (givenBytes)
+      return fail(what + " uses external data, which needs the model's file");
+    if (location.empty())
+      return fail(what + " has external data without a location");
+    fs::path rel(location);
+    bool escapes = rel.is_absolute();
+    for (const auto &part : rel)
+      escapes |= part == "..";
+    fs::path dir = fs::path(path).parent_path();
+    std::error_code ec;
+    fs::path file = fs::weakly_canonical(dir / rel, ec);
+    fs::path root = fs::weakly_canonical(dir.empty() ? fs::path(".") : dir, ec);
+    std::string f = file.string(), r = root.string();
+    if (escapes || ec || f.compare(0, r.size(), r) != 0 ||
+        (f.size() > r.size() && f[r.size()] != '/'))
+      return fail(what + ": refused external data file '" + location +
+                  "': it lies outside the model's folder");
+    std::ifstream in(file, std::ios::binary);
+    if (!in)
+      return fail(what + ": cannot open external data file '" + location +
+                  "': " + std::strerror(errno));
+    in.seekg(0, std::ios::end);
+    int64_t size = in.tellg();
+    if (length < 0)
+      length = size - offset;
+    if (offset < 0 || length < 0 || offset + length > size)
+      return fail(what + ": external data range [" + std::to_string(offset) +
+                  ", " + std::to_string(offset + length) + ") exceeds '" +
+                  location + "' (" + std::to_string(size) + " bytes)");
+    std::string data(static_cast<size_t>(length), '\0');
+    in.seekg(offset);
+    in.read(data.data(), length);
+    if (!in)
+      return fail(what + ": cannot read external data file '" + location + "'");
+    t.set_raw_data(std::move(data));
+    t.clear_external_data();
+    t.set_data_location(onnx::TensorProto::DEFAULT);
   }
   return true;
 }
@@ -367,12 +439,21 @@ FailureOr<RankedTensorType> Importer::typeOf(const std::string &name,
          "; pipec supports float32 tensors and int64 labels");
     return failure();
   }
-  for (int64_t d : vt.dims)
-    if (d > (int64_t(1) << 40)) {
-      fail(where + ": '" + name + "' has an implausible dimension " +
-           std::to_string(d));
+  // Element counts beyond 2^40 (and products that would overflow) are
+  // refused before any size computation can wrap around.
+  int64_t elements = 1;
+  for (int64_t d : vt.dims) {
+    if (d > (int64_t(1) << 40) ||
+        (d > 0 && elements > (int64_t(1) << 40) / d)) {
+      fail(where + ": '" + name + "' has " +
+           (d > (int64_t(1) << 40) ? "an implausible dimension " +
+                                         std::to_string(d)
+                                   : std::string("more than 2^40 elements")) +
+           " " + dimsString(vt.dims));
       return failure();
     }
+    elements *= d;
+  }
   return RankedTensorType::get(vt.dims, elem);
 }
 
@@ -381,10 +462,15 @@ template <typename T>
 static bool tensorData(const onnx::TensorProto &t, std::vector<T> &out,
                        std::string &why) {
   int64_t n = 1;
-  for (int64_t d : t.dims())
+  for (int64_t d : t.dims()) {
+    if (d < 0 || (d > 0 && n > (int64_t(1) << 40) / d)) {
+      why = "has an invalid or too large shape";
+      return false;
+    }
     n *= d;
+  }
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    why = "external data files are not supported yet";
+    why = "uses external data that was not loaded";
     return false;
   }
   out.clear();
@@ -1332,7 +1418,7 @@ bool Importer::emit() {
 OwningOpRef<ModuleOp> Importer::run() {
   ctx.loadDialect<nn::NNDialect, func::FuncDialect,
                   ml_program::MLProgramDialect>();
-  if (!load() || !upgradeOpset() || !checkSupported() ||
+  if (!load() || !loadExternalData() || !upgradeOpset() || !checkSupported() ||
       !specialiseAndInfer() || !emit()) {
     if (module)
       module->erase();
@@ -1351,6 +1437,21 @@ OwningOpRef<ModuleOp> pipec::importOnnxFile(MLIRContext &context,
     return importer.run();
   } catch (const std::exception &e) {
     error = "failed to import '" + path + "': " + e.what();
+  }
+  return nullptr;
+}
+
+OwningOpRef<ModuleOp> pipec::importOnnxBytes(MLIRContext &context,
+                                             const std::string &bytes,
+                                             const std::string &name,
+                                             const ImportOptions &options,
+                                             std::string &error) {
+  error.clear();
+  try {
+    Importer importer(context, name, options, error, &bytes);
+    return importer.run();
+  } catch (const std::exception &e) {
+    error = "failed to import '" + name + "': " + e.what();
   }
   return nullptr;
 }

@@ -11,6 +11,9 @@ opset11.onnx     opset 11 (upgraded by ONNX's version converter)
 computed_shape.onnx  Reshape whose shape is computed by Shape (folds at import)
 runtime_shape.onnx   Reshape whose shape is a model input (cannot fold)
 with_loss.onnx   a model that ends in SoftmaxCrossEntropyLoss
+external.onnx    tiny.onnx with its weights in external.bin
+traversal.onnx   external data pointing outside the model's folder
+huge.onnx        an input of 2^44 elements
 truncated.onnx   the first half of tiny.onnx
 not_onnx.onnx    a text file
 empty.onnx       zero bytes
@@ -108,6 +111,23 @@ def main(out):
         [f32("x", [4, 3]), labels], [f32("loss", [])],
         [init("w", [5, 3], 8), init("b", [5], 9)])
     onnx.save(with_loss, f"{out}/with_loss.onnx")
+
+    # External data (models over 2 GiB): loaded from the model's folder;
+    # a location outside it is refused.
+    ext = onnx.load(f"{out}/tiny.onnx")
+    onnx.save_model(ext, f"{out}/external.onnx", save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="external.bin",
+                    size_threshold=0)
+    trav = onnx.load(f"{out}/external.onnx", load_external_data=False)
+    for t in trav.graph.initializer:
+        for kv in t.external_data:
+            if kv.key == "location":
+                kv.value = "../outside.bin"
+    onnx.save(trav, f"{out}/traversal.onnx")
+
+    huge = model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                 [f32("x", [1 << 22, 1 << 22])], [f32("y", [1 << 22, 1 << 22])])
+    onnx.save(huge, f"{out}/huge.onnx")
 
     data = tiny.SerializeToString()
     with open(f"{out}/truncated.onnx", "wb") as fh:
