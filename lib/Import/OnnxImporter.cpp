@@ -140,6 +140,8 @@ private:
   }
   bool load();
   bool loadExternalData();
+  bool check();
+  bool checkStructure();
   bool upgradeOpset();
   bool checkSupported();
   bool specialiseAndInfer();
@@ -344,7 +346,32 @@ bool Importer::checkSupported() {
   return fail(msg);
 }
 
-bool Importer::specialiseAndInfer() {
+/// Every value a node or the graph output reads is defined before it.
+bool Importer::checkStructure() {
+  const auto &graph = model.graph();
+  std::set<std::string> defined;
+  for (const auto &v : graph.input())
+    defined.insert(v.name());
+  for (const auto &t : graph.initializer())
+    defined.insert(t.name());
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto &node = graph.node(i);
+    for (const auto &in : node.input())
+      if (!in.empty() && !defined.count(in))
+        return fail("'" + path + "': node '" + nodeLabel(node, i) + "' (" +
+                    node.op_type() + ") reads '" + in +
+                    "', which no earlier node, input or initializer defines");
+    for (const auto &out : node.output())
+      defined.insert(out);
+  }
+  for (const auto &out : graph.output())
+    if (!defined.count(out.name()))
+      return fail("'" + path + "': graph output '" + out.name() +
+                  "' is not produced by any node");
+  return true;
+}
+
+bool Importer::check() {
   try {
     onnx::checker::check_model(model);
   } catch (const std::exception &e) {
@@ -352,6 +379,10 @@ bool Importer::specialiseAndInfer() {
     return fail("'" + path + "' fails the ONNX checker: " +
                 what.substr(0, what.find('\n')));
   }
+  return true;
+}
+
+bool Importer::specialiseAndInfer() {
   auto *graph = model.mutable_graph();
   std::set<std::string> initNames;
   for (const auto &init : graph->initializer())
@@ -1055,6 +1086,8 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
       if (!v)
         return false;
       auto shape = nn::broadcastShapes(rtype(acc).getShape(), rtype(v).getShape());
+      if (failed(shape))
+        return fail(where + ": operand shapes do not broadcast");
       auto type = RankedTensorType::get(*shape, b.getF32Type());
       acc = op == "Max" ? nn::MaxOp::create(b, loc, type, acc, v).getResult()
                         : nn::MinOp::create(b, loc, type, acc, v).getResult();
@@ -1126,9 +1159,16 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
       int64_t axis = attrInt(node, "axis", 0);
       if (axis < 0)
         axis += rank;
+      if (axis < 0 || axis >= rank)
+        return fail(where + ": axis is out of range for rank " +
+                    std::to_string(rank));
       int64_t offset = 0;
       for (int k = 0; k < node.output_size(); ++k) {
+        if (!resultTypes[k])
+          return fail(where + ": every output of Split must be named");
         auto t = cast<RankedTensorType>(resultTypes[k]);
+        if (t.getRank() != rank || offset + t.getDimSize(axis) > xt.getDimSize(axis))
+          return fail(where + ": output shapes do not partition the input");
         SmallVector<int64_t> starts(rank, 0), steps(rank, 1);
         starts[axis] = offset;
         values[node.output(k)] =
@@ -1154,8 +1194,15 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
       steps.assign(starts.size(), 1);
     }
     SmallVector<int64_t> st(rank, 0), sp(rank, 1);
+    if (starts.size() != ends.size() || axes.size() != starts.size() ||
+        steps.size() != starts.size())
+      return fail(where + ": starts, ends, axes and steps must have one entry "
+                          "per sliced axis");
     for (size_t k = 0; k < axes.size(); ++k) {
       int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
+      if (a < 0 || a >= rank || steps[k] == 0)
+        return fail(where + ": axis " + std::to_string(axes[k]) +
+                    " is out of range or a step is 0");
       int64_t n = xt.getDimSize(a), s0 = starts[k];
       if (s0 < 0)
         s0 += n;
@@ -1192,6 +1239,9 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
       if (!w)
         return false;
       auto wt = rtype(w);
+      if (wt.getRank() != xt.getRank())
+        return fail(where + ": the weight must have the input's rank " +
+                    std::to_string(xt.getRank()));
       kernel.assign(wt.getShape().begin() + 2, wt.getShape().end());
     } else {
       kernel = attrInts(node, "kernel_shape");
@@ -1204,6 +1254,14 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
       if (attrString(node, "auto_pad", "NOTSET") == "NOTSET" && p.size() != 2)
         return fail(where + ": pads must have 2 entries");
     }
+    if (kernel.size() != 2 || strides.size() != 2 || dilations.size() != 2)
+      return fail(where + ": kernel_shape, strides and dilations must have " +
+                  (oneD ? "1 entry" : "2 entries") + " each");
+    for (int64_t v : {kernel[0], kernel[1], strides[0], strides[1],
+                      dilations[0], dilations[1]})
+      if (v < 1)
+        return fail(where + ": kernel sizes, strides and dilations must be "
+                            "positive");
     std::string why;
     std::vector<int64_t> pads;
     if (oneD && attrString(node, "auto_pad", "NOTSET") == "NOTSET") {
@@ -1215,8 +1273,6 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
     }
     if (pads.empty())
       return fail(where + ": " + why);
-    if (kernel.size() != 2 || strides.size() != 2 || dilations.size() != 2)
-      return fail(where + ": kernel, strides and dilations must be 2-D");
     // Work in 2-D; 1-D inputs get a unit height.
     auto f32t = b.getF32Type();
     Value x2 = oneD ? nn::ReshapeOp::create(b, loc, RankedTensorType::get(x4, f32t), x).getResult() : x;
@@ -1261,9 +1317,13 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
     Value x = in(0);
     if (!x)
       return false;
+    if (rtype(x).getRank() < 3)
+      return fail(where + ": the input must be [N, C, spatial...]");
     int64_t spatial = 1;
     for (int64_t d : rtype(x).getShape().drop_front(2))
       spatial *= d;
+    if (spatial == 0)
+      return fail(where + ": empty spatial dimensions");
     return out0(nn::SumToShapeOp::create(b, loc, rt0, x,
                                          b.getF64FloatAttr(1.0 / spatial)));
   }
@@ -1306,6 +1366,9 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
     int64_t axis = attrInt(node, "axis", -1);
     if (axis < 0)
       axis += xt.getRank();
+    if (axis < 0 || axis >= xt.getRank())
+      return fail(where + ": axis " + std::to_string(attrInt(node, "axis", -1)) +
+                  " is out of range for rank " + std::to_string(xt.getRank()));
     int64_t outer = 1;
     for (int64_t i = 0; i < axis; ++i)
       outer *= xt.getDimSize(i);
@@ -1418,7 +1481,11 @@ bool Importer::emit() {
 OwningOpRef<ModuleOp> Importer::run() {
   ctx.loadDialect<nn::NNDialect, func::FuncDialect,
                   ml_program::MLProgramDialect>();
-  if (!load() || !loadExternalData() || !upgradeOpset() || !checkSupported() ||
+  // Structure, operators and the checker come before the version
+  // converter: libonnx's converter crashes on malformed graphs (found by
+  // scripts/fuzz-importer.sh).
+  if (!load() || !loadExternalData() || !checkStructure() ||
+      !checkSupported() || !check() || !upgradeOpset() || !check() ||
       !specialiseAndInfer() || !emit()) {
     if (module)
       module->erase();
