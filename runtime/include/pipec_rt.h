@@ -73,10 +73,14 @@ enum {
   PIPEC_BIN_SUB = 1,
   PIPEC_BIN_MUL = 2,
   PIPEC_BIN_DIV = 3,
+  PIPEC_BIN_POW = 4, ///< A^B (ONNX Pow)
+  PIPEC_BIN_MAX = 5,
+  PIPEC_BIN_MIN = 6,
 };
 
 /// Elementwise unary op. bufs: [X, Y] (Y may alias X). ints: [opcode, n].
-/// reals: [alpha] (used by SCALE: Y = alpha * X; others ignore it).
+/// reals: [alpha, beta] (SCALE: Y = alpha X; LEAKY_RELU: slope alpha;
+/// CLIP: min alpha, max beta; POW_SCALAR: X^alpha; others ignore them).
 void pipec_k_unary(void *const *bufs, const int64_t *ints, const double *reals);
 enum {
   PIPEC_UN_COPY = 0,
@@ -86,12 +90,23 @@ enum {
   PIPEC_UN_NEG = 4,
   PIPEC_UN_SCALE = 5,
   PIPEC_UN_EXP = 6,
+  PIPEC_UN_ERF = 7,
+  PIPEC_UN_GELU = 8,      ///< x/2 (1 + erf(x / sqrt 2))
+  PIPEC_UN_GELU_TANH = 9, ///< the tanh approximation
+  PIPEC_UN_SQRT = 10,
+  PIPEC_UN_LOG = 11,
+  PIPEC_UN_LEAKY_RELU = 12,
+  PIPEC_UN_CLIP = 13,
+  PIPEC_UN_POW_SCALAR = 14,
+  PIPEC_UN_ABS = 15,
+  PIPEC_UN_RECIPROCAL = 16,
 };
 
 /// Backward of a unary op: dX = dY * f'(.)
-/// bufs: [T, dY, dX] where T is the forward input X for RELU and the forward
-///   output Y for TANH and SIGMOID (dX may alias dY).
-/// ints: [opcode, n] with opcode PIPEC_UN_RELU / _TANH / _SIGMOID.
+/// bufs: [T, dY, dX] where T is the forward output Y for TANH, SIGMOID, EXP,
+///   SQRT and RECIPROCAL, and the forward input X for every other opcode
+///   (dX may alias dY).
+/// ints: [opcode, n]. reals: as pipec_k_unary (alpha, beta).
 void pipec_k_unary_grad(void *const *bufs, const int64_t *ints,
                         const double *reals);
 
@@ -107,6 +122,99 @@ void pipec_k_softmax(void *const *bufs, const int64_t *ints,
 ///   log-softmax: dX = dY - exp(Y) * sum_axis(dY)
 void pipec_k_softmax_grad(void *const *bufs, const int64_t *ints,
                           const double *reals);
+
+/// Full-shape gradients of a broadcasting binary op, before the compiler's
+/// sum onto each operand's shape: dA = dY * d(A op B)/dA, dB likewise, both
+/// with Y's dims. bufs: [A, B, dY, dA (or NULL), dB (or NULL)].
+/// ints: as pipec_k_binary. Needed for POW, MAX, MIN (ties go to A).
+void pipec_k_binary_grad(void *const *bufs, const int64_t *ints,
+                         const double *reals);
+
+/// Broadcast (ONNX Expand, adjoint of pipec_k_reduce_sum):
+/// Y[i] = X[sum_k i_k * xStrides[k]]. bufs: [X, Y].
+/// ints: [rank, yDims[rank], xStrides[rank]] (0 along broadcast dims).
+void pipec_k_broadcast(void *const *bufs, const int64_t *ints,
+                       const double *reals);
+
+/// Strided copy (Slice, Split, Concat pieces, Pad interiors and their
+/// gradients): for every index i of `dims`,
+///   dst[dstOffset + sum i_k dstStrides[k]] (+)= src[srcOffset + sum i_k srcStrides[k]]
+/// bufs: [src, dst]. ints: [rank, dims[rank], srcStrides[rank], srcOffset,
+/// dstStrides[rank], dstOffset, accumulate]. Strides may be negative
+/// (reversed slices). Elements are float32.
+void pipec_k_strided_copy(void *const *bufs, const int64_t *ints,
+                          const double *reals);
+
+/// 2-D convolution (ONNX Conv, NCHW, groups, strides, pads, dilations).
+/// bufs: [X, W, B (or NULL), Y]. X [N,C,H,W], W [M, C/groups, kH, kW],
+/// Y [N, M, oH, oW]. ints: [N, C, H, W, M, kH, kW, oH, oW, strideH,
+/// strideW, padTop, padLeft, dilationH, dilationW, groups, hasBias].
+/// (Bottom/right padding is implied by oH/oW.)
+void pipec_k_conv2d(void *const *bufs, const int64_t *ints,
+                    const double *reals);
+/// dX of pipec_k_conv2d. bufs: [dY, W, dX] (dX overwritten). ints: as conv2d.
+void pipec_k_conv2d_grad_input(void *const *bufs, const int64_t *ints,
+                               const double *reals);
+/// dW of pipec_k_conv2d. bufs: [dY, X, dW] (dW overwritten). ints: as conv2d.
+void pipec_k_conv2d_grad_weight(void *const *bufs, const int64_t *ints,
+                                const double *reals);
+
+/// 2-D max pooling; padding never wins. bufs: [X, Y, Indices (int64 flat
+/// index into X per output element, or NULL)]. ints: [N, C, H, W, kH, kW,
+/// oH, oW, strideH, strideW, padTop, padLeft, dilationH, dilationW].
+void pipec_k_maxpool2d(void *const *bufs, const int64_t *ints,
+                       const double *reals);
+/// dX of max pooling from the saved indices. bufs: [dY, Indices, dX]
+/// (dX overwritten). ints: [nX (elements of X), nY (elements of Y)].
+void pipec_k_maxpool2d_grad(void *const *bufs, const int64_t *ints,
+                            const double *reals);
+/// 2-D average pooling. bufs: [X, Y]. ints: [N, C, H, W, kH, kW, oH, oW,
+/// strideH, strideW, padTop, padLeft, countIncludePad].
+void pipec_k_avgpool2d(void *const *bufs, const int64_t *ints,
+                       const double *reals);
+/// dX of average pooling. bufs: [dY, dX] (dX overwritten). ints: as avgpool2d.
+void pipec_k_avgpool2d_grad(void *const *bufs, const int64_t *ints,
+                            const double *reals);
+
+/// BatchNormalization in training mode (ONNX opset 15): batch statistics
+/// over N and the spatial dims, biased variance.
+/// bufs: [X, scale, bias, runMean, runVar, Y, savedMean, savedInvStd,
+///        runMeanOut, runVarOut] (runMeanOut/runVarOut may alias runMean/runVar;
+///        savedMean/savedInvStd are [C]).
+/// ints: [N, C, S] (S = product of spatial dims). reals: [epsilon, momentum]
+///   runMeanOut = momentum runMean + (1 - momentum) mean (same for var).
+void pipec_k_batchnorm_train(void *const *bufs, const int64_t *ints,
+                             const double *reals);
+/// BatchNormalization with given statistics (inference mode).
+/// bufs: [X, scale, bias, mean, var, Y]. ints: [N, C, S]. reals: [epsilon].
+void pipec_k_batchnorm_infer(void *const *bufs, const int64_t *ints,
+                             const double *reals);
+/// Gradients of training-mode batch normalization.
+/// bufs: [X, scale, savedMean, savedInvStd, dY, dX, dScale, dBias].
+/// ints: [N, C, S].
+void pipec_k_batchnorm_grad(void *const *bufs, const int64_t *ints,
+                            const double *reals);
+
+/// LayerNormalization over the trailing `inner` elements of each of `outer`
+/// rows. bufs: [X, scale [inner], bias [inner] (or NULL), Y, mean [outer],
+/// invStd [outer]]. ints: [outer, inner]. reals: [epsilon].
+void pipec_k_layernorm(void *const *bufs, const int64_t *ints,
+                       const double *reals);
+/// Gradients of layer normalization. bufs: [X, scale, mean, invStd, dY, dX,
+/// dScale, dBias (or NULL)]. ints: [outer, inner].
+void pipec_k_layernorm_grad(void *const *bufs, const int64_t *ints,
+                            const double *reals);
+
+/// Gather along one axis (ONNX Gather; embedding lookup): data viewed as
+/// [outer, axisDim, inner], indices (int64, negative wraps) of count
+/// nIndices, Y viewed as [outer, nIndices, inner]. bufs: [data, indices, Y].
+/// ints: [outer, axisDim, inner, nIndices]. Out-of-range indices give 0.
+void pipec_k_gather(void *const *bufs, const int64_t *ints,
+                    const double *reals);
+/// dData of pipec_k_gather: zero, then scatter-add dY. bufs: [dY, indices,
+/// dData]. ints: as pipec_k_gather.
+void pipec_k_gather_grad(void *const *bufs, const int64_t *ints,
+                         const double *reals);
 
 /// Sum-reduction of X onto a broadcast-compatible shape (the adjoint of
 /// broadcasting), times a scale: Y = scale * sum over reduced dims of X.
