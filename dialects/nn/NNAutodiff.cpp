@@ -83,6 +83,20 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
     operandGrads.push_back(gemm(b, loc, bt, a, dy, true, false, 1.0f));
     return success();
   }
+  // [..., M, K] x [K, N] (a linear layer over a batch of sequences): fold
+  // the leading dims into M and use two plain GEMMs.
+  if (bt.getRank() == 2) {
+    int64_t rows = at.getNumElements() / at.getShape().back();
+    auto elem = at.getElementType();
+    auto a2 = RankedTensorType::get({rows, at.getShape().back()}, elem);
+    auto y2 = RankedTensorType::get({rows, bt.getDimSize(1)}, elem);
+    Value dy2 = ReshapeOp::create(b, loc, y2, dy);
+    Value aFlat = ReshapeOp::create(b, loc, a2, a);
+    Value da2 = gemm(b, loc, a2, dy2, bb, false, true, 1.0f);
+    operandGrads.push_back(ReshapeOp::create(b, loc, at, da2));
+    operandGrads.push_back(gemm(b, loc, bt, aFlat, dy2, true, false, 1.0f));
+    return success();
+  }
   // dA = sum(dY . B^T), dB = sum(A^T . dY) over broadcast batch dims.
   auto yt = cast<RankedTensorType>(dy.getType());
   auto full = [&](RankedTensorType like) {
