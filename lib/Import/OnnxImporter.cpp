@@ -31,6 +31,9 @@
 #include <onnx/version_converter/convert.h>
 
 #include <cfloat>
+#include <functional>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <filesystem>
 #include <cstring>
 #include <fstream>
@@ -41,6 +44,84 @@ using namespace mlir;
 using namespace pipec;
 
 namespace {
+
+/// Runs `work` on `model` in a forked child process and returns the
+/// transformed model. libonnx's checker, version converter and shape
+/// inference crash on some malformed models (found by fuzzing); isolated,
+/// such a crash becomes an error message instead of killing pipec. An
+/// exception thrown by `work` comes back as `error`.
+bool runIsolated(onnx::ModelProto &model,
+                 const std::function<void(onnx::ModelProto &)> &work,
+                 std::string &error, bool &crashed) {
+  crashed = false;
+  int fds[2];
+  if (pipe(fds) != 0) {
+    error = std::string("pipe: ") + std::strerror(errno);
+    return false;
+  }
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    error = std::string("fork: ") + std::strerror(errno);
+    return false;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out;
+    try {
+      work(model);
+      out = "O" + model.SerializeAsString();
+    } catch (const std::exception &e) {
+      out = std::string("E") + e.what();
+    }
+    const char *p = out.data();
+    size_t left = out.size();
+    while (left > 0) {
+      ssize_t n = write(fds[1], p, left);
+      if (n <= 0)
+        _exit(3);
+      p += n;
+      left -= size_t(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string in;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    in.append(buf, size_t(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || in.empty()) {
+    crashed = true;
+    error = WIFSIGNALED(status)
+                ? "the ONNX library crashed (signal " +
+                      std::to_string(WTERMSIG(status)) + ") on this model"
+                : "the ONNX library failed on this model";
+    return false;
+  }
+  if (in[0] == 'E') {
+    error = in.substr(1);
+    return false;
+  }
+  onnx::ModelProto result;
+  if (!result.ParseFromString(in.substr(1))) {
+    error = "internal error: cannot read back the processed model";
+    return false;
+  }
+  model = std::move(result);
+  return true;
+}
 
 /// Operators the importer converts (issue: the MLP slice). Others are
 /// reported together with the nodes that use them.
@@ -294,17 +375,20 @@ bool Importer::loadExternalData() {
 bool Importer::upgradeOpset() {
   if (opset >= kMinOpset)
     return true;
-  try {
-    // Some adapters (Softmax 12->13) need the shapes of their inputs.
-    onnx::shape_inference::InferShapes(model);
-    model = onnx::version_conversion::ConvertVersion(model, kMinOpset);
-  } catch (const std::exception &e) {
+  std::string why;
+  bool crashed;
+  if (!runIsolated(
+          model,
+          [](onnx::ModelProto &m) {
+            // Some adapters (Softmax 12->13) need the shapes of their inputs.
+            onnx::shape_inference::InferShapes(m);
+            m = onnx::version_conversion::ConvertVersion(m, kMinOpset);
+          },
+          why, crashed))
     return fail("'" + path + "' uses opset " + std::to_string(opset) +
                 ", older than the " + std::to_string(kMinOpset) +
                 " pipec imports, and ONNX's version converter could not "
-                "upgrade it: " +
-                e.what());
-  }
+                "upgrade it: " + why);
   opset = kMinOpset;
   return true;
 }
@@ -372,13 +456,13 @@ bool Importer::checkStructure() {
 }
 
 bool Importer::check() {
-  try {
-    onnx::checker::check_model(model);
-  } catch (const std::exception &e) {
-    std::string what = e.what();
+  std::string why;
+  bool crashed;
+  if (!runIsolated(
+          model, [](onnx::ModelProto &m) { onnx::checker::check_model(m); },
+          why, crashed))
     return fail("'" + path + "' fails the ONNX checker: " +
-                what.substr(0, what.find('\n')));
-  }
+                why.substr(0, why.find('\n')));
   return true;
 }
 
@@ -406,16 +490,20 @@ bool Importer::specialiseAndInfer() {
   graph->clear_value_info();
   for (auto &output : *graph->mutable_output())
     output.mutable_type()->mutable_tensor_type()->clear_shape();
-  try {
-    onnx::ShapeInferenceOptions opts(/*check_type=*/true, /*strict=*/1,
-                                     /*data_prop=*/true);
-    onnx::shape_inference::InferShapes(
-        model, onnx::OpSchemaRegistry::Instance(), opts);
-  } catch (const std::exception &e) {
-    std::string what = e.what();
+  std::string why;
+  bool crashed;
+  if (!runIsolated(
+          model,
+          [](onnx::ModelProto &m) {
+            onnx::ShapeInferenceOptions opts(/*check_type=*/true, /*strict=*/1,
+                                             /*data_prop=*/true);
+            onnx::shape_inference::InferShapes(
+                m, onnx::OpSchemaRegistry::Instance(), opts);
+          },
+          why, crashed))
     return fail("ONNX shape inference failed on '" + path +
-                "': " + what.substr(0, what.find('\n')));
-  }
+                "': " + why.substr(0, why.find('\n')));
+  graph = model.mutable_graph(); // the model was replaced
   for (const auto &v : graph->input())
     types[v.name()] = fromTypeProto(v.type());
   for (const auto &v : graph->value_info())
