@@ -17,6 +17,20 @@ namespace pipec {
 
 /// One pipeline stage: a contiguous, inclusive range of layers (indices into
 /// the profile's op list), replicated `replicas` times on `devices`.
+///
+/// Shared devices. Normally every device runs one stage (or, in an
+/// interleaved plan, the chunks c*p + r of one device position r). A device
+/// that holds several stages - MadPipe's special processor (madpipe.md §2.4,
+/// §3.2), typically non-adjacent stages such as layers 1 and 3 of the
+/// (2, 4, 2) example on one GPU and layer 2 on another - is expressed by
+/// listing that device in the `devices` of each of its stages; the stages
+/// themselves stay contiguous and in chain order. validatePlan accepts this
+/// (it checks layers, replicas and that a stage does not list one device
+/// twice, never overlaps between stages), so plan.json needs no new field.
+/// The simulator runs such a plan only when the overlap is intended (a
+/// madpipe plan, or SimOptions::allowSharedDevices; see
+/// sharedDevicesAllowed() in Sim.h) and refuses other planners' overlaps as
+/// mistakes.
 struct StagePlan {
   int firstLayer = 0;
   int lastLayer = 0;
@@ -81,8 +95,10 @@ double stageSeconds(const Profile &profile, const StagePlan &stage);
 int64_t planCutBytes(const Profile &profile, const Plan &plan);
 
 /// Checks the structural invariants of a plan against a profile with
-/// `numLayers` layers: contiguous, non-empty, covering, replicas >= 1.
-/// Returns an empty string when valid, else the first violation.
+/// `numLayers` layers: contiguous, non-empty, covering, replicas >= 1, one
+/// device per replica, no device twice within a stage. Several stages may
+/// list the same device (a shared device, see StagePlan). Returns an empty
+/// string when valid, else the first violation.
 std::string validatePlan(const Plan &plan, int numLayers);
 
 /// Bytes of every tensor live across the cut after layer `cutAfter`

@@ -305,6 +305,12 @@ ExhaustiveResult searchExhaustive(const Profile &, const Topology &,
 //===----------------------------------------------------------------------===//
 // The models behind madpipe, twobw and interleaved (papers/madpipe.md,
 // papers/thesis.md §3-4), exposed for tests and benchmarks.
+//
+// planMadPipe's plans may put several stages on one device, the special
+// processor of MadPipe-DP: each of its stages lists that device (Plan.h).
+// Such a plan is returned only when the simulator runs it (no deadlock),
+// finds every device within memory and simulates it strictly faster than
+// the best plan with one stage per device, which is returned otherwise.
 //===----------------------------------------------------------------------===//
 
 /// 1F1B* groups (madpipe.md §2.1) of a chain of items (stages, or stages and

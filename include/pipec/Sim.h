@@ -54,6 +54,13 @@ struct SimOptions {
   /// microbatches. Default: PipeDream's 1F1B-RR, microbatch k whole on
   /// replica k mod r.
   bool splitReplicas = false;
+  /// Lets several plan stages list the same device (a device holding
+  /// several, typically non-adjacent, stages: MadPipe's special processor,
+  /// madpipe.md §2.4) for plans of any planner. Plans of the madpipe planner
+  /// (algorithm "madpipe" or "auto:madpipe") share devices by design and
+  /// need no flag; see sharedDevicesAllowed(). Interleaved plans never do
+  /// (their chunks share devices through plan.chunks instead).
+  bool allowSharedDevices = false;
 };
 
 /// Peak memory of one stage replica, by kind (bytes).
@@ -73,8 +80,10 @@ struct StageMemory {
 struct DeviceUsage {
   int device = 0;
   /// Peak memory of everything on the device (every chunk of an interleaved
-  /// pipeline): weights x versions, gradients, optimizer state, the peak of
-  /// the stashed activations over time and communication buffers.
+  /// pipeline, every stage of a shared device): weights x versions,
+  /// gradients and optimizer state summed over them, the peak over time of
+  /// their stashed activations (in the order the device ran them) and of
+  /// their communication buffers. SimResult::fitsMemory checks this total.
   int64_t peakBytes = 0;
   double busySeconds = 0; ///< compute (F, B, W) per iteration
 };
@@ -99,7 +108,9 @@ struct SimResult {
   /// Idle share of the device time: idle / (devices x iteration time),
   /// = (p-1)/(m+p-1) for gpipe on uniform stages; always in [0, 1).
   double idleFraction = 0;
-  std::vector<StageMemory> memory;  ///< per plan stage (its largest replica)
+  /// Per plan stage (its largest replica); a shared device's total is in
+  /// `devices`, not here.
+  std::vector<StageMemory> memory;
   std::vector<int64_t> peakInflight; ///< per plan stage, max over replicas
   std::vector<DeviceUsage> devices;  ///< per device the plan uses, by id
   bool fitsMemory = true;       ///< every device within the device memory
@@ -126,7 +137,23 @@ struct SimResult {
 ///    (topology.allreduceSeconds) once per step for flush schedules, per
 ///    batch for 2bw and per backward round for 1f1b;
 ///  - interleaved: plan.stages are the p*v virtual stages in order and
-///    plan.chunks = v; virtual stage c*p + r runs on stage r's devices.
+///    plan.chunks = v; virtual stage c*p + r runs on stage r's devices;
+///  - shared devices (a MadPipe special processor: stages whose `devices`
+///    lists share a device, see Plan.h): every stage keeps its own rank
+///    program, generated for the chain of all plan.stages, and the device
+///    runs one op at a time: whenever it is free it starts, among its
+///    stages' next ops that can start, the one of the oldest microbatch,
+///    backward before forward at equal microbatch, then the earlier stage
+///    (replica) - a deterministic greedy list schedule that never idles
+///    while an op is ready, so it adds no deadlock (programs that cannot
+///    finish are still reported). Its memory (DeviceUsage::peakBytes) sums
+///    the stages' weights x versions, gradients and optimizer state and
+///    adds the peak over time of all their stashed activations and buffers.
+///    For 1f1b and 2bw the steady state is measured over at least 16 steps
+///    and 64 microbatches and is never below the busiest device's work per
+///    iteration (the greedy order's backlog fluctuates from step to step).
+///    Allreduce lanes stay per stage: replicated stages sharing devices may
+///    overlap their collectives.
 /// A plan stage without devices gets the lowest unused device ids.
 SimResult simulatePlan(const Profile &profile, const Topology &topology,
                        const Plan &plan, const SimOptions &options = {});
@@ -141,6 +168,21 @@ SimResult simulatePlan(const Profile &profile, const Topology &topology,
 SimResult simulateSchedule(const Profile &profile, const Topology &topology,
                            const Plan &plan, const ScheduleResult &schedule,
                            const SimOptions &options = {});
+
+/// Whether the simulator lets several stages of `plan` share a device: with
+/// options.allowSharedDevices, or for a plan of the madpipe planner
+/// (algorithm "madpipe" or "auto:madpipe"), whose special processor holds
+/// several stages by design (madpipe.md §3.2). Any other overlap is taken
+/// for a mistake and refused ("device d is assigned to stage a and stage
+/// b"), as before shared devices existed; interleaved plans are refused
+/// too.
+bool sharedDevicesAllowed(const Plan &plan, const SimOptions &options = {});
+
+/// The devices listed by more than one stage of `plan` (for an interleaved
+/// plan, by more than one of its first numStages/chunks stages, since its
+/// chunks share devices by design), ascending. Empty when every device
+/// runs one stage.
+std::vector<int> devicesSharedByStages(const Plan &plan);
 
 } // namespace pipec
 

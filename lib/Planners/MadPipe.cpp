@@ -7,6 +7,16 @@
 // binary search on the target period T̂ (Algorithm 1); and, in place of the
 // paper's ILP phase, a memory check of the final plan by the simulator.
 //
+// The special processor is one device listed by each of its stages
+// (Plan.h). The simulator runs such a plan (Sim.h: the device serialises
+// its stages' ops, oldest microbatch first, backward before forward, and
+// sums their memory), which stands in for the ILP's schedule and checks the
+// special processor's true activation count, which phase 1 under-estimates
+// (g - 1 per stage, madpipe.md §2.4). The planner returns the best plan
+// without a shared device (the contiguous variant as the fallback) unless
+// the simulator accepts one with a special processor holding several stages
+// and finds it strictly faster.
+//
 // Conventions (madpipe.md §7): layers are the chain's items 1..L; the cut
 // after layer k costs C(k) = 2·a_k/β for k = 1..L-1 and C(0) = C(L) = 0;
 // V' = (V ⊕ U(k,l)) ⊕ C(k-1); ceilings carry a 1e-9 tolerance; g >= 1.
@@ -596,8 +606,8 @@ Plan allocationPlan(const MadPipeChain &chain, const MadPipeAllocation &alloc,
   else if (globalBatch > 0)
     plan.microbatches =
         static_cast<int>(std::max<int64_t>(1, globalBatch / microbatchSize));
-  else
-    plan.microbatches = std::max(devices, 1);
+  else // one per stage (the devices, unless a special processor holds more)
+    plan.microbatches = std::max(plan.numStages(), 1);
   // The pattern runs one microbatch per period T̃ = max(T, T̂).
   double total = 0;
   for (int l = 0; l < chain.size(); ++l)
@@ -635,24 +645,20 @@ double memoryNeeded(MadPipeChain chain, const MadPipeGrid &grid) {
   return hi;
 }
 
-/// Simulates `plan` and checks every device's peak memory. "" when the
-/// simulator runs the plan and it fits; `worst` is the largest device peak.
-/// Without a memory limit, only checks that each device runs one stage.
+/// Simulates `plan` and checks every device's peak memory, the special
+/// processor's included (the simulator sums the stages of a shared device
+/// and runs them in its greedy order, Sim.h). "" when the simulator runs the
+/// plan (no deadlock) and it fits; `worst` is the largest device peak.
+/// Without a memory limit, a plan whose devices run one stage each is
+/// accepted unsimulated; one with a special processor is simulated for
+/// deadlock.
 std::string simulatorMemoryCheck(const Profile &profile,
                                  const Topology &topology, const Plan &plan,
                                  const SimOptions &options, double &worst) {
   worst = 0;
-  // Without a memory limit only the simulator's structural rule matters:
-  // one stage per device.
-  if (topology.deviceMemoryBytes <= 0) {
-    std::map<int, int> stagesOn;
-    for (const StagePlan &stage : plan.stages)
-      for (int device : stage.devices)
-        if (++stagesOn[device] > 1)
-          return "the simulator runs one stage per device; device " +
-                 std::to_string(device) + " holds several";
+  const bool limited = topology.deviceMemoryBytes > 0;
+  if (!limited && devicesSharedByStages(plan).empty())
     return "";
-  }
   // The memory of a continuous schedule (1f1b, 2bw) does not grow with m
   // past the fill (p - s in flight, at most two versions for 2bw with
   // m >= p - 1), so a short run suffices.
@@ -661,6 +667,8 @@ std::string simulatorMemoryCheck(const Profile &profile,
   SimResult sim = simulatePlan(profile, topology, shortRun, options);
   if (!sim.ok)
     return "the simulator rejects the plan: " + sim.error;
+  if (!limited)
+    return "";
   int worstDevice = -1;
   for (const DeviceUsage &usage : sim.devices)
     if (static_cast<double>(usage.peakBytes) > worst) {
@@ -668,7 +676,7 @@ std::string simulatorMemoryCheck(const Profile &profile,
       worstDevice = usage.device;
     }
   double limit = static_cast<double>(topology.deviceMemoryBytes);
-  if (!sim.fitsMemory || (limit > 0 && worst > limit))
+  if (!sim.fitsMemory || worst > limit)
     return "the simulator finds " + plannerb::formatBytes(worst) +
            " on device " + std::to_string(worstDevice) + " (limit " +
            plannerb::formatBytes(limit) + ")";
@@ -757,22 +765,41 @@ PlanResult planMadPipe(const Profile &original, const Topology &topology,
   const double limit = chain.memory;
   std::string lastRejection;
   bool anyAllocation = false;
+  // Algorithm 1 per (variant, memory budget), computed once.
+  std::map<std::pair<bool, double>, MadPipeSearch> searches;
+  auto searchFor = [&](const MadPipeChain &variant) -> const MadPipeSearch & {
+    auto key = std::make_pair(variant.contiguous, variant.memory);
+    auto it = searches.find(key);
+    if (it == searches.end())
+      it = searches.emplace(key, madPipeSearch(variant, grid, 10)).first;
+    return it->second;
+  };
+  // Does an allocation put several stages on the special processor?
+  auto sharesDevice = [](const MadPipeAllocation &alloc) {
+    int special = 0;
+    for (const MadPipeStage &s : alloc.stages)
+      special += s.special ? 1 : 0;
+    return special > 1;
+  };
   // The simulator is the final judge (the paper's ILP phase is replaced by
-  // it): it must run the plan and find every device within memory.
-  // `attempt` runs Algorithm 1 for one chain and returns the first
-  // allocation, in order of T̃ = max(T, T̂), that the simulator accepts;
+  // it): it must run the plan (no deadlock) and find every device, the
+  // special processor included, within memory. `attempt` runs Algorithm 1
+  // for one chain and returns the first allocation, in order of
+  // T̃ = max(T, T̂), that the simulator accepts, among those with a special
+  // processor holding several stages (`shared`) or those without;
   // `overshoot` is the largest simulated/modelled device memory ratio of
   // the ones it refused for memory.
-  auto attempt = [&](const MadPipeChain &variant, double &overshoot,
-                     Plan &accepted) {
+  auto attempt = [&](const MadPipeChain &variant, bool shared,
+                     double &overshoot, Plan &accepted) {
     overshoot = 0;
-    MadPipeSearch search = madPipeSearch(variant, grid, 10);
+    const MadPipeSearch &search = searchFor(variant);
     if (search.best < 0)
       return false;
     anyAllocation = true;
     std::vector<int> order;
     for (int i = 0; i < static_cast<int>(search.steps.size()); ++i)
-      if (search.allocations[i].feasible)
+      if (search.allocations[i].feasible &&
+          sharesDevice(search.allocations[i]) == shared)
         order.push_back(i);
     auto tilde = [&](int i) {
       return std::max(search.allocations[i].period,
@@ -812,6 +839,37 @@ PlanResult planMadPipe(const Profile &original, const Topology &topology,
     }
     return false;
   };
+  // One variant (contiguous or not), one kind of allocation: the budget M
+  // first; when the simulator finds more memory than the model (e.g. 1f1b
+  // keeps p - s weight versions where MadPipe counts 2, or the special
+  // processor's g - 1 under-estimate of madpipe.md §2.4), the model's
+  // budget M' < M is bisected for the largest one whose plan the simulator
+  // accepts.
+  auto solve = [&](bool contiguous, bool shared, Plan &out) {
+    MadPipeChain variant = chain;
+    variant.contiguous = contiguous;
+    double overshoot = 0;
+    if (attempt(variant, shared, overshoot, out))
+      return true;
+    if (limit <= 0 || overshoot <= 1)
+      return false;
+    double lo = 0, hi = limit;
+    bool found = false;
+    Plan accepted;
+    for (int it = 0; it < 7 && hi - lo > 0.01 * limit; ++it) {
+      double budget = it == 0 ? limit / overshoot : 0.5 * (lo + hi);
+      variant.memory = budget;
+      double ignored = 0;
+      if (attempt(variant, shared, ignored, accepted)) {
+        found = true;
+        out = std::move(accepted);
+        lo = budget;
+      } else {
+        hi = budget;
+      }
+    }
+    return found;
+  };
   auto success = [&](Plan plan) {
     PlanResult result;
     result.ok = true;
@@ -820,39 +878,31 @@ PlanResult planMadPipe(const Profile &original, const Topology &topology,
       return planFailure("madpipe: internal error: " + bad);
     return result;
   };
-  // The simulator runs one stage per device, so an allocation whose special
-  // processor holds several stages is refused; the contiguous variant (P
-  // normal processors) is the fallback. When the simulator finds more
-  // memory than the model (e.g. 1f1b keeps p - s weight versions where
-  // MadPipe counts 2), the model's budget M' < M is bisected for the
-  // largest one whose plan the simulator accepts.
-  for (bool contiguous : {false, true}) {
-    MadPipeChain variant = chain;
-    variant.contiguous = contiguous;
-    double overshoot = 0;
-    Plan accepted;
-    if (attempt(variant, overshoot, accepted))
-      return success(std::move(accepted));
-    if (limit <= 0 || overshoot <= 1)
-      continue;
-    double lo = 0, hi = limit;
-    bool found = false;
-    Plan best;
-    for (int it = 0; it < 7 && hi - lo > 0.01 * limit; ++it) {
-      double budget = it == 0 ? limit / overshoot : 0.5 * (lo + hi);
-      variant.memory = budget;
-      double ignored = 0;
-      if (attempt(variant, ignored, accepted)) {
-        found = true;
-        best = std::move(accepted);
-        lo = budget;
-      } else {
-        hi = budget;
-      }
-    }
-    if (found)
-      return success(std::move(best));
+  // Plans whose devices run one stage each: the full DP's allocations
+  // whose special processor holds at most one stage, else the contiguous
+  // variant (P normal processors).
+  Plan plain;
+  bool havePlain = solve(false, false, plain) || solve(true, false, plain);
+  // Plans with a special processor holding several stages (one device
+  // listed by several stages, Plan.h), simulated like any other. Kept only
+  // when the simulator finds them strictly faster than the plain plan: the
+  // DP's load-balance period ignores the order in which the special
+  // processor interleaves its stages.
+  Plan special;
+  if (solve(false, true, special)) {
+    if (!havePlain)
+      return success(std::move(special));
+    SimResult withSpecial =
+        simulatePlan(original, topology, special, options.sim);
+    SimResult withoutSpecial =
+        simulatePlan(original, topology, plain, options.sim);
+    if (withSpecial.ok && withSpecial.fitsMemory && withoutSpecial.ok &&
+        withSpecial.samplesPerSecond >
+            withoutSpecial.samplesPerSecond * (1 + 1e-9))
+      return success(std::move(special));
   }
+  if (havePlain)
+    return success(std::move(plain));
   if (!anyAllocation)
     return planFailure("madpipe: no allocation on " +
                        std::to_string(processors) + " processors fits in " +

@@ -55,6 +55,23 @@
 //    microbatch's saved bytes with recompute) and buffers (the peak of the
 //    boundary tensors the replica holds in flight: sent but not yet
 //    delivered, or delivered but not yet consumed).
+//  - Shared devices (MadPipe's special processor, madpipe.md §2.4): when
+//    several plan stages list the same device (allowed by
+//    sharedDevicesAllowed()), each stage keeps its own rank program (the
+//    schedule of the N-stage chain) and the device runs one op at a time.
+//    Whenever the shared device is free, it starts, among the ranks whose
+//    next op can start now, the op of the oldest microbatch, a backward (B
+//    or W) before a forward at equal microbatch, then the lower rank: a
+//    deterministic, work-conserving list schedule, decided at the earliest
+//    time an op can start, after every completion at that time (decision
+//    events sort after completions). Because the device never withholds a
+//    ready op, sharing adds no deadlock: programs that run on separate
+//    devices run when they share one, and programs that cannot finish are
+//    still reported. Transfers between two stages of one device are free.
+//    The device's memory sums its stages' weights x versions, gradients and
+//    optimizer state, plus the peak over time of the activations stashed by
+//    all its stages in the order the device ran them (between the two
+//    orders of madpipe.md §2.4), plus the peak of all its buffers.
 //
 //===----------------------------------------------------------------------===//
 
@@ -65,10 +82,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <queue>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 namespace pipec {
@@ -208,6 +227,18 @@ private:
 
   // Event handling.
   void tryStart(int rank);
+  /// Whether rank r's next op can start: false when an input, its own
+  /// forward or a weight version is not known yet; else the earliest start
+  /// (`ready`, at least the rank's and its device's free time) and the
+  /// op's duration.
+  bool startable(int r, double &ready, double &duration) const;
+  /// Starts rank r's next op at `ready` for `duration`.
+  void start(int r, double ready, double duration);
+  /// Shared devices: asks device d to choose its next op at `time`.
+  void requestDecision(int d, double time);
+  /// Shared devices: runs the list schedule of device d at `now`.
+  void decide(int d);
+  bool sharedRank(int r) const { return deviceRanks[rankDevice[r]].size() > 1; }
   void complete(int rank, double time);
   void lastBackwardDone(int q, int rank, int64_t k, double time);
   /// Schedules an allreduce + optimizer on group g's collective lane after
@@ -286,8 +317,23 @@ private:
   /// Buffer intervals per rank x chunk.
   std::vector<std::vector<BufferInterval>> buffers;
 
-  using Event = std::pair<double, int>; // (time, rank), min-heap
+  /// Devices the ranks run on, in order of first use: deviceRanks[d] lists
+  /// the ranks of device d (several for a shared device), rankDevice[r] is
+  /// the index d of rank r's device.
+  std::vector<std::vector<int>> deviceRanks;
+  std::vector<int> rankDevice;
+  bool sharedPlan = false; ///< some device runs several stages
+  /// Shared devices: busy flag, free time, the pending decision (+inf when
+  /// none) and the ops run, in order, as (rank, op index).
+  std::vector<char> deviceBusy;
+  std::vector<double> deviceFree, decisionAt;
+  std::vector<std::vector<std::pair<int, size_t>>> deviceLog;
+
+  /// (time, kind, id), min-heap: kind 0 completes rank id's op, kind 1 is a
+  /// decision of shared device id, after every completion at that time.
+  using Event = std::tuple<double, int, int>;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  double now = 0; ///< time of the event being handled
   std::vector<sim::TraceEvent> trace;
   double computeSeconds = 0;
   std::string failure; ///< a non-finite time found while simulating
@@ -369,7 +415,14 @@ std::string Simulator::setup() {
   // forwards; rank programs repeat every lcm(r_s) microbatches, i.e. every
   // lcm / gcd(lcm, m) steps; the window spans at least 8 steps and 32
   // microbatches so that the cyclic steady state of the max-plus system
-  // averages out.
+  // averages out. A shared device's greedy order need not settle into a
+  // short cycle (its backlog at step ends fluctuates by about one op), so
+  // plans with one get a window of at least 16 steps and 64 microbatches
+  // (and account() bounds their period by the busiest device's work).
+  std::set<int> used;
+  for (const std::vector<int> &devices : groupDevices)
+    for (int device : devices)
+      sharedPlan |= !used.insert(device).second;
   int totalRanks = 0;
   int64_t period = 1;
   for (int r : replicas) {
@@ -384,7 +437,9 @@ std::string Simulator::setup() {
     const int64_t periodSteps = period / std::gcd<int64_t>(period, m);
     const int64_t fill = (2 * depth + m - 1) / m + 1;
     const int64_t drain = fill;
-    const int64_t minWindow = std::max<int64_t>(8, (32 + m - 1) / m);
+    const int64_t minWindow = sharedPlan
+                                  ? std::max<int64_t>(16, (64 + m - 1) / m)
+                                  : std::max<int64_t>(8, (32 + m - 1) / m);
     int64_t window =
         ((minWindow + periodSteps - 1) / periodSteps) * periodSteps;
     steps = std::max<int64_t>(options.steps, fill + window + drain + 1);
@@ -471,11 +526,26 @@ std::string Simulator::setup() {
         ++rank.remaining[op.chunk];
     ranks.push_back(std::move(rank));
   }
+  // Devices in order of first use; a device listed by several stages runs
+  // all their ranks.
+  std::map<int, int> deviceIndex;
+  rankDevice.assign(ranks.size(), 0);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    auto [it, inserted] = deviceIndex.emplace(
+        ranks[r].device, static_cast<int>(deviceRanks.size()));
+    if (inserted)
+      deviceRanks.emplace_back();
+    deviceRanks[it->second].push_back(static_cast<int>(r));
+    rankDevice[r] = it->second;
+  }
   return "";
 }
 
 std::string Simulator::assignDevices() {
   const int numDevices = topology.numDevices();
+  // Several stages on one device: a MadPipe special processor when the plan
+  // asks for it, otherwise an accidental overlap.
+  const bool mayShare = !interleaved && sharedDevicesAllowed(plan, options);
   groupDevices.assign(p, {});
   std::map<int, int> owner; // device -> group
   for (int g = 0; g < p; ++g)
@@ -484,11 +554,13 @@ std::string Simulator::assignDevices() {
         return "stage " + str(g) + " uses device " + str(device) +
                " but the topology has " + str(numDevices) + " devices";
       auto [it, inserted] = owner.emplace(device, g);
-      if (!inserted)
+      if (!inserted && !mayShare)
         return "device " + str(device) + " is assigned to stage " +
                str(it->second) + " and stage " + str(g) +
                "; a device runs one stage (several chunks per device need "
-               "the interleaved schedule)";
+               "the interleaved schedule; several stages per device, "
+               "MadPipe's special processor, need a madpipe plan or "
+               "SimOptions::allowSharedDevices)";
       groupDevices[g].push_back(device);
     }
   for (int q = p; q < numQ; ++q)
@@ -648,22 +720,24 @@ double Simulator::update(int q, double ready, int64_t round) {
   return end;
 }
 
-void Simulator::tryStart(int r) {
-  Rank &rank = ranks[r];
+bool Simulator::startable(int r, double &ready, double &duration) const {
+  const Rank &rank = ranks[r];
   if (rank.busy || rank.pc >= rank.ops.size())
-    return;
+    return false;
   const SchedOp &op = rank.ops[rank.pc];
   const int q = virtualStage(r, op);
   const int64_t k = op.microbatch;
   const VStage &stage = stages[q];
   const int slot = slotOf(r);
-  double ready = rank.freeAt;
-  double duration = 0;
+  ready = rank.freeAt;
+  if (sharedRank(r))
+    ready = std::max(ready, deviceFree[rankDevice[r]]);
+  duration = 0;
   switch (op.kind) {
   case PassKind::Forward:
     for (int e : stage.inEdges) {
       if (!activations.known(e, k, slot))
-        return;
+        return false;
       ready = std::max(ready, activations.time(e, k, slot));
     }
     if (kind == ScheduleKind::OneFOneB) {
@@ -672,7 +746,7 @@ void Simulator::tryStart(int r) {
       if (local >= rank.depth) {
         double available = updateReady[q][local - rank.depth];
         if (available == kUnknown)
-          return;
+          return false;
         ready = std::max(ready, available);
       }
     } else if (kind == ScheduleKind::TwoBW) {
@@ -681,7 +755,7 @@ void Simulator::tryStart(int r) {
       if (batch >= 2) {
         double available = updateReady[q][batch - 2];
         if (available == kUnknown)
-          return;
+          return false;
         ready = std::max(ready, available);
       }
     }
@@ -689,10 +763,10 @@ void Simulator::tryStart(int r) {
     break;
   case PassKind::Backward:
     if (!forwards.known(q, k, slot))
-      return;
+      return false;
     for (int e : stage.outEdges) {
       if (!gradients.known(e, k, slot))
-        return;
+        return false;
       ready = std::max(ready, gradients.time(e, k, slot));
     }
     duration = stage.bwd;
@@ -701,6 +775,79 @@ void Simulator::tryStart(int r) {
     duration = stage.bwdWeight;
     break;
   }
+  return true;
+}
+
+void Simulator::tryStart(int r) {
+  if (sharedRank(r)) {
+    // The device chooses among its ranks once every completion at this
+    // time is known.
+    requestDecision(rankDevice[r], now);
+    return;
+  }
+  double ready = 0, duration = 0;
+  if (startable(r, ready, duration))
+    start(r, ready, duration);
+}
+
+void Simulator::requestDecision(int d, double time) {
+  // A pending decision at or before `time` re-examines the device anyway.
+  if (decisionAt[d] <= time)
+    return;
+  decisionAt[d] = time;
+  events.push({time, 1, d});
+}
+
+void Simulator::decide(int d) {
+  if (deviceBusy[d])
+    return; // the running op's completion asks again
+  // Candidates: every rank of the device whose next op can start; the
+  // earliest of them fixes the decision time.
+  int best = -1;
+  double bestReady = 0, bestDuration = 0;
+  double earliest = std::numeric_limits<double>::infinity();
+  std::tuple<int64_t, int, int> bestKey;
+  std::vector<std::tuple<int, double, double>> candidates;
+  for (int r : deviceRanks[d]) {
+    double ready = 0, duration = 0;
+    if (!startable(r, ready, duration))
+      continue;
+    candidates.emplace_back(r, ready, duration);
+    earliest = std::min(earliest, ready);
+  }
+  if (candidates.empty())
+    return; // a delivery or completion will ask again
+  if (earliest > now) {
+    // Nothing can start before `earliest`; an op that becomes known in the
+    // meantime may still start earlier, so decide then.
+    requestDecision(d, earliest);
+    return;
+  }
+  // Priority among the ops that can start now: oldest microbatch, backward
+  // (B, W) before forward, lower rank.
+  for (const auto &[r, ready, duration] : candidates) {
+    if (ready > now)
+      continue;
+    const SchedOp &op = ranks[r].ops[ranks[r].pc];
+    std::tuple<int64_t, int, int> key{op.microbatch,
+                                      op.kind == PassKind::Forward ? 1 : 0, r};
+    if (best < 0 || key < bestKey) {
+      best = r;
+      bestKey = key;
+      bestReady = ready;
+      bestDuration = duration;
+    }
+  }
+  start(best, std::max(bestReady, now), bestDuration);
+}
+
+void Simulator::start(int r, double ready, double duration) {
+  Rank &rank = ranks[r];
+  const SchedOp &op = rank.ops[rank.pc];
+  const int q = virtualStage(r, op);
+  const int64_t k = op.microbatch;
+  const VStage &stage = stages[q];
+  const int slot = slotOf(r);
   // Delivered inputs (this replica's slice) wait in a receive buffer until
   // this op starts.
   auto &held = buffers[static_cast<size_t>(r) * v + stage.chunk];
@@ -717,6 +864,12 @@ void Simulator::tryStart(int r) {
   rank.busy = true;
   rank.busySeconds += duration;
   computeSeconds += duration;
+  if (sharedRank(r)) {
+    const int d = rankDevice[r];
+    deviceBusy[d] = 1;
+    deviceFree[d] = ready + duration;
+    deviceLog[d].push_back({r, rank.pc});
+  }
   if (options.trace) {
     const char *prefix = op.kind == PassKind::Forward    ? "F"
                          : op.kind == PassKind::Backward ? "B"
@@ -727,7 +880,7 @@ void Simulator::tryStart(int r) {
     trace.push_back(
         {name, rank.device, sim::Compute, ready, duration, k, op.chunk, q});
   }
-  events.push({ready + duration, r});
+  events.push({ready + duration, 0, r});
 }
 
 void Simulator::complete(int r, double time) {
@@ -735,6 +888,8 @@ void Simulator::complete(int r, double time) {
   const SchedOp op = rank.ops[rank.pc];
   rank.busy = false;
   rank.freeAt = time;
+  if (sharedRank(r))
+    deviceBusy[rankDevice[r]] = 0;
   ++rank.pc;
   const int q = virtualStage(r, op);
   const int64_t k = op.microbatch;
@@ -902,12 +1057,27 @@ std::string Simulator::simulate() {
       if (ranks[r].remaining[c] == 0 && isFlushSchedule(kind))
         ++replicasDone[c * p + ranks[r].group];
 
+  const size_t numDevices = deviceRanks.size();
+  deviceBusy.assign(numDevices, 0);
+  deviceFree.assign(numDevices, 0);
+  decisionAt.assign(numDevices, std::numeric_limits<double>::infinity());
+  deviceLog.assign(numDevices, {});
+
+  now = 0;
   for (size_t r = 0; r < ranks.size(); ++r)
     tryStart(static_cast<int>(r));
   while (!events.empty()) {
-    auto [time, r] = events.top();
+    auto [time, type, id] = events.top();
     events.pop();
-    complete(r, time);
+    now = time;
+    if (type == 0) {
+      complete(id, time);
+    } else if (decisionAt[id] == time) {
+      // The device's pending decision (stale ones were superseded by an
+      // earlier one, which re-examined the device).
+      decisionAt[id] = std::numeric_limits<double>::infinity();
+      decide(id);
+    }
     if (!failure.empty())
       return failure;
   }
@@ -932,28 +1102,48 @@ std::string Simulator::simulate() {
 void Simulator::account(SimResult &result) {
   // Iteration time.
   double iteration = 0;
-  std::vector<double> deviceEnd(ranks.size(), 0);
   if (isFlushSchedule(kind)) {
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      const Rank &rank = ranks[r];
-      double finish = rank.freeAt;
+    // Each device runs the optimizer of all its stages (every chunk, every
+    // stage of a shared device) once they are reduced.
+    for (const std::vector<int> &onDevice : deviceRanks) {
+      const Rank &first = ranks[onDevice.front()];
+      double finish = 0;
       int64_t params = 0;
-      for (int c = 0; c < v; ++c) {
-        int q = c * p + rank.group;
-        finish = std::max(finish, stageReduced[q]);
-        params += stages[q].paramBytes;
+      for (int r : onDevice) {
+        finish = std::max(finish, ranks[r].freeAt);
+        for (int c = 0; c < v; ++c) {
+          int q = c * p + ranks[r].group;
+          finish = std::max(finish, stageReduced[q]);
+          params += stages[q].paramBytes;
+        }
       }
       double optimizer =
           options.optimizerSecondsPerByte * static_cast<double>(params);
       if (options.trace && optimizer > 0)
-        trace.push_back({"optimizer", rank.device, sim::Compute, finish,
-                         optimizer, -1, 0, rank.group});
-      deviceEnd[r] = finish + optimizer;
-      iteration = std::max(iteration, deviceEnd[r]);
+        trace.push_back({"optimizer", first.device, sim::Compute, finish,
+                         optimizer, -1, 0, first.group});
+      iteration = std::max(iteration, finish + optimizer);
     }
   } else if (measureFrom >= 0 && measureLast > measureFrom) {
     iteration = (stepEnd[measureLast] - stepEnd[measureFrom]) /
                 static_cast<double>(measureLast - measureFrom);
+    if (sharedPlan && !given) {
+      // In the long run no device runs faster than its work: every device
+      // computes m microbatches of each of its stages per iteration (a 1/r
+      // share with round-robin replicas). The window's estimate can dip
+      // below that by the fluctuation of a shared device's backlog.
+      for (const std::vector<int> &onDevice : deviceRanks) {
+        double work = 0;
+        for (int r : onDevice)
+          for (int c = 0; c < v; ++c) {
+            const VStage &stage = stages[c * p + ranks[r].group];
+            work += static_cast<double>(m) *
+                    (stage.fwd + stage.bwd + stage.bwdWeight) /
+                    (split ? 1 : replicas[ranks[r].group]);
+          }
+        iteration = std::max(iteration, work);
+      }
+    }
   } else {
     // Too few steps for a steady state: the makespan per step.
     iteration = stepEnd[steps - 1] / static_cast<double>(steps);
@@ -973,7 +1163,7 @@ void Simulator::account(SimResult &result) {
       busy +=
           static_cast<double>(m) * work(q) * (split ? replicas[groupOf(q)] : 1);
   }
-  const double deviceTime = static_cast<double>(ranks.size()) * iteration;
+  const double deviceTime = static_cast<double>(deviceRanks.size()) * iteration;
   const double idle = std::max(0.0, deviceTime - busy);
   result.iterationSeconds = iteration;
   result.samplesPerSecond =
@@ -987,42 +1177,51 @@ void Simulator::account(SimResult &result) {
   result.memory.assign(numQ, {});
   result.peakInflight.assign(numQ, 0);
   const bool recompute = options.recompute;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const Rank &rank = ranks[r];
-    // In-flight per chunk and the device's activation bytes over the
-    // program, a (microbatch, chunk) leaving at its last backward op.
-    std::map<std::pair<int64_t, int>, size_t> lastBackward;
-    for (size_t i = 0; i < rank.ops.size(); ++i)
-      if (rank.ops[i].kind != PassKind::Forward)
-        lastBackward[{rank.ops[i].microbatch, rank.ops[i].chunk}] = i;
-    std::vector<int64_t> inflight(v, 0), peak(v, 0);
-    int64_t liveBytes = 0, peakBytes = 0, maxSaved = 0;
-    for (int c = 0; c < v; ++c)
-      maxSaved = std::max(maxSaved, stages[c * p + rank.group].savedBytes);
-    for (size_t i = 0; i < rank.ops.size(); ++i) {
-      const SchedOp &op = rank.ops[i];
-      const VStage &stage = stages[op.chunk * p + rank.group];
+  // Per rank: the op index of each (microbatch, chunk)'s last backward op,
+  // where its stashed activations leave.
+  std::vector<std::map<std::pair<int64_t, int>, size_t>> lastBackward(
+      ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r)
+    for (size_t i = 0; i < ranks[r].ops.size(); ++i)
+      if (ranks[r].ops[i].kind != PassKind::Forward)
+        lastBackward[r][{ranks[r].ops[i].microbatch, ranks[r].ops[i].chunk}] =
+            i;
+  // Peak of the stashed activation bytes over a sequence of (rank, op
+  // index) in execution order: a rank's program, or the ops a shared device
+  // ran.
+  auto activationPeak = [&](const std::vector<std::pair<int, size_t>> &run) {
+    int64_t liveBytes = 0, peakBytes = 0;
+    for (const auto &[r, i] : run) {
+      const SchedOp &op = ranks[r].ops[i];
+      const VStage &stage = stages[op.chunk * p + ranks[r].group];
       int64_t perMicrobatch = recompute ? stage.inputBytes : stage.savedBytes;
       if (op.kind == PassKind::Forward) {
-        peak[op.chunk] = std::max(peak[op.chunk], ++inflight[op.chunk]);
         liveBytes += perMicrobatch;
         peakBytes = std::max(peakBytes, liveBytes);
-      } else if (lastBackward[{op.microbatch, op.chunk}] == i) {
-        --inflight[op.chunk];
+      } else if (lastBackward[r][{op.microbatch, op.chunk}] == i) {
         liveBytes -= perMicrobatch;
       }
     }
+    return peakBytes;
+  };
+  // Per rank: weights x versions, gradients and optimizer state of its
+  // chunks, and the largest saved bytes (one microbatch with recompute).
+  std::vector<int64_t> rankStatic(ranks.size(), 0), rankMaxSaved(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const Rank &rank = ranks[r];
+    std::vector<int64_t> inflight(v, 0), peak(v, 0);
+    for (size_t i = 0; i < rank.ops.size(); ++i) {
+      const SchedOp &op = rank.ops[i];
+      if (op.kind == PassKind::Forward)
+        peak[op.chunk] = std::max(peak[op.chunk], ++inflight[op.chunk]);
+      else if (lastBackward[r][{op.microbatch, op.chunk}] == i)
+        --inflight[op.chunk];
+    }
     int64_t versions = peakWeightVersions(kind, rank.ops, m);
-    int64_t deviceBytes = peakBytes + (recompute ? maxSaved : 0) + peakOf([&] {
-                            std::vector<BufferInterval> all;
-                            for (int c = 0; c < v; ++c)
-                              all.insert(all.end(), buffers[r * v + c].begin(),
-                                         buffers[r * v + c].end());
-                            return all;
-                          }());
     for (int c = 0; c < v; ++c) {
       const int q = c * p + rank.group;
       const VStage &stage = stages[q];
+      rankMaxSaved[r] = std::max(rankMaxSaved[r], stage.savedBytes);
       StageMemory memory;
       memory.weightVersions = static_cast<int>(std::max<int64_t>(versions, 1));
       memory.weights = stage.paramBytes * memory.weightVersions;
@@ -1033,22 +1232,45 @@ void Simulator::account(SimResult &result) {
                                ? peak[c] * stage.inputBytes + stage.savedBytes
                                : peak[c] * stage.savedBytes;
       memory.buffers = peakOf(buffers[r * v + c]);
-      deviceBytes += memory.weights + memory.gradients + memory.optimizer;
+      rankStatic[r] += memory.weights + memory.gradients + memory.optimizer;
       if (memory.total() > result.memory[q].total() ||
           result.memory[q].total() == 0)
         result.memory[q] = memory;
       result.peakInflight[q] = std::max(result.peakInflight[q], peak[c]);
     }
+  }
+  // Per device: the sum over its ranks (one, or several on a shared
+  // device) of the static bytes, plus the peak over time of the stashed
+  // activations and of the buffers of all of them.
+  for (size_t d = 0; d < deviceRanks.size(); ++d) {
+    const std::vector<int> &onDevice = deviceRanks[d];
+    std::vector<std::pair<int, size_t>> run;
+    if (onDevice.size() == 1) {
+      for (size_t i = 0; i < ranks[onDevice[0]].ops.size(); ++i)
+        run.push_back({onDevice[0], i});
+    } else {
+      run = deviceLog[d];
+    }
+    std::vector<BufferInterval> held;
+    int64_t deviceBytes = activationPeak(run), maxSaved = 0;
     DeviceUsage usage;
-    usage.device = rank.device;
-    usage.peakBytes = deviceBytes;
-    usage.busySeconds = rank.busySeconds;
-    if (!flush) {
-      usage.busySeconds = 0;
+    usage.device = ranks[onDevice.front()].device;
+    for (int r : onDevice) {
+      deviceBytes += rankStatic[r];
+      maxSaved = std::max(maxSaved, rankMaxSaved[r]);
+      for (int c = 0; c < v; ++c)
+        held.insert(held.end(), buffers[r * v + c].begin(),
+                    buffers[r * v + c].end());
+      const Rank &rank = ranks[r];
+      if (flush) {
+        usage.busySeconds += rank.busySeconds;
+        continue;
+      }
       for (int c = 0; c < v; ++c)
         usage.busySeconds += static_cast<double>(m) * work(c * p + rank.group) /
                              (split ? 1 : replicas[rank.group]);
     }
+    usage.peakBytes = deviceBytes + (recompute ? maxSaved : 0) + peakOf(held);
     result.devices.push_back(usage);
   }
   std::sort(result.devices.begin(), result.devices.end(),
@@ -1082,6 +1304,27 @@ SimResult Simulator::run() {
 }
 
 } // namespace
+
+bool sharedDevicesAllowed(const Plan &plan, const SimOptions &options) {
+  return options.allowSharedDevices || plan.algorithm == "madpipe" ||
+         plan.algorithm == "auto:madpipe";
+}
+
+std::vector<int> devicesSharedByStages(const Plan &plan) {
+  const int groups = plan.chunks > 1 && plan.numStages() % plan.chunks == 0
+                         ? plan.numStages() / plan.chunks
+                         : plan.numStages();
+  std::map<int, int> stagesOn;
+  for (int s = 0; s < groups; ++s)
+    for (int device : std::set<int>(plan.stages[s].devices.begin(),
+                                    plan.stages[s].devices.end()))
+      ++stagesOn[device];
+  std::vector<int> shared;
+  for (const auto &[device, count] : stagesOn)
+    if (count > 1)
+      shared.push_back(device);
+  return shared;
+}
 
 SimResult simulatePlan(const Profile &profile, const Topology &topology,
                        const Plan &plan, const SimOptions &options) {
