@@ -51,10 +51,16 @@ std::string gib(int64_t bytes) {
   return buf;
 }
 
+/// Peak memory of the busiest device (what `fitsMemory` checks: every
+/// chunk or stage a device holds together), or of the largest stage when
+/// the simulator reports no per-device figures.
 int64_t peakStageMemory(const SimResult &sim) {
   int64_t peak = 0;
-  for (const StageMemory &m : sim.memory)
-    peak = std::max(peak, m.total());
+  for (const DeviceUsage &d : sim.devices)
+    peak = std::max(peak, d.peakBytes);
+  if (peak == 0)
+    for (const StageMemory &m : sim.memory)
+      peak = std::max(peak, m.total());
   return peak;
 }
 
@@ -119,7 +125,7 @@ AutoPlanResult pipec::planAuto(const Profile &profile, const Topology &topology,
       candidate.note = "simulation failed: " + candidate.sim.error;
     } else if (!candidate.sim.fitsMemory) {
       candidate.note = "needs " + gib(peakStageMemory(candidate.sim)) +
-                       " on its largest stage";
+                       " on its busiest device";
     } else {
       candidate.feasible = true;
       candidate.plan.predicted.iterationSeconds = candidate.sim.iterationSeconds;
@@ -155,7 +161,7 @@ AutoPlanResult pipec::planAuto(const Profile &profile, const Topology &topology,
                    " per device: the smallest plan (" +
                    smallest->plan.algorithm + ") needs " +
                    gib(peakStageMemory(smallest->sim)) +
-                   " on its largest stage";
+                   " on its busiest device";
   else
     result.error = "no planner produced a plan:" +
                    [&] {
