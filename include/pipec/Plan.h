@@ -107,6 +107,16 @@ std::string validatePlan(const Plan &plan, int numLayers);
 /// counts once.
 int64_t cutBytes(const Profile &profile, int cutAfter, const Plan *plan);
 
+/// Bytes live across every cut when each tensor counts once per cut it
+/// crosses: result[c] = cutBytes(profile, c, nullptr) for c in [0, L).
+/// Linear time.
+std::vector<int64_t> cutBytesPerCut(const Profile &profile);
+
+/// Why a profile cannot be planned (no ops, microbatch < 1, negative or
+/// non-finite times, negative sizes, inputs that are not earlier ops),
+/// naming the op; empty when it is fine.
+std::string profilePlanningError(const Profile &profile);
+
 /// plan.json (`pipec.plan/1`) writer and reader.
 std::string planToJson(const Plan &plan);
 PlanResult planFromJson(const std::string &text);

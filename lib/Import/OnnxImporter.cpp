@@ -32,6 +32,9 @@
 
 #include <cfloat>
 #include <functional>
+#include <chrono>
+#include <csignal>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <filesystem>
@@ -90,7 +93,24 @@ bool runIsolated(onnx::ModelProto &model,
   close(fds[1]);
   std::string in;
   char buf[1 << 16];
+  // libonnx may also loop forever on hostile input: give it a deadline.
+  const int kTimeoutMs = 300 * 1000;
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(kTimeoutMs);
+  bool timedOut = false;
   for (;;) {
+    int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(
+                       deadline - std::chrono::steady_clock::now())
+                       .count());
+    struct pollfd pfd = {fds[0], POLLIN, 0};
+    int ready = left > 0 ? poll(&pfd, 1, left) : 0;
+    if (ready < 0 && errno == EINTR)
+      continue;
+    if (ready == 0) {
+      timedOut = true;
+      kill(pid, SIGKILL);
+      break;
+    }
     ssize_t n = read(fds[0], buf, sizeof buf);
     if (n < 0 && errno == EINTR)
       continue;
@@ -101,6 +121,12 @@ bool runIsolated(onnx::ModelProto &model,
   close(fds[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timedOut) {
+    crashed = true;
+    error = "the ONNX library did not finish within " +
+            std::to_string(kTimeoutMs / 1000) + " s on this model";
+    return false;
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || in.empty()) {
     crashed = true;

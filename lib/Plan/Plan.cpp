@@ -39,32 +39,6 @@ double stageSeconds(const Profile &profile, const StagePlan &stage) {
 
 namespace {
 
-/// Bytes crossing each cut when every tensor counts once per cut it crosses:
-/// result[c] is cutBytes(profile, c, nullptr) for c in [0, L). Linear time:
-/// the tensor of op t crosses the cuts t .. lastUse(t) - 1.
-std::vector<int64_t> cutBytesOnce(const Profile &profile) {
-  int numOps = static_cast<int>(profile.ops.size());
-  std::vector<int> lastUse(numOps, -1);
-  for (int j = 0; j < numOps; ++j)
-    for (int producer : profile.producersOf(j))
-      if (producer >= 0 && producer < j)
-        lastUse[producer] = std::max(lastUse[producer], j);
-  std::vector<int64_t> delta(numOps + 1, 0);
-  for (int t = 0; t < numOps; ++t) {
-    if (lastUse[t] <= t)
-      continue;
-    delta[t] += profile.ops[t].outBytes;
-    delta[lastUse[t]] -= profile.ops[t].outBytes;
-  }
-  std::vector<int64_t> cuts(numOps, 0);
-  int64_t running = 0;
-  for (int c = 0; c < numOps; ++c) {
-    running += delta[c];
-    cuts[c] = running;
-  }
-  return cuts;
-}
-
 PlanResult planError(std::string message) {
   PlanResult result;
   result.ok = false;
@@ -117,7 +91,7 @@ int64_t cutBytes(const Profile &profile, int cutAfter, const Plan *plan) {
 }
 
 int64_t planCutBytes(const Profile &profile, const Plan &plan) {
-  std::vector<int64_t> cuts = cutBytesOnce(profile);
+  std::vector<int64_t> cuts = cutBytesPerCut(profile);
   int64_t total = 0;
   for (int s = 0; s + 1 < plan.numStages(); ++s) {
     int cut = plan.stages[s].lastLayer;
@@ -180,7 +154,7 @@ PlanResult planBalanced(const Profile &profile, int numStages) {
   // fewest bytes over its cuts. Done as a second pass because a
   // lexicographic (max, bytes) DP is not optimal: a prefix with a larger
   // max but fewer bytes can win once the last stage dominates the max.
-  const std::vector<int64_t> cuts = cutBytesOnce(profile);
+  const std::vector<int64_t> cuts = cutBytesPerCut(profile);
   const int64_t noWay = std::numeric_limits<int64_t>::max();
   std::vector<std::vector<int64_t>> bytes(
       numStages + 1, std::vector<int64_t>(numLayers + 1, noWay));
@@ -289,3 +263,51 @@ std::string validatePlan(const Plan &plan, int numLayers) {
 }
 
 } // namespace pipec
+
+std::vector<int64_t> pipec::cutBytesPerCut(const Profile &profile) {
+  // The tensor of op t crosses the cuts t .. lastUse(t) - 1.
+  int numOps = static_cast<int>(profile.ops.size());
+  std::vector<int> lastUse(numOps, -1);
+  for (int j = 0; j < numOps; ++j)
+    for (int producer : profile.producersOf(j))
+      if (producer >= 0 && producer < j)
+        lastUse[producer] = std::max(lastUse[producer], j);
+  std::vector<int64_t> delta(numOps + 1, 0);
+  for (int t = 0; t < numOps; ++t) {
+    if (lastUse[t] <= t)
+      continue;
+    delta[t] += profile.ops[t].outBytes;
+    delta[lastUse[t]] -= profile.ops[t].outBytes;
+  }
+  std::vector<int64_t> cuts(numOps, 0);
+  int64_t running = 0;
+  for (int c = 0; c < numOps; ++c) {
+    running += delta[c];
+    cuts[c] = running;
+  }
+  return cuts;
+}
+
+std::string pipec::profilePlanningError(const Profile &profile) {
+  int numOps = static_cast<int>(profile.ops.size());
+  if (numOps == 0)
+    return "cannot plan an empty profile (no ops)";
+  if (profile.microbatch < 1)
+    return "the profile's microbatch must be at least 1 (got " +
+           std::to_string(profile.microbatch) + ")";
+  for (int i = 0; i < numOps; ++i) {
+    const ProfileOp &op = profile.ops[i];
+    std::string what = "op " + std::to_string(i) + " ('" + op.name + "')";
+    if (!std::isfinite(op.fwdSeconds) || op.fwdSeconds < 0)
+      return what + " has a negative or non-finite forward time";
+    if (!std::isfinite(op.bwdSeconds) || op.bwdSeconds < 0)
+      return what + " has a negative or non-finite backward time";
+    if (op.outBytes < 0 || op.paramBytes < 0 || op.savedBytes < 0)
+      return what + " has a negative size (out, param or saved bytes)";
+    for (int producer : op.inputs)
+      if (producer < 0 || producer >= i)
+        return what + " has input " + std::to_string(producer) +
+               ", which is not an earlier op";
+  }
+  return "";
+}

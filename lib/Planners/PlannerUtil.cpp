@@ -13,30 +13,6 @@
 namespace pipec {
 namespace planner_util {
 
-std::vector<int64_t> cutBytesOnce(const Profile &profile) {
-  // The tensor of op t crosses the cuts t .. lastUse(t) - 1.
-  int numOps = static_cast<int>(profile.ops.size());
-  std::vector<int> lastUse(numOps, -1);
-  for (int j = 0; j < numOps; ++j)
-    for (int producer : profile.producersOf(j))
-      if (producer >= 0 && producer < j)
-        lastUse[producer] = std::max(lastUse[producer], j);
-  std::vector<int64_t> delta(numOps + 1, 0);
-  for (int t = 0; t < numOps; ++t) {
-    if (lastUse[t] <= t)
-      continue;
-    delta[t] += profile.ops[t].outBytes;
-    delta[lastUse[t]] -= profile.ops[t].outBytes;
-  }
-  std::vector<int64_t> cuts(numOps, 0);
-  int64_t running = 0;
-  for (int c = 0; c < numOps; ++c) {
-    running += delta[c];
-    cuts[c] = running;
-  }
-  return cuts;
-}
-
 LayerTable buildLayerTable(const Profile &profile, double scale) {
   LayerTable table;
   int n = static_cast<int>(profile.ops.size());
@@ -57,7 +33,7 @@ LayerTable buildLayerTable(const Profile &profile, double scale) {
     table.total[l + 1] =
         table.total[l] + (op.fwdSeconds + op.bwdSeconds) * scale;
   }
-  std::vector<int64_t> cuts = cutBytesOnce(profile);
+  std::vector<int64_t> cuts = cutBytesPerCut(profile);
   table.cut.resize(n);
   for (int s = 0; s < n; ++s)
     table.cut[s] = static_cast<double>(cuts[s]) * scale;
@@ -65,26 +41,8 @@ LayerTable buildLayerTable(const Profile &profile, double scale) {
 }
 
 std::string checkInputs(const Profile &profile, const Topology &topology) {
-  int n = static_cast<int>(profile.ops.size());
-  if (n == 0)
-    return "cannot plan an empty profile (no ops)";
-  if (profile.microbatch < 1)
-    return "the profile's microbatch must be at least 1 (got " +
-           std::to_string(profile.microbatch) + ")";
-  for (int i = 0; i < n; ++i) {
-    const ProfileOp &op = profile.ops[i];
-    std::string what = "op " + std::to_string(i) + " ('" + op.name + "')";
-    if (!std::isfinite(op.fwdSeconds) || op.fwdSeconds < 0)
-      return what + " has a negative or non-finite forward time";
-    if (!std::isfinite(op.bwdSeconds) || op.bwdSeconds < 0)
-      return what + " has a negative or non-finite backward time";
-    if (op.outBytes < 0 || op.paramBytes < 0 || op.savedBytes < 0)
-      return what + " has a negative byte count";
-    for (int producer : op.inputs)
-      if (producer < 0 || producer >= i)
-        return what + " has input " + std::to_string(producer) +
-               ", which is not an earlier op";
-  }
+  if (std::string bad = profilePlanningError(profile); !bad.empty())
+    return bad;
   if (std::string bad = topologyError(topology); !bad.empty())
     return "topology: " + bad;
   return "";

@@ -60,10 +60,6 @@ struct LayerTable {
   double input(int first) const { return first > 0 ? cut[first - 1] : 0; }
 };
 
-/// Bytes live across every cut, each tensor once: result[c] equals
-/// cutBytes(profile, c, nullptr) for c in [0, L). Linear time.
-std::vector<int64_t> cutBytesOnce(const Profile &profile);
-
 LayerTable buildLayerTable(const Profile &profile, double scale);
 
 /// "" or what is wrong with the profile's costs (negative or non-finite

@@ -22,27 +22,7 @@ PlanResult planFailure(std::string message) {
 }
 
 std::string checkPlannerProfile(const Profile &profile) {
-  int numOps = static_cast<int>(profile.ops.size());
-  if (numOps == 0)
-    return "cannot plan an empty profile (no ops)";
-  if (profile.microbatch < 1)
-    return "the profile's microbatch must be at least 1 (got " +
-           std::to_string(profile.microbatch) + ")";
-  for (int i = 0; i < numOps; ++i) {
-    const ProfileOp &op = profile.ops[i];
-    std::string what = "op " + std::to_string(i) + " ('" + op.name + "')";
-    if (!std::isfinite(op.fwdSeconds) || op.fwdSeconds < 0)
-      return what + " has a negative or non-finite forward time";
-    if (!std::isfinite(op.bwdSeconds) || op.bwdSeconds < 0)
-      return what + " has a negative or non-finite backward time";
-    if (op.outBytes < 0 || op.paramBytes < 0 || op.savedBytes < 0)
-      return what + " has a negative size (out, param or saved bytes)";
-    for (int producer : op.inputs)
-      if (producer < 0 || producer >= i)
-        return what + " has input " + std::to_string(producer) +
-               ", which is not an earlier op";
-  }
-  return "";
+  return profilePlanningError(profile);
 }
 
 Profile scaleProfile(const Profile &profile, int64_t microbatchSize) {
