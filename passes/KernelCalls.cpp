@@ -380,6 +380,16 @@ static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op)
   using namespace nn;
   using Calls = SmallVector<KernelCall, 1>;
   return llvm::TypeSwitch<Operation *, std::optional<Calls>>(op)
+      .Case([](DropoutOp o) {
+        auto x = shapeOf(o.getInput());
+        int64_t sample = x.empty() || x[0] == 0 ? 1 : numel(o.getInput()) / x[0];
+        return Calls{KernelCall{"pipec_k_dropout",
+                                {o.getInput(), o.getRng(), o.getOutput(),
+                                 o.getMask()},
+                                {numel(o.getInput()), sample,
+                                 static_cast<int64_t>(o.getSalt())},
+                                {o.getRatio().convertToDouble()}}};
+      })
       .Case([](ErfOp o) { return Calls{unaryOp(o, PIPEC_UN_ERF)}; })
       .Case([](GeluOp o) { return Calls{unaryOp(o, PIPEC_UN_GELU)}; })
       .Case([](SqrtOp o) { return Calls{unaryOp(o, PIPEC_UN_SQRT)}; })

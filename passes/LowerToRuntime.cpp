@@ -132,6 +132,7 @@ private:
   int64_t lossResult = -1;
   int64_t lossSeedArg = -1;
   SmallVector<std::pair<int64_t, int64_t>> feedArgs; // (fwd arg, feed index)
+  SmallVector<int64_t> rngArgs; // fwd args holding the dropout random state
   int constCounter = 0;
   std::map<std::vector<int64_t>, std::string> intArrays;
   std::map<std::vector<double>, std::string> realArrays;
@@ -315,9 +316,13 @@ LogicalResult StageLowering::collect() {
   auto fwdType = fwd.fn.getFunctionType();
   for (auto [i, t] : llvm::enumerate(fwdType.getInputs())) {
     fwd.args.push_back(allocate(regions.slot, Buffer::Slots, t));
-    if (auto feed = fwd.fn.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFeed))
-      feedArgs.push_back({static_cast<int64_t>(i),
-                          static_cast<int64_t>(feedArgs.size())});
+    if (auto feed = fwd.fn.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFeed)) {
+      if (feed.getInt() == -2)
+        rngArgs.push_back(i); // filled by pipec_rt_rng, not a data feed
+      else
+        feedArgs.push_back({static_cast<int64_t>(i),
+                            static_cast<int64_t>(feedArgs.size())});
+    }
   }
   for (auto [i, t] : llvm::enumerate(fwdType.getResults())) {
     fwd.results.push_back(allocate(regions.slot, Buffer::Slots, t));
@@ -378,6 +383,7 @@ void StageLowering::emitDeclarations() {
   declare("pipec_rt_loss_seed", {ptr, ptr}, {});
   declare("pipec_rt_lr", {ptr, ptr}, {});
   declare("pipec_rt_step", {ptr, ptr}, {});
+  declare("pipec_rt_rng", {ptr, i64t, ptr}, {});
   declare("pipec_rt_op_begin", {ptr, i64t, i64t}, {});
   declare("pipec_rt_op_end", {ptr, i64t, i64t}, {});
   auto programType = db.getFunctionType({ptr, ptr}, {});
@@ -558,6 +564,9 @@ LogicalResult StageLowering::emitProgram() {
       for (auto [arg, feed] : feedArgs)
         call("pipec_rt_feed", {ctxArg, i64(pb, loc, feed), mb,
                                pointer(pb, loc, fwd.args[arg], arena, slot)});
+      for (int64_t arg : rngArgs)
+        call("pipec_rt_rng",
+             {ctxArg, mb, pointer(pb, loc, fwd.args[arg], arena, slot)});
       call(lowered[0].getSymName(), {ctxArg, arena, slot});
       if (lossResult >= 0)
         call("pipec_rt_loss",

@@ -143,8 +143,12 @@ struct PipeSplitStagesPass
           if (map.contains(v))
             continue;
           if (auto arg = dyn_cast<BlockArgument>(v)) {
+            // Model inputs feed by index; the dropout random state is -2.
+            bool rng = fn.getArgAttr(arg.getArgNumber(), "pipec.rng") != nullptr;
             addArg(v, b.getNamedAttr(pipe::attrs::kFeed,
-                                     b.getI64IntegerAttr(arg.getArgNumber())));
+                                     b.getI64IntegerAttr(
+                                         rng ? int64_t(-2)
+                                             : int64_t(arg.getArgNumber()))));
             continue;
           }
           Operation *def = v.getDefiningOp();

@@ -112,3 +112,4 @@ int64_t ExpandOp::getForwardFlops() { return 0; }
 int64_t ConcatOp::getForwardFlops() { return 0; }
 int64_t SliceOp::getForwardFlops() { return 0; }
 int64_t SliceGradOp::getForwardFlops() { return 0; }
+int64_t DropoutOp::getForwardFlops() { return 8 * numel(getInput()); }

@@ -280,3 +280,14 @@ LogicalResult SliceOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
                                     getStartsAttr(), getStepsAttr()));
   return success();
 }
+
+LogicalResult DropoutOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                  function_ref<Value(Value)> fwd,
+                                  SmallVectorImpl<Value> &out) {
+  if (!g[0])
+    return success();
+  out.push_back(
+      MulOp::create(b, getLoc(), g[0].getType(), g[0], fwd(getMask())));
+  out.push_back(Value()); // rng
+  return success();
+}

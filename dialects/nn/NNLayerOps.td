@@ -396,4 +396,24 @@ def NN_SliceGradOp : NN_Op<"slice_grad", [DeclareOpInterfaceMethods<NN_CostOpInt
   let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($output)";
 }
 
+def NN_DropoutOp : NN_Op<"dropout", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>,
+    AllTypesMatch<["input", "output", "mask"]>]> {
+  let summary = "Dropout in training mode (ONNX Dropout, training_mode = true).";
+  let description = [{
+    `rng` (int64[2]) is the microbatch's random state from the runtime;
+    `salt` distinguishes dropout layers. The mask (0 or 1/(1-ratio)) is a
+    function of the global sample, element, seed and salt, and the backward
+    multiplies the gradient by it.
+
+    ```mlir
+    %y, %m = nn.dropout %x, %rng {ratio = 5.0e-01 : f32, salt = 3 : i64} : tensor<8x128xf32>, tensor<2xi64>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_I64Tensor:$rng, F32Attr:$ratio,
+                       I64Attr:$salt);
+  let results = (outs NN_F32Tensor:$output, NN_F32Tensor:$mask);
+  let assemblyFormat = "$input `,` $rng attr-dict `:` type($input) `,` type($rng)";
+}
+
 #endif // PIPEC_NN_LAYER_OPS

@@ -6,8 +6,10 @@
 
 What torch.onnx.export emits for a torchvision-style VGG in eval-dropout
 form: Conv(bias) -> Relu stacks with MaxPool(2x2, stride 2), Flatten,
-Gemm -> Relu -> Dropout (inference, an identity) -> Gemm. Deterministic
-weights (Kaiming uniform, fixed seed).
+Gemm -> Relu -> Dropout -> Gemm; the Dropout is in inference form (an
+identity) unless --dropout-training exports it in training mode (p = 0.5,
+ratio and training_mode as Constant inputs). Deterministic weights
+(Kaiming uniform, fixed seed).
 """
 import argparse
 import os
@@ -17,7 +19,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def build(batch, config, seed=0):
+def build(batch, config, seed=0, dropout_training=False):
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
     x, cin, size, n = "input", 3, 32, 0
@@ -51,7 +53,16 @@ def build(batch, config, seed=0):
         x = out
         if i == 0:
             nodes.append(helper.make_node("Relu", [x], ["/fc_relu"], name="/classifier/Relu"))
-            nodes.append(helper.make_node("Dropout", ["/fc_relu"], ["/fc_drop"], name="/classifier/Dropout"))
+            drop_inputs = ["/fc_relu"]
+            if dropout_training:
+                # torch.onnx.export(training=TrainingMode.TRAINING): ratio and
+                # training_mode are Constant inputs.
+                nodes.append(helper.make_node("Constant", [], ["/drop_ratio"], name="/classifier/ratio",
+                                              value=numpy_helper.from_array(np.array(0.5, np.float32))))
+                nodes.append(helper.make_node("Constant", [], ["/drop_train"], name="/classifier/train",
+                                              value=numpy_helper.from_array(np.array(True))))
+                drop_inputs += ["/drop_ratio", "/drop_train"]
+            nodes.append(helper.make_node("Dropout", drop_inputs, ["/fc_drop"], name="/classifier/Dropout"))
             x = "/fc_drop"
     graph = helper.make_graph(
         nodes, "vgg",
@@ -71,8 +82,11 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--config", default="16,16,M,32,32,M,64,M")
     ap.add_argument("--data-steps", type=int, default=0)
+    ap.add_argument("--dropout-training", action="store_true",
+                    help="export the Dropout in training mode (p = 0.5)")
     args = ap.parse_args()
-    onnx.save(build(args.batch, args.config.split(",")), args.output)
+    onnx.save(build(args.batch, args.config.split(","),
+                    dropout_training=args.dropout_training), args.output)
     print(f"wrote {args.output}")
     if args.data_steps:
         rng = np.random.default_rng(1)

@@ -274,6 +274,9 @@ private:
   onnx::ModelProto model;
   int64_t opset = 0;
   ModuleOp module;
+  func::FuncOp mainFn;
+  /// The random state argument of @main, created by the first dropout.
+  Value rngArg;
 
   std::map<std::string, const onnx::TensorProto *> initializers;
   std::map<std::string, const onnx::TensorProto *> constantNodes;
@@ -1221,17 +1224,39 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
     Value x = in(0);
     if (!x)
       return false;
+    bool training = false;
     if (node.input_size() > 2 && !node.input(2).empty()) {
-      auto training = constOf(node.input(2));
-      if (!training || training->numel() != 1)
+      auto mode = constOf(node.input(2));
+      if (!mode || mode->numel() != 1)
         return fail(where + ": training_mode must be a constant");
-      if (training->integer(0))
-        return fail(where + ": Dropout in training mode is not supported yet "
-                            "(export the model with dropout disabled)");
+      training = mode->integer(0) != 0;
     }
+    if (!training) {
+      if (node.output_size() > 1 && !node.output(1).empty())
+        return fail(where + ": the mask output of an inference-mode Dropout "
+                            "is not supported");
+      return out0(nn::IdentityOp::create(b, loc, x));
+    }
+    auto ratio = inputConstFloat(1, 0.5f);
+    if (!ratio || *ratio < 0 || *ratio >= 1)
+      return fail(where + ": ratio must be a constant in [0, 1)");
     if (node.output_size() > 1 && !node.output(1).empty())
       return fail(where + ": the Dropout mask output is not supported");
-    return out0(nn::IdentityOp::create(b, loc, x));
+    // The runtime's per-microbatch random state, one model argument shared
+    // by every dropout layer (salted by the node index).
+    if (!rngArg) {
+      unsigned idx = mainFn.getNumArguments();
+      auto rngType = RankedTensorType::get({2}, b.getI64Type());
+      if (failed(mainFn.insertArgument(
+              idx, rngType,
+              b.getDictionaryAttr({b.getNamedAttr("pipec.rng", b.getUnitAttr())}),
+              mainFn.getLoc())))
+        return fail(where + ": internal error adding the random state");
+      rngArg = mainFn.getArgument(idx);
+    }
+    auto drop = nn::DropoutOp::create(b, loc, rt0, rt0, x, rngArg, f32(*ratio),
+                                      b.getI64IntegerAttr(index));
+    return out0(drop.getOutput());
   }
 
   // Data movement.
@@ -1555,7 +1580,7 @@ bool Importer::emit() {
   // Result types are those of the values the nodes compute (set below), so
   // a node that cannot be imported is reported before any output.
   b.setInsertionPointToEnd(module.getBody());
-  auto fn = func::FuncOp::create(b, FileLineColLoc::get(&ctx, path, 0, 0),
+  auto fn = mainFn = func::FuncOp::create(b, FileLineColLoc::get(&ctx, path, 0, 0),
                                  "main", b.getFunctionType(argTypes, {}));
   Block *entry = fn.addEntryBlock();
   if (!argTypes.empty() && cast<RankedTensorType>(argTypes[0]).getRank() > 0)
@@ -1580,8 +1605,8 @@ bool Importer::emit() {
     results.push_back(it->second);
   }
   func::ReturnOp::create(b, fn.getLoc(), results);
-  fn.setFunctionType(
-      b.getFunctionType(argTypes, ValueRange(results).getTypes()));
+  fn.setFunctionType(b.getFunctionType(fn.getArgumentTypes(),
+                                       ValueRange(results).getTypes()));
   for (auto [i, output] : llvm::enumerate(graph.output()))
     fn.setResultAttr(i, "pipec.name", b.getStringAttr(output.name()));
   // Globals go before the function (they were inserted at the end).

@@ -75,6 +75,16 @@ extern "C" void pipec_rt_lr(pipec_ctx *ctx, void *dst) {
   });
 }
 
+extern "C" void pipec_rt_rng(pipec_ctx *ctx, int64_t mb, void *dst) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_rng");
+    checkPointer(dst, "pipec_rt_rng");
+    int64_t *out = static_cast<int64_t *>(dst);
+    out[0] = int64_t(c.options.seed);
+    out[1] = c.step * c.desc.globalBatch + mb * c.desc.microbatch;
+  });
+}
+
 extern "C" void pipec_rt_step(pipec_ctx *ctx, void *dst) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_step");

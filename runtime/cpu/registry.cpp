@@ -59,6 +59,7 @@ constexpr KernelEntry kKernels[] = {
     PIPEC_KERNEL_ENTRY(pipec_k_momentum),
     PIPEC_KERNEL_ENTRY(pipec_k_adam),
     PIPEC_KERNEL_ENTRY(pipec_k_adagrad),
+    PIPEC_KERNEL_ENTRY(pipec_k_dropout),
 };
 #undef PIPEC_KERNEL_ENTRY
 

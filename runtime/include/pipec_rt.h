@@ -276,6 +276,15 @@ void pipec_k_adam(void *const *bufs, const int64_t *ints, const double *reals);
 void pipec_k_adagrad(void *const *bufs, const int64_t *ints,
                      const double *reals);
 
+/// Dropout in training mode with a mask that is a deterministic function of
+/// (seed, global sample, element, salt), so it does not depend on how the
+/// batch is split into microbatches or stages.
+/// bufs: [X, rng (int64[2]: seed, global index of the microbatch's first
+/// sample), Y, Mask]; Mask holds 0 or 1/(1-ratio) and is what the backward
+/// multiplies dY with. ints: [n, sampleElems, salt]. reals: [ratio].
+void pipec_k_dropout(void *const *bufs, const int64_t *ints,
+                     const double *reals);
+
 /// Looks a kernel up by its symbol name ("pipec_k_gemm"); NULL if unknown.
 /// Used by in-process executors (profiling, conformance tests).
 pipec_kernel_fn pipec_rt_find_kernel(const char *name);
@@ -322,6 +331,11 @@ void pipec_rt_loss_seed(pipec_ctx *ctx, void *dst);
 
 /// Writes the learning rate of the current step as one float into dst.
 void pipec_rt_lr(pipec_ctx *ctx, void *dst);
+
+/// Writes the random-number state of microbatch `mb` as two int64: the run's
+/// seed and the global index of the microbatch's first sample (step ·
+/// global batch + mb · microbatch). Used by dropout.
+void pipec_rt_rng(pipec_ctx *ctx, int64_t mb, void *dst);
 
 /// Writes the number of optimizer updates made before this step (0 on the
 /// first step) as one int64 into dst: the T input of ONNX's training

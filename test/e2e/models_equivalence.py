@@ -27,6 +27,8 @@ STEPS = 5
 MODELS = {
     "resnet": ("examples/resnet/make_resnet.py", ["--batch", "8", "--width", "8", "--blocks", "1"], 0.05),
     "vgg": ("examples/vgg/make_vgg.py", ["--batch", "8"], 0.05),
+    # Training-mode dropout: every split draws the same seeded masks.
+    "vgg-dropout": ("examples/vgg/make_vgg.py", ["--batch", "8", "--dropout-training"], 0.05),
     "gpt": ("examples/gpt/make_gpt.py", ["--batch", "4", "--seq", "16", "--layers", "2", "--dim", "32",
                                          "--heads", "2", "--vocab", "64"], 0.1),
 }
@@ -46,7 +48,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pipec", required=True)
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--models", default="resnet,vgg,gpt")
+    ap.add_argument("--models", default="resnet,vgg,vgg-dropout,gpt")
     args = ap.parse_args()
     env_ok = os.path.isfile(args.pipec) and os.access(args.pipec, os.X_OK)
     if not env_ok:
@@ -67,7 +69,7 @@ def main():
         script, extra, lr = MODELS[model]
         d = os.path.join(args.workdir, model)
         os.makedirs(d)
-        onnx_path = os.path.join(d, f"{model}.onnx")
+        onnx_path = os.path.join(d, f"{model.replace('-', '_')}.onnx")
         rc, out = run(["/usr/bin/python3", os.path.join(ROOT, script), "-o", onnx_path,
                        "--data-steps", "2"] + extra)
         if rc != 0:

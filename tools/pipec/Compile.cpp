@@ -368,6 +368,8 @@ int pipec::driver::compileModel(const CompileOptions &o) {
       SmallVector<int64_t> shape(t.getShape());
       if (!shape.empty())
         shape[0] = batch;
+      if (feed.getInt() == -2)
+        continue; // the dropout random state comes from the runtime
       if (feed.getInt() < 0) {
         int64_t classes = labelClasses(fwd.getArgument(i));
         labels = llvm::json::Object{
