@@ -7,6 +7,7 @@
 #include "core/error.h"
 
 #include "core/mpi_c.h"
+#include "core/status.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,7 @@ void fatal(const std::string &message) {
   std::fflush(stdout);
   std::fprintf(stderr, "%s\n", formatError(message).c_str());
   std::fflush(stderr);
+  setStatusState(RankState::Error);
   const ErrorLocation &loc = errorLocation();
   if (loc.mpiActive && loc.worldSize == 1)
     MPI_Finalize(); // no peer to end; avoids mpirun's abort banner

@@ -15,6 +15,7 @@
 #include "core/context.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "core/status.h"
 #include "pipec_rt.h"
 
 #include <nlohmann/json.hpp>
@@ -183,6 +184,8 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   MPI_Comm_size(MPI_COMM_WORLD, &ctx.worldSize);
   loc.rank = ctx.rank;
   loc.worldSize = ctx.worldSize;
+  if (!o.statusDir.empty())
+    openRankStatus(o.statusDir, ctx.rank, desc.stage);
   int *tagUb = nullptr, hasTagUb = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &hasTagUb);
   if (hasTagUb && tagUb)
@@ -227,6 +230,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   using Clock = std::chrono::steady_clock;
   for (int64_t t = 0; t < o.steps; ++t) {
     loc.step = t + 1;
+    setStatusStep(t + 1);
     ctx.step = t;
     std::fill(ctx.lossRecorded.begin(), ctx.lossRecorded.end(), false);
     bool counted = o.steps <= o.profileWarmup || t >= o.profileWarmup;
@@ -261,6 +265,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
                                ")")
                        .c_str());
       std::fflush(stderr);
+      setStatusState(RankState::Error);
       loc.mpiActive = false;
       if (!alreadyInitialised)
         MPI_Finalize();
@@ -314,6 +319,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     std::fflush(stdout);
   }
   loc.step = o.steps;
+  setStatusState(RankState::Finished);
   loc.mpiActive = false;
   if (!alreadyInitialised)
     MPI_Finalize();

@@ -84,7 +84,7 @@ std::string usageText(const char *argv0) {
          "       [--labels Y.npy] [--seed S] [--metrics PATH] "
          "[--checkpoint-dir DIR]\n"
          "       [--checkpoint-every N] [--profile-out PATH] "
-         "[--profile-warmup N] [--quiet]\n"
+         "[--profile-warmup N] [--status-dir DIR] [--quiet]\n"
          "  --manifest PATH        the build's manifest (default: "
          "manifest.json "
          "beside the executable)\n"
@@ -102,6 +102,8 @@ std::string usageText(const char *argv0) {
          "only at the end)\n"
          "  --profile-out PATH     write per-op times as pipec.profile/1 JSON\n"
          "  --profile-warmup N     steps the profiler skips (default 1)\n"
+         "  --status-dir DIR       keep rank-R.status progress records there "
+         "(for pipec train's report when a rank dies)\n"
          "  --quiet                no per-step progress lines\n";
 }
 
@@ -156,6 +158,8 @@ Options parseOptions(int argc, char **argv) {
       o.profileOut = needPath();
     else if (flag == "--profile-warmup")
       o.profileWarmup = parseInt(flag, needValue(), 0);
+    else if (flag == "--status-dir")
+      o.statusDir = needPath();
     else if (flag == "--quiet")
       noValue(), o.quiet = true;
     else if (flag == "--help" || flag == "-h")

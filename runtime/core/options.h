@@ -44,6 +44,8 @@ struct Options {
   int64_t checkpointEvery = 0;
   std::string profileOut;
   int64_t profileWarmup = 1;
+  /// Folder of the per-rank status files (core/status.h); empty: none.
+  std::string statusDir;
   bool quiet = false;
   bool help = false;
 };

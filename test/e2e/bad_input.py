@@ -456,6 +456,52 @@ def main():
         problems.append(f"exit status {rc}, documented 2 for usage errors")
     R.report("stage-binary unknown-flag", problems, line)
 
+    # A rank killed mid-run (SIGKILL: no chance to report): the job ends
+    # within seconds, non-zero, and pipec names the rank, its stage and the
+    # step it was in; the other rank is stopped by mpirun and not blamed.
+    name = "rank-killed-mid-run"
+    cmd = train(A, "--steps", "100000000", "--inputs", xs, "--labels", ys, tag=name)
+    problems = []
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    victim, deadline = None, time.monotonic() + 60
+    metrics = p(f"metrics-{name}.jsonl")
+    while victim is None and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if not (os.path.exists(metrics) and os.path.getsize(metrics) > 0):
+            continue  # wait until training steps are running
+        ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        for l in ps.splitlines():
+            pid, _, args_ = l.strip().partition(" ")
+            if args_.startswith(os.path.join(A, "stage1") + " "):
+                victim = int(pid)
+    if victim is None:
+        problems.append("stage1 process never seen running")
+        os.killpg(proc.pid, signal.SIGKILL)
+        out = proc.communicate()[0].decode("utf-8", errors="replace")
+    else:
+        os.kill(victim, signal.SIGKILL)
+        t_kill = time.monotonic()
+        try:
+            out = proc.communicate(timeout=30)[0].decode("utf-8", errors="replace")
+            secs = time.monotonic() - t_kill
+            if secs > 10:
+                problems.append(f"job took {secs:.1f}s to end after the kill")
+            if proc.returncode == 0:
+                problems.append("exit status 0")
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out = proc.communicate()[0].decode("utf-8", errors="replace")
+            problems.append("no exit within 30s of the kill (hang)")
+    blamed = re.findall(r"pipec: error: rank (\d+) \(stage (\d+)\) died without a report during step (\d+)", out)
+    line = next((l for l in out.splitlines() if "died without a report" in l), "")
+    if len(blamed) != 1 or blamed[0][:2] != ("1", "1") or int(blamed[0][2]) < 1:
+        problems.append(f"expected one line naming rank 1, stage 1 and a step; got {blamed}: {short(out)}")
+    for bad in ("Traceback (most recent call last)", "Segmentation fault", "core dumped", "terminate called"):
+        if bad in out:
+            problems.append(f"output contains {bad!r}")
+    R.report(f"train {name}", problems, line)
+
     print(f"total {time.monotonic() - t_start:.1f}s")
     print(f"{R.passed} passed, {R.failed} failed")
     return 1 if R.failed else 0

@@ -18,6 +18,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <unistd.h>
 
@@ -142,6 +143,45 @@ std::string findMpirun(const std::string &requested, std::string &error) {
   return *path;
 }
 
+
+/// After a failed job: reads the ranks' status records (runtime
+/// core/status.h) and names every rank that ended without a report (killed
+/// or crashed), with its stage and the step it was in. The ranks that failed
+/// cleanly already printed their own error line.
+void reportSilentRanks(const std::string &statusDir, size_t ranks) {
+  for (size_t r = 0; r < ranks; ++r) {
+    std::string path = statusDir + "/rank-" + std::to_string(r) + ".status";
+    auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                           /*RequiresNullTerminator=*/false);
+    if (!buf) {
+      llvm::errs() << "pipec: error: rank " << r
+                   << " ended before it started training (no status record)\n";
+      continue;
+    }
+    llvm::StringRef data = (*buf)->getBuffer();
+    if (data.size() < 32 || !data.starts_with("pipecst1")) {
+      llvm::errs() << "pipec: error: rank " << r
+                   << " left an unreadable status record " << path << "\n";
+      continue;
+    }
+    auto i32 = [&](size_t at) {
+      int32_t v;
+      std::memcpy(&v, data.data() + at, 4);
+      return v;
+    };
+    int64_t step;
+    std::memcpy(&step, data.data() + 16, 8);
+    int32_t stage = i32(12), state = i32(24);
+    if (state != 0) // finished, reported its error, or stopped by mpirun
+      continue;
+    llvm::errs() << "pipec: error: rank " << r << " (stage " << stage
+                 << ") died without a report "
+                 << (step == 0 ? std::string("during start-up")
+                               : "during step " + std::to_string(step))
+                 << " (killed or crashed); the job was stopped\n";
+  }
+}
+
 } // namespace
 
 int pipec::driver::runTrain(const std::vector<std::string> &argv,
@@ -213,9 +253,25 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     return 0;
   }
   (void)argv0;
+  // Each rank keeps a status record there, so that a rank that is killed
+  // or crashes can still be named with its stage and step afterwards.
+  llvm::SmallString<128> statusDir;
+  if (!llvm::sys::fs::createUniqueDirectory("pipec-status", statusDir)) {
+    std::vector<std::string> withStatus = stageArgs;
+    withStatus.push_back("--status-dir");
+    withStatus.push_back(statusDir.str().str());
+    cmd = mpirunCommand(mpirun, bins, withStatus);
+  } else {
+    statusDir.clear();
+  }
   // The ranks print their own error line; pass their exit status through
-  // (1 error, 2 usage, 3 non-finite loss).
+  // (1 error, 2 usage, 3 non-finite loss; mpirun's code for a killed rank).
   int rc = execute(cmd);
+  if (!statusDir.empty()) {
+    if (rc != 0)
+      reportSilentRanks(statusDir.str().str(), bins.size());
+    llvm::sys::fs::remove_directories(statusDir);
+  }
   return rc < 0 ? 1 : rc;
 }
 
