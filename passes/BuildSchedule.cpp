@@ -1,9 +1,13 @@
 //===- BuildSchedule.cpp - --pipe-build-schedule --------------------------===//
 //
-// Materialises a schedule from lib/Schedule as one pipe.program per rank:
+// Materialises a schedule as one pipe.program per rank:
 //   F(mb): recv boundary args -> pipe.forward -> send boundary results
 //   B(mb): recv output grads  -> pipe.backward -> send arg grads
-// then pipe.flush and pipe.step. Loops of the generator become scf.for.
+// Synchronous schedules (lib/Schedule's gpipe / 1f1b-flush orders) end with
+// pipe.flush and pipe.step; loops of the generator become scf.for. The
+// continuous schedules (1f1b = PipeDream with weight stashing, 2bw) are one
+// window of a pipeline that never flushes, with pipe.step after the
+// backwards that end a minibatch (see ProgramOp's description).
 // Every boundary edge (producer stage j, result r) -> (consumer k, arg a)
 // gets channel 2e for its activation and 2e+1 for its gradient.
 //
@@ -37,16 +41,18 @@ struct PipeBuildSchedulePass
     auto kind = parseScheduleKind(schedule);
     if (!kind) {
       module.emitError("unknown schedule '")
-          << schedule << "' (available: gpipe, 1f1b-flush)";
+          << schedule << "' (available: gpipe, 1f1b-flush, 1f1b, 2bw)";
       return signalPassFailure();
     }
-    if (*kind != ScheduleKind::GPipe && *kind != ScheduleKind::OneFOneBFlush) {
+    if (*kind != ScheduleKind::GPipe && *kind != ScheduleKind::OneFOneBFlush &&
+        *kind != ScheduleKind::OneFOneB && *kind != ScheduleKind::TwoBW) {
       module.emitError("schedule '")
           << schedule
           << "' can be planned and simulated (pipec plan/simulate) but not "
-             "yet compiled; compiled schedules: gpipe, 1f1b-flush";
+             "yet compiled; compiled schedules: gpipe, 1f1b-flush, 1f1b, 2bw";
       return signalPassFailure();
     }
+    const bool continuous = !isFlushSchedule(*kind);
     if (microbatches < 1) {
       module.emitError("microbatches must be >= 1, got ") << microbatches;
       return signalPassFailure();
@@ -66,6 +72,14 @@ struct PipeBuildSchedulePass
         return signalPassFailure();
       }
     int64_t numStages = fwds.size();
+    if (*kind == ScheduleKind::TwoBW && microbatches < numStages - 1) {
+      module.emitError("schedule '2bw' needs at least p - 1 = ")
+          << numStages - 1 << " microbatches per batch for " << numStages
+          << " stages, got " << microbatches
+          << " (a forward would need a weight version that is not created "
+             "yet; papers/thesis.md §3.1)";
+      return signalPassFailure();
+    }
 
     SmallVector<Edge> edges;
     for (auto [k, fn] : llvm::enumerate(fwds))
@@ -74,8 +88,9 @@ struct PipeBuildSchedulePass
           edges.push_back({from[0], from[1], static_cast<int64_t>(k), a,
                            fn.getArgumentTypes()[a]});
 
-    std::vector<StageSchedule> sched =
-        generateSchedule(*kind, numStages, microbatches);
+    std::vector<StageSchedule> sched;
+    if (!continuous)
+      sched = generateSchedule(*kind, numStages, microbatches);
 
     OpBuilder b(module.getContext());
     b.setInsertionPointToEnd(module.getBody());
@@ -90,7 +105,10 @@ struct PipeBuildSchedulePass
       func::FuncOp fwd = fwds[s], bwd = bwds[s];
       auto fwdRef = FlatSymbolRefAttr::get(fwd.getSymNameAttr());
       auto bwdRef = FlatSymbolRefAttr::get(bwd.getSymNameAttr());
-      int64_t slots = peakInflight(sched[s].flatten());
+      // A continuous stage holds the microbatches of its last w + 1 pairs.
+      const int64_t warmup = numStages - s - 1;
+      int64_t slots =
+          continuous ? warmup + 1 : peakInflight(sched[s].flatten());
       auto program = pipe::ProgramOp::create(
           b, loc, b.getStringAttr("rank" + std::to_string(s)),
           b.getI64IntegerAttr(s), b.getI64IntegerAttr(std::max<int64_t>(slots, 1)));
@@ -139,7 +157,9 @@ struct PipeBuildSchedulePass
           }
         }
       };
-      auto emitOps = [&](ArrayRef<SchedOp> body, Value iv) {
+      auto stepRef = FlatSymbolRefAttr::get(steps[s].getSymNameAttr());
+      // `update`: a pipe.step follows every backward of the body.
+      auto emitOps = [&](ArrayRef<SchedOp> body, Value iv, bool update) {
         for (const SchedOp &op : body) {
           Value mb = iv;
           if (!iv || op.microbatch != 0) {
@@ -147,16 +167,21 @@ struct PipeBuildSchedulePass
             mb = iv ? arith::AddIOp::create(pb, loc, iv, base).getResult()
                     : base;
           }
-          if (op.kind == PassKind::Forward)
+          if (op.kind == PassKind::Forward) {
             emitForward(mb);
-          else
+          } else {
             emitBackward(mb);
+            if (update)
+              pipe::StepOp::create(pb, loc, stepRef, mb);
+          }
         }
       };
-      for (const Segment &seg : sched[s].segments) {
+      auto emitSegment = [&](const Segment &seg, bool update) {
+        if (seg.trips <= 0)
+          return;
         if (seg.trips == 1) {
-          emitOps(seg.body, Value());
-          continue;
+          emitOps(seg.body, Value(), update);
+          return;
         }
         Value lb = arith::ConstantIndexOp::create(pb, loc, 0);
         Value ub = arith::ConstantIndexOp::create(pb, loc, seg.trips);
@@ -164,11 +189,34 @@ struct PipeBuildSchedulePass
         auto loop = scf::ForOp::create(pb, loc, lb, ub, one);
         OpBuilder::InsertionGuard guard(pb);
         pb.setInsertionPoint(loop.getBody()->getTerminator());
-        emitOps(seg.body, loop.getInductionVar());
+        emitOps(seg.body, loop.getInductionVar(), update);
+      };
+      if (!continuous) {
+        for (const Segment &seg : sched[s].segments)
+          emitSegment(seg, false);
+        pipe::FlushOp::create(pb, loc);
+        pipe::StepOp::create(pb, loc, stepRef, Value());
+        continue;
       }
-      pipe::FlushOp::create(pb, loc);
-      pipe::StepOp::create(pb, loc,
-                           FlatSymbolRefAttr::get(steps[s].getSymNameAttr()));
+      // One window of continuous 1F1B: pair j = {F(j), B(j - w)}, so the
+      // backward of microbatch k follows the forward of k + w (thesis.md
+      // §5.3). PipeDream updates after every backward; 2BW after the
+      // backward of the batch's last microbatch, index m - 1 of the window
+      // when w = 0, else index -1 (the previous batch's last, in pair
+      // w - 1).
+      auto pairs = [&](int64_t first, int64_t trips) {
+        return Segment{{{PassKind::Forward, first},
+                        {PassKind::Backward, first - warmup}},
+                       trips};
+      };
+      if (*kind == ScheduleKind::OneFOneB) {
+        emitSegment(pairs(0, microbatches), true);
+        continue;
+      }
+      int64_t last = warmup == 0 ? microbatches - 1 : warmup - 1;
+      emitSegment(pairs(0, last), false);
+      emitSegment(pairs(last, 1), true);
+      emitSegment(pairs(last + 1, microbatches - last - 1), false);
     }
   }
 };

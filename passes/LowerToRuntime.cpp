@@ -6,7 +6,11 @@
 //
 //   [ weights and gradient accumulators | stash slots | io | scratch ]
 //
-//   - weights: every ml_program global the stage touches;
+//   - weights: every ml_program global the stage touches; the parameters
+//     the forward reads (and does not write) come first, [0, versioned):
+//     stage functions address them through a separate base pointer so
+//     that a backward can read a stashed weight version (PipeDream, 2BW)
+//     while the optimizer updates the live copy in the arena;
 //   - stash slots: `slots` copies of the forward arguments and results
 //     (boundary inputs, model inputs, saved activations) - microbatch k
 //     uses slot k mod slots, so a 1F1B stage holds only its in-flight
@@ -28,6 +32,7 @@
 #include "passes/KernelCalls.h"
 #include "passes/PassUtils.h"
 #include "passes/Passes.h"
+#include "pipec/Schedule.h"
 #include "pipec_rt.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -35,6 +40,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/JSON.h"
 
 #include <map>
@@ -108,7 +114,7 @@ private:
   void emitDeclarations();
   func::FuncOp emitStageFunction(FunctionPlan &fp);
   Value pointer(OpBuilder &ob, Location loc, const Buffer &buf, Value arena,
-                Value slot);
+                Value slot, Value wbase = Value());
   Value i64(OpBuilder &ob, Location loc, int64_t v);
   Value constArray(OpBuilder &ob, Location loc, ArrayRef<int64_t> ints);
   Value constArray(OpBuilder &ob, Location loc, ArrayRef<double> reals);
@@ -129,6 +135,8 @@ private:
   SmallVector<std::string> weightOrder;
   llvm::StringMap<int64_t> opIds;
   SmallVector<Operation *> layerOps;
+  int64_t versionedBytes = 0; ///< weights region prefix read through wbase
+  bool continuous = false;    ///< 1f1b / 2bw: windows of a running pipeline
   int64_t lossResult = -1;
   int64_t lossSeedArg = -1;
   SmallVector<std::pair<int64_t, int64_t>> feedArgs; // (fwd arg, feed index)
@@ -304,6 +312,25 @@ LogicalResult StageLowering::collect() {
   fwd.phase = 0;
   bwd.phase = 1;
   step.phase = 2;
+  auto kind = parseScheduleKind(pipeline.getSchedule().str());
+  continuous = kind && !isFlushSchedule(*kind);
+
+  // The versioned prefix of the weights region: globals the forward reads
+  // and never writes (its parameters; not e.g. batch-norm running stats).
+  {
+    llvm::StringSet<> stored;
+    fwd.fn.walk([&](ml_program::GlobalStoreOp st) {
+      stored.insert(st.getGlobal().getLeafReference().getValue());
+    });
+    fwd.fn.walk([&](ml_program::GlobalLoadOp load) {
+      StringRef name = load.getGlobal().getLeafReference().getValue();
+      auto global = module.lookupSymbol<ml_program::GlobalOp>(name);
+      if (!stored.contains(name) &&
+          !(global && global->hasAttr(pipe::attrs::kGradOf)))
+        weightBuffer(name, load.getType());
+    });
+    versionedBytes = regions.weights;
+  }
 
   // Op table of the profiler: the stage's layers, by ONNX node name.
   for (Operation &op : fwd.fn.getBody().front())
@@ -384,6 +411,10 @@ void StageLowering::emitDeclarations() {
   declare("pipec_rt_lr", {ptr, ptr}, {});
   declare("pipec_rt_step", {ptr, ptr}, {});
   declare("pipec_rt_rng", {ptr, i64t, ptr}, {});
+  declare("pipec_rt_global_mb", {ptr, i64t}, {i64t});
+  declare("pipec_rt_weights", {ptr, i64t, i64t, ptr}, {ptr});
+  declare("pipec_rt_release", {ptr, i64t}, {});
+  declare("pipec_rt_update", {ptr}, {});
   declare("pipec_rt_op_begin", {ptr, i64t, i64t}, {});
   declare("pipec_rt_op_end", {ptr, i64t, i64t}, {});
   auto programType = db.getFunctionType({ptr, ptr}, {});
@@ -396,7 +427,7 @@ Value StageLowering::i64(OpBuilder &ob, Location loc, int64_t v) {
 }
 
 Value StageLowering::pointer(OpBuilder &ob, Location loc, const Buffer &buf,
-                             Value arena, Value slot) {
+                             Value arena, Value slot, Value wbase) {
   MLIRContext *ctx = module.getContext();
   Type ptr = ptrType(ctx);
   switch (buf.region) {
@@ -419,6 +450,9 @@ Value StageLowering::pointer(OpBuilder &ob, Location loc, const Buffer &buf,
   else
     base += regions.scratchBase();
   offset = i64(ob, loc, base);
+  if (buf.region == Buffer::Weights && wbase && buf.offset < versionedBytes)
+    return LLVM::GEPOp::create(ob, loc, ptr, ob.getI8Type(), wbase,
+                               ValueRange{offset});
   if (buf.region == Buffer::Slots) {
     Value stride = i64(ob, loc, alignUp(regions.slot));
     Value slotOff = LLVM::MulOp::create(ob, loc, slot, stride);
@@ -473,12 +507,12 @@ func::FuncOp StageLowering::emitStageFunction(FunctionPlan &fp) {
   std::string name = "pipec_" + fp.fn.getSymName().str();
   auto fn = func::FuncOp::create(
       fb, fp.fn.getLoc(), name,
-      fb.getFunctionType({ptr, ptr, fb.getI64Type()}, {}));
+      fb.getFunctionType({ptr, ptr, fb.getI64Type(), ptr}, {}));
   fn.setPrivate();
   Block *entry = fn.addEntryBlock();
   OpBuilder ob = OpBuilder::atBlockEnd(entry);
   Value ctxArg = entry->getArgument(0), arena = entry->getArgument(1),
-        slot = entry->getArgument(2);
+        slot = entry->getArgument(2), wbase = entry->getArgument(3);
   Value one = i64(ob, fp.fn.getLoc(), 1);
   for (Step &s : fp.steps) {
     Location loc = s.loc;
@@ -489,7 +523,7 @@ func::FuncOp StageLowering::emitStageFunction(FunctionPlan &fp) {
     auto arrayType = LLVM::LLVMArrayType::get(ptr, s.buffers.size());
     Value bufs = LLVM::AllocaOp::create(ob, loc, ptr, arrayType, one);
     for (auto [i, buf] : llvm::enumerate(s.buffers)) {
-      Value p = pointer(ob, loc, buf, arena, slot);
+      Value p = pointer(ob, loc, buf, arena, slot, wbase);
       Value elem = LLVM::GEPOp::create(
           ob, loc, ptr, arrayType, bufs,
           ArrayRef<LLVM::GEPArg>{0, static_cast<int32_t>(i)});
@@ -537,55 +571,92 @@ LogicalResult StageLowering::emitProgram() {
   for (Operation *op : pipeOps) {
     OpBuilder pb(op);
     Location loc = op->getLoc();
-    auto mbAndSlot = [&](Value mbIndex) -> std::pair<Value, Value> {
-      Value mb = arith::IndexCastOp::create(pb, loc, pb.getI64Type(), mbIndex);
-      Value slot = arith::RemUIOp::create(pb, loc, mb, i64(pb, loc, slots));
-      return {mb, slot};
-    };
+    Type i64t = pb.getI64Type();
+    // The op's microbatch: `rel` as the program states it (feeds, losses and
+    // random state are per step), `mb` the index used for stash slots,
+    // message tags and weight versions. Synchronous schedules: both are the
+    // index in [0, m). Continuous schedules: `mb` is the global index from
+    // pipec_rt_global_mb, and the op runs only when it is >= 0 (inside the
+    // run).
+    Value rel, mb, slot;
+    Value microbatch;
+    if (auto mbOp = dyn_cast<pipe::SendOp>(op))
+      microbatch = mbOp.getMicrobatch();
+    else if (auto mbOp = dyn_cast<pipe::RecvOp>(op))
+      microbatch = mbOp.getMicrobatch();
+    else if (auto mbOp = dyn_cast<pipe::ForwardOp>(op))
+      microbatch = mbOp.getMicrobatch();
+    else if (auto mbOp = dyn_cast<pipe::BackwardOp>(op))
+      microbatch = mbOp.getMicrobatch();
+    else if (auto mbOp = dyn_cast<pipe::StepOp>(op))
+      microbatch = mbOp.getMicrobatch();
+    if (microbatch) {
+      rel = arith::IndexCastOp::create(pb, loc, i64t, microbatch);
+      mb = rel;
+      if (continuous) {
+        mb = func::CallOp::create(pb, loc, "pipec_rt_global_mb", TypeRange{i64t},
+                                  ValueRange{ctxArg, rel})
+                 .getResult(0);
+        Value inside = arith::CmpIOp::create(pb, loc, arith::CmpIPredicate::sge,
+                                             mb, i64(pb, loc, 0));
+        auto guard = scf::IfOp::create(pb, loc, inside, /*withElse=*/false);
+        pb.setInsertionPoint(guard.thenBlock()->getTerminator());
+      }
+      slot = arith::RemUIOp::create(pb, loc, mb, i64(pb, loc, slots));
+    } else if (continuous && !isa<pipe::FlushOp>(op)) {
+      return op->emitError("a continuous schedule's ops need a microbatch");
+    }
     auto call = [&](StringRef callee, ValueRange args) {
       func::CallOp::create(pb, loc, callee, TypeRange{}, args);
     };
+    auto weightsFor = [&](int64_t phase) -> Value {
+      if (!continuous)
+        return arena;
+      return func::CallOp::create(pb, loc, "pipec_rt_weights", TypeRange{ptr},
+                                  ValueRange{ctxArg, mb, i64(pb, loc, phase),
+                                             arena})
+          .getResult(0);
+    };
     if (auto send = dyn_cast<pipe::SendOp>(op)) {
       FunctionPlan *fp = funcPlan(send.getFunc());
-      auto [mb, slot] = mbAndSlot(send.getMicrobatch());
       Value p = pointer(pb, loc, fp->results[send.getIndex()], arena, slot);
       call("pipec_rt_send",
            {ctxArg, i64(pb, loc, send.getPeer()), i64(pb, loc, send.getChannel()),
             mb, p, i64(pb, loc, nn::tensorBytes(send.getType()))});
     } else if (auto recv = dyn_cast<pipe::RecvOp>(op)) {
       FunctionPlan *fp = funcPlan(recv.getFunc());
-      auto [mb, slot] = mbAndSlot(recv.getMicrobatch());
       Value p = pointer(pb, loc, fp->args[recv.getIndex()], arena, slot);
       call("pipec_rt_recv",
            {ctxArg, i64(pb, loc, recv.getPeer()), i64(pb, loc, recv.getChannel()),
             mb, p, i64(pb, loc, nn::tensorBytes(recv.getType()))});
-    } else if (auto f = dyn_cast<pipe::ForwardOp>(op)) {
-      auto [mb, slot] = mbAndSlot(f.getMicrobatch());
+    } else if (isa<pipe::ForwardOp>(op)) {
       for (auto [arg, feed] : feedArgs)
-        call("pipec_rt_feed", {ctxArg, i64(pb, loc, feed), mb,
+        call("pipec_rt_feed", {ctxArg, i64(pb, loc, feed), rel,
                                pointer(pb, loc, fwd.args[arg], arena, slot)});
       for (int64_t arg : rngArgs)
         call("pipec_rt_rng",
-             {ctxArg, mb, pointer(pb, loc, fwd.args[arg], arena, slot)});
-      call(lowered[0].getSymName(), {ctxArg, arena, slot});
+             {ctxArg, rel, pointer(pb, loc, fwd.args[arg], arena, slot)});
+      call(lowered[0].getSymName(), {ctxArg, arena, slot, weightsFor(0)});
       if (lossResult >= 0)
         call("pipec_rt_loss",
-             {ctxArg, mb, pointer(pb, loc, fwd.results[lossResult], arena, slot)});
-    } else if (auto bw = dyn_cast<pipe::BackwardOp>(op)) {
-      auto [mb, slot] = mbAndSlot(bw.getMicrobatch());
+             {ctxArg, rel, pointer(pb, loc, fwd.results[lossResult], arena, slot)});
+    } else if (isa<pipe::BackwardOp>(op)) {
       if (lossSeedArg >= 0)
         call("pipec_rt_loss_seed",
              {ctxArg, pointer(pb, loc, bwd.args[lossSeedArg], arena, slot)});
-      call(lowered[1].getSymName(), {ctxArg, arena, slot});
+      call(lowered[1].getSymName(), {ctxArg, arena, slot, weightsFor(1)});
+      if (continuous)
+        call("pipec_rt_release", {ctxArg, mb});
     } else if (isa<pipe::FlushOp>(op)) {
       call("pipec_rt_flush", {ctxArg});
     } else if (isa<pipe::StepOp>(op)) {
       Value zero = i64(pb, loc, 0);
+      call("pipec_rt_update", {ctxArg});
       for (auto [i, buf] : llvm::enumerate(step.args))
         call(step.fn.getArgAttr(i, "pipe.step_count") ? "pipec_rt_step"
                                                        : "pipec_rt_lr",
              {ctxArg, pointer(pb, loc, buf, arena, zero)});
-      call(lowered[2].getSymName(), {ctxArg, arena, zero});
+      call(lowered[2].getSymName(), {ctxArg, arena, zero, arena});
     } else {
       return op->emitError("cannot lower this op");
     }
@@ -690,6 +761,7 @@ std::string StageLowering::stageMeta() {
                     {"global_batch", microbatch * m},
                     {"schedule", pipeline.getSchedule().str()},
                     {"slots", regions.slots},
+                    {"versioned_bytes", versionedBytes},
                     {"arena_bytes", regions.total()},
                     {"weights", std::move(weightList)},
                     {"feeds", std::move(feeds)},

@@ -89,14 +89,18 @@ def NNAutodiffPass : Pass<"nn-autodiff", "mlir::ModuleOp"> {
 def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
   let summary = "Materialises the pipeline schedule as one pipe.program per rank.";
   let description = [{
-    Uses the schedule generators of lib/Schedule (gpipe, 1f1b-flush) to
-    emit, per stage, receives, forward/backward runs and sends in schedule
-    order (steady state as scf.for loops), then a flush and the optimizer
-    step. The pipe.pipeline verifier then checks matching and deadlock
-    freedom across all programs.
+    Synchronous schedules (gpipe, 1f1b-flush) use the generators of
+    lib/Schedule to emit, per stage, receives, forward/backward runs and
+    sends in schedule order (steady state as scf.for loops), then a flush
+    and the optimizer step. The continuous schedules emit one window of a
+    pipeline that never flushes: `1f1b` (PipeDream, an update after every
+    backward, weight stashing by the runtime) and `2bw` (PipeDream-2BW, an
+    update per batch of m microbatches, two weight versions; m >= p - 1).
+    The pipe.pipeline verifier then checks matching, deadlock freedom and
+    weight versions across all programs.
   }];
   let options = [
-    Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe or 1f1b-flush">,
+    Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe, 1f1b-flush, 1f1b or 2bw">,
     Option<"microbatches", "microbatches", "int", "1", "microbatches per step">,
   ];
   let dependentDialects = ["::pipec::pipe::PipeDialect", "::mlir::scf::SCFDialect",

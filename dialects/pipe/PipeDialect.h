@@ -51,6 +51,8 @@ struct ExpandedEvent {
   int64_t channel = 0;
   int64_t microbatch = 0;
   mlir::Operation *op = nullptr;
+  /// False for a pipe.step without `after` (a synchronous schedule's update).
+  bool hasMicrobatch = true;
 };
 mlir::LogicalResult
 expandProgram(ProgramOp program,

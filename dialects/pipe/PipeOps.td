@@ -82,7 +82,13 @@ def Pipe_ProgramOp : Pipe_Op<"program", [NoTerminator, SingleBlock,
   let summary = "The static per-step schedule of one rank.";
   let description = [{
     Runs once per training step on the rank that executes pipeline stage
-    `stage`. The body uses `scf.for` for the steady state so its size does
+    `stage`. For the synchronous schedules every microbatch index lies in
+    [0, microbatches). For the continuous schedules (`1f1b`, `2bw`) the
+    program is one window of a pipeline that never flushes: step n runs
+    global microbatch n*m + i for index i, an index may be negative (a
+    backward of a microbatch whose forward ran in an earlier step), ops on
+    microbatches outside the run (before the first or after the last) are
+    skipped, and one extra window after the last step drains the pipeline. The body uses `scf.for` for the steady state so its size does
     not grow with the microbatch count. `slots` is the number of microbatch
     activation stash slots the stage needs (its peak in-flight count);
     microbatch `k` uses slot `k mod slots`.
@@ -176,12 +182,21 @@ def Pipe_StepOp : Pipe_Op<"step", [DeclareOpInterfaceMethods<SymbolUserOpInterfa
     Calls the stage's update function (`@sK_step`), which reads the
     accumulated gradients, updates the weights and zeroes the gradients.
 
+    In the continuous schedules (`1f1b`, `2bw`) the update follows the
+    backward of a given microbatch (`after %mb`, an index relative to the
+    step like every microbatch operand) and is skipped, like that backward,
+    when the microbatch lies outside the run. The runtime keeps the weight
+    versions that in-flight microbatches still need before the update
+    overwrites the live weights (PipeDream weight stashing; 2BW's shadow
+    version).
+
     ```mlir
     pipe.step @s0_step
+    pipe.step @s0_step after %mb
     ```
   }];
-  let arguments = (ins FlatSymbolRefAttr:$func);
-  let assemblyFormat = "$func attr-dict";
+  let arguments = (ins FlatSymbolRefAttr:$func, Optional<Index>:$microbatch);
+  let assemblyFormat = "$func (`after` $microbatch^)? attr-dict";
 }
 
 #endif // PIPEC_PIPE_OPS

@@ -15,6 +15,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
@@ -80,7 +81,7 @@ private:
       FailureOr<int64_t> m = mb ? value(op, mb) : FailureOr<int64_t>(0);
       if (failed(m))
         return failure();
-      events.push_back({kind, stage, channel, *m, op});
+      events.push_back({kind, stage, channel, *m, op, bool(mb)});
       return success();
     };
     if (auto s = dyn_cast<SendOp>(op))
@@ -93,8 +94,8 @@ private:
       return add(ExpandedEvent::Forward, f.getMicrobatch(), 0, 0);
     if (auto b = dyn_cast<BackwardOp>(op))
       return add(ExpandedEvent::Backward, b.getMicrobatch(), 0, 0);
-    if (isa<StepOp>(op))
-      return add(ExpandedEvent::Step, Value(), 0, 0);
+    if (auto step = dyn_cast<StepOp>(op))
+      return add(ExpandedEvent::Step, step.getMicrobatch(), 0, 0);
     if (isa<FlushOp>(op))
       return success();
     return op->emitOpError("is not allowed in a pipe.program");
@@ -119,10 +120,58 @@ static std::string typeString(Type t) {
   return s;
 }
 
+/// Checks the weight versions a continuous program's forwards and backwards
+/// read (DESIGN.md §5): PipeDream stashes the version a forward used for
+/// its backward, so a stage holds at most p - s versions; 2BW reads version
+/// max(floor(k/m) - 1, 0) for microbatch k and keeps the live version and
+/// one shadow copy, so that version must be one of the two when it is read.
+static LogicalResult checkVersions(ProgramOp program,
+                                   ArrayRef<ExpandedEvent> events,
+                                   bool twoBW, int64_t m, int64_t numStages) {
+  int64_t live = 0, shadow = -1;
+  llvm::DenseMap<int64_t, int64_t> versionOf; // in-flight microbatch -> version
+  int64_t bound = numStages - program.getStage();
+  for (const ExpandedEvent &e : events) {
+    if (e.kind == ExpandedEvent::Step) {
+      shadow = live;
+      ++live;
+      continue;
+    }
+    if (e.kind != ExpandedEvent::Forward && e.kind != ExpandedEvent::Backward)
+      continue;
+    if (twoBW) {
+      int64_t want = std::max<int64_t>(e.microbatch / m - 1, 0);
+      if (want != live && want != shadow)
+        return e.op->emitOpError("2BW: microbatch ")
+               << e.microbatch << " needs weight version " << want
+               << " but stage " << program.getStage() << " holds only "
+               << live << (shadow >= 0 ? " and " + std::to_string(shadow) : "")
+               << " (at most two versions; the batch needs m >= p - 1)";
+      continue;
+    }
+    if (e.kind == ExpandedEvent::Forward) {
+      versionOf[e.microbatch] = live;
+      llvm::SmallDenseSet<int64_t> alive;
+      alive.insert(live);
+      for (auto &kv : versionOf)
+        alive.insert(kv.second);
+      if (int64_t(alive.size()) > bound)
+        return e.op->emitOpError("weight stashing: stage ")
+               << program.getStage() << " would hold " << alive.size()
+               << " weight versions, more than p - s = " << bound;
+    } else {
+      versionOf.erase(e.microbatch);
+    }
+  }
+  return success();
+}
+
 LogicalResult PipelineOp::verifyRegions() {
   int64_t m = getMicrobatches();
   if (m < 1)
     return emitOpError("needs at least one microbatch");
+  auto kind = pipec::parseScheduleKind(getSchedule().str());
+  const bool continuous = kind && !pipec::isFlushSchedule(*kind);
   SmallVector<ProgramOp> programs;
   llvm::DenseMap<int64_t, int> rankOfStage;
   for (Operation &op : getBody().front()) {
@@ -134,6 +183,10 @@ LogicalResult PipelineOp::verifyRegions() {
              << program.getStage() << " has more than one program";
     programs.push_back(program);
   }
+  // A continuous pipeline is checked over `windows` steps plus the window
+  // that drains it: enough for warm-up, steady state and cool-down.
+  const int64_t windows = continuous ? int64_t(programs.size()) + 2 : 1;
+  const int64_t total = windows * m;
   // Local checks first (referenced functions, indices, types), so that a
   // broken op is reported as such rather than as a communication error.
   SymbolTableCollection tables;
@@ -145,15 +198,37 @@ LogicalResult PipelineOp::verifyRegions() {
     return failure();
   std::vector<std::vector<pipec::CommEvent>> comm(programs.size());
   for (auto [rank, program] : llvm::enumerate(programs)) {
-    SmallVector<ExpandedEvent> events;
-    if (failed(expandProgram(program, events)))
+    SmallVector<ExpandedEvent> window;
+    if (failed(expandProgram(program, window)))
       return failure();
+    SmallVector<ExpandedEvent> events;
+    for (const ExpandedEvent &e : window) {
+      if (!e.hasMicrobatch)
+        continue;
+      if (continuous ? (e.microbatch < -m || e.microbatch >= m)
+                     : (e.microbatch < 0 || e.microbatch >= m))
+        return e.op->emitOpError("microbatch ")
+               << e.microbatch << " is out of range [" << (continuous ? -m : 0)
+               << ", " << m << ")";
+    }
+    for (int64_t n = 0; n <= (continuous ? windows : 0); ++n)
+      for (ExpandedEvent e : window) {
+        if (!continuous) {
+          events.push_back(e);
+          continue;
+        }
+        if (!e.hasMicrobatch)
+          return e.op->emitOpError("in a continuous schedule every op needs a "
+                                   "microbatch (pipe.step ... after %mb)");
+        e.microbatch += n * m;
+        if (e.microbatch < 0 || e.microbatch >= total)
+          continue; // outside the run: skipped
+        if (n == windows && e.kind == ExpandedEvent::Forward)
+          return e.op->emitOpError("forward runs in the draining window");
+        events.push_back(e);
+      }
     llvm::DenseMap<int64_t, int> fwdCount, bwdCount;
     for (auto [i, e] : llvm::enumerate(events)) {
-      if (e.kind != ExpandedEvent::Step &&
-          (e.microbatch < 0 || e.microbatch >= m))
-        return e.op->emitOpError("microbatch ")
-               << e.microbatch << " is out of range [0, " << m << ")";
       if (e.kind == ExpandedEvent::Forward)
         ++fwdCount[e.microbatch];
       if (e.kind == ExpandedEvent::Backward) {
@@ -179,12 +254,16 @@ LogicalResult PipelineOp::verifyRegions() {
                             peer->second, e.channel, e.microbatch,
                             typeString(type), where});
     }
-    for (int64_t k = 0; k < m; ++k)
+    for (int64_t k = 0; k < total; ++k)
       if (fwdCount.lookup(k) != 1 || bwdCount.lookup(k) != 1)
         return program.emitOpError("must run exactly one forward and one "
                                    "backward of microbatch ")
                << k << " (found " << fwdCount.lookup(k) << " and "
                << bwdCount.lookup(k) << ")";
+    if (continuous &&
+        failed(checkVersions(program, events, *kind == pipec::ScheduleKind::TwoBW,
+                             m, int64_t(programs.size()))))
+      return failure();
   }
   pipec::CommCheckResult check = pipec::checkCommunication(comm);
   if (!check.ok) {

@@ -67,6 +67,19 @@ pipec_ctx &checkedContext(pipec_ctx *ctx, const char *function) {
   return *ctx;
 }
 
+void reapSends(pipec_ctx &ctx) {
+  auto done = [](pipec_ctx::PendingSend &p) {
+    int flag = 0;
+    mpiCheck(MPI_Testall(int(p.requests.size()), p.requests.data(), &flag,
+                         MPI_STATUSES_IGNORE),
+             "MPI_Testall on outstanding sends");
+    return flag != 0;
+  };
+  ctx.pendingSends.erase(std::remove_if(ctx.pendingSends.begin(),
+                                        ctx.pendingSends.end(), done),
+                         ctx.pendingSends.end());
+}
+
 } // namespace rt
 } // namespace pipec
 
@@ -82,6 +95,7 @@ extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
     std::unique_ptr<char[]> copy(new char[size_t(std::max<int64_t>(bytes, 1))]);
     if (bytes > 0)
       std::memcpy(copy.get(), src, size_t(bytes));
+    pipec_ctx::PendingSend pending;
     int64_t offset = 0;
     do {
       int count = int(std::min(bytes - offset, kChunkBytes));
@@ -89,10 +103,11 @@ extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
       mpiCheck(MPI_Isend(copy.get() + offset, count, MPI_BYTE, rank, tag,
                          MPI_COMM_WORLD, &request),
                "MPI_Isend to " + linkName(peer, channel, mb));
-      c.sendRequests.push_back(request);
+      pending.requests.push_back(request);
       offset += count;
     } while (offset < bytes);
-    c.sendBuffers.push_back(std::move(copy));
+    pending.data = std::move(copy);
+    c.pendingSends.push_back(std::move(pending));
   });
 }
 
@@ -127,11 +142,10 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
 extern "C" void pipec_rt_flush(pipec_ctx *ctx) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_flush");
-    if (!c.sendRequests.empty())
-      mpiCheck(MPI_Waitall(int(c.sendRequests.size()), c.sendRequests.data(),
+    for (pipec_ctx::PendingSend &p : c.pendingSends)
+      mpiCheck(MPI_Waitall(int(p.requests.size()), p.requests.data(),
                            MPI_STATUSES_IGNORE),
                "MPI_Waitall on this step's sends");
-    c.sendRequests.clear();
-    c.sendBuffers.clear();
+    c.pendingSends.clear();
   });
 }

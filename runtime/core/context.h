@@ -17,6 +17,7 @@
 #include "core/options.h"
 #include "core/profiler.h"
 #include "core/stage.h"
+#include "core/versions.h"
 
 #include "core/mpi_c.h"
 
@@ -37,8 +38,18 @@ struct pipec_ctx {
   /// Largest tag value MPI allows (MPI_TAG_UB).
   int tagUpperBound = 32767;
 
-  /// Current step, 0-based.
+  /// Current step, 0-based. The continuous schedules' draining window runs
+  /// with step == steps.
   int64_t step = 0;
+  /// Steps of this run (the end of a continuous pipeline).
+  int64_t steps = 0;
+  /// 1f1b / 2bw: the program is one window of a pipeline that never
+  /// flushes (desc.schedule).
+  bool continuous = false;
+  /// Weight versions of the continuous schedules; counts updates for all.
+  pipec::rt::WeightVersions versions;
+  /// The arena (live weights at its start).
+  char *arena = nullptr;
 
   /// Data sources, one per entry of desc.feeds.
   std::vector<pipec::rt::Feed> feeds;
@@ -47,9 +58,12 @@ struct pipec_ctx {
   std::vector<float> losses;
   std::vector<bool> lossRecorded;
 
-  /// Sends of the current step: requests and the owned copies they read.
-  std::vector<MPI_Request> sendRequests;
-  std::vector<std::unique_ptr<char[]>> sendBuffers;
+  /// Outstanding sends: the owned copy and the MPI requests reading it.
+  struct PendingSend {
+    std::vector<MPI_Request> requests;
+    std::unique_ptr<char[]> data;
+  };
+  std::vector<PendingSend> pendingSends;
 
   pipec::rt::Profiler profiler;
 };
@@ -59,6 +73,11 @@ namespace rt {
 
 /// Throws RtError unless `ctx` is non-null (every ABI entry point checks).
 pipec_ctx &checkedContext(pipec_ctx *ctx, const char *function);
+
+/// Frees the sends that have completed, without waiting for the others
+/// (the continuous schedules' step boundary: a send of this step may be
+/// received only in the receiver's next step).
+void reapSends(pipec_ctx &ctx);
 
 } // namespace rt
 } // namespace pipec

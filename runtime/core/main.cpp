@@ -204,6 +204,17 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   auto arena = allocateArena(desc.arenaBytes);
   loadWeights(desc, manifestStage(ctx.manifest, desc.stage).weights,
               arena.get());
+  ctx.arena = arena.get();
+  ctx.steps = o.steps;
+  ctx.continuous = isContinuousSchedule(desc.schedule);
+  if (o.noWeightStashing && desc.schedule != "1f1b")
+    throw RtError("--no-weight-stashing applies to the 1f1b schedule only; "
+                  "this build's schedule is " + desc.schedule);
+  ctx.versions.init(desc.schedule == "2bw" ? WeightVersions::Policy::TwoBW
+                    : desc.schedule != "1f1b" ? WeightVersions::Policy::Live
+                    : o.noWeightStashing      ? WeightVersions::Policy::NoStash
+                                              : WeightVersions::Policy::Stash,
+                    desc.versionedBytes, desc.microbatches);
   setUpFeeds(ctx);
   if (!o.profileOut.empty())
     ctx.profiler.enable(desc.ops.size());
@@ -238,7 +249,12 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
 
     Clock::time_point start = Clock::now();
     program(&ctx, arena.get());
-    pipec_rt_flush(&ctx);
+    // A continuous pipeline does not wait for its sends at a step boundary:
+    // the receiver may take one in its next step.
+    if (ctx.continuous)
+      reapSends(ctx);
+    else
+      pipec_rt_flush(&ctx);
     if (counted)
       ctx.profiler.stepCounted();
 
@@ -295,6 +311,14 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     }
 
     bool last = t + 1 == o.steps;
+    if (last && ctx.continuous) {
+      // The draining window: the backwards (and updates) of the microbatches
+      // still in flight; every forward of it lies outside the run.
+      ctx.step = o.steps;
+      program(&ctx, arena.get());
+      pipec_rt_flush(&ctx);
+      ctx.step = t;
+    }
     if (last || (o.checkpointEvery > 0 && (t + 1) % o.checkpointEvery == 0)) {
       lastCheckpoint =
           writeStageCheckpoint(o.checkpointDir, t + 1, desc, arena.get());
@@ -307,6 +331,20 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
 
   if (ctx.profiler.enabled())
     writeText(profilePath(o.profileOut, desc), ctx.profiler.toJson(desc));
+  if (!o.summaryOut.empty()) {
+    nlohmann::ordered_json summary;
+    summary["format"] = "pipec.rank-summary/1";
+    summary["rank"] = ctx.rank;
+    summary["stage"] = desc.stage;
+    summary["schedule"] = desc.schedule;
+    summary["steps"] = o.steps;
+    summary["updates"] = ctx.versions.updates();
+    summary["arena_bytes"] = desc.arenaBytes;
+    summary["versioned_bytes"] = desc.versionedBytes;
+    summary["weight_versions_peak"] = ctx.versions.peakVersions();
+    summary["weight_copy_bytes"] = ctx.versions.copyBytes();
+    writeText(profilePath(o.summaryOut, desc), summary.dump(2) + "\n");
+  }
   if (isLossRank) {
     int64_t timed = o.steps > 1 ? o.steps - 1 : 1;
     double meanRate =

@@ -84,7 +84,8 @@ std::string usageText(const char *argv0) {
          "       [--labels Y.npy] [--seed S] [--metrics PATH] "
          "[--checkpoint-dir DIR]\n"
          "       [--checkpoint-every N] [--profile-out PATH] "
-         "[--profile-warmup N] [--status-dir DIR] [--quiet]\n"
+         "[--profile-warmup N] [--status-dir DIR]\n"
+         "       [--summary-out PATH] [--no-weight-stashing] [--quiet]\n"
          "  --manifest PATH        the build's manifest (default: "
          "manifest.json "
          "beside the executable)\n"
@@ -104,6 +105,12 @@ std::string usageText(const char *argv0) {
          "  --profile-warmup N     steps the profiler skips (default 1)\n"
          "  --status-dir DIR       keep rank-R.status progress records there "
          "(for pipec train's report when a rank dies)\n"
+         "  --summary-out PATH     write this rank's memory and weight-version "
+         "summary (JSON)\n"
+         "  --no-weight-stashing   1f1b only: backwards read the live weights "
+         "(the ablation\n"
+         "                         PipeDream compares against; not a valid "
+         "gradient)\n"
          "  --quiet                no per-step progress lines\n";
 }
 
@@ -160,6 +167,10 @@ Options parseOptions(int argc, char **argv) {
       o.profileWarmup = parseInt(flag, needValue(), 0);
     else if (flag == "--status-dir")
       o.statusDir = needPath();
+    else if (flag == "--summary-out")
+      o.summaryOut = needPath();
+    else if (flag == "--no-weight-stashing")
+      noValue(), o.noWeightStashing = true;
     else if (flag == "--quiet")
       noValue(), o.quiet = true;
     else if (flag == "--help" || flag == "-h")

@@ -46,6 +46,10 @@ struct Options {
   int64_t profileWarmup = 1;
   /// Folder of the per-rank status files (core/status.h); empty: none.
   std::string statusDir;
+  /// Per-rank JSON summary (arena, weight versions, updates); "" = none.
+  std::string summaryOut;
+  /// PipeDream ablation: 1f1b backwards read the live weights.
+  bool noWeightStashing = false;
   bool quiet = false;
   bool help = false;
 };

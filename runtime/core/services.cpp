@@ -62,8 +62,11 @@ extern "C" void pipec_rt_loss_seed(pipec_ctx *ctx, void *dst) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_loss_seed");
     checkPointer(dst, "pipec_rt_loss_seed");
-    // The step loss is the mean of the microbatch losses.
-    *static_cast<float *>(dst) = 1.0f / float(c.desc.microbatches);
+    // The step loss is the mean of the microbatch losses, except for
+    // PipeDream (1f1b), where every microbatch is a minibatch with its own
+    // update.
+    *static_cast<float *>(dst) =
+        c.desc.schedule == "1f1b" ? 1.0f : 1.0f / float(c.desc.microbatches);
   });
 }
 
@@ -89,8 +92,47 @@ extern "C" void pipec_rt_step(pipec_ctx *ctx, void *dst) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_step");
     checkPointer(dst, "pipec_rt_step");
-    *static_cast<int64_t *>(dst) = c.step;
+    *static_cast<int64_t *>(dst) = c.versions.updates() - 1;
   });
+}
+
+extern "C" int64_t pipec_rt_global_mb(pipec_ctx *ctx, int64_t rel) {
+  int64_t out = -1;
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_global_mb");
+    int64_t m = c.desc.microbatches;
+    if (rel < -m || rel >= m)
+      throw RtError("pipec_rt_global_mb: relative microbatch " +
+                    std::to_string(rel) + " is outside [-" + std::to_string(m) +
+                    ", " + std::to_string(m) + ")");
+    int64_t global = c.step * m + rel;
+    out = global >= 0 && global < c.steps * m ? global : -1;
+  });
+  return out;
+}
+
+extern "C" void *pipec_rt_weights(pipec_ctx *ctx, int64_t mb, int64_t phase,
+                                  char *arena) {
+  void *out = arena;
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_weights");
+    checkPointer(arena, "pipec_rt_weights");
+    out = c.versions.acquire(mb, int(phase), arena);
+  });
+  return out;
+}
+
+extern "C" void pipec_rt_update(pipec_ctx *ctx) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_update");
+    if (!c.arena)
+      throw RtError("pipec_rt_update: no arena");
+    c.versions.beforeUpdate(c.arena);
+  });
+}
+
+extern "C" void pipec_rt_release(pipec_ctx *ctx, int64_t mb) {
+  guarded([&] { checkedContext(ctx, "pipec_rt_release").versions.release(mb); });
 }
 
 extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {

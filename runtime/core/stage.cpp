@@ -111,6 +111,10 @@ std::string listString(const std::vector<int> &v) {
 
 } // namespace
 
+bool isContinuousSchedule(const std::string &schedule) {
+  return schedule == "1f1b" || schedule == "2bw";
+}
+
 StageDesc parseStageDesc(const std::string &json) {
   const std::string what = "stage description";
   Json doc = parseJson(json, what);
@@ -140,6 +144,13 @@ StageDesc parseStageDesc(const std::string &json) {
                   ") != global_batch (" + std::to_string(d.globalBatch) + ")");
   d.schedule = r.has("schedule") ? r.str("schedule") : "";
   d.arenaBytes = r.integer("arena_bytes");
+  d.versionedBytes =
+      r.has("versioned_bytes") ? r.integer("versioned_bytes") : 0;
+  d.slots = r.has("slots") ? r.integer("slots", 1) : 1;
+  if (d.versionedBytes < 0 || d.versionedBytes > d.arenaBytes || d.slots < 1)
+    throw RtError(what + ": versioned_bytes (" +
+                  std::to_string(d.versionedBytes) + ") or slots (" +
+                  std::to_string(d.slots) + ") out of range");
   d.loss = r.boolean("loss", false);
 
   std::set<std::string> names;

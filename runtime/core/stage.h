@@ -68,11 +68,20 @@ struct StageDesc {
   int64_t microbatches = 0, microbatch = 0, globalBatch = 0;
   std::string schedule;
   int64_t arenaBytes = 0;
+  /// Bytes at the arena's start holding the parameters the forward reads:
+  /// what a weight version (stash, 2BW shadow) copies.
+  int64_t versionedBytes = 0;
+  /// Activation stash slots (microbatch k uses slot k mod slots).
+  int64_t slots = 1;
   std::vector<WeightSpec> weights;
   std::vector<FeedSpec> feeds;
   bool loss = false;
   std::vector<OpSpec> ops;
 };
+
+/// True for the schedules whose program is one window of a pipeline that
+/// never flushes ("1f1b", "2bw").
+bool isContinuousSchedule(const std::string &schedule);
 
 /// Parses and validates a stage description: format tag, ABI version,
 /// batch arithmetic (microbatches * microbatch == global_batch), weights

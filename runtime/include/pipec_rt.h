@@ -31,7 +31,7 @@ extern "C" {
 
 /// Version of this ABI. Bumped on any incompatible change; generated code
 /// records the version it was built against and the runtime refuses others.
-#define PIPEC_RT_ABI_VERSION 1
+#define PIPEC_RT_ABI_VERSION 2
 
 typedef void (*pipec_kernel_fn)(void *const *bufs, const int64_t *ints,
                                 const double *reals);
@@ -337,10 +337,38 @@ void pipec_rt_lr(pipec_ctx *ctx, void *dst);
 /// global batch + mb · microbatch). Used by dropout.
 void pipec_rt_rng(pipec_ctx *ctx, int64_t mb, void *dst);
 
-/// Writes the number of optimizer updates made before this step (0 on the
-/// first step) as one int64 into dst: the T input of ONNX's training
-/// operators.
+/// Writes the number of optimizer updates this stage made before the
+/// current one (0 for the first) as one int64 into dst: the T input of
+/// ONNX's training operators. One update per step for the synchronous
+/// schedules and 2BW, one per microbatch for PipeDream's 1f1b.
 void pipec_rt_step(pipec_ctx *ctx, void *dst);
+
+/*
+ * Continuous schedules (1f1b, 2bw; see runtime/README.md, "Continuous
+ * schedules and weight versions"). Their program is one window of a pipeline
+ * that never flushes; microbatch operands are relative to the step.
+ */
+
+/// The global index (step · microbatches + rel) of relative microbatch
+/// `rel`, or -1 when it lies outside the run (before the first microbatch,
+/// or at or after steps · microbatches): such ops are skipped.
+int64_t pipec_rt_global_mb(pipec_ctx *ctx, int64_t rel);
+
+/// Base of the weight version that the forward (phase 0) or backward
+/// (phase 1) of global microbatch `mb` reads: the live weights at the
+/// arena's start, or a stashed copy of the first "versioned_bytes" bytes.
+/// PipeDream (1f1b): a forward reads the live version and the backward the
+/// same version. 2BW: microbatch k reads version max(floor(k/m) - 1, 0).
+void *pipec_rt_weights(pipec_ctx *ctx, int64_t mb, int64_t phase, char *arena);
+
+/// The backward of global microbatch `mb` is done: its weight version may
+/// be dropped.
+void pipec_rt_release(pipec_ctx *ctx, int64_t mb);
+
+/// Called before every optimizer update (every schedule): counts updates
+/// and, for the continuous schedules, copies the live weights aside when a
+/// microbatch still needs that version.
+void pipec_rt_update(pipec_ctx *ctx);
 
 /// Profiler / trace hooks around op `op` (an index into the stage
 /// description's "ops" list); phase 0 forward, 1 backward, 2 optimizer.

@@ -417,7 +417,8 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .opt("--microbatches", "microbatches per step (the global batch is "
                              "split into them)", "1")
       .opt("--batch", "global batch (default: the model's batch dimension)")
-      .opt("--schedule", "gpipe or 1f1b-flush", "1f1b-flush")
+      .opt("--schedule", "gpipe, 1f1b-flush (synchronous), 1f1b (PipeDream, "
+                         "weight stashing) or 2bw (PipeDream-2BW)", "1f1b-flush")
       .opt("--profile", "pipec.profile/1 with measured op times for planning")
       .opt("--device", "analytic cost model when no profile: cpu, v100, a100, "
                        "h100", "cpu")
@@ -452,12 +453,13 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   auto kind = parseScheduleKind(o.schedule);
   if (!kind)
     return fail("compile", "unknown --schedule '" + o.schedule +
-                               "' (available: gpipe, 1f1b-flush)", 2);
-  if (*kind != ScheduleKind::GPipe && *kind != ScheduleKind::OneFOneBFlush)
+                               "' (available: gpipe, 1f1b-flush, 1f1b, 2bw)", 2);
+  if (*kind != ScheduleKind::GPipe && *kind != ScheduleKind::OneFOneBFlush &&
+      *kind != ScheduleKind::OneFOneB && *kind != ScheduleKind::TwoBW)
     return fail("compile", "--schedule " + o.schedule +
                                " can be planned and simulated (pipec plan, "
                                "pipec simulate) but not compiled yet; compiled "
-                               "schedules: gpipe, 1f1b-flush", 2);
+                               "schedules: gpipe, 1f1b-flush, 1f1b, 2bw", 2);
   o.profile = a.get("--profile");
   o.device = a.get("--device");
   o.loss = a.get("--loss");

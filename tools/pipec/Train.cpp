@@ -198,7 +198,11 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
       .opt("--checkpoint-dir", "checkpoint folder (default OUT/checkpoints)")
       .opt("--metrics", "metrics file (default OUT/metrics.jsonl)")
       .opt("--profile-out", "write per-op times (pipec.profile/1)")
+      .opt("--summary-out", "write each rank's memory and weight-version "
+                            "summary (JSON; {stage} is replaced)")
       .opt("--mpirun", "MPI launcher", "mpirun")
+      .flag("--no-weight-stashing", "1f1b only: backwards read the live "
+                                    "weights (PipeDream's ablation)")
       .flag("--dry-run", "print the mpirun command instead of running it")
       .flag("--quiet", "no per-step lines");
   if (!a.parse())
@@ -238,6 +242,9 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   pass("--checkpoint-dir", true);
   pass("--metrics", true);
   pass("--profile-out", true);
+  pass("--summary-out", true);
+  if (a.has("--no-weight-stashing"))
+    stageArgs.push_back("--no-weight-stashing");
   if (a.has("--quiet"))
     stageArgs.push_back("--quiet");
   setBlasThreads(bins.size());
