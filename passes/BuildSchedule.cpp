@@ -54,7 +54,7 @@ struct PipeBuildSchedulePass
     }
     const bool continuous = !isFlushSchedule(*kind);
     if (microbatches < 1) {
-      module.emitError("microbatches must be >= 1, got ") << microbatches;
+      module.emitError("microbatches must be >= 1, got ") << int(microbatches);
       return signalPassFailure();
     }
     auto fwds = getStageFuncs(module, "fwd");
@@ -75,7 +75,7 @@ struct PipeBuildSchedulePass
     if (*kind == ScheduleKind::TwoBW && microbatches < numStages - 1) {
       module.emitError("schedule '2bw' needs at least p - 1 = ")
           << numStages - 1 << " microbatches per batch for " << numStages
-          << " stages, got " << microbatches
+          << " stages, got " << int(microbatches)
           << " (a forward would need a weight version that is not created "
              "yet; papers/thesis.md §3.1)";
       return signalPassFailure();

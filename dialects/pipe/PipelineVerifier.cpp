@@ -183,8 +183,8 @@ LogicalResult PipelineOp::verifyRegions() {
              << program.getStage() << " has more than one program";
     programs.push_back(program);
   }
-  // A continuous pipeline is checked over `windows` steps plus the window
-  // that drains it: enough for warm-up, steady state and cool-down.
+  // A continuous pipeline is checked over `windows` steps plus the windows
+  // that drain it: enough for warm-up, steady state and cool-down.
   const int64_t windows = continuous ? int64_t(programs.size()) + 2 : 1;
   const int64_t total = windows * m;
   // Local checks first (referenced functions, indices, types), so that a
@@ -205,13 +205,21 @@ LogicalResult PipelineOp::verifyRegions() {
     for (const ExpandedEvent &e : window) {
       if (!e.hasMicrobatch)
         continue;
-      if (continuous ? (e.microbatch < -m || e.microbatch >= m)
-                     : (e.microbatch < 0 || e.microbatch >= m))
+      // A continuous window reaches back at most p - 1 microbatches (the
+      // deepest warm-up; the runtime's pipec_rt_global_mb and its draining
+      // windows assume the same).
+      int64_t low = continuous ? -(int64_t(programs.size()) - 1) : 0;
+      if (e.microbatch < low || e.microbatch >= m)
         return e.op->emitOpError("microbatch ")
-               << e.microbatch << " is out of range [" << (continuous ? -m : 0)
-               << ", " << m << ")";
+               << e.microbatch << " is out of range [" << low << ", " << m
+               << ")";
     }
-    for (int64_t n = 0; n <= (continuous ? windows : 0); ++n)
+    // Windows after the last step drain the pipeline (at most p - 1
+    // microbatches in flight, m per window).
+    const int64_t drain =
+        continuous ? std::max<int64_t>((int64_t(programs.size()) + m - 2) / m, 1)
+                   : 0;
+    for (int64_t n = 0; n < windows + drain; ++n)
       for (ExpandedEvent e : window) {
         if (!continuous) {
           events.push_back(e);
@@ -223,8 +231,6 @@ LogicalResult PipelineOp::verifyRegions() {
         e.microbatch += n * m;
         if (e.microbatch < 0 || e.microbatch >= total)
           continue; // outside the run: skipped
-        if (n == windows && e.kind == ExpandedEvent::Forward)
-          return e.op->emitOpError("forward runs in the draining window");
         events.push_back(e);
       }
     llvm::DenseMap<int64_t, int> fwdCount, bwdCount;

@@ -312,10 +312,15 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
 
     bool last = t + 1 == o.steps;
     if (last && ctx.continuous) {
-      // The draining window: the backwards (and updates) of the microbatches
-      // still in flight; every forward of it lies outside the run.
-      ctx.step = o.steps;
-      program(&ctx, arena.get());
+      // The draining windows: the backwards (and updates) of the
+      // microbatches still in flight, at most p - 1 of them, m per window;
+      // every forward there lies outside the run.
+      int64_t drain = (desc.numStages - 1 + desc.microbatches - 1) /
+                      desc.microbatches;
+      for (int64_t d = 0; d < std::max<int64_t>(drain, 1); ++d) {
+        ctx.step = o.steps + d;
+        program(&ctx, arena.get());
+      }
       pipec_rt_flush(&ctx);
       ctx.step = t;
     }

@@ -100,11 +100,12 @@ extern "C" int64_t pipec_rt_global_mb(pipec_ctx *ctx, int64_t rel) {
   int64_t out = -1;
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_global_mb");
-    int64_t m = c.desc.microbatches;
-    if (rel < -m || rel >= m)
+    // A window reaches back at most p - 1 microbatches before its first.
+    int64_t m = c.desc.microbatches, back = c.desc.numStages - 1;
+    if (rel < -back || rel >= m)
       throw RtError("pipec_rt_global_mb: relative microbatch " +
-                    std::to_string(rel) + " is outside [-" + std::to_string(m) +
-                    ", " + std::to_string(m) + ")");
+                    std::to_string(rel) + " is outside [-" +
+                    std::to_string(back) + ", " + std::to_string(m) + ")");
     int64_t global = c.step * m + rel;
     out = global >= 0 && global < c.steps * m ? global : -1;
   });

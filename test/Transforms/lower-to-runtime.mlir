@@ -8,7 +8,7 @@
 // CHECK-SAME: \22stage\22:1
 // Stage functions call runtime kernels with (bufs, ints, reals).
 // CHECK-LABEL: func.func private @pipec_s1_fwd
-// CHECK-SAME: (%[[CTX:.*]]: !llvm.ptr, %[[ARENA:.*]]: !llvm.ptr, %[[SLOT:.*]]: i64)
+// CHECK-SAME: (%[[CTX:.*]]: !llvm.ptr, %[[ARENA:.*]]: !llvm.ptr, %[[SLOT:.*]]: i64, %[[WBASE:.*]]: !llvm.ptr)
 // CHECK: call @pipec_rt_op_begin(%[[CTX]]
 // CHECK: call @pipec_k_unary(
 // CHECK: call @pipec_k_gemm(
@@ -31,6 +31,7 @@
 // CHECK:   call @pipec_s1_bwd(
 // CHECK:   call @pipec_rt_send(
 // CHECK: call @pipec_rt_flush(
+// CHECK: call @pipec_rt_update(
 // CHECK: call @pipec_rt_lr(
 // CHECK: call @pipec_s1_step(
 // CHECK-LABEL: func.func @main
@@ -46,3 +47,23 @@
 // LLVM-NOT: func.func
 
 // NOSCHED: no pipe.pipeline; run --pipe-build-schedule first
+
+// A continuous schedule: every op runs only for microbatches inside the run
+// (pipec_rt_global_mb >= 0); forwards and backwards read the weight version
+// the runtime hands out, and the backward releases it.
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=2" --pipe-lower-to-runtime=stage=0 | FileCheck %s --check-prefix=PD
+// PD: \22versioned_bytes\22:
+// PD-LABEL: func.func @pipec_program
+// PD: scf.for
+// PD:   %[[G:.*]] = func.call @pipec_rt_global_mb(
+// PD:   %[[IN:.*]] = arith.cmpi sge, %[[G]]
+// PD:   scf.if %[[IN]] {
+// PD:     %[[W:.*]] = func.call @pipec_rt_weights(%{{.*}}, %[[G]], %{{.*}}, %{{.*}})
+// PD:     call @pipec_s0_fwd(%{{.*}}, %{{.*}}, %{{.*}}, %[[W]])
+// PD:   func.call @pipec_rt_global_mb(
+// PD:     call @pipec_rt_weights(
+// PD:     call @pipec_s0_bwd(
+// PD:     call @pipec_rt_release(
+// PD:     call @pipec_rt_update(
+// PD:     call @pipec_s0_step(
+// PD-NOT: call @pipec_rt_flush(

@@ -121,3 +121,74 @@ module {
 // expected-error @+1 {{plan: stage 1 does not start where stage 0 ends}}
 module attributes {pipe.plan = #pipe.plan<algorithm = "x", first = [0, 3], last = [1, 4], replicas = [1, 1], predicted_iteration_s = 0.0>} {
 }
+
+// -----
+
+// 2BW with one microbatch per batch on three stages (m < p - 1): on stage 0,
+// microbatch 2 needs weight version 1, which the stage creates only after
+// the backward of microbatch 0.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  pipe.pipeline microbatches 1 schedule "2bw" {
+    pipe.program "rank0" stage 0 slots 3 {
+      %c0 = arith.constant 0 : index
+      %cm2 = arith.constant -2 : index
+      // expected-error @+1 {{2BW: microbatch 2 needs weight version 1 but stage 0 holds only 0}}
+      pipe.forward @f mb %c0
+      pipe.backward @f mb %cm2
+      pipe.step @f after %cm2
+    }
+    pipe.program "rank1" stage 1 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.forward @f mb %c0
+      pipe.backward @f mb %c0
+      pipe.step @f after %c0
+    }
+    pipe.program "rank2" stage 2 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.forward @f mb %c0
+      pipe.backward @f mb %c0
+      pipe.step @f after %c0
+    }
+  }
+}
+
+// -----
+
+// PipeDream: the last of two stages may hold p - s = 1 weight version, but
+// this program keeps two microbatches of different versions in flight.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  pipe.pipeline microbatches 1 schedule "1f1b" {
+    pipe.program "rank0" stage 0 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.forward @f mb %c0
+      pipe.backward @f mb %c0
+      pipe.step @f after %c0
+    }
+    pipe.program "rank1" stage 1 slots 2 {
+      %c0 = arith.constant 0 : index
+      %cm1 = arith.constant -1 : index
+      // expected-error @+1 {{weight stashing: stage 1 would hold 2 weight versions, more than p - s = 1}}
+      pipe.forward @f mb %c0
+      pipe.backward @f mb %cm1
+      pipe.step @f after %cm1
+    }
+  }
+}
+
+// -----
+
+// A continuous schedule's update names the backward it follows.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  pipe.pipeline microbatches 1 schedule "1f1b" {
+    pipe.program "rank0" stage 0 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.forward @f mb %c0
+      pipe.backward @f mb %c0
+      // expected-error @+1 {{in a continuous schedule every op needs a microbatch}}
+      pipe.step @f
+    }
+  }
+}

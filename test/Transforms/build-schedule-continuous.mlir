@@ -1,0 +1,45 @@
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=4" | FileCheck %s
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=2bw microbatches=4" | FileCheck %s --check-prefix=TWOBW
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=interleaved microbatches=4" 2>&1 | FileCheck %s --check-prefix=LATER
+
+// PipeDream 1F1B, p = 2, m = 4: one window of a pipeline that never
+// flushes. Pair j is {F(j), B(j - w)} with w = p - s - 1 warm-up forwards,
+// each backward followed by its update; stage 0 keeps w + 1 = 2 slots.
+// CHECK: pipe.pipeline microbatches 4 schedule "1f1b" {
+// CHECK: pipe.program "rank0" stage 0 slots 2 {
+// CHECK:   scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:     pipe.forward @s0_fwd mb %[[I]]
+// CHECK:     pipe.send %[[I]] to 1 channel 0 from @s0_fwd[0]
+// CHECK:     %[[B:.*]] = arith.addi %[[I]], %{{.*}} : index
+// CHECK:     pipe.recv %[[B]] from 1 channel 1 into @s0_bwd[0]
+// CHECK:     pipe.backward @s0_bwd mb %[[B]]
+// CHECK:     pipe.step @s0_step after %[[B]]
+// CHECK-NOT: pipe.flush
+// CHECK: pipe.program "rank1" stage 1 slots 1 {
+// CHECK:   scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:     pipe.forward @s1_fwd mb %[[J]]
+// CHECK:     pipe.backward @s1_bwd mb %[[J]]
+// CHECK:     pipe.step @s1_step after %[[J]]
+
+// 2BW: the update follows the backward of each batch's last microbatch:
+// index -1 of the window on stage 0 (pair w - 1 = 0), index m - 1 = 3 on
+// the last stage.
+// TWOBW: pipe.program "rank0" stage 0 slots 2 {
+// TWOBW:   %[[C0:.*]] = arith.constant 0 : index
+// TWOBW:   pipe.forward @s0_fwd mb %[[C0]]
+// TWOBW:   %[[M1:.*]] = arith.constant -1 : index
+// TWOBW:   pipe.backward @s0_bwd mb %[[M1]]
+// TWOBW:   pipe.step @s0_step after %[[M1]]
+// TWOBW:   scf.for
+// TWOBW-NOT: pipe.step
+// TWOBW: pipe.program "rank1" stage 1 slots 1 {
+// TWOBW:   scf.for
+// TWOBW-NOT: pipe.step
+// TWOBW:     pipe.backward @s1_bwd mb %arg0
+// TWOBW-NEXT: pipe.send
+// TWOBW-NEXT: }
+// TWOBW:   pipe.backward @s1_bwd mb %[[B:.*]]
+// TWOBW-NEXT: pipe.send
+// TWOBW-NEXT: pipe.step @s1_step after %[[B]]
+
+// LATER: schedule 'interleaved' can be planned and simulated (pipec plan/simulate) but not yet compiled; compiled schedules: gpipe, 1f1b-flush, 1f1b, 2bw
