@@ -11,6 +11,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 namespace pipec {
 namespace rt {
@@ -97,6 +99,61 @@ void writeLatest(const std::string &dir, int64_t step) {
       error);
   if (!ok)
     throw RtError("checkpoint: " + error);
+}
+
+int64_t readLatest(const std::string &dir) {
+  std::string path = (std::filesystem::path(dir) / "latest").string();
+  std::ifstream in(path);
+  if (!in)
+    throw RtError("cannot resume: '" + path +
+                  "' does not exist (no checkpoint was written there)");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r'))
+    s.pop_back();
+  const std::string prefix = "step-";
+  if (s.rfind(prefix, 0) != 0 || s.size() == prefix.size() ||
+      s.find_first_not_of("0123456789", prefix.size()) != std::string::npos ||
+      s.size() > prefix.size() + 12)
+    throw RtError("cannot resume: '" + path + "' holds '" + s.substr(0, 40) +
+                  "', not a checkpoint folder name like step-000042");
+  return std::stoll(s.substr(prefix.size()));
+}
+
+void loadStageCheckpoint(const std::string &dir, int64_t step,
+                         const StageDesc &desc, char *arena) {
+  std::string path = (std::filesystem::path(dir) / checkpointFolderName(step) /
+                      ("stage" + std::to_string(desc.stage) + ".safetensors"))
+                         .string();
+  safetensors::File file;
+  std::string error;
+  if (!file.open(path, error))
+    throw RtError("cannot resume: " + error);
+  auto get = [&](const char *key) -> std::string {
+    for (const auto &[k, v] : file.metadata())
+      if (k == key)
+        return v;
+    return "";
+  };
+  if (get("format") != "pipec.checkpoint/1")
+    throw RtError("cannot resume: '" + path +
+                  "' is not a pipec checkpoint (format '" + get("format") +
+                  "')");
+  if (get("build_id") != desc.buildId)
+    throw RtError("cannot resume: checkpoint '" +
+                  (std::filesystem::path(dir) / checkpointFolderName(step))
+                      .string() +
+                  "' was written by build " +
+                  get("build_id") + " but this is build " + desc.buildId +
+                  " (recompiled with other options?)");
+  if (get("stage") != std::to_string(desc.stage) ||
+      get("step") != std::to_string(step))
+    throw RtError("cannot resume: '" + path + "' says stage " + get("stage") +
+                  ", step " + get("step") + "; expected stage " +
+                  std::to_string(desc.stage) + ", step " +
+                  std::to_string(step));
+  loadWeights(desc, path, arena);
 }
 
 } // namespace rt

@@ -41,6 +41,16 @@ std::string writeStageCheckpoint(const std::string &dir, int64_t step,
 /// Atomically points `<dir>/latest` at the step folder of `step`.
 void writeLatest(const std::string &dir, int64_t step);
 
+/// The step that `<dir>/latest` names; throws RtError (naming the file) when
+/// it is missing or malformed.
+int64_t readLatest(const std::string &dir);
+
+/// Loads this stage's file of checkpoint `step` in `dir` into the arena,
+/// after checking its metadata: format, the build id (a checkpoint of
+/// another build is refused), stage and step.
+void loadStageCheckpoint(const std::string &dir, int64_t step,
+                         const StageDesc &desc, char *arena);
+
 } // namespace rt
 } // namespace pipec
 

@@ -94,6 +94,28 @@ void writeText(const std::string &path, const std::string &text) {
     throw RtError(error);
 }
 
+/// Resuming at step `step`: drops the lines of later steps from the metrics
+/// file (a run that went past its last checkpoint), atomically.
+void keepMetricsUpTo(const std::string &path, int64_t step) {
+  std::FILE *in = std::fopen(path.c_str(), "r");
+  if (!in)
+    return; // nothing to keep
+  std::string kept, line;
+  char buf[4096];
+  while (std::fgets(buf, sizeof(buf), in)) {
+    line += buf;
+    if (line.empty() || line.back() != '\n')
+      continue;
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<int64_t>() <= step)
+      kept += line;
+    line.clear();
+  }
+  std::fclose(in);
+  writeText(path, kept);
+}
+
 /// Builds the feeds from --inputs / --labels or the synthetic source.
 void setUpFeeds(pipec_ctx &ctx) {
   const Options &o = ctx.options;
@@ -215,6 +237,33 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
                     : o.noWeightStashing      ? WeightVersions::Policy::NoStash
                                               : WeightVersions::Policy::Stash,
                     desc.versionedBytes, desc.microbatches);
+  int64_t first = 0; // first step to run
+  if (o.resume) {
+    if (ctx.continuous)
+      throw RtError("--resume is supported for the synchronous schedules "
+                    "(gpipe, 1f1b-flush); a " + desc.schedule +
+                    " checkpoint holds the live weights while microbatches "
+                    "are in flight, so a resumed run would not equal an "
+                    "uninterrupted one");
+    first = readLatest(o.checkpointDir);
+    if (first >= o.steps)
+      throw RtError("cannot resume: the latest checkpoint in '" +
+                    o.checkpointDir + "' is at step " + std::to_string(first) +
+                    " and --steps " + std::to_string(o.steps) +
+                    " asks for no more (--steps is the step to reach)");
+    loadStageCheckpoint(o.checkpointDir, first, desc, arena.get());
+    ctx.versions.resumeAt(first);
+    if (isLossRank && !o.quiet) {
+      std::printf("resuming from %s (step %lld of %lld)\n",
+                  (std::filesystem::path(o.checkpointDir) /
+                   checkpointFolderName(first))
+                      .string()
+                      .c_str(),
+                  static_cast<long long>(first),
+                  static_cast<long long>(o.steps));
+      std::fflush(stdout);
+    }
+  }
   setUpFeeds(ctx);
   if (!o.profileOut.empty())
     ctx.profiler.enable(desc.ops.size());
@@ -228,7 +277,9 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
         std::filesystem::path(o.metrics).parent_path();
     if (!parent.empty())
       std::filesystem::create_directories(parent, ec);
-    metrics = std::fopen(o.metrics.c_str(), "w");
+    if (o.resume)
+      keepMetricsUpTo(o.metrics, first);
+    metrics = std::fopen(o.metrics.c_str(), o.resume ? "a" : "w");
     if (!metrics)
       throw RtError("cannot open metrics file '" + o.metrics +
                     "': " + std::strerror(errno));
@@ -236,10 +287,14 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   std::unique_ptr<std::FILE, int (*)(std::FILE *)> metricsOwner(
       metrics, [](std::FILE *f) { return f ? std::fclose(f) : 0; });
 
-  std::string lastCheckpoint = "none";
+  std::string lastCheckpoint =
+      o.resume ? (std::filesystem::path(o.checkpointDir) /
+                  checkpointFolderName(first))
+                     .string()
+               : "none";
   double lastLoss = 0, laterWall = 0;
   using Clock = std::chrono::steady_clock;
-  for (int64_t t = 0; t < o.steps; ++t) {
+  for (int64_t t = first; t < o.steps; ++t) {
     loc.step = t + 1;
     setStatusStep(t + 1);
     ctx.step = t;
@@ -306,7 +361,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
         throw RtError("cannot write metrics file '" + o.metrics +
                       "': " + std::strerror(errno));
       lastLoss = loss;
-      if (t > 0 || o.steps == 1)
+      if (t > first || o.steps == first + 1)
         laterWall += wall;
     }
 
@@ -351,13 +406,14 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     writeText(profilePath(o.summaryOut, desc), summary.dump(2) + "\n");
   }
   if (isLossRank) {
-    int64_t timed = o.steps > 1 ? o.steps - 1 : 1;
+    int64_t ran = o.steps - first;
+    int64_t timed = ran > 1 ? ran - 1 : 1;
     double meanRate =
         double(timed * desc.globalBatch) / std::max(laterWall, 1e-12);
     std::printf("done: %lld steps  final loss %.6f  %.1f samples/s (%s)  "
                 "checkpoint %s\n",
                 static_cast<long long>(o.steps), lastLoss, meanRate,
-                o.steps > 1 ? "mean excluding step 1" : "step 1",
+                ran > 1 ? "mean excluding the first step run" : "one step",
                 lastCheckpoint.c_str());
     std::fflush(stdout);
   }

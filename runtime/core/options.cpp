@@ -85,11 +85,13 @@ std::string usageText(const char *argv0) {
          "[--checkpoint-dir DIR]\n"
          "       [--checkpoint-every N] [--profile-out PATH] "
          "[--profile-warmup N] [--status-dir DIR]\n"
-         "       [--summary-out PATH] [--no-weight-stashing] [--quiet]\n"
+         "       [--summary-out PATH] [--resume] [--no-weight-stashing] "
+         "[--quiet]\n"
          "  --manifest PATH        the build's manifest (default: "
          "manifest.json "
          "beside the executable)\n"
-         "  --steps N              training steps (default 10)\n"
+         "  --steps N              training steps (default 10); with --resume, the "
+         "step to reach\n"
          "  --lr F                 SGD learning rate (default 0.01)\n"
          "  --inputs A.npy,...     one .npy per model input (default: "
          "synthetic data)\n"
@@ -107,6 +109,8 @@ std::string usageText(const char *argv0) {
          "(for pipec train's report when a rank dies)\n"
          "  --summary-out PATH     write this rank's memory and weight-version "
          "summary (JSON)\n"
+         "  --resume               continue from the checkpoint named by "
+         "<checkpoint-dir>/latest\n"
          "  --no-weight-stashing   1f1b only: backwards read the live weights "
          "(the ablation\n"
          "                         PipeDream compares against; not a valid "
@@ -169,6 +173,8 @@ Options parseOptions(int argc, char **argv) {
       o.statusDir = needPath();
     else if (flag == "--summary-out")
       o.summaryOut = needPath();
+    else if (flag == "--resume")
+      noValue(), o.resume = true;
     else if (flag == "--no-weight-stashing")
       noValue(), o.noWeightStashing = true;
     else if (flag == "--quiet")

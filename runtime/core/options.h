@@ -48,6 +48,10 @@ struct Options {
   std::string statusDir;
   /// Per-rank JSON summary (arena, weight versions, updates); "" = none.
   std::string summaryOut;
+  /// Continue from the checkpoint that <checkpointDir>/latest names, up to
+  /// step `steps` (synchronous schedules: bit-identical to an
+  /// uninterrupted run).
+  bool resume = false;
   /// PipeDream ablation: 1f1b backwards read the live weights.
   bool noWeightStashing = false;
   bool quiet = false;

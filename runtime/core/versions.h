@@ -51,6 +51,9 @@ public:
   void release(int64_t mb);
   /// Before an update of the live weights at `live`.
   void beforeUpdate(const char *live);
+  /// Resuming from a checkpoint taken after `updates` updates (nothing in
+  /// flight).
+  void resumeAt(int64_t updates) { live_ = updates; }
   /// Updates made so far (the live version's number).
   int64_t updates() const { return live_; }
   /// Most versions (live included) held at once so far.

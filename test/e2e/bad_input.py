@@ -36,7 +36,7 @@ from onnx import helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from safetensors_io import load_checkpoint  # noqa: E402
+from safetensors_io import read_safetensors, load_checkpoint  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 MAKE_MLP = os.path.join(REPO, "examples", "mlp", "make_mlp.py")
@@ -393,6 +393,66 @@ def main():
             except Exception as e:  # noqa: BLE001
                 problems.append(f"{s} unreadable: {e}")
     R.report("train success-leaves-no-temp-files", problems, "3 complete checkpoints, latest step-000003")
+
+    # --resume: bit-identical to an uninterrupted run (checkpoint and every
+    # metrics loss), after a run that went past its last checkpoint.
+    name = "resume-bit-identical"
+    problems = []
+    rc, out, _ = run(train(A, "--steps", "5", "--inputs", xs, "--labels", ys, tag="full5"))
+    if rc != 0:
+        problems.append(f"uninterrupted run: exit {rc}: {short(out)}")
+    rc, out, _ = run(train(A, "--steps", "3", "--checkpoint-every", "2", "--inputs", xs, "--labels", ys,
+                           tag=name))
+    if rc != 0:
+        problems.append(f"first part: exit {rc}: {short(out)}")
+    # Pretend the run died after step 3 with its last checkpoint at step 2.
+    ck = p(f"ckpt-{name}")
+    shutil.rmtree(os.path.join(ck, "step-000003"), ignore_errors=True)
+    with open(os.path.join(ck, "latest"), "w") as f:
+        f.write("step-000002\n")
+    rc, out, _ = run(train(A, "--steps", "5", "--resume", "--inputs", xs, "--labels", ys, tag=name))
+    if rc != 0:
+        problems.append(f"resumed run: exit {rc}: {short(out)}")
+    if not problems:
+        for stage in (0, 1):
+            a = os.path.join(p("ckpt-full5"), "step-000005", f"stage{stage}.safetensors")
+            b = os.path.join(ck, "step-000005", f"stage{stage}.safetensors")
+            wa, _ = read_safetensors(a)
+            wb, _ = read_safetensors(b)
+            diff = [k for k in wa if k not in wb or wa[k].tobytes() != wb[k].tobytes()]
+            if diff or set(wa) != set(wb):
+                problems.append(f"stage {stage}: tensors differ from the uninterrupted run: {diff}")
+        with open(p("metrics-full5.jsonl")) as f:
+            want = [json.loads(l)["loss"] for l in f if l.strip()]
+        with open(p(f"metrics-{name}.jsonl")) as f:
+            got = [json.loads(l) for l in f if l.strip()]
+        if [g["step"] for g in got] != [1, 2, 3, 4, 5]:
+            problems.append(f"metrics steps {[g['step'] for g in got]}, expected 1..5 once each")
+        elif [g["loss"] for g in got] != want:
+            problems.append(f"losses {[g['loss'] for g in got]} != uninterrupted {want}")
+    R.report(f"train {name}", problems, "2 stages, 1f1b-flush: 3 steps, resume from step 2 to 5 == 5 steps")
+
+    resume_cases = [
+        ("resume-without-checkpoint", A, ["--steps", "2", "--resume"], "resume-none",
+         [r"cannot resume", r"latest", r"does not exist"]),
+        ("resume-past-steps", A, ["--steps", "2", "--resume"], name,
+         [r"cannot resume", r"step 5\b", r"--steps 2\b"]),
+        ("resume-checkpoint-of-another-build", Bdir, ["--steps", "6", "--resume"], name,
+         [r"cannot resume", r"build"]),
+    ]
+    pd = p("build-1f1b")
+    rc, out, _ = run([pipec, "compile", p("mlp.onnx"), "--stages", "2", "--microbatches", "4",
+                      "--schedule", "1f1b", "-o", pd, "--quiet"], timeout=300)
+    if rc != 0:
+        R.report("setup: 1f1b build", [f"exit {rc}: {short(out)}"])
+    else:
+        resume_cases.append(("resume-continuous-schedule", pd, ["--steps", "6", "--resume"], name,
+                             [r"--resume", r"synchronous", r"1f1b"]))
+    for case, build, targs, tag, facts in resume_cases:
+        cmd = [pipec, "train", build, "--lr", "0.05", "--quiet", "--checkpoint-dir", p(f"ckpt-{tag}"),
+               "--metrics", p(f"metrics-{case}.jsonl"), "--inputs", xs, "--labels", ys] + targs
+        problems, line, _, _ = check_failure(cmd, facts)
+        R.report(f"train {case}", problems, line)
 
     # Reference for the NaN cases: one clean step.
     rc, out, _ = run(train(A, "--steps", "1", "--inputs", xs, "--labels", ys, tag="one-step"))

@@ -188,7 +188,7 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
                             const char *argv0) {
   Args a("train", argv);
   a.positional("OUT", "a folder written by `pipec compile`")
-      .opt("--steps", "training steps", "10")
+      .opt("--steps", "training steps (with --resume: the step to reach)", "10")
       .opt("--lr", "SGD learning rate", "0.01")
       .opt("--inputs", ".npy file(s) of model inputs, comma-separated, one "
                        "per input (default: synthetic)")
@@ -201,6 +201,9 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
       .opt("--summary-out", "write each rank's memory and weight-version "
                             "summary (JSON; {stage} is replaced)")
       .opt("--mpirun", "MPI launcher", "mpirun")
+      .flag("--resume", "continue from the latest checkpoint up to step "
+                        "--steps (gpipe, 1f1b-flush: bit-identical to an "
+                        "uninterrupted run)")
       .flag("--no-weight-stashing", "1f1b only: backwards read the live "
                                     "weights (PipeDream's ablation)")
       .flag("--dry-run", "print the mpirun command instead of running it")
@@ -245,6 +248,8 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   pass("--summary-out", true);
   if (a.has("--no-weight-stashing"))
     stageArgs.push_back("--no-weight-stashing");
+  if (a.has("--resume"))
+    stageArgs.push_back("--resume");
   if (a.has("--quiet"))
     stageArgs.push_back("--quiet");
   setBlasThreads(bins.size());
