@@ -88,9 +88,64 @@ struct PipeBuildSchedulePass
           edges.push_back({from[0], from[1], static_cast<int64_t>(k), a,
                            fn.getArgumentTypes()[a]});
 
-    std::vector<StageSchedule> sched;
-    if (!continuous)
-      sched = generateSchedule(*kind, numStages, microbatches);
+    // Replicas per stage (1F1B-RR): empty = one each.
+    std::vector<int> replicaCounts(replicas.begin(), replicas.end());
+    if (!replicaCounts.empty() &&
+        int64_t(replicaCounts.size()) != numStages) {
+      module.emitError("replicas lists ")
+          << replicaCounts.size() << " counts for " << numStages
+          << " stages (give one count per stage)";
+      return signalPassFailure();
+    }
+    bool replicated = llvm::any_of(replicaCounts, [](int r) { return r != 1; });
+    if (continuous && replicated) {
+      module.emitError("replicated stages are compiled for the synchronous "
+                       "schedules (gpipe, 1f1b-flush) only, not '")
+          << schedule << "'";
+      return signalPassFailure();
+    }
+    for (auto [s, r] : llvm::enumerate(replicaCounts))
+      if (r < 1 || r > microbatches) {
+        module.emitError("stage ")
+            << s << " has " << r << " replicas; each replica needs at least "
+            << "one of the " << int(microbatches)
+            << " microbatches (1F1B-RR: microbatch k runs on replica k mod r)";
+        return signalPassFailure();
+      }
+    // The rank programs: (stage, replica, schedule), stage-major.
+    struct RankProgram {
+      int64_t stage, replica;
+      StageSchedule schedule;
+    };
+    std::vector<RankProgram> rankPrograms;
+    if (!continuous) {
+      ScheduleOptions options;
+      options.replicas = replicaCounts;
+      ScheduleResult result =
+          generateSchedule(*kind, numStages, microbatches, options);
+      if (!result.ok) {
+        module.emitError("cannot build the schedule: ") << result.error;
+        return signalPassFailure();
+      }
+      replicaCounts = result.replicas;
+      for (const RankSchedule &r : result.ranks)
+        rankPrograms.push_back({r.stage, r.replica, r.schedule});
+    } else {
+      replicaCounts.assign(numStages, 1);
+      for (int64_t s = 0; s < numStages; ++s)
+        rankPrograms.push_back({s, 0, {}});
+    }
+    // The plan records the replica counts it is built with.
+    if (auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan))
+      module->setAttr(pipe::attrs::kPlan,
+                      pipe::PlanAttr::get(
+                          module.getContext(), plan.getAlgorithm(),
+                          plan.getFirst(), plan.getLast(),
+                          DenseI64ArrayAttr::get(
+                              module.getContext(),
+                              SmallVector<int64_t>(replicaCounts.begin(),
+                                                   replicaCounts.end())),
+                          plan.getPredictedIterationS()));
 
     OpBuilder b(module.getContext());
     b.setInsertionPointToEnd(module.getBody());
@@ -101,17 +156,19 @@ struct PipeBuildSchedulePass
     pipeline.getBody().emplaceBlock();
     b.setInsertionPointToEnd(&pipeline.getBody().front());
 
-    for (int64_t s = 0; s < numStages; ++s) {
+    for (auto [rankIndex, rp] : llvm::enumerate(rankPrograms)) {
+      const int64_t s = rp.stage;
       func::FuncOp fwd = fwds[s], bwd = bwds[s];
       auto fwdRef = FlatSymbolRefAttr::get(fwd.getSymNameAttr());
       auto bwdRef = FlatSymbolRefAttr::get(bwd.getSymNameAttr());
       // A continuous stage holds the microbatches of its last w + 1 pairs.
       const int64_t warmup = numStages - s - 1;
       int64_t slots =
-          continuous ? warmup + 1 : peakInflight(sched[s].flatten());
+          continuous ? warmup + 1 : peakInflight(rp.schedule.flatten());
       auto program = pipe::ProgramOp::create(
-          b, loc, b.getStringAttr("rank" + std::to_string(s)),
-          b.getI64IntegerAttr(s), b.getI64IntegerAttr(std::max<int64_t>(slots, 1)));
+          b, loc, b.getStringAttr("rank" + std::to_string(rankIndex)),
+          b.getI64IntegerAttr(s), b.getI64IntegerAttr(rp.replica),
+          b.getI64IntegerAttr(std::max<int64_t>(slots, 1)));
       program.getBody().emplaceBlock();
       OpBuilder pb = OpBuilder::atBlockEnd(&program.getBody().front());
 
@@ -189,12 +246,19 @@ struct PipeBuildSchedulePass
         auto loop = scf::ForOp::create(pb, loc, lb, ub, one);
         OpBuilder::InsertionGuard guard(pb);
         pb.setInsertionPoint(loop.getBody()->getTerminator());
-        emitOps(seg.body, loop.getInductionVar(), update);
+        // Trip t runs microbatch index + t * stride (stride r on a replica).
+        Value iv = loop.getInductionVar();
+        if (seg.stride != 1)
+          iv = arith::MulIOp::create(
+              pb, loc, iv, arith::ConstantIndexOp::create(pb, loc, seg.stride));
+        emitOps(seg.body, iv, update);
       };
       if (!continuous) {
-        for (const Segment &seg : sched[s].segments)
+        for (const Segment &seg : rp.schedule.segments)
           emitSegment(seg, false);
         pipe::FlushOp::create(pb, loc);
+        if (replicaCounts[s] > 1)
+          pipe::AllReduceOp::create(pb, loc);
         pipe::StepOp::create(pb, loc, stepRef, Value());
         continue;
       }

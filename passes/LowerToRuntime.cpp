@@ -98,9 +98,10 @@ struct FunctionPlan {
 
 class StageLowering {
 public:
-  StageLowering(ModuleOp module, int64_t stage, std::string buildId)
-      : module(module), stage(stage), buildId(std::move(buildId)),
-        b(module.getContext()) {}
+  StageLowering(ModuleOp module, int64_t stage, int64_t replica,
+                std::string buildId)
+      : module(module), stage(stage), replica(replica),
+        buildId(std::move(buildId)), b(module.getContext()) {}
 
   LogicalResult run();
 
@@ -124,6 +125,8 @@ private:
 
   ModuleOp module;
   int64_t stage;
+  int64_t replica;
+  int64_t replicas = 1; ///< programs (replicas) of this stage
   std::string buildId;
   OpBuilder b;
 
@@ -297,11 +300,16 @@ LogicalResult StageLowering::collect() {
       pipeline = p;
   if (!pipeline)
     return module.emitError("no pipe.pipeline; run --pipe-build-schedule first");
+  replicas = 0;
   for (Operation &op : pipeline.getBody().front())
-    if (auto p = dyn_cast<pipe::ProgramOp>(op); p && p.getStage() == stage)
-      program = p;
+    if (auto p = dyn_cast<pipe::ProgramOp>(op); p && p.getStage() == stage) {
+      ++replicas;
+      if (p.getReplica() == replica)
+        program = p;
+    }
   if (!program)
-    return module.emitError("the pipeline has no program for stage ") << stage;
+    return module.emitError("the pipeline has no program for stage ")
+           << stage << " replica " << replica;
   regions.slots = program.getSlots();
   fwd.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "fwd"));
   bwd.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "bwd"));
@@ -415,6 +423,7 @@ void StageLowering::emitDeclarations() {
   declare("pipec_rt_weights", {ptr, i64t, i64t, ptr}, {ptr});
   declare("pipec_rt_release", {ptr, i64t}, {});
   declare("pipec_rt_update", {ptr}, {});
+  declare("pipec_rt_allreduce", {ptr, ptr, i64t}, {});
   declare("pipec_rt_op_begin", {ptr, i64t, i64t}, {});
   declare("pipec_rt_op_end", {ptr, i64t, i64t}, {});
   auto programType = db.getFunctionType({ptr, ptr}, {});
@@ -602,7 +611,13 @@ LogicalResult StageLowering::emitProgram() {
         auto guard = scf::IfOp::create(pb, loc, inside, /*withElse=*/false);
         pb.setInsertionPoint(guard.thenBlock()->getTerminator());
       }
-      slot = arith::RemUIOp::create(pb, loc, mb, i64(pb, loc, slots));
+      // Replica j of r owns microbatches j, j + r, ...: its local index
+      // mb / r picks the slot.
+      Value local = replicas > 1 ? arith::DivUIOp::create(
+                                       pb, loc, mb, i64(pb, loc, replicas))
+                                       .getResult()
+                                 : mb;
+      slot = arith::RemUIOp::create(pb, loc, local, i64(pb, loc, slots));
     } else if (continuous && !isa<pipe::FlushOp>(op)) {
       return op->emitError("a continuous schedule's ops need a microbatch");
     }
@@ -649,6 +664,19 @@ LogicalResult StageLowering::emitProgram() {
         call("pipec_rt_release", {ctxArg, mb});
     } else if (isa<pipe::FlushOp>(op)) {
       call("pipec_rt_flush", {ctxArg});
+    } else if (isa<pipe::AllReduceOp>(op)) {
+      // The gradient accumulators, summed over the stage's replicas.
+      Value zero = i64(pb, loc, 0);
+      for (const std::string &name : weightOrder) {
+        auto global = module.lookupSymbol<ml_program::GlobalOp>(name);
+        if (!global || !global->hasAttr(pipe::attrs::kGradOf))
+          continue;
+        auto &[offset, type] = weights[name];
+        Buffer buf{Buffer::Weights, offset, ""};
+        call("pipec_rt_allreduce",
+             {ctxArg, pointer(pb, loc, buf, arena, zero),
+              i64(pb, loc, cast<RankedTensorType>(type).getNumElements())});
+      }
     } else if (isa<pipe::StepOp>(op)) {
       Value zero = i64(pb, loc, 0);
       call("pipec_rt_update", {ctxArg});
@@ -755,6 +783,8 @@ std::string StageLowering::stageMeta() {
                     {"abi", PIPEC_RT_ABI_VERSION},
                     {"build_id", buildId},
                     {"stage", stage},
+                    {"replica", replica},
+                    {"replicas", replicas},
                     {"num_stages", (int64_t)getStageFuncs(module, "fwd").size()},
                     {"microbatches", m},
                     {"microbatch", microbatch},
@@ -833,7 +863,7 @@ struct PipeLowerToRuntimePass
     : public pipec::impl::PipeLowerToRuntimePassBase<PipeLowerToRuntimePass> {
   using Base::Base;
   void runOnOperation() override {
-    StageLowering lowering(getOperation(), stage, buildId);
+    StageLowering lowering(getOperation(), stage, replica, buildId);
     if (failed(lowering.run()))
       signalPassFailure();
   }

@@ -31,6 +31,8 @@ struct TrainingPipelineOptions {
   std::string optimizer = "sgd";
   double momentum = 0.9, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
   double weightDecay = 0;
+  /// Replicas per stage (empty: one each).
+  std::vector<int> replicas;
 };
 
 /// Adds annotate-costs, plan, split-stages, autodiff, build-schedule.
@@ -40,7 +42,7 @@ void buildTrainingPipeline(mlir::OpPassManager &pm,
 /// Adds lower-to-runtime for `stage` and the upstream conversions to the
 /// LLVM dialect.
 void buildStageLoweringPipeline(mlir::OpPassManager &pm, int stage,
-                                const std::string &buildId);
+                                const std::string &buildId, int replica = 0);
 
 /// Registers the pass pipelines (`--pipec-train-pipeline`).
 void registerPipecPipelines();

@@ -102,6 +102,8 @@ def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
   let options = [
     Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe, 1f1b-flush, 1f1b or 2bw">,
     Option<"microbatches", "microbatches", "int", "1", "microbatches per step">,
+    ListOption<"replicas", "replicas", "int",
+               "replicas per stage (1F1B-RR, synchronous schedules; default 1 each)">,
   ];
   let dependentDialects = ["::pipec::pipe::PipeDialect", "::mlir::scf::SCFDialect",
                            "::mlir::arith::ArithDialect"];
@@ -110,7 +112,7 @@ def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
 def PipeLowerToRuntimePass : Pass<"pipe-lower-to-runtime", "mlir::ModuleOp"> {
   let summary = "Lowers one stage to func/llvm calls into the runtime C ABI.";
   let description = [{
-    Keeps stage `stage` only. Assigns every tensor of its functions a static
+    Keeps stage `stage` (and the program of its replica `replica`) only. Assigns every tensor of its functions a static
     offset in the stage arena (microbatch-stashed values get `slots` copies),
     turns every nn op into a call of a runtime kernel (pipec_rt.h) and the
     stage's pipe.program into a function `pipec_program(ctx, arena)` of
@@ -120,6 +122,7 @@ def PipeLowerToRuntimePass : Pass<"pipe-lower-to-runtime", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"stage", "stage", "int", "0", "the stage to lower">,
+    Option<"replica", "replica", "int", "0", "the replica of the stage whose program to lower">,
     Option<"buildId", "build-id", "std::string", "\"dev\"", "build id recorded in the stage description">,
   ];
   let dependentDialects = ["::mlir::LLVM::LLVMDialect", "::mlir::func::FuncDialect",

@@ -23,12 +23,21 @@ void pipec::buildTrainingPipeline(OpPassManager &pm,
   pm.addPass(createPipeSplitStagesPass());
   pm.addPass(createNNAutodiffPass({o.loss, o.optimizer, o.momentum, o.beta1,
                                    o.beta2, o.epsilon, o.weightDecay}));
-  pm.addPass(createPipeBuildSchedulePass({o.schedule, o.microbatches}));
+  PipeBuildSchedulePassOptions schedule;
+  schedule.schedule = o.schedule;
+  schedule.microbatches = o.microbatches;
+  schedule.replicas.assign(o.replicas.begin(), o.replicas.end());
+  pm.addPass(createPipeBuildSchedulePass(schedule));
 }
 
 void pipec::buildStageLoweringPipeline(OpPassManager &pm, int stage,
-                                       const std::string &buildId) {
-  pm.addPass(createPipeLowerToRuntimePass({stage, buildId}));
+                                       const std::string &buildId,
+                                       int replica) {
+  PipeLowerToRuntimePassOptions options;
+  options.stage = stage;
+  options.replica = replica;
+  options.buildId = buildId;
+  pm.addPass(createPipeLowerToRuntimePass(options));
   pm.addPass(createSCFToControlFlowPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertControlFlowToLLVMPass());
@@ -49,6 +58,7 @@ struct TrainPipelineCLOptions
 };
 struct LowerStageCLOptions : public PassPipelineOptions<LowerStageCLOptions> {
   Option<int> stage{*this, "stage", llvm::cl::init(0)};
+  Option<int> replica{*this, "replica", llvm::cl::init(0)};
   Option<std::string> buildId{*this, "build-id", llvm::cl::init("dev")};
 };
 } // namespace
@@ -71,6 +81,6 @@ void pipec::registerPipecPipelines() {
   PassPipelineRegistration<LowerStageCLOptions>(
       "pipec-lower-stage", "Lower one stage to the LLVM dialect",
       [](OpPassManager &pm, const LowerStageCLOptions &o) {
-        buildStageLoweringPipeline(pm, o.stage, o.buildId);
+        buildStageLoweringPipeline(pm, o.stage, o.buildId, o.replica);
       });
 }

@@ -46,7 +46,7 @@ inline constexpr llvm::StringLiteral kBoundary = "pipe.boundary";
 /// (loops unrolled, microbatch indices evaluated). Emits an error on `op`
 /// and fails when an index cannot be evaluated statically.
 struct ExpandedEvent {
-  enum Kind { Send, Recv, Forward, Backward, Step } kind;
+  enum Kind { Send, Recv, Forward, Backward, Step, AllReduce } kind;
   int64_t stage = 0;   ///< peer stage for Send/Recv
   int64_t channel = 0;
   int64_t microbatch = 0;

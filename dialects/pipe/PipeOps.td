@@ -90,12 +90,19 @@ def Pipe_ProgramOp : Pipe_Op<"program", [NoTerminator, SingleBlock,
     microbatches outside the run (before the first or after the last) are
     skipped, and one extra window after the last step drains the pipeline. The body uses `scf.for` for the steady state so its size does
     not grow with the microbatch count. `slots` is the number of microbatch
-    activation stash slots the stage needs (its peak in-flight count);
-    microbatch `k` uses slot `k mod slots`.
+    activation stash slots the stage needs (its peak in-flight count).
+
+    A stage with r > 1 replicas has one program per replica (1F1B-RR,
+    pipedream.md §3): replica j runs microbatches j, j + r, j + 2r, ...,
+    local microbatch k / r uses slot (k / r) mod slots, a message to a
+    replicated stage goes to the replica that owns its microbatch, and
+    `pipe.allreduce` sums the gradients of the replicas before the update.
   }];
-  let arguments = (ins StrAttr:$rank_name, I64Attr:$stage, I64Attr:$slots);
+  let arguments = (ins StrAttr:$rank_name, I64Attr:$stage,
+                       DefaultValuedAttr<I64Attr, "0">:$replica,
+                       I64Attr:$slots);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "$rank_name `stage` $stage `slots` $slots attr-dict-with-keyword $body";
+  let assemblyFormat = "$rank_name `stage` $stage (`replica` $replica^)? `slots` $slots attr-dict-with-keyword $body";
   let hasVerifier = 1;
 }
 
@@ -170,6 +177,21 @@ def Pipe_FlushOp : Pipe_Op<"flush", [MemoryEffects<[MemRead, MemWrite]>]> {
   let description = [{
     ```mlir
     pipe.flush
+    ```
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
+def Pipe_AllReduceOp : Pipe_Op<"allreduce", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "Sums the accumulated gradients over the stage's replicas.";
+  let description = [{
+    Runs on every replica of a replicated stage before its `pipe.step`:
+    afterwards each replica holds the sum of all replicas' gradient
+    accumulators, i.e. the gradient of the whole batch, so the replicas
+    apply the same update (synchronous data parallelism within the stage).
+
+    ```mlir
+    pipe.allreduce
     ```
   }];
   let assemblyFormat = "attr-dict";

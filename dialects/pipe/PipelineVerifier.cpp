@@ -16,6 +16,8 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+
+#include <map>
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
@@ -98,6 +100,10 @@ private:
       return add(ExpandedEvent::Step, step.getMicrobatch(), 0, 0);
     if (isa<FlushOp>(op))
       return success();
+    if (isa<AllReduceOp>(op)) {
+      events.push_back({ExpandedEvent::AllReduce, 0, 0, 0, op, false});
+      return success();
+    }
     return op->emitOpError("is not allowed in a pipe.program");
   }
 
@@ -173,19 +179,38 @@ LogicalResult PipelineOp::verifyRegions() {
   auto kind = pipec::parseScheduleKind(getSchedule().str());
   const bool continuous = kind && !pipec::isFlushSchedule(*kind);
   SmallVector<ProgramOp> programs;
-  llvm::DenseMap<int64_t, int> rankOfStage;
+  // (stage, replica) -> index into programs; replicas per stage.
+  std::map<std::pair<int64_t, int64_t>, int> rankOf;
+  std::map<int64_t, int64_t> replicasOf;
   for (Operation &op : getBody().front()) {
     auto program = dyn_cast<ProgramOp>(op);
     if (!program)
       return op.emitOpError("only pipe.program ops may appear in a pipeline");
-    if (!rankOfStage.try_emplace(program.getStage(), programs.size()).second)
+    if (program.getReplica() < 0)
+      return program.emitOpError("replica must be non-negative");
+    if (!rankOf.try_emplace({program.getStage(), program.getReplica()},
+                            programs.size())
+             .second)
       return program.emitOpError("stage ")
-             << program.getStage() << " has more than one program";
+             << program.getStage() << " replica " << program.getReplica()
+             << " has more than one program";
+    ++replicasOf[program.getStage()];
     programs.push_back(program);
   }
+  for (ProgramOp program : programs)
+    if (program.getReplica() >= replicasOf[program.getStage()])
+      return program.emitOpError("replica ")
+             << program.getReplica() << " of stage " << program.getStage()
+             << " but the stage has " << replicasOf[program.getStage()]
+             << " programs (replicas are numbered 0..r-1)";
+  if (continuous && replicasOf.size() != programs.size())
+    return emitOpError("replicated stages are supported with the synchronous "
+                       "schedules only, not '")
+           << getSchedule() << "'";
+  const int64_t numStages = int64_t(replicasOf.size());
   // A continuous pipeline is checked over `windows` steps plus the windows
   // that drain it: enough for warm-up, steady state and cool-down.
-  const int64_t windows = continuous ? int64_t(programs.size()) + 2 : 1;
+  const int64_t windows = continuous ? numStages + 2 : 1;
   const int64_t total = windows * m;
   // Local checks first (referenced functions, indices, types), so that a
   // broken op is reported as such rather than as a communication error.
@@ -208,7 +233,7 @@ LogicalResult PipelineOp::verifyRegions() {
       // A continuous window reaches back at most p - 1 microbatches (the
       // deepest warm-up; the runtime's pipec_rt_global_mb and its draining
       // windows assume the same).
-      int64_t low = continuous ? -(int64_t(programs.size()) - 1) : 0;
+      int64_t low = continuous ? -(numStages - 1) : 0;
       if (e.microbatch < low || e.microbatch >= m)
         return e.op->emitOpError("microbatch ")
                << e.microbatch << " is out of range [" << low << ", " << m
@@ -217,7 +242,7 @@ LogicalResult PipelineOp::verifyRegions() {
     // Windows after the last step drain the pipeline (at most p - 1
     // microbatches in flight, m per window).
     const int64_t drain =
-        continuous ? std::max<int64_t>((int64_t(programs.size()) + m - 2) / m, 1)
+        continuous ? std::max<int64_t>((numStages + m - 2) / m, 1)
                    : 0;
     for (int64_t n = 0; n < windows + drain; ++n)
       for (ExpandedEvent e : window) {
@@ -233,8 +258,20 @@ LogicalResult PipelineOp::verifyRegions() {
           continue; // outside the run: skipped
         events.push_back(e);
       }
+    const int64_t r = replicasOf[program.getStage()];
+    bool reduced = false;
     llvm::DenseMap<int64_t, int> fwdCount, bwdCount;
     for (auto [i, e] : llvm::enumerate(events)) {
+      if (e.kind == ExpandedEvent::AllReduce)
+        reduced = true;
+      if (e.kind == ExpandedEvent::Step) {
+        if (r > 1 && !reduced)
+          return e.op->emitOpError("stage ")
+                 << program.getStage() << " has " << r
+                 << " replicas but updates without a pipe.allreduce of its "
+                    "gradients first";
+        reduced = false;
+      }
       if (e.kind == ExpandedEvent::Forward)
         ++fwdCount[e.microbatch];
       if (e.kind == ExpandedEvent::Backward) {
@@ -245,10 +282,12 @@ LogicalResult PipelineOp::verifyRegions() {
       }
       if (e.kind != ExpandedEvent::Send && e.kind != ExpandedEvent::Recv)
         continue;
-      auto peer = rankOfStage.find(e.stage);
-      if (peer == rankOfStage.end())
+      auto peerReplicas = replicasOf.find(e.stage);
+      if (peerReplicas == replicasOf.end())
         return e.op->emitOpError("peer stage ")
                << e.stage << " has no program in this pipeline";
+      // A replicated peer: the replica that owns the microbatch.
+      auto peer = rankOf.find({e.stage, e.microbatch % peerReplicas->second});
       Type type = isa<SendOp>(e.op) ? cast<SendOp>(e.op).getType()
                                     : cast<RecvOp>(e.op).getType();
       std::string where;
@@ -260,15 +299,18 @@ LogicalResult PipelineOp::verifyRegions() {
                             peer->second, e.channel, e.microbatch,
                             typeString(type), where});
     }
-    for (int64_t k = 0; k < total; ++k)
-      if (fwdCount.lookup(k) != 1 || bwdCount.lookup(k) != 1)
-        return program.emitOpError("must run exactly one forward and one "
-                                   "backward of microbatch ")
-               << k << " (found " << fwdCount.lookup(k) << " and "
-               << bwdCount.lookup(k) << ")";
+    for (int64_t k = 0; k < total; ++k) {
+      int want = k % r == program.getReplica() ? 1 : 0;
+      if (fwdCount.lookup(k) != want || bwdCount.lookup(k) != want)
+        return program.emitOpError("must run ")
+               << (want ? "exactly one forward and one backward" : "no forward "
+                          "or backward (another replica owns it)")
+               << " of microbatch " << k << " (found " << fwdCount.lookup(k)
+               << " and " << bwdCount.lookup(k) << ")";
+    }
     if (continuous &&
         failed(checkVersions(program, events, *kind == pipec::ScheduleKind::TwoBW,
-                             m, int64_t(programs.size()))))
+                             m, numStages)))
       return failure();
   }
   pipec::CommCheckResult check = pipec::checkCommunication(comm);

@@ -56,7 +56,9 @@ std::pair<int, int> route(const pipec_ctx &ctx, const char *fn, int64_t peer,
     throw RtError(std::string(fn) + ": channel " + std::to_string(channel) +
                   " gives MPI tag " + std::to_string(tag) +
                   " above MPI_TAG_UB " + std::to_string(ctx.tagUpperBound));
-  return {ctx.stageRank[size_t(peer)], int(tag)};
+  // A replicated peer: the replica that owns the microbatch (1F1B-RR).
+  const std::vector<int> &ranks = ctx.stageRanks[size_t(peer)];
+  return {ranks[size_t(mb) % ranks.size()], int(tag)};
 }
 
 } // namespace
@@ -136,6 +138,27 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
                "MPI_Recv from " + linkName(peer, channel, mb));
       offset += count;
     } while (offset < bytes);
+  });
+}
+
+extern "C" void pipec_rt_allreduce(pipec_ctx *ctx, void *data, int64_t count) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_allreduce");
+    if (count < 0 || (count > 0 && !data))
+      throw RtError("pipec_rt_allreduce: bad buffer (" + std::to_string(count) +
+                    " floats)");
+    if (c.stageComm == MPI_COMM_NULL || count == 0)
+      return;
+    // In chunks: MPI counts are int.
+    float *p = static_cast<float *>(data);
+    for (int64_t done = 0; done < count;) {
+      int n = int(std::min<int64_t>(count - done, int64_t(1) << 30));
+      mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p + done, n, MPI_FLOAT, MPI_SUM,
+                             c.stageComm),
+               "MPI_Allreduce of stage " + std::to_string(c.desc.stage) +
+                   "'s gradients over its replicas");
+      done += n;
+    }
   });
 }
 

@@ -31,9 +31,12 @@ struct pipec_ctx {
 
   int rank = 0;
   int worldSize = 1;
-  /// MPI rank of every stage (index: stage number).
-  std::vector<int> stageRank;
-  /// Rank of the stage whose description has "loss": true.
+  /// MPI ranks of every stage's replicas (index: stage number, replica).
+  std::vector<std::vector<int>> stageRanks;
+  /// The replicas of this rank's stage (MPI_COMM_NULL when it has one).
+  MPI_Comm stageComm = MPI_COMM_NULL;
+  /// The lowest rank of the stage whose description has "loss": true; it
+  /// writes the metrics.
   int lossRank = 0;
   /// Largest tag value MPI allows (MPI_TAG_UB).
   int tagUpperBound = 32767;

@@ -144,10 +144,11 @@ void setUpFeeds(pipec_ctx &ctx) {
   }
 }
 
-/// Finds the single rank whose stage computes the loss.
+/// Finds the rank of replica 0 of the single stage that computes the loss.
 int findLossRank(const pipec_ctx &ctx) {
-  int mine = ctx.desc.loss ? 1 : 0, count = 0;
-  int candidate = ctx.desc.loss ? ctx.rank : -1, lossRank = -1;
+  bool first = ctx.desc.loss && ctx.desc.replica == 0;
+  int mine = first ? 1 : 0, count = 0;
+  int candidate = first ? ctx.rank : -1, lossRank = -1;
   mpiCheck(MPI_Allreduce(&mine, &count, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD),
            "MPI_Allreduce");
   mpiCheck(
@@ -216,9 +217,21 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   // Manifest and topology.
   ctx.manifest = readManifest(o.manifest);
   checkManifest(desc, ctx.manifest, ctx.rank, ctx.worldSize);
-  ctx.stageRank.assign(size_t(desc.numStages), 0);
+  ctx.stageRanks.assign(size_t(desc.numStages), {});
   for (const ManifestStage &s : ctx.manifest.stages)
-    ctx.stageRank[size_t(s.stage)] = s.ranks[0];
+    ctx.stageRanks[size_t(s.stage)] = s.ranks;
+  // Every rank takes part in the split (collective); ranks of one stage
+  // share a communicator for the gradient all-reduce.
+  {
+    MPI_Comm comm = MPI_COMM_NULL;
+    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, desc.stage, int(desc.replica),
+                            &comm),
+             "MPI_Comm_split by stage");
+    if (desc.replicas > 1)
+      ctx.stageComm = comm;
+    else
+      MPI_Comm_free(&comm);
+  }
   ctx.lossRank = findLossRank(ctx);
   const bool isLossRank = ctx.rank == ctx.lossRank;
 
@@ -313,20 +326,25 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     if (counted)
       ctx.profiler.stepCounted();
 
-    double loss = 0;
-    if (isLossRank) {
+    // The step loss: the mean over all microbatches; each replica of the
+    // loss stage holds those it ran (mb mod replicas == replica).
+    double partial = 0, loss = 0;
+    if (desc.loss) {
       for (int64_t mb = 0; mb < desc.microbatches; ++mb) {
-        if (!ctx.lossRecorded[size_t(mb)])
+        bool mine = mb % desc.replicas == desc.replica;
+        if (mine && !ctx.lossRecorded[size_t(mb)])
           throw RtError("the program recorded no loss for microbatch " +
                         std::to_string(mb) +
                         " (pipec_rt_loss must be called once per microbatch)");
-        loss += double(ctx.losses[size_t(mb)]);
+        if (mine)
+          partial += double(ctx.losses[size_t(mb)]);
       }
-      loss /= double(desc.microbatches);
     }
     double wall = std::chrono::duration<double>(Clock::now() - start).count();
-    mpiCheck(MPI_Bcast(&loss, 1, MPI_DOUBLE, ctx.lossRank, MPI_COMM_WORLD),
-             "MPI_Bcast of the step loss");
+    mpiCheck(MPI_Allreduce(&partial, &loss, 1, MPI_DOUBLE, MPI_SUM,
+                           MPI_COMM_WORLD),
+             "MPI_Allreduce of the step loss");
+    loss /= double(desc.microbatches);
     if (!std::isfinite(loss)) {
       std::fflush(stdout);
       std::fprintf(stderr, "%s\n",
@@ -380,8 +398,14 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
       ctx.step = t;
     }
     if (last || (o.checkpointEvery > 0 && (t + 1) % o.checkpointEvery == 0)) {
+      // Replicas hold identical weights: replica 0 writes the stage's file.
+      std::string folder = (std::filesystem::path(o.checkpointDir) /
+                            checkpointFolderName(t + 1))
+                               .string();
       lastCheckpoint =
-          writeStageCheckpoint(o.checkpointDir, t + 1, desc, arena.get());
+          desc.replica == 0
+              ? writeStageCheckpoint(o.checkpointDir, t + 1, desc, arena.get())
+              : folder;
       // `latest` moves only once every stage's file is in place.
       mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier after checkpoint");
       if (ctx.rank == 0)
@@ -418,6 +442,8 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     std::fflush(stdout);
   }
   loc.step = o.steps;
+  if (ctx.stageComm != MPI_COMM_NULL)
+    MPI_Comm_free(&ctx.stageComm);
   setStatusState(RankState::Finished);
   loc.mpiActive = false;
   if (!alreadyInitialised)

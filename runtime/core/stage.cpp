@@ -144,6 +144,11 @@ StageDesc parseStageDesc(const std::string &json) {
                   ") != global_batch (" + std::to_string(d.globalBatch) + ")");
   d.schedule = r.has("schedule") ? r.str("schedule") : "";
   d.arenaBytes = r.integer("arena_bytes");
+  d.replica = r.has("replica") ? r.integer("replica") : 0;
+  d.replicas = r.has("replicas") ? r.integer("replicas", 1) : 1;
+  if (d.replica >= d.replicas)
+    throw RtError(what + ": replica " + std::to_string(d.replica) +
+                  " is not below replicas " + std::to_string(d.replicas));
   d.versionedBytes =
       r.has("versioned_bytes") ? r.integer("versioned_bytes") : 0;
   d.slots = r.has("slots") ? r.integer("slots", 1) : 1;
@@ -325,12 +330,10 @@ void checkManifest(const StageDesc &desc, const Manifest &m, int rank,
         !stagesSeen.insert(s.stage).second)
       throw RtError(name + " lists stage " + std::to_string(s.stage) +
                     " twice or out of range");
-    // ABI 1 has no collective for replicated stages (data parallelism), so
-    // each stage runs on exactly one rank.
-    if (s.ranks.size() != 1)
-      throw RtError(name + " gives stage " + std::to_string(s.stage) + " " +
-                    std::to_string(s.ranks.size()) +
-                    " ranks; this runtime runs each stage on exactly one rank");
+    // One rank per replica of the stage (1F1B-RR).
+    if (s.ranks.empty())
+      throw RtError(name + " gives stage " + std::to_string(s.stage) +
+                    " no rank");
     for (int r : s.ranks)
       if (r >= worldSize || !ranksSeen.insert(r).second)
         throw RtError(name + " gives rank " + std::to_string(r) +
@@ -338,10 +341,12 @@ void checkManifest(const StageDesc &desc, const Manifest &m, int rank,
                       std::to_string(worldSize) + " ranks");
   }
   const ManifestStage &mine = manifestStage(m, desc.stage);
-  bool listed = false;
-  for (int r : mine.ranks)
-    listed |= r == rank;
-  if (!listed)
+  if (int64_t(mine.ranks.size()) != desc.replicas)
+    throw RtError("stage binary is one of " + std::to_string(desc.replicas) +
+                  " replicas of stage " + std::to_string(desc.stage) +
+                  " but " + name + " runs that stage on " +
+                  std::to_string(mine.ranks.size()) + " ranks");
+  if (mine.ranks[size_t(desc.replica)] != rank)
     throw RtError("this is stage " + std::to_string(desc.stage) + " on rank " +
                   std::to_string(rank) + " but " + name + " runs stage " +
                   std::to_string(desc.stage) + " on ranks " +

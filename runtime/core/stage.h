@@ -71,8 +71,12 @@ struct StageDesc {
   /// Bytes at the arena's start holding the parameters the forward reads:
   /// what a weight version (stash, 2BW shadow) copies.
   int64_t versionedBytes = 0;
-  /// Activation stash slots (microbatch k uses slot k mod slots).
+  /// Activation stash slots (microbatch k uses slot (k / replicas) mod
+  /// slots).
   int64_t slots = 1;
+  /// This binary runs replica `replica` of `replicas` of its stage
+  /// (1F1B-RR: microbatches replica, replica + replicas, ...).
+  int64_t replica = 0, replicas = 1;
   std::vector<WeightSpec> weights;
   std::vector<FeedSpec> feeds;
   bool loss = false;
@@ -92,6 +96,8 @@ StageDesc parseStageDesc(const std::string &json);
 struct ManifestStage {
   int stage = 0;
   std::string binary;
+  /// One binary per replica, parallel to `ranks` (absent: `binary` for all).
+  std::vector<std::string> binaries;
   /// Weights file, resolved against the manifest's folder ("" if none).
   std::string weights;
   std::vector<int> ranks;

@@ -322,6 +322,11 @@ void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel, int64_t mb,
 /// Waits until every send of this step has completed.
 void pipec_rt_flush(pipec_ctx *ctx);
 
+/// Sums `count` floats at `data` over the replicas of this rank's stage, in
+/// place (the gradient accumulators before the update of a replicated
+/// stage). A no-op for a stage with one replica.
+void pipec_rt_allreduce(pipec_ctx *ctx, void *data, int64_t count);
+
 /// Records the (scalar, float) loss of microbatch mb of the current step.
 void pipec_rt_loss(pipec_ctx *ctx, int64_t mb, const void *loss);
 

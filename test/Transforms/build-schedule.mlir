@@ -40,3 +40,23 @@
 
 // UNKNOWN: unknown schedule 'zigzag' (available: gpipe, 1f1b-flush, 1f1b, 2bw)
 // NOFUNCS: expected @sK_fwd, @sK_bwd and @sK_step for every stage; run --pipe-split-stages and --nn-autodiff first
+
+// Replicated stages (1F1B-RR): one program per replica, replica j running
+// microbatches j, j + r, ...; the replicas sum their gradients before the
+// update, and messages to stage 0 reach the replica that owns the
+// microbatch (the runtime resolves it).
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4 replicas=2,1" | FileCheck %s --check-prefix=RR
+// RR: pipe.plan = #pipe.plan<{{.*}}replicas = [2, 1]
+// RR: pipe.program "rank0" stage 0 slots
+// RR:   pipe.forward @s0_fwd
+// RR:   pipe.allreduce
+// RR-NEXT: pipe.step @s0_step
+// RR: pipe.program "rank1" stage 0 replica 1 slots
+// RR:   pipe.allreduce
+// RR: pipe.program "rank2" stage 1 slots 1 {
+// RR-NOT: pipe.allreduce
+// RR: pipe.step @s1_step
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=2 replicas=3,1" 2>&1 | FileCheck %s --check-prefix=TOOMANY
+// TOOMANY: stage 0 has 3 replicas; each replica needs at least one of the 2 microbatches
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=4 replicas=2,1" 2>&1 | FileCheck %s --check-prefix=ASYNC
+// ASYNC: replicated stages are compiled for the synchronous schedules (gpipe, 1f1b-flush) only, not '1f1b'

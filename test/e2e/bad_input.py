@@ -314,6 +314,18 @@ def main():
          [r"(?<![\d.])64(?![\d.])", r"(?<![\d.])5(?![\d.])", r"microbatch"]),
         ("unknown-schedule", [p("mlp.onnx"), "--stages", "2", "--microbatches", "4", "--schedule", "zigzag"],
          [r"zigzag", r"schedule"]),
+        ("replicas-3-counts-for-2-stages", [p("mlp.onnx"), "--stages", "2", "--microbatches", "4",
+                                            "--replicas", "1,2,1"],
+         [r"--replicas", r"(?<![\d.])3(?![\d.])", r"(?<![\d.])2(?![\d.])"]),
+        ("replicas-more-than-microbatches", [p("mlp.onnx"), "--stages", "2", "--microbatches", "2",
+                                             "--replicas", "3,1"],
+         [r"3 replicas", r"(?<![\d.])2 microbatches"]),
+        ("replicas-with-1f1b", [p("mlp.onnx"), "--stages", "2", "--microbatches", "4", "--replicas", "2,1",
+                                "--schedule", "1f1b"],
+         [r"replicated", r"synchronous", r"1f1b"]),
+        ("2bw-with-too-few-microbatches", [p("mlp.onnx"), "--stages", "4", "--microbatches", "2",
+                                           "--schedule", "2bw"],
+         [r"2bw", r"p - 1 = 3", r"got 2"]),
     ]
     for name, cargs, facts in compile_cases:
         cmd = [pipec, "compile"] + cargs + ["-o", p(f"out-{name}"), "--quiet"]

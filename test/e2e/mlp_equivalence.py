@@ -441,17 +441,23 @@ def main():
            f"loss {ref_losses[0]:.6f} -> {ref_losses[-1]:.6f}, smallest relative change of a tensor {moved:.2e}")
 
     # -- pipec runs -----------------------------------------------------------
-    configs = [(1, "1f1b-flush", 1)]  # baseline first
+    configs = [(1, "1f1b-flush", 1, None)]  # baseline first
     if args.quick:
-        configs += [(2, "gpipe", 4), (4, "1f1b-flush", 8)]
+        configs += [(2, "gpipe", 4, None), (4, "1f1b-flush", 8, None)]
     else:
-        configs += [(s, sch, m) for s in (1, 2, 4) for sch in ("gpipe", "1f1b-flush") for m in (4, 8)]
+        configs += [(s, sch, m, None) for s in (1, 2, 4) for sch in ("gpipe", "1f1b-flush") for m in (4, 8)]
+    # Replicated stages (1F1B-RR: microbatch k on replica k mod r, gradients
+    # all-reduced over the replicas before the update), uneven counts too.
+    configs += [(2, "1f1b-flush", 4, "2,1"), (2, "gpipe", 4, "1,2"), (2, "1f1b-flush", 8, "2,2"),
+                (3, "1f1b-flush", 8, "1,3,1")]
 
-    def train_config(stages, sched, mb, tag=""):
-        name = f"s{stages}-{sched}-mb{mb}{tag}"
+    def train_config(stages, sched, mb, tag="", replicas=None):
+        name = f"s{stages}-{sched}-mb{mb}{tag}" + (f"-r{replicas.replace(',', '')}" if replicas else "")
         out_dir = os.path.join(runs_dir, name)
         compile_cmd = [pipec, "compile", onnx_path, "--stages", str(stages), "--microbatches", str(mb),
                        "--schedule", sched, "-o", out_dir, "--quiet"]
+        if replicas:
+            compile_cmd += ["--replicas", replicas]
         rc, o, e, tc = run(compile_cmd)
         if rc != 0:
             raise Failure(f"compile {'timed out' if rc is None else f'exit {rc}'}: {cmd_str(compile_cmd)}: {tail(o + e)}")
@@ -461,6 +467,9 @@ def main():
                 (stages, mb, sched, GLOBAL_BATCH):
             raise Failure(f"manifest says stages {man.get('num_stages')} microbatches {man.get('microbatches')} "
                           f"schedule {man.get('schedule')} global_batch {man.get('global_batch')}")
+        want_ranks = sum(int(r) for r in replicas.split(",")) if replicas else stages
+        if man.get("num_ranks") != want_ranks:
+            raise Failure(f"manifest has num_ranks {man.get('num_ranks')}, expected {want_ranks}")
         return name, out_dir, tc
 
     def train_args(out_dir):
@@ -474,11 +483,11 @@ def main():
 
     baseline = None
     results = {}
-    for stages, sched, mb in configs:
+    for stages, sched, mb, replicas in configs:
         is_base = baseline is None
-        label = f"s{stages}-{sched}-mb{mb}"
+        label = f"s{stages}-{sched}-mb{mb}" + (f"-replicas{replicas}" if replicas else "")
         try:
-            name, out_dir, tc = train_config(stages, sched, mb)
+            name, out_dir, tc = train_config(stages, sched, mb, replicas=replicas)
             cmd = train_args(out_dir)
             rc, o, e, tt = run(cmd)
             if rc != 0:

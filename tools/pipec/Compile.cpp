@@ -270,6 +270,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   tpo.beta2 = o.beta2;
   tpo.epsilon = o.epsilon;
   tpo.weightDecay = o.weightDecay;
+  tpo.replicas = o.replicas;
   buildTrainingPipeline(pm, tpo);
   if (failed(pm.run(*module)))
     return 1; // the diagnostics said why
@@ -291,6 +292,8 @@ int pipec::driver::compileModel(const CompileOptions &o) {
          std::to_string(o.momentum) + "|" + std::to_string(o.beta1) + "|" +
          std::to_string(o.beta2) + "|" + std::to_string(o.epsilon) + "|" +
          std::to_string(o.weightDecay);
+  for (int r : o.replicas)
+    key += "|r" + std::to_string(r);
   std::string buildId = hex64(llvm::xxh3_64bits(llvm::StringRef(key)));
   std::string modelHash =
       hex64(llvm::xxh3_64bits((*bytes)->getBuffer()));
@@ -309,15 +312,24 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   plan.schedule = o.schedule;
   plan.microbatches = o.microbatches;
   plan.microbatchSize = microbatch;
-  for (int64_t s = 0; s < static_cast<int64_t>(planAttr.getFirst().size()); ++s)
-    plan.stages.push_back({static_cast<int>(planAttr.getFirst()[s]),
-                           static_cast<int>(planAttr.getLast()[s]),
-                           static_cast<int>(planAttr.getReplicas()[s]),
-                           {static_cast<int>(s)}});
+  {
+    int device = 0;
+    for (int64_t s = 0; s < static_cast<int64_t>(planAttr.getFirst().size());
+         ++s) {
+      int replicas = static_cast<int>(planAttr.getReplicas()[s]);
+      std::vector<int> devices;
+      for (int j = 0; j < replicas; ++j)
+        devices.push_back(device++);
+      plan.stages.push_back({static_cast<int>(planAttr.getFirst()[s]),
+                             static_cast<int>(planAttr.getLast()[s]), replicas,
+                             devices});
+    }
+  }
   if (!writeText(o.outDir + "/plan.json", planToJson(plan) + "\n", error))
     return fail(cmd, error);
 
   llvm::json::Array stagesJson;
+  int nextRank = 0;
   for (int s = 0; s < o.stages; ++s) {
     auto stageStart = std::chrono::steady_clock::now();
     std::string weightsRel = "weights/stage" + std::to_string(s) + ".safetensors";
@@ -328,30 +340,48 @@ int pipec::driver::compileModel(const CompileOptions &o) {
     if (!writeWeights(weights, o.outDir + "/" + weightsRel, buildId, error))
       return fail(cmd, error);
 
-    OwningOpRef<ModuleOp> stageModule = module->clone();
-    PassManager lower(&ctx);
-    buildStageLoweringPipeline(lower, s, buildId);
-    if (failed(lower.run(*stageModule)))
-      return 1; // the diagnostics said why
+    // One executable per replica (each runs its own microbatches).
+    int replicas = plan.stages[s].replicas;
+    llvm::json::Array binaries, ranks;
+    std::string firstBinary;
     int64_t arena = 0;
-    if (auto a = (*stageModule)->getAttrOfType<IntegerAttr>("pipec.arena_bytes"))
-      arena = a.getInt();
-    std::string obj = o.outDir + "/obj/stage" + std::to_string(s) + ".o";
-    std::string exe = o.outDir + "/stage" + std::to_string(s);
-    if (!emitObjectFile(*stageModule, obj, error) ||
-        !linkExecutable({obj}, exe, error))
-      return fail(cmd, error);
+    for (int j = 0; j < replicas; ++j) {
+      OwningOpRef<ModuleOp> stageModule = module->clone();
+      PassManager lower(&ctx);
+      buildStageLoweringPipeline(lower, s, buildId, j);
+      if (failed(lower.run(*stageModule)))
+        return 1; // the diagnostics said why
+      if (auto a =
+              (*stageModule)->getAttrOfType<IntegerAttr>("pipec.arena_bytes"))
+        arena = a.getInt();
+      std::string name = "stage" + std::to_string(s) +
+                         (replicas > 1 ? "r" + std::to_string(j) : "");
+      std::string obj = o.outDir + "/obj/" + name + ".o";
+      std::string exe = o.outDir + "/" + name;
+      if (!emitObjectFile(*stageModule, obj, error) ||
+          !linkExecutable({obj}, exe, error))
+        return fail(cmd, error);
+      if (j == 0)
+        firstBinary = name;
+      binaries.push_back(name);
+      ranks.push_back(nextRank++);
+    }
     say("stage " + std::to_string(s) + ": layers " +
         std::to_string(plan.stages[s].firstLayer) + "-" +
         std::to_string(plan.stages[s].lastLayer) + ", " +
         std::to_string(weights.size()) + " weights (" +
-        humanBytes(weightBytes) + "), arena " + humanBytes(arena) + " -> " +
-        exe + " (" + std::to_string(since(stageStart)).substr(0, 4) + " s)");
-    stagesJson.push_back(llvm::json::Object{
-        {"stage", s},
-        {"binary", "stage" + std::to_string(s)},
-        {"weights", weightsRel},
-        {"ranks", llvm::json::Array{s}}});
+        humanBytes(weightBytes) + "), arena " + humanBytes(arena) +
+        (replicas > 1 ? ", " + std::to_string(replicas) + " replicas" : "") +
+        " -> " + o.outDir + "/stage" + std::to_string(s) +
+        (replicas > 1 ? "r*" : "") + " (" +
+        std::to_string(since(stageStart)).substr(0, 4) + " s)");
+    llvm::json::Object stageJson{{"stage", s},
+                                 {"binary", firstBinary},
+                                 {"weights", weightsRel},
+                                 {"ranks", std::move(ranks)}};
+    if (replicas > 1)
+      stageJson["binaries"] = std::move(binaries);
+    stagesJson.push_back(std::move(stageJson));
   }
 
   // Model inputs and labels, at the global batch.
@@ -394,7 +424,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
       {"microbatch", microbatch},
       {"global_batch", batch},
       {"num_stages", o.stages},
-      {"num_ranks", o.stages},
+      {"num_ranks", nextRank},
       {"stages", std::move(stagesJson)},
       {"inputs", std::move(inputs)},
       {"labels", std::move(labels)}};
@@ -422,6 +452,9 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .opt("--profile", "pipec.profile/1 with measured op times for planning")
       .opt("--device", "analytic cost model when no profile: cpu, v100, a100, "
                        "h100", "cpu")
+      .opt("--replicas", "replicas per stage, comma-separated (1F1B-RR with a "
+                         "gradient all-reduce; gpipe and 1f1b-flush), e.g. "
+                         "2,1; one number applies to every stage")
       .opt("--loss", "cross-entropy (against integer labels) or model (output "
                      "0 is the loss)", "cross-entropy")
       .opt("--optimizer", "sgd, momentum, nesterov, adam, adagrad (ONNX "
@@ -460,6 +493,23 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
                                " can be planned and simulated (pipec plan, "
                                "pipec simulate) but not compiled yet; compiled "
                                "schedules: gpipe, 1f1b-flush, 1f1b, 2bw", 2);
+  if (a.has("--replicas")) {
+    std::string list = a.get("--replicas");
+    for (llvm::StringRef part : llvm::split(list, ',')) {
+      int r = 0;
+      if (part.trim().getAsInteger(10, r) || r < 1)
+        return fail("compile", "--replicas takes positive integers separated "
+                               "by commas, got '" + a.get("--replicas") + "'", 2);
+      o.replicas.push_back(r);
+    }
+    if (o.replicas.size() == 1)
+      o.replicas.assign(o.stages, o.replicas[0]);
+    if (int(o.replicas.size()) != o.stages)
+      return fail("compile", "--replicas lists " +
+                                 std::to_string(o.replicas.size()) +
+                                 " counts for " + std::to_string(o.stages) +
+                                 " stages", 2);
+  }
   o.profile = a.get("--profile");
   o.device = a.get("--device");
   o.loss = a.get("--loss");

@@ -73,6 +73,8 @@ struct CompileOptions {
   std::string optimizer = "sgd";
   double momentum = 0.9, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
   double weightDecay = 0;
+  /// Replicas per stage (1F1B-RR); empty: one each.
+  std::vector<int> replicas;
   std::map<std::string, std::vector<int64_t>> inputShapes;
   bool emitMlir = false;
   bool quiet = false;

@@ -18,6 +18,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
+#include <map>
 #include <cstring>
 #include <thread>
 #include <unistd.h>
@@ -76,17 +77,41 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
     return false;
   }
   std::string dir = llvm::sys::path::parent_path(manifestPath).str();
+  // Binaries in MPI rank order: each stage lists its replicas' ranks and,
+  // when it has several, one binary per replica ("binaries").
+  std::map<int64_t, std::string> byRank;
   for (const llvm::json::Value &s : *stages) {
     auto *so = s.getAsObject();
     auto bin = so ? so->getString("binary") : std::nullopt;
+    auto *binaries = so ? so->getArray("binaries") : nullptr;
     auto *ranks = so ? so->getArray("ranks") : nullptr;
-    if (!bin || !ranks || ranks->size() != 1) {
-      error = "'" + manifestPath + "': every stage needs a binary and one rank";
+    if ((!bin && !binaries) || !ranks || ranks->empty() ||
+        (binaries && binaries->size() != ranks->size())) {
+      error = "'" + manifestPath + "': every stage needs a binary (or one "
+              "per replica) and its ranks";
       return false;
     }
-    std::string path = dir + "/" + bin->str();
-    if (!llvm::sys::fs::can_execute(path)) {
-      error = "stage executable '" + path + "' is missing";
+    for (size_t i = 0; i < ranks->size(); ++i) {
+      auto rank = (*ranks)[i].getAsInteger();
+      auto name = binaries ? (*binaries)[i].getAsString() : bin;
+      if (!rank || !name || *rank < 0 || byRank.count(*rank)) {
+        error = "'" + manifestPath + "': a stage's ranks must be distinct "
+                "non-negative integers with a binary each";
+        return false;
+      }
+      std::string path = dir + "/" + name->str();
+      if (!llvm::sys::fs::can_execute(path)) {
+        error = "stage executable '" + path + "' is missing";
+        return false;
+      }
+      byRank[*rank] = path;
+    }
+  }
+  int64_t expect = 0;
+  for (auto &[rank, path] : byRank) {
+    if (rank != expect++) {
+      error = "'" + manifestPath + "': ranks must be 0.." +
+              std::to_string(byRank.size() - 1);
       return false;
     }
     bins.push_back(path);

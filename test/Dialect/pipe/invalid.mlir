@@ -192,3 +192,55 @@ module {
     }
   }
 }
+
+// -----
+
+// Two replicas of one stage must sum their gradients before updating.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  pipe.pipeline microbatches 2 schedule "gpipe" {
+    pipe.program "rank0" stage 0 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.forward @f mb %c0
+      pipe.backward @f mb %c0
+      pipe.flush
+      pipe.allreduce
+      pipe.step @f
+    }
+    pipe.program "rank1" stage 0 replica 1 slots 1 {
+      %c1 = arith.constant 1 : index
+      pipe.forward @f mb %c1
+      pipe.backward @f mb %c1
+      pipe.flush
+      // expected-error @+1 {{stage 0 has 2 replicas but updates without a pipe.allreduce of its gradients first}}
+      pipe.step @f
+    }
+  }
+}
+
+// -----
+
+// Replica 1 owns the odd microbatches; replica 0 may not run microbatch 1.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  pipe.pipeline microbatches 2 schedule "gpipe" {
+    // expected-error @+1 {{must run no forward or backward (another replica owns it) of microbatch 1}}
+    pipe.program "rank0" stage 0 slots 2 {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      pipe.forward @f mb %c0
+      pipe.forward @f mb %c1
+      pipe.backward @f mb %c0
+      pipe.backward @f mb %c1
+      pipe.allreduce
+      pipe.step @f
+    }
+    pipe.program "rank1" stage 0 replica 1 slots 1 {
+      %c1 = arith.constant 1 : index
+      pipe.forward @f mb %c1
+      pipe.backward @f mb %c1
+      pipe.allreduce
+      pipe.step @f
+    }
+  }
+}
