@@ -242,14 +242,20 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   ctx.arena = arena.get();
   ctx.steps = o.steps;
   ctx.continuous = isContinuousSchedule(desc.schedule);
-  if (o.noWeightStashing && desc.schedule != "1f1b")
-    throw RtError("--no-weight-stashing applies to the 1f1b schedule only; "
-                  "this build's schedule is " + desc.schedule);
+  if ((o.noWeightStashing || o.verticalSync) && desc.schedule != "1f1b")
+    throw RtError(std::string(o.verticalSync ? "--vertical-sync"
+                                             : "--no-weight-stashing") +
+                  " applies to the 1f1b schedule only; this build's schedule "
+                  "is " + desc.schedule);
+  if (o.noWeightStashing && o.verticalSync)
+    throw RtError("--vertical-sync needs weight stashing; drop "
+                  "--no-weight-stashing");
   ctx.versions.init(desc.schedule == "2bw" ? WeightVersions::Policy::TwoBW
                     : desc.schedule != "1f1b" ? WeightVersions::Policy::Live
                     : o.noWeightStashing      ? WeightVersions::Policy::NoStash
-                                              : WeightVersions::Policy::Stash,
-                    desc.versionedBytes, desc.microbatches);
+                    : o.verticalSync ? WeightVersions::Policy::VerticalSync
+                                     : WeightVersions::Policy::Stash,
+                    desc.versionedBytes, desc.microbatches, desc.numStages);
   int64_t first = 0; // first step to run
   if (o.resume) {
     if (ctx.continuous)

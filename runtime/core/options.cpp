@@ -86,7 +86,7 @@ std::string usageText(const char *argv0) {
          "       [--checkpoint-every N] [--profile-out PATH] "
          "[--profile-warmup N] [--status-dir DIR]\n"
          "       [--summary-out PATH] [--resume] [--no-weight-stashing] "
-         "[--quiet]\n"
+         "[--vertical-sync] [--quiet]\n"
          "  --manifest PATH        the build's manifest (default: "
          "manifest.json "
          "beside the executable)\n"
@@ -115,6 +115,10 @@ std::string usageText(const char *argv0) {
          "(the ablation\n"
          "                         PipeDream compares against; not a valid "
          "gradient)\n"
+         "  --vertical-sync        1f1b only: every stage uses the input stage's "
+         "weight version\n"
+         "                         for a minibatch (PipeDream's vertical "
+         "sync)\n"
          "  --quiet                no per-step progress lines\n";
 }
 
@@ -177,6 +181,8 @@ Options parseOptions(int argc, char **argv) {
       noValue(), o.resume = true;
     else if (flag == "--no-weight-stashing")
       noValue(), o.noWeightStashing = true;
+    else if (flag == "--vertical-sync")
+      noValue(), o.verticalSync = true;
     else if (flag == "--quiet")
       noValue(), o.quiet = true;
     else if (flag == "--help" || flag == "-h")

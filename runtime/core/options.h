@@ -54,6 +54,8 @@ struct Options {
   bool resume = false;
   /// PipeDream ablation: 1f1b backwards read the live weights.
   bool noWeightStashing = false;
+  /// PipeDream vertical sync for 1f1b.
+  bool verticalSync = false;
   bool quiet = false;
   bool help = false;
 };

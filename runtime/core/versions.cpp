@@ -14,10 +14,13 @@
 namespace pipec {
 namespace rt {
 
-void WeightVersions::init(Policy policy, int64_t bytes, int64_t microbatches) {
+void WeightVersions::init(Policy policy, int64_t bytes, int64_t microbatches,
+                          int64_t stages) {
   policy_ = policy;
   bytes_ = std::max<int64_t>(bytes, 0);
   m_ = std::max<int64_t>(microbatches, 1);
+  p_ = std::max<int64_t>(stages, 1);
+  lastForward_ = -1;
   live_ = 0;
   peak_ = 1;
   versionOf_.clear();
@@ -40,6 +43,23 @@ int64_t WeightVersions::heldCopies() const {
 }
 
 void WeightVersions::notePeak() { peak_ = std::max(peak_, 1 + heldCopies()); }
+
+int64_t WeightVersions::nextForwardVersion() const {
+  return std::max<int64_t>(lastForward_ + 1 - (p_ - 1), 0);
+}
+
+void WeightVersions::collect() {
+  for (Copy &c : copies_) {
+    if (c.version < 0)
+      continue;
+    bool needed = policy_ == Policy::VerticalSync &&
+                  c.version >= nextForwardVersion();
+    for (const auto &[mb, v] : versionOf_)
+      needed |= v == c.version;
+    if (!needed)
+      c.version = -1;
+  }
+}
 
 char *WeightVersions::acquire(int64_t mb, int phase, char *live) {
   if (bytes_ == 0)
@@ -64,6 +84,25 @@ char *WeightVersions::acquire(int64_t mb, int phase, char *live) {
     throw RtError("weight stashing: version " + std::to_string(it->second) +
                   " of microbatch " + std::to_string(mb) + " was not kept");
   }
+  case Policy::VerticalSync: {
+    if (phase == 0) {
+      lastForward_ = std::max(lastForward_, mb);
+      versionOf_[mb] = std::max<int64_t>(mb - (p_ - 1), 0);
+    }
+    auto it = versionOf_.find(mb);
+    if (it == versionOf_.end())
+      throw RtError("vertical sync: the backward of microbatch " +
+                    std::to_string(mb) + " runs without its forward");
+    char *p = it->second == live_ ? live : copyOf(it->second);
+    if (!p)
+      throw RtError("vertical sync: microbatch " + std::to_string(mb) +
+                    " needs weight version " + std::to_string(it->second) +
+                    ", which this stage did not keep (live version " +
+                    std::to_string(live_) + ")");
+    if (phase == 0)
+      collect();
+    return p;
+  }
   case Policy::TwoBW: {
     int64_t want = std::max<int64_t>(mb / m_ - 1, 0);
     if (want == live_)
@@ -83,6 +122,11 @@ char *WeightVersions::acquire(int64_t mb, int phase, char *live) {
 }
 
 void WeightVersions::release(int64_t mb) {
+  if (policy_ == Policy::VerticalSync) {
+    versionOf_.erase(mb);
+    collect();
+    return;
+  }
   if (policy_ != Policy::Stash)
     return;
   auto it = versionOf_.find(mb);
@@ -107,9 +151,11 @@ void WeightVersions::beforeUpdate(const char *live) {
     keep = true;
     if (!copies_.empty())
       copies_[0].version = -1; // the shadow's old version is dead
-  } else if (policy_ == Policy::Stash) {
+  } else if (policy_ == Policy::Stash || policy_ == Policy::VerticalSync) {
     for (const auto &[mb, v] : versionOf_)
       keep |= v == live_;
+    // Vertical sync: an upcoming forward may still read this version.
+    keep |= policy_ == Policy::VerticalSync && live_ >= nextForwardVersion();
   }
   if (keep && bytes_ > 0) {
     size_t slot = copies_.size();

@@ -18,6 +18,11 @@
 ///    reads version max(j - 1, 0) in its forward and its backward; the
 ///    stage keeps the live version and one shadow copy, refreshed before
 ///    every update (papers/thesis.md §3.1).
+///  - PipeDream vertical sync (`1f1b --vertical-sync`): every stage runs
+///    minibatch k with the version the input stage used for it,
+///    max(k - p + 1, 0), in the forward and the backward; stage s keeps the
+///    versions that in-flight and upcoming microbatches still need
+///    (papers/thesis.md §2, pipedream.md §4).
 ///  - `NoStash`: the ablation PipeDream argues against: every forward and
 ///    backward reads whatever is live (`--no-weight-stashing`).
 ///
@@ -38,10 +43,12 @@ namespace rt {
 
 class WeightVersions {
 public:
-  enum class Policy { Live, Stash, TwoBW, NoStash };
+  enum class Policy { Live, Stash, TwoBW, NoStash, VerticalSync };
 
-  /// `bytes`: size of the versioned prefix; `microbatches`: m (2BW's batch).
-  void init(Policy policy, int64_t bytes, int64_t microbatches);
+  /// `bytes`: size of the versioned prefix; `microbatches`: m (2BW's batch);
+  /// `stages`: p (vertical sync).
+  void init(Policy policy, int64_t bytes, int64_t microbatches,
+            int64_t stages = 1);
 
   /// Base pointer for the forward (phase 0) or backward (phase 1) of global
   /// microbatch `mb`, given the live weights at `live`. Throws RtError when
@@ -69,9 +76,15 @@ private:
   char *copyOf(int64_t version);
   int64_t heldCopies() const;
   void notePeak();
+  /// Vertical sync: the version the next forward will read.
+  int64_t nextForwardVersion() const;
+  /// Returns to the pool the copies no in-flight or upcoming microbatch
+  /// needs.
+  void collect();
 
   Policy policy_ = Policy::Live;
-  int64_t bytes_ = 0, m_ = 1;
+  int64_t bytes_ = 0, m_ = 1, p_ = 1;
+  int64_t lastForward_ = -1;
   int64_t live_ = 0;
   int64_t liveUsers_ = 0;                 ///< in-flight microbatches on live
   std::map<int64_t, int64_t> versionOf_;  ///< in-flight mb -> version

@@ -153,8 +153,17 @@ TEST(CoreManifest, EachMismatchNamesBothValues) {
 
   m = validManifest();
   m["stages"][1]["ranks"] = {1, 0};
-  EXPECT_TRUE(
-      contains(manifestError(tmp, m, validDesc(), 1, 2), "exactly one rank"));
+  e = manifestError(tmp, m, validDesc(), 1, 2);
+  EXPECT_TRUE(contains(e, "gives rank 0 to two stages")) << e;
+
+  // A replicated stage: the binary of one replica against a manifest that
+  // runs the stage on one rank.
+  Json replica = validDesc();
+  replica["replicas"] = 2;
+  replica["replica"] = 1;
+  e = manifestError(tmp, validManifest(), replica, 1, 2);
+  EXPECT_TRUE(contains(e, "one of 2 replicas of stage 1")) << e;
+  EXPECT_TRUE(contains(e, "runs that stage on 1 ranks")) << e;
 
   coretest::writeBytes(tmp / "broken.json", "{\"format\": ");
   try {

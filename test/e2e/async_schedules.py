@@ -62,7 +62,7 @@ def stage_of_params(step_dir):
     return owner, weights
 
 
-def pipedream_reference(ref, x, y, owner, p, m, steps, lr):
+def pipedream_reference(ref, x, y, owner, p, m, steps, lr, vertical_sync=False):
     b = GLOBAL_BATCH // m
     hist = [{k: v.copy() for k, v in ref.params.items()}]  # hist[v][name]: after v updates, per stage
     # Each stage updates once per minibatch, so all stages have the same
@@ -72,7 +72,10 @@ def pipedream_reference(ref, x, y, owner, p, m, steps, lr):
         step_losses = []
         for j in range(m):
             t = n * m + j
-            params = {k: hist[max(t - p + owner[k] + 1, 0)][k] for k in ref.params}
+            if vertical_sync:  # every stage: the input stage's version
+                params = {k: hist[max(t - p + 1, 0)][k] for k in ref.params}
+            else:
+                params = {k: hist[max(t - p + owner[k] + 1, 0)][k] for k in ref.params}
             rows = batch_rows(t, b, len(x))
             loss, grads = ref.loss_and_grad(params, x[rows], y[rows])
             step_losses.append(loss)
@@ -185,6 +188,28 @@ def main():
                 bad.append(f"no stage stashed a version (peaks {peaks})")
             detail = (f"weights {ww:.2e}, losses {lw:.2e}; versions held per stage {peaks}; "
                       f"tensors moved >= {moved(want_w):.1e} (train {tt:.1f}s)")
+            report(not bad, label, detail if not bad else detail + "; " + "; ".join(bad))
+        except Failure as exc:
+            report(False, label, str(exc))
+
+    # Vertical sync: W(t+1) = W(t) - lr * grad f(W_1(t-p+1), ..., W_p(t-p+1)).
+    for stages, m in ((2, 1), (4, 4)):
+        label = f"1f1b s{stages}-mb{m} --vertical-sync vs its formula"
+        try:
+            owner, weights, losses, summ, tt = train(f"vs-s{stages}-m{m}", stages, "1f1b", m,
+                                                     extra_train=["--vertical-sync"])
+            want_w, want_l = pipedream_reference(ref, x, y, owner, stages, m, STEPS, LR, vertical_sync=True)
+            ww, lw = compare(weights, losses, want_w, want_l)
+            stash_w, _ = pipedream_reference(ref, x, y, owner, stages, m, STEPS, LR)
+            apart = max(rel_err(stash_w[k], want_w[k]) for k in want_w)
+            peaks = [s["weight_versions_peak"] for s in summ]
+            bad = []
+            if ww > TOL or lw > TOL:
+                bad.append(f"weights {ww:.2e}, losses {lw:.2e} > {TOL}")
+            if apart <= 10 * TOL:
+                bad.append(f"the vertical-sync and stashing formulas differ by only {apart:.1e} here")
+            detail = (f"weights {ww:.2e}, losses {lw:.2e}; differs from plain stashing by {apart:.1e}; "
+                      f"versions held per stage {peaks} (train {tt:.1f}s)")
             report(not bad, label, detail if not bad else detail + "; " + "; ".join(bad))
         except Failure as exc:
             report(False, label, str(exc))

@@ -231,6 +231,8 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
                         "uninterrupted run)")
       .flag("--no-weight-stashing", "1f1b only: backwards read the live "
                                     "weights (PipeDream's ablation)")
+      .flag("--vertical-sync", "1f1b only: every stage uses the input "
+                               "stage's weight version for a minibatch")
       .flag("--dry-run", "print the mpirun command instead of running it")
       .flag("--quiet", "no per-step lines");
   if (!a.parse())
@@ -275,6 +277,8 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     stageArgs.push_back("--no-weight-stashing");
   if (a.has("--resume"))
     stageArgs.push_back("--resume");
+  if (a.has("--vertical-sync"))
+    stageArgs.push_back("--vertical-sync");
   if (a.has("--quiet"))
     stageArgs.push_back("--quiet");
   setBlasThreads(bins.size());
