@@ -425,6 +425,8 @@ void StageLowering::emitDeclarations() {
   declare("pipec_rt_update", {ptr}, {});
   declare("pipec_rt_allreduce", {ptr, ptr, i64t}, {});
   declare("pipec_rt_op_begin", {ptr, i64t, i64t}, {});
+  declare("pipec_rt_span_begin", {ptr, i64t, i64t}, {});
+  declare("pipec_rt_span_end", {ptr, i64t}, {});
   declare("pipec_rt_op_end", {ptr, i64t, i64t}, {});
   auto programType = db.getFunctionType({ptr, ptr}, {});
   declare("pipec_rt_main", {i32t, ptr, ptr, programType}, {i32t});
@@ -651,7 +653,10 @@ LogicalResult StageLowering::emitProgram() {
       for (int64_t arg : rngArgs)
         call("pipec_rt_rng",
              {ctxArg, rel, pointer(pb, loc, fwd.args[arg], arena, slot)});
-      call(lowered[0].getSymName(), {ctxArg, arena, slot, weightsFor(0)});
+      Value w = weightsFor(0);
+      call("pipec_rt_span_begin", {ctxArg, i64(pb, loc, 0), mb});
+      call(lowered[0].getSymName(), {ctxArg, arena, slot, w});
+      call("pipec_rt_span_end", {ctxArg, i64(pb, loc, 0)});
       if (lossResult >= 0)
         call("pipec_rt_loss",
              {ctxArg, rel, pointer(pb, loc, fwd.results[lossResult], arena, slot)});
@@ -659,7 +664,10 @@ LogicalResult StageLowering::emitProgram() {
       if (lossSeedArg >= 0)
         call("pipec_rt_loss_seed",
              {ctxArg, pointer(pb, loc, bwd.args[lossSeedArg], arena, slot)});
-      call(lowered[1].getSymName(), {ctxArg, arena, slot, weightsFor(1)});
+      Value w = weightsFor(1);
+      call("pipec_rt_span_begin", {ctxArg, i64(pb, loc, 1), mb});
+      call(lowered[1].getSymName(), {ctxArg, arena, slot, w});
+      call("pipec_rt_span_end", {ctxArg, i64(pb, loc, 1)});
       if (continuous)
         call("pipec_rt_release", {ctxArg, mb});
     } else if (isa<pipe::FlushOp>(op)) {
@@ -679,12 +687,15 @@ LogicalResult StageLowering::emitProgram() {
       }
     } else if (isa<pipe::StepOp>(op)) {
       Value zero = i64(pb, loc, 0);
+      call("pipec_rt_span_begin",
+           {ctxArg, i64(pb, loc, 2), mb ? mb : i64(pb, loc, -1)});
       call("pipec_rt_update", {ctxArg});
       for (auto [i, buf] : llvm::enumerate(step.args))
         call(step.fn.getArgAttr(i, "pipe.step_count") ? "pipec_rt_step"
                                                        : "pipec_rt_lr",
              {ctxArg, pointer(pb, loc, buf, arena, zero)});
       call(lowered[2].getSymName(), {ctxArg, arena, zero, arena});
+      call("pipec_rt_span_end", {ctxArg, i64(pb, loc, 2)});
     } else {
       return op->emitError("cannot lower this op");
     }

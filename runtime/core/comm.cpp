@@ -94,6 +94,7 @@ extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
     auto [rank, tag] = route(c, "pipec_rt_send", peer, channel, mb, bytes);
     if (bytes > 0 && !src)
       throw RtError("pipec_rt_send: null source buffer");
+    c.timeline.begin(Timeline::Send, mb, c.step);
     std::unique_ptr<char[]> copy(new char[size_t(std::max<int64_t>(bytes, 1))]);
     if (bytes > 0)
       std::memcpy(copy.get(), src, size_t(bytes));
@@ -110,6 +111,7 @@ extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
     } while (offset < bytes);
     pending.data = std::move(copy);
     c.pendingSends.push_back(std::move(pending));
+    c.timeline.end(Timeline::Send);
   });
 }
 
@@ -120,6 +122,7 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
     auto [rank, tag] = route(c, "pipec_rt_recv", peer, channel, mb, bytes);
     if (bytes > 0 && !dst)
       throw RtError("pipec_rt_recv: null destination buffer");
+    c.timeline.begin(Timeline::Recv, mb, c.step);
     int64_t offset = 0;
     do {
       int expected = int(std::min(bytes - offset, kChunkBytes));
@@ -138,6 +141,7 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
                "MPI_Recv from " + linkName(peer, channel, mb));
       offset += count;
     } while (offset < bytes);
+    c.timeline.end(Timeline::Recv);
   });
 }
 
@@ -150,6 +154,7 @@ extern "C" void pipec_rt_allreduce(pipec_ctx *ctx, void *data, int64_t count) {
     if (c.stageComm == MPI_COMM_NULL || count == 0)
       return;
     // In chunks: MPI counts are int.
+    c.timeline.begin(Timeline::AllReduce, -1, c.step);
     float *p = static_cast<float *>(data);
     for (int64_t done = 0; done < count;) {
       int n = int(std::min<int64_t>(count - done, int64_t(1) << 30));
@@ -159,16 +164,19 @@ extern "C" void pipec_rt_allreduce(pipec_ctx *ctx, void *data, int64_t count) {
                    "'s gradients over its replicas");
       done += n;
     }
+    c.timeline.end(Timeline::AllReduce);
   });
 }
 
 extern "C" void pipec_rt_flush(pipec_ctx *ctx) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_flush");
+    c.timeline.begin(Timeline::Flush, -1, c.step);
     for (pipec_ctx::PendingSend &p : c.pendingSends)
       mpiCheck(MPI_Waitall(int(p.requests.size()), p.requests.data(),
                            MPI_STATUSES_IGNORE),
                "MPI_Waitall on this step's sends");
     c.pendingSends.clear();
+    c.timeline.end(Timeline::Flush);
   });
 }

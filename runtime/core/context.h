@@ -17,6 +17,7 @@
 #include "core/options.h"
 #include "core/profiler.h"
 #include "core/stage.h"
+#include "core/timeline.h"
 #include "core/versions.h"
 
 #include "core/mpi_c.h"
@@ -69,6 +70,7 @@ struct pipec_ctx {
   std::vector<PendingSend> pendingSends;
 
   pipec::rt::Profiler profiler;
+  pipec::rt::Timeline timeline;
 };
 
 namespace pipec {

@@ -75,6 +75,19 @@ std::string profilePath(const std::string &path, const StageDesc &desc) {
       .string();
 }
 
+/// Where this rank writes its trace: "{rank}" becomes the rank number;
+/// otherwise ".rankR" goes before the extension.
+std::string rankPath(const std::string &path, int rank) {
+  std::string r = std::to_string(rank);
+  size_t at = path.find("{rank}");
+  if (at != std::string::npos)
+    return path.substr(0, at) + r + path.substr(at + 6);
+  std::filesystem::path p(path);
+  return (p.parent_path() /
+          (p.stem().string() + ".rank" + r + p.extension().string()))
+      .string();
+}
+
 void writeText(const std::string &path, const std::string &text) {
   std::error_code ec;
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -286,6 +299,8 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   setUpFeeds(ctx);
   if (!o.profileOut.empty())
     ctx.profiler.enable(desc.ops.size());
+  if (!o.trace.empty())
+    ctx.timeline.enable(ctx.rank, desc.stage, int(desc.replica));
   ctx.losses.assign(size_t(desc.microbatches), 0.0f);
   ctx.lossRecorded.assign(size_t(desc.microbatches), false);
 
@@ -313,6 +328,11 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
                : "none";
   double lastLoss = 0, laterWall = 0;
   using Clock = std::chrono::steady_clock;
+  if (ctx.timeline.enabled()) {
+    // A common time zero for every rank's timeline.
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier before the timeline");
+    ctx.timeline.start();
+  }
   for (int64_t t = first; t < o.steps; ++t) {
     loc.step = t + 1;
     setStatusStep(t + 1);
@@ -421,6 +441,8 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
 
   if (ctx.profiler.enabled())
     writeText(profilePath(o.profileOut, desc), ctx.profiler.toJson(desc));
+  if (ctx.timeline.enabled())
+    writeText(rankPath(o.trace, ctx.rank), ctx.timeline.toJson() + "\n");
   if (!o.summaryOut.empty()) {
     nlohmann::ordered_json summary;
     summary["format"] = "pipec.rank-summary/1";

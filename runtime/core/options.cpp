@@ -85,7 +85,7 @@ std::string usageText(const char *argv0) {
          "[--checkpoint-dir DIR]\n"
          "       [--checkpoint-every N] [--profile-out PATH] "
          "[--profile-warmup N] [--status-dir DIR]\n"
-         "       [--summary-out PATH] [--resume] [--no-weight-stashing] "
+         "       [--trace PATH] [--summary-out PATH] [--resume] [--no-weight-stashing] "
          "[--vertical-sync] [--quiet]\n"
          "  --manifest PATH        the build's manifest (default: "
          "manifest.json "
@@ -107,6 +107,10 @@ std::string usageText(const char *argv0) {
          "  --profile-warmup N     steps the profiler skips (default 1)\n"
          "  --status-dir DIR       keep rank-R.status progress records there "
          "(for pipec train's report when a rank dies)\n"
+         "  --trace PATH           write this rank's timeline as a Chrome trace "
+         "({rank} is\n"
+         "                         replaced; default: .rankR before the "
+         "extension)\n"
          "  --summary-out PATH     write this rank's memory and weight-version "
          "summary (JSON)\n"
          "  --resume               continue from the checkpoint named by "
@@ -175,6 +179,8 @@ Options parseOptions(int argc, char **argv) {
       o.profileWarmup = parseInt(flag, needValue(), 0);
     else if (flag == "--status-dir")
       o.statusDir = needPath();
+    else if (flag == "--trace")
+      o.trace = needPath();
     else if (flag == "--summary-out")
       o.summaryOut = needPath();
     else if (flag == "--resume")

@@ -46,6 +46,8 @@ struct Options {
   int64_t profileWarmup = 1;
   /// Folder of the per-rank status files (core/status.h); empty: none.
   std::string statusDir;
+  /// Per-rank Chrome trace of the run ("" = none).
+  std::string trace;
   /// Per-rank JSON summary (arena, weight versions, updates); "" = none.
   std::string summaryOut;
   /// Continue from the checkpoint that <checkpointDir>/latest names, up to

@@ -136,6 +136,25 @@ extern "C" void pipec_rt_release(pipec_ctx *ctx, int64_t mb) {
   guarded([&] { checkedContext(ctx, "pipec_rt_release").versions.release(mb); });
 }
 
+extern "C" void pipec_rt_span_begin(pipec_ctx *ctx, int64_t kind,
+                                    int64_t mb) {
+  if (!ctx || !ctx->timeline.enabled())
+    return;
+  guarded([&] {
+    // Synchronous programs index microbatches within the step.
+    int64_t global = mb < 0 || ctx->continuous
+                         ? mb
+                         : ctx->step * ctx->desc.microbatches + mb;
+    ctx->timeline.begin(int(kind), global, ctx->step);
+  });
+}
+
+extern "C" void pipec_rt_span_end(pipec_ctx *ctx, int64_t kind) {
+  if (!ctx || !ctx->timeline.enabled())
+    return;
+  guarded([&] { ctx->timeline.end(int(kind)); });
+}
+
 extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {
   if (!ctx || !ctx->profiler.enabled())
     return;

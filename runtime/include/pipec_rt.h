@@ -375,6 +375,12 @@ void pipec_rt_release(pipec_ctx *ctx, int64_t mb);
 /// microbatch still needs that version.
 void pipec_rt_update(pipec_ctx *ctx);
 
+/// Timeline hooks (pipec train --trace) around a forward (kind 0), backward
+/// (1) or optimizer update (2) of microbatch `mb` (the program's index; -1
+/// for none).
+void pipec_rt_span_begin(pipec_ctx *ctx, int64_t kind, int64_t mb);
+void pipec_rt_span_end(pipec_ctx *ctx, int64_t kind);
+
 /// Profiler / trace hooks around op `op` (an index into the stage
 /// description's "ops" list); phase 0 forward, 1 backward, 2 optimizer.
 void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase);

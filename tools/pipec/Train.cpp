@@ -207,6 +207,57 @@ void reportSilentRanks(const std::string &statusDir, size_t ranks) {
   }
 }
 
+/// "dir/trace.json" -> "dir/trace.rank{rank}.json" (the runtime's pattern).
+std::string rankTracePattern(const std::string &path) {
+  llvm::SmallString<256> p(path);
+  std::string ext = llvm::sys::path::extension(p).str();
+  llvm::sys::path::replace_extension(p, "");
+  return p.str().str() + ".rank{rank}" + ext;
+}
+
+/// Concatenates the ranks' trace arrays into `path` and removes them.
+bool mergeTraces(const std::string &path, size_t ranks, std::string &error) {
+  llvm::json::Array all;
+  std::string pattern = rankTracePattern(path);
+  std::vector<std::string> parts;
+  for (size_t r = 0; r < ranks; ++r) {
+    std::string part = pattern;
+    part.replace(part.find("{rank}"), 6, std::to_string(r));
+    auto buffer = llvm::MemoryBuffer::getFile(part);
+    if (!buffer) {
+      error = "rank " + std::to_string(r) + " wrote no trace '" + part + "'";
+      return false;
+    }
+    auto json = llvm::json::parse((*buffer)->getBuffer());
+    if (!json || !json->getAsArray()) {
+      error = "trace '" + part + "' is not a JSON array";
+      if (!json)
+        llvm::consumeError(json.takeError());
+      return false;
+    }
+    for (llvm::json::Value &v : *json->getAsArray())
+      all.push_back(std::move(v));
+    parts.push_back(part);
+  }
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec) {
+    error = "cannot write '" + path + "': " + ec.message();
+    return false;
+  }
+  os << llvm::json::Value(llvm::json::Object{
+            {"traceEvents", std::move(all)}, {"displayTimeUnit", "ms"}})
+     << "\n";
+  os.close();
+  if (os.has_error()) {
+    error = "cannot write '" + path + "'";
+    return false;
+  }
+  for (const std::string &part : parts)
+    llvm::sys::fs::remove(part);
+  return true;
+}
+
 } // namespace
 
 int pipec::driver::runTrain(const std::vector<std::string> &argv,
@@ -223,6 +274,9 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
       .opt("--checkpoint-dir", "checkpoint folder (default OUT/checkpoints)")
       .opt("--metrics", "metrics file (default OUT/metrics.jsonl)")
       .opt("--profile-out", "write per-op times (pipec.profile/1)")
+      .opt("--trace", "write a Chrome trace of the run (every rank's "
+                      "forwards, backwards, updates and waits; open in "
+                      "Perfetto)")
       .opt("--summary-out", "write each rank's memory and weight-version "
                             "summary (JSON; {stage} is replaced)")
       .opt("--mpirun", "MPI launcher", "mpirun")
@@ -273,6 +327,11 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   pass("--metrics", true);
   pass("--profile-out", true);
   pass("--summary-out", true);
+  if (a.has("--trace")) {
+    // Each rank writes OUT.rank{R}.json; merged into OUT after the run.
+    stageArgs.push_back("--trace");
+    stageArgs.push_back(rankTracePattern(absolute(a.get("--trace"))));
+  }
   if (a.has("--no-weight-stashing"))
     stageArgs.push_back("--no-weight-stashing");
   if (a.has("--resume"))
@@ -312,6 +371,14 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     if (rc != 0)
       reportSilentRanks(statusDir.str().str(), bins.size());
     llvm::sys::fs::remove_directories(statusDir);
+  }
+  if (rc == 0 && a.has("--trace")) {
+    std::string error;
+    if (!mergeTraces(absolute(a.get("--trace")), bins.size(), error))
+      return fail("train", error);
+    if (!a.has("--quiet"))
+      llvm::outs() << "pipec train: wrote the trace of " << bins.size()
+                   << " ranks to " << a.get("--trace") << "\n";
   }
   return rc < 0 ? 1 : rc;
 }
