@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <sys/resource.h>
 
 using namespace pipec::rt;
 
@@ -455,6 +456,9 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     summary["versioned_bytes"] = desc.versionedBytes;
     summary["weight_versions_peak"] = ctx.versions.peakVersions();
     summary["weight_copy_bytes"] = ctx.versions.copyBytes();
+    struct rusage usage;
+    if (getrusage(RUSAGE_SELF, &usage) == 0)
+      summary["max_rss_bytes"] = int64_t(usage.ru_maxrss) * 1024;
     writeText(profilePath(o.summaryOut, desc), summary.dump(2) + "\n");
   }
   if (isLossRank) {

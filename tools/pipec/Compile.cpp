@@ -325,6 +325,17 @@ int pipec::driver::compileModel(const CompileOptions &o) {
                              devices});
     }
   }
+  // The loss that autodiff appended is a layer of the last stage too (as in
+  // the profiles `pipec profile` measures), so the plan covers it.
+  {
+    int layersNow = 0;
+    for (int s = 0; s < o.stages; ++s)
+      if (auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd")))
+        for (Operation &op : fwd.getBody().front())
+          layersNow += isLayer(&op) ? 1 : 0;
+    if (!plan.stages.empty() && layersNow > plan.stages.back().lastLayer + 1)
+      plan.stages.back().lastLayer = layersNow - 1;
+  }
   if (!writeText(o.outDir + "/plan.json", planToJson(plan) + "\n", error))
     return fail(cmd, error);
 

@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""Real runs of every compiled schedule against the simulator's prediction.
+
+    /usr/bin/python3 bench/schedules_measured.py [--pipec build/bin/pipec] [--workdir /tmp/pipec-sched-bench]
+                                                 [--steps 30] [--stages 2,4] [--microbatches 8]
+
+For an MLP (784-1024x4-10, global batch 256) and each schedule pipec
+compiles (gpipe, 1f1b-flush, 1f1b, 2bw) on 2 and 4 stage processes:
+
+1. `pipec profile` measures every op once (pipec.profile/1), and
+   `pipec compile --profile` plans the stages with those times;
+2. `pipec train --trace --summary-out` runs it for real;
+3. `pipec simulate` predicts the same plan on the same profile, with a
+   one-level topology for processes on one host (`--bandwidth`, `--latency`).
+
+Printed per configuration: measured iteration time (median of the steps
+after the first two) and the simulator's prediction, their ratio; the
+measured bubble (idle device time / busy compute time, both from the trace:
+busy = forwards + backwards + updates) against the simulator's and the
+closed form (p-1)/m of the flush schedules on uniform stages; per stage the
+arena the compiler planned, the peak resident memory of the process and the
+peak number of weight versions.
+
+A benchmark, not a test: on this 2-core machine 4 processes share 2 cores,
+so measured times include oversubscription; the ratios say how far the
+model is from the machine, and the traces (OUT/trace.json next to
+OUT/sim-trace.json) show where.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def sh(cmd, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    return p.stdout
+
+
+def measured(out, steps, warm=2):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        walls = [json.loads(l)["wall_s"] for l in f if l.strip()]
+    it = statistics.median(walls[warm:]) if len(walls) > warm else statistics.median(walls)
+    with open(os.path.join(out, "trace.json")) as f:
+        events = json.load(f)["traceEvents"]
+    busy, ranks = 0.0, set()
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        ranks.add(e["pid"])
+        if e["cat"] in ("forward", "backward", "update") and e["args"]["step"] > warm:
+            busy += e["dur"] * 1e-6
+    counted = steps - warm
+    busy_per_step = busy / counted
+    bubble = (len(ranks) * it - busy_per_step) / busy_per_step
+    return it, bubble
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pipec", default=os.path.join(REPO, "build", "bin", "pipec"))
+    ap.add_argument("--workdir", default="/tmp/pipec-sched-bench")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--stages", default="2,4")
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--bandwidth", type=float, default=5e9, help="bytes/s between processes (shared memory)")
+    ap.add_argument("--latency", type=float, default=5e-6)
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+        os.environ.setdefault(k, "1")
+    m = a.microbatches
+    onnx_path = os.path.join(a.workdir, "mlp.onnx")
+    sh([sys.executable, os.path.join(REPO, "examples", "mlp", "make_mlp.py"), "-o", onnx_path, "--batch", "256",
+        "--hidden", "1024,1024,1024,1024", "--data-steps", "2"])
+    xs, ys = os.path.join(a.workdir, "x.npy"), os.path.join(a.workdir, "y.npy")
+    profile = os.path.join(a.workdir, "profile.json")
+    sh([a.pipec, "profile", onnx_path, "--microbatch", str(256 // m), "-o", profile])
+
+    print(f"MLP 784-1024x4-10, batch 256 = {m} x {256 // m}, {a.steps} steps, {os.cpu_count()} cores")
+    print(f"{'config':<18} {'measured s':>10} {'sim s':>8} {'ratio':>6} {'bubble':>7} {'sim':>6} "
+          f"{'(p-1)/m':>7}  per stage: arena / max RSS MiB, weight versions")
+    for p in [int(s) for s in a.stages.split(",")]:
+        topo = os.path.join(a.workdir, f"host-{p}.json")
+        with open(topo, "w") as f:
+            json.dump({"format": "pipec.topology/1", "name": f"{p} processes on one host",
+                       "device_memory_bytes": 24 << 30,
+                       "levels": [{"name": "host", "count": p, "bandwidth": a.bandwidth, "latency": a.latency}]}, f)
+        for sched in ("gpipe", "1f1b-flush", "1f1b", "2bw"):
+            out = os.path.join(a.workdir, f"p{p}-{sched}")
+            sh([a.pipec, "compile", onnx_path, "--stages", str(p), "--microbatches", str(m), "--schedule", sched,
+                "--profile", profile, "-o", out, "--quiet"])
+            sh([a.pipec, "train", out, "--steps", str(a.steps), "--lr", "0.01", "--inputs", xs, "--labels", ys,
+                "--quiet", "--trace", os.path.join(out, "trace.json"),
+                "--summary-out", os.path.join(out, "summary.json")])
+            sim = sh([a.pipec, "simulate", os.path.join(out, "plan.json"), "--profile", profile, "--topology", topo,
+                      "--trace", os.path.join(out, "sim-trace.json")])
+            mt = re.search(r"iteration ([\d.e+-]+) s .* bubble ([\d.]+)%", sim)
+            sim_it, sim_bubble = float(mt.group(1)), float(mt.group(2)) / 100
+            it, bubble = measured(out, a.steps)
+            stages = []
+            for r in range(p):
+                with open(os.path.join(out, f"summary.stage{r}.json")) as f:
+                    s = json.load(f)
+                stages.append(f"{s['arena_bytes'] / 2**20:.1f}/{s.get('max_rss_bytes', 0) / 2**20:.0f}"
+                              f" v{s['weight_versions_peak']}")
+            closed = f"{(p - 1) / m:.2f}" if sched in ("gpipe", "1f1b-flush") else "-"
+            print(f"p{p} {sched:<15} {it:>10.4f} {sim_it:>8.4f} {it / sim_it:>6.2f} {bubble:>7.2f} "
+                  f"{sim_bubble:>6.2f} {closed:>7}  " + ", ".join(stages), flush=True)
+
+
+if __name__ == "__main__":
+    main()
