@@ -118,9 +118,19 @@ struct PipeBuildSchedulePass
       StageSchedule schedule;
     };
     std::vector<RankProgram> rankPrograms;
+    if (warmup != "A" && warmup != "B") {
+      module.emitError("unknown warm-up policy '")
+          << warmup << "' (A: p-s-1 warm-up forwards, B: 2(p-s-1); DAPPLE)";
+      return signalPassFailure();
+    }
+    if (warmup == "B" && *kind != ScheduleKind::OneFOneBFlush) {
+      module.emitError("warm-up policy B applies to 1f1b-flush only");
+      return signalPassFailure();
+    }
     if (!continuous) {
       ScheduleOptions options;
       options.replicas = replicaCounts;
+      options.warmup = warmup == "B" ? WarmupPolicy::B : WarmupPolicy::A;
       ScheduleResult result =
           generateSchedule(*kind, numStages, microbatches, options);
       if (!result.ok) {

@@ -102,6 +102,8 @@ def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
   let options = [
     Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe, 1f1b-flush, 1f1b or 2bw">,
     Option<"microbatches", "microbatches", "int", "1", "microbatches per step">,
+    Option<"warmup", "warmup", "std::string", "\"A\"",
+           "1f1b-flush warm-up policy: A (p-s-1 forwards) or B (2(p-s-1), DAPPLE)">,
     ListOption<"replicas", "replicas", "int",
                "replicas per stage (1F1B-RR, synchronous schedules; default 1 each)">,
   ];

@@ -26,6 +26,7 @@ void pipec::buildTrainingPipeline(OpPassManager &pm,
   PipeBuildSchedulePassOptions schedule;
   schedule.schedule = o.schedule;
   schedule.microbatches = o.microbatches;
+  schedule.warmup = o.warmup;
   schedule.replicas.assign(o.replicas.begin(), o.replicas.end());
   pm.addPass(createPipeBuildSchedulePass(schedule));
 }

@@ -450,13 +450,17 @@ def main():
     # all-reduced over the replicas before the update), uneven counts too.
     configs += [(2, "1f1b-flush", 4, "2,1"), (2, "gpipe", 4, "1,2"), (2, "1f1b-flush", 8, "2,2"),
                 (3, "1f1b-flush", 8, "1,3,1")]
+    # DAPPLE's warm-up policy B (deeper warm-up, same synchronous update).
+    configs += [(4, "1f1b-flush", 8, "warmup-B")]
 
     def train_config(stages, sched, mb, tag="", replicas=None):
         name = f"s{stages}-{sched}-mb{mb}{tag}" + (f"-r{replicas.replace(',', '')}" if replicas else "")
         out_dir = os.path.join(runs_dir, name)
         compile_cmd = [pipec, "compile", onnx_path, "--stages", str(stages), "--microbatches", str(mb),
                        "--schedule", sched, "-o", out_dir, "--quiet"]
-        if replicas:
+        if replicas == "warmup-B":
+            compile_cmd += ["--warmup", "B"]
+        elif replicas:
             compile_cmd += ["--replicas", replicas]
         rc, o, e, tc = run(compile_cmd)
         if rc != 0:
@@ -467,7 +471,7 @@ def main():
                 (stages, mb, sched, GLOBAL_BATCH):
             raise Failure(f"manifest says stages {man.get('num_stages')} microbatches {man.get('microbatches')} "
                           f"schedule {man.get('schedule')} global_batch {man.get('global_batch')}")
-        want_ranks = sum(int(r) for r in replicas.split(",")) if replicas else stages
+        want_ranks = sum(int(r) for r in replicas.split(",")) if replicas and replicas[0].isdigit() else stages
         if man.get("num_ranks") != want_ranks:
             raise Failure(f"manifest has num_ranks {man.get('num_ranks')}, expected {want_ranks}")
         return name, out_dir, tc
@@ -485,7 +489,8 @@ def main():
     results = {}
     for stages, sched, mb, replicas in configs:
         is_base = baseline is None
-        label = f"s{stages}-{sched}-mb{mb}" + (f"-replicas{replicas}" if replicas else "")
+        label = f"s{stages}-{sched}-mb{mb}" + (f"-{replicas}" if replicas == "warmup-B" else
+                                               f"-replicas{replicas}" if replicas else "")
         try:
             name, out_dir, tc = train_config(stages, sched, mb, replicas=replicas)
             cmd = train_args(out_dir)

@@ -271,6 +271,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   tpo.epsilon = o.epsilon;
   tpo.weightDecay = o.weightDecay;
   tpo.replicas = o.replicas;
+  tpo.warmup = o.warmup;
   buildTrainingPipeline(pm, tpo);
   if (failed(pm.run(*module)))
     return 1; // the diagnostics said why
@@ -294,6 +295,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
          std::to_string(o.weightDecay);
   for (int r : o.replicas)
     key += "|r" + std::to_string(r);
+  key += "|w" + o.warmup;
   std::string buildId = hex64(llvm::xxh3_64bits(llvm::StringRef(key)));
   std::string modelHash =
       hex64(llvm::xxh3_64bits((*bytes)->getBuffer()));
@@ -466,6 +468,9 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .opt("--replicas", "replicas per stage, comma-separated (1F1B-RR with a "
                          "gradient all-reduce; gpipe and 1f1b-flush), e.g. "
                          "2,1; one number applies to every stage")
+      .opt("--warmup", "1f1b-flush warm-up policy (DAPPLE): A = p-s-1 "
+                       "forwards, B = 2(p-s-1), which hides communication "
+                       "comparable to compute", "A")
       .opt("--loss", "cross-entropy (against integer labels) or model (output "
                      "0 is the loss)", "cross-entropy")
       .opt("--optimizer", "sgd, momentum, nesterov, adam, adagrad (ONNX "
@@ -521,6 +526,7 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
                                  " counts for " + std::to_string(o.stages) +
                                  " stages", 2);
   }
+  o.warmup = a.get("--warmup");
   o.profile = a.get("--profile");
   o.device = a.get("--device");
   o.loss = a.get("--loss");

@@ -75,6 +75,8 @@ struct CompileOptions {
   double weightDecay = 0;
   /// Replicas per stage (1F1B-RR); empty: one each.
   std::vector<int> replicas;
+  /// 1f1b-flush warm-up policy (DAPPLE): "A" or "B".
+  std::string warmup = "A";
   std::map<std::string, std::vector<int64_t>> inputShapes;
   bool emitMlir = false;
   bool quiet = false;
