@@ -96,6 +96,27 @@ struct FunctionPlan {
   SmallVector<Buffer> args, results;
 };
 
+/// One pipeline stage of the rank being lowered: a rank runs one stage, or
+/// v of them (chunks c*p + r of the interleaved schedule). Each chunk has
+/// its own arena regions at `base`.
+struct Chunk {
+  int64_t stage = 0;  ///< the (virtual) pipeline stage
+  int64_t base = 0;   ///< arena offset of this chunk's regions
+  int64_t opBase = 0; ///< profiler id of the chunk's first layer
+  FunctionPlan fwd, bwd, step;
+  Regions regions;
+  std::map<std::string, std::pair<int64_t, Type>> weights; // name -> offset
+  SmallVector<std::string> weightOrder;
+  llvm::StringMap<int64_t> opIds;
+  SmallVector<Operation *> layerOps;
+  int64_t versionedBytes = 0; ///< weights region prefix read through wbase
+  int64_t lossResult = -1;
+  int64_t lossSeedArg = -1;
+  SmallVector<std::pair<int64_t, int64_t>> feedArgs; // (fwd arg, feed index)
+  SmallVector<int64_t> rngArgs; // fwd args holding the dropout random state
+  func::FuncOp lowered[3];
+};
+
 class StageLowering {
 public:
   StageLowering(ModuleOp module, int64_t stage, int64_t replica,
@@ -107,48 +128,41 @@ public:
 
 private:
   LogicalResult collect();
-  LogicalResult planFunction(FunctionPlan &fp);
-  Buffer weightBuffer(StringRef global, Type type);
+  LogicalResult collectChunk(Chunk &c);
+  LogicalResult planFunction(Chunk &c, FunctionPlan &fp);
+  Buffer weightBuffer(Chunk &c, StringRef global, Type type);
   Buffer constBuffer(nn::ConstantOp op);
   Buffer allocate(int64_t &regionSize, Buffer::Region region, Type type);
 
   void emitDeclarations();
-  func::FuncOp emitStageFunction(FunctionPlan &fp);
-  Value pointer(OpBuilder &ob, Location loc, const Buffer &buf, Value arena,
-                Value slot, Value wbase = Value());
+  func::FuncOp emitStageFunction(Chunk &c, FunctionPlan &fp);
+  Value pointer(OpBuilder &ob, Location loc, const Chunk &c, const Buffer &buf,
+                Value arena, Value slot, Value wbase = Value());
   Value i64(OpBuilder &ob, Location loc, int64_t v);
   Value constArray(OpBuilder &ob, Location loc, ArrayRef<int64_t> ints);
   Value constArray(OpBuilder &ob, Location loc, ArrayRef<double> reals);
   LogicalResult emitProgram();
   void emitMain();
   std::string stageMeta();
+  int64_t arenaBytes() const;
 
   ModuleOp module;
-  int64_t stage;
+  int64_t stage; ///< the rank's device position (= its stage unless chunked)
   int64_t replica;
   int64_t replicas = 1; ///< programs (replicas) of this stage
+  int64_t devices = 1;  ///< stage positions of the pipeline (p)
   std::string buildId;
   OpBuilder b;
 
   pipe::PipelineOp pipeline;
   pipe::ProgramOp program;
-  FunctionPlan fwd, bwd, step;
-  Regions regions;
-  std::map<std::string, std::pair<int64_t, Type>> weights; // name -> offset
-  SmallVector<std::string> weightOrder;
-  llvm::StringMap<int64_t> opIds;
-  SmallVector<Operation *> layerOps;
-  int64_t versionedBytes = 0; ///< weights region prefix read through wbase
-  bool continuous = false;    ///< 1f1b / 2bw: windows of a running pipeline
-  int64_t lossResult = -1;
-  int64_t lossSeedArg = -1;
-  SmallVector<std::pair<int64_t, int64_t>> feedArgs; // (fwd arg, feed index)
-  SmallVector<int64_t> rngArgs; // fwd args holding the dropout random state
+  int64_t slots = 1;
+  bool continuous = false; ///< 1f1b / 2bw: windows of a running pipeline
+  std::vector<std::unique_ptr<Chunk>> chunks;
   int constCounter = 0;
   std::map<std::vector<int64_t>, std::string> intArrays;
   std::map<std::vector<double>, std::string> realArrays;
   SmallVector<LLVM::GlobalOp> newGlobals;
-  func::FuncOp lowered[3];
 };
 
 } // namespace
@@ -164,13 +178,14 @@ Buffer StageLowering::allocate(int64_t &regionSize, Buffer::Region region,
   return buf;
 }
 
-Buffer StageLowering::weightBuffer(StringRef global, Type type) {
-  auto it = weights.find(global.str());
-  if (it == weights.end()) {
-    it = weights.emplace(global.str(), std::make_pair(regions.weights, type))
+Buffer StageLowering::weightBuffer(Chunk &c, StringRef global, Type type) {
+  auto it = c.weights.find(global.str());
+  if (it == c.weights.end()) {
+    it = c.weights
+             .emplace(global.str(), std::make_pair(c.regions.weights, type))
              .first;
-    weightOrder.push_back(global.str());
-    regions.weights += alignUp(nn::tensorBytes(type));
+    c.weightOrder.push_back(global.str());
+    c.regions.weights += alignUp(nn::tensorBytes(type));
   }
   return Buffer{Buffer::Weights, it->second.first, ""};
 }
@@ -192,7 +207,7 @@ Buffer StageLowering::constBuffer(nn::ConstantOp op) {
   return Buffer{Buffer::Const, 0, name};
 }
 
-LogicalResult StageLowering::planFunction(FunctionPlan &fp) {
+LogicalResult StageLowering::planFunction(Chunk &c, FunctionPlan &fp) {
   func::FuncOp fn = fp.fn;
   Block &body = fn.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -233,7 +248,7 @@ LogicalResult StageLowering::planFunction(FunctionPlan &fp) {
     });
     if (safe)
       fp.buffers[v] = weightBuffer(
-          store.getGlobal().getLeafReference().getValue(), v.getType());
+          c, store.getGlobal().getLeafReference().getValue(), v.getType());
   }
 
   int64_t scratch = 0;
@@ -246,7 +261,7 @@ LogicalResult StageLowering::planFunction(FunctionPlan &fp) {
     Location loc = op.getLoc();
     if (auto load = dyn_cast<ml_program::GlobalLoadOp>(op)) {
       fp.buffers[load.getResult()] = weightBuffer(
-          load.getGlobal().getLeafReference().getValue(), load.getType());
+          c, load.getGlobal().getLeafReference().getValue(), load.getType());
       continue;
     }
     if (auto c = dyn_cast<nn::ConstantOp>(op)) {
@@ -255,7 +270,7 @@ LogicalResult StageLowering::planFunction(FunctionPlan &fp) {
     }
     if (auto store = dyn_cast<ml_program::GlobalStoreOp>(op)) {
       Buffer target = weightBuffer(
-          store.getGlobal().getLeafReference().getValue(),
+          c, store.getGlobal().getLeafReference().getValue(),
           store.getValue().getType());
       if (!(fp.buffers[store.getValue()] == target))
         addCopy(store.getValue(), target, loc);
@@ -281,16 +296,16 @@ LogicalResult StageLowering::planFunction(FunctionPlan &fp) {
     if (failed(calls))
       return failure();
     std::string name = locationName(loc);
-    auto id = opIds.find(name);
+    auto id = c.opIds.find(name);
     for (KernelCall &call : *calls) {
-      Step s{call, {}, id != opIds.end() ? id->second : -1, loc};
+      Step s{call, {}, id != c.opIds.end() ? c.opBase + id->second : -1, loc};
       for (Value v : call.buffers)
         s.buffers.push_back(v ? fp.buffers.lookup(v)
                               : Buffer{Buffer::Null, 0, ""});
       fp.steps.push_back(std::move(s));
     }
   }
-  regions.scratch = std::max(regions.scratch, scratch);
+  c.regions.scratch = std::max(c.regions.scratch, scratch);
   return success();
 }
 
@@ -301,16 +316,69 @@ LogicalResult StageLowering::collect() {
   if (!pipeline)
     return module.emitError("no pipe.pipeline; run --pipe-build-schedule first");
   replicas = 0;
+  std::set<int64_t> positions;
   for (Operation &op : pipeline.getBody().front())
-    if (auto p = dyn_cast<pipe::ProgramOp>(op); p && p.getStage() == stage) {
+    if (auto p = dyn_cast<pipe::ProgramOp>(op)) {
+      positions.insert(p.getStage());
+      if (p.getStage() != stage)
+        continue;
       ++replicas;
       if (p.getReplica() == replica)
         program = p;
     }
+  devices = int64_t(positions.size());
   if (!program)
     return module.emitError("the pipeline has no program for stage ")
            << stage << " replica " << replica;
-  regions.slots = program.getSlots();
+  slots = program.getSlots();
+  auto kind = parseScheduleKind(pipeline.getSchedule().str());
+  continuous = kind && !isFlushSchedule(*kind);
+
+  // The stages this rank runs: those whose forward its program calls (one,
+  // or the v chunks of an interleaved pipeline), in stage order.
+  std::set<int64_t> stagesRun;
+  WalkResult walk = program.walk([&](pipe::ForwardOp f) {
+    auto fn = module.lookupSymbol<func::FuncOp>(f.getFunc());
+    auto attr = fn ? fn->getAttrOfType<IntegerAttr>(pipe::attrs::kStage)
+                   : IntegerAttr();
+    if (!attr) {
+      f.emitOpError("calls a function that is not a stage function");
+      return WalkResult::interrupt();
+    }
+    stagesRun.insert(attr.getInt());
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+  if (stagesRun.empty())
+    stagesRun.insert(stage);
+  int64_t base = 0, opBase = 0;
+  for (int64_t q : stagesRun) {
+    auto c = std::make_unique<Chunk>();
+    c->stage = q;
+    c->opBase = opBase;
+    c->regions.slots = slots;
+    if (failed(collectChunk(*c)))
+      return failure();
+    c->base = base;
+    base += c->regions.total();
+    opBase += int64_t(c->layerOps.size());
+    chunks.push_back(std::move(c));
+  }
+  // Feed numbers index the rank's "feeds" list, across its chunks.
+  int64_t feedNumber = 0;
+  for (auto &c : chunks)
+    for (auto &entry : c->feedArgs)
+      entry.second = feedNumber++;
+  if (continuous && chunks.size() != 1)
+    return program.emitOpError("a continuous schedule runs one stage per rank");
+  return success();
+}
+
+LogicalResult StageLowering::collectChunk(Chunk &c) {
+  int64_t stage = c.stage;
+  FunctionPlan &fwd = c.fwd, &bwd = c.bwd, &step = c.step;
+  Regions &regions = c.regions;
   fwd.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "fwd"));
   bwd.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "bwd"));
   step.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "step"));
@@ -320,8 +388,6 @@ LogicalResult StageLowering::collect() {
   fwd.phase = 0;
   bwd.phase = 1;
   step.phase = 2;
-  auto kind = parseScheduleKind(pipeline.getSchedule().str());
-  continuous = kind && !isFlushSchedule(*kind);
 
   // The versioned prefix of the weights region: globals the forward reads
   // and never writes (its parameters; not e.g. batch-norm running stats).
@@ -335,16 +401,16 @@ LogicalResult StageLowering::collect() {
       auto global = module.lookupSymbol<ml_program::GlobalOp>(name);
       if (!stored.contains(name) &&
           !(global && global->hasAttr(pipe::attrs::kGradOf)))
-        weightBuffer(name, load.getType());
+        weightBuffer(c, name, load.getType());
     });
-    versionedBytes = regions.weights;
+    c.versionedBytes = regions.weights;
   }
 
   // Op table of the profiler: the stage's layers, by ONNX node name.
   for (Operation &op : fwd.fn.getBody().front())
     if (isLayer(&op)) {
-      opIds[layerName(&op, layerOps.size())] = layerOps.size();
-      layerOps.push_back(&op);
+      c.opIds[layerName(&op, c.layerOps.size())] = c.layerOps.size();
+      c.layerOps.push_back(&op);
     }
 
   // Stash slot layout: forward arguments, then forward results.
@@ -353,16 +419,16 @@ LogicalResult StageLowering::collect() {
     fwd.args.push_back(allocate(regions.slot, Buffer::Slots, t));
     if (auto feed = fwd.fn.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFeed)) {
       if (feed.getInt() == -2)
-        rngArgs.push_back(i); // filled by pipec_rt_rng, not a data feed
+        c.rngArgs.push_back(i); // filled by pipec_rt_rng, not a data feed
       else
-        feedArgs.push_back({static_cast<int64_t>(i),
-                            static_cast<int64_t>(feedArgs.size())});
+        c.feedArgs.push_back({static_cast<int64_t>(i),
+                              static_cast<int64_t>(c.feedArgs.size())});
     }
   }
   for (auto [i, t] : llvm::enumerate(fwdType.getResults())) {
     fwd.results.push_back(allocate(regions.slot, Buffer::Slots, t));
     if (fwd.fn.getResultAttr(i, pipe::attrs::kLoss))
-      lossResult = i;
+      c.lossResult = i;
   }
   auto bwdType = bwd.fn.getFunctionType();
   for (auto [i, t] : llvm::enumerate(bwdType.getInputs())) {
@@ -374,7 +440,7 @@ LogicalResult StageLowering::collect() {
     else
       bwd.args.push_back(allocate(regions.io, Buffer::IO, t));
     if (bwd.fn.getArgAttr(i, pipe::attrs::kLossSeed))
-      lossSeedArg = i;
+      c.lossSeedArg = i;
   }
   for (Type t : bwdType.getResults())
     bwd.results.push_back(allocate(regions.io, Buffer::IO, t));
@@ -382,7 +448,7 @@ LogicalResult StageLowering::collect() {
     step.args.push_back(allocate(regions.io, Buffer::IO, t));
 
   for (FunctionPlan *fp : {&fwd, &bwd, &step})
-    if (failed(planFunction(*fp)))
+    if (failed(planFunction(c, *fp)))
       return failure();
   return success();
 }
@@ -405,9 +471,10 @@ void StageLowering::emitDeclarations() {
     fn.setPrivate();
   };
   std::set<std::string> kernels;
-  for (FunctionPlan *fp : {&fwd, &bwd, &step})
-    for (Step &s : fp->steps)
-      kernels.insert(s.call.kernel);
+  for (auto &c : chunks)
+    for (FunctionPlan *fp : {&c->fwd, &c->bwd, &c->step})
+      for (Step &s : fp->steps)
+        kernels.insert(s.call.kernel);
   for (const std::string &k : kernels)
     declare(k, {ptr, ptr, ptr}, {});
   declare("pipec_rt_feed", {ptr, i64t, i64t, ptr}, {});
@@ -437,8 +504,10 @@ Value StageLowering::i64(OpBuilder &ob, Location loc, int64_t v) {
                                   ob.getI64IntegerAttr(v));
 }
 
-Value StageLowering::pointer(OpBuilder &ob, Location loc, const Buffer &buf,
-                             Value arena, Value slot, Value wbase) {
+Value StageLowering::pointer(OpBuilder &ob, Location loc, const Chunk &c,
+                             const Buffer &buf, Value arena, Value slot,
+                             Value wbase) {
+  const Regions &regions = c.regions;
   MLIRContext *ctx = module.getContext();
   Type ptr = ptrType(ctx);
   switch (buf.region) {
@@ -450,7 +519,7 @@ Value StageLowering::pointer(OpBuilder &ob, Location loc, const Buffer &buf,
   default:
     break;
   }
-  int64_t base = buf.offset;
+  int64_t base = c.base + buf.offset;
   Value offset;
   if (buf.region == Buffer::Weights)
     base += 0;
@@ -461,7 +530,7 @@ Value StageLowering::pointer(OpBuilder &ob, Location loc, const Buffer &buf,
   else
     base += regions.scratchBase();
   offset = i64(ob, loc, base);
-  if (buf.region == Buffer::Weights && wbase && buf.offset < versionedBytes)
+  if (buf.region == Buffer::Weights && wbase && buf.offset < c.versionedBytes)
     return LLVM::GEPOp::create(ob, loc, ptr, ob.getI8Type(), wbase,
                                ValueRange{offset});
   if (buf.region == Buffer::Slots) {
@@ -511,7 +580,7 @@ Value StageLowering::constArray(OpBuilder &ob, Location loc,
   return LLVM::AddressOfOp::create(ob, loc, ptr, it->second);
 }
 
-func::FuncOp StageLowering::emitStageFunction(FunctionPlan &fp) {
+func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
   MLIRContext *ctx = module.getContext();
   Type ptr = ptrType(ctx);
   OpBuilder fb = OpBuilder::atBlockEnd(module.getBody());
@@ -534,7 +603,7 @@ func::FuncOp StageLowering::emitStageFunction(FunctionPlan &fp) {
     auto arrayType = LLVM::LLVMArrayType::get(ptr, s.buffers.size());
     Value bufs = LLVM::AllocaOp::create(ob, loc, ptr, arrayType, one);
     for (auto [i, buf] : llvm::enumerate(s.buffers)) {
-      Value p = pointer(ob, loc, buf, arena, slot, wbase);
+      Value p = pointer(ob, loc, c, buf, arena, slot, wbase);
       Value elem = LLVM::GEPOp::create(
           ob, loc, ptr, arrayType, bufs,
           ArrayRef<LLVM::GEPArg>{0, static_cast<int32_t>(i)});
@@ -572,12 +641,13 @@ LogicalResult StageLowering::emitProgram() {
     if (isa<pipe::PipeDialect>(op->getDialect()))
       pipeOps.push_back(op);
   });
-  int64_t slots = regions.slots;
-  auto funcPlan = [&](StringRef name) -> FunctionPlan * {
-    for (FunctionPlan *fp : {&fwd, &bwd, &step})
-      if (fp->fn.getSymName() == name)
-        return fp;
-    return nullptr;
+  // The chunk whose stage function `name` is, and its plan.
+  auto funcPlan = [&](StringRef name) -> std::pair<Chunk *, FunctionPlan *> {
+    for (auto &c : chunks)
+      for (FunctionPlan *fp : {&c->fwd, &c->bwd, &c->step})
+        if (fp->fn.getSymName() == name)
+          return {c.get(), fp};
+    return {nullptr, nullptr};
   };
   for (Operation *op : pipeOps) {
     OpBuilder pb(op);
@@ -634,39 +704,57 @@ LogicalResult StageLowering::emitProgram() {
                                              arena})
           .getResult(0);
     };
+    StringRef callee;
+    if (auto send = dyn_cast<pipe::SendOp>(op))
+      callee = send.getFunc();
+    else if (auto recv = dyn_cast<pipe::RecvOp>(op))
+      callee = recv.getFunc();
+    else if (auto f = dyn_cast<pipe::ForwardOp>(op))
+      callee = f.getFunc();
+    else if (auto bw = dyn_cast<pipe::BackwardOp>(op))
+      callee = bw.getFunc();
+    else if (auto st = dyn_cast<pipe::StepOp>(op))
+      callee = st.getFunc();
+    auto [chunk, plan] = funcPlan(callee);
+    if (!callee.empty() && !chunk)
+      return op->emitError("references a function of no stage of this rank");
     if (auto send = dyn_cast<pipe::SendOp>(op)) {
-      FunctionPlan *fp = funcPlan(send.getFunc());
-      Value p = pointer(pb, loc, fp->results[send.getIndex()], arena, slot);
+      Value p =
+          pointer(pb, loc, *chunk, plan->results[send.getIndex()], arena, slot);
       call("pipec_rt_send",
            {ctxArg, i64(pb, loc, send.getPeer()), i64(pb, loc, send.getChannel()),
             mb, p, i64(pb, loc, nn::tensorBytes(send.getType()))});
     } else if (auto recv = dyn_cast<pipe::RecvOp>(op)) {
-      FunctionPlan *fp = funcPlan(recv.getFunc());
-      Value p = pointer(pb, loc, fp->args[recv.getIndex()], arena, slot);
+      Value p =
+          pointer(pb, loc, *chunk, plan->args[recv.getIndex()], arena, slot);
       call("pipec_rt_recv",
            {ctxArg, i64(pb, loc, recv.getPeer()), i64(pb, loc, recv.getChannel()),
             mb, p, i64(pb, loc, nn::tensorBytes(recv.getType()))});
     } else if (isa<pipe::ForwardOp>(op)) {
-      for (auto [arg, feed] : feedArgs)
+      Chunk &c = *chunk;
+      for (auto [arg, feed] : c.feedArgs)
         call("pipec_rt_feed", {ctxArg, i64(pb, loc, feed), rel,
-                               pointer(pb, loc, fwd.args[arg], arena, slot)});
-      for (int64_t arg : rngArgs)
+                               pointer(pb, loc, c, c.fwd.args[arg], arena, slot)});
+      for (int64_t arg : c.rngArgs)
         call("pipec_rt_rng",
-             {ctxArg, rel, pointer(pb, loc, fwd.args[arg], arena, slot)});
+             {ctxArg, rel, pointer(pb, loc, c, c.fwd.args[arg], arena, slot)});
       Value w = weightsFor(0);
       call("pipec_rt_span_begin", {ctxArg, i64(pb, loc, 0), mb});
-      call(lowered[0].getSymName(), {ctxArg, arena, slot, w});
+      call(c.lowered[0].getSymName(), {ctxArg, arena, slot, w});
       call("pipec_rt_span_end", {ctxArg, i64(pb, loc, 0)});
-      if (lossResult >= 0)
+      if (c.lossResult >= 0)
         call("pipec_rt_loss",
-             {ctxArg, rel, pointer(pb, loc, fwd.results[lossResult], arena, slot)});
+             {ctxArg, rel,
+              pointer(pb, loc, c, c.fwd.results[c.lossResult], arena, slot)});
     } else if (isa<pipe::BackwardOp>(op)) {
-      if (lossSeedArg >= 0)
+      Chunk &c = *chunk;
+      if (c.lossSeedArg >= 0)
         call("pipec_rt_loss_seed",
-             {ctxArg, pointer(pb, loc, bwd.args[lossSeedArg], arena, slot)});
+             {ctxArg,
+              pointer(pb, loc, c, c.bwd.args[c.lossSeedArg], arena, slot)});
       Value w = weightsFor(1);
       call("pipec_rt_span_begin", {ctxArg, i64(pb, loc, 1), mb});
-      call(lowered[1].getSymName(), {ctxArg, arena, slot, w});
+      call(c.lowered[1].getSymName(), {ctxArg, arena, slot, w});
       call("pipec_rt_span_end", {ctxArg, i64(pb, loc, 1)});
       if (continuous)
         call("pipec_rt_release", {ctxArg, mb});
@@ -675,26 +763,31 @@ LogicalResult StageLowering::emitProgram() {
     } else if (isa<pipe::AllReduceOp>(op)) {
       // The gradient accumulators, summed over the stage's replicas.
       Value zero = i64(pb, loc, 0);
-      for (const std::string &name : weightOrder) {
-        auto global = module.lookupSymbol<ml_program::GlobalOp>(name);
-        if (!global || !global->hasAttr(pipe::attrs::kGradOf))
-          continue;
-        auto &[offset, type] = weights[name];
-        Buffer buf{Buffer::Weights, offset, ""};
-        call("pipec_rt_allreduce",
-             {ctxArg, pointer(pb, loc, buf, arena, zero),
-              i64(pb, loc, cast<RankedTensorType>(type).getNumElements())});
-      }
+      for (auto &c : chunks)
+        for (const std::string &name : c->weightOrder) {
+          auto global = module.lookupSymbol<ml_program::GlobalOp>(name);
+          if (!global || !global->hasAttr(pipe::attrs::kGradOf))
+            continue;
+          auto &[offset, type] = c->weights[name];
+          Buffer buf{Buffer::Weights, offset, ""};
+          call("pipec_rt_allreduce",
+               {ctxArg, pointer(pb, loc, *c, buf, arena, zero),
+                i64(pb, loc, cast<RankedTensorType>(type).getNumElements())});
+        }
     } else if (isa<pipe::StepOp>(op)) {
+      Chunk &c = *chunk;
       Value zero = i64(pb, loc, 0);
       call("pipec_rt_span_begin",
            {ctxArg, i64(pb, loc, 2), mb ? mb : i64(pb, loc, -1)});
-      call("pipec_rt_update", {ctxArg});
-      for (auto [i, buf] : llvm::enumerate(step.args))
-        call(step.fn.getArgAttr(i, "pipe.step_count") ? "pipec_rt_step"
-                                                       : "pipec_rt_lr",
-             {ctxArg, pointer(pb, loc, buf, arena, zero)});
-      call(lowered[2].getSymName(), {ctxArg, arena, zero, arena});
+      // One update of the rank (its first chunk's step counts it; the
+      // other chunks' steps read the same update number).
+      if (&c == chunks.front().get())
+        call("pipec_rt_update", {ctxArg});
+      for (auto [i, buf] : llvm::enumerate(c.step.args))
+        call(c.step.fn.getArgAttr(i, "pipe.step_count") ? "pipec_rt_step"
+                                                         : "pipec_rt_lr",
+             {ctxArg, pointer(pb, loc, c, buf, arena, zero)});
+      call(c.lowered[2].getSymName(), {ctxArg, arena, zero, arena});
       call("pipec_rt_span_end", {ctxArg, i64(pb, loc, 2)});
     } else {
       return op->emitError("cannot lower this op");
@@ -719,7 +812,10 @@ std::string StageLowering::stageMeta() {
   int64_t microbatch = 0;
   json::Array feeds;
   auto inputNames = module->getAttrOfType<ArrayAttr>("pipec.inputs");
-  for (auto [arg, feed] : feedArgs) {
+  // In chunk order, as numbered by collect().
+  for (auto &c : chunks)
+  for (auto [arg, feed] : c->feedArgs) {
+    FunctionPlan &fwd = c->fwd;
     Type t = fwd.fn.getArgumentTypes()[arg];
     auto tt = cast<RankedTensorType>(t);
     if (tt.getRank() > 0)
@@ -749,26 +845,34 @@ std::string StageLowering::stageMeta() {
     feeds.push_back(std::move(f));
   }
   if (microbatch == 0)
-    for (Type t : fwd.fn.getArgumentTypes())
+    for (Type t : chunks.front()->fwd.fn.getArgumentTypes())
       if (auto tt = cast<RankedTensorType>(t); tt.getRank() > 0) {
         microbatch = tt.getDimSize(0);
         break;
       }
   json::Array weightList;
-  for (const std::string &name : weightOrder) {
-    auto &[offset, type] = weights[name];
-    auto global = module.lookupSymbol<ml_program::GlobalOp>(name);
-    if (global && global->hasAttr(pipe::attrs::kGradOf))
-      continue; // gradient accumulators start at zero; not checkpointed
-    weightList.push_back(json::Object{{"name", name},
-                                      {"offset", offset},
-                                      {"shape", shape(type)},
-                                      {"dtype", dtype(type)}});
-  }
+  for (auto &c : chunks)
+    for (const std::string &name : c->weightOrder) {
+      auto &[offset, type] = c->weights[name];
+      auto global = module.lookupSymbol<ml_program::GlobalOp>(name);
+      if (global && global->hasAttr(pipe::attrs::kGradOf))
+        continue; // gradient accumulators start at zero; not checkpointed
+      weightList.push_back(json::Object{{"name", name},
+                                        {"offset", c->base + offset},
+                                        {"shape", shape(type)},
+                                        {"dtype", dtype(type)}});
+    }
   json::Array ops;
   llvm::DenseMap<Operation *, std::string> names;
-  for (auto [i, op] : llvm::enumerate(layerOps))
-    names[op] = layerName(op, i);
+  SmallVector<Operation *> layerOps;
+  for (auto &c : chunks)
+    for (auto [i, op] : llvm::enumerate(c->layerOps)) {
+      names[op] = layerName(op, i);
+      layerOps.push_back(op);
+    }
+  bool loss = false;
+  for (auto &c : chunks)
+    loss |= c->lossResult >= 0;
   for (Operation *op : layerOps) {
     json::Array inputs;
     for (Value v : op->getOperands())
@@ -796,17 +900,18 @@ std::string StageLowering::stageMeta() {
                     {"stage", stage},
                     {"replica", replica},
                     {"replicas", replicas},
-                    {"num_stages", (int64_t)getStageFuncs(module, "fwd").size()},
+                    {"num_stages", devices},
+                    {"chunks", int64_t(chunks.size())},
                     {"microbatches", m},
                     {"microbatch", microbatch},
                     {"global_batch", microbatch * m},
                     {"schedule", pipeline.getSchedule().str()},
-                    {"slots", regions.slots},
-                    {"versioned_bytes", versionedBytes},
-                    {"arena_bytes", regions.total()},
+                    {"slots", slots},
+                    {"versioned_bytes", chunks.front()->versionedBytes},
+                    {"arena_bytes", arenaBytes()},
                     {"weights", std::move(weightList)},
                     {"feeds", std::move(feeds)},
-                    {"loss", lossResult >= 0},
+                    {"loss", loss},
                     {"ops", std::move(ops)}};
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -842,13 +947,22 @@ void StageLowering::emitMain() {
   func::ReturnOp::create(ob, loc, rc.getResult(0));
 }
 
+int64_t StageLowering::arenaBytes() const {
+  int64_t total = 0;
+  for (const auto &c : chunks)
+    total += c->regions.total();
+  return total;
+}
+
 LogicalResult StageLowering::run() {
   if (failed(collect()))
     return failure();
   emitDeclarations();
-  lowered[0] = emitStageFunction(fwd);
-  lowered[1] = emitStageFunction(bwd);
-  lowered[2] = emitStageFunction(step);
+  for (auto &c : chunks) {
+    c->lowered[0] = emitStageFunction(*c, c->fwd);
+    c->lowered[1] = emitStageFunction(*c, c->bwd);
+    c->lowered[2] = emitStageFunction(*c, c->step);
+  }
   if (failed(emitProgram()))
     return failure();
   emitMain();
@@ -865,7 +979,7 @@ LogicalResult StageLowering::run() {
   for (StringRef attr : {"pipe.plan", "pipec.inputs", "pipec.opset"})
     module->removeAttr(attr);
   module->setAttr("pipec.stage", b.getI64IntegerAttr(stage));
-  module->setAttr("pipec.arena_bytes", b.getI64IntegerAttr(regions.total()));
+  module->setAttr("pipec.arena_bytes", b.getI64IntegerAttr(arenaBytes()));
   return success();
 }
 
