@@ -41,15 +41,16 @@ struct PipeBuildSchedulePass
     auto kind = parseScheduleKind(schedule);
     if (!kind) {
       module.emitError("unknown schedule '")
-          << schedule << "' (available: gpipe, 1f1b-flush, 1f1b, 2bw)";
+          << schedule
+          << "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, interleaved)";
       return signalPassFailure();
     }
-    if (*kind != ScheduleKind::GPipe && *kind != ScheduleKind::OneFOneBFlush &&
-        *kind != ScheduleKind::OneFOneB && *kind != ScheduleKind::TwoBW) {
+    if (*kind == ScheduleKind::ZeroBubbleH1) {
       module.emitError("schedule '")
           << schedule
           << "' can be planned and simulated (pipec plan/simulate) but not "
-             "yet compiled; compiled schedules: gpipe, 1f1b-flush, 1f1b, 2bw";
+             "yet compiled; compiled schedules: gpipe, 1f1b-flush, 1f1b, 2bw, "
+             "interleaved";
       return signalPassFailure();
     }
     const bool continuous = !isFlushSchedule(*kind);
@@ -72,6 +73,21 @@ struct PipeBuildSchedulePass
         return signalPassFailure();
       }
     int64_t numStages = fwds.size();
+    if (chunks < 1 || (chunks > 1 && *kind != ScheduleKind::Interleaved)) {
+      module.emitError("chunks must be 1, or > 1 with the interleaved "
+                       "schedule; got ")
+          << int(chunks);
+      return signalPassFailure();
+    }
+    if (numStages % chunks != 0) {
+      module.emitError("the interleaved schedule places ")
+          << int(chunks) << " chunks on every device, but the model has "
+          << numStages << " stages (plan p x v = " << numStages
+          << " stages for v = " << int(chunks) << ")";
+      return signalPassFailure();
+    }
+    // Device positions p; with chunks, stage c*p + r runs on device r.
+    const int64_t devices = numStages / chunks;
     if (*kind == ScheduleKind::TwoBW && microbatches < numStages - 1) {
       module.emitError("schedule '2bw' needs at least p - 1 = ")
           << numStages - 1 << " microbatches per batch for " << numStages
@@ -91,13 +107,18 @@ struct PipeBuildSchedulePass
     // Replicas per stage (1F1B-RR): empty = one each.
     std::vector<int> replicaCounts(replicas.begin(), replicas.end());
     if (!replicaCounts.empty() &&
-        int64_t(replicaCounts.size()) != numStages) {
+        int64_t(replicaCounts.size()) != devices) {
       module.emitError("replicas lists ")
-          << replicaCounts.size() << " counts for " << numStages
+          << replicaCounts.size() << " counts for " << devices
           << " stages (give one count per stage)";
       return signalPassFailure();
     }
     bool replicated = llvm::any_of(replicaCounts, [](int r) { return r != 1; });
+    if (chunks > 1 && replicated) {
+      module.emitError("replicated stages are not combined with the "
+                       "interleaved schedule yet");
+      return signalPassFailure();
+    }
     if (continuous && replicated) {
       module.emitError("replicated stages are compiled for the synchronous "
                        "schedules (gpipe, 1f1b-flush) only, not '")
@@ -130,9 +151,10 @@ struct PipeBuildSchedulePass
     if (!continuous) {
       ScheduleOptions options;
       options.replicas = replicaCounts;
+      options.chunks = int(chunks);
       options.warmup = warmup == "B" ? WarmupPolicy::B : WarmupPolicy::A;
       ScheduleResult result =
-          generateSchedule(*kind, numStages, microbatches, options);
+          generateSchedule(*kind, int(devices), microbatches, options);
       if (!result.ok) {
         module.emitError("cannot build the schedule: ") << result.error;
         return signalPassFailure();
@@ -146,7 +168,8 @@ struct PipeBuildSchedulePass
         rankPrograms.push_back({s, 0, {}});
     }
     // The plan records the replica counts it is built with.
-    if (auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan))
+    if (auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
+        plan && chunks == 1)
       module->setAttr(pipe::attrs::kPlan,
                       pipe::PlanAttr::get(
                           module.getContext(), plan.getAlgorithm(),
@@ -167,10 +190,8 @@ struct PipeBuildSchedulePass
     b.setInsertionPointToEnd(&pipeline.getBody().front());
 
     for (auto [rankIndex, rp] : llvm::enumerate(rankPrograms)) {
+      // Device position s runs stage s, or the chunks c*p + s (interleaved).
       const int64_t s = rp.stage;
-      func::FuncOp fwd = fwds[s], bwd = bwds[s];
-      auto fwdRef = FlatSymbolRefAttr::get(fwd.getSymNameAttr());
-      auto bwdRef = FlatSymbolRefAttr::get(bwd.getSymNameAttr());
       // A continuous stage holds the microbatches of its last w + 1 pairs.
       const int64_t warmup = numStages - s - 1;
       int64_t slots =
@@ -183,23 +204,27 @@ struct PipeBuildSchedulePass
       OpBuilder pb = OpBuilder::atBlockEnd(&program.getBody().front());
 
       auto i64 = [&](int64_t v) { return pb.getI64IntegerAttr(v); };
-      auto emitForward = [&](Value mb) {
+      // The ops of (virtual) stage q.
+      auto emitForward = [&](Value mb, int64_t q) {
+        auto fwdRef = FlatSymbolRefAttr::get(fwds[q].getSymNameAttr());
         for (auto [e, edge] : llvm::enumerate(edges))
-          if (edge.toStage == s)
+          if (edge.toStage == q)
             pipe::RecvOp::create(pb, loc, mb, i64(edge.fromStage), i64(2 * e),
                                  fwdRef, i64(edge.toArg), TypeAttr::get(edge.type));
         pipe::ForwardOp::create(pb, loc, fwdRef, mb);
         for (auto [e, edge] : llvm::enumerate(edges))
-          if (edge.fromStage == s)
+          if (edge.fromStage == q)
             pipe::SendOp::create(pb, loc, mb, i64(edge.toStage), i64(2 * e),
                                  fwdRef, i64(edge.fromResult),
                                  TypeAttr::get(edge.type));
       };
       // Gradients travel back on the activations' edges, in edge order on
       // both sides, so every link's send order equals its receive order.
-      auto emitBackward = [&](Value mb) {
+      auto emitBackward = [&](Value mb, int64_t q) {
+        func::FuncOp bwd = bwds[q];
+        auto bwdRef = FlatSymbolRefAttr::get(bwd.getSymNameAttr());
         for (auto [e, edge] : llvm::enumerate(edges)) {
-          if (edge.fromStage != s)
+          if (edge.fromStage != q)
             continue;
           for (unsigned i = 0; i < bwd.getNumArguments(); ++i) {
             auto from =
@@ -212,7 +237,7 @@ struct PipeBuildSchedulePass
         }
         pipe::BackwardOp::create(pb, loc, bwdRef, mb);
         for (auto [e, edge] : llvm::enumerate(edges)) {
-          if (edge.toStage != s)
+          if (edge.toStage != q)
             continue;
           for (unsigned i = 0; i < bwd.getNumResults(); ++i) {
             auto arg =
@@ -234,10 +259,11 @@ struct PipeBuildSchedulePass
             mb = iv ? arith::AddIOp::create(pb, loc, iv, base).getResult()
                     : base;
           }
+          const int64_t q = int64_t(op.chunk) * devices + s;
           if (op.kind == PassKind::Forward) {
-            emitForward(mb);
+            emitForward(mb, q);
           } else {
-            emitBackward(mb);
+            emitBackward(mb, q);
             if (update)
               pipe::StepOp::create(pb, loc, stepRef, mb);
           }
@@ -269,7 +295,11 @@ struct PipeBuildSchedulePass
         pipe::FlushOp::create(pb, loc);
         if (replicaCounts[s] > 1)
           pipe::AllReduceOp::create(pb, loc);
-        pipe::StepOp::create(pb, loc, stepRef, Value());
+        for (int64_t c = 0; c < chunks; ++c)
+          pipe::StepOp::create(
+              pb, loc,
+              FlatSymbolRefAttr::get(steps[c * devices + s].getSymNameAttr()),
+              Value());
         continue;
       }
       // One window of continuous 1F1B: pair j = {F(j), B(j - w)}, so the

@@ -33,6 +33,8 @@ struct TrainingPipelineOptions {
   double weightDecay = 0;
   /// Replicas per stage (empty: one each).
   std::vector<int> replicas;
+  /// Interleaved: chunks per device (stages counts all p*v stages).
+  int chunks = 1;
   /// 1f1b-flush warm-up policy "A" or "B" (DAPPLE).
   std::string warmup = "A";
 };

@@ -96,12 +96,16 @@ def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
     pipeline that never flushes: `1f1b` (PipeDream, an update after every
     backward, weight stashing by the runtime) and `2bw` (PipeDream-2BW, an
     update per batch of m microbatches, two weight versions; m >= p - 1).
+    `interleaved` (Megatron) runs the p*v stages of the plan as v chunks per
+    device (stage c*p + r on device r, `chunks=v`; m % p == 0).
     The pipe.pipeline verifier then checks matching, deadlock freedom and
     weight versions across all programs.
   }];
   let options = [
-    Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe, 1f1b-flush, 1f1b or 2bw">,
+    Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe, 1f1b-flush, 1f1b, 2bw or interleaved">,
     Option<"microbatches", "microbatches", "int", "1", "microbatches per step">,
+    Option<"chunks", "chunks", "int", "1",
+           "interleaved: model chunks v per device (the plan has p*v stages)">,
     Option<"warmup", "warmup", "std::string", "\"A\"",
            "1f1b-flush warm-up policy: A (p-s-1 forwards) or B (2(p-s-1), DAPPLE)">,
     ListOption<"replicas", "replicas", "int",

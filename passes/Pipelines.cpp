@@ -27,6 +27,7 @@ void pipec::buildTrainingPipeline(OpPassManager &pm,
   schedule.schedule = o.schedule;
   schedule.microbatches = o.microbatches;
   schedule.warmup = o.warmup;
+  schedule.chunks = o.chunks;
   schedule.replicas.assign(o.replicas.begin(), o.replicas.end());
   pm.addPass(createPipeBuildSchedulePass(schedule));
 }

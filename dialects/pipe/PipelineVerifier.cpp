@@ -18,6 +18,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <map>
+#include <set>
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
@@ -260,7 +261,10 @@ LogicalResult PipelineOp::verifyRegions() {
       }
     const int64_t r = replicasOf[program.getStage()];
     bool reduced = false;
-    llvm::DenseMap<int64_t, int> fwdCount, bwdCount;
+    // Runs per (stage function, microbatch): a rank runs one stage, or the
+    // v chunks of an interleaved pipeline, each once per microbatch it owns.
+    std::map<std::pair<std::string, int64_t>, int> fwdCount, bwdCount;
+    std::set<std::string> fwdFuncs, bwdFuncs;
     for (auto [i, e] : llvm::enumerate(events)) {
       if (e.kind == ExpandedEvent::AllReduce)
         reduced = true;
@@ -272,22 +276,38 @@ LogicalResult PipelineOp::verifyRegions() {
                     "gradients first";
         reduced = false;
       }
-      if (e.kind == ExpandedEvent::Forward)
-        ++fwdCount[e.microbatch];
+      if (e.kind == ExpandedEvent::Forward) {
+        std::string f = cast<ForwardOp>(e.op).getFunc().str();
+        fwdFuncs.insert(f);
+        ++fwdCount[{f, e.microbatch}];
+      }
       if (e.kind == ExpandedEvent::Backward) {
-        if (!fwdCount.count(e.microbatch))
+        std::string f = cast<BackwardOp>(e.op).getFunc().str();
+        bwdFuncs.insert(f);
+        // sK_bwd belongs to sK_fwd.
+        std::string fwdName = f;
+        if (StringRef(f).ends_with("_bwd"))
+          fwdName = f.substr(0, f.size() - 4) + "_fwd";
+        if (fwdFuncs.count(fwdName) && !fwdCount.count({fwdName, e.microbatch}))
           return e.op->emitOpError("backward of microbatch ")
                  << e.microbatch << " runs before its forward";
-        ++bwdCount[e.microbatch];
+        if (!fwdFuncs.count(fwdName) && fwdFuncs.size() == 1 &&
+            !fwdCount.count({*fwdFuncs.begin(), e.microbatch}))
+          return e.op->emitOpError("backward of microbatch ")
+                 << e.microbatch << " runs before its forward";
+        ++bwdCount[{f, e.microbatch}];
       }
       if (e.kind != ExpandedEvent::Send && e.kind != ExpandedEvent::Recv)
         continue;
-      auto peerReplicas = replicasOf.find(e.stage);
-      if (peerReplicas == replicasOf.end())
+      // The peer is a pipeline stage; with chunks, stage q runs on device
+      // position q mod p.
+      int64_t device = e.stage % numStages;
+      auto peerReplicas = replicasOf.find(device);
+      if (e.stage < 0 || peerReplicas == replicasOf.end())
         return e.op->emitOpError("peer stage ")
                << e.stage << " has no program in this pipeline";
       // A replicated peer: the replica that owns the microbatch.
-      auto peer = rankOf.find({e.stage, e.microbatch % peerReplicas->second});
+      auto peer = rankOf.find({device, e.microbatch % peerReplicas->second});
       Type type = isa<SendOp>(e.op) ? cast<SendOp>(e.op).getType()
                                     : cast<RecvOp>(e.op).getType();
       std::string where;
@@ -299,14 +319,32 @@ LogicalResult PipelineOp::verifyRegions() {
                             peer->second, e.channel, e.microbatch,
                             typeString(type), where});
     }
+    if (fwdFuncs.size() != bwdFuncs.size())
+      return program.emitOpError("runs the forwards of ")
+             << fwdFuncs.size() << " stages but the backwards of "
+             << bwdFuncs.size();
     for (int64_t k = 0; k < total; ++k) {
       int want = k % r == program.getReplica() ? 1 : 0;
-      if (fwdCount.lookup(k) != want || bwdCount.lookup(k) != want)
+      auto count = [&](const auto &counts, const std::set<std::string> &fns) {
+        int found = -1;
+        for (const std::string &f : fns) {
+          auto it = counts.find({f, k});
+          int n = it == counts.end() ? 0 : it->second;
+          if (n != want || found < 0)
+            found = n;
+          if (n != want)
+            break;
+        }
+        return found < 0 ? 0 : found;
+      };
+      int fwdRuns = count(fwdCount, fwdFuncs), bwdRuns = count(bwdCount, bwdFuncs);
+      if (fwdRuns != want || bwdRuns != want)
         return program.emitOpError("must run ")
                << (want ? "exactly one forward and one backward" : "no forward "
                           "or backward (another replica owns it)")
-               << " of microbatch " << k << " (found " << fwdCount.lookup(k)
-               << " and " << bwdCount.lookup(k) << ")";
+               << " of microbatch " << k
+               << (fwdFuncs.size() > 1 ? " per chunk" : "") << " (found "
+               << fwdRuns << " and " << bwdRuns << ")";
     }
     if (continuous &&
         failed(checkVersions(program, events, *kind == pipec::ScheduleKind::TwoBW,

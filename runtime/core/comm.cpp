@@ -43,10 +43,14 @@ std::string linkName(int64_t peer, int64_t channel, int64_t mb) {
 /// and the MPI tag.
 std::pair<int, int> route(const pipec_ctx &ctx, const char *fn, int64_t peer,
                           int64_t channel, int64_t mb, int64_t bytes) {
-  if (peer < 0 || peer >= ctx.desc.numStages || peer == ctx.desc.stage)
+  // Stages are numbered over all chunks; stage q runs on position q mod p.
+  const int64_t p = ctx.desc.numStages, stages = p * ctx.desc.chunks;
+  if (peer < 0 || peer >= stages ||
+      (ctx.desc.chunks == 1 && peer == ctx.desc.stage))
     throw RtError(std::string(fn) + ": peer stage " + std::to_string(peer) +
-                  " is not another stage of the " +
-                  std::to_string(ctx.desc.numStages) + "-stage pipeline");
+                  " is not another stage of the " + std::to_string(stages) +
+                  "-stage pipeline");
+  const int64_t position = peer % p;
   if (channel < 0 || mb < 0 || bytes < 0)
     throw RtError(std::string(fn) + ": negative channel, microbatch or size (" +
                   linkName(peer, channel, mb) + ", " + std::to_string(bytes) +
@@ -57,7 +61,7 @@ std::pair<int, int> route(const pipec_ctx &ctx, const char *fn, int64_t peer,
                   " gives MPI tag " + std::to_string(tag) +
                   " above MPI_TAG_UB " + std::to_string(ctx.tagUpperBound));
   // A replicated peer: the replica that owns the microbatch (1F1B-RR).
-  const std::vector<int> &ranks = ctx.stageRanks[size_t(peer)];
+  const std::vector<int> &ranks = ctx.stageRanks[size_t(position)];
   return {ranks[size_t(mb) % ranks.size()], int(tag)};
 }
 

@@ -145,6 +145,7 @@ StageDesc parseStageDesc(const std::string &json) {
   d.schedule = r.has("schedule") ? r.str("schedule") : "";
   d.arenaBytes = r.integer("arena_bytes");
   d.replica = r.has("replica") ? r.integer("replica") : 0;
+  d.chunks = r.has("chunks") ? r.integer("chunks", 1) : 1;
   d.replicas = r.has("replicas") ? r.integer("replicas", 1) : 1;
   if (d.replica >= d.replicas)
     throw RtError(what + ": replica " + std::to_string(d.replica) +

@@ -77,6 +77,10 @@ struct StageDesc {
   /// This binary runs replica `replica` of `replicas` of its stage
   /// (1F1B-RR: microbatches replica, replica + replicas, ...).
   int64_t replica = 0, replicas = 1;
+  /// Pipeline stages this rank runs (interleaved: v chunks, stage c*p + r
+  /// on device position r); messages name stages, which live on position
+  /// stage mod num_stages.
+  int64_t chunks = 1;
   std::vector<WeightSpec> weights;
   std::vector<FeedSpec> feeds;
   bool loss = false;

@@ -38,7 +38,7 @@
 // GPIPE:     pipe.backward @s0_bwd
 // GPIPE: pipe.program "rank1" stage 1 slots 3 {
 
-// UNKNOWN: unknown schedule 'zigzag' (available: gpipe, 1f1b-flush, 1f1b, 2bw)
+// UNKNOWN: unknown schedule 'zigzag' (available: gpipe, 1f1b-flush, 1f1b, 2bw, interleaved)
 // NOFUNCS: expected @sK_fwd, @sK_bwd and @sK_step for every stage; run --pipe-split-stages and --nn-autodiff first
 
 // Replicated stages (1F1B-RR): one program per replica, replica j running
@@ -68,3 +68,22 @@
 // POLB: pipe.program "rank1" stage 1 slots 1 {
 // RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=gpipe microbatches=4 warmup=B" 2>&1 | FileCheck %s --check-prefix=POLBGPIPE
 // POLBGPIPE: warm-up policy B applies to 1f1b-flush only
+
+// Interleaved (Megatron): the plan's p*v stages, stage c*p + r on device r.
+// With 2 stages and v = 2 chunks one device runs both: messages between its
+// chunks go to itself; the step updates every chunk.
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=interleaved microbatches=2 chunks=2" | FileCheck %s --check-prefix=IL
+// IL: pipe.pipeline microbatches 2 schedule "interleaved" {
+// IL: pipe.program "rank0" stage 0 slots 2 {
+// IL:   pipe.forward @s0_fwd mb %[[A:.*]]
+// IL:   pipe.send %[[A]] to 1 channel 0 from @s0_fwd[0]
+// IL:   pipe.recv %[[B:.*]] from 0 channel 0 into @s1_fwd[0]
+// IL:   pipe.forward @s1_fwd mb %[[B]]
+// IL:   pipe.backward @s1_bwd
+// IL:   pipe.backward @s0_bwd
+// IL:   pipe.flush
+// IL-NEXT: pipe.step @s0_step
+// IL-NEXT: pipe.step @s1_step
+// IL-NOT: pipe.program
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=3 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=interleaved microbatches=2 chunks=2" 2>&1 | FileCheck %s --check-prefix=ILDIV
+// ILDIV: the interleaved schedule places 2 chunks on every device, but the model has 3 stages

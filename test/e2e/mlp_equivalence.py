@@ -447,21 +447,23 @@ def main():
     else:
         configs += [(s, sch, m, None) for s in (1, 2, 4) for sch in ("gpipe", "1f1b-flush") for m in (4, 8)]
     # Replicated stages (1F1B-RR: microbatch k on replica k mod r, gradients
-    # all-reduced over the replicas before the update), uneven counts too.
-    configs += [(2, "1f1b-flush", 4, "2,1"), (2, "gpipe", 4, "1,2"), (2, "1f1b-flush", 8, "2,2"),
-                (3, "1f1b-flush", 8, "1,3,1")]
-    # DAPPLE's warm-up policy B (deeper warm-up, same synchronous update).
-    configs += [(4, "1f1b-flush", 8, "warmup-B")]
+    # all-reduced over the replicas before the update), uneven counts too;
+    # DAPPLE's warm-up policy B; Megatron's interleaved schedule with v
+    # chunks per device (p*v stages; Adam checks one update count per rank).
+    configs += [(2, "1f1b-flush", 4, ("--replicas", "2,1")), (2, "gpipe", 4, ("--replicas", "1,2")),
+                (2, "1f1b-flush", 8, ("--replicas", "2,2")), (3, "1f1b-flush", 8, ("--replicas", "1,3,1")),
+                (4, "1f1b-flush", 8, ("--warmup", "B")),
+                (2, "interleaved", 4, ("--chunks", "2")), (2, "interleaved", 8, ("--chunks", "3")),
+                (4, "interleaved", 8, ("--chunks", "2"))]
 
-    def train_config(stages, sched, mb, tag="", replicas=None):
-        name = f"s{stages}-{sched}-mb{mb}{tag}" + (f"-r{replicas.replace(',', '')}" if replicas else "")
+    def extra_label(extra):
+        return "" if not extra else "-" + extra[0].lstrip("-") + extra[1].replace(",", "")
+
+    def train_config(stages, sched, mb, tag="", extra=None):
+        name = f"s{stages}-{sched}-mb{mb}{tag}{extra_label(extra)}"
         out_dir = os.path.join(runs_dir, name)
         compile_cmd = [pipec, "compile", onnx_path, "--stages", str(stages), "--microbatches", str(mb),
-                       "--schedule", sched, "-o", out_dir, "--quiet"]
-        if replicas == "warmup-B":
-            compile_cmd += ["--warmup", "B"]
-        elif replicas:
-            compile_cmd += ["--replicas", replicas]
+                       "--schedule", sched, "-o", out_dir, "--quiet"] + list(extra or ())
         rc, o, e, tc = run(compile_cmd)
         if rc != 0:
             raise Failure(f"compile {'timed out' if rc is None else f'exit {rc}'}: {cmd_str(compile_cmd)}: {tail(o + e)}")
@@ -471,7 +473,7 @@ def main():
                 (stages, mb, sched, GLOBAL_BATCH):
             raise Failure(f"manifest says stages {man.get('num_stages')} microbatches {man.get('microbatches')} "
                           f"schedule {man.get('schedule')} global_batch {man.get('global_batch')}")
-        want_ranks = sum(int(r) for r in replicas.split(",")) if replicas and replicas[0].isdigit() else stages
+        want_ranks = sum(int(r) for r in extra[1].split(",")) if extra and extra[0] == "--replicas" else stages
         if man.get("num_ranks") != want_ranks:
             raise Failure(f"manifest has num_ranks {man.get('num_ranks')}, expected {want_ranks}")
         return name, out_dir, tc
@@ -487,12 +489,11 @@ def main():
 
     baseline = None
     results = {}
-    for stages, sched, mb, replicas in configs:
+    for stages, sched, mb, extra in configs:
         is_base = baseline is None
-        label = f"s{stages}-{sched}-mb{mb}" + (f"-{replicas}" if replicas == "warmup-B" else
-                                               f"-replicas{replicas}" if replicas else "")
+        label = f"s{stages}-{sched}-mb{mb}{extra_label(extra)}"
         try:
-            name, out_dir, tc = train_config(stages, sched, mb, replicas=replicas)
+            name, out_dir, tc = train_config(stages, sched, mb, extra=extra)
             cmd = train_args(out_dir)
             rc, o, e, tt = run(cmd)
             if rc != 0:
@@ -605,12 +606,18 @@ def main():
     for opt in opt_names:
         want_p, want_l = reference_train_opt(ref, x, y, STEPS, GLOBAL_BATCH, opt)
         runs = {}
-        for stages, mb in ((1, 1), (4, 8)):
-            label = f"optimizer-{opt} s{stages}-1f1b-flush-mb{mb}"
+        # Interleaved with Adam: the bias correction reads the update count,
+        # which a rank with two chunks must count once per step.
+        variants = [(1, 1, ()), (4, 8, ())]
+        if opt == "adam":
+            variants.append((2, 4, ("--schedule", "interleaved", "--chunks", "2")))
+        for stages, mb, extra in variants:
+            sched = "interleaved-v2" if extra else "1f1b-flush"
+            label = f"optimizer-{opt} s{stages}-{sched}-mb{mb}"
             try:
-                out_dir = os.path.join(runs_dir, f"opt-{opt}-s{stages}")
+                out_dir = os.path.join(runs_dir, f"opt-{opt}-s{stages}{'-il' if extra else ''}")
                 cmd = [pipec, "compile", onnx_path, "--stages", str(stages), "--microbatches", str(mb),
-                       "--optimizer", opt, "--weight-decay", str(OPT_WD), "-o", out_dir, "--quiet"]
+                       "--optimizer", opt, "--weight-decay", str(OPT_WD), "-o", out_dir, "--quiet", *extra]
                 rc, o, e, _ = run(cmd)
                 if rc != 0:
                     raise Failure(f"compile exit {rc}: {tail(o + e)}")

@@ -260,7 +260,10 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   TrainingPipelineOptions tpo;
   tpo.profile = o.profile;
   tpo.device = o.device;
-  tpo.stages = o.stages;
+  // The planner splits the model into stages x chunks pipeline stages; the
+  // interleaved schedule puts stage c*p + r on device r.
+  tpo.stages = o.stages * o.chunks;
+  tpo.chunks = o.chunks;
   tpo.loss = o.loss;
   tpo.schedule = o.schedule;
   tpo.microbatches = o.microbatches;
@@ -295,7 +298,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
          std::to_string(o.weightDecay);
   for (int r : o.replicas)
     key += "|r" + std::to_string(r);
-  key += "|w" + o.warmup;
+  key += "|w" + o.warmup + "|v" + std::to_string(o.chunks);
   std::string buildId = hex64(llvm::xxh3_64bits(llvm::StringRef(key)));
   std::string modelHash =
       hex64(llvm::xxh3_64bits((*bytes)->getBuffer()));
@@ -314,14 +317,18 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   plan.schedule = o.schedule;
   plan.microbatches = o.microbatches;
   plan.microbatchSize = microbatch;
+  plan.chunks = o.chunks;
   {
     int device = 0;
     for (int64_t s = 0; s < static_cast<int64_t>(planAttr.getFirst().size());
          ++s) {
       int replicas = static_cast<int>(planAttr.getReplicas()[s]);
       std::vector<int> devices;
-      for (int j = 0; j < replicas; ++j)
-        devices.push_back(device++);
+      if (o.chunks > 1)
+        devices.push_back(static_cast<int>(s % o.stages)); // stage c*p + r
+      else
+        for (int j = 0; j < replicas; ++j)
+          devices.push_back(device++);
       plan.stages.push_back({static_cast<int>(planAttr.getFirst()[s]),
                              static_cast<int>(planAttr.getLast()[s]), replicas,
                              devices});
@@ -331,7 +338,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   // the profiles `pipec profile` measures), so the plan covers it.
   {
     int layersNow = 0;
-    for (int s = 0; s < o.stages; ++s)
+    for (int s = 0; s < o.stages * o.chunks; ++s)
       if (auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd")))
         for (Operation &op : fwd.getBody().front())
           layersNow += isLayer(&op) ? 1 : 0;
@@ -346,7 +353,11 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   for (int s = 0; s < o.stages; ++s) {
     auto stageStart = std::chrono::steady_clock::now();
     std::string weightsRel = "weights/stage" + std::to_string(s) + ".safetensors";
-    auto weights = stageWeights(*module, s);
+    // Device position s holds stage s, or the chunks c*p + s.
+    std::vector<ml_program::GlobalOp> weights;
+    for (int c = 0; c < o.chunks; ++c)
+      for (auto g : stageWeights(*module, c * o.stages + s))
+        weights.push_back(g);
     int64_t weightBytes = 0;
     for (auto g : weights)
       weightBytes += nn::tensorBytes(g.getType());
@@ -379,9 +390,13 @@ int pipec::driver::compileModel(const CompileOptions &o) {
       binaries.push_back(name);
       ranks.push_back(nextRank++);
     }
-    say("stage " + std::to_string(s) + ": layers " +
-        std::to_string(plan.stages[s].firstLayer) + "-" +
-        std::to_string(plan.stages[s].lastLayer) + ", " +
+    std::string layers;
+    for (int c = 0; c < o.chunks; ++c) {
+      const auto &st = plan.stages[size_t(c * o.stages + s)];
+      layers += (c ? ", " : "") + std::to_string(st.firstLayer) + "-" +
+                std::to_string(st.lastLayer);
+    }
+    say("stage " + std::to_string(s) + ": layers " + layers + ", " +
         std::to_string(weights.size()) + " weights (" +
         humanBytes(weightBytes) + "), arena " + humanBytes(arena) +
         (replicas > 1 ? ", " + std::to_string(replicas) + " replicas" : "") +
@@ -401,7 +416,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   llvm::json::Array inputs;
   llvm::json::Value labels = nullptr;
   auto names = (*module)->getAttrOfType<ArrayAttr>("pipec.inputs");
-  for (int s = 0; s < o.stages; ++s) {
+  for (int s = 0; s < o.stages * o.chunks; ++s) {
     auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd"));
     for (unsigned i = 0; i < fwd.getNumArguments(); ++i) {
       auto feed = fwd.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFeed);
@@ -461,13 +476,16 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
                              "split into them)", "1")
       .opt("--batch", "global batch (default: the model's batch dimension)")
       .opt("--schedule", "gpipe, 1f1b-flush (synchronous), 1f1b (PipeDream, "
-                         "weight stashing) or 2bw (PipeDream-2BW)", "1f1b-flush")
+                         "weight stashing), 2bw (PipeDream-2BW) or interleaved "
+                         "(Megatron, with --chunks)", "1f1b-flush")
       .opt("--profile", "pipec.profile/1 with measured op times for planning")
       .opt("--device", "analytic cost model when no profile: cpu, v100, a100, "
                        "h100", "cpu")
       .opt("--replicas", "replicas per stage, comma-separated (1F1B-RR with a "
                          "gradient all-reduce; gpipe and 1f1b-flush), e.g. "
                          "2,1; one number applies to every stage")
+      .opt("--chunks", "interleaved: model chunks per device (v); the model "
+                       "is split into stages x chunks pipeline stages", "1")
       .opt("--warmup", "1f1b-flush warm-up policy (DAPPLE): A = p-s-1 "
                        "forwards, B = 2(p-s-1), which hides communication "
                        "comparable to compute", "A")
@@ -502,13 +520,14 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   auto kind = parseScheduleKind(o.schedule);
   if (!kind)
     return fail("compile", "unknown --schedule '" + o.schedule +
-                               "' (available: gpipe, 1f1b-flush, 1f1b, 2bw)", 2);
-  if (*kind != ScheduleKind::GPipe && *kind != ScheduleKind::OneFOneBFlush &&
-      *kind != ScheduleKind::OneFOneB && *kind != ScheduleKind::TwoBW)
+                               "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
+                               "interleaved)", 2);
+  if (*kind == ScheduleKind::ZeroBubbleH1)
     return fail("compile", "--schedule " + o.schedule +
                                " can be planned and simulated (pipec plan, "
                                "pipec simulate) but not compiled yet; compiled "
-                               "schedules: gpipe, 1f1b-flush, 1f1b, 2bw", 2);
+                               "schedules: gpipe, 1f1b-flush, 1f1b, 2bw, "
+                               "interleaved", 2);
   if (a.has("--replicas")) {
     std::string list = a.get("--replicas");
     for (llvm::StringRef part : llvm::split(list, ',')) {
@@ -527,6 +546,13 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
                                  " stages", 2);
   }
   o.warmup = a.get("--warmup");
+  int64_t chunks = 1;
+  if (!a.getInt("--chunks", chunks, 1))
+    return 2;
+  o.chunks = int(chunks);
+  if (o.chunks > 1 && o.schedule != "interleaved")
+    return fail("compile", "--chunks " + std::to_string(o.chunks) +
+                               " needs --schedule interleaved", 2);
   o.profile = a.get("--profile");
   o.device = a.get("--device");
   o.loss = a.get("--loss");

@@ -75,6 +75,9 @@ struct CompileOptions {
   double weightDecay = 0;
   /// Replicas per stage (1F1B-RR); empty: one each.
   std::vector<int> replicas;
+  /// Interleaved: model chunks per device (the plan has stages x chunks
+  /// pipeline stages).
+  int chunks = 1;
   /// 1f1b-flush warm-up policy (DAPPLE): "A" or "B".
   std::string warmup = "A";
   std::map<std::string, std::vector<int64_t>> inputShapes;
