@@ -125,6 +125,9 @@ public:
         buildId(std::move(buildId)), b(module.getContext()) {}
 
   LogicalResult run();
+  /// Plans the arena only (constants become globals of the module: run it
+  /// on a copy).
+  FailureOr<ArenaPlan> planArena();
 
 private:
   LogicalResult collect();
@@ -945,6 +948,29 @@ void StageLowering::emitMain() {
       ValueRange{entry->getArgument(0), entry->getArgument(1), metaPtr,
                  programFn});
   func::ReturnOp::create(ob, loc, rc.getResult(0));
+}
+
+FailureOr<ArenaPlan> StageLowering::planArena() {
+  if (failed(collect()))
+    return failure();
+  ArenaPlan plan;
+  plan.slots = slots;
+  for (const auto &c : chunks) {
+    plan.weights += c->regions.weights;
+    plan.slotBytes += alignUp(c->regions.slot);
+    plan.io += c->regions.io;
+    plan.scratch += c->regions.scratch;
+  }
+  plan.total = arenaBytes();
+  plan.chunks = int64_t(chunks.size());
+  return plan;
+}
+
+FailureOr<ArenaPlan> pipec::planStageArena(ModuleOp module, int64_t stage,
+                                           int64_t replica) {
+  OwningOpRef<ModuleOp> copy = module.clone();
+  StageLowering lowering(*copy, stage, replica, "plan");
+  return lowering.planArena();
 }
 
 int64_t StageLowering::arenaBytes() const {

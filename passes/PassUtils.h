@@ -38,4 +38,19 @@ int64_t labelClasses(mlir::Value labels);
 
 } // namespace pipec
 
+namespace pipec {
+/// The static arena of one rank as --pipe-lower-to-runtime lays it out
+/// (bytes; regions aligned to 64): weights (with gradient accumulators and
+/// optimizer state), `slots` activation stash slots of `slotBytes` each,
+/// io (boundary gradients, loss seed, hyper-parameters) and scratch.
+struct ArenaPlan {
+  int64_t total = 0, weights = 0, slotBytes = 0, slots = 1, io = 0,
+          scratch = 0, chunks = 1;
+};
+/// Plans the arena of the rank running (stage, replica) of the module's
+/// pipe.pipeline, on a copy of the module.
+mlir::FailureOr<ArenaPlan> planStageArena(mlir::ModuleOp module, int64_t stage,
+                                          int64_t replica);
+} // namespace pipec
+
 #endif // PIPEC_PASSES_PASSUTILS_H

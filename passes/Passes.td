@@ -115,6 +115,34 @@ def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
                            "::mlir::arith::ArithDialect"];
 }
 
+def PipeVerifySchedulePass : Pass<"pipe-verify-schedule", "mlir::ModuleOp"> {
+  let summary = "Checks the pipeline schedule before it runs.";
+  let description = [{
+    Runs the pipe.pipeline verifier (per-link matching of sends and
+    receives, deadlock freedom, one forward and backward per owned
+    microbatch, weight versions within the schedule's bound), then checks
+    per rank that the peak number of stashed microbatches over a whole run
+    fits the program's slots and equals the schedule's closed form
+    (lib/Schedule). `report=true` prints one remark per rank.
+  }];
+  let options = [
+    Option<"report", "report", "bool", "false", "one remark per rank with the figures">,
+  ];
+}
+
+def PipePlanMemoryPass : Pass<"pipe-plan-memory", "mlir::ModuleOp"> {
+  let summary = "Lays out every rank's static arena and records its size.";
+  let description = [{
+    Plans each rank's arena exactly as --pipe-lower-to-runtime does
+    (weights with gradient accumulators and optimizer state, stash slots,
+    io, scratch), stores the size as `pipe.arena_bytes` on the program and,
+    with `report=true`, prints the regions per rank.
+  }];
+  let options = [
+    Option<"report", "report", "bool", "false", "one remark per rank with the regions">,
+  ];
+}
+
 def PipeLowerToRuntimePass : Pass<"pipe-lower-to-runtime", "mlir::ModuleOp"> {
   let summary = "Lowers one stage to func/llvm calls into the runtime C ABI.";
   let description = [{

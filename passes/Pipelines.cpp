@@ -1,7 +1,8 @@
 //===- Pipelines.cpp - registered pass pipelines --------------------------===//
 //
 //   --pipec-train-pipeline="stages=4 microbatches=8 schedule=1f1b-flush"
-//       annotate-costs, plan, split-stages, autodiff, build-schedule
+//       annotate-costs, plan, split-stages, autodiff, build-schedule,
+//       verify-schedule, plan-memory
 //   --pipec-lower-stage="stage=K"
 //       lower-to-runtime for one stage, then the upstream conversions to
 //       the LLVM dialect
@@ -30,6 +31,8 @@ void pipec::buildTrainingPipeline(OpPassManager &pm,
   schedule.chunks = o.chunks;
   schedule.replicas.assign(o.replicas.begin(), o.replicas.end());
   pm.addPass(createPipeBuildSchedulePass(schedule));
+  pm.addPass(createPipeVerifySchedulePass());
+  pm.addPass(createPipePlanMemoryPass());
 }
 
 void pipec::buildStageLoweringPipeline(OpPassManager &pm, int stage,

@@ -58,6 +58,16 @@ mlir::LogicalResult
 expandProgram(ProgramOp program,
               llvm::SmallVectorImpl<ExpandedEvent> &events);
 
+/// The events of `program` over a whole run with global microbatch indices:
+/// the program once for a synchronous schedule; for a continuous one
+/// (1f1b, 2bw) p + 2 steps and the draining windows, with ops outside the
+/// run dropped. `m` microbatches per step, `stages` device positions p.
+mlir::LogicalResult expandRun(ProgramOp program, int64_t m, int64_t stages,
+                              bool continuous,
+                              llvm::SmallVectorImpl<ExpandedEvent> &events);
+/// Microbatches of the run expandRun simulates.
+int64_t expandedMicrobatches(int64_t m, int64_t stages, bool continuous);
+
 } // namespace pipec::pipe
 
 #endif // PIPEC_DIALECTS_PIPE_PIPEDIALECT_H

@@ -120,6 +120,55 @@ pipec::pipe::expandProgram(ProgramOp program,
   return expander.run(program.getBody().front());
 }
 
+int64_t pipec::pipe::expandedMicrobatches(int64_t m, int64_t stages,
+                                          bool continuous) {
+  // A continuous pipeline is checked over p + 2 steps plus the windows
+  // that drain it: enough for warm-up, steady state and cool-down.
+  return continuous ? (stages + 2) * m : m;
+}
+
+LogicalResult pipec::pipe::expandRun(ProgramOp program, int64_t m,
+                                     int64_t numStages, bool continuous,
+                                     SmallVectorImpl<ExpandedEvent> &events) {
+  const int64_t windows = continuous ? numStages + 2 : 1;
+  const int64_t total = expandedMicrobatches(m, numStages, continuous);
+  SmallVector<ExpandedEvent> window;
+  if (failed(expandProgram(program, window)))
+    return failure();
+  for (const ExpandedEvent &e : window) {
+    if (!e.hasMicrobatch)
+      continue;
+    // A continuous window reaches back at most p - 1 microbatches (the
+    // deepest warm-up; the runtime's pipec_rt_global_mb and its draining
+    // windows assume the same).
+    int64_t low = continuous ? -(numStages - 1) : 0;
+    if (e.microbatch < low || e.microbatch >= m)
+      return e.op->emitOpError("microbatch ")
+             << e.microbatch << " is out of range [" << low << ", " << m
+             << ")";
+  }
+  // Windows after the last step drain the pipeline (at most p - 1
+  // microbatches in flight, m per window).
+  const int64_t drain =
+      continuous ? std::max<int64_t>((numStages + m - 2) / m, 1)
+                 : 0;
+  for (int64_t n = 0; n < windows + drain; ++n)
+    for (ExpandedEvent e : window) {
+      if (!continuous) {
+        events.push_back(e);
+        continue;
+      }
+      if (!e.hasMicrobatch)
+        return e.op->emitOpError("in a continuous schedule every op needs a "
+                                 "microbatch (pipe.step ... after %mb)");
+      e.microbatch += n * m;
+      if (e.microbatch < 0 || e.microbatch >= total)
+        continue; // outside the run: skipped
+      events.push_back(e);
+    }
+  return success();
+}
+
 static std::string typeString(Type t) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -209,10 +258,7 @@ LogicalResult PipelineOp::verifyRegions() {
                        "schedules only, not '")
            << getSchedule() << "'";
   const int64_t numStages = int64_t(replicasOf.size());
-  // A continuous pipeline is checked over `windows` steps plus the windows
-  // that drain it: enough for warm-up, steady state and cool-down.
-  const int64_t windows = continuous ? numStages + 2 : 1;
-  const int64_t total = windows * m;
+  const int64_t total = expandedMicrobatches(m, numStages, continuous);
   // Local checks first (referenced functions, indices, types), so that a
   // broken op is reported as such rather than as a communication error.
   SymbolTableCollection tables;
@@ -224,41 +270,9 @@ LogicalResult PipelineOp::verifyRegions() {
     return failure();
   std::vector<std::vector<pipec::CommEvent>> comm(programs.size());
   for (auto [rank, program] : llvm::enumerate(programs)) {
-    SmallVector<ExpandedEvent> window;
-    if (failed(expandProgram(program, window)))
-      return failure();
     SmallVector<ExpandedEvent> events;
-    for (const ExpandedEvent &e : window) {
-      if (!e.hasMicrobatch)
-        continue;
-      // A continuous window reaches back at most p - 1 microbatches (the
-      // deepest warm-up; the runtime's pipec_rt_global_mb and its draining
-      // windows assume the same).
-      int64_t low = continuous ? -(numStages - 1) : 0;
-      if (e.microbatch < low || e.microbatch >= m)
-        return e.op->emitOpError("microbatch ")
-               << e.microbatch << " is out of range [" << low << ", " << m
-               << ")";
-    }
-    // Windows after the last step drain the pipeline (at most p - 1
-    // microbatches in flight, m per window).
-    const int64_t drain =
-        continuous ? std::max<int64_t>((numStages + m - 2) / m, 1)
-                   : 0;
-    for (int64_t n = 0; n < windows + drain; ++n)
-      for (ExpandedEvent e : window) {
-        if (!continuous) {
-          events.push_back(e);
-          continue;
-        }
-        if (!e.hasMicrobatch)
-          return e.op->emitOpError("in a continuous schedule every op needs a "
-                                   "microbatch (pipe.step ... after %mb)");
-        e.microbatch += n * m;
-        if (e.microbatch < 0 || e.microbatch >= total)
-          continue; // outside the run: skipped
-        events.push_back(e);
-      }
+    if (failed(expandRun(program, m, numStages, continuous, events)))
+      return failure();
     const int64_t r = replicasOf[program.getStage()];
     bool reduced = false;
     // Runs per (stage function, microbatch): a rank runs one stage, or the

@@ -1,0 +1,193 @@
+//===- VerifySchedule.cpp - --pipe-verify-schedule, --pipe-plan-memory ----===//
+//
+// Checks done before anything runs (also by `pipec compile`):
+//
+// --pipe-verify-schedule: the pipe.pipeline verifier (matching sends and
+//   receives per link, no deadlock, one forward and backward per owned
+//   microbatch, weight versions: the one a forward used for its backward,
+//   at most p - s for PipeDream, 2 for 2BW), then per rank the peak number
+//   of stashed microbatches of the whole run against the program's slots
+//   and the schedule's closed form (lib/Schedule closedFormInflight). One
+//   remark per rank reports the figures.
+//
+// --pipe-plan-memory: lays out every rank's static arena exactly as
+//   --pipe-lower-to-runtime will, records it on the program
+//   (`pipe.arena_bytes`) and reports the regions per rank; the runtime
+//   allocates that many bytes (rank summary: `arena_bytes`).
+//
+//===----------------------------------------------------------------------===//
+#include "passes/PassUtils.h"
+#include "passes/Passes.h"
+#include "pipec/Schedule.h"
+
+#include "mlir/IR/Verifier.h"
+
+#include <map>
+#include <set>
+
+namespace pipec {
+#define GEN_PASS_DEF_PIPEVERIFYSCHEDULEPASS
+#define GEN_PASS_DEF_PIPEPLANMEMORYPASS
+#include "passes/Passes.h.inc"
+} // namespace pipec
+
+using namespace mlir;
+using namespace pipec;
+
+namespace {
+
+pipe::PipelineOp findPipeline(ModuleOp module) {
+  for (Operation &op : *module.getBody())
+    if (auto p = dyn_cast<pipe::PipelineOp>(op))
+      return p;
+  return {};
+}
+
+/// Device positions and replicas per position of a pipeline.
+struct Shape {
+  int64_t positions = 0;
+  std::map<int64_t, int> replicas;
+};
+
+Shape shapeOf(pipe::PipelineOp pipeline) {
+  Shape shape;
+  for (Operation &op : pipeline.getBody().front())
+    if (auto p = dyn_cast<pipe::ProgramOp>(op))
+      ++shape.replicas[p.getStage()];
+  shape.positions = int64_t(shape.replicas.size());
+  return shape;
+}
+
+struct PipeVerifySchedulePass
+    : public pipec::impl::PipeVerifySchedulePassBase<PipeVerifySchedulePass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    pipe::PipelineOp pipeline = findPipeline(module);
+    if (!pipeline) {
+      module.emitError("no pipe.pipeline; run --pipe-build-schedule first");
+      return signalPassFailure();
+    }
+    if (failed(mlir::verify(pipeline)))
+      return signalPassFailure();
+    auto kind = parseScheduleKind(pipeline.getSchedule().str());
+    if (!kind) {
+      pipeline.emitError("unknown schedule '") << pipeline.getSchedule() << "'";
+      return signalPassFailure();
+    }
+    const bool continuous = !isFlushSchedule(*kind);
+    const int64_t m = pipeline.getMicrobatches();
+    Shape shape = shapeOf(pipeline);
+    for (Operation &op : pipeline.getBody().front()) {
+      auto program = dyn_cast<pipe::ProgramOp>(op);
+      if (!program)
+        continue;
+      SmallVector<pipe::ExpandedEvent> events;
+      if (failed(pipe::expandRun(program, m, shape.positions, continuous,
+                                 events)))
+        return signalPassFailure();
+      // Peak of (stage function, microbatch) pairs between a forward and
+      // its backward: the stash slots the rank needs.
+      std::set<std::pair<std::string, int64_t>> inflight;
+      std::set<std::string> chunks;
+      int64_t peak = 0;
+      for (const pipe::ExpandedEvent &e : events) {
+        if (e.kind == pipe::ExpandedEvent::Forward) {
+          std::string f = cast<pipe::ForwardOp>(e.op).getFunc().str();
+          chunks.insert(f);
+          inflight.insert({f, e.microbatch});
+          peak = std::max<int64_t>(peak, int64_t(inflight.size()));
+        } else if (e.kind == pipe::ExpandedEvent::Backward) {
+          std::string f = cast<pipe::BackwardOp>(e.op).getFunc().str();
+          if (StringRef(f).ends_with("_bwd"))
+            f = f.substr(0, f.size() - 4) + "_fwd";
+          inflight.erase({f, e.microbatch});
+        }
+      }
+      if (peak > program.getSlots()) {
+        program.emitError("stashes up to ")
+            << peak << " microbatches but has " << program.getSlots()
+            << " slots";
+        return signalPassFailure();
+      }
+      // The closed form for the pipeline's shape, over the microbatches of
+      // the simulated run (a continuous pipeline runs several batches back
+      // to back); 1f1b-flush may use DAPPLE's warm-up policy A or B.
+      ScheduleOptions options;
+      options.chunks = std::max<int>(1, int(chunks.size()));
+      for (auto &[position, r] : shape.replicas)
+        options.replicas.push_back(r);
+      const int64_t run =
+          pipe::expandedMicrobatches(m, shape.positions, continuous);
+      auto closed = [&](WarmupPolicy policy) {
+        options.warmup = policy;
+        return closedFormInflight(*kind, int(shape.positions),
+                                  int(program.getStage()), run, options,
+                                  int(program.getReplica()));
+      };
+      int64_t closedA = closed(WarmupPolicy::A);
+      int64_t closedB = *kind == ScheduleKind::OneFOneBFlush
+                            ? closed(WarmupPolicy::B)
+                            : closedA;
+      if (peak != closedA && peak != closedB) {
+        program.emitError("peak stashed microbatches ")
+            << peak << " differ from the closed form " << closedA
+            << (closedB != closedA ? " (policy B: " + std::to_string(closedB) +
+                                         ")"
+                                   : std::string())
+            << " of schedule '" << pipeline.getSchedule() << "'";
+        return signalPassFailure();
+      }
+      if (report) {
+        InFlightDiagnostic d = program.emitRemark();
+        d << program.getRankName() << " (stage " << program.getStage();
+        if (shape.replicas[program.getStage()] > 1)
+          d << ", replica " << program.getReplica();
+        d << "): peak stashed microbatches " << peak << " = closed form"
+          << ", slots " << program.getSlots();
+        if (chunks.size() > 1)
+          d << ", " << chunks.size() << " chunks";
+        if (*kind == ScheduleKind::OneFOneB)
+          d << ", weight versions <= " << shape.positions - program.getStage();
+        if (*kind == ScheduleKind::TwoBW)
+          d << ", weight versions <= 2";
+      }
+    }
+  }
+};
+
+struct PipePlanMemoryPass
+    : public pipec::impl::PipePlanMemoryPassBase<PipePlanMemoryPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    pipe::PipelineOp pipeline = findPipeline(module);
+    if (!pipeline) {
+      module.emitError("no pipe.pipeline; run --pipe-build-schedule first");
+      return signalPassFailure();
+    }
+    SmallVector<pipe::ProgramOp> programs;
+    for (Operation &op : pipeline.getBody().front())
+      if (auto p = dyn_cast<pipe::ProgramOp>(op))
+        programs.push_back(p);
+    for (pipe::ProgramOp program : programs) {
+      FailureOr<ArenaPlan> plan =
+          planStageArena(module, program.getStage(), program.getReplica());
+      if (failed(plan))
+        return signalPassFailure();
+      Builder b(module.getContext());
+      program->setAttr("pipe.arena_bytes", b.getI64IntegerAttr(plan->total));
+      if (report)
+        program.emitRemark()
+            << program.getRankName() << " (stage " << program.getStage()
+            << "): arena " << plan->total << " bytes = weights "
+            << plan->weights << " + " << plan->slots << " slots x "
+            << plan->slotBytes << " + io " << plan->io << " + scratch "
+            << plan->scratch;
+    }
+  }
+};
+
+} // namespace
