@@ -5,7 +5,8 @@
                                                  [--steps 30] [--stages 2,4] [--microbatches 8]
 
 For an MLP (784-1024x4-10, global batch 256) and each schedule pipec
-compiles (gpipe, 1f1b-flush, 1f1b, 2bw) on 2 and 4 stage processes:
+compiles (gpipe, 1f1b-flush, 1f1b, 2bw, interleaved with v = 2) on 2 and 4
+stage processes:
 
 1. `pipec profile` measures every op once (pipec.profile/1), and
    `pipec compile --profile` plans the stages with those times;
@@ -17,7 +18,8 @@ Printed per configuration: measured iteration time (median of the steps
 after the first two) and the simulator's prediction, their ratio; the
 measured bubble (idle device time / busy compute time, both from the trace:
 busy = forwards + backwards + updates) against the simulator's and the
-closed form (p-1)/m of the flush schedules on uniform stages; per stage the
+closed form (p-1)/m of the flush schedules ((p-1)/(v m) interleaved) on
+uniform stages; per stage the
 arena the compiler planned, the peak resident memory of the process and the
 peak number of weight versions.
 
@@ -93,10 +95,11 @@ def main():
             json.dump({"format": "pipec.topology/1", "name": f"{p} processes on one host",
                        "device_memory_bytes": 24 << 30,
                        "levels": [{"name": "host", "count": p, "bandwidth": a.bandwidth, "latency": a.latency}]}, f)
-        for sched in ("gpipe", "1f1b-flush", "1f1b", "2bw"):
+        for sched in ("gpipe", "1f1b-flush", "1f1b", "2bw", "interleaved"):
             out = os.path.join(a.workdir, f"p{p}-{sched}")
+            extra = ["--chunks", "2"] if sched == "interleaved" else []
             sh([a.pipec, "compile", onnx_path, "--stages", str(p), "--microbatches", str(m), "--schedule", sched,
-                "--profile", profile, "-o", out, "--quiet"])
+                "--profile", profile, "-o", out, "--quiet", *extra])
             sh([a.pipec, "train", out, "--steps", str(a.steps), "--lr", "0.01", "--inputs", xs, "--labels", ys,
                 "--quiet", "--trace", os.path.join(out, "trace.json"),
                 "--summary-out", os.path.join(out, "summary.json")])
@@ -111,7 +114,8 @@ def main():
                     s = json.load(f)
                 stages.append(f"{s['arena_bytes'] / 2**20:.1f}/{s.get('max_rss_bytes', 0) / 2**20:.0f}"
                               f" v{s['weight_versions_peak']}")
-            closed = f"{(p - 1) / m:.2f}" if sched in ("gpipe", "1f1b-flush") else "-"
+            closed = (f"{(p - 1) / m:.2f}" if sched in ("gpipe", "1f1b-flush")
+                      else f"{(p - 1) / (2 * m):.2f}" if sched == "interleaved" else "-")
             print(f"p{p} {sched:<15} {it:>10.4f} {sim_it:>8.4f} {it / sim_it:>6.2f} {bubble:>7.2f} "
                   f"{sim_bubble:>6.2f} {closed:>7}  " + ", ".join(stages), flush=True)
 
