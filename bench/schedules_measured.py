@@ -5,8 +5,8 @@
                                                  [--steps 30] [--stages 2,4] [--microbatches 8]
 
 For an MLP (784-1024x4-10, global batch 256) and each schedule pipec
-compiles (gpipe, 1f1b-flush, 1f1b, 2bw, interleaved with v = 2) on 2 and 4
-stage processes:
+compiles (gpipe, 1f1b-flush, 1f1b, 2bw, interleaved with v = 2, zb-h1) on 2
+and 4 stage processes:
 
 1. `pipec profile` measures every op once (pipec.profile/1), and
    `pipec compile --profile` plans the stages with those times;
@@ -95,7 +95,7 @@ def main():
             json.dump({"format": "pipec.topology/1", "name": f"{p} processes on one host",
                        "device_memory_bytes": 24 << 30,
                        "levels": [{"name": "host", "count": p, "bandwidth": a.bandwidth, "latency": a.latency}]}, f)
-        for sched in ("gpipe", "1f1b-flush", "1f1b", "2bw", "interleaved"):
+        for sched in ("gpipe", "1f1b-flush", "1f1b", "2bw", "interleaved", "zb-h1"):
             out = os.path.join(a.workdir, f"p{p}-{sched}")
             extra = ["--chunks", "2"] if sched == "interleaved" else []
             sh([a.pipec, "compile", onnx_path, "--stages", str(p), "--microbatches", str(m), "--schedule", sched,

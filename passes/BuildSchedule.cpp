@@ -42,15 +42,7 @@ struct PipeBuildSchedulePass
     if (!kind) {
       module.emitError("unknown schedule '")
           << schedule
-          << "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, interleaved)";
-      return signalPassFailure();
-    }
-    if (*kind == ScheduleKind::ZeroBubbleH1) {
-      module.emitError("schedule '")
-          << schedule
-          << "' can be planned and simulated (pipec plan/simulate) but not "
-             "yet compiled; compiled schedules: gpipe, 1f1b-flush, 1f1b, 2bw, "
-             "interleaved";
+          << "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, zb-h1)";
       return signalPassFailure();
     }
     const bool continuous = !isFlushSchedule(*kind);
@@ -88,6 +80,11 @@ struct PipeBuildSchedulePass
     }
     // Device positions p; with chunks, stage c*p + r runs on device r.
     const int64_t devices = numStages / chunks;
+    // Zero bubble: every backward in an input half and a weight half.
+    if (*kind == ScheduleKind::ZeroBubbleH1)
+      for (int64_t q = 0; q < numStages; ++q)
+        if (failed(splitBackward(module, q)))
+          return signalPassFailure();
     if (*kind == ScheduleKind::TwoBW && microbatches < numStages - 1) {
       module.emitError("schedule '2bw' needs at least p - 1 = ")
           << numStages - 1 << " microbatches per batch for " << numStages
@@ -262,6 +259,10 @@ struct PipeBuildSchedulePass
           const int64_t q = int64_t(op.chunk) * devices + s;
           if (op.kind == PassKind::Forward) {
             emitForward(mb, q);
+          } else if (op.kind == PassKind::BackwardWeight) {
+            auto bwdw = module.lookupSymbol<func::FuncOp>(stageFuncName(q, "bwdw"));
+            pipe::BackwardWeightOp::create(
+                pb, loc, FlatSymbolRefAttr::get(bwdw.getSymNameAttr()), mb);
           } else {
             emitBackward(mb, q);
             if (update)

@@ -104,6 +104,9 @@ struct Chunk {
   int64_t base = 0;   ///< arena offset of this chunk's regions
   int64_t opBase = 0; ///< profiler id of the chunk's first layer
   FunctionPlan fwd, bwd, step;
+  /// Zero bubble: the weight-gradient half of the backward (fn null
+  /// otherwise).
+  FunctionPlan bwdw;
   Regions regions;
   std::map<std::string, std::pair<int64_t, Type>> weights; // name -> offset
   SmallVector<std::string> weightOrder;
@@ -114,7 +117,14 @@ struct Chunk {
   int64_t lossSeedArg = -1;
   SmallVector<std::pair<int64_t, int64_t>> feedArgs; // (fwd arg, feed index)
   SmallVector<int64_t> rngArgs; // fwd args holding the dropout random state
-  func::FuncOp lowered[3];
+  func::FuncOp lowered[4];
+  /// The functions to lower (bwdw only when the backward is split).
+  SmallVector<FunctionPlan *> plans() {
+    SmallVector<FunctionPlan *> all = {&fwd, &bwd, &step};
+    if (bwdw.fn)
+      all.push_back(&bwdw);
+    return all;
+  }
 };
 
 class StageLowering {
@@ -385,6 +395,8 @@ LogicalResult StageLowering::collectChunk(Chunk &c) {
   fwd.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "fwd"));
   bwd.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "bwd"));
   step.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "step"));
+  c.bwdw.fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, "bwdw"));
+  c.bwdw.phase = 1;
   if (!fwd.fn || !bwd.fn || !step.fn)
     return module.emitError("stage ") << stage
                                       << " lacks its fwd/bwd/step functions";
@@ -445,12 +457,35 @@ LogicalResult StageLowering::collectChunk(Chunk &c) {
     if (bwd.fn.getArgAttr(i, pipe::attrs::kLossSeed))
       c.lossSeedArg = i;
   }
-  for (Type t : bwdType.getResults())
-    bwd.results.push_back(allocate(regions.io, Buffer::IO, t));
+  // Values carried to the weight half (zero bubble) stay with the
+  // microbatch: they live in its stash slot.
+  std::map<int64_t, Buffer> carried;
+  for (auto [i, t] : llvm::enumerate(bwdType.getResults())) {
+    if (auto k = bwd.fn.getResultAttrOfType<IntegerAttr>(i, pipe::attrs::kCarry)) {
+      bwd.results.push_back(allocate(regions.slot, Buffer::Slots, t));
+      carried[k.getInt()] = bwd.results.back();
+    } else {
+      bwd.results.push_back(allocate(regions.io, Buffer::IO, t));
+    }
+  }
+  if (c.bwdw.fn)
+    for (auto [i, t] : llvm::enumerate(c.bwdw.fn.getFunctionType().getInputs())) {
+      func::FuncOp w = c.bwdw.fn;
+      if (auto a = w.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFwdArg))
+        c.bwdw.args.push_back(fwd.args[a.getInt()]);
+      else if (auto r = w.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFwdResult))
+        c.bwdw.args.push_back(fwd.results[r.getInt()]);
+      else if (auto k = w.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kCarried);
+               k && carried.count(k.getInt()))
+        c.bwdw.args.push_back(carried[k.getInt()]);
+      else
+        return w.emitError("argument ") << i << " of " << w.getSymName()
+                                        << " is neither stashed nor carried";
+    }
   for (Type t : step.fn.getFunctionType().getInputs())
     step.args.push_back(allocate(regions.io, Buffer::IO, t));
 
-  for (FunctionPlan *fp : {&fwd, &bwd, &step})
+  for (FunctionPlan *fp : c.plans())
     if (failed(planFunction(c, *fp)))
       return failure();
   return success();
@@ -475,7 +510,7 @@ void StageLowering::emitDeclarations() {
   };
   std::set<std::string> kernels;
   for (auto &c : chunks)
-    for (FunctionPlan *fp : {&c->fwd, &c->bwd, &c->step})
+    for (FunctionPlan *fp : c->plans())
       for (Step &s : fp->steps)
         kernels.insert(s.call.kernel);
   for (const std::string &k : kernels)
@@ -647,7 +682,7 @@ LogicalResult StageLowering::emitProgram() {
   // The chunk whose stage function `name` is, and its plan.
   auto funcPlan = [&](StringRef name) -> std::pair<Chunk *, FunctionPlan *> {
     for (auto &c : chunks)
-      for (FunctionPlan *fp : {&c->fwd, &c->bwd, &c->step})
+      for (FunctionPlan *fp : c->plans())
         if (fp->fn.getSymName() == name)
           return {c.get(), fp};
     return {nullptr, nullptr};
@@ -671,6 +706,8 @@ LogicalResult StageLowering::emitProgram() {
     else if (auto mbOp = dyn_cast<pipe::ForwardOp>(op))
       microbatch = mbOp.getMicrobatch();
     else if (auto mbOp = dyn_cast<pipe::BackwardOp>(op))
+      microbatch = mbOp.getMicrobatch();
+    else if (auto mbOp = dyn_cast<pipe::BackwardWeightOp>(op))
       microbatch = mbOp.getMicrobatch();
     else if (auto mbOp = dyn_cast<pipe::StepOp>(op))
       microbatch = mbOp.getMicrobatch();
@@ -716,6 +753,8 @@ LogicalResult StageLowering::emitProgram() {
       callee = f.getFunc();
     else if (auto bw = dyn_cast<pipe::BackwardOp>(op))
       callee = bw.getFunc();
+    else if (auto bww = dyn_cast<pipe::BackwardWeightOp>(op))
+      callee = bww.getFunc();
     else if (auto st = dyn_cast<pipe::StepOp>(op))
       callee = st.getFunc();
     auto [chunk, plan] = funcPlan(callee);
@@ -761,6 +800,10 @@ LogicalResult StageLowering::emitProgram() {
       call("pipec_rt_span_end", {ctxArg, i64(pb, loc, 1)});
       if (continuous)
         call("pipec_rt_release", {ctxArg, mb});
+    } else if (isa<pipe::BackwardWeightOp>(op)) {
+      call("pipec_rt_span_begin", {ctxArg, i64(pb, loc, 1), mb});
+      call(chunk->lowered[3].getSymName(), {ctxArg, arena, slot, arena});
+      call("pipec_rt_span_end", {ctxArg, i64(pb, loc, 1)});
     } else if (isa<pipe::FlushOp>(op)) {
       call("pipec_rt_flush", {ctxArg});
     } else if (isa<pipe::AllReduceOp>(op)) {
@@ -988,6 +1031,8 @@ LogicalResult StageLowering::run() {
     c->lowered[0] = emitStageFunction(*c, c->fwd);
     c->lowered[1] = emitStageFunction(*c, c->bwd);
     c->lowered[2] = emitStageFunction(*c, c->step);
+    if (c->bwdw.fn)
+      c->lowered[3] = emitStageFunction(*c, c->bwdw);
   }
   if (failed(emitProgram()))
     return failure();

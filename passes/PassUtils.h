@@ -47,6 +47,11 @@ struct ArenaPlan {
   int64_t total = 0, weights = 0, slotBytes = 0, slots = 1, io = 0,
           scratch = 0, chunks = 1;
 };
+/// Splits @sK_bwd into its input-gradient half (@sK_bwd, returning the
+/// values the other half needs, marked pipe.carry) and its weight-gradient
+/// half (@sK_bwdw) for the zero-bubble schedules.
+mlir::LogicalResult splitBackward(mlir::ModuleOp module, int64_t stage);
+
 /// Plans the arena of the rank running (stage, replica) of the module's
 /// pipe.pipeline, on a copy of the module.
 mlir::FailureOr<ArenaPlan> planStageArena(mlir::ModuleOp module, int64_t stage,

@@ -97,12 +97,15 @@ def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
     backward, weight stashing by the runtime) and `2bw` (PipeDream-2BW, an
     update per batch of m microbatches, two weight versions; m >= p - 1).
     `interleaved` (Megatron) runs the p*v stages of the plan as v chunks per
-    device (stage c*p + r on device r, `chunks=v`; m % p == 0).
+    device (stage c*p + r on device r, `chunks=v`; m % p == 0). `zb-h1`
+    (zero bubble) splits every backward into an input-gradient half
+    (`@sK_bwd`) and a weight-gradient half (`@sK_bwdw`, run by
+    `pipe.backward_weight`, deferred into the cool-down).
     The pipe.pipeline verifier then checks matching, deadlock freedom and
     weight versions across all programs.
   }];
   let options = [
-    Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe, 1f1b-flush, 1f1b, 2bw or interleaved">,
+    Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved or zb-h1">,
     Option<"microbatches", "microbatches", "int", "1", "microbatches per step">,
     Option<"chunks", "chunks", "int", "1",
            "interleaved: model chunks v per device (the plan has p*v stages)">,

@@ -92,16 +92,25 @@ struct PipeVerifySchedulePass
       std::set<std::pair<std::string, int64_t>> inflight;
       std::set<std::string> chunks;
       int64_t peak = 0;
+      // With split backwards a microbatch stays until its weight half.
+      bool split = llvm::any_of(events, [](const pipe::ExpandedEvent &e) {
+        return e.kind == pipe::ExpandedEvent::BackwardWeight;
+      });
       for (const pipe::ExpandedEvent &e : events) {
         if (e.kind == pipe::ExpandedEvent::Forward) {
           std::string f = cast<pipe::ForwardOp>(e.op).getFunc().str();
           chunks.insert(f);
           inflight.insert({f, e.microbatch});
           peak = std::max<int64_t>(peak, int64_t(inflight.size()));
-        } else if (e.kind == pipe::ExpandedEvent::Backward) {
+        } else if (e.kind == pipe::ExpandedEvent::Backward && !split) {
           std::string f = cast<pipe::BackwardOp>(e.op).getFunc().str();
           if (StringRef(f).ends_with("_bwd"))
             f = f.substr(0, f.size() - 4) + "_fwd";
+          inflight.erase({f, e.microbatch});
+        } else if (e.kind == pipe::ExpandedEvent::BackwardWeight) {
+          std::string f = cast<pipe::BackwardWeightOp>(e.op).getFunc().str();
+          if (StringRef(f).ends_with("_bwdw"))
+            f = f.substr(0, f.size() - 5) + "_fwd";
           inflight.erase({f, e.microbatch});
         }
       }

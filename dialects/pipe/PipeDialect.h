@@ -40,13 +40,16 @@ inline constexpr llvm::StringLiteral kGradGlobal = "pipe.grad_global";
 inline constexpr llvm::StringLiteral kChannel = "pipe.channel";
 inline constexpr llvm::StringLiteral kPeers = "pipe.peers";
 inline constexpr llvm::StringLiteral kBoundary = "pipe.boundary";
+/// Zero-bubble split: result k of sK_bwd carried to argument k of sK_bwdw.
+inline constexpr llvm::StringLiteral kCarry = "pipe.carry";
+inline constexpr llvm::StringLiteral kCarried = "pipe.carried";
 } // namespace attrs
 
 /// Expands the programs of a pipeline into per-rank communication events
 /// (loops unrolled, microbatch indices evaluated). Emits an error on `op`
 /// and fails when an index cannot be evaluated statically.
 struct ExpandedEvent {
-  enum Kind { Send, Recv, Forward, Backward, Step, AllReduce } kind;
+  enum Kind { Send, Recv, Forward, Backward, BackwardWeight, Step, AllReduce } kind;
   int64_t stage = 0;   ///< peer stage for Send/Recv
   int64_t channel = 0;
   int64_t microbatch = 0;

@@ -59,6 +59,9 @@ LogicalResult ForwardOp::verifySymbolUses(SymbolTableCollection &tables) {
 LogicalResult BackwardOp::verifySymbolUses(SymbolTableCollection &tables) {
   return lookupFunc(*this, tables, getFuncAttr());
 }
+LogicalResult BackwardWeightOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return lookupFunc(*this, tables, getFuncAttr());
+}
 LogicalResult StepOp::verifySymbolUses(SymbolTableCollection &tables) {
   return lookupFunc(*this, tables, getFuncAttr());
 }

@@ -172,6 +172,20 @@ def Pipe_BackwardOp : Pipe_RunOp<"backward", "backward"> {
   }];
 }
 
+def Pipe_BackwardWeightOp : Pipe_RunOp<"backward_weight", "weight-gradient half of the backward"> {
+  let description = [{
+    Zero-bubble schedules (`zb-h1`) split a stage's backward in two:
+    `pipe.backward` computes the input gradients the previous stage waits
+    for and carries the values the weight gradients need in the
+    microbatch's stash slot; `pipe.backward_weight` runs `@sK_bwdw` later
+    and accumulates the weight gradients.
+
+    ```mlir
+    pipe.backward_weight @s0_bwdw mb %mb
+    ```
+  }];
+}
+
 def Pipe_FlushOp : Pipe_Op<"flush", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "Waits for every outstanding send of this step.";
   let description = [{

@@ -97,6 +97,8 @@ private:
       return add(ExpandedEvent::Forward, f.getMicrobatch(), 0, 0);
     if (auto b = dyn_cast<BackwardOp>(op))
       return add(ExpandedEvent::Backward, b.getMicrobatch(), 0, 0);
+    if (auto w = dyn_cast<BackwardWeightOp>(op))
+      return add(ExpandedEvent::BackwardWeight, w.getMicrobatch(), 0, 0);
     if (auto step = dyn_cast<StepOp>(op))
       return add(ExpandedEvent::Step, step.getMicrobatch(), 0, 0);
     if (isa<FlushOp>(op))
@@ -277,8 +279,8 @@ LogicalResult PipelineOp::verifyRegions() {
     bool reduced = false;
     // Runs per (stage function, microbatch): a rank runs one stage, or the
     // v chunks of an interleaved pipeline, each once per microbatch it owns.
-    std::map<std::pair<std::string, int64_t>, int> fwdCount, bwdCount;
-    std::set<std::string> fwdFuncs, bwdFuncs;
+    std::map<std::pair<std::string, int64_t>, int> fwdCount, bwdCount, wCount;
+    std::set<std::string> fwdFuncs, bwdFuncs, wFuncs;
     for (auto [i, e] : llvm::enumerate(events)) {
       if (e.kind == ExpandedEvent::AllReduce)
         reduced = true;
@@ -311,6 +313,18 @@ LogicalResult PipelineOp::verifyRegions() {
                  << e.microbatch << " runs before its forward";
         ++bwdCount[{f, e.microbatch}];
       }
+      if (e.kind == ExpandedEvent::BackwardWeight) {
+        // sK_bwdw runs after the input half sK_bwd of the same microbatch.
+        std::string f = cast<BackwardWeightOp>(e.op).getFunc().str();
+        wFuncs.insert(f);
+        std::string half = StringRef(f).ends_with("_bwdw")
+                               ? f.substr(0, f.size() - 5) + "_bwd"
+                               : f;
+        if (!bwdCount.count({half, e.microbatch}))
+          return e.op->emitOpError("weight-gradient half of microbatch ")
+                 << e.microbatch << " runs before its input-gradient half";
+        ++wCount[{f, e.microbatch}];
+      }
       if (e.kind != ExpandedEvent::Send && e.kind != ExpandedEvent::Recv)
         continue;
       // The peer is a pipeline stage; with chunks, stage q runs on device
@@ -333,10 +347,14 @@ LogicalResult PipelineOp::verifyRegions() {
                             peer->second, e.channel, e.microbatch,
                             typeString(type), where});
     }
-    if (fwdFuncs.size() != bwdFuncs.size())
+    if (fwdFuncs.size() != bwdFuncs.size() ||
+        (!wFuncs.empty() && wFuncs.size() != bwdFuncs.size()))
       return program.emitOpError("runs the forwards of ")
              << fwdFuncs.size() << " stages but the backwards of "
-             << bwdFuncs.size();
+             << bwdFuncs.size()
+             << (wFuncs.empty() ? std::string()
+                                : " and the weight halves of " +
+                                      std::to_string(wFuncs.size()));
     for (int64_t k = 0; k < total; ++k) {
       int want = k % r == program.getReplica() ? 1 : 0;
       auto count = [&](const auto &counts, const std::set<std::string> &fns) {
@@ -352,6 +370,10 @@ LogicalResult PipelineOp::verifyRegions() {
         return found < 0 ? 0 : found;
       };
       int fwdRuns = count(fwdCount, fwdFuncs), bwdRuns = count(bwdCount, bwdFuncs);
+      if (!wFuncs.empty() && count(wCount, wFuncs) != want)
+        return program.emitOpError("must run the weight-gradient half of "
+                                   "microbatch ")
+               << k << " " << want << " time(s)";
       if (fwdRuns != want || bwdRuns != want)
         return program.emitOpError("must run ")
                << (want ? "exactly one forward and one backward" : "no forward "

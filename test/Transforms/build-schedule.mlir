@@ -38,7 +38,7 @@
 // GPIPE:     pipe.backward @s0_bwd
 // GPIPE: pipe.program "rank1" stage 1 slots 3 {
 
-// UNKNOWN: unknown schedule 'zigzag' (available: gpipe, 1f1b-flush, 1f1b, 2bw, interleaved)
+// UNKNOWN: unknown schedule 'zigzag' (available: gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, zb-h1)
 // NOFUNCS: expected @sK_fwd, @sK_bwd and @sK_step for every stage; run --pipe-split-stages and --nn-autodiff first
 
 // Replicated stages (1F1B-RR): one program per replica, replica j running
@@ -87,3 +87,17 @@
 // IL-NOT: pipe.program
 // RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=3 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=interleaved microbatches=2 chunks=2" 2>&1 | FileCheck %s --check-prefix=ILDIV
 // ILDIV: the interleaved schedule places 2 chunks on every device, but the model has 3 stages
+
+// Zero bubble (zb-h1): each backward is split into its input-gradient half
+// (@sK_bwd, which returns the values the other half needs: pipe.carry) and
+// its weight-gradient half (@sK_bwdw, pipe.backward_weight), deferred so
+// that a microbatch stays stashed until its W: min(p, m) slots everywhere.
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=zb-h1 microbatches=4" --pipe-verify-schedule | FileCheck %s --check-prefix=ZB
+// ZB: func.func @s0_bwd({{.*}}pipe.grad_from{{.*}}) -> (tensor<4x5xf32> {pipe.carry = 0 : i64})
+// ZB: func.func @s0_bwdw(%{{.*}}: tensor<4x6xf32> {pipe.fwd_arg = 0 : i64}, %{{.*}}: tensor<4x5xf32> {pipe.carried = 0 : i64})
+// ZB: ml_program.global_store
+// ZB: pipe.program "rank0" stage 0 slots 2 {
+// ZB:   pipe.backward @s0_bwd mb %[[M:.*]]
+// ZB-NEXT: pipe.backward_weight @s0_bwdw mb %[[M]]
+// ZB: pipe.program "rank1" stage 1 slots 2 {
+// ZB:   pipe.backward_weight @s1_bwdw

@@ -449,12 +449,15 @@ def main():
     # Replicated stages (1F1B-RR: microbatch k on replica k mod r, gradients
     # all-reduced over the replicas before the update), uneven counts too;
     # DAPPLE's warm-up policy B; Megatron's interleaved schedule with v
-    # chunks per device (p*v stages; Adam checks one update count per rank).
+    # chunks per device (p*v stages; Adam checks one update count per rank);
+    # zero bubble (zb-h1: backward split into input and weight halves).
     configs += [(2, "1f1b-flush", 4, ("--replicas", "2,1")), (2, "gpipe", 4, ("--replicas", "1,2")),
                 (2, "1f1b-flush", 8, ("--replicas", "2,2")), (3, "1f1b-flush", 8, ("--replicas", "1,3,1")),
                 (4, "1f1b-flush", 8, ("--warmup", "B")),
                 (2, "interleaved", 4, ("--chunks", "2")), (2, "interleaved", 8, ("--chunks", "3")),
-                (4, "interleaved", 8, ("--chunks", "2"))]
+                (4, "interleaved", 8, ("--chunks", "2")),
+                (2, "zb-h1", 4, None), (4, "zb-h1", 8, None), (4, "zb-h1", 2, None),
+                (2, "zb-h1", 4, ("--replicas", "2,1"))]
 
     def extra_label(extra):
         return "" if not extra else "-" + extra[0].lstrip("-") + extra[1].replace(",", "")

@@ -476,8 +476,9 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
                              "split into them)", "1")
       .opt("--batch", "global batch (default: the model's batch dimension)")
       .opt("--schedule", "gpipe, 1f1b-flush (synchronous), 1f1b (PipeDream, "
-                         "weight stashing), 2bw (PipeDream-2BW) or interleaved "
-                         "(Megatron, with --chunks)", "1f1b-flush")
+                         "weight stashing), 2bw (PipeDream-2BW), interleaved "
+                         "(Megatron, with --chunks) or zb-h1 (zero bubble)",
+           "1f1b-flush")
       .opt("--profile", "pipec.profile/1 with measured op times for planning")
       .opt("--device", "analytic cost model when no profile: cpu, v100, a100, "
                        "h100", "cpu")
@@ -521,13 +522,7 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   if (!kind)
     return fail("compile", "unknown --schedule '" + o.schedule +
                                "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
-                               "interleaved)", 2);
-  if (*kind == ScheduleKind::ZeroBubbleH1)
-    return fail("compile", "--schedule " + o.schedule +
-                               " can be planned and simulated (pipec plan, "
-                               "pipec simulate) but not compiled yet; compiled "
-                               "schedules: gpipe, 1f1b-flush, 1f1b, 2bw, "
-                               "interleaved", 2);
+                               "interleaved, zb-h1)", 2);
   if (a.has("--replicas")) {
     std::string list = a.get("--replicas");
     for (llvm::StringRef part : llvm::split(list, ',')) {

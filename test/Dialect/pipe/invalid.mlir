@@ -244,3 +244,22 @@ module {
     }
   }
 }
+
+// -----
+
+// Zero bubble: the weight half of a microbatch needs its input half first.
+module {
+  func.func @s0_fwd(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  func.func @s0_bwd(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  func.func @s0_bwdw(%x: tensor<2xf32>) { return }
+  pipe.pipeline microbatches 1 schedule "zb-h1" {
+    pipe.program "rank0" stage 0 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.forward @s0_fwd mb %c0
+      // expected-error @+1 {{weight-gradient half of microbatch 0 runs before its input-gradient half}}
+      pipe.backward_weight @s0_bwdw mb %c0
+      pipe.backward @s0_bwd mb %c0
+      pipe.step @s0_fwd
+    }
+  }
+}
