@@ -118,7 +118,7 @@ struct PipeBuildSchedulePass
     }
     if (continuous && replicated) {
       module.emitError("replicated stages are compiled for the synchronous "
-                       "schedules (gpipe, 1f1b-flush) only, not '")
+                       "schedules (gpipe, 1f1b-flush, zb-h1) only, not '")
           << schedule << "'";
       return signalPassFailure();
     }

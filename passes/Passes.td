@@ -89,7 +89,7 @@ def NNAutodiffPass : Pass<"nn-autodiff", "mlir::ModuleOp"> {
 def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
   let summary = "Materialises the pipeline schedule as one pipe.program per rank.";
   let description = [{
-    Synchronous schedules (gpipe, 1f1b-flush) use the generators of
+    Synchronous schedules (gpipe, 1f1b-flush, interleaved, zb-h1) use the generators of
     lib/Schedule to emit, per stage, receives, forward/backward runs and
     sends in schedule order (steady state as scf.for loops), then a flush
     and the optimizer step. The continuous schedules emit one window of a

@@ -274,7 +274,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   if (o.resume) {
     if (ctx.continuous)
       throw RtError("--resume is supported for the synchronous schedules "
-                    "(gpipe, 1f1b-flush); a " + desc.schedule +
+                    "(gpipe, 1f1b-flush, interleaved, zb-h1); a " + desc.schedule +
                     " checkpoint holds the live weights while microbatches "
                     "are in flight, so a resumed run would not equal an "
                     "uninterrupted one");

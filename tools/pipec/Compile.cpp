@@ -483,7 +483,7 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .opt("--device", "analytic cost model when no profile: cpu, v100, a100, "
                        "h100", "cpu")
       .opt("--replicas", "replicas per stage, comma-separated (1F1B-RR with a "
-                         "gradient all-reduce; gpipe and 1f1b-flush), e.g. "
+                         "gradient all-reduce; gpipe, 1f1b-flush, zb-h1), e.g. "
                          "2,1; one number applies to every stage")
       .opt("--chunks", "interleaved: model chunks per device (v); the model "
                        "is split into stages x chunks pipeline stages", "1")

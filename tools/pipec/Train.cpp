@@ -281,7 +281,7 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
                             "summary (JSON; {stage} is replaced)")
       .opt("--mpirun", "MPI launcher", "mpirun")
       .flag("--resume", "continue from the latest checkpoint up to step "
-                        "--steps (gpipe, 1f1b-flush: bit-identical to an "
+                        "--steps (synchronous schedules: bit-identical to an "
                         "uninterrupted run)")
       .flag("--no-weight-stashing", "1f1b only: backwards read the live "
                                     "weights (PipeDream's ablation)")
