@@ -41,6 +41,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/JSON.h"
 
 #include <map>
@@ -660,6 +661,17 @@ func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
   return fn;
 }
 
+/// The microbatch operand (null if none) and the stage function a pipe op
+/// names (empty if none).
+static std::pair<Value, StringRef> microbatchAndCallee(Operation *op) {
+  return llvm::TypeSwitch<Operation *, std::pair<Value, StringRef>>(op)
+      .Case<pipe::SendOp, pipe::RecvOp, pipe::ForwardOp, pipe::BackwardOp,
+            pipe::BackwardWeightOp, pipe::StepOp>([](auto o) {
+        return std::make_pair(Value(o.getMicrobatch()), o.getFunc());
+      })
+      .Default([](Operation *) { return std::make_pair(Value(), StringRef()); });
+}
+
 LogicalResult StageLowering::emitProgram() {
   MLIRContext *ctx = module.getContext();
   Type ptr = ptrType(ctx);
@@ -698,19 +710,7 @@ LogicalResult StageLowering::emitProgram() {
     // pipec_rt_global_mb, and the op runs only when it is >= 0 (inside the
     // run).
     Value rel, mb, slot;
-    Value microbatch;
-    if (auto mbOp = dyn_cast<pipe::SendOp>(op))
-      microbatch = mbOp.getMicrobatch();
-    else if (auto mbOp = dyn_cast<pipe::RecvOp>(op))
-      microbatch = mbOp.getMicrobatch();
-    else if (auto mbOp = dyn_cast<pipe::ForwardOp>(op))
-      microbatch = mbOp.getMicrobatch();
-    else if (auto mbOp = dyn_cast<pipe::BackwardOp>(op))
-      microbatch = mbOp.getMicrobatch();
-    else if (auto mbOp = dyn_cast<pipe::BackwardWeightOp>(op))
-      microbatch = mbOp.getMicrobatch();
-    else if (auto mbOp = dyn_cast<pipe::StepOp>(op))
-      microbatch = mbOp.getMicrobatch();
+    auto [microbatch, callee] = microbatchAndCallee(op);
     if (microbatch) {
       rel = arith::IndexCastOp::create(pb, loc, i64t, microbatch);
       mb = rel;
@@ -744,19 +744,6 @@ LogicalResult StageLowering::emitProgram() {
                                              arena})
           .getResult(0);
     };
-    StringRef callee;
-    if (auto send = dyn_cast<pipe::SendOp>(op))
-      callee = send.getFunc();
-    else if (auto recv = dyn_cast<pipe::RecvOp>(op))
-      callee = recv.getFunc();
-    else if (auto f = dyn_cast<pipe::ForwardOp>(op))
-      callee = f.getFunc();
-    else if (auto bw = dyn_cast<pipe::BackwardOp>(op))
-      callee = bw.getFunc();
-    else if (auto bww = dyn_cast<pipe::BackwardWeightOp>(op))
-      callee = bww.getFunc();
-    else if (auto st = dyn_cast<pipe::StepOp>(op))
-      callee = st.getFunc();
     auto [chunk, plan] = funcPlan(callee);
     if (!callee.empty() && !chunk)
       return op->emitError("references a function of no stage of this rank");

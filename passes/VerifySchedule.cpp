@@ -36,10 +36,12 @@ using namespace pipec;
 
 namespace {
 
-pipe::PipelineOp findPipeline(ModuleOp module) {
+/// The module's pipeline, or an error (null) when it has none.
+pipe::PipelineOp requirePipeline(ModuleOp module) {
   for (Operation &op : *module.getBody())
     if (auto p = dyn_cast<pipe::PipelineOp>(op))
       return p;
+  module.emitError("no pipe.pipeline; run --pipe-build-schedule first");
   return {};
 }
 
@@ -64,12 +66,8 @@ struct PipeVerifySchedulePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    pipe::PipelineOp pipeline = findPipeline(module);
-    if (!pipeline) {
-      module.emitError("no pipe.pipeline; run --pipe-build-schedule first");
-      return signalPassFailure();
-    }
-    if (failed(mlir::verify(pipeline)))
+    pipe::PipelineOp pipeline = requirePipeline(module);
+    if (!pipeline || failed(mlir::verify(pipeline)))
       return signalPassFailure();
     auto kind = parseScheduleKind(pipeline.getSchedule().str());
     if (!kind) {
@@ -172,11 +170,9 @@ struct PipePlanMemoryPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    pipe::PipelineOp pipeline = findPipeline(module);
-    if (!pipeline) {
-      module.emitError("no pipe.pipeline; run --pipe-build-schedule first");
+    pipe::PipelineOp pipeline = requirePipeline(module);
+    if (!pipeline)
       return signalPassFailure();
-    }
     SmallVector<pipe::ProgramOp> programs;
     for (Operation &op : pipeline.getBody().front())
       if (auto p = dyn_cast<pipe::ProgramOp>(op))
