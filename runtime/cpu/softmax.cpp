@@ -17,6 +17,7 @@
 ///
 //===----------------------------------------------------------------------===//
 
+#include "cpu/fastmath.h"
 #include "pipec_rt.h"
 
 #include <algorithm>
@@ -41,20 +42,28 @@ void softmaxRow(const float *x, float *y, int64_t n, bool isLog) {
   float mx = x[0];
   for (int64_t d = 1; d < n; ++d)
     mx = std::max(mx, x[d]);
+  // The exponentials in a loop that vectorises, then their sum in double.
+  // Log-softmax keeps them in a block buffer (y may alias x, which it
+  // still reads); softmax stores them in y and normalises in place.
   double sum = 0;
   if (isLog) {
-    for (int64_t d = 0; d < n; ++d)
-      sum += std::exp(x[d] - mx);
+    float e[kBlock];
+    for (int64_t d0 = 0; d0 < n; d0 += kBlock) {
+      const int64_t nb = std::min(kBlock, n - d0);
+      for (int64_t k = 0; k < nb; ++k)
+        e[k] = pipec::cpu::polyExp(x[d0 + k] - mx);
+      for (int64_t k = 0; k < nb; ++k)
+        sum += e[k];
+    }
     double lse = double(mx) + std::log(sum);
     for (int64_t d = 0; d < n; ++d)
       y[d] = float(double(x[d]) - lse);
     return;
   }
-  for (int64_t d = 0; d < n; ++d) {
-    float e = std::exp(x[d] - mx);
-    y[d] = e;
-    sum += e;
-  }
+  for (int64_t d = 0; d < n; ++d)
+    y[d] = pipec::cpu::polyExp(x[d] - mx);
+  for (int64_t d = 0; d < n; ++d)
+    sum += y[d];
   float inv = float(1.0 / sum);
   for (int64_t d = 0; d < n; ++d)
     y[d] *= inv;
@@ -73,10 +82,17 @@ void softmaxPanel(const float *x, float *y, int64_t dim, int64_t inner,
   for (int64_t d = 1; d < dim; ++d)
     for (int64_t j = 0; j < nb; ++j)
       mx[j] = std::max(mx[j], x[d * inner + j]);
+  // As in softmaxRow: log-softmax must not overwrite x (y may alias it)
+  // before the last pass.
+  float e[kBlock];
+  for (int64_t d = 0; d < dim; ++d) {
+    float *out = isLog ? e : y + d * inner;
+    for (int64_t j = 0; j < nb; ++j)
+      out[j] = pipec::cpu::polyExp(x[d * inner + j] - mx[j]);
+    for (int64_t j = 0; j < nb; ++j)
+      sum[j] += out[j];
+  }
   if (isLog) {
-    for (int64_t d = 0; d < dim; ++d)
-      for (int64_t j = 0; j < nb; ++j)
-        sum[j] += std::exp(x[d * inner + j] - mx[j]);
     for (int64_t j = 0; j < nb; ++j)
       sum[j] = double(mx[j]) + std::log(sum[j]); // log-sum-exp
     for (int64_t d = 0; d < dim; ++d)
@@ -84,12 +100,6 @@ void softmaxPanel(const float *x, float *y, int64_t dim, int64_t inner,
         y[d * inner + j] = float(double(x[d * inner + j]) - sum[j]);
     return;
   }
-  for (int64_t d = 0; d < dim; ++d)
-    for (int64_t j = 0; j < nb; ++j) {
-      float e = std::exp(x[d * inner + j] - mx[j]);
-      y[d * inner + j] = e;
-      sum[j] += e;
-    }
   float inv[kBlock];
   for (int64_t j = 0; j < nb; ++j)
     inv[j] = float(1.0 / sum[j]);
@@ -116,7 +126,7 @@ void softmaxGradPanel(const float *y, const float *dy, float *dx, int64_t dim,
     for (int64_t d = 0; d < dim; ++d)
       for (int64_t j = 0; j < nb; ++j) {
         int64_t k = d * inner + j;
-        dx[k] = dy[k] - std::exp(y[k]) * s[j];
+        dx[k] = dy[k] - pipec::cpu::polyExp(y[k]) * s[j];
       }
     return;
   }
