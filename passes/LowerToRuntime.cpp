@@ -519,6 +519,7 @@ void StageLowering::emitDeclarations() {
   declare("pipec_rt_feed", {ptr, i64t, i64t, ptr}, {});
   declare("pipec_rt_send", {ptr, i64t, i64t, i64t, ptr, i64t}, {});
   declare("pipec_rt_recv", {ptr, i64t, i64t, i64t, ptr, i64t}, {});
+  declare("pipec_rt_recv_post", {ptr, i64t, i64t, i64t, i64t}, {});
   declare("pipec_rt_flush", {ptr}, {});
   declare("pipec_rt_loss", {ptr, i64t, ptr}, {});
   declare("pipec_rt_loss_seed", {ptr, ptr}, {});
@@ -681,6 +682,36 @@ LogicalResult StageLowering::emitProgram() {
   Block *entry = fn.addEntryBlock();
   Value ctxArg = entry->getArgument(0), arena = entry->getArgument(1);
   OpBuilder ob = OpBuilder::atBlockEnd(entry);
+  // Synchronous schedules: first post every receive of the step
+  // (pipec_rt_recv_post: MPI_Irecv into a staging buffer), so that messages
+  // arrive while this rank computes; the program's receives then wait for
+  // them and copy them into place. The posting pass is the program with
+  // everything but its receives removed (loops and index arithmetic stay).
+  if (!continuous) {
+    IRMapping postMap;
+    for (Operation &op : program.getBody().front())
+      ob.clone(op, postMap);
+    SmallVector<Operation *> postOps;
+    for (Operation &op : *entry)
+      op.walk([&](Operation *inner) {
+        if (isa<pipe::PipeDialect>(inner->getDialect()))
+          postOps.push_back(inner);
+      });
+    for (Operation *op : postOps) {
+      if (auto recv = dyn_cast<pipe::RecvOp>(op)) {
+        OpBuilder pb(op);
+        Location loc = op->getLoc();
+        Value mb = arith::IndexCastOp::create(pb, loc, pb.getI64Type(),
+                                              recv.getMicrobatch());
+        func::CallOp::create(
+            pb, loc, "pipec_rt_recv_post", TypeRange{},
+            ValueRange{ctxArg, i64(pb, loc, recv.getPeer()),
+                       i64(pb, loc, recv.getChannel()), mb,
+                       i64(pb, loc, nn::tensorBytes(recv.getType()))});
+      }
+      op->erase();
+    }
+  }
   IRMapping map;
   for (Operation &op : program.getBody().front())
     ob.clone(op, map);

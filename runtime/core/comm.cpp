@@ -119,6 +119,36 @@ extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
   });
 }
 
+extern "C" void pipec_rt_recv_post(pipec_ctx *ctx, int64_t peer,
+                                   int64_t channel, int64_t mb, int64_t bytes) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_recv_post");
+    if (!c.options.prefetch)
+      return;
+    auto [rank, tag] = route(c, "pipec_rt_recv_post", peer, channel, mb, bytes);
+    auto key = std::make_tuple(peer, channel, mb);
+    if (c.postedRecvs.count(key))
+      throw RtError("pipec_rt_recv_post: the receive from " +
+                    linkName(peer, channel, mb) + " is already posted");
+    pipec_ctx::PostedRecv posted;
+    posted.bytes = bytes;
+    posted.data.reset(new char[size_t(std::max<int64_t>(bytes, 1))]);
+    int64_t offset = 0;
+    do {
+      int count = int(std::min(bytes - offset, kChunkBytes));
+      MPI_Request request;
+      mpiCheck(MPI_Irecv(posted.data.get() + offset, count, MPI_BYTE, rank, tag,
+                         MPI_COMM_WORLD, &request),
+               "MPI_Irecv from " + linkName(peer, channel, mb));
+      posted.requests.push_back(request);
+      offset += count;
+    } while (offset < bytes);
+    c.postedRecvs.emplace(key, std::move(posted));
+    c.postedBytes += bytes;
+    c.postedBytesPeak = std::max(c.postedBytesPeak, c.postedBytes);
+  });
+}
+
 extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
                               int64_t mb, void *dst, int64_t bytes) {
   guarded([&] {
@@ -127,6 +157,41 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
     if (bytes > 0 && !dst)
       throw RtError("pipec_rt_recv: null destination buffer");
     c.timeline.begin(Timeline::Recv, mb, c.step);
+    auto posted = c.postedRecvs.find(std::make_tuple(peer, channel, mb));
+    if (posted != c.postedRecvs.end()) {
+      pipec_ctx::PostedRecv &p = posted->second;
+      if (p.bytes != bytes)
+        throw RtError("pipec_rt_recv: " + std::to_string(bytes) +
+                      " bytes expected from " + linkName(peer, channel, mb) +
+                      " but " + std::to_string(p.bytes) + " were posted");
+      std::vector<MPI_Status> statuses(p.requests.size());
+      int rc = MPI_Waitall(int(p.requests.size()), p.requests.data(),
+                           statuses.data());
+      if (rc != MPI_SUCCESS)
+        throw RtError("pipec_rt_recv: receiving from " +
+                      linkName(peer, channel, mb) +
+                      " failed (a message larger than the " +
+                      std::to_string(bytes) +
+                      " bytes expected? sender and receiver disagree on the "
+                      "tensor size)");
+      int64_t got = 0;
+      for (MPI_Status &st : statuses) {
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        got += count;
+      }
+      if (got != bytes)
+        throw RtError("pipec_rt_recv: received " + std::to_string(got) +
+                      " bytes from " + linkName(peer, channel, mb) +
+                      " but expected " + std::to_string(bytes) +
+                      " (sender and receiver disagree on the tensor size)");
+      if (bytes > 0)
+        std::memcpy(dst, p.data.get(), size_t(bytes));
+      c.postedBytes -= bytes;
+      c.postedRecvs.erase(posted);
+      c.timeline.end(Timeline::Recv);
+      return;
+    }
     int64_t offset = 0;
     do {
       int expected = int(std::min(bytes - offset, kChunkBytes));

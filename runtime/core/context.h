@@ -22,7 +22,9 @@
 
 #include "core/mpi_c.h"
 
+#include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 struct pipec_ctx {
@@ -68,6 +70,16 @@ struct pipec_ctx {
     std::unique_ptr<char[]> data;
   };
   std::vector<PendingSend> pendingSends;
+
+  /// Receives posted ahead (pipec_rt_recv_post), by (peer, channel, mb).
+  struct PostedRecv {
+    std::vector<MPI_Request> requests;
+    std::unique_ptr<char[]> data;
+    int64_t bytes = 0;
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t>, PostedRecv> postedRecvs;
+  /// Most bytes of posted receives held at once (staging memory).
+  int64_t postedBytes = 0, postedBytesPeak = 0;
 
   pipec::rt::Profiler profiler;
   pipec::rt::Timeline timeline;

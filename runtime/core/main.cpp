@@ -456,6 +456,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     summary["versioned_bytes"] = desc.versionedBytes;
     summary["weight_versions_peak"] = ctx.versions.peakVersions();
     summary["weight_copy_bytes"] = ctx.versions.copyBytes();
+    summary["posted_recv_bytes_peak"] = ctx.postedBytesPeak;
     struct rusage usage;
     if (getrusage(RUSAGE_SELF, &usage) == 0)
       summary["max_rss_bytes"] = int64_t(usage.ru_maxrss) * 1024;

@@ -86,7 +86,7 @@ std::string usageText(const char *argv0) {
          "       [--checkpoint-every N] [--profile-out PATH] "
          "[--profile-warmup N] [--status-dir DIR]\n"
          "       [--trace PATH] [--summary-out PATH] [--resume] [--no-weight-stashing] "
-         "[--vertical-sync] [--quiet]\n"
+         "[--vertical-sync] [--prefetch] [--quiet]\n"
          "  --manifest PATH        the build's manifest (default: "
          "manifest.json "
          "beside the executable)\n"
@@ -119,6 +119,10 @@ std::string usageText(const char *argv0) {
          "(the ablation\n"
          "                         PipeDream compares against; not a valid "
          "gradient)\n"
+         "  --prefetch             synchronous schedules: post the step's "
+         "receives at its start\n"
+         "                         (staging buffers) instead of receiving "
+         "at the point of use\n"
          "  --vertical-sync        1f1b only: every stage uses the input stage's "
          "weight version\n"
          "                         for a minibatch (PipeDream's vertical "
@@ -187,6 +191,8 @@ Options parseOptions(int argc, char **argv) {
       noValue(), o.resume = true;
     else if (flag == "--no-weight-stashing")
       noValue(), o.noWeightStashing = true;
+    else if (flag == "--prefetch")
+      noValue(), o.prefetch = true;
     else if (flag == "--vertical-sync")
       noValue(), o.verticalSync = true;
     else if (flag == "--quiet")

@@ -56,6 +56,8 @@ struct Options {
   bool resume = false;
   /// PipeDream ablation: 1f1b backwards read the live weights.
   bool noWeightStashing = false;
+  /// Post the step's receives at its start (synchronous schedules).
+  bool prefetch = false;
   /// PipeDream vertical sync for 1f1b.
   bool verticalSync = false;
   bool quiet = false;

@@ -316,8 +316,16 @@ void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel, int64_t mb,
                    const void *src, int64_t bytes);
 
 /// Blocking receive matching pipec_rt_send(…, this stage, channel, mb, …).
+/// When the same message was posted by pipec_rt_recv_post, waits for it and
+/// copies it from the staging buffer.
 void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel, int64_t mb,
                    void *dst, int64_t bytes);
+
+/// Posts the receive of a message that a later pipec_rt_recv of this step
+/// takes (MPI_Irecv into a staging buffer), so that it arrives while the
+/// rank computes. A no-op unless the run has --prefetch.
+void pipec_rt_recv_post(pipec_ctx *ctx, int64_t peer, int64_t channel,
+                        int64_t mb, int64_t bytes);
 
 /// Waits until every send of this step has completed.
 void pipec_rt_flush(pipec_ctx *ctx);

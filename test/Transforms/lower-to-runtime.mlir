@@ -19,8 +19,13 @@
 // CHECK-LABEL: func.func private @pipec_s1_step
 // CHECK: call @pipec_k_sgd(
 // CHECK: call @pipec_k_fill(
-// The schedule program: receive, feed labels, forward, record the loss ...
+// The schedule program: first the step's receives posted ahead (a no-op
+// unless the run has --prefetch), then receive, feed labels, forward, record
+// the loss ...
 // CHECK-LABEL: func.func @pipec_program
+// CHECK: scf.for
+// CHECK:   call @pipec_rt_recv_post(
+// CHECK-NOT: call @pipec_s1_fwd(
 // CHECK: scf.for
 // CHECK:   call @pipec_rt_recv(
 // CHECK:   call @pipec_rt_feed(

@@ -565,6 +565,34 @@ def main():
     except Exception as exc:
         report(False, label, f"{type(exc).__name__}: {exc}")
 
+    # -- receives posted ahead (--prefetch): the same numbers -------------------
+    for stages, sched, mb in ((4, "1f1b-flush", 8), (2, "gpipe", 4)):
+        label = f"prefetch s{stages}-{sched}-mb{mb}"
+        try:
+            build = os.path.join(runs_dir, f"s{stages}-{sched}-mb{mb}")
+            if not os.path.exists(os.path.join(build, "manifest.json")):
+                _, build, _ = train_config(stages, sched, mb)
+            out_dir = os.path.join(runs_dir, f"prefetch-s{stages}-{sched}")
+            os.makedirs(out_dir)
+            cmd = train_args(build) + ["--prefetch", "--checkpoint-dir", os.path.join(out_dir, "checkpoints"),
+                                       "--metrics", os.path.join(out_dir, "metrics.jsonl"),
+                                       "--summary-out", os.path.join(out_dir, "summary.json")]
+            rc, o, e, tt = run(cmd)
+            if rc != 0:
+                raise Failure(f"train exit {rc}: {cmd_str(cmd)}: {tail(o + e)}")
+            weights, losses = collect(out_dir)
+            want = results.get(f"s{stages}-{sched}-mb{mb}", baseline[0])
+            ww, wbad = compare_weights(weights, want)
+            with open(os.path.join(out_dir, "summary.stage1.json")) as f:
+                staged = json.load(f)["posted_recv_bytes_peak"]
+            bad = wbad + ([] if staged > 0 else ["no receive was posted ahead"])
+            detail = f"vs the same build without: weights max rel err {ww:.2e}; {staged} bytes staged on stage 1"
+            report(not bad, label, detail if not bad else detail + "; " + "; ".join(bad))
+        except Failure as exc:
+            report(False, label, str(exc))
+        except Exception as exc:
+            report(False, label, f"{type(exc).__name__}: {exc}")
+
     # -- the printed --dry-run command line, executed by a shell ---------------
     stages, sched, mb = 4, "1f1b-flush", 8
     label = f"dry-run-line s{stages}-{sched}-mb{mb}"

@@ -287,6 +287,9 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
                                     "weights (PipeDream's ablation)")
       .flag("--vertical-sync", "1f1b only: every stage uses the input "
                                "stage's weight version for a minibatch")
+      .flag("--prefetch", "post the step's receives at its start (staging "
+                          "buffers; synchronous schedules) instead of "
+                          "receiving each message where it is used")
       .flag("--dry-run", "print the mpirun command instead of running it")
       .flag("--quiet", "no per-step lines");
   if (!a.parse())
@@ -338,6 +341,8 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     stageArgs.push_back("--resume");
   if (a.has("--vertical-sync"))
     stageArgs.push_back("--vertical-sync");
+  if (a.has("--prefetch"))
+    stageArgs.push_back("--prefetch");
   if (a.has("--quiet"))
     stageArgs.push_back("--quiet");
   setBlasThreads(bins.size());
