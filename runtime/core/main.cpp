@@ -61,14 +61,18 @@ std::unique_ptr<char, FreeDeleter> allocateArena(int64_t bytes) {
 }
 
 /// Where this stage writes its profile: a "{stage}" in the path becomes the
-/// stage number; otherwise a multi-stage build inserts ".stageK" before the
-/// extension so that ranks sharing one command line do not collide.
+/// stage number (with "rJ" for replica J of a replicated stage); otherwise a
+/// multi-stage build inserts ".stageK" (".stageKrJ") before the extension so
+/// that ranks sharing one command line do not collide.
 std::string profilePath(const std::string &path, const StageDesc &desc) {
-  std::string stage = std::to_string(desc.stage);
+  // Replicas of one stage write one file each: "2r1" for replica 1.
+  std::string stage = std::to_string(desc.stage) +
+                      (desc.replicas > 1 ? "r" + std::to_string(desc.replica)
+                                         : std::string());
   size_t at = path.find("{stage}");
   if (at != std::string::npos)
     return path.substr(0, at) + stage + path.substr(at + 7);
-  if (desc.numStages == 1)
+  if (desc.numStages == 1 && desc.replicas == 1)
     return path;
   std::filesystem::path p(path);
   return (p.parent_path() /
