@@ -18,7 +18,7 @@ llvm_config.with_system_environment(["HOME", "PATH", "OMPI_ALLOW_RUN_AS_ROOT",
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.pipec_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["pipec-opt", "pipec-translate", "pipec"], tool_dirs)
+llvm_config.add_tool_substitutions(["pipec-opt", "pipec-translate", "pipec-conformance", "pipec"], tool_dirs)
 llvm_config.add_tool_substitutions(["not", "count"], [config.llvm_tools_dir])
 config.substitutions.append(("%python", config.python3))
 config.substitutions.append(("%examples", os.path.join(config.pipec_src_root, "examples")))

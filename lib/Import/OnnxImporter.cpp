@@ -693,6 +693,11 @@ bool Importer::tryFold(const onnx::NodeProto &node, int index, bool &folded) {
       },
       why);
   if (!outs) {
+    // Where with a constant condition and run-time branches becomes mask
+    // arithmetic (emitNode).
+    if (node.op_type() == "Where" && node.input_size() == 3 &&
+        constOf(node.input(0)) && !isWeightName(node.input(0)))
+      return true;
     // Ops with a run-time kernel are converted normally; pure shape ops
     // must fold.
     if (supportedOps().count(node.op_type()) &&
@@ -879,7 +884,9 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
   for (int i = 0; i < node.input_size(); ++i) {
     bool labels = (op == "SoftmaxCrossEntropyLoss" || isTrainingOp(node)) &&
                   i == 1;
-    bool shape = firstInputOnly.count(op) && i >= 1;
+    bool shape = (firstInputOnly.count(op) && i >= 1) ||
+                 (op == "Where" && i == 0); // a constant mask
+
     auto it = types.find(node.input(i));
     if (node.input(i).empty() || labels || shape || it == types.end())
       continue;
@@ -906,7 +913,82 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
   if (handled)
     return true;
 
-  if (op == "Gemm") {
+  if (op == "Where") {
+    // Where(c, X, Y) with a constant condition c and run-time X or Y:
+    //   X * c + Y * (1 - c), where a constant branch enters as the constant
+    //   where(c, X, 0) / where(c, 0, Y) (so that a mask value such as -inf
+    //   is never multiplied by 0). Exact for finite run-time values.
+    auto cond = constOf(node.input(0));
+    Value x = in(1), y = in(2);
+    if (!cond || !x || !y)
+      return error.empty() ? fail(where + ": missing input") : false;
+    Type f32 = b.getF32Type();
+    auto condType = RankedTensorType::get(cond->dims, f32);
+    std::vector<float> keep(size_t(cond->numel())), drop(keep.size());
+    for (size_t i = 0; i < keep.size(); ++i) {
+      keep[i] = cond->real(int64_t(i)) != 0 ? 1.0f : 0.0f;
+      drop[i] = 1.0f - keep[i];
+    }
+    auto constant = [&](RankedTensorType t, ArrayRef<float> v) -> Value {
+      return nn::ConstantOp::create(b, loc,
+                                    cast<ElementsAttr>(DenseElementsAttr::get(t, v)));
+    };
+    auto broadcast = [&](Type a, Type c) {
+      auto at = cast<RankedTensorType>(a), ct = cast<RankedTensorType>(c);
+      int64_t rank = std::max(at.getRank(), ct.getRank());
+      SmallVector<int64_t> dims(rank, 1);
+      for (int64_t k = 0; k < rank; ++k) {
+        int64_t da = k < rank - at.getRank() ? 1 : at.getDimSize(k - (rank - at.getRank()));
+        int64_t dc = k < rank - ct.getRank() ? 1 : ct.getDimSize(k - (rank - ct.getRank()));
+        dims[k] = da == 1 ? dc : da;
+      }
+      return RankedTensorType::get(dims, f32);
+    };
+    // A branch that is a constant (not a trained weight), selected by the
+    // condition, as one constant.
+    auto selectedConstant = [&](int branch) -> Value {
+      const std::string &name = node.input(branch);
+      auto c = isWeightName(name) ? std::nullopt : constOf(name);
+      if (!c)
+        return Value();
+      onnx::NodeProto w;
+      w.set_op_type("Where");
+      for (const char *n : {"c", "x", "y"})
+        w.add_input(n);
+      w.add_output("o");
+      import::ConstTensor zero;
+      zero.isFloat = true;
+      zero.reals = {0.0};
+      std::string why;
+      auto out = import::foldNode(
+          w,
+          [&](int i) -> std::optional<import::ConstTensor> {
+            if (i == 0)
+              return cond;
+            return i == branch ? c : std::optional<import::ConstTensor>(zero);
+          },
+          [](const std::string &) -> std::optional<std::vector<int64_t>> {
+            return std::nullopt;
+          },
+          why);
+      if (!out || out->empty())
+        return Value();
+      const import::ConstTensor &r = out->front();
+      std::vector<float> v(r.reals.begin(), r.reals.end());
+      if (!r.isFloat)
+        for (int64_t i = 0; i < r.numel(); ++i)
+          v.push_back(float(r.ints[size_t(i)]));
+      return constant(RankedTensorType::get(r.dims, f32), v);
+    };
+    Value xs = selectedConstant(1), ys = selectedConstant(2);
+    if (!xs)
+      xs = nn::MulOp::create(b, loc, broadcast(x.getType(), condType), x,
+                             constant(condType, keep));
+    if (!ys)
+      ys = nn::MulOp::create(b, loc, broadcast(y.getType(), condType), y,
+                             constant(condType, drop));
+    result = nn::AddOp::create(b, loc, rt0, xs, ys);
+  } else if (op == "Gemm") {
     if (!need(2))
       return false;
     Value c = in(2);

@@ -129,6 +129,37 @@ def main(out):
                  [f32("x", [1 << 22, 1 << 22])], [f32("y", [1 << 22, 1 << 22])])
     onnx.save(huge, f"{out}/huge.onnx")
 
+    # Where with a constant condition and run-time branches (a causal or
+    # padding mask as exporters write it), as conformance-style cases with
+    # numpy's expected output: a constant -inf mask value, and two run-time
+    # branches with a broadcast condition.
+    rng = np.random.default_rng(11)
+    mask = np.array([[True, False, True, True], [False, True, False, True]])
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    z = rng.standard_normal((3, 2, 4)).astype(np.float32)
+    cases = {
+        "test_where_const_cond_inf_mask": (
+            [helper.make_node("Constant", [], ["minf"], name="mask_value",
+                              value=numpy_helper.from_array(np.array(-np.inf, dtype=np.float32))),
+             helper.make_node("Where", ["c", "x", "minf"], ["y"], name="mask")],
+            [f32("x", [2, 4])], [f32("y", [2, 4])],
+            [numpy_helper.from_array(mask, "c")],
+            [x], np.where(mask, x, np.float32(-np.inf))),
+        "test_where_const_cond_runtime_branches": (
+            [helper.make_node("Where", ["c", "x", "z"], ["y"], name="select")],
+            [f32("x", [2, 4]), f32("z", [3, 2, 4])], [f32("y", [3, 2, 4])],
+            [numpy_helper.from_array(mask[1], "c")],
+            [x, z], np.where(mask[1], x, z)),
+    }
+    for name, (nodes, ins, outs, inits, feeds, expected) in cases.items():
+        d = f"{out}/where_cases/{name}"
+        os.makedirs(f"{d}/test_data_set_0")
+        onnx.save(model(nodes, ins, outs, inits), f"{d}/model.onnx")
+        for i, v in enumerate(feeds):
+            onnx.save_tensor(numpy_helper.from_array(v), f"{d}/test_data_set_0/input_{i}.pb")
+        onnx.save_tensor(numpy_helper.from_array(expected.astype(np.float32)),
+                         f"{d}/test_data_set_0/output_0.pb")
+
     data = tiny.SerializeToString()
     with open(f"{out}/truncated.onnx", "wb") as fh:
         fh.write(data[: len(data) // 2])
