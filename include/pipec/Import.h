@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ struct ImportOptions {
   int64_t batch = 0;
   /// Full static shapes for named inputs (override `batch` for them).
   std::map<std::string, std::vector<int64_t>> inputShapes;
+  /// Float initializers imported as constants instead of trained
+  /// parameters (buffers such as masks or position tables); each must name
+  /// a float initializer of the model.
+  std::set<std::string> frozen;
 };
 
 /// Oldest default-domain opset imported as is; older models are upgraded

@@ -286,7 +286,8 @@ private:
   bool isWeightName(const std::string &name) const {
     auto it = initializers.find(name);
     return it != initializers.end() &&
-           it->second->data_type() == onnx::TensorProto::FLOAT;
+           it->second->data_type() == onnx::TensorProto::FLOAT &&
+           !options.frozen.count(name);
   }
   std::optional<import::ConstTensor> constOf(const std::string &name);
   bool tryFold(const onnx::NodeProto &node, int index, bool &folded);
@@ -547,6 +548,13 @@ bool Importer::specialiseAndInfer() {
     types[init.name()] = vt;
     initializers[init.name()] = &init;
   }
+  for (const std::string &name : options.frozen) {
+    auto it = initializers.find(name);
+    if (it == initializers.end() ||
+        it->second->data_type() != onnx::TensorProto::FLOAT)
+      return fail("--freeze " + name + ": '" + path +
+                  "' has no float initializer of that name");
+  }
   return true;
 }
 
@@ -755,7 +763,7 @@ Value Importer::operand(const onnx::NodeProto &node, int i, int index) {
   bool isWeight = false;
   if (auto it = initializers.find(name); it != initializers.end()) {
     t = it->second;
-    isWeight = true;
+    isWeight = !options.frozen.count(name); // a frozen one is a constant
   } else if (auto it = constantNodes.find(name); it != constantNodes.end()) {
     t = it->second;
   }

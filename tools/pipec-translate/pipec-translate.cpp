@@ -34,6 +34,12 @@ static cl::list<std::string>
                 cl::desc("Static shape of an input: NAME=D0xD1x..."),
                 cl::value_desc("NAME=DIMS"));
 
+static cl::list<std::string>
+    freeze("freeze",
+           cl::desc("Float initializers to import as constants (not trained), "
+                    "comma-separated"),
+           cl::value_desc("NAME,..."), cl::CommaSeparated);
+
 /// Parses NAME=D0xD1... into `shapes`; false on syntax errors.
 static bool parseInputShape(const std::string &spec,
                             std::map<std::string, std::vector<int64_t>> &shapes) {
@@ -62,6 +68,7 @@ int main(int argc, char **argv) {
 
   pipec::ImportOptions options;
   options.batch = batch;
+  options.frozen.insert(freeze.begin(), freeze.end());
   for (const std::string &spec : inputShapes)
     if (!parseInputShape(spec, options.inputShapes)) {
       errs() << "pipec-translate: error: bad --input-shape '" << spec

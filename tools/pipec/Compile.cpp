@@ -238,6 +238,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   ImportOptions importOptions;
   importOptions.batch = microbatch;
   importOptions.inputShapes = o.inputShapes;
+  importOptions.frozen = o.frozen;
   for (auto &[name, shape] : importOptions.inputShapes)
     if (!shape.empty())
       shape[0] = microbatch;
@@ -299,6 +300,8 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   for (int r : o.replicas)
     key += "|r" + std::to_string(r);
   key += "|w" + o.warmup + "|v" + std::to_string(o.chunks);
+  for (const std::string &f : o.frozen)
+    key += "|f" + f;
   std::string buildId = hex64(llvm::xxh3_64bits(llvm::StringRef(key)));
   std::string modelHash =
       hex64(llvm::xxh3_64bits((*bytes)->getBuffer()));
@@ -500,6 +503,9 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .opt("--epsilon", "Adam/Adagrad epsilon", "1e-8")
       .opt("--weight-decay", "L2 weight decay", "0")
       .opt("--input-shape", "static shapes NAME=D0xD1..., comma-separated")
+      .opt("--freeze", "float initializers to keep constant instead of "
+                       "training them (buffers such as masks), "
+                       "comma-separated")
       .flag("--emit-mlir", "also write OUT/pipeline.mlir")
       .flag("--quiet", "no progress lines");
   if (!a.parse())
@@ -558,6 +564,12 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
     return 2;
   o.emitMlir = a.has("--emit-mlir");
   o.quiet = a.has("--quiet");
+  if (a.has("--freeze")) {
+    std::string list = a.get("--freeze");
+    for (llvm::StringRef name : llvm::split(list, ','))
+      if (!name.trim().empty())
+        o.frozen.insert(name.trim().str());
+  }
   if (!parseShapes(a, o.inputShapes, "compile"))
     return 2;
   return compileModel(o);

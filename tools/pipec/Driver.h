@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,6 +82,8 @@ struct CompileOptions {
   /// 1f1b-flush warm-up policy (DAPPLE): "A" or "B".
   std::string warmup = "A";
   std::map<std::string, std::vector<int64_t>> inputShapes;
+  /// Float initializers kept constant (not trained).
+  std::set<std::string> frozen;
   bool emitMlir = false;
   bool quiet = false;
 };
