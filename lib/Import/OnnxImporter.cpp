@@ -23,6 +23,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Verifier.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <onnx/checker.h>
 #include <onnx/defs/schema.h>
@@ -1707,6 +1708,8 @@ bool Importer::emit() {
   return true;
 }
 
+static void fuseErfGelu(ModuleOp module);
+
 OwningOpRef<ModuleOp> Importer::run() {
   ctx.loadDialect<nn::NNDialect, func::FuncDialect,
                   ml_program::MLProgramDialect>();
@@ -1720,7 +1723,88 @@ OwningOpRef<ModuleOp> Importer::run() {
       module->erase();
     return nullptr;
   }
+  fuseErfGelu(module);
   return OwningOpRef<ModuleOp>(module);
+}
+
+/// The value of a splat float constant, or nullopt.
+static std::optional<float> splatValue(Value v) {
+  auto c = v.getDefiningOp<nn::ConstantOp>();
+  if (!c)
+    return std::nullopt;
+  auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+  if (!dense || !dense.isSplat() || !dense.getElementType().isF32())
+    return std::nullopt;
+  return dense.getSplatValue<float>();
+}
+
+/// The erf form of GELU that exporters write for nn.GELU (PyTorch with
+/// approximate='none', opsets before Gelu existed):
+///   Mul(Mul(X, Add(Erf(Div(X, sqrt 2)), 1)), 0.5)
+/// (either operand order of each Mul / Add) becomes one nn.gelu: one
+/// kernel forward and backward instead of five (issue 4's performance
+/// note). Intermediate values used elsewhere keep the graph as it is.
+static void fuseErfGelu(ModuleOp module) {
+  auto near = [](std::optional<float> v, float want) {
+    return v && std::fabs(*v - want) <= 1e-5f * std::fabs(want);
+  };
+  // Returns the operand of a commutative binary op that is not `other`.
+  auto split = [](Operation *op, auto &&isFirst) -> std::pair<Value, Value> {
+    Value a = op->getOperand(0), b = op->getOperand(1);
+    if (isFirst(a))
+      return {a, b};
+    if (isFirst(b))
+      return {b, a};
+    return {Value(), Value()};
+  };
+  SmallVector<nn::MulOp> outers;
+  module.walk([&](nn::MulOp op) { outers.push_back(op); });
+  llvm::DenseSet<Operation *> erased;
+  for (nn::MulOp outer : outers) {
+    if (erased.contains(outer))
+      continue;
+    auto [half, inner] = split(outer, [&](Value v) {
+      return near(splatValue(v), 0.5f);
+    });
+    auto innerMul = inner ? inner.getDefiningOp<nn::MulOp>() : nn::MulOp();
+    if (!innerMul || !inner.hasOneUse())
+      continue;
+    for (int side = 0; side < 2; ++side) {
+      Value x = innerMul->getOperand(side), sum = innerMul->getOperand(1 - side);
+      auto add = sum.getDefiningOp<nn::AddOp>();
+      if (!add || !sum.hasOneUse())
+        continue;
+      auto [one, erfOut] = split(add, [&](Value v) {
+        return near(splatValue(v), 1.0f);
+      });
+      auto erf = erfOut ? erfOut.getDefiningOp<nn::ErfOp>() : nn::ErfOp();
+      if (!erf || !erfOut.hasOneUse())
+        continue;
+      auto div = erf.getInput().getDefiningOp<nn::DivOp>();
+      if (!div || !erf.getInput().hasOneUse() || div.getLhs() != x ||
+          !near(splatValue(div.getRhs()), 1.41421356f) ||
+          x.getType() != outer.getType())
+        continue;
+      OpBuilder b(outer);
+      auto gelu = nn::GeluOp::create(b, outer.getLoc(), x.getType(), x);
+      outer.getResult().replaceAllUsesWith(gelu.getResult());
+      for (Operation *dead : {outer.getOperation(), innerMul.getOperation(),
+                              add.getOperation(), erf.getOperation(),
+                              div.getOperation()}) {
+        erased.insert(dead);
+        dead->erase();
+      }
+      break;
+    }
+  }
+  // Constants left without users.
+  SmallVector<Operation *> unused;
+  module.walk([&](nn::ConstantOp c) {
+    if (c->use_empty())
+      unused.push_back(c);
+  });
+  for (Operation *op : unused)
+    op->erase();
 }
 
 OwningOpRef<ModuleOp> pipec::importOnnxFile(MLIRContext &context,

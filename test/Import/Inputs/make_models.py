@@ -152,13 +152,36 @@ def main(out):
             [x, z], np.where(mask[1], x, z)),
     }
     for name, (nodes, ins, outs, inits, feeds, expected) in cases.items():
-        d = f"{out}/where_cases/{name}"
+        d = f"{out}/numeric_cases/{name}"
         os.makedirs(f"{d}/test_data_set_0")
         onnx.save(model(nodes, ins, outs, inits), f"{d}/model.onnx")
         for i, v in enumerate(feeds):
             onnx.save_tensor(numpy_helper.from_array(v), f"{d}/test_data_set_0/input_{i}.pb")
         onnx.save_tensor(numpy_helper.from_array(expected.astype(np.float32)),
                          f"{d}/test_data_set_0/output_0.pb")
+
+    # GELU in the erf form exporters write: fused into one nn.gelu; the same
+    # graph with the Erf output also returned stays unfused.
+    def const(name, v):
+        return helper.make_node("Constant", [], [name], name=name,
+                                value=numpy_helper.from_array(np.array(v, dtype=np.float32)))
+    gelu_nodes = [const("sqrt2", 1.4142135381698608), const("one", 1.0), const("half", 0.5),
+                  helper.make_node("Div", ["x", "sqrt2"], ["d"], name="act/Div"),
+                  helper.make_node("Erf", ["d"], ["e"], name="act/Erf"),
+                  helper.make_node("Add", ["e", "one"], ["a"], name="act/Add"),
+                  helper.make_node("Mul", ["x", "a"], ["m"], name="act/Mul"),
+                  helper.make_node("Mul", ["m", "half"], ["y"], name="act/Mul_1")]
+    onnx.save(model(gelu_nodes, [f32("x", [2, 8])], [f32("y", [2, 8])]), f"{out}/erf_gelu.onnx")
+    import math
+    gx = (np.random.default_rng(12).standard_normal((2, 8)) * 3).astype(np.float32)
+    gy = np.array([[0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in row] for row in gx.astype(np.float64)])
+    d = f"{out}/numeric_cases/test_erf_gelu_fused"
+    os.makedirs(f"{d}/test_data_set_0")
+    onnx.save(model(gelu_nodes, [f32("x", [2, 8])], [f32("y", [2, 8])]), f"{d}/model.onnx")
+    onnx.save_tensor(numpy_helper.from_array(gx), f"{d}/test_data_set_0/input_0.pb")
+    onnx.save_tensor(numpy_helper.from_array(gy.astype(np.float32)), f"{d}/test_data_set_0/output_0.pb")
+    onnx.save(model(gelu_nodes, [f32("x", [2, 8])], [f32("y", [2, 8]), f32("e", [2, 8])]),
+              f"{out}/erf_gelu_shared.onnx")
 
     data = tiny.SerializeToString()
     with open(f"{out}/truncated.onnx", "wb") as fh:
