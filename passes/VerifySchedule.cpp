@@ -23,7 +23,6 @@
 #include "mlir/IR/Verifier.h"
 
 #include <map>
-#include <set>
 
 namespace pipec {
 #define GEN_PASS_DEF_PIPEVERIFYSCHEDULEPASS
@@ -85,33 +84,31 @@ struct PipeVerifySchedulePass
       if (failed(pipe::expandRun(program, m, shape.positions, continuous,
                                  events)))
         return signalPassFailure();
-      // Peak of (stage function, microbatch) pairs between a forward and
-      // its backward: the stash slots the rank needs.
-      std::set<std::pair<std::string, int64_t>> inflight;
-      std::set<std::string> chunks;
-      int64_t peak = 0;
-      // With split backwards a microbatch stays until its weight half.
-      bool split = llvm::any_of(events, [](const pipe::ExpandedEvent &e) {
-        return e.kind == pipe::ExpandedEvent::BackwardWeight;
-      });
+      // The run as lib/Schedule ops (chunk: the stage among this rank's, by
+      // its forward function), whose peakInflight is the number of stash
+      // slots the rank needs.
+      std::map<std::string, int> chunks;
+      std::vector<SchedOp> ops;
       for (const pipe::ExpandedEvent &e : events) {
+        StringRef func;
+        PassKind passKind;
         if (e.kind == pipe::ExpandedEvent::Forward) {
-          std::string f = cast<pipe::ForwardOp>(e.op).getFunc().str();
-          chunks.insert(f);
-          inflight.insert({f, e.microbatch});
-          peak = std::max<int64_t>(peak, int64_t(inflight.size()));
-        } else if (e.kind == pipe::ExpandedEvent::Backward && !split) {
-          std::string f = cast<pipe::BackwardOp>(e.op).getFunc().str();
-          if (StringRef(f).ends_with("_bwd"))
-            f = f.substr(0, f.size() - 4) + "_fwd";
-          inflight.erase({f, e.microbatch});
+          func = cast<pipe::ForwardOp>(e.op).getFunc();
+          passKind = PassKind::Forward;
+        } else if (e.kind == pipe::ExpandedEvent::Backward) {
+          func = cast<pipe::BackwardOp>(e.op).getFunc();
+          passKind = PassKind::Backward;
         } else if (e.kind == pipe::ExpandedEvent::BackwardWeight) {
-          std::string f = cast<pipe::BackwardWeightOp>(e.op).getFunc().str();
-          if (StringRef(f).ends_with("_bwdw"))
-            f = f.substr(0, f.size() - 5) + "_fwd";
-          inflight.erase({f, e.microbatch});
+          func = cast<pipe::BackwardWeightOp>(e.op).getFunc();
+          passKind = PassKind::BackwardWeight;
+        } else {
+          continue;
         }
+        int chunk = chunks.try_emplace(pipe::forwardFuncOf(func), chunks.size())
+                        .first->second;
+        ops.push_back({passKind, e.microbatch, chunk});
       }
+      const int64_t peak = peakInflight(ops);
       if (peak > program.getSlots()) {
         program.emitError("stashes up to ")
             << peak << " microbatches but has " << program.getSlots()

@@ -24,6 +24,8 @@
 #define GET_OP_CLASSES
 #include "dialects/pipe/PipeOps.h.inc"
 
+#include <string>
+
 namespace pipec::pipe {
 
 /// Attribute names used on stage functions and their arguments/results.
@@ -70,6 +72,16 @@ mlir::LogicalResult expandRun(ProgramOp program, int64_t m, int64_t stages,
                               llvm::SmallVectorImpl<ExpandedEvent> &events);
 /// Microbatches of the run expandRun simulates.
 int64_t expandedMicrobatches(int64_t m, int64_t stages, bool continuous);
+
+/// The forward function a backward (half) belongs to, by the naming of
+/// --nn-autodiff and --pipe-build-schedule: sK_bwd and sK_bwdw belong to
+/// sK_fwd. Other names map to themselves.
+inline std::string forwardFuncOf(llvm::StringRef func) {
+  for (llvm::StringRef suffix : {"_bwdw", "_bwd"})
+    if (func.ends_with(suffix))
+      return (func.drop_back(suffix.size()) + "_fwd").str();
+  return func.str();
+}
 
 } // namespace pipec::pipe
 

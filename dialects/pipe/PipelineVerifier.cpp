@@ -277,10 +277,19 @@ LogicalResult PipelineOp::verifyRegions() {
       return failure();
     const int64_t r = replicasOf[program.getStage()];
     bool reduced = false;
-    // Runs per (stage function, microbatch): a rank runs one stage, or the
-    // v chunks of an interleaved pipeline, each once per microbatch it owns.
-    std::map<std::pair<std::string, int64_t>, int> fwdCount, bwdCount, wCount;
-    std::set<std::string> fwdFuncs, bwdFuncs, wFuncs;
+    // Runs per (stage, microbatch) of each kind, keyed by the stage's
+    // forward function: a rank runs one stage, or the v chunks of an
+    // interleaved pipeline, each once per microbatch it owns. A program
+    // with one forward function may name its backward freely.
+    enum { F, B, W };
+    std::map<std::pair<std::string, int64_t>, int> runs[3];
+    std::set<std::string> stages[3];
+    auto keyOf = [&](StringRef func) {
+      std::string key = forwardFuncOf(func);
+      if (!stages[F].count(key) && stages[F].size() == 1)
+        key = *stages[F].begin();
+      return key;
+    };
     for (auto [i, e] : llvm::enumerate(events)) {
       if (e.kind == ExpandedEvent::AllReduce)
         reduced = true;
@@ -293,37 +302,26 @@ LogicalResult PipelineOp::verifyRegions() {
         reduced = false;
       }
       if (e.kind == ExpandedEvent::Forward) {
-        std::string f = cast<ForwardOp>(e.op).getFunc().str();
-        fwdFuncs.insert(f);
-        ++fwdCount[{f, e.microbatch}];
+        std::string key = cast<ForwardOp>(e.op).getFunc().str();
+        stages[F].insert(key);
+        ++runs[F][{key, e.microbatch}];
       }
       if (e.kind == ExpandedEvent::Backward) {
-        std::string f = cast<BackwardOp>(e.op).getFunc().str();
-        bwdFuncs.insert(f);
-        // sK_bwd belongs to sK_fwd.
-        std::string fwdName = f;
-        if (StringRef(f).ends_with("_bwd"))
-          fwdName = f.substr(0, f.size() - 4) + "_fwd";
-        if (fwdFuncs.count(fwdName) && !fwdCount.count({fwdName, e.microbatch}))
+        std::string key = keyOf(cast<BackwardOp>(e.op).getFunc());
+        if (!runs[F].count({key, e.microbatch}))
           return e.op->emitOpError("backward of microbatch ")
                  << e.microbatch << " runs before its forward";
-        if (!fwdFuncs.count(fwdName) && fwdFuncs.size() == 1 &&
-            !fwdCount.count({*fwdFuncs.begin(), e.microbatch}))
-          return e.op->emitOpError("backward of microbatch ")
-                 << e.microbatch << " runs before its forward";
-        ++bwdCount[{f, e.microbatch}];
+        stages[B].insert(key);
+        ++runs[B][{key, e.microbatch}];
       }
       if (e.kind == ExpandedEvent::BackwardWeight) {
-        // sK_bwdw runs after the input half sK_bwd of the same microbatch.
-        std::string f = cast<BackwardWeightOp>(e.op).getFunc().str();
-        wFuncs.insert(f);
-        std::string half = StringRef(f).ends_with("_bwdw")
-                               ? f.substr(0, f.size() - 5) + "_bwd"
-                               : f;
-        if (!bwdCount.count({half, e.microbatch}))
+        // The weight half runs after the input half of the same microbatch.
+        std::string key = keyOf(cast<BackwardWeightOp>(e.op).getFunc());
+        if (!runs[B].count({key, e.microbatch}))
           return e.op->emitOpError("weight-gradient half of microbatch ")
                  << e.microbatch << " runs before its input-gradient half";
-        ++wCount[{f, e.microbatch}];
+        stages[W].insert(key);
+        ++runs[W][{key, e.microbatch}];
       }
       if (e.kind != ExpandedEvent::Send && e.kind != ExpandedEvent::Recv)
         continue;
@@ -347,39 +345,39 @@ LogicalResult PipelineOp::verifyRegions() {
                             peer->second, e.channel, e.microbatch,
                             typeString(type), where});
     }
-    if (fwdFuncs.size() != bwdFuncs.size() ||
-        (!wFuncs.empty() && wFuncs.size() != bwdFuncs.size()))
+    if (stages[B] != stages[F] || (!stages[W].empty() && stages[W] != stages[F]))
       return program.emitOpError("runs the forwards of ")
-             << fwdFuncs.size() << " stages but the backwards of "
-             << bwdFuncs.size()
-             << (wFuncs.empty() ? std::string()
-                                : " and the weight halves of " +
-                                      std::to_string(wFuncs.size()));
+             << stages[F].size() << " stages but the backwards of "
+             << stages[B].size()
+             << (stages[W].empty() ? std::string()
+                                   : " and the weight halves of " +
+                                         std::to_string(stages[W].size()));
     for (int64_t k = 0; k < total; ++k) {
       int want = k % r == program.getReplica() ? 1 : 0;
-      auto count = [&](const auto &counts, const std::set<std::string> &fns) {
-        int found = -1;
-        for (const std::string &f : fns) {
-          auto it = counts.find({f, k});
-          int n = it == counts.end() ? 0 : it->second;
-          if (n != want || found < 0)
-            found = n;
+      // The first stage whose count of `kind` differs (else `want`); a
+      // program without forwards runs nothing.
+      auto found = [&](int kind) {
+        if (stages[F].empty())
+          return 0;
+        for (const std::string &key : stages[F]) {
+          auto it = runs[kind].find({key, k});
+          int n = it == runs[kind].end() ? 0 : it->second;
           if (n != want)
-            break;
+            return n;
         }
-        return found < 0 ? 0 : found;
+        return want;
       };
-      int fwdRuns = count(fwdCount, fwdFuncs), bwdRuns = count(bwdCount, bwdFuncs);
-      if (!wFuncs.empty() && count(wCount, wFuncs) != want)
+      if (!stages[W].empty() && found(W) != want)
         return program.emitOpError("must run the weight-gradient half of "
                                    "microbatch ")
                << k << " " << want << " time(s)";
+      int fwdRuns = found(F), bwdRuns = found(B);
       if (fwdRuns != want || bwdRuns != want)
         return program.emitOpError("must run ")
                << (want ? "exactly one forward and one backward" : "no forward "
                           "or backward (another replica owns it)")
                << " of microbatch " << k
-               << (fwdFuncs.size() > 1 ? " per chunk" : "") << " (found "
+               << (stages[F].size() > 1 ? " per chunk" : "") << " (found "
                << fwdRuns << " and " << bwdRuns << ")";
     }
     if (continuous &&
