@@ -111,6 +111,13 @@ struct PipeBuildSchedulePass
       return signalPassFailure();
     }
     bool replicated = llvm::any_of(replicaCounts, [](int r) { return r != 1; });
+    // Split replicas (DAPPLE): each replica runs the unreplicated stage's
+    // program on its slice of every microbatch.
+    const bool split = splitSamples > 0;
+    if (splitSamples < 0) {
+      module.emitError("split-samples must be >= 0, got ") << int(splitSamples);
+      return signalPassFailure();
+    }
     if (chunks > 1 && replicated) {
       module.emitError("replicated stages are not combined with the "
                        "interleaved schedule yet");
@@ -123,7 +130,14 @@ struct PipeBuildSchedulePass
       return signalPassFailure();
     }
     for (auto [s, r] : llvm::enumerate(replicaCounts))
-      if (r < 1 || r > microbatches) {
+      if (split && (r < 1 || r > splitSamples)) {
+        module.emitError("stage ")
+            << s << " has " << r << " replicas; each replica needs at least "
+            << "one of the " << int(splitSamples)
+            << " samples of a microbatch (split replicas: replica j runs "
+               "samples [j*b/r, (j+1)*b/r) of every microbatch)";
+        return signalPassFailure();
+      } else if (!split && (r < 1 || r > microbatches)) {
         module.emitError("stage ")
             << s << " has " << r << " replicas; each replica needs at least "
             << "one of the " << int(microbatches)
@@ -147,7 +161,8 @@ struct PipeBuildSchedulePass
     }
     if (!continuous) {
       ScheduleOptions options;
-      options.replicas = replicaCounts;
+      if (!split)
+        options.replicas = replicaCounts;
       options.chunks = int(chunks);
       options.warmup = warmup == "B" ? WarmupPolicy::B : WarmupPolicy::A;
       ScheduleResult result =
@@ -156,9 +171,14 @@ struct PipeBuildSchedulePass
         module.emitError("cannot build the schedule: ") << result.error;
         return signalPassFailure();
       }
-      replicaCounts = result.replicas;
+      if (!split)
+        replicaCounts = result.replicas;
+      else if (replicaCounts.empty())
+        replicaCounts.assign(size_t(devices), 1);
       for (const RankSchedule &r : result.ranks)
-        rankPrograms.push_back({r.stage, r.replica, r.schedule});
+        for (int j = 0; j < (split ? replicaCounts[r.stage] : 1); ++j)
+          rankPrograms.push_back(
+              {r.stage, split ? j : r.replica, r.schedule});
     } else {
       replicaCounts.assign(numStages, 1);
       for (int64_t s = 0; s < numStages; ++s)
@@ -182,7 +202,8 @@ struct PipeBuildSchedulePass
     Location loc = module.getLoc();
     auto pipeline = pipe::PipelineOp::create(
         b, loc, b.getI64IntegerAttr(microbatches),
-        b.getStringAttr(scheduleKindName(*kind)));
+        b.getStringAttr(scheduleKindName(*kind)),
+        split ? b.getI64IntegerAttr(splitSamples) : IntegerAttr());
     pipeline.getBody().emplaceBlock();
     b.setInsertionPointToEnd(&pipeline.getBody().front());
 

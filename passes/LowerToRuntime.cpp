@@ -756,7 +756,9 @@ LogicalResult StageLowering::emitProgram() {
       }
       // Replica j of r owns microbatches j, j + r, ...: its local index
       // mb / r picks the slot.
-      Value local = replicas > 1 ? arith::DivUIOp::create(
+      // (Split replicas run every microbatch: slot mb mod slots.)
+      Value local = replicas > 1 && !pipeline.getSplitSamples()
+                        ? arith::DivUIOp::create(
                                        pb, loc, mb, i64(pb, loc, replicas))
                                        .getResult()
                                  : mb;
@@ -908,6 +910,10 @@ std::string StageLowering::stageMeta() {
     }
     feeds.push_back(std::move(f));
   }
+  // Split replicas: this binary's tensors hold its slice; the microbatch
+  // is the pipeline's.
+  if (auto split = pipeline.getSplitSamples())
+    microbatch = *split;
   if (microbatch == 0)
     for (Type t : chunks.front()->fwd.fn.getArgumentTypes())
       if (auto tt = cast<RankedTensorType>(t); tt.getRank() > 0) {
@@ -970,6 +976,7 @@ std::string StageLowering::stageMeta() {
                     {"microbatch", microbatch},
                     {"global_batch", microbatch * m},
                     {"schedule", pipeline.getSchedule().str()},
+                    {"replica_split", pipeline.getSplitSamples().has_value()},
                     {"slots", slots},
                     {"versioned_bytes", chunks.front()->versionedBytes},
                     {"arena_bytes", arenaBytes()},

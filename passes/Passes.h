@@ -37,6 +37,10 @@ struct TrainingPipelineOptions {
   int chunks = 1;
   /// 1f1b-flush warm-up policy "A" or "B" (DAPPLE).
   std::string warmup = "A";
+  /// Split replicas (DAPPLE): samples per microbatch; 0 = 1F1B-RR.
+  int splitSamples = 0;
+  /// A fixed cut (last layer per stage) instead of the balanced planner.
+  std::vector<int> cuts;
 };
 
 /// Adds annotate-costs, plan, split-stages, autodiff, build-schedule.

@@ -39,6 +39,8 @@ def PipePlanPass : Pass<"pipe-plan", "mlir::ModuleOp"> {
            "balanced, pipedream, dapple, madpipe, twobw, interleaved, exhaustive, auto">,
     Option<"topologyFile", "topology", "std::string", "\"\"",
            "pipec.topology/1 for the papers' planners (default: `stages` devices)">,
+    ListOption<"last", "last", "int",
+               "a fixed cut: the last layer of every stage (overrides the algorithm)">,
   ];
   let dependentDialects = ["::pipec::pipe::PipeDialect"];
 }
@@ -113,6 +115,8 @@ def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
            "1f1b-flush warm-up policy: A (p-s-1 forwards) or B (2(p-s-1), DAPPLE)">,
     ListOption<"replicas", "replicas", "int",
                "replicas per stage (1F1B-RR, synchronous schedules; default 1 each)">,
+    Option<"splitSamples", "split-samples", "int", "0",
+           "split replicas (DAPPLE): every replica runs a slice of each microbatch of this many samples (0: 1F1B-RR)">,
   ];
   let dependentDialects = ["::pipec::pipe::PipeDialect", "::mlir::scf::SCFDialect",
                            "::mlir::arith::ArithDialect"];

@@ -20,7 +20,11 @@ using namespace mlir;
 void pipec::buildTrainingPipeline(OpPassManager &pm,
                                   const TrainingPipelineOptions &o) {
   pm.addPass(createNNAnnotateCostsPass({o.profile, o.device}));
-  pm.addPass(createPipePlanPass({o.stages, "balanced"}));
+  PipePlanPassOptions plan;
+  plan.stages = o.stages;
+  plan.algorithm = "balanced";
+  plan.last.assign(o.cuts.begin(), o.cuts.end());
+  pm.addPass(createPipePlanPass(plan));
   pm.addPass(createPipeSplitStagesPass());
   pm.addPass(createNNAutodiffPass({o.loss, o.optimizer, o.momentum, o.beta1,
                                    o.beta2, o.epsilon, o.weightDecay}));
@@ -30,6 +34,7 @@ void pipec::buildTrainingPipeline(OpPassManager &pm,
   schedule.warmup = o.warmup;
   schedule.chunks = o.chunks;
   schedule.replicas.assign(o.replicas.begin(), o.replicas.end());
+  schedule.splitSamples = o.splitSamples;
   pm.addPass(createPipeBuildSchedulePass(schedule));
   pm.addPass(createPipeVerifySchedulePass());
   pm.addPass(createPipePlanMemoryPass());

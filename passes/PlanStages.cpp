@@ -69,7 +69,30 @@ struct PipePlanPass : public pipec::impl::PipePlanPassBase<PipePlanPass> {
     }
 
     PlanResult result;
-    if (algorithm == "balanced") {
+    if (!last.empty()) {
+      // A given cut (e.g. the one planned for the full microbatch, reused
+      // for the slices of split replicas).
+      result.ok = true;
+      result.plan.algorithm = "fixed";
+      int first = 0;
+      for (int l : last) {
+        result.plan.stages.push_back({first, l, 1, {}});
+        first = l + 1;
+      }
+      std::string bad = validatePlan(result.plan, int(layers.size()));
+      if (!bad.empty() || first != int(layers.size()) ||
+          int(last.size()) != stages) {
+        module.emitError("the fixed cut (last layers ")
+            << llvm::join(llvm::map_range(last, [](int l) {
+                            return std::to_string(l);
+                          }),
+                          ",")
+            << ") does not split the " << layers.size() << " layers into "
+            << stages.getValue() << " stages" << (bad.empty() ? "" : ": ")
+            << bad;
+        return signalPassFailure();
+      }
+    } else if (algorithm == "balanced") {
       result = planBalanced(profile, stages);
     } else {
       // The papers' planners choose stages (and replicas) for a topology:

@@ -120,15 +120,17 @@ struct PipeVerifySchedulePass
       // to back); 1f1b-flush may use DAPPLE's warm-up policy A or B.
       ScheduleOptions options;
       options.chunks = std::max<int>(1, int(chunks.size()));
+      // Split replicas run the unreplicated stage's program each.
+      const bool split = pipeline.getSplitSamples().has_value();
       for (auto &[position, r] : shape.replicas)
-        options.replicas.push_back(r);
+        options.replicas.push_back(split ? 1 : r);
       const int64_t run =
           pipe::expandedMicrobatches(m, shape.positions, continuous);
       auto closed = [&](WarmupPolicy policy) {
         options.warmup = policy;
         return closedFormInflight(*kind, int(shape.positions),
                                   int(program.getStage()), run, options,
-                                  int(program.getReplica()));
+                                  split ? 0 : int(program.getReplica()));
       };
       int64_t closedA = closed(WarmupPolicy::A);
       int64_t closedB = *kind == ScheduleKind::OneFOneBFlush

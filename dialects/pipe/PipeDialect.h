@@ -73,6 +73,15 @@ mlir::LogicalResult expandRun(ProgramOp program, int64_t m, int64_t stages,
 /// Microbatches of the run expandRun simulates.
 int64_t expandedMicrobatches(int64_t m, int64_t stages, bool continuous);
 
+/// Split replicas (pipe.pipeline split_samples b): the samples
+/// [first, first + size) of a microbatch of `b` that replica `j` of `r`
+/// runs, first = floor(j*b/r). The runtime computes the same slices.
+inline std::pair<int64_t, int64_t> replicaSlice(int64_t b, int64_t r,
+                                                int64_t j) {
+  int64_t first = j * b / r;
+  return {first, (j + 1) * b / r - first};
+}
+
 /// The forward function a backward (half) belongs to, by the naming of
 /// --nn-autodiff and --pipe-build-schedule: sK_bwd and sK_bwdw belong to
 /// sK_fwd. Other names map to themselves.

@@ -71,9 +71,10 @@ def Pipe_PipelineOp : Pipe_Op<"pipeline", [NoTerminator, SingleBlock,
     }
     ```
   }];
-  let arguments = (ins I64Attr:$microbatches, StrAttr:$schedule);
+  let arguments = (ins I64Attr:$microbatches, StrAttr:$schedule,
+                       OptionalAttr<I64Attr>:$split_samples);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "`microbatches` $microbatches `schedule` $schedule attr-dict-with-keyword $body";
+  let assemblyFormat = "`microbatches` $microbatches `schedule` $schedule (`split_samples` $split_samples^)? attr-dict-with-keyword $body";
   let hasRegionVerifier = 1;
 }
 
@@ -97,6 +98,13 @@ def Pipe_ProgramOp : Pipe_Op<"program", [NoTerminator, SingleBlock,
     local microbatch k / r uses slot (k / r) mod slots, a message to a
     replicated stage goes to the replica that owns its microbatch, and
     `pipe.allreduce` sums the gradients of the replicas before the update.
+
+    When the pipeline has `split_samples b` (DAPPLE, dapple.md §4), every
+    replica runs every microbatch instead, on its slice of the b samples:
+    replica j of r holds samples [floor(j*b/r), floor((j+1)*b/r)); a
+    message goes to every replica of the peer stage whose slice overlaps
+    the sender's (the overlapping rows), slot k mod slots holds microbatch
+    k, and `pipe.allreduce` sums the slices' gradients.
   }];
   let arguments = (ins StrAttr:$rank_name, I64Attr:$stage,
                        DefaultValuedAttr<I64Attr, "0">:$replica,

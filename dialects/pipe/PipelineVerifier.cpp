@@ -260,6 +260,18 @@ LogicalResult PipelineOp::verifyRegions() {
                        "schedules only, not '")
            << getSchedule() << "'";
   const int64_t numStages = int64_t(replicasOf.size());
+  // Split replicas: every replica runs a slice of every microbatch.
+  const int64_t split = getSplitSamples().value_or(0);
+  if (getSplitSamples()) {
+    if (continuous || split < 1)
+      return emitOpError("split_samples needs a synchronous schedule and at "
+                         "least one sample");
+    for (auto [stage, r] : replicasOf)
+      if (r > split)
+        return emitOpError("stage ")
+               << stage << " has " << r << " replicas but a microbatch has "
+               << split << " samples to split among them";
+  }
   const int64_t total = expandedMicrobatches(m, numStages, continuous);
   // Local checks first (referenced functions, indices, types), so that a
   // broken op is reported as such rather than as a communication error.
@@ -332,18 +344,30 @@ LogicalResult PipelineOp::verifyRegions() {
       if (e.stage < 0 || peerReplicas == replicasOf.end())
         return e.op->emitOpError("peer stage ")
                << e.stage << " has no program in this pipeline";
-      // A replicated peer: the replica that owns the microbatch.
-      auto peer = rankOf.find({device, e.microbatch % peerReplicas->second});
+      // A replicated peer: the replica that owns the microbatch, or with
+      // split replicas every replica whose slice overlaps this one's.
+      SmallVector<int64_t> peerReplicaIds;
+      if (split) {
+        auto [first, size] = replicaSlice(split, r, program.getReplica());
+        for (int64_t j = 0; j < peerReplicas->second; ++j) {
+          auto [pFirst, pSize] = replicaSlice(split, peerReplicas->second, j);
+          if (std::max(first, pFirst) < std::min(first + size, pFirst + pSize))
+            peerReplicaIds.push_back(j);
+        }
+      } else {
+        peerReplicaIds.push_back(e.microbatch % peerReplicas->second);
+      }
       Type type = isa<SendOp>(e.op) ? cast<SendOp>(e.op).getType()
                                     : cast<RecvOp>(e.op).getType();
       std::string where;
       llvm::raw_string_ostream os(where);
       os << program.getRankName() << " (" << e.op->getLoc() << ")";
-      comm[rank].push_back({e.kind == ExpandedEvent::Send
-                                ? pipec::CommEvent::Send
-                                : pipec::CommEvent::Recv,
-                            peer->second, e.channel, e.microbatch,
-                            typeString(type), where});
+      for (int64_t j : peerReplicaIds)
+        comm[rank].push_back({e.kind == ExpandedEvent::Send
+                                  ? pipec::CommEvent::Send
+                                  : pipec::CommEvent::Recv,
+                              rankOf.find({device, j})->second, e.channel,
+                              e.microbatch, typeString(type), where});
     }
     if (stages[B] != stages[F] || (!stages[W].empty() && stages[W] != stages[F]))
       return program.emitOpError("runs the forwards of ")
@@ -353,7 +377,7 @@ LogicalResult PipelineOp::verifyRegions() {
                                    : " and the weight halves of " +
                                          std::to_string(stages[W].size()));
     for (int64_t k = 0; k < total; ++k) {
-      int want = k % r == program.getReplica() ? 1 : 0;
+      int want = split || k % r == program.getReplica() ? 1 : 0;
       // The first stage whose count of `kind` differs (else `want`); a
       // program without forwards runs nothing.
       auto found = [&](int kind) {

@@ -53,6 +53,10 @@ struct Plan {
   int microbatches = 1;
   int64_t microbatchSize = 1;
   int chunks = 1;
+  /// How replicated stages share a batch: false = 1F1B-RR (whole
+  /// microbatches round robin), true = DAPPLE (every replica runs a slice of
+  /// every microbatch; plan.json "replica_mode": "split").
+  bool splitReplicas = false;
   std::vector<StagePlan> stages;
   PlanPrediction predicted;
   /// Every plan that was scored to pick this one (plan.json `candidates`);

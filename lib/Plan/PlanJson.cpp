@@ -1,7 +1,7 @@
 //===- PlanJson.cpp - plan.json (pipec.plan/1) reader and writer ----------===//
 //
 // `pipec.plan/1` (DESIGN.md §7): algorithm, schedule, microbatches,
-// microbatch, chunks, stages [{first_op, last_op, replicas, devices}],
+// microbatch, chunks, replica_mode ("split" or absent), stages [{first_op, last_op, replicas, devices}],
 // predicted {iteration_s, samples_per_s, bubble_fraction,
 // stage_memory_bytes} and candidates (the same summary per scored plan).
 //
@@ -36,6 +36,8 @@ ordered_json planBody(const Plan &plan) {
   body["microbatches"] = plan.microbatches;
   body["microbatch"] = plan.microbatchSize;
   body["chunks"] = plan.chunks;
+  if (plan.splitReplicas)
+    body["replica_mode"] = "split";
   ordered_json stages = ordered_json::array();
   for (const StagePlan &stage : plan.stages) {
     ordered_json entry;
@@ -174,6 +176,13 @@ bool parsePlanBody(const json &obj, const std::string &path, Plan &plan,
   plan.microbatches = *microbatches;
   plan.microbatchSize = *microbatch;
   plan.chunks = *chunks;
+  if (auto mode = obj.find("replica_mode"); mode != obj.end()) {
+    if (!mode->is_string() || (*mode != "rr" && *mode != "split")) {
+      reader.error = path + ": 'replica_mode' must be \"rr\" or \"split\"";
+      return false;
+    }
+    plan.splitReplicas = *mode == "split";
+  }
 
   auto stages = obj.find("stages");
   if (stages == obj.end() || !stages->is_array() || stages->empty()) {

@@ -65,6 +65,46 @@ std::pair<int, int> route(const pipec_ctx &ctx, const char *fn, int64_t peer,
   return {ranks[size_t(mb) % ranks.size()], int(tag)};
 }
 
+/// One piece of a message: `bytes` bytes at `offset` of the buffer, to or
+/// from `rank`.
+struct Fragment {
+  int rank;
+  int64_t offset, bytes;
+};
+
+/// The pieces of a tensor of `bytes` bytes exchanged with `peer`: the whole
+/// tensor with the owning replica, or with split replicas the rows of the
+/// samples this rank's slice shares with each replica of the peer stage
+/// (tensors sent between stages are sample-major: the compiler checks it).
+std::vector<Fragment> fragments(const pipec_ctx &ctx, const char *fn,
+                                int64_t peer, int64_t channel, int64_t mb,
+                                int64_t bytes, int &tag) {
+  auto [rank, t] = route(ctx, fn, peer, channel, mb, bytes);
+  tag = t;
+  const StageDesc &d = ctx.desc;
+  if (!d.replicaSplit)
+    return {{rank, 0, bytes}};
+  if (bytes % d.sliceSize != 0)
+    throw RtError(std::string(fn) + ": " + std::to_string(bytes) +
+                  " bytes for " + linkName(peer, channel, mb) +
+                  " do not divide into the " + std::to_string(d.sliceSize) +
+                  " samples of this replica's slice");
+  const int64_t perSample = bytes / d.sliceSize;
+  const std::vector<int> &ranks =
+      ctx.stageRanks[size_t(peer % d.numStages)];
+  const int64_t r = int64_t(ranks.size());
+  std::vector<Fragment> out;
+  for (int64_t j = 0; j < r; ++j) {
+    auto [first, size] = replicaSlice(d.microbatch, r, j);
+    int64_t lo = std::max(first, d.sliceFirst);
+    int64_t hi = std::min(first + size, d.sliceFirst + d.sliceSize);
+    if (lo < hi)
+      out.push_back({ranks[size_t(j)], (lo - d.sliceFirst) * perSample,
+                     (hi - lo) * perSample});
+  }
+  return out;
+}
+
 } // namespace
 
 pipec_ctx &checkedContext(pipec_ctx *ctx, const char *function) {
@@ -95,7 +135,9 @@ extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
                               int64_t mb, const void *src, int64_t bytes) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_send");
-    auto [rank, tag] = route(c, "pipec_rt_send", peer, channel, mb, bytes);
+    int tag = 0;
+    std::vector<Fragment> pieces =
+        fragments(c, "pipec_rt_send", peer, channel, mb, bytes, tag);
     if (bytes > 0 && !src)
       throw RtError("pipec_rt_send: null source buffer");
     c.timeline.begin(Timeline::Send, mb, c.step);
@@ -103,16 +145,18 @@ extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
     if (bytes > 0)
       std::memcpy(copy.get(), src, size_t(bytes));
     pipec_ctx::PendingSend pending;
-    int64_t offset = 0;
-    do {
-      int count = int(std::min(bytes - offset, kChunkBytes));
-      MPI_Request request;
-      mpiCheck(MPI_Isend(copy.get() + offset, count, MPI_BYTE, rank, tag,
-                         MPI_COMM_WORLD, &request),
-               "MPI_Isend to " + linkName(peer, channel, mb));
-      pending.requests.push_back(request);
-      offset += count;
-    } while (offset < bytes);
+    for (const Fragment &f : pieces) {
+      int64_t offset = 0;
+      do {
+        int count = int(std::min(f.bytes - offset, kChunkBytes));
+        MPI_Request request;
+        mpiCheck(MPI_Isend(copy.get() + f.offset + offset, count, MPI_BYTE,
+                           f.rank, tag, MPI_COMM_WORLD, &request),
+                 "MPI_Isend to " + linkName(peer, channel, mb));
+        pending.requests.push_back(request);
+        offset += count;
+      } while (offset < f.bytes);
+    }
     pending.data = std::move(copy);
     c.pendingSends.push_back(std::move(pending));
     c.timeline.end(Timeline::Send);
@@ -123,7 +167,8 @@ extern "C" void pipec_rt_recv_post(pipec_ctx *ctx, int64_t peer,
                                    int64_t channel, int64_t mb, int64_t bytes) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_recv_post");
-    if (!c.options.prefetch)
+    // (Split replicas receive a message in pieces: not prefetched.)
+    if (!c.options.prefetch || c.desc.replicaSplit)
       return;
     auto [rank, tag] = route(c, "pipec_rt_recv_post", peer, channel, mb, bytes);
     auto key = std::make_tuple(peer, channel, mb);
@@ -153,7 +198,9 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
                               int64_t mb, void *dst, int64_t bytes) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_recv");
-    auto [rank, tag] = route(c, "pipec_rt_recv", peer, channel, mb, bytes);
+    int tag = 0;
+    std::vector<Fragment> pieces =
+        fragments(c, "pipec_rt_recv", peer, channel, mb, bytes, tag);
     if (bytes > 0 && !dst)
       throw RtError("pipec_rt_recv: null destination buffer");
     c.timeline.begin(Timeline::Recv, mb, c.step);
@@ -192,24 +239,27 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
       c.timeline.end(Timeline::Recv);
       return;
     }
-    int64_t offset = 0;
-    do {
-      int expected = int(std::min(bytes - offset, kChunkBytes));
-      MPI_Status status;
-      mpiCheck(MPI_Probe(rank, tag, MPI_COMM_WORLD, &status),
-               "MPI_Probe from " + linkName(peer, channel, mb));
-      int count = 0;
-      MPI_Get_count(&status, MPI_BYTE, &count);
-      if (count != expected)
-        throw RtError("pipec_rt_recv: received " + std::to_string(count) +
-                      " bytes from " + linkName(peer, channel, mb) +
-                      " but expected " + std::to_string(expected) +
-                      " (sender and receiver disagree on the tensor size)");
-      mpiCheck(MPI_Recv(static_cast<char *>(dst) + offset, count, MPI_BYTE,
-                        rank, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-               "MPI_Recv from " + linkName(peer, channel, mb));
-      offset += count;
-    } while (offset < bytes);
+    for (const Fragment &f : pieces) {
+      int64_t offset = 0;
+      do {
+        int expected = int(std::min(f.bytes - offset, kChunkBytes));
+        MPI_Status status;
+        mpiCheck(MPI_Probe(f.rank, tag, MPI_COMM_WORLD, &status),
+                 "MPI_Probe from " + linkName(peer, channel, mb));
+        int count = 0;
+        MPI_Get_count(&status, MPI_BYTE, &count);
+        if (count != expected)
+          throw RtError("pipec_rt_recv: received " + std::to_string(count) +
+                        " bytes from " + linkName(peer, channel, mb) +
+                        " but expected " + std::to_string(expected) +
+                        " (sender and receiver disagree on the tensor size)");
+        mpiCheck(MPI_Recv(static_cast<char *>(dst) + f.offset + offset, count,
+                          MPI_BYTE, f.rank, tag, MPI_COMM_WORLD,
+                          MPI_STATUS_IGNORE),
+                 "MPI_Recv from " + linkName(peer, channel, mb));
+        offset += count;
+      } while (offset < f.bytes);
+    }
     c.timeline.end(Timeline::Recv);
   });
 }

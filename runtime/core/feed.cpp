@@ -98,12 +98,14 @@ Feed Feed::fromNpy(FeedSpec spec, int64_t globalBatch,
 
 void Feed::fill(int64_t step, int64_t mb, void *dst) const {
   const int64_t b = feedSpec.shape[0], n = feedSpec.sampleElems;
+  const int64_t full = fullMicrobatch > 0 ? fullMicrobatch : b;
   const bool labels = feedSpec.kind == FeedSpec::Kind::Labels;
   const bool isInt = feedSpec.isInt || labels;
   for (int64_t i = 0; i < b; ++i) {
-    // Global sample index: t * B + mb * b + i.
+    // Global sample index: t * B + mb * b + (slice first) + i.
     uint64_t sample = uint64_t(step) * uint64_t(globalBatch) +
-                      uint64_t(mb) * uint64_t(b) + uint64_t(i);
+                      uint64_t(mb) * uint64_t(full) + uint64_t(sliceFirst) +
+                      uint64_t(i);
     if (synthetic) {
       // syntheticBits with the per-sample prefix hoisted out of the loop.
       uint64_t stream = labels ? 0 : uint64_t(feedSpec.index) + 1;

@@ -9,6 +9,7 @@
 /// description's "feeds" (a model input or the labels). Sample `i` of
 /// microbatch `mb` of step `t` (0-based) is global sample
 ///   s = t * B + mb * b + i          (B global batch, b microbatch),
+/// (plus the slice's first sample with split replicas),
 /// so the data does not depend on how a batch is split into microbatches or
 /// on the number of stages. Sources:
 ///
@@ -64,6 +65,13 @@ public:
   /// Rows in the file (0 for a synthetic feed).
   int64_t rows() const { return numRows; }
 
+  /// Split replicas: this feed holds samples [first, first + shape[0]) of
+  /// every microbatch of `microbatch` samples (default: the whole one).
+  void setSlice(int64_t microbatch, int64_t first) {
+    fullMicrobatch = microbatch;
+    sliceFirst = first;
+  }
+
   /// Writes microbatch `mb` of step `step` (both 0-based): spec().bytes
   /// bytes, f32 for inputs and i64 for labels.
   void fill(int64_t step, int64_t mb, void *dst) const;
@@ -73,6 +81,7 @@ private:
 
   FeedSpec feedSpec;
   int64_t globalBatch;
+  int64_t fullMicrobatch = 0, sliceFirst = 0;
   uint64_t seed = 0;
   bool synthetic = true;
   int64_t numRows = 0;

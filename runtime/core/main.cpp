@@ -159,6 +159,7 @@ void setUpFeeds(pipec_ctx &ctx) {
       ctx.feeds.emplace_back(spec, ctx.desc.globalBatch, o.seed);
     else
       ctx.feeds.push_back(Feed::fromNpy(spec, ctx.desc.globalBatch, file));
+    ctx.feeds.back().setSlice(ctx.desc.microbatch, ctx.desc.sliceFirst);
   }
 }
 
@@ -358,17 +359,22 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
       ctx.profiler.stepCounted();
 
     // The step loss: the mean over all microbatches; each replica of the
-    // loss stage holds those it ran (mb mod replicas == replica).
+    // loss stage holds those it ran (mb mod replicas == replica), or with
+    // split replicas the mean over its slice of every microbatch, weighted
+    // by the slice's share of the samples.
     double partial = 0, loss = 0;
     if (desc.loss) {
+      const double share =
+          double(desc.sliceSize) / double(std::max<int64_t>(desc.microbatch, 1));
       for (int64_t mb = 0; mb < desc.microbatches; ++mb) {
-        bool mine = mb % desc.replicas == desc.replica;
+        bool mine =
+            desc.replicaSplit || mb % desc.replicas == desc.replica;
         if (mine && !ctx.lossRecorded[size_t(mb)])
           throw RtError("the program recorded no loss for microbatch " +
                         std::to_string(mb) +
                         " (pipec_rt_loss must be called once per microbatch)");
         if (mine)
-          partial += double(ctx.losses[size_t(mb)]);
+          partial += share * double(ctx.losses[size_t(mb)]);
       }
     }
     double wall = std::chrono::duration<double>(Clock::now() - start).count();

@@ -65,8 +65,13 @@ extern "C" void pipec_rt_loss_seed(pipec_ctx *ctx, void *dst) {
     // The step loss is the mean of the microbatch losses, except for
     // PipeDream (1f1b), where every microbatch is a minibatch with its own
     // update.
-    *static_cast<float *>(dst) =
-        c.desc.schedule == "1f1b" ? 1.0f : 1.0f / float(c.desc.microbatches);
+    // Split replicas: a replica's loss is the mean over its slice, so its
+    // seed is scaled by the slice's share; the replicas' gradients then sum
+    // to the microbatch's.
+    double seed = c.desc.schedule == "1f1b" ? 1.0 : 1.0 / double(c.desc.microbatches);
+    if (c.desc.replicaSplit)
+      seed *= double(c.desc.sliceSize) / double(c.desc.microbatch);
+    *static_cast<float *>(dst) = float(seed);
   });
 }
 
@@ -84,7 +89,8 @@ extern "C" void pipec_rt_rng(pipec_ctx *ctx, int64_t mb, void *dst) {
     checkPointer(dst, "pipec_rt_rng");
     int64_t *out = static_cast<int64_t *>(dst);
     out[0] = int64_t(c.options.seed);
-    out[1] = c.step * c.desc.globalBatch + mb * c.desc.microbatch;
+    out[1] = c.step * c.desc.globalBatch + mb * c.desc.microbatch +
+             c.desc.sliceFirst;
   });
 }
 

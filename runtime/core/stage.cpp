@@ -15,6 +15,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace pipec {
 namespace rt {
@@ -150,6 +151,14 @@ StageDesc parseStageDesc(const std::string &json) {
   if (d.replica >= d.replicas)
     throw RtError(what + ": replica " + std::to_string(d.replica) +
                   " is not below replicas " + std::to_string(d.replicas));
+  d.replicaSplit = r.boolean("replica_split", false);
+  if (d.replicaSplit && d.replicas > d.microbatch)
+    throw RtError(what + ": " + std::to_string(d.replicas) +
+                  " split replicas but a microbatch has only " +
+                  std::to_string(d.microbatch) + " samples");
+  std::tie(d.sliceFirst, d.sliceSize) =
+      d.replicaSplit ? replicaSlice(d.microbatch, d.replicas, d.replica)
+                     : std::make_pair(int64_t(0), d.microbatch);
   d.versionedBytes =
       r.has("versioned_bytes") ? r.integer("versioned_bytes") : 0;
   d.slots = r.has("slots") ? r.integer("slots", 1) : 1;
@@ -192,11 +201,16 @@ StageDesc parseStageDesc(const std::string &json) {
       std::string kind = named.str("kind");
       std::string dtype = named.str("dtype");
       spec.shape = named.shape("shape");
-      if (spec.shape.empty() || spec.shape[0] != d.microbatch)
+      if (spec.shape.empty() || spec.shape[0] != d.sliceSize)
         throw RtError(what + " feed '" + spec.name +
                       "': the leading dimension of \"shape\" must be the "
                       "microbatch size " +
-                      std::to_string(d.microbatch));
+                      std::to_string(d.microbatch) +
+                      (d.replicaSplit ? " split over " +
+                                            std::to_string(d.replicas) +
+                                            " replicas (" +
+                                            std::to_string(d.sliceSize) + ")"
+                                      : std::string()));
       spec.sampleElems = product(spec.shape, 1);
       if (kind == "input") {
         spec.kind = FeedSpec::Kind::Input;

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pipec {
@@ -77,6 +78,13 @@ struct StageDesc {
   /// This binary runs replica `replica` of `replicas` of its stage
   /// (1F1B-RR: microbatches replica, replica + replicas, ...).
   int64_t replica = 0, replicas = 1;
+  /// Split replicas (DAPPLE, "replica_split"): every replica runs every
+  /// microbatch on its slice of the samples, [sliceFirst, sliceFirst +
+  /// sliceSize) with sliceFirst = floor(replica * microbatch / replicas);
+  /// messages go to the replicas of the peer stage whose slices overlap.
+  /// Otherwise the slice is the whole microbatch.
+  bool replicaSplit = false;
+  int64_t sliceFirst = 0, sliceSize = 0;
   /// Pipeline stages this rank runs (interleaved: v chunks, stage c*p + r
   /// on device position r); messages name stages, which live on position
   /// stage mod num_stages.
@@ -86,6 +94,14 @@ struct StageDesc {
   bool loss = false;
   std::vector<OpSpec> ops;
 };
+
+/// Split replicas: the first sample and the sample count of replica `j` of
+/// `r` in a microbatch of `b` samples (first = floor(j*b/r)).
+inline std::pair<int64_t, int64_t> replicaSlice(int64_t b, int64_t r,
+                                                int64_t j) {
+  int64_t first = j * b / r;
+  return {first, (j + 1) * b / r - first};
+}
 
 /// True for the schedules whose program is one window of a pipeline that
 /// never flushes ("1f1b", "2bw").

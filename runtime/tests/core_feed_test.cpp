@@ -129,6 +129,29 @@ TEST(CoreSyntheticData, IsIndependentOfTheMicrobatchSplit) {
   EXPECT_EQ(x, y);
 }
 
+TEST(CoreSyntheticData, SplitReplicaSlicesTileTheMicrobatch) {
+  // A microbatch of 7 samples over 3 replicas (2, 2, 3 samples): the slices
+  // side by side are the unsplit microbatch, inputs and labels.
+  const int64_t B = 14, b = 7;
+  for (int64_t mb : {0, 1}) {
+    std::vector<float> whole(size_t(b * 5)), tiled(size_t(b * 5));
+    std::vector<int64_t> wholeY(static_cast<size_t>(b)),
+        tiledY(static_cast<size_t>(b));
+    Feed(inputSpec(b, {5}, 0), B, 3).fill(2, mb, whole.data());
+    Feed(labelSpec(b, 10), B, 3).fill(2, mb, wholeY.data());
+    for (int64_t j = 0; j < 3; ++j) {
+      int64_t first = j * b / 3, size = (j + 1) * b / 3 - first;
+      Feed x(inputSpec(size, {5}, 0), B, 3), y(labelSpec(size, 10), B, 3);
+      x.setSlice(b, first);
+      y.setSlice(b, first);
+      x.fill(2, mb, tiled.data() + first * 5);
+      y.fill(2, mb, tiledY.data() + first);
+    }
+    EXPECT_EQ(tiled, whole) << "microbatch " << mb;
+    EXPECT_EQ(tiledY, wholeY) << "microbatch " << mb;
+  }
+}
+
 TEST(CoreSyntheticData, LabelsCoverTheClasses) {
   Feed f(labelSpec(50, 7), 50, 0);
   std::set<int64_t> seen;

@@ -92,6 +92,39 @@ TEST(CoreStageDesc, ParsesTheDocumentedExample) {
   EXPECT_TRUE(d.ops[1].inputs.empty());
 }
 
+TEST(CoreStageDesc, SplitReplicasHoldFloorSlices) {
+  // 7 samples over 3 replicas: [0, 2), [2, 4), [4, 7).
+  Json j = validDesc();
+  j["microbatches"] = 1;
+  j["microbatch"] = 7;
+  j["global_batch"] = 7;
+  j["replicas"] = 3;
+  j["replica_split"] = true;
+  const int64_t first[] = {0, 2, 4}, size[] = {2, 2, 3};
+  for (int r = 0; r < 3; ++r) {
+    j["replica"] = r;
+    j["feeds"][0]["shape"] = {size[r]};
+    StageDesc d = parseStageDesc(j.dump());
+    EXPECT_TRUE(d.replicaSplit);
+    EXPECT_EQ(d.sliceFirst, first[r]);
+    EXPECT_EQ(d.sliceSize, size[r]);
+    EXPECT_EQ(d.feeds[0].bytes, size[r] * 8);
+  }
+  // A feed of the whole microbatch on a split replica is refused.
+  j["feeds"][0]["shape"] = {7};
+  EXPECT_TRUE(contains(descError(j), "split over 3 replicas (3)"));
+  // More replicas than samples.
+  j["replicas"] = 8;
+  j["replica"] = 0;
+  EXPECT_TRUE(contains(descError(j), "8 split replicas but a microbatch has "
+                                     "only 7 samples"));
+  // Without the flag the slice is the whole microbatch.
+  StageDesc rr = parseStageDesc(validDesc().dump());
+  EXPECT_FALSE(rr.replicaSplit);
+  EXPECT_EQ(rr.sliceFirst, 0);
+  EXPECT_EQ(rr.sliceSize, 2);
+}
+
 TEST(CoreStageDesc, RejectsInconsistentDescriptions) {
   Json j = validDesc();
   j["format"] = "pipec.stage/2";

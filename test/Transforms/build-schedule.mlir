@@ -61,6 +61,28 @@
 // RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=4 replicas=2,1" 2>&1 | FileCheck %s --check-prefix=ASYNC
 // ASYNC: replicated stages are compiled for the synchronous schedules (gpipe, 1f1b-flush, zb-h1) only, not '1f1b'
 
+// Split replicas (DAPPLE): every replica runs the unreplicated stage's
+// program on its slice of each microbatch's 6 samples (stage 0 on 3 replicas:
+// 2 samples each), every microbatch in it, slots as without replicas; the
+// verifier routes each message to the replicas whose slices overlap.
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4 replicas=3,1 split-samples=6" --pipe-verify-schedule | FileCheck %s --check-prefix=SPLIT
+// SPLIT: pipe.plan = #pipe.plan<{{.*}}replicas = [3, 1]
+// SPLIT: pipe.pipeline microbatches 4 schedule "1f1b-flush" split_samples 6 {
+// SPLIT: pipe.program "rank0" stage 0 slots 2 {
+// SPLIT:   pipe.allreduce
+// SPLIT: pipe.program "rank1" stage 0 replica 1 slots 2 {
+// SPLIT: pipe.program "rank2" stage 0 replica 2 slots 2 {
+// SPLIT: pipe.program "rank3" stage 1 slots 1 {
+// SPLIT-NOT: pipe.allreduce
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4 replicas=3,1 split-samples=2" 2>&1 | FileCheck %s --check-prefix=SPLITFEW
+// SPLITFEW: stage 0 has 3 replicas; each replica needs at least one of the 2 samples of a microbatch
+
+// A fixed cut (--pipe-plan last=...): what the compiler reuses for slices.
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan="stages=2 last=1,2" | FileCheck %s --check-prefix=CUT
+// CUT: pipe.plan = #pipe.plan<algorithm = "fixed", first = [0, 2], last = [1, 2]
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan="stages=2 last=1,5" 2>&1 | FileCheck %s --check-prefix=BADCUT
+// BADCUT: the fixed cut (last layers 1,5) does not split the 3 layers into 2 stages
+
 // DAPPLE's warm-up policy B: stage s runs 2(p-s-1) forwards before its first
 // backward and stashes min(2(p-s)-1, m) microbatches (3 on stage 0 of 2).
 // RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4 warmup=B" | FileCheck %s --check-prefix=POLB

@@ -458,9 +458,19 @@ def main():
                 (4, "interleaved", 8, ("--chunks", "2")),
                 (2, "zb-h1", 4, None), (4, "zb-h1", 8, None), (4, "zb-h1", 2, None),
                 (2, "zb-h1", 4, ("--replicas", "2,1"))]
+    # Split replicas (DAPPLE): every replica runs its slice of every
+    # microbatch (uneven slices: 16 samples over 3 replicas are 5, 5, 6;
+    # stage counts 2:3 make slices that straddle the peer's), gradients
+    # summed over the replicas; the 15:1 shape of dapple.md runs 16 ranks.
+    split = ("--replica-mode", "split")
+    configs += [(2, "1f1b-flush", 4, ("--replicas", "3,1") + split),
+                (2, "gpipe", 8, ("--replicas", "2,3") + split),
+                (3, "zb-h1", 4, ("--replicas", "1,2,1") + split),
+                (2, "1f1b-flush", 4, ("--replicas", "15,1") + split)]
 
     def extra_label(extra):
-        return "" if not extra else "-" + extra[0].lstrip("-") + extra[1].replace(",", "")
+        pairs = zip(extra[0::2], extra[1::2]) if extra else ()
+        return "".join("-" + k.lstrip("-") + v.replace(",", "") for k, v in pairs)
 
     def train_config(stages, sched, mb, tag="", extra=None):
         name = f"s{stages}-{sched}-mb{mb}{tag}{extra_label(extra)}"

@@ -235,14 +235,18 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   ctx.loadAllAvailableDialects();
   DiagnosticPrinter printer(ctx, cmd);
 
-  ImportOptions importOptions;
-  importOptions.batch = microbatch;
-  importOptions.inputShapes = o.inputShapes;
-  importOptions.frozen = o.frozen;
-  for (auto &[name, shape] : importOptions.inputShapes)
-    if (!shape.empty())
-      shape[0] = microbatch;
-  auto module = importOnnxFile(ctx, o.model, importOptions, error);
+  // The model imported with `samples` as its batch dimension.
+  auto importAt = [&](int64_t samples) {
+    ImportOptions importOptions;
+    importOptions.batch = samples;
+    importOptions.inputShapes = o.inputShapes;
+    importOptions.frozen = o.frozen;
+    for (auto &[name, shape] : importOptions.inputShapes)
+      if (!shape.empty())
+        shape[0] = samples;
+    return importOnnxFile(ctx, o.model, importOptions, error);
+  };
+  auto module = importAt(microbatch);
   if (!module)
     return fail(cmd, error);
   int64_t layers = 0, params = 0;
@@ -276,9 +280,78 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   tpo.weightDecay = o.weightDecay;
   tpo.replicas = o.replicas;
   tpo.warmup = o.warmup;
+  const bool split = o.replicaMode == "split" &&
+                     llvm::any_of(o.replicas, [](int r) { return r > 1; });
+  if (split)
+    tpo.splitSamples = int(microbatch);
   buildTrainingPipeline(pm, tpo);
   if (failed(pm.run(*module)))
     return 1; // the diagnostics said why
+
+  // Split replicas (DAPPLE): replica j of a stage with r replicas runs
+  // samples [j*b/r, (j+1)*b/r) of every microbatch, so its program is the
+  // stage compiled for that many samples: the model imported again at each
+  // slice size, cut where the full microbatch's plan cut it.
+  std::map<int64_t, OwningOpRef<ModuleOp>> sliceModules;
+  auto sliceOf = [&](int s, int j) {
+    int r = o.replicas.empty() ? 1 : o.replicas[size_t(s)];
+    return split ? pipe::replicaSlice(microbatch, r, j).second : microbatch;
+  };
+  if (split) {
+    auto planned = (*module)->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
+    TrainingPipelineOptions sliceOptions = tpo;
+    for (int64_t l : planned.getLast().asArrayRef())
+      sliceOptions.cuts.push_back(int(l));
+    for (int s = 0; s < o.stages; ++s)
+      for (int j = 0; j < o.replicas[size_t(s)]; ++j) {
+        int64_t n = sliceOf(s, j);
+        if (n == microbatch || sliceModules.count(n))
+          continue;
+        auto sliced = importAt(n);
+        if (!sliced)
+          return fail(cmd, error);
+        PassManager slicePm(&ctx);
+        buildTrainingPipeline(slicePm, sliceOptions);
+        if (failed(slicePm.run(*sliced)))
+          return 1;
+        // Every tensor between stages must be sample-major: its rows are
+        // the samples' (so a slice of samples is a slice of rows).
+        for (int q = 0; q < o.stages * o.chunks; ++q) {
+          auto full = module->lookupSymbol<func::FuncOp>(stageFuncName(q, "fwd"));
+          auto part = sliced->lookupSymbol<func::FuncOp>(stageFuncName(q, "fwd"));
+          if (!full || !part ||
+              full.getNumArguments() != part.getNumArguments())
+            return fail(cmd, "stage " + std::to_string(q) +
+                                 " differs between the model at " +
+                                 std::to_string(microbatch) + " and at " +
+                                 std::to_string(n) + " samples");
+          for (unsigned i = 0; i < full.getNumArguments(); ++i) {
+            auto a = cast<RankedTensorType>(full.getArgumentTypes()[i]);
+            auto b = cast<RankedTensorType>(part.getArgumentTypes()[i]);
+            bool sampleMajor =
+                a.getRank() == b.getRank() && a.getRank() > 0 &&
+                a.getShape().drop_front() == b.getShape().drop_front() &&
+                a.getDimSize(0) * n == b.getDimSize(0) * microbatch;
+            if (!sampleMajor) {
+              std::string shapes;
+              llvm::raw_string_ostream os(shapes);
+              os << a << " at " << microbatch << " samples, " << b << " at "
+                 << n;
+              return fail(cmd, "--replica-mode split needs every tensor "
+                               "entering a stage to have the samples as its "
+                               "leading dimension; argument " +
+                                   std::to_string(i) + " of stage " +
+                                   std::to_string(q) + " is " + shapes +
+                                   " (use --replica-mode rr)");
+            }
+          }
+        }
+        say("split replicas: stage programs for slices of " +
+            std::to_string(n) + " of the " + std::to_string(microbatch) +
+            " samples");
+        sliceModules.emplace(n, std::move(sliced));
+      }
+  }
 
   std::error_code ec = llvm::sys::fs::create_directories(o.outDir + "/weights");
   if (!ec)
@@ -299,6 +372,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
          std::to_string(o.weightDecay);
   for (int r : o.replicas)
     key += "|r" + std::to_string(r);
+  key += "|" + o.replicaMode;
   key += "|w" + o.warmup + "|v" + std::to_string(o.chunks);
   for (const std::string &f : o.frozen)
     key += "|f" + f;
@@ -321,6 +395,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   plan.microbatches = o.microbatches;
   plan.microbatchSize = microbatch;
   plan.chunks = o.chunks;
+  plan.splitReplicas = split;
   {
     int device = 0;
     for (int64_t s = 0; s < static_cast<int64_t>(planAttr.getFirst().size());
@@ -373,7 +448,10 @@ int pipec::driver::compileModel(const CompileOptions &o) {
     std::string firstBinary;
     int64_t arena = 0;
     for (int j = 0; j < replicas; ++j) {
-      OwningOpRef<ModuleOp> stageModule = module->clone();
+      int64_t samples = sliceOf(s, j);
+      OwningOpRef<ModuleOp> stageModule =
+          samples == microbatch ? module->clone()
+                                : sliceModules.at(samples)->clone();
       PassManager lower(&ctx);
       buildStageLoweringPipeline(lower, s, buildId, j);
       if (failed(lower.run(*stageModule)))
@@ -402,7 +480,10 @@ int pipec::driver::compileModel(const CompileOptions &o) {
     say("stage " + std::to_string(s) + ": layers " + layers + ", " +
         std::to_string(weights.size()) + " weights (" +
         humanBytes(weightBytes) + "), arena " + humanBytes(arena) +
-        (replicas > 1 ? ", " + std::to_string(replicas) + " replicas" : "") +
+        (replicas > 1 ? ", " + std::to_string(replicas) +
+                            (split ? " replicas splitting each microbatch"
+                                   : " replicas")
+                      : "") +
         " -> " + o.outDir + "/stage" + std::to_string(s) +
         (replicas > 1 ? "r*" : "") + " (" +
         std::to_string(since(stageStart)).substr(0, 4) + " s)");
@@ -485,9 +566,14 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .opt("--profile", "pipec.profile/1 with measured op times for planning")
       .opt("--device", "analytic cost model when no profile: cpu, v100, a100, "
                        "h100", "cpu")
-      .opt("--replicas", "replicas per stage, comma-separated (1F1B-RR with a "
+      .opt("--replicas", "replicas per stage, comma-separated (with a "
                          "gradient all-reduce; gpipe, 1f1b-flush, zb-h1), e.g. "
                          "2,1; one number applies to every stage")
+      .opt("--replica-mode", "rr: replica j of r runs microbatches j, j+r, "
+                             "... (PipeDream 1F1B-RR); split: every replica "
+                             "runs its slice of the samples of every "
+                             "microbatch (DAPPLE; uneven counts such as 3,1)",
+           "rr")
       .opt("--chunks", "interleaved: model chunks per device (v); the model "
                        "is split into stages x chunks pipeline stages", "1")
       .opt("--warmup", "1f1b-flush warm-up policy (DAPPLE): A = p-s-1 "
@@ -546,6 +632,10 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
                                  " counts for " + std::to_string(o.stages) +
                                  " stages", 2);
   }
+  o.replicaMode = a.get("--replica-mode");
+  if (o.replicaMode != "rr" && o.replicaMode != "split")
+    return fail("compile", "--replica-mode is rr or split, got '" +
+                               o.replicaMode + "'", 2);
   o.warmup = a.get("--warmup");
   int64_t chunks = 1;
   if (!a.getInt("--chunks", chunks, 1))

@@ -74,8 +74,12 @@ struct CompileOptions {
   std::string optimizer = "sgd";
   double momentum = 0.9, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
   double weightDecay = 0;
-  /// Replicas per stage (1F1B-RR); empty: one each.
+  /// Replicas per stage; empty: one each.
   std::vector<int> replicas;
+  /// How replicas share a batch: "rr" (1F1B-RR, PipeDream: whole
+  /// microbatches round robin) or "split" (DAPPLE: every replica runs a
+  /// slice of every microbatch).
+  std::string replicaMode = "rr";
   /// Interleaved: model chunks per device (the plan has stages x chunks
   /// pipeline stages).
   int chunks = 1;

@@ -257,6 +257,7 @@ int pipec::driver::runSimulate(const std::vector<std::string> &argv) {
   if (!simOptions(a, "simulate", options))
     return 2;
   options.trace = a.has("--trace");
+  options.splitReplicas = options.splitReplicas || plan.plan.splitReplicas;
   SimResult sim = simulatePlan(profile, topology, plan.plan, options);
   if (!sim.ok)
     return fail("simulate", sim.error);

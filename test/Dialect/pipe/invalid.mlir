@@ -263,3 +263,43 @@ module {
     }
   }
 }
+
+// -----
+
+// Split replicas: every replica runs every microbatch (on its slice).
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  pipe.pipeline microbatches 2 schedule "gpipe" split_samples 4 {
+    pipe.program "rank0" stage 0 slots 2 {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      pipe.forward @f mb %c0
+      pipe.forward @f mb %c1
+      pipe.backward @f mb %c0
+      pipe.backward @f mb %c1
+      pipe.allreduce
+      pipe.step @f
+    }
+    // expected-error @+1 {{must run exactly one forward and one backward of microbatch 1 (found 0 and 0)}}
+    pipe.program "rank1" stage 0 replica 1 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.forward @f mb %c0
+      pipe.backward @f mb %c0
+      pipe.allreduce
+      pipe.step @f
+    }
+  }
+}
+
+// -----
+
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  // expected-error @+1 {{stage 0 has 2 replicas but a microbatch has 1 samples to split among them}}
+  pipe.pipeline microbatches 1 schedule "gpipe" split_samples 1 {
+    pipe.program "rank0" stage 0 slots 1 {
+    }
+    pipe.program "rank1" stage 0 replica 1 slots 1 {
+    }
+  }
+}
