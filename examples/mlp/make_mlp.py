@@ -2,14 +2,18 @@
 """Writes the example MLP classifier as ONNX, deterministically.
 
     /usr/bin/python3 examples/mlp/make_mlp.py [-o examples/mlp/mlp.onnx]
-        [--batch 64] [--hidden 256,128,64] [--data-steps 4]
+        [--batch 64] [--hidden 256,128,64] [--data-steps 4] [--data-seed 1]
+        [--smooth]
 
 The graph is what torch.onnx.export emits for nn.Sequential(Flatten, Linear,
 ReLU, Linear, ReLU, Linear, Tanh, Linear): Flatten then Gemm(transB=1) with
 ReLU/Tanh between, 28x28 inputs, 10 classes. Weights use PyTorch's default
 Linear initialisation (uniform +-1/sqrt(fan_in)) from a fixed seed.
 With --data-steps N it also writes x.npy / y.npy (N global batches of
-synthetic, learnable data) beside the model.
+synthetic, learnable data) beside the model. --smooth uses Tanh for every
+hidden layer: float32 training runs that sum gradients in different orders
+then stay within rounding of each other, while a ReLU input a few ulps from
+zero may land on either side of the kink (see test/e2e/mlp_equivalence.py).
 """
 import argparse
 import os
@@ -19,14 +23,14 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def build(batch, hidden, seed=0):
+def build(batch, hidden, seed=0, smooth=False):
     rng = np.random.default_rng(seed)
     sizes = [28 * 28] + hidden + [10]
     inits, nodes = [], []
     nodes.append(helper.make_node("Flatten", ["input"], ["/Flatten_output_0"],
                                   name="/Flatten", axis=1))
     prev = "/Flatten_output_0"
-    acts = ["Relu"] * (len(hidden) - 1) + ["Tanh"]
+    acts = ["Tanh" if smooth else "Relu"] * (len(hidden) - 1) + ["Tanh"]
     for i in range(len(sizes) - 1):
         fan_in, fan_out = sizes[i], sizes[i + 1]
         bound = 1.0 / np.sqrt(fan_in)
@@ -75,12 +79,16 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--hidden", default="256,128,64")
     ap.add_argument("--data-steps", type=int, default=0)
+    ap.add_argument("--smooth", action="store_true",
+                    help="Tanh for every hidden activation (no ReLU kinks)")
+    ap.add_argument("--data-seed", type=int, default=1,
+                    help="seed of the synthetic data (default 1)")
     args = ap.parse_args()
     hidden = [int(h) for h in args.hidden.split(",")]
-    onnx.save(build(args.batch, hidden), args.output)
+    onnx.save(build(args.batch, hidden, smooth=args.smooth), args.output)
     print(f"wrote {args.output}")
     if args.data_steps:
-        x, y = make_data(args.batch, args.data_steps)
+        x, y = make_data(args.batch, args.data_steps, args.data_seed)
         d = os.path.dirname(os.path.abspath(args.output))
         np.save(os.path.join(d, "x.npy"), x)
         np.save(os.path.join(d, "y.npy"), y)

@@ -3,8 +3,8 @@
 
     /usr/bin/python3 test/e2e/mlp_equivalence.py --pipec build/bin/pipec --workdir DIR [--quick]
 
-1. Writes the example MLP and two global batches of data with the checked-in
-   examples/mlp/make_mlp.py.
+1. Writes the example MLP (--smooth: Tanh hidden layers) and two global
+   batches of data with the checked-in examples/mlp/make_mlp.py.
 2. Trains it with an independent float64 numpy reference written from the
    model's math (forward read from the ONNX graph, hand-written backprop,
    softmax cross-entropy averaged over the global batch, SGD), and checks
@@ -15,6 +15,18 @@
    ||a-b||/||b|| <= 1e-5) and metrics.jsonl losses: every pipelined run
    against the baseline, the baseline against the reference.
 4. Runs one config through the mpirun line printed by `pipec train --dry-run`.
+
+Why Tanh and not the example's ReLU: runs that sum the same gradients in a
+different order (1 stage vs 8 microbatches on 4 stages) differ by float32
+rounding, about 1e-7 relative. A ReLU input closer to zero than that takes
+either side of the kink depending on the order, and the trajectories part
+by far more than the 1e-5 this test demands. With the data of this test the
+float64 reference has ReLU inputs 2e-8..4e-8 (relative to sum |a_i w_i|)
+from zero in three of its trajectories; on an AMD EPYC machine they flipped
+(the 100-row run by 4.6e-5 after step 9, Adagrad by 3.7e-2 after step 4),
+on an Intel one they did not. ReLU training is compared in
+models_equivalence.py (ResNet/VGG, 1e-4), the ReLU kernels in the
+conformance and gradient-check tests.
 
 Prints one line per check and `N passed, M failed`; exits 1 on any failure.
 """
@@ -417,7 +429,7 @@ def main():
     os.makedirs(model_dir)
     os.makedirs(runs_dir)
     onnx_path = os.path.join(model_dir, "mlp.onnx")
-    rc, out, err, _ = run([sys.executable, MAKE_MLP, "-o", onnx_path, "--data-steps", "2"])
+    rc, out, err, _ = run([sys.executable, MAKE_MLP, "-o", onnx_path, "--data-steps", "2", "--smooth"])
     if rc != 0:
         report(False, "make_mlp", f"exit {rc}: {tail(err)}")
         print(f"{passed} passed, {failed} failed")
@@ -486,7 +498,8 @@ def main():
                 (stages, mb, sched, GLOBAL_BATCH):
             raise Failure(f"manifest says stages {man.get('num_stages')} microbatches {man.get('microbatches')} "
                           f"schedule {man.get('schedule')} global_batch {man.get('global_batch')}")
-        want_ranks = sum(int(r) for r in extra[1].split(",")) if extra and extra[0] == "--replicas" else stages
+        flags = dict(zip(extra[0::2], extra[1::2])) if extra else {}
+        want_ranks = sum(int(r) for r in flags["--replicas"].split(",")) if "--replicas" in flags else stages
         if man.get("num_ranks") != want_ranks:
             raise Failure(f"manifest has num_ranks {man.get('num_ranks')}, expected {want_ranks}")
         return name, out_dir, tc
@@ -641,8 +654,14 @@ def main():
     # -- optimizers: ONNX Momentum / Nesterov / Adam / Adagrad ----------------
     # 1 stage and 4 stages (1F1B-flush, 8 microbatches) against a float64
     # reference of the operator formulas. Adaptive methods divide by
-    # sqrt(H), which magnifies float32 rounding of tiny gradients: their
-    # reference tolerance is 1e-4 (pipelined vs 1-stage stays at 1e-5).
+    # sqrt(H), which magnifies float32 rounding of tiny gradients: a
+    # coordinate whose gradient is mostly cancellation moves by about lr
+    # whatever its rounding. The 1-stage float32 run itself ends 1.6e-5 to
+    # 2e-5 from the float64 reference, so two float32 runs that sum the
+    # gradients in different orders (1 stage vs 8 microbatches) differ at
+    # that level too (1.4e-5 and 1.9e-5 on an AMD EPYC, below 1e-5 on an
+    # Intel Xeon). Their tolerance, against the reference and against 1
+    # stage, is 1e-4; SGD, momentum and Nesterov keep 1e-5.
     opt_names = ("momentum", "adam") if args.quick else ("momentum", "nesterov", "adam", "adagrad")
     for opt in opt_names:
         want_p, want_l = reference_train_opt(ref, x, y, STEPS, GLOBAL_BATCH, opt)
@@ -682,7 +701,7 @@ def main():
                     bad.append("checkpoint holds no optimizer state")
                 if stages > 1 and 1 in runs:
                     w1 = max(rel_err(weights[k], runs[1][k]) for k in weights)
-                    if w1 > TOL:
+                    if w1 > tol:
                         bad.append(f"vs 1 stage: rel err {w1:.2e}")
                     worst_vs1 = f", vs 1 stage {w1:.2e}"
                 else:
