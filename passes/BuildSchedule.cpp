@@ -118,9 +118,13 @@ struct PipeBuildSchedulePass
       module.emitError("split-samples must be >= 0, got ") << int(splitSamples);
       return signalPassFailure();
     }
-    if (chunks > 1 && replicated) {
-      module.emitError("replicated stages are not combined with the "
-                       "interleaved schedule yet");
+    if (chunks > 1 && replicated && !split) {
+      module.emitError("replicated stages combine with the interleaved "
+                       "schedule in the split replica mode only (pipec "
+                       "compile --replica-mode split, pass option "
+                       "split-samples=N: every replica runs a slice of "
+                       "every microbatch); 1F1B-RR's round robin is not "
+                       "interleaved");
       return signalPassFailure();
     }
     if (continuous && replicated) {
@@ -184,18 +188,19 @@ struct PipeBuildSchedulePass
       for (int64_t s = 0; s < numStages; ++s)
         rankPrograms.push_back({s, 0, {}});
     }
-    // The plan records the replica counts it is built with.
-    if (auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
-        plan && chunks == 1)
+    // The plan records the replica counts it is built with (stage c*p + s
+    // of an interleaved plan has the replicas of device position s).
+    if (auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan)) {
+      SmallVector<int64_t> perStage;
+      for (int64_t q = 0; q < numStages; ++q)
+        perStage.push_back(replicaCounts[size_t(q % devices)]);
       module->setAttr(pipe::attrs::kPlan,
                       pipe::PlanAttr::get(
                           module.getContext(), plan.getAlgorithm(),
                           plan.getFirst(), plan.getLast(),
-                          DenseI64ArrayAttr::get(
-                              module.getContext(),
-                              SmallVector<int64_t>(replicaCounts.begin(),
-                                                   replicaCounts.end())),
+                          DenseI64ArrayAttr::get(module.getContext(), perStage),
                           plan.getPredictedIterationS()));
+    }
 
     OpBuilder b(module.getContext());
     b.setInsertionPointToEnd(module.getBody());

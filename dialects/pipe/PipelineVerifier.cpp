@@ -303,16 +303,19 @@ LogicalResult PipelineOp::verifyRegions() {
       return key;
     };
     for (auto [i, e] : llvm::enumerate(events)) {
+      // Gradients accumulated since the last pipe.allreduce must be
+      // reduced before an update; one allreduce covers every chunk of the
+      // rank (interleaved: the steps of all chunks follow it).
       if (e.kind == ExpandedEvent::AllReduce)
         reduced = true;
-      if (e.kind == ExpandedEvent::Step) {
-        if (r > 1 && !reduced)
-          return e.op->emitOpError("stage ")
-                 << program.getStage() << " has " << r
-                 << " replicas but updates without a pipe.allreduce of its "
-                    "gradients first";
+      if (e.kind == ExpandedEvent::Backward ||
+          e.kind == ExpandedEvent::BackwardWeight)
         reduced = false;
-      }
+      if (e.kind == ExpandedEvent::Step && r > 1 && !reduced)
+        return e.op->emitOpError("stage ")
+               << program.getStage() << " has " << r
+               << " replicas but updates without a pipe.allreduce of its "
+                  "gradients first";
       if (e.kind == ExpandedEvent::Forward) {
         std::string key = cast<ForwardOp>(e.op).getFunc().str();
         stages[F].insert(key);

@@ -42,5 +42,12 @@
 // TWOBW-NEXT: pipe.send
 // TWOBW-NEXT: pipe.step @s1_step after %[[B]]
 
-// Not combined yet: replicas with the interleaved schedule.
-// LATER: replicated stages are not combined with the interleaved schedule yet
+// Replicas with the interleaved schedule: split replicas only.
+// LATER: replicated stages combine with the interleaved schedule in the split replica mode only
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=interleaved microbatches=4 chunks=2 replicas=2 split-samples=4" --pipe-verify-schedule | FileCheck %s --check-prefix=ILSPLIT
+// ILSPLIT: replicas = [2, 2]
+// ILSPLIT: pipe.pipeline microbatches 4 schedule "interleaved" split_samples 4 {
+// ILSPLIT: pipe.program "rank0" stage 0 slots
+// ILSPLIT: pipe.forward @s1_fwd
+// ILSPLIT: pipe.allreduce
+// ILSPLIT: pipe.program "rank1" stage 0 replica 1 slots

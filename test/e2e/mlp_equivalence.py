@@ -473,12 +473,15 @@ def main():
     # Split replicas (DAPPLE): every replica runs its slice of every
     # microbatch (uneven slices: 16 samples over 3 replicas are 5, 5, 6;
     # stage counts 2:3 make slices that straddle the peer's), gradients
-    # summed over the replicas; the 15:1 shape of dapple.md runs 16 ranks.
+    # summed over the replicas; the 15:1 shape of dapple.md runs 16 ranks;
+    # with the interleaved schedule each device position's replicas split
+    # the microbatches of all its chunks.
     split = ("--replica-mode", "split")
     configs += [(2, "1f1b-flush", 4, ("--replicas", "3,1") + split),
                 (2, "gpipe", 8, ("--replicas", "2,3") + split),
                 (3, "zb-h1", 4, ("--replicas", "1,2,1") + split),
-                (2, "1f1b-flush", 4, ("--replicas", "15,1") + split)]
+                (2, "1f1b-flush", 4, ("--replicas", "15,1") + split),
+                (2, "interleaved", 4, ("--chunks", "2", "--replicas", "2,1") + split)]
 
     def extra_label(extra):
         pairs = zip(extra[0::2], extra[1::2]) if extra else ()

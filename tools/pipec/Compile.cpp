@@ -397,19 +397,19 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   plan.chunks = o.chunks;
   plan.splitReplicas = split;
   {
+    // Device position r holds the replicas of stage r (and of the chunks
+    // c*p + r of an interleaved plan) on consecutive devices.
+    std::vector<std::vector<int>> positionDevices(size_t(o.stages));
     int device = 0;
+    for (int r = 0; r < o.stages; ++r)
+      for (int j = 0; j < planAttr.getReplicas()[r]; ++j)
+        positionDevices[size_t(r)].push_back(device++);
     for (int64_t s = 0; s < static_cast<int64_t>(planAttr.getFirst().size());
          ++s) {
-      int replicas = static_cast<int>(planAttr.getReplicas()[s]);
-      std::vector<int> devices;
-      if (o.chunks > 1)
-        devices.push_back(static_cast<int>(s % o.stages)); // stage c*p + r
-      else
-        for (int j = 0; j < replicas; ++j)
-          devices.push_back(device++);
+      const std::vector<int> &devices = positionDevices[size_t(s % o.stages)];
       plan.stages.push_back({static_cast<int>(planAttr.getFirst()[s]),
-                             static_cast<int>(planAttr.getLast()[s]), replicas,
-                             devices});
+                             static_cast<int>(planAttr.getLast()[s]),
+                             static_cast<int>(devices.size()), devices});
     }
   }
   // The loss that autodiff appended is a layer of the last stage too (as in

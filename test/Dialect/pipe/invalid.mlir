@@ -220,6 +220,33 @@ module {
 
 // -----
 
+// An allreduce before the last backward leaves that backward's gradients
+// unreduced.
+module {
+  func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  pipe.pipeline microbatches 2 schedule "gpipe" {
+    pipe.program "rank0" stage 0 slots 1 {
+      %c0 = arith.constant 0 : index
+      pipe.forward @f mb %c0
+      pipe.allreduce
+      pipe.backward @f mb %c0
+      pipe.flush
+      // expected-error @+1 {{stage 0 has 2 replicas but updates without a pipe.allreduce of its gradients first}}
+      pipe.step @f
+    }
+    pipe.program "rank1" stage 0 replica 1 slots 1 {
+      %c1 = arith.constant 1 : index
+      pipe.forward @f mb %c1
+      pipe.backward @f mb %c1
+      pipe.flush
+      pipe.allreduce
+      pipe.step @f
+    }
+  }
+}
+
+// -----
+
 // Replica 1 owns the odd microbatches; replica 0 may not run microbatch 1.
 module {
   func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
