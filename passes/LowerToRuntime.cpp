@@ -297,7 +297,10 @@ LogicalResult StageLowering::planFunction(Chunk &c, FunctionPlan &fp) {
       continue;
     }
     if (isViewOp(&op) && !fp.buffers.count(op.getResult(0))) {
-      fp.buffers[op.getResult(0)] = fp.buffers[op.getOperand(0)];
+      // (Copied out first: inserting the result may grow the DenseMap and
+      // invalidate a reference to the operand's entry.)
+      Buffer operand = fp.buffers.lookup(op.getOperand(0));
+      fp.buffers[op.getResult(0)] = operand;
       continue;
     }
     if (op.getDialect() != module.getContext()->getLoadedDialect<nn::NNDialect>())
