@@ -212,7 +212,13 @@ LogicalResult StageDifferentiator::run() {
   auto ret = cast<func::ReturnOp>(body.getTerminator());
 
   // Seeds: the loss, and the gradients later stages send back.
+  // Integer values (ids, masks) carry no gradient across a cut.
+  auto isFloat = [](Type t) {
+    return cast<RankedTensorType>(t).getElementType().isF32();
+  };
   for (auto [r, v] : llvm::enumerate(ret.getOperands())) {
+    if (!isFloat(v.getType()))
+      continue;
     if (fwd.getResultAttr(r, pipe::attrs::kLoss)) {
       Value seed = entry->addArgument(v.getType(), v.getLoc());
       argAttrs.push_back(b.getDictionaryAttr(
@@ -295,7 +301,8 @@ LogicalResult StageDifferentiator::run() {
   SmallVector<Value> results;
   SmallVector<DictionaryAttr> resultAttrs;
   for (BlockArgument arg : body.getArguments()) {
-    if (!fwd.getArgAttr(arg.getArgNumber(), "pipe.from"))
+    if (!fwd.getArgAttr(arg.getArgNumber(), "pipe.from") ||
+        !isFloat(arg.getType()))
       continue;
     Value g = grads.lookup(arg);
     if (!g)

@@ -17,6 +17,9 @@ using namespace pipec;
 
 namespace {
 
+Type elementTypeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
 ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
@@ -409,6 +412,43 @@ static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op)
       .Case([](PowScalarOp o) {
         return Calls{unaryOp(o, PIPEC_UN_POW_SCALAR,
                              o.getExponent().convertToDouble())};
+      })
+      .Case([](CompareOp o) {
+        int64_t pred = llvm::StringSwitch<int64_t>(o.getPredicate())
+                           .Case("eq", PIPEC_CMP_EQ)
+                           .Case("ne", PIPEC_CMP_NE)
+                           .Case("lt", PIPEC_CMP_LT)
+                           .Case("gt", PIPEC_CMP_GT)
+                           .Case("le", PIPEC_CMP_LE)
+                           .Default(PIPEC_CMP_GE);
+        KernelCall c = binary(o, pred);
+        c.kernel = "pipec_k_compare";
+        c.ints.push_back(elementTypeOf(o.getLhs()).isInteger(64) ? 1 : 0);
+        return Calls{c};
+      })
+      .Case([](WhereOp o) {
+        ArrayRef<int64_t> out = shapeOf(o.getOutput());
+        int64_t rank = out.size();
+        KernelCall c{"pipec_k_where",
+                     {o.getCondition(), o.getX(), o.getY(), o.getOutput()},
+                     {elementTypeOf(o.getOutput()).isInteger(64) ? 1 : 0, rank},
+                     {}};
+        llvm::append_range(c.ints, out);
+        for (Value v : {o.getCondition(), o.getX(), o.getY()})
+          llvm::append_range(c.ints, broadcastStrides(shapeOf(v), rank, out));
+        return Calls{c};
+      })
+      .Case([](CastOp o) {
+        bool fromInt = elementTypeOf(o.getInput()).isInteger(64);
+        bool toInt = elementTypeOf(o.getOutput()).isInteger(64);
+        if (fromInt == toInt)
+          return Calls{copy(o.getInput(), o.getOutput())};
+        return Calls{KernelCall{"pipec_k_cast",
+                                {o.getInput(), o.getOutput()},
+                                {toInt ? PIPEC_CAST_F32_TO_I64
+                                       : PIPEC_CAST_I64_TO_F32,
+                                 numel(o.getOutput())},
+                                {}}};
       })
       .Case([](PowOp o) { return Calls{binary(o, PIPEC_BIN_POW)}; })
       .Case([](MaxOp o) { return Calls{binary(o, PIPEC_BIN_MAX)}; })

@@ -899,7 +899,11 @@ std::string StageLowering::stageMeta() {
     } else {
       f["kind"] = "input";
       f["index"] = which;
-      // Integer inputs (token ids) are bounded by the table they index.
+      // Integer inputs (token ids) are bounded by the table they index;
+      // others (ids compared with a padding id, bool masks) draw synthetic
+      // values from {0, 1}.
+      if (tt.getElementType().isInteger(64))
+        f["classes"] = 2;
       for (Operation *user : fwd.fn.getArgument(arg).getUsers())
         if (auto gather = dyn_cast<nn::GatherOp>(user))
           if (gather.getIndices() == fwd.fn.getArgument(arg)) {

@@ -113,3 +113,6 @@ int64_t ConcatOp::getForwardFlops() { return 0; }
 int64_t SliceOp::getForwardFlops() { return 0; }
 int64_t SliceGradOp::getForwardFlops() { return 0; }
 int64_t DropoutOp::getForwardFlops() { return 8 * numel(getInput()); }
+int64_t CompareOp::getForwardFlops() { return numel(getOutput()); }
+int64_t WhereOp::getForwardFlops() { return numel(getOutput()); }
+int64_t CastOp::getForwardFlops() { return numel(getOutput()); }

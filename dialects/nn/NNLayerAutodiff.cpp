@@ -291,3 +291,45 @@ LogicalResult DropoutOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
   out.push_back(Value()); // rng
   return success();
 }
+
+LogicalResult CompareOp::buildVJP(OpBuilder &, ArrayRef<Value>,
+                                  function_ref<Value(Value)>,
+                                  SmallVectorImpl<Value> &out) {
+  // Piecewise constant: no gradient to either operand.
+  out.push_back(Value());
+  out.push_back(Value());
+  return success();
+}
+
+LogicalResult WhereOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                function_ref<Value(Value)> fwd,
+                                SmallVectorImpl<Value> &out) {
+  out.push_back(Value()); // the condition
+  Value dy = g[0];
+  if (!dy || !rt(getOutput()).getElementType().isF32()) {
+    out.push_back(Value());
+    out.push_back(Value());
+    return success();
+  }
+  // dX = where(c, dY, 0), dY' = where(c, 0, dY), each summed onto its shape.
+  Location loc = getLoc();
+  Value zero = ConstantOp::create(
+      b, loc,
+      DenseElementsAttr::get(RankedTensorType::get({}, b.getF32Type()), 0.0f));
+  Value c = fwd(getCondition());
+  Value dx = WhereOp::create(b, loc, dy.getType(), c, dy, zero);
+  Value dyOther = WhereOp::create(b, loc, dy.getType(), c, zero, dy);
+  out.push_back(sumTo(b, loc, dx, getX().getType()));
+  out.push_back(sumTo(b, loc, dyOther, getY().getType()));
+  return success();
+}
+
+LogicalResult CastOp::buildVJP(OpBuilder &, ArrayRef<Value> g,
+                               function_ref<Value(Value)>,
+                               SmallVectorImpl<Value> &out) {
+  // f32 -> f32 is an identity; through an integer there is no gradient.
+  bool floats = rt(getInput()).getElementType().isF32() &&
+                rt(getOutput()).getElementType().isF32();
+  out.push_back(floats ? g[0] : Value());
+  return success();
+}

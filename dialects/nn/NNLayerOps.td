@@ -416,4 +416,73 @@ def NN_DropoutOp : NN_Op<"dropout", [DeclareOpInterfaceMethods<NN_CostOpInterfac
   let assemblyFormat = "$input `,` $rng attr-dict `:` type($input) `,` type($rng)";
 }
 
+//===----------------------------------------------------------------------===//
+// Comparisons and selection (run-time masks)
+//===----------------------------------------------------------------------===//
+
+// Booleans are i64 tensors holding 0 or 1: ONNX bool inputs, comparison
+// results and Where conditions (one integer type through the runtime; the
+// importer converts at the edges).
+def NN_F32OrI64Tensor : RankedTensorOf<[F32, I64]>;
+
+def NN_CompareOp : NN_Op<"compare", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "Elementwise comparison with numpy broadcasting (ONNX Equal, "
+                "Less, Greater, LessOrEqual, GreaterOrEqual; Not, Xor, Cast to bool).";
+  let description = [{
+    `predicate` is one of eq, ne, lt, gt, le, ge. Both operands have the same
+    element type (f32 or i64); the result is an i64 tensor of 0 and 1 with
+    the broadcast shape. Comparisons with NaN are false except ne. No
+    gradient flows through a comparison.
+
+    ```mlir
+    %m = nn.compare "eq" %ids, %pad : tensor<4x16xi64>, tensor<i64> -> tensor<4x16xi64>
+    ```
+  }];
+  let arguments = (ins StrAttr:$predicate, NN_F32OrI64Tensor:$lhs,
+                       NN_F32OrI64Tensor:$rhs);
+  let results = (outs NN_I64Tensor:$output);
+  let assemblyFormat = "$predicate $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def NN_WhereOp : NN_Op<"where", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "Elementwise selection with numpy broadcasting (ONNX Where).";
+  let description = [{
+    output = condition != 0 ? x : y, all three broadcast to the result's
+    shape. x, y and the result share an element type (f32 or i64). The
+    gradient of a float result goes to x where the condition holds and to y
+    elsewhere, summed onto their shapes.
+
+    ```mlir
+    %y = nn.where %mask, %scores, %neg : tensor<4x1x1x16xi64>, tensor<4x2x16x16xf32>, tensor<f32> -> tensor<4x2x16x16xf32>
+    ```
+  }];
+  let arguments = (ins NN_I64Tensor:$condition, NN_F32OrI64Tensor:$x,
+                       NN_F32OrI64Tensor:$y);
+  let results = (outs NN_F32OrI64Tensor:$output);
+  let assemblyFormat = "$condition `,` $x `,` $y attr-dict `:` type($condition) `,` type($x) `,` type($y) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def NN_CastOp : NN_Op<"cast", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "Element type conversion between f32 and i64 (ONNX Cast).";
+  let description = [{
+    i64 to f32 rounds to the nearest float; f32 to i64 truncates toward zero
+    (numpy astype), NaN and out-of-range values give INT64_MIN. Same shape.
+    A float result's gradient goes back to a float input (an identity);
+    integer operands get none.
+
+    ```mlir
+    %f = nn.cast %mask : tensor<4x16xi64> -> tensor<4x16xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32OrI64Tensor:$input);
+  let results = (outs NN_F32OrI64Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
 #endif // PIPEC_NN_LAYER_OPS

@@ -230,3 +230,71 @@ LogicalResult BinaryGradOp::verify() {
     return emitOpError("gradients must have the shape of dY");
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Comparisons, selection, casts
+//===----------------------------------------------------------------------===//
+
+/// The broadcast shape of `shapes` (numpy rules), or failure.
+static FailureOr<SmallVector<int64_t>>
+broadcastAll(ArrayRef<ArrayRef<int64_t>> shapes) {
+  SmallVector<int64_t> acc;
+  for (ArrayRef<int64_t> s : shapes) {
+    auto next = broadcastShapes(acc, s);
+    if (failed(next))
+      return failure();
+    acc.assign(next->begin(), next->end());
+  }
+  return acc;
+}
+
+LogicalResult CompareOp::verify() {
+  static const char *const kPredicates[] = {"eq", "ne", "lt", "gt", "le", "ge"};
+  if (!llvm::is_contained(kPredicates, getPredicate()))
+    return emitOpError("predicate must be one of eq, ne, lt, gt, le, ge; got '")
+           << getPredicate() << "'";
+  auto lhs = rt(getLhs()), rhs = rt(getRhs());
+  if (lhs.getElementType() != rhs.getElementType())
+    return emitOpError("operands must have one element type, got ")
+           << lhs.getElementType() << " and " << rhs.getElementType();
+  auto shape = broadcastAll({lhs.getShape(), rhs.getShape()});
+  if (failed(shape))
+    return emitOpError("operand shapes ")
+           << shapeStr(lhs.getShape()) << " and " << shapeStr(rhs.getShape())
+           << " are not broadcast-compatible";
+  if (ArrayRef<int64_t>(*shape) != rt(getOutput()).getShape())
+    return emitOpError("result shape ")
+           << shapeStr(rt(getOutput()).getShape())
+           << " must be the broadcast shape " << shapeStr(*shape);
+  return success();
+}
+
+LogicalResult WhereOp::verify() {
+  auto c = rt(getCondition()), x = rt(getX()), y = rt(getY());
+  auto out = rt(getOutput());
+  if (x.getElementType() != y.getElementType() ||
+      x.getElementType() != out.getElementType())
+    return emitOpError("x, y and the result must have one element type, got ")
+           << x.getElementType() << ", " << y.getElementType() << " and "
+           << out.getElementType();
+  auto shape = broadcastAll({c.getShape(), x.getShape(), y.getShape()});
+  if (failed(shape))
+    return emitOpError("shapes ")
+           << shapeStr(c.getShape()) << ", " << shapeStr(x.getShape())
+           << " and " << shapeStr(y.getShape())
+           << " are not broadcast-compatible";
+  if (ArrayRef<int64_t>(*shape) != out.getShape())
+    return emitOpError("result shape ")
+           << shapeStr(out.getShape()) << " must be the broadcast shape "
+           << shapeStr(*shape);
+  return success();
+}
+
+LogicalResult CastOp::verify() {
+  if (rt(getInput()).getShape() != rt(getOutput()).getShape())
+    return emitOpError("result shape ")
+           << shapeStr(rt(getOutput()).getShape())
+           << " must equal the input shape "
+           << shapeStr(rt(getInput()).getShape());
+  return success();
+}

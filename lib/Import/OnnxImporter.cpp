@@ -294,6 +294,8 @@ private:
   bool tryFold(const onnx::NodeProto &node, int index, bool &folded);
   bool emitLayerNode(const onnx::NodeProto &node, int index,
                      ArrayRef<Type> resultTypes, bool &handled);
+  bool emitMaskNode(const onnx::NodeProto &node, int index, Type resultType,
+                    bool &handled);
   std::map<std::string, ValueType> types;
   std::map<std::string, Value> values;
   std::map<std::string, ml_program::GlobalOp> globals;
@@ -568,6 +570,7 @@ Type Importer::elementType(int32_t onnxType) {
   case onnx::TensorProto::FLOAT:
     return b.getF32Type();
   case onnx::TensorProto::INT64:
+  case onnx::TensorProto::BOOL: // booleans are int64 0/1 in pipec
     return b.getI64Type();
   default:
     return Type();
@@ -593,7 +596,7 @@ FailureOr<RankedTensorType> Importer::typeOf(const std::string &name,
   if (!elem) {
     fail(where + ": '" + name + "' has ONNX element type " +
          std::to_string(vt.elemType) +
-         "; pipec supports float32 tensors and int64 labels");
+         "; pipec supports float32, int64 and bool tensors");
     return failure();
   }
   // Element counts beyond 2^40 (and products that would overflow) are
@@ -631,6 +634,24 @@ static bool tensorData(const onnx::TensorProto &t, std::vector<T> &out,
     return false;
   }
   out.clear();
+  if constexpr (std::is_same_v<T, int64_t>) {
+    // Booleans (int64 0/1 in pipec): one byte each in raw data, else in
+    // int32_data.
+    if (t.data_type() == onnx::TensorProto::BOOL) {
+      if (t.has_raw_data())
+        for (char c : t.raw_data())
+          out.push_back(c != 0 ? 1 : 0);
+      else
+        for (int32_t x : t.int32_data())
+          out.push_back(x != 0 ? 1 : 0);
+      if (static_cast<int64_t>(out.size()) != n) {
+        why = "holds " + std::to_string(out.size()) + " booleans, " +
+              std::to_string(n) + " expected";
+        return false;
+      }
+      return true;
+    }
+  }
   if (t.has_raw_data()) {
     const std::string &raw = t.raw_data();
     if (static_cast<int64_t>(raw.size()) != n * int64_t(sizeof(T))) {
@@ -711,9 +732,7 @@ bool Importer::tryFold(const onnx::NodeProto &node, int index, bool &folded) {
     // must fold.
     if (supportedOps().count(node.op_type()) &&
         std::set<std::string>{"Shape", "Size", "Range", "ConstantOfShape",
-                              "Equal", "Less", "Greater", "LessOrEqual",
-                              "GreaterOrEqual", "Where", "Not", "And", "Or",
-                              "Xor", "Floor", "Ceil"}
+                              "Floor", "Ceil"}
             .count(node.op_type()))
       return fail("node '" + nodeLabel(node, index) + "' (" +
                   node.op_type() + ") cannot be folded to a constant: " + why +
@@ -890,7 +909,12 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
   static const std::set<std::string> firstInputOnly = {
       "Reshape", "Expand", "Squeeze", "Unsqueeze", "Split", "Slice", "Clip",
       "ReduceSum", "ReduceMean", "Dropout", "Gather"};
-  for (int i = 0; i < node.input_size(); ++i) {
+  // Comparisons, logic, Where and Cast take integer (and boolean) tensors
+  // too; they check their own operand types.
+  static const std::set<std::string> anyElementType = {
+      "Equal", "Less",  "Greater", "LessOrEqual", "GreaterOrEqual",
+      "Not",   "And",   "Or",      "Xor",         "Where", "Cast"};
+  for (int i = 0; i < node.input_size() && !anyElementType.count(op); ++i) {
     bool labels = (op == "SoftmaxCrossEntropyLoss" || isTrainingOp(node)) &&
                   i == 1;
     bool shape = (firstInputOnly.count(op) && i >= 1) ||
@@ -918,6 +942,11 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
 
   bool handled = false;
   if (!emitLayerNode(node, index, resultTypes, handled))
+    return false;
+  if (handled)
+    return true;
+
+  if (!emitMaskNode(node, index, rt0, handled))
     return false;
   if (handled)
     return true;
@@ -1218,6 +1247,100 @@ static std::vector<int64_t> windowPads(const onnx::NodeProto &node,
   return pads;
 }
 
+/// Comparisons, logic, Cast and Where with a run-time condition: the ops of
+/// masks computed from the data (padding masks from token ids, say).
+/// Booleans are int64 0/1: And(a, b) = Where(a, b, a), Or(a, b) =
+/// Where(a, a, b), Xor = (a != b), Not(a) = (a == 0), Cast to bool = (x != 0).
+bool Importer::emitMaskNode(const onnx::NodeProto &node, int index,
+                            Type resultType, bool &handled) {
+  const std::string &op = node.op_type();
+  static const std::map<std::string, const char *> predicates = {
+      {"Equal", "eq"}, {"Less", "lt"}, {"Greater", "gt"},
+      {"LessOrEqual", "le"}, {"GreaterOrEqual", "ge"}, {"Xor", "ne"}};
+  const bool isWhere = op == "Where";
+  handled = predicates.count(op) || op == "Not" || op == "And" || op == "Or" ||
+            op == "Cast" || isWhere;
+  if (!handled)
+    return true;
+  std::string where = "node '" + nodeLabel(node, index) + "' (" + op + ")";
+  auto in = [&](int i) { return operand(node, i, index); };
+  auto elem = [](Value v) {
+    return cast<RankedTensorType>(v.getType()).getElementType();
+  };
+  auto out0 = [&](Value v) -> bool {
+    if (!v)
+      return false;
+    if (v.getType() != resultType)
+      return fail(where + ": result type disagrees with ONNX shape inference");
+    values[node.output(0)] = v;
+    return true;
+  };
+  auto zeroLike = [&](Value v) -> Value {
+    auto t = RankedTensorType::get({}, elem(v));
+    Attribute z = elem(v).isF32()
+                      ? Attribute(DenseElementsAttr::get(t, 0.0f))
+                      : Attribute(DenseElementsAttr::get(t, int64_t(0)));
+    return nn::ConstantOp::create(b, loc, cast<ElementsAttr>(z));
+  };
+  auto compare = [&](StringRef pred, Value l, Value r) -> Value {
+    if (elem(l) != elem(r)) {
+      fail(where + ": operands of different element types (float32 and "
+                   "int64/bool) are not supported");
+      return Value();
+    }
+    return nn::CompareOp::create(b, loc, resultType, b.getStringAttr(pred), l,
+                                 r);
+  };
+  if (isWhere) {
+    // A constant float condition keeps the mask arithmetic of emitNode (no
+    // run-time select); everything else selects at run time.
+    auto cond = constOf(node.input(0));
+    if (cond && !isWeightName(node.input(0))) {
+      auto it = types.find(node.input(1));
+      if (it != types.end() && it->second.elemType == onnx::TensorProto::FLOAT) {
+        handled = false;
+        return true;
+      }
+    }
+    Value c = in(0), x = in(1), y = in(2);
+    if (!c || !x || !y)
+      return error.empty() ? fail(where + ": missing input") : false;
+    if (!elem(c).isInteger(64))
+      return fail(where + ": the condition must be a bool tensor");
+    if (elem(x) != elem(y))
+      return fail(where + ": X and Y have different element types");
+    return out0(nn::WhereOp::create(b, loc, resultType, c, x, y));
+  }
+  Value x = in(0);
+  if (!x)
+    return error.empty() ? fail(where + ": missing input") : false;
+  if (op == "Cast") {
+    int64_t to = attrInt(node, "to", 0);
+    if (to == onnx::TensorProto::BOOL)
+      return out0(compare("ne", x, zeroLike(x)));
+    if (to != onnx::TensorProto::FLOAT && to != onnx::TensorProto::INT64)
+      return fail(where + ": casting run-time tensors to ONNX type " +
+                  std::to_string(to) +
+                  " is not supported (float32, int64 and bool are)");
+    if (elem(x) == cast<RankedTensorType>(resultType).getElementType())
+      return out0(nn::IdentityOp::create(b, loc, x));
+    return out0(nn::CastOp::create(b, loc, resultType, x));
+  }
+  if (op == "Not")
+    return out0(compare("eq", x, zeroLike(x)));
+  Value y = in(1);
+  if (!y)
+    return error.empty() ? fail(where + ": missing input") : false;
+  if (op == "And" || op == "Or") {
+    if (!elem(x).isInteger(64) || !elem(y).isInteger(64))
+      return fail(where + ": operands must be bool tensors");
+    return out0(op == "And"
+                    ? nn::WhereOp::create(b, loc, resultType, x, y, x)
+                    : nn::WhereOp::create(b, loc, resultType, x, x, y));
+  }
+  return out0(compare(predicates.at(op), x, y));
+}
+
 bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
                              ArrayRef<Type> resultTypes, bool &handled) {
   const std::string &op = node.op_type();
@@ -1301,15 +1424,6 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
                         : nn::MinOp::create(b, loc, type, acc, v).getResult();
     }
     return out0(acc);
-  }
-  if (op == "Cast") {
-    Value x = in(0);
-    if (!x)
-      return false;
-    if (attrInt(node, "to", 0) != onnx::TensorProto::FLOAT)
-      return fail(where + ": casting run-time tensors to types other than "
-                          "float32 is not supported");
-    return out0(nn::IdentityOp::create(b, loc, x));
   }
   if (op == "Dropout") {
     Value x = in(0);

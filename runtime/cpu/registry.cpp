@@ -60,6 +60,9 @@ constexpr KernelEntry kKernels[] = {
     PIPEC_KERNEL_ENTRY(pipec_k_adam),
     PIPEC_KERNEL_ENTRY(pipec_k_adagrad),
     PIPEC_KERNEL_ENTRY(pipec_k_dropout),
+    PIPEC_KERNEL_ENTRY(pipec_k_compare),
+    PIPEC_KERNEL_ENTRY(pipec_k_where),
+    PIPEC_KERNEL_ENTRY(pipec_k_cast),
 };
 #undef PIPEC_KERNEL_ENTRY
 

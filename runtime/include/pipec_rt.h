@@ -78,6 +78,37 @@ enum {
   PIPEC_BIN_MIN = 6,
 };
 
+/// Elementwise comparison with numpy broadcasting (ONNX Equal, Less, ...).
+/// bufs: [A, B, Y]; A and B are float32 or int64 (both the same), Y is int64
+/// 0/1 (booleans are int64 throughout pipec).
+/// ints: [predicate, rank, dims[rank], aStrides[rank], bStrides[rank], isInt]
+/// predicate: PIPEC_CMP_*. NaN compares false except for NE.
+void pipec_k_compare(void *const *bufs, const int64_t *ints,
+                     const double *reals);
+enum {
+  PIPEC_CMP_EQ = 0,
+  PIPEC_CMP_NE = 1,
+  PIPEC_CMP_LT = 2,
+  PIPEC_CMP_GT = 3,
+  PIPEC_CMP_LE = 4,
+  PIPEC_CMP_GE = 5,
+};
+
+/// Elementwise selection Y = C != 0 ? X : Y' with numpy broadcasting (ONNX
+/// Where). bufs: [C (int64), X, Y', Y]; X, Y' and Y are float32, or int64
+/// when isInt. ints: [isInt, rank, dims[rank], cStrides[rank],
+/// xStrides[rank], yStrides[rank]].
+void pipec_k_where(void *const *bufs, const int64_t *ints, const double *reals);
+
+/// Element type conversion. bufs: [X, Y]. ints: [direction, n].
+/// I64_TO_F32 rounds to nearest; F32_TO_I64 truncates toward zero, NaN and
+/// values outside int64 give INT64_MIN.
+void pipec_k_cast(void *const *bufs, const int64_t *ints, const double *reals);
+enum {
+  PIPEC_CAST_I64_TO_F32 = 0,
+  PIPEC_CAST_F32_TO_I64 = 1,
+};
+
 /// Elementwise unary op. bufs: [X, Y] (Y may alias X). ints: [opcode, n].
 /// reals: [alpha, beta] (SCALE: Y = alpha X; LEAKY_RELU: slope alpha;
 /// CLIP: min alpha, max beta; POW_SCALAR: X^alpha; others ignore them).

@@ -134,6 +134,23 @@ static bool readTensor(const fs::path &path, HostTensor &out, std::string &error
     std::memcpy(out.bytes.data(), v.data(), n * 8);
     return true;
   }
+  case onnx::TensorProto::BOOL: {
+    // Booleans are int64 0/1 in pipec. Raw data holds one byte each;
+    // otherwise int32_data does.
+    out.isFloat = false;
+    std::vector<int64_t> v;
+    if (t.has_raw_data())
+      for (char c : t.raw_data())
+        v.push_back(c != 0 ? 1 : 0);
+    else
+      for (int32_t x : t.int32_data())
+        v.push_back(x != 0 ? 1 : 0);
+    if ((int64_t)v.size() != n)
+      break;
+    out.bytes.resize(n * 8);
+    std::memcpy(out.bytes.data(), v.data(), n * 8);
+    return true;
+  }
   default:
     error = path.string() + ": element type " + std::to_string(t.data_type()) +
             " is not supported";

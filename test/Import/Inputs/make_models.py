@@ -112,6 +112,22 @@ def main(out):
         [init("w", [5, 3], 8), init("b", [5], 9)])
     onnx.save(with_loss, f"{out}/with_loss.onnx")
 
+    # A mask computed at run time from integer ids (padding id 0): Equal,
+    # Not, Cast to float and Where (pipec compile adds the loss).
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [4, 5])
+    zero = numpy_helper.from_array(np.array(0, dtype=np.int64), "pad")
+    neg = numpy_helper.from_array(np.array(-30.0, dtype=np.float32), "neg")
+    mask = model(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["s"], name="fc", transB=1),
+         helper.make_node("Equal", ["ids", "pad"], ["is_pad"], name="eq"),
+         helper.make_node("Not", ["is_pad"], ["keep"], name="not"),
+         helper.make_node("Cast", ["keep"], ["keepf"], name="cast", to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["s", "keepf"], ["sk"], name="mul"),
+         helper.make_node("Where", ["is_pad", "neg", "sk"], ["masked"], name="where")],
+        [f32("x", [4, 3]), ids], [f32("masked", [4, 5])],
+        [init("w", [5, 3], 8), init("b", [5], 9), zero, neg])
+    onnx.save(mask, f"{out}/runtime_mask.onnx")
+
     # External data (models over 2 GiB): loaded from the model's folder;
     # a location outside it is refused.
     ext = onnx.load(f"{out}/tiny.onnx")
