@@ -76,7 +76,7 @@ class Builder:
         return self.node("Unsqueeze", [d, axes], prefix)
 
 
-def build(batch, seq, layers, dim, heads, vocab, seed=0):
+def build(batch, seq, layers, dim, heads, vocab, seed=0, padding_mask=False):
     bld = Builder(seed)
     dh = dim // heads
     wte = bld.weight("wte.weight", (vocab, dim))
@@ -87,6 +87,14 @@ def build(batch, seq, layers, dim, heads, vocab, seed=0):
     x = bld.node("Add", [tok, pos], "embed")
     mask = np.triu(np.full((seq, seq), -1e4, np.float32), k=1)
     causal = bld.const("causal_mask", mask)
+    if padding_mask:
+        # Key padding mask computed at run time from the ids (token 0 pads):
+        # Equal -> Unsqueeze to [B, 1, 1, T] -> Where on the scores.
+        pad_id = bld.const("pad_id", np.array(0, np.int64))
+        is_pad = bld.node("Equal", ["input_ids", pad_id], "pad_mask")
+        pad_axes = bld.const("pad_mask.axes", np.array([1, 2], np.int64))
+        pad4 = bld.node("Unsqueeze", [is_pad, pad_axes], "pad_mask")
+        masked_value = bld.const("pad_mask.value", np.array(-1e4, np.float32))
     for l in range(layers):
         p = f"h.{l}"
         h = bld.layer_norm(x, f"{p}.ln_1", dim)
@@ -105,6 +113,8 @@ def build(batch, seq, layers, dim, heads, vocab, seed=0):
         dh_dim = bld.dim_of(heads_q, 3, f"{p}.attn.scale")
         scale = bld.node("Sqrt", [bld.node("Cast", [dh_dim], f"{p}.attn.scale", to=TensorProto.FLOAT)], f"{p}.attn.scale")
         scores = bld.node("Add", [bld.node("Div", [scores, scale], f"{p}.attn"), causal], f"{p}.attn")
+        if padding_mask:
+            scores = bld.node("Where", [pad4, masked_value, scores], f"{p}.attn.pad")
         probs = bld.node("Softmax", [scores], f"{p}.attn", axis=-1)
         ctx = bld.node("Transpose", [bld.node("MatMul", [probs, heads_v], f"{p}.attn")], f"{p}.attn", perm=[0, 2, 1, 3])
         flat_shape = bld.const(f"{p}.attn.merge", np.array([0, seq, dim], np.int64))
@@ -159,8 +169,12 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--data-steps", type=int, default=0)
+    ap.add_argument("--padding-mask", action="store_true",
+                    help="mask the keys whose token id is 0, computed at run time "
+                         "(Equal, Unsqueeze, Where)")
     args = ap.parse_args()
-    model = build(args.batch, args.seq, args.layers, args.dim, args.heads, args.vocab)
+    model = build(args.batch, args.seq, args.layers, args.dim, args.heads, args.vocab,
+                  padding_mask=args.padding_mask)
     onnx.save(model, args.output)
     print(f"wrote {args.output}")
     if args.data_steps:

@@ -914,6 +914,10 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
   static const std::set<std::string> anyElementType = {
       "Equal", "Less",  "Greater", "LessOrEqual", "GreaterOrEqual",
       "Not",   "And",   "Or",      "Xor",         "Where", "Cast"};
+  // Views (nn.reshape, no kernel) move int64 and boolean tensors too, so a
+  // run-time mask can be reshaped to broadcast against the scores.
+  static const std::set<std::string> views = {"Reshape", "Squeeze",
+                                              "Unsqueeze"};
   for (int i = 0; i < node.input_size() && !anyElementType.count(op); ++i) {
     bool labels = (op == "SoftmaxCrossEntropyLoss" || isTrainingOp(node)) &&
                   i == 1;
@@ -922,6 +926,8 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
 
     auto it = types.find(node.input(i));
     if (node.input(i).empty() || labels || shape || it == types.end())
+      continue;
+    if (views.count(op) && elementType(it->second.elemType))
       continue;
     if (it->second.elemType != onnx::TensorProto::FLOAT)
       return fail(where + ": input '" + node.input(i) + "' has ONNX element "

@@ -33,6 +33,10 @@ MODELS = {
     "vgg-dropout": ("examples/vgg/make_vgg.py", ["--batch", "8", "--dropout-training"], 0.05),
     "gpt": ("examples/gpt/make_gpt.py", ["--batch", "4", "--seq", "16", "--layers", "2", "--dim", "32",
                                          "--heads", "2", "--vocab", "64"], 0.1),
+    # A key padding mask computed at run time (Equal of the ids with 0,
+    # Where on the scores): the int64 mask crosses the stage cuts.
+    "gpt-padmask": ("examples/gpt/make_gpt.py", ["--batch", "4", "--seq", "16", "--layers", "2", "--dim", "32",
+                                                 "--heads", "2", "--vocab", "64", "--padding-mask"], 0.1),
 }
 
 
@@ -50,7 +54,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pipec", required=True)
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--models", default="resnet,vgg,vgg-dropout,gpt")
+    ap.add_argument("--models", default="resnet,vgg,vgg-dropout,gpt,gpt-padmask")
     args = ap.parse_args()
     env_ok = os.path.isfile(args.pipec) and os.access(args.pipec, os.X_OK)
     if not env_ok:

@@ -9,6 +9,8 @@ unsupported.onnx a ConvTranspose, two Foo nodes of a custom domain and a LRN
 dynamic.onnx     an input with a symbolic batch dimension
 opset11.onnx     opset 11 (upgraded by ONNX's version converter)
 computed_shape.onnx  Reshape whose shape is computed by Shape (folds at import)
+runtime_mask.onnx    Equal/Not/Cast/Where on integer ids (a run-time mask)
+mask_unsqueeze.onnx  a boolean mask unsqueezed to broadcast in Where
 runtime_shape.onnx   Reshape whose shape is a model input (cannot fold)
 with_loss.onnx   a model that ends in SoftmaxCrossEntropyLoss
 external.onnx    tiny.onnx with its weights in external.bin
@@ -127,6 +129,17 @@ def main(out):
         [f32("x", [4, 3]), ids], [f32("masked", [4, 5])],
         [init("w", [5, 3], 8), init("b", [5], 9), zero, neg])
     onnx.save(mask, f"{out}/runtime_mask.onnx")
+
+    # A key padding mask as attention writes it: the boolean [4, 5] mask is
+    # unsqueezed to [4, 1, 5] to broadcast against [4, 3, 5] scores.
+    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
+    pad3 = model(
+        [helper.make_node("Equal", ["ids", "pad"], ["is_pad"], name="eq"),
+         helper.make_node("Unsqueeze", ["is_pad", "axes"], ["is_pad3"], name="unsq"),
+         helper.make_node("Where", ["is_pad3", "neg", "scores"], ["masked"], name="where")],
+        [f32("scores", [4, 3, 5]), ids], [f32("masked", [4, 3, 5])],
+        [zero, neg, axes])
+    onnx.save(pad3, f"{out}/mask_unsqueeze.onnx")
 
     # External data (models over 2 GiB): loaded from the model's folder;
     # a location outside it is refused.
