@@ -917,6 +917,10 @@ std::string StageLowering::stageMeta() {
     }
     feeds.push_back(std::move(f));
   }
+  // The importer records the samples per microbatch; a stage's own
+  // tensors may not start with it (a [B*T, d] boundary of a transformer).
+  if (auto samples = module->getAttrOfType<IntegerAttr>("pipec.microbatch"))
+    microbatch = samples.getInt();
   // Split replicas: this binary's tensors hold its slice; the microbatch
   // is the pipeline's.
   if (auto split = pipeline.getSplitSamples())

@@ -75,7 +75,9 @@ struct PipeSplitStagesPass
                     << "' is used by stages " << *users.begin() << " and "
                     << *std::next(users.begin())
                     << "; parameters shared across stages (tied weights) "
-                       "must stay in one stage";
+                       "must stay in one stage (if the exporter merged equal "
+                       "initializers of distinct layers, as torch.onnx.export "
+                       "does in eval mode, import with --untie-weights)";
         return signalPassFailure();
       }
     }

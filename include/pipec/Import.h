@@ -30,6 +30,12 @@ struct ImportOptions {
   /// parameters (buffers such as masks or position tables); each must name
   /// a float initializer of the model.
   std::set<std::string> frozen;
+  /// Gives every node that reads a float initializer its own copy of it
+  /// (the first reader keeps the name; an Identity's copy takes the
+  /// Identity's output name, others "<name>@<node>"). For exports that
+  /// merged equal initializers (torch.onnx.export in eval mode), not for
+  /// genuinely tied weights.
+  bool untieWeights = false;
 };
 
 /// Oldest default-domain opset imported as is; older models are upgraded

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
 
 using namespace pipec::import;
@@ -618,4 +619,146 @@ std::optional<std::vector<ConstTensor>> pipec::import::foldNode(
   }
   why = "no constant evaluator for " + op;
   return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// Folding on the ONNX graph
+//===----------------------------------------------------------------------===//
+
+bool pipec::import::toTensorProto(const ConstTensor &c, int32_t elemType,
+                                  onnx::TensorProto &out) {
+  out.Clear();
+  for (int64_t d : c.dims)
+    out.add_dims(d);
+  out.set_data_type(elemType);
+  const int64_t n = c.numel();
+  std::string raw;
+  auto put = [&](const void *p, size_t w) {
+    raw.append(static_cast<const char *>(p), w);
+  };
+  switch (elemType) {
+  case onnx::TensorProto::FLOAT:
+    for (int64_t i = 0; i < n; ++i) {
+      float v = static_cast<float>(c.real(i));
+      put(&v, 4);
+    }
+    break;
+  case onnx::TensorProto::DOUBLE:
+    for (int64_t i = 0; i < n; ++i) {
+      double v = c.real(i);
+      put(&v, 8);
+    }
+    break;
+  case onnx::TensorProto::INT64:
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v = c.integer(i);
+      put(&v, 8);
+    }
+    break;
+  case onnx::TensorProto::INT32:
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t v = static_cast<int32_t>(c.integer(i));
+      put(&v, 4);
+    }
+    break;
+  case onnx::TensorProto::INT16:
+    for (int64_t i = 0; i < n; ++i) {
+      int16_t v = static_cast<int16_t>(c.integer(i));
+      put(&v, 2);
+    }
+    break;
+  case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8:
+  case onnx::TensorProto::BOOL:
+    for (int64_t i = 0; i < n; ++i) {
+      int8_t v = static_cast<int8_t>(elemType == onnx::TensorProto::BOOL
+                                         ? c.integer(i) != 0
+                                         : c.integer(i));
+      put(&v, 1);
+    }
+    break;
+  default:
+    return false;
+  }
+  out.set_raw_data(std::move(raw));
+  return true;
+}
+
+int64_t pipec::import::foldGraphConstants(
+    onnx::GraphProto &graph,
+    const std::function<bool(const std::string &)> &isWeight,
+    const std::function<std::optional<KnownType>(const std::string &)>
+        &typeOf) {
+  // Folded values larger than this stay nodes (the importer's own folding
+  // or a kernel computes them); shape computations are tiny.
+  constexpr int64_t kMaxFoldedElements = int64_t(1) << 22;
+  std::map<std::string, const onnx::TensorProto *> sources;
+  for (const auto &t : graph.initializer())
+    if (!isWeight(t.name()))
+      sources[t.name()] = &t;
+  std::map<std::string, ConstTensor> cache;
+  auto constOf = [&](const std::string &name) -> std::optional<ConstTensor> {
+    if (auto it = cache.find(name); it != cache.end())
+      return it->second;
+    auto it = sources.find(name);
+    if (it == sources.end())
+      return std::nullopt;
+    std::string why;
+    auto c = fromTensorProto(*it->second, why);
+    if (c)
+      cache[name] = *c;
+    return c;
+  };
+  auto staticShape = [&](const std::string &name) -> std::optional<Dims> {
+    auto t = typeOf(name);
+    if (!t)
+      return std::nullopt;
+    return t->dims;
+  };
+
+  int64_t replaced = 0;
+  for (auto &node : *graph.mutable_node()) {
+    const std::string &op = node.op_type();
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      continue;
+    if (op == "Constant") {
+      for (const auto &a : node.attribute())
+        if (a.name() == "value" && a.has_t() && node.output_size() == 1)
+          sources[node.output(0)] = &a.t();
+      continue;
+    }
+    if (!isFoldable(op) || node.output_size() != 1)
+      continue;
+    bool weightInput = false;
+    for (const auto &in : node.input())
+      weightInput |= !in.empty() && isWeight(in);
+    if (weightInput)
+      continue;
+    std::string why;
+    auto outs = foldNode(
+        node, [&](int i) { return constOf(node.input(i)); }, staticShape, why);
+    if (!outs || outs->size() != 1 || (*outs)[0].numel() > kMaxFoldedElements)
+      continue;
+    const ConstTensor &c = (*outs)[0];
+    int32_t elemType =
+        c.isFloat ? onnx::TensorProto::FLOAT : onnx::TensorProto::INT64;
+    if (auto t = typeOf(node.output(0)); t && t->elemType != 0)
+      elemType = t->elemType;
+    onnx::TensorProto value;
+    if (!toTensorProto(c, elemType, value))
+      continue;
+    std::string output = node.output(0), name = node.name();
+    node.Clear();
+    node.set_op_type("Constant");
+    node.set_name(name);
+    node.add_output(output);
+    auto *a = node.add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    *a->mutable_t() = std::move(value);
+    cache[output] = c;
+    sources.erase(output);
+    ++replaced;
+  }
+  return replaced;
 }

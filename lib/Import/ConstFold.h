@@ -52,6 +52,33 @@ foldNode(const onnx::NodeProto &node,
              const std::string &)> &staticShape,
          std::string &why);
 
+/// Writes `c` as an ONNX tensor of element type `elemType` (FLOAT, DOUBLE,
+/// FLOAT16 is refused; INT64, INT32, INT16, INT8, UINT8, BOOL). False for
+/// other types.
+bool toTensorProto(const ConstTensor &c, int32_t elemType,
+                   onnx::TensorProto &out);
+
+/// Static facts of a graph value that the graph folder needs.
+struct KnownType {
+  int32_t elemType = 0;
+  std::optional<std::vector<int64_t>> dims; ///< set when fully static
+};
+
+/// One round of folding on the ONNX graph itself, before the importer
+/// emits anything: every node whose inputs are constants (Constant nodes,
+/// initializers for which `isWeight` is false) or, for Shape/Size, whose
+/// input has a static shape, is replaced by a Constant node with the same
+/// output names. ONNX shape inference can then see computed Reshape
+/// targets, Slice bounds and Range limits as constants, which is what its
+/// own data propagation misses in exporter graphs. `typeOf` gives the
+/// inferred type of a value (nullopt when unknown). Returns the number of
+/// nodes replaced; nodes that cannot be evaluated are left alone (the
+/// importer reports them if they matter).
+int64_t foldGraphConstants(
+    onnx::GraphProto &graph,
+    const std::function<bool(const std::string &)> &isWeight,
+    const std::function<std::optional<KnownType>(const std::string &)> &typeOf);
+
 } // namespace pipec::import
 
 #endif // PIPEC_LIB_IMPORT_CONSTFOLD_H

@@ -253,6 +253,17 @@ private:
   bool upgradeOpset();
   bool checkSupported();
   bool specialiseAndInfer();
+  /// Optional outputs (index >= 1) that no node or graph output reads are
+  /// removed: a training-mode export's Dropout masks and batch-norm
+  /// statistics, whose shapes ONNX may not infer.
+  void dropUnusedOutputs();
+  /// Float initializers that cannot get a gradient (no float path from
+  /// them to a graph output, e.g. an attention mask buffer compared with
+  /// Equal) join `frozen`: exporters write buffers and parameters alike.
+  void freezeGradientFree();
+  /// For errors after the batch was changed: the file's fixed batch may be
+  /// baked into its shape constants.
+  std::string batchHint() const;
   bool emit();
   bool emitNode(const onnx::NodeProto &node, int index);
   bool emitOptimizer(const onnx::NodeProto &node, int index,
@@ -276,10 +287,20 @@ private:
   int64_t opset = 0;
   ModuleOp module;
   func::FuncOp mainFn;
+  /// The batch the file fixes (first input, leading dimension) when
+  /// specialisation changed it; 0 otherwise.
+  int64_t fileBatch = 0;
+  std::string fileBatchInput;
   /// The random state argument of @main, created by the first dropout.
   Value rngArg;
 
   std::map<std::string, const onnx::TensorProto *> initializers;
+  /// Float initializers imported as constants: --freeze and the
+  /// gradient-free ones (autoFrozen, reported on the module).
+  std::set<std::string> frozen;
+  std::vector<std::string> autoFrozen;
+  /// --untie-weights: the first node that read each weight.
+  std::map<std::string, int> weightOwner;
   std::map<std::string, const onnx::TensorProto *> constantNodes;
   /// Values computed at import time (folded shape subgraphs).
   std::map<std::string, import::ConstTensor> consts;
@@ -288,7 +309,7 @@ private:
     auto it = initializers.find(name);
     return it != initializers.end() &&
            it->second->data_type() == onnx::TensorProto::FLOAT &&
-           !options.frozen.count(name);
+           !frozen.count(name);
   }
   std::optional<import::ConstTensor> constOf(const std::string &name);
   bool tryFold(const onnx::NodeProto &node, int index, bool &folded);
@@ -499,6 +520,21 @@ bool Importer::check() {
   return true;
 }
 
+static const onnx::AttributeProto *findAttr(const onnx::NodeProto &node,
+                                            const std::string &name);
+
+std::string Importer::batchHint() const {
+  if (fileBatch == 0)
+    return "";
+  return " (the file fixes the batch at " + std::to_string(fileBatch) +
+         ", e.g. in its Reshape targets, and pipec re-specialises it to " +
+         std::to_string(options.batch) +
+         " samples per microbatch: export with a dynamic batch axis, "
+         "torch.onnx.export(..., dynamic_axes={'" + fileBatchInput +
+         "': {0: 'batch'}}), or export at the microbatch size and give the "
+         "global batch with --batch)";
+}
+
 bool Importer::specialiseAndInfer() {
   auto *graph = model.mutable_graph();
   std::set<std::string> initNames;
@@ -515,42 +551,84 @@ bool Importer::specialiseAndInfer() {
       for (int64_t d : it->second)
         shape->add_dim()->set_dim_value(d);
     } else if (options.batch > 0 && shape->dim_size() >= 1) {
+      if (shape->dim(0).has_dim_value() && fileBatch == 0 &&
+          shape->dim(0).dim_value() != options.batch) {
+        fileBatch = shape->dim(0).dim_value();
+        fileBatchInput = input.name();
+      }
       shape->mutable_dim(0)->set_dim_value(options.batch);
     }
   }
   // Forget every recorded intermediate/output shape: they may carry the
   // file's batch size, which inference recomputes for the new one.
-  graph->clear_value_info();
   for (auto &output : *graph->mutable_output())
     output.mutable_type()->mutable_tensor_type()->clear_shape();
-  std::string why;
-  bool crashed;
-  if (!runIsolated(
-          model,
-          [](onnx::ModelProto &m) {
-            onnx::ShapeInferenceOptions opts(/*check_type=*/true, /*strict=*/1,
-                                             /*data_prop=*/true);
-            onnx::shape_inference::InferShapes(
-                m, onnx::OpSchemaRegistry::Instance(), opts);
-          },
-          why, crashed))
-    return fail("ONNX shape inference failed on '" + path +
-                "': " + why.substr(0, why.find('\n')));
-  graph = model.mutable_graph(); // the model was replaced
-  for (const auto &v : graph->input())
-    types[v.name()] = fromTypeProto(v.type());
-  for (const auto &v : graph->value_info())
-    types[v.name()] = fromTypeProto(v.type());
-  for (const auto &v : graph->output())
-    types[v.name()] = fromTypeProto(v.type());
-  for (const auto &init : graph->initializer()) {
-    ValueType vt;
-    vt.known = true;
-    vt.elemType = init.data_type();
-    vt.dims.assign(init.dims().begin(), init.dims().end());
-    types[init.name()] = vt;
-    initializers[init.name()] = &init;
+  // Shape inference, then fold what became constant (shape subgraphs:
+  // Shape -> Gather -> Concat -> Reshape, Range limits, Slice bounds) into
+  // Constant nodes, and infer again, until nothing more folds: libonnx's
+  // own data propagation stops at many of the nodes exporters write.
+  frozen = options.frozen;
+  std::set<std::string> weightNames;
+  constexpr int kMaxFoldRounds = 64;
+  for (int round = 0;; ++round) {
+    model.mutable_graph()->clear_value_info();
+    std::string why;
+    bool crashed;
+    if (!runIsolated(
+            model,
+            [](onnx::ModelProto &m) {
+              onnx::ShapeInferenceOptions opts(/*check_type=*/true,
+                                               /*strict=*/1,
+                                               /*data_prop=*/true);
+              onnx::shape_inference::InferShapes(
+                  m, onnx::OpSchemaRegistry::Instance(), opts);
+            },
+            why, crashed))
+      return fail("ONNX shape inference failed on '" + path +
+                  "': " + why.substr(0, why.find('\n')) +
+                  batchHint());
+    graph = model.mutable_graph(); // the model was replaced
+    types.clear();
+    for (const auto &v : graph->input())
+      types[v.name()] = fromTypeProto(v.type());
+    for (const auto &v : graph->value_info())
+      types[v.name()] = fromTypeProto(v.type());
+    for (const auto &v : graph->output())
+      types[v.name()] = fromTypeProto(v.type());
+    for (const auto &init : graph->initializer()) {
+      ValueType vt;
+      vt.known = true;
+      vt.elemType = init.data_type();
+      vt.dims.assign(init.dims().begin(), init.dims().end());
+      types[init.name()] = vt;
+    }
+    if (round == kMaxFoldRounds)
+      break;
+    if (round == 0) {
+      freezeGradientFree();
+      for (const auto &init : graph->initializer())
+        if (init.data_type() == onnx::TensorProto::FLOAT &&
+            !frozen.count(init.name()))
+          weightNames.insert(init.name());
+    }
+    int64_t folded = import::foldGraphConstants(
+        *graph,
+        [&](const std::string &name) { return weightNames.count(name) > 0; },
+        [&](const std::string &name) -> std::optional<import::KnownType> {
+          auto it = types.find(name);
+          if (it == types.end() || it->second.elemType == 0)
+            return std::nullopt;
+          import::KnownType t;
+          t.elemType = it->second.elemType;
+          if (it->second.isStatic())
+            t.dims = it->second.dims;
+          return t;
+        });
+    if (folded == 0)
+      break;
   }
+  for (const auto &init : graph->initializer())
+    initializers[init.name()] = &init;
   for (const std::string &name : options.frozen) {
     auto it = initializers.find(name);
     if (it == initializers.end() ||
@@ -757,7 +835,20 @@ bool Importer::tryFold(const onnx::NodeProto &node, int index, bool &folded) {
 Value Importer::operand(const onnx::NodeProto &node, int i, int index) {
   if (i >= node.input_size() || node.input(i).empty())
     return Value();
-  const std::string &name = node.input(i);
+  std::string name = node.input(i);
+  const std::string source = name; // the initializer or value read
+  // --untie-weights: a float initializer read by a second node becomes a
+  // parameter of its own for that node, named after the Identity output it
+  // feeds (an exporter's copy of a deduplicated parameter) or
+  // "<initializer>@<node>".
+  if (options.untieWeights && isWeightName(name)) {
+    auto [it, first] = weightOwner.try_emplace(name, index);
+    if (!first && it->second != index) {
+      bool identity = node.op_type() == "Identity" && node.output_size() == 1 &&
+                      !initializers.count(node.output(0));
+      name = identity ? node.output(0) : name + "@" + nodeLabel(node, index);
+    }
+  }
   if (auto it = values.find(name); it != values.end())
     return it->second;
   std::string where = "node '" + nodeLabel(node, index) + "' (" +
@@ -781,9 +872,9 @@ Value Importer::operand(const onnx::NodeProto &node, int i, int index) {
   }
   const onnx::TensorProto *t = nullptr;
   bool isWeight = false;
-  if (auto it = initializers.find(name); it != initializers.end()) {
+  if (auto it = initializers.find(source); it != initializers.end()) {
     t = it->second;
-    isWeight = !options.frozen.count(name); // a frozen one is a constant
+    isWeight = !frozen.count(source); // a frozen one is a constant
   } else if (auto it = constantNodes.find(name); it != constantNodes.end()) {
     t = it->second;
   }
@@ -791,7 +882,7 @@ Value Importer::operand(const onnx::NodeProto &node, int i, int index) {
     fail(where + ": input '" + name + "' is not produced by any node");
     return Value();
   }
-  auto type = typeOf(name, where);
+  auto type = typeOf(source, where);
   if (failed(type))
     return Value();
   std::string why;
@@ -1073,6 +1164,9 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
       result = nn::TanhOp::create(b, loc, in(0));
     else if (op == "Sigmoid")
       result = nn::SigmoidOp::create(b, loc, in(0));
+    else if (options.untieWeights && isWeightName(node.input(0)) &&
+             in(0).getDefiningOp<ml_program::GlobalLoadOp>())
+      result = in(0); // the untied copy is the parameter itself
     else
       result = nn::IdentityOp::create(b, loc, in(0));
   } else if (op == "Softmax" || op == "LogSoftmax") {
@@ -1097,6 +1191,15 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
                   (node.input_size() > 1 ? node.input(1) : "") +
                   "' is not a constant int64 tensor (computed shapes are not "
                   "supported yet)");
+    auto inType = cast<RankedTensorType>(in(0).getType());
+    auto outType = cast<RankedTensorType>(rt0);
+    if (inType.getNumElements() != outType.getNumElements())
+      return fail(where + ": reshapes " + std::to_string(inType.getNumElements()) +
+                  " elements to the shape " +
+                  dimsString(std::vector<int64_t>(outType.getShape().begin(),
+                                                  outType.getShape().end())) +
+                  " of " + std::to_string(outType.getNumElements()) +
+                  batchHint());
     result = nn::ReshapeOp::create(b, loc, rt0, in(0));
   } else if (op == "Transpose") {
     if (!need(1))
@@ -1694,11 +1797,10 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
                                       bias, mean, var, f32(eps),
                                       f32(attrFloat(node, "momentum", 0.9f)));
     // The running statistics live in their globals: store the update.
-    for (auto [k, v] : {std::pair<int, Value>{3, bn.getNewRunningMean()},
-                        std::pair<int, Value>{4, bn.getNewRunningVar()}})
-      if (globals.count(node.input(k)))
-        ml_program::GlobalStoreOp::create(
-            b, loc, FlatSymbolRefAttr::get(&ctx, node.input(k)), v);
+    for (auto [stat, v] : {std::pair<Value, Value>{mean, bn.getNewRunningMean()},
+                           std::pair<Value, Value>{var, bn.getNewRunningVar()}})
+      if (auto load = stat.getDefiningOp<ml_program::GlobalLoadOp>())
+        ml_program::GlobalStoreOp::create(b, loc, load.getGlobalAttr(), v);
     if (node.output_size() > 1 && !node.output(1).empty())
       values[node.output(1)] = bn.getNewRunningMean();
     if (node.output_size() > 2 && !node.output(2).empty())
@@ -1770,11 +1872,86 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
   return true;
 }
 
+void Importer::freezeGradientFree() {
+  const auto &graph = model.graph();
+  auto isFloat = [&](const std::string &name) {
+    auto it = types.find(name);
+    return it != types.end() && it->second.elemType == onnx::TensorProto::FLOAT;
+  };
+  // Float values from which a float path leads to a graph output: walking
+  // back from the outputs, a node whose float output is live makes its
+  // float inputs live. A boolean or integer value (Equal, Shape, Cast to
+  // int64) ends a path.
+  std::set<std::string> live;
+  for (const auto &out : graph.output())
+    live.insert(out.name());
+  std::set<std::string> state; // batch-norm running statistics, optimizer state
+  for (int i = graph.node_size() - 1; i >= 0; --i) {
+    const auto &node = graph.node(i);
+    if (node.op_type() == "BatchNormalization")
+      for (int k = 3; k < 5 && k < node.input_size(); ++k)
+        state.insert(node.input(k));
+    if (isTrainingOp(node))
+      state.insert(node.input().begin(), node.input().end());
+    bool any = false;
+    for (const auto &out : node.output())
+      any |= !out.empty() && live.count(out) && isFloat(out);
+    if (!any)
+      continue;
+    for (const auto &in : node.input())
+      if (!in.empty() && isFloat(in))
+        live.insert(in);
+  }
+  for (const auto &init : graph.initializer())
+    if (init.data_type() == onnx::TensorProto::FLOAT &&
+        !frozen.count(init.name()) && !live.count(init.name()) &&
+        !state.count(init.name())) {
+      frozen.insert(init.name());
+      autoFrozen.push_back(init.name());
+    }
+}
+
+void Importer::dropUnusedOutputs() {
+  auto *graph = model.mutable_graph();
+  std::set<std::string> used;
+  for (const auto &node : graph->node())
+    for (const auto &in : node.input())
+      used.insert(in);
+  for (const auto &out : graph->output())
+    used.insert(out.name());
+  for (auto &node : *graph->mutable_node()) {
+    // BatchNormalization before opset 14 is in training mode when it has
+    // the statistics outputs; keep that fact as the attribute of version 14.
+    if (node.op_type() == "BatchNormalization" && node.output_size() > 1 &&
+        !findAttr(node, "training_mode")) {
+      auto *a = node.add_attribute();
+      a->set_name("training_mode");
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(1);
+    }
+    for (int k = node.output_size() - 1; k >= 1; --k) {
+      if (used.count(node.output(k)))
+        continue;
+      if (k == node.output_size() - 1)
+        node.mutable_output()->RemoveLast();
+      else
+        node.set_output(k, "");
+    }
+  }
+}
+
 bool Importer::emit() {
+  dropUnusedOutputs();
   const auto &graph = model.graph();
   module = ModuleOp::create(UnknownLoc::get(&ctx));
   module->setAttr("pipec.source", b.getStringAttr(path));
   module->setAttr("pipec.opset", b.getI64IntegerAttr(opset));
+  if (!autoFrozen.empty()) {
+    SmallVector<Attribute> names;
+    for (const std::string &n : autoFrozen)
+      names.push_back(b.getStringAttr(n));
+    module->setAttr("pipec.gradient_free", b.getArrayAttr(names));
+  }
 
   // Signature: graph inputs that are not initializers.
   SmallVector<Type> argTypes;

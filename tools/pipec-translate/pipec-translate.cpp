@@ -40,6 +40,12 @@ static cl::list<std::string>
                     "comma-separated"),
            cl::value_desc("NAME,..."), cl::CommaSeparated);
 
+static cl::opt<bool> untieWeights(
+    "untie-weights",
+    cl::desc("Give every node that reads a shared float initializer its own "
+             "copy (exports that merged equal initializers)"),
+    cl::init(false));
+
 /// Parses NAME=D0xD1... into `shapes`; false on syntax errors.
 static bool parseInputShape(const std::string &spec,
                             std::map<std::string, std::vector<int64_t>> &shapes) {
@@ -69,6 +75,7 @@ int main(int argc, char **argv) {
   pipec::ImportOptions options;
   options.batch = batch;
   options.frozen.insert(freeze.begin(), freeze.end());
+  options.untieWeights = untieWeights;
   for (const std::string &spec : inputShapes)
     if (!parseInputShape(spec, options.inputShapes)) {
       errs() << "pipec-translate: error: bad --input-shape '" << spec

@@ -241,6 +241,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
     importOptions.batch = samples;
     importOptions.inputShapes = o.inputShapes;
     importOptions.frozen = o.frozen;
+    importOptions.untieWeights = o.untieWeights;
     for (auto &[name, shape] : importOptions.inputShapes)
       if (!shape.empty())
         shape[0] = samples;
@@ -260,6 +261,42 @@ int pipec::driver::compileModel(const CompileOptions &o) {
       std::to_string(params) + " parameters; global batch " +
       std::to_string(batch) + " = " + std::to_string(o.microbatches) +
       " microbatches of " + std::to_string(microbatch));
+  if (auto names = (*module)->getAttrOfType<ArrayAttr>("pipec.gradient_free")) {
+    std::string list;
+    for (auto [i, n] : llvm::enumerate(names.getAsValueRange<StringAttr>()))
+      if (i < 6)
+        list += (i ? ", " : "") + n.str();
+    if (names.size() > 6)
+      list += ", ...";
+    say("note: " + std::to_string(names.size()) +
+        " float initializer(s) get no gradient and are constants (buffers): " +
+        list);
+  }
+  // A parameter read by several nodes trains as one (tied weights). Say so:
+  // an exporter may have merged equal initializers of distinct layers.
+  {
+    std::vector<std::pair<std::string, size_t>> shared;
+    module->walk([&](ml_program::GlobalLoadOp load) {
+      llvm::SmallPtrSet<Operation *, 4> users(load->user_begin(),
+                                              load->user_end());
+      if (users.size() > 1)
+        shared.push_back(
+            {load.getGlobal().getLeafReference().str(), users.size()});
+    });
+    if (!shared.empty()) {
+      std::string list;
+      for (size_t i = 0; i < shared.size() && i < 4; ++i)
+        list += (i ? ", " : "") + shared[i].first + " (" +
+                std::to_string(shared[i].second) + " nodes)";
+      if (shared.size() > 4)
+        list += ", ... (" + std::to_string(shared.size()) + " in all)";
+      say("note: " + std::to_string(shared.size()) +
+          " weight(s) are read by several nodes and train as one parameter "
+          "each: " + list +
+          "; if the exporter merged equal initializers (torch.onnx.export in "
+          "eval mode does), compile with --untie-weights");
+    }
+  }
 
   PassManager pm(&ctx);
   TrainingPipelineOptions tpo;
@@ -592,6 +629,10 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .opt("--freeze", "float initializers to keep constant instead of "
                        "training them (buffers such as masks), "
                        "comma-separated")
+      .flag("--untie-weights", "give every node that reads a shared float "
+                               "initializer its own copy (for exports that "
+                               "merged equal initializers: "
+                               "torch.onnx.export in eval mode)")
       .flag("--emit-mlir", "also write OUT/pipeline.mlir")
       .flag("--quiet", "no progress lines");
   if (!a.parse())
@@ -653,6 +694,7 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       !a.getDouble("--weight-decay", o.weightDecay))
     return 2;
   o.emitMlir = a.has("--emit-mlir");
+  o.untieWeights = a.has("--untie-weights");
   o.quiet = a.has("--quiet");
   if (a.has("--freeze")) {
     std::string list = a.get("--freeze");

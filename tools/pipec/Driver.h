@@ -88,6 +88,8 @@ struct CompileOptions {
   std::map<std::string, std::vector<int64_t>> inputShapes;
   /// Float initializers kept constant (not trained).
   std::set<std::string> frozen;
+  /// Every reader of a shared float initializer gets its own copy.
+  bool untieWeights = false;
   bool emitMlir = false;
   bool quiet = false;
 };

@@ -11,6 +11,9 @@ opset11.onnx     opset 11 (upgraded by ONNX's version converter)
 computed_shape.onnx  Reshape whose shape is computed by Shape (folds at import)
 runtime_mask.onnx    Equal/Not/Cast/Where on integer ids (a run-time mask)
 mask_unsqueeze.onnx  a boolean mask unsqueezed to broadcast in Where
+exporter.onnx        what torch.onnx.export writes for training (see below)
+merged.onnx          one bias initializer read by three Gemms
+fixed_batch.onnx     a Reshape target that holds the batch
 runtime_shape.onnx   Reshape whose shape is a model input (cannot fold)
 with_loss.onnx   a model that ends in SoftmaxCrossEntropyLoss
 external.onnx    tiny.onnx with its weights in external.bin
@@ -140,6 +143,66 @@ def main(out):
         [f32("scores", [4, 3, 5]), ids], [f32("masked", [4, 3, 5])],
         [zero, neg, axes])
     onnx.save(pad3, f"{out}/mask_unsqueeze.onnx")
+
+    # What torch.onnx.export writes for training (exporter.onnx): positions
+    # from Range(0, Shape(x)[1]) that ONNX's shape inference leaves
+    # unknown until the importer folds them, a view whose target Concat's
+    # the batch read by Shape, a Dropout and an opset-13 BatchNormalization
+    # whose mask and statistics outputs nobody reads, and a float buffer
+    # (mask) that only Equal reads.
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, dtype=np.int64), name)
+    exporter = model(
+        [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+         helper.make_node("Gather", ["shape", "one"], ["t"], name="seq_len", axis=0),
+         helper.make_node("Range", ["zero", "t", "one"], ["pos"], name="range"),
+         helper.make_node("Gather", ["pos_table", "pos"], ["pe"], name="pos_embed", axis=0),
+         helper.make_node("Add", ["x", "pe"], ["h"], name="add_pos"),
+         helper.make_node("Gather", ["shape", "zero"], ["b"], name="batch_dim", axis=0),
+         helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"], name="unsq"),
+         helper.make_node("Concat", ["b1", "minus1"], ["flat_shape"], name="cat", axis=0),
+         helper.make_node("Reshape", ["h", "flat_shape"], ["flat"], name="view"),
+         helper.make_node("Constant", [], ["fzero"], name="zero_f",
+                          value=numpy_helper.from_array(np.array(0, np.float32))),
+         helper.make_node("Constant", [], ["ninf"], name="fill",
+                          value=numpy_helper.from_array(np.array(-1e4, np.float32))),
+         helper.make_node("Equal", ["mask", "fzero"], ["is_pad"], name="eq"),
+         helper.make_node("Where", ["is_pad", "ninf", "flat"], ["masked"], name="masked_fill"),
+         helper.make_node("Dropout", ["masked", "ratio", "training"], ["d", "d_mask"], name="drop"),
+         helper.make_node("Unsqueeze", ["d", "axes23"], ["d4"], name="to_nchw"),
+         helper.make_node("BatchNormalization", ["d4", "bn_s", "bn_b", "bn_m", "bn_v"],
+                          ["bn", "bn_mean", "bn_var", "bn_saved_mean", "bn_saved_var"], name="bn"),
+         helper.make_node("Flatten", ["bn"], ["y"], name="flatten")],
+        [f32("x", [2, 3, 4])], [f32("y", [2, 12])],
+        [init("pos_table", [8, 4], 10), i64("zero", 0), i64("one", 1), i64("axes0", [0]),
+         i64("minus1", [-1]), i64("axes23", [2, 3]),
+         numpy_helper.from_array(np.array([[1] * 8 + [0] * 4], np.float32), "mask"),
+         numpy_helper.from_array(np.array(0.25, np.float32), "ratio"),
+         numpy_helper.from_array(np.array(True), "training"),
+         init("bn_s", [12], 11), init("bn_b", [12], 12),
+         numpy_helper.from_array(np.zeros(12, np.float32), "bn_m"),
+         numpy_helper.from_array(np.ones(12, np.float32), "bn_v")],
+        opset=13)
+    onnx.save(exporter, f"{out}/exporter.onnx")
+
+    # Equal initializers merged by an exporter (torch.onnx.export in eval
+    # mode): fc1 and fc2 read one bias, and an Identity gives it a third
+    # name.
+    merged = model(
+        [helper.make_node("Gemm", ["x", "w1", "b"], ["h1"], name="fc1", transB=1),
+         helper.make_node("Gemm", ["h1", "w2", "b"], ["h2"], name="fc2", transB=1),
+         helper.make_node("Identity", ["b"], ["fc3.bias"], name="copy"),
+         helper.make_node("Gemm", ["h2", "w3", "fc3.bias"], ["y"], name="fc3", transB=1)],
+        [f32("x", [2, 3])], [f32("y", [2, 3])],
+        [init("w1", [3, 3], 13), init("w2", [3, 3], 14), init("w3", [3, 3], 15),
+         numpy_helper.from_array(np.zeros(3, np.float32), "b")])
+    onnx.save(merged, f"{out}/merged.onnx")
+
+    # Traced without a dynamic batch axis: the batch 4 is in the view's
+    # target, so it cannot be re-specialised to another batch.
+    fixed = model(
+        [helper.make_node("Reshape", ["x", "target"], ["y"], name="view")],
+        [f32("x", [4, 3, 2])], [f32("y", [4, 6])], [i64("target", [4, 6])])
+    onnx.save(fixed, f"{out}/fixed_batch.onnx")
 
     # External data (models over 2 GiB): loaded from the model's folder;
     # a location outside it is refused.

@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""Models exported by PyTorch's own exporter (torch.onnx.export in training
+mode, opsets 13-17, dynamic batch axis; written by
+test/e2e/torch_exported/export.py and checked in) are compiled by pipec and
+trained with 1F1B-flush on 1, 2 and 4 stages. Each run must reproduce what
+PyTorch computed when it trained the same model on the same data with the
+same microbatches (reference.json, reference.npz): the loss of every step
+and every parameter and BatchNorm running statistic after every step,
+to 1e-4 relative (wider only where float32 itself does not determine the
+result better: PyTorch's float32 and float64 runs differ there; see
+export.py). Buffers that get no gradient (GPT's causal mask) must be
+constants in pipec and unchanged in PyTorch.
+
+    torch_exported.py --pipec build/bin/pipec --workdir DIR [--models resnet,...]
+
+Prints one line per run and `N passed, N failed`. PyTorch is not needed.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "torch_exported")
+sys.path.insert(0, HERE)
+from safetensors_io import load_checkpoint  # noqa: E402
+
+TOL = 1e-4
+MODELS = ["resnet", "vgg", "mobilenet", "gpt", "bert"]
+STAGES = {"resnet": (1, 2, 4), "vgg": (1, 2), "mobilenet": (1, 2, 4), "gpt": (1, 2, 4), "bert": (1, 2, 4)}
+
+
+def run(cmd, timeout=600):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return p.returncode, p.stdout
+
+
+def rel(a, b):
+    n = np.linalg.norm(b)
+    return float(np.linalg.norm(a - b) / (n if n > 0 else 1.0))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipec", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--models", default=",".join(MODELS))
+    args = ap.parse_args()
+    if not (os.path.isfile(args.pipec) and os.access(args.pipec, os.X_OK)):
+        print(f"FAIL setup: {args.pipec} is not an executable")
+        print("0 passed, 1 failed")
+        return 1
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    passed = failed = 0
+
+    def report(ok, name, detail):
+        nonlocal passed, failed
+        print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
+        passed += ok
+        failed += not ok
+
+    for model in args.models.split(","):
+        src = os.path.join(DATA, model)
+        ref = json.load(open(os.path.join(src, "reference.json")))
+        snaps = dict(np.load(os.path.join(src, "reference.npz")))
+        for stages in STAGES[model]:
+            name = f"{model} (opset {ref['opset']}) s{stages}-1f1b-flush-mb{ref['microbatches']}"
+            out = os.path.join(args.workdir, f"{model}-s{stages}")
+            rc, log = run([args.pipec, "compile", os.path.join(src, "model.onnx"),
+                           "--batch", str(ref["batch"]), "--microbatches", str(ref["microbatches"]),
+                           "--stages", str(stages), "--schedule", "1f1b-flush", "-o", out])
+            if rc != 0:
+                report(False, name, "compile: " + log[-600:])
+                continue
+            # What the importer must have found: the buffers without a
+            # gradient are constants.
+            frozen = [b for b in ref["buffers"] if "running_" not in b]
+            rc, log2 = run([args.pipec, "train", out, "--steps", str(ref["steps"]), "--lr", str(ref["lr"]),
+                            "--inputs", os.path.join(src, "x.npy"), "--labels", os.path.join(src, "y.npy"),
+                            "--checkpoint-every", "1", "--quiet"])
+            if rc != 0:
+                report(False, name, "train: " + log2[-600:])
+                continue
+            losses = [json.loads(line)["loss"] for line in open(os.path.join(out, "metrics.jsonl"))]
+            problems = []
+            # Relative errors over the tolerance (1e-4, or wider where
+            # float32 itself does not determine the result better:
+            # reference.json, export.py); 1.0 = exactly at the tolerance.
+            loss_err = [abs(a - b) / abs(b) for a, b in zip(losses, ref["losses"])]
+            if len(losses) != len(ref["losses"]) or any(
+                    e > t for e, t in zip(loss_err, ref["loss_tolerance"])):
+                problems.append(f"losses {losses} vs PyTorch {ref['losses']}")
+            # Every tensor after every step (checkpoints/step-00000k).
+            worst, worst_at, widened = 0.0, "", []
+            for k in range(1, ref["steps"] + 1):
+                got = load_checkpoint(os.path.join(out, "checkpoints", f"step-{k:06d}"))
+                tols = ref["tolerance"].get(str(k), {})
+                widened.append(0)
+                for n in ref["parameters"] + [b for b in ref["buffers"] if b not in frozen]:
+                    if n not in got:
+                        problems.append(f"'{n}' missing from the step {k} checkpoint")
+                        continue
+                    want = snaps[f"step{k}/{n}"]
+                    tol = tols.get(n, TOL)
+                    widened[-1] += tol > TOL
+                    e = rel(got[n].reshape(want.shape), want) / tol
+                    if e > worst:
+                        worst, worst_at = e, f"'{n}' after step {k} (tolerance {tol:.1e})"
+            if worst > 1.0:
+                problems.append(f"{worst_at} differs from PyTorch by {worst:.2f} x its tolerance")
+            for b in frozen:
+                if b in got:
+                    problems.append(f"buffer '{b}' was trained")
+                if f"get no gradient and are constants" not in log or b not in log:
+                    problems.append(f"buffer '{b}' not reported as a constant")
+            detail = (f"{len(ref['parameters'])} parameters + {len(ref['buffers'])} buffers, "
+                      f"loss {losses[0]:.6f} -> {losses[-1]:.6f} (rel. error vs PyTorch "
+                      f"{', '.join(f'{e:.1e}' for e in loss_err)}), every tensor after every step "
+                      f"within {worst:.2f} x tolerance (widened per step: "
+                      f"{', '.join(str(w) for w in widened)})")
+            report(not problems, name, "; ".join(problems) if problems else detail)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
