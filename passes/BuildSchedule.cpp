@@ -85,14 +85,6 @@ struct PipeBuildSchedulePass
       for (int64_t q = 0; q < numStages; ++q)
         if (failed(splitBackward(module, q)))
           return signalPassFailure();
-    if (*kind == ScheduleKind::TwoBW && microbatches < numStages - 1) {
-      module.emitError("schedule '2bw' needs at least p - 1 = ")
-          << numStages - 1 << " microbatches per batch for " << numStages
-          << " stages, got " << int(microbatches)
-          << " (a forward would need a weight version that is not created "
-             "yet; papers/thesis.md §3.1)";
-      return signalPassFailure();
-    }
 
     SmallVector<Edge> edges;
     for (auto [k, fn] : llvm::enumerate(fwds))
@@ -127,12 +119,24 @@ struct PipeBuildSchedulePass
                        "interleaved");
       return signalPassFailure();
     }
-    if (continuous && replicated) {
-      module.emitError("replicated stages are compiled for the synchronous "
-                       "schedules (gpipe, 1f1b-flush, zb-h1) only, not '")
-          << schedule << "'";
+    if (continuous && split) {
+      module.emitError("split replicas (every replica runs a slice of every "
+                       "microbatch) need a synchronous schedule, not '")
+          << schedule << "'; the continuous schedules replicate stages round "
+                         "robin (1F1B-RR)";
       return signalPassFailure();
     }
+    if (continuous && replicated)
+      for (auto [st, r] : llvm::enumerate(replicaCounts))
+        if (r > 0 && microbatches % r != 0) {
+          module.emitError("schedule '")
+              << schedule << "' with replicas needs the microbatches per step ("
+              << int(microbatches) << ") to be a multiple of every stage's "
+              << "replica count; stage " << st << " has " << r
+              << " (1F1B-RR: each replica runs one microbatch of every round "
+                 "of r, and the replicas update together after each round)";
+          return signalPassFailure();
+        }
     for (auto [s, r] : llvm::enumerate(replicaCounts))
       if (split && (r < 1 || r > splitSamples)) {
         module.emitError("stage ")
@@ -184,10 +188,41 @@ struct PipeBuildSchedulePass
           rankPrograms.push_back(
               {r.stage, split ? j : r.replica, r.schedule});
     } else {
-      replicaCounts.assign(numStages, 1);
+      if (replicaCounts.empty())
+        replicaCounts.assign(numStages, 1);
       for (int64_t s = 0; s < numStages; ++s)
-        rankPrograms.push_back({s, 0, {}});
+        for (int j = 0; j < replicaCounts[s]; ++j)
+          rankPrograms.push_back({s, j, {}});
     }
+    // The continuous schedules' in-flight depth per stage replica
+    // (1F1B-RR): K_s = ceil(W_s / r_s), p - s without replicas.
+    const std::vector<int64_t> depth = pipedreamDepths(replicaCounts);
+    // 2BW: the forwards of batch j read version j - 1, made after the last
+    // backward of batch j - 1; a replica's backwards trail its forwards by
+    // K_s - 1 of its own microbatches, of which it runs m / r_s per batch.
+    if (*kind == ScheduleKind::TwoBW)
+      for (int64_t st = 0; st < numStages; ++st) {
+        int64_t r = replicaCounts[size_t(st)];
+        if (microbatches / r >= depth[size_t(st)] - 1)
+          continue;
+        if (!replicated)
+          module.emitError("schedule '2bw' needs at least p - 1 = ")
+              << numStages - 1 << " microbatches per batch for " << numStages
+              << " stages, got " << int(microbatches)
+              << " (a forward would need a weight version that is not "
+                 "created yet; papers/thesis.md §3.1)";
+        else
+          module.emitError("schedule '2bw': stage ")
+              << st << " (" << r << " replicas) runs " << microbatches / r
+              << " microbatches per replica and batch but trails its forwards "
+                 "by K - 1 = "
+              << depth[size_t(st)] - 1
+              << " of them; use at least "
+              << r * (depth[size_t(st)] - 1)
+              << " microbatches per batch (a forward would need a weight "
+                 "version that is not created yet; papers/thesis.md §3.1)";
+        return signalPassFailure();
+      }
     // The plan records the replica counts it is built with (stage c*p + s
     // of an interleaved plan has the replicas of device position s).
     if (auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan)) {
@@ -215,8 +250,10 @@ struct PipeBuildSchedulePass
     for (auto [rankIndex, rp] : llvm::enumerate(rankPrograms)) {
       // Device position s runs stage s, or the chunks c*p + s (interleaved).
       const int64_t s = rp.stage;
-      // A continuous stage holds the microbatches of its last w + 1 pairs.
-      const int64_t warmup = numStages - s - 1;
+      // A continuous stage replica runs K_s - 1 forwards ahead of its
+      // backwards and holds the microbatches of its last K_s pairs.
+      const int64_t r = replicaCounts[size_t(s)];
+      const int64_t warmup = depth[size_t(s)] - 1;
       int64_t slots =
           continuous ? warmup + 1 : peakInflight(rp.schedule.flatten());
       auto program = pipe::ProgramOp::create(
@@ -273,7 +310,10 @@ struct PipeBuildSchedulePass
         }
       };
       auto stepRef = FlatSymbolRefAttr::get(steps[s].getSymNameAttr());
-      // `update`: a pipe.step follows every backward of the body.
+      // `update`: a pipe.step follows every backward of the body (after an
+      // all-reduce of the gradients on a replicated stage: PipeDream's
+      // 1F1B-RR averages its replicas' minibatch gradients, 2BW sums the
+      // batch's).
       auto emitOps = [&](ArrayRef<SchedOp> body, Value iv, bool update) {
         for (const SchedOp &op : body) {
           Value mb = iv;
@@ -291,6 +331,11 @@ struct PipeBuildSchedulePass
                 pb, loc, FlatSymbolRefAttr::get(bwdw.getSymNameAttr()), mb);
           } else {
             emitBackward(mb, q);
+            if (update && r > 1)
+              pipe::AllReduceOp::create(
+                  pb, loc, mb,
+                  *kind == ScheduleKind::OneFOneB ? pb.getUnitAttr()
+                                                  : UnitAttr());
             if (update)
               pipe::StepOp::create(pb, loc, stepRef, mb);
           }
@@ -321,7 +366,7 @@ struct PipeBuildSchedulePass
           emitSegment(seg, false);
         pipe::FlushOp::create(pb, loc);
         if (replicaCounts[s] > 1)
-          pipe::AllReduceOp::create(pb, loc);
+          pipe::AllReduceOp::create(pb, loc, Value(), UnitAttr());
         for (int64_t c = 0; c < chunks; ++c)
           pipe::StepOp::create(
               pb, loc,
@@ -329,25 +374,31 @@ struct PipeBuildSchedulePass
               Value());
         continue;
       }
-      // One window of continuous 1F1B: pair j = {F(j), B(j - w)}, so the
+      // One window of continuous 1F1B: pair i = {F(i), B(i - w)}, so the
       // backward of microbatch k follows the forward of k + w (thesis.md
-      // §5.3). PipeDream updates after every backward; 2BW after the
-      // backward of the batch's last microbatch, index m - 1 of the window
-      // when w = 0, else index -1 (the previous batch's last, in pair
-      // w - 1).
+      // §5.3). Replica j of r (1F1B-RR) runs microbatches j, j + r, ...:
+      // pair i = {F(j + i r), B(j + (i - w) r)}, m / r pairs per window.
+      // PipeDream updates after every backward (every replica together,
+      // one round of r minibatches); 2BW after the backward of the
+      // replica's last microbatch of a batch (m - r + j), which is pair
+      // (w + m/r - 1) mod (m/r): of this window's batch when w = 0, else of
+      // the previous one.
+      const int64_t perReplica = microbatches / r;
       auto pairs = [&](int64_t first, int64_t trips) {
-        return Segment{{{PassKind::Forward, first},
-                        {PassKind::Backward, first - warmup}},
-                       trips};
+        int64_t mb = rp.replica + first * r;
+        return Segment{{{PassKind::Forward, mb},
+                        {PassKind::Backward, mb - warmup * r}},
+                       trips,
+                       r};
       };
       if (*kind == ScheduleKind::OneFOneB) {
-        emitSegment(pairs(0, microbatches), true);
+        emitSegment(pairs(0, perReplica), true);
         continue;
       }
-      int64_t last = warmup == 0 ? microbatches - 1 : warmup - 1;
+      int64_t last = (warmup + perReplica - 1) % perReplica;
       emitSegment(pairs(0, last), false);
       emitSegment(pairs(last, 1), true);
-      emitSegment(pairs(last + 1, microbatches - last - 1), false);
+      emitSegment(pairs(last + 1, perReplica - last - 1), false);
     }
   }
 };

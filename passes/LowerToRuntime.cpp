@@ -534,6 +534,7 @@ void StageLowering::emitDeclarations() {
   declare("pipec_rt_release", {ptr, i64t}, {});
   declare("pipec_rt_update", {ptr}, {});
   declare("pipec_rt_allreduce", {ptr, ptr, i64t}, {});
+  declare("pipec_rt_allreduce_mean", {ptr, ptr, i64t}, {});
   declare("pipec_rt_op_begin", {ptr, i64t, i64t}, {});
   declare("pipec_rt_span_begin", {ptr, i64t, i64t}, {});
   declare("pipec_rt_span_end", {ptr, i64t}, {});
@@ -672,6 +673,9 @@ static std::pair<Value, StringRef> microbatchAndCallee(Operation *op) {
       .Case<pipe::SendOp, pipe::RecvOp, pipe::ForwardOp, pipe::BackwardOp,
             pipe::BackwardWeightOp, pipe::StepOp>([](auto o) {
         return std::make_pair(Value(o.getMicrobatch()), o.getFunc());
+      })
+      .Case<pipe::AllReduceOp>([](pipe::AllReduceOp o) {
+        return std::make_pair(Value(o.getMicrobatch()), StringRef());
       })
       .Default([](Operation *) { return std::make_pair(Value(), StringRef()); });
 }
@@ -829,8 +833,11 @@ LogicalResult StageLowering::emitProgram() {
       call("pipec_rt_span_end", {ctxArg, i64(pb, loc, 1)});
     } else if (isa<pipe::FlushOp>(op)) {
       call("pipec_rt_flush", {ctxArg});
-    } else if (isa<pipe::AllReduceOp>(op)) {
-      // The gradient accumulators, summed over the stage's replicas.
+    } else if (auto reduce = dyn_cast<pipe::AllReduceOp>(op)) {
+      // The gradient accumulators, summed (or averaged: 1F1B-RR) over the
+      // stage's replicas.
+      StringRef fn = reduce.getMean() ? "pipec_rt_allreduce_mean"
+                                      : "pipec_rt_allreduce";
       Value zero = i64(pb, loc, 0);
       for (auto &c : chunks)
         for (const std::string &name : c->weightOrder) {
@@ -839,7 +846,7 @@ LogicalResult StageLowering::emitProgram() {
             continue;
           auto &[offset, type] = c->weights[name];
           Buffer buf{Buffer::Weights, offset, ""};
-          call("pipec_rt_allreduce",
+          call(fn,
                {ctxArg, pointer(pb, loc, *c, buf, arena, zero),
                 i64(pb, loc, cast<RankedTensorType>(type).getNumElements())});
         }
@@ -984,6 +991,7 @@ std::string StageLowering::stageMeta() {
                     {"num_stages", devices},
                     {"chunks", int64_t(chunks.size())},
                     {"microbatches", m},
+                    {"window_reach", pipe::windowReach(pipeline)},
                     {"microbatch", microbatch},
                     {"global_batch", microbatch * m},
                     {"schedule", pipeline.getSchedule().str()},

@@ -76,13 +76,17 @@ struct PipeVerifySchedulePass
     const bool continuous = !isFlushSchedule(*kind);
     const int64_t m = pipeline.getMicrobatches();
     Shape shape = shapeOf(pipeline);
+    const int64_t reach = pipe::windowReach(pipeline);
+    std::vector<int> replicaCounts;
+    for (auto &[position, r] : shape.replicas)
+      replicaCounts.push_back(int(r));
+    const std::vector<int64_t> depth = pipedreamDepths(replicaCounts);
     for (Operation &op : pipeline.getBody().front()) {
       auto program = dyn_cast<pipe::ProgramOp>(op);
       if (!program)
         continue;
       SmallVector<pipe::ExpandedEvent> events;
-      if (failed(pipe::expandRun(program, m, shape.positions, continuous,
-                                 events)))
+      if (failed(pipe::expandRun(program, m, reach, continuous, events)))
         return signalPassFailure();
       // The run as lib/Schedule ops (chunk: the stage among this rank's, by
       // its forward function), whose peakInflight is the number of stash
@@ -125,7 +129,7 @@ struct PipeVerifySchedulePass
       for (auto &[position, r] : shape.replicas)
         options.replicas.push_back(split ? 1 : r);
       const int64_t run =
-          pipe::expandedMicrobatches(m, shape.positions, continuous);
+          pipe::expandedMicrobatches(m, reach, continuous);
       auto closed = [&](WarmupPolicy policy) {
         options.warmup = policy;
         return closedFormInflight(*kind, int(shape.positions),
@@ -155,7 +159,9 @@ struct PipeVerifySchedulePass
         if (chunks.size() > 1)
           d << ", " << chunks.size() << " chunks";
         if (*kind == ScheduleKind::OneFOneB)
-          d << ", weight versions <= " << shape.positions - program.getStage();
+          d << ", weight versions <= "
+            << (split ? shape.positions - program.getStage()
+                      : depth[size_t(program.getStage())]);
         if (*kind == ScheduleKind::TwoBW)
           d << ", weight versions <= 2";
       }

@@ -63,15 +63,23 @@ mlir::LogicalResult
 expandProgram(ProgramOp program,
               llvm::SmallVectorImpl<ExpandedEvent> &events);
 
+/// How many microbatches before its first a continuous window (1f1b, 2bw)
+/// reaches back: the largest -k over the microbatch operands of all
+/// programs (p - 1 for a straight pipeline, (K_0 - 1) r_0 or more with
+/// replicas). The runtime drains ceil(reach / m) windows after the last
+/// step.
+int64_t windowReach(PipelineOp pipeline);
+
 /// The events of `program` over a whole run with global microbatch indices:
 /// the program once for a synchronous schedule; for a continuous one
-/// (1f1b, 2bw) p + 2 steps and the draining windows, with ops outside the
-/// run dropped. `m` microbatches per step, `stages` device positions p.
-mlir::LogicalResult expandRun(ProgramOp program, int64_t m, int64_t stages,
+/// (1f1b, 2bw) ceil(reach / m) + 3 steps and the draining windows, with ops
+/// outside the run dropped. `m` microbatches per step, `reach` as
+/// windowReach gives it.
+mlir::LogicalResult expandRun(ProgramOp program, int64_t m, int64_t reach,
                               bool continuous,
                               llvm::SmallVectorImpl<ExpandedEvent> &events);
 /// Microbatches of the run expandRun simulates.
-int64_t expandedMicrobatches(int64_t m, int64_t stages, bool continuous);
+int64_t expandedMicrobatches(int64_t m, int64_t reach, bool continuous);
 
 /// Split replicas (pipe.pipeline split_samples b): the samples
 /// [first, first + size) of a microbatch of `b` that replica `j` of `r`

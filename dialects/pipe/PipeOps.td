@@ -205,18 +205,30 @@ def Pipe_FlushOp : Pipe_Op<"flush", [MemoryEffects<[MemRead, MemWrite]>]> {
 }
 
 def Pipe_AllReduceOp : Pipe_Op<"allreduce", [MemoryEffects<[MemRead, MemWrite]>]> {
-  let summary = "Sums the accumulated gradients over the stage's replicas.";
+  let summary = "Sums (or averages) the accumulated gradients over the stage's replicas.";
   let description = [{
     Runs on every replica of a replicated stage before its `pipe.step`:
     afterwards each replica holds the sum of all replicas' gradient
     accumulators, i.e. the gradient of the whole batch, so the replicas
     apply the same update (synchronous data parallelism within the stage).
 
+    With `mean`, the replicas hold the average instead: PipeDream's 1F1B-RR
+    (`1f1b` with replicas), where every microbatch is a minibatch and a
+    replicated stage applies the mean of its replicas' minibatch gradients
+    in one update, as data parallelism does.
+
+    In the continuous schedules the all-reduce follows the backward of a
+    microbatch (`after %mb`) and is skipped with it when the microbatch
+    lies outside the run; every replica skips the same ones (each runs
+    one microbatch of every round of r).
+
     ```mlir
     pipe.allreduce
+    pipe.allreduce after %mb {mean}
     ```
   }];
-  let assemblyFormat = "attr-dict";
+  let arguments = (ins Optional<Index>:$microbatch, UnitAttr:$mean);
+  let assemblyFormat = "(`after` $microbatch^)? attr-dict";
 }
 
 def Pipe_StepOp : Pipe_Op<"step", [DeclareOpInterfaceMethods<SymbolUserOpInterface>,

@@ -103,10 +103,8 @@ private:
       return add(ExpandedEvent::Step, step.getMicrobatch(), 0, 0);
     if (isa<FlushOp>(op))
       return success();
-    if (isa<AllReduceOp>(op)) {
-      events.push_back({ExpandedEvent::AllReduce, 0, 0, 0, op, false});
-      return success();
-    }
+    if (auto reduce = dyn_cast<AllReduceOp>(op))
+      return add(ExpandedEvent::AllReduce, reduce.getMicrobatch(), 0, 0);
     return op->emitOpError("is not allowed in a pipe.program");
   }
 
@@ -122,38 +120,55 @@ pipec::pipe::expandProgram(ProgramOp program,
   return expander.run(program.getBody().front());
 }
 
-int64_t pipec::pipe::expandedMicrobatches(int64_t m, int64_t stages,
+int64_t pipec::pipe::windowReach(PipelineOp pipeline) {
+  int64_t reach = 0;
+  for (Operation &op : pipeline.getBody().front()) {
+    auto program = dyn_cast<ProgramOp>(op);
+    SmallVector<ExpandedEvent> events;
+    if (!program || failed(expandProgram(program, events)))
+      continue;
+    for (const ExpandedEvent &e : events)
+      if (e.hasMicrobatch)
+        reach = std::max(reach, -e.microbatch);
+  }
+  return reach;
+}
+
+/// Windows a continuous run is checked over: enough for the warm-up (the
+/// reach), a steady state and the cool-down.
+static int64_t expandedWindows(int64_t m, int64_t reach) {
+  return (reach + m - 1) / m + 3;
+}
+
+int64_t pipec::pipe::expandedMicrobatches(int64_t m, int64_t reach,
                                           bool continuous) {
-  // A continuous pipeline is checked over p + 2 steps plus the windows
-  // that drain it: enough for warm-up, steady state and cool-down.
-  return continuous ? (stages + 2) * m : m;
+  return continuous ? expandedWindows(m, reach) * m : m;
 }
 
 LogicalResult pipec::pipe::expandRun(ProgramOp program, int64_t m,
-                                     int64_t numStages, bool continuous,
+                                     int64_t reach, bool continuous,
                                      SmallVectorImpl<ExpandedEvent> &events) {
-  const int64_t windows = continuous ? numStages + 2 : 1;
-  const int64_t total = expandedMicrobatches(m, numStages, continuous);
+  const int64_t windows = continuous ? expandedWindows(m, reach) : 1;
+  const int64_t total = expandedMicrobatches(m, reach, continuous);
   SmallVector<ExpandedEvent> window;
   if (failed(expandProgram(program, window)))
     return failure();
   for (const ExpandedEvent &e : window) {
     if (!e.hasMicrobatch)
       continue;
-    // A continuous window reaches back at most p - 1 microbatches (the
+    // A continuous window reaches back at most `reach` microbatches (the
     // deepest warm-up; the runtime's pipec_rt_global_mb and its draining
-    // windows assume the same).
-    int64_t low = continuous ? -(numStages - 1) : 0;
+    // windows use the same, from the stage description).
+    int64_t low = continuous ? -reach : 0;
     if (e.microbatch < low || e.microbatch >= m)
       return e.op->emitOpError("microbatch ")
              << e.microbatch << " is out of range [" << low << ", " << m
              << ")";
   }
-  // Windows after the last step drain the pipeline (at most p - 1
+  // Windows after the last step drain the pipeline (at most `reach`
   // microbatches in flight, m per window).
   const int64_t drain =
-      continuous ? std::max<int64_t>((numStages + m - 2) / m, 1)
-                 : 0;
+      continuous ? std::max<int64_t>((reach + m - 1) / m, 1) : 0;
   for (int64_t n = 0; n < windows + drain; ++n)
     for (ExpandedEvent e : window) {
       if (!continuous) {
@@ -180,15 +195,15 @@ static std::string typeString(Type t) {
 
 /// Checks the weight versions a continuous program's forwards and backwards
 /// read (DESIGN.md §5): PipeDream stashes the version a forward used for
-/// its backward, so a stage holds at most p - s versions; 2BW reads version
-/// max(floor(k/m) - 1, 0) for microbatch k and keeps the live version and
-/// one shadow copy, so that version must be one of the two when it is read.
+/// its backward, so a stage replica holds at most K_s versions (p - s
+/// without replicas); 2BW reads version max(floor(k/m) - 1, 0) for
+/// microbatch k and keeps the live version and one shadow copy, so that
+/// version must be one of the two when it is read.
 static LogicalResult checkVersions(ProgramOp program,
                                    ArrayRef<ExpandedEvent> events,
-                                   bool twoBW, int64_t m, int64_t numStages) {
+                                   bool twoBW, int64_t m, int64_t bound) {
   int64_t live = 0, shadow = -1;
   llvm::DenseMap<int64_t, int64_t> versionOf; // in-flight microbatch -> version
-  int64_t bound = numStages - program.getStage();
   for (const ExpandedEvent &e : events) {
     if (e.kind == ExpandedEvent::Step) {
       shadow = live;
@@ -216,7 +231,8 @@ static LogicalResult checkVersions(ProgramOp program,
       if (int64_t(alive.size()) > bound)
         return e.op->emitOpError("weight stashing: stage ")
                << program.getStage() << " would hold " << alive.size()
-               << " weight versions, more than p - s = " << bound;
+               << " weight versions, more than K_s = " << bound
+               << " (p - s without replicas)";
     } else {
       versionOf.erase(e.microbatch);
     }
@@ -255,11 +271,14 @@ LogicalResult PipelineOp::verifyRegions() {
              << program.getReplica() << " of stage " << program.getStage()
              << " but the stage has " << replicasOf[program.getStage()]
              << " programs (replicas are numbered 0..r-1)";
-  if (continuous && replicasOf.size() != programs.size())
-    return emitOpError("replicated stages are supported with the synchronous "
-                       "schedules only, not '")
-           << getSchedule() << "'";
   const int64_t numStages = int64_t(replicasOf.size());
+  // In-flight depth K_s per stage replica (1F1B-RR), and how far back a
+  // continuous window reaches.
+  std::vector<int> replicaCounts;
+  for (auto [stage, r] : replicasOf)
+    replicaCounts.push_back(int(r));
+  const std::vector<int64_t> depth = pipec::pipedreamDepths(replicaCounts);
+  const int64_t reach = windowReach(*this);
   // Split replicas: every replica runs a slice of every microbatch.
   const int64_t split = getSplitSamples().value_or(0);
   if (getSplitSamples()) {
@@ -272,7 +291,7 @@ LogicalResult PipelineOp::verifyRegions() {
                << stage << " has " << r << " replicas but a microbatch has "
                << split << " samples to split among them";
   }
-  const int64_t total = expandedMicrobatches(m, numStages, continuous);
+  const int64_t total = expandedMicrobatches(m, reach, continuous);
   // Local checks first (referenced functions, indices, types), so that a
   // broken op is reported as such rather than as a communication error.
   SymbolTableCollection tables;
@@ -285,7 +304,7 @@ LogicalResult PipelineOp::verifyRegions() {
   std::vector<std::vector<pipec::CommEvent>> comm(programs.size());
   for (auto [rank, program] : llvm::enumerate(programs)) {
     SmallVector<ExpandedEvent> events;
-    if (failed(expandRun(program, m, numStages, continuous, events)))
+    if (failed(expandRun(program, m, reach, continuous, events)))
       return failure();
     const int64_t r = replicasOf[program.getStage()];
     bool reduced = false;
@@ -409,7 +428,7 @@ LogicalResult PipelineOp::verifyRegions() {
     }
     if (continuous &&
         failed(checkVersions(program, events, *kind == pipec::ScheduleKind::TwoBW,
-                             m, numStages)))
+                             m, depth[size_t(program.getStage())])))
       return failure();
   }
   pipec::CommCheckResult check = pipec::checkCommunication(comm);

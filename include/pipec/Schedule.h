@@ -179,6 +179,13 @@ ScheduleResult generateSchedule(ScheduleKind kind, int stages,
                                 int64_t microbatches,
                                 const ScheduleOptions &options);
 
+/// In-flight depth K_s of every stage of a pipeline with these replica
+/// counts (1F1B-RR, pipedream.md §3): with W_s = sum_{t>=s} r_t workers
+/// from stage s on, K_s = ceil(W_s / r_s): p - s for a straight pipeline,
+/// NOAM on the input stage. A replica of stage s runs K_s forwards before
+/// its first backward and then alternates.
+std::vector<int64_t> pipedreamDepths(const std::vector<int> &replicas);
+
 /// Peak number of (microbatch, chunk) pairs whose forward ran and whose last
 /// backward op (B, or W where the program has one) has not, on one flat
 /// program. Used to size activation stashes.

@@ -635,4 +635,8 @@ int64_t closedFormWeightVersions(ScheduleKind kind, int stages, int stage,
   return std::min(depth, n - depth + 2);
 }
 
+std::vector<int64_t> pipedreamDepths(const std::vector<int> &replicas) {
+  return inflightDepths(replicas, WarmupPolicy::A, 0);
+}
+
 } // namespace pipec

@@ -264,12 +264,16 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
   });
 }
 
-extern "C" void pipec_rt_allreduce(pipec_ctx *ctx, void *data, int64_t count) {
+/// Sums `count` floats at `data` over the stage's replicas; with `mean`,
+/// divides by the replica count afterwards.
+static void allreduceGradients(pipec_ctx *ctx, void *data, int64_t count,
+                               bool mean) {
+  const char *fn = mean ? "pipec_rt_allreduce_mean" : "pipec_rt_allreduce";
   guarded([&] {
-    pipec_ctx &c = checkedContext(ctx, "pipec_rt_allreduce");
+    pipec_ctx &c = checkedContext(ctx, fn);
     if (count < 0 || (count > 0 && !data))
-      throw RtError("pipec_rt_allreduce: bad buffer (" + std::to_string(count) +
-                    " floats)");
+      throw RtError(std::string(fn) + ": bad buffer (" +
+                    std::to_string(count) + " floats)");
     if (c.stageComm == MPI_COMM_NULL || count == 0)
       return;
     // In chunks: MPI counts are int.
@@ -283,8 +287,24 @@ extern "C" void pipec_rt_allreduce(pipec_ctx *ctx, void *data, int64_t count) {
                    "'s gradients over its replicas");
       done += n;
     }
+    if (mean) {
+      int size = 1;
+      mpiCheck(MPI_Comm_size(c.stageComm, &size), "MPI_Comm_size");
+      const float scale = 1.0f / float(size);
+      for (int64_t i = 0; i < count; ++i)
+        p[i] *= scale;
+    }
     c.timeline.end(Timeline::AllReduce);
   });
+}
+
+extern "C" void pipec_rt_allreduce(pipec_ctx *ctx, void *data, int64_t count) {
+  allreduceGradients(ctx, data, count, /*mean=*/false);
+}
+
+extern "C" void pipec_rt_allreduce_mean(pipec_ctx *ctx, void *data,
+                                        int64_t count) {
+  allreduceGradients(ctx, data, count, /*mean=*/true);
 }
 
 extern "C" void pipec_rt_flush(pipec_ctx *ctx) {

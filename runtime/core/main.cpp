@@ -266,6 +266,10 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
                                              : "--no-weight-stashing") +
                   " applies to the 1f1b schedule only; this build's schedule "
                   "is " + desc.schedule);
+  if (o.verticalSync && desc.replicas > 1)
+    throw RtError("--vertical-sync is not defined for replicated stages: "
+                  "a replicated stage updates once per round of its replicas' "
+                  "minibatches, so version numbers differ between stages");
   if (o.noWeightStashing && o.verticalSync)
     throw RtError("--vertical-sync needs weight stashing; drop "
                   "--no-weight-stashing");
@@ -423,9 +427,9 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     bool last = t + 1 == o.steps;
     if (last && ctx.continuous) {
       // The draining windows: the backwards (and updates) of the
-      // microbatches still in flight, at most p - 1 of them, m per window;
-      // every forward there lies outside the run.
-      int64_t drain = (desc.numStages - 1 + desc.microbatches - 1) /
+      // microbatches still in flight, at most window_reach of them, m per
+      // window; every forward there lies outside the run.
+      int64_t drain = (desc.windowReach + desc.microbatches - 1) /
                       desc.microbatches;
       for (int64_t d = 0; d < std::max<int64_t>(drain, 1); ++d) {
         ctx.step = o.steps + d;

@@ -106,8 +106,9 @@ extern "C" int64_t pipec_rt_global_mb(pipec_ctx *ctx, int64_t rel) {
   int64_t out = -1;
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_global_mb");
-    // A window reaches back at most p - 1 microbatches before its first.
-    int64_t m = c.desc.microbatches, back = c.desc.numStages - 1;
+    // A window reaches back at most window_reach microbatches before its
+    // first (p - 1 for a straight pipeline).
+    int64_t m = c.desc.microbatches, back = c.desc.windowReach;
     if (rel < -back || rel >= m)
       throw RtError("pipec_rt_global_mb: relative microbatch " +
                     std::to_string(rel) + " is outside [-" +

@@ -144,6 +144,8 @@ StageDesc parseStageDesc(const std::string &json) {
                   ") * microbatch (" + std::to_string(d.microbatch) +
                   ") != global_batch (" + std::to_string(d.globalBatch) + ")");
   d.schedule = r.has("schedule") ? r.str("schedule") : "";
+  d.windowReach = r.has("window_reach") ? r.integer("window_reach")
+                                        : int64_t(d.numStages - 1);
   d.arenaBytes = r.integer("arena_bytes");
   d.replica = r.has("replica") ? r.integer("replica") : 0;
   d.chunks = r.has("chunks") ? r.integer("chunks", 1) : 1;

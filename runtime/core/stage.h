@@ -68,6 +68,10 @@ struct StageDesc {
   int numStages = 0;
   int64_t microbatches = 0, microbatch = 0, globalBatch = 0;
   std::string schedule;
+  /// Continuous schedules: how many microbatches before its first a
+  /// window reaches back (p - 1 straight; more with replicas), the same on
+  /// every rank; the run ends with ceil(windowReach / m) draining windows.
+  int64_t windowReach = 0;
   int64_t arenaBytes = 0;
   /// Bytes at the arena's start holding the parameters the forward reads:
   /// what a weight version (stash, 2BW shadow) copies.

@@ -365,6 +365,10 @@ void pipec_rt_flush(pipec_ctx *ctx);
 /// place (the gradient accumulators before the update of a replicated
 /// stage). A no-op for a stage with one replica.
 void pipec_rt_allreduce(pipec_ctx *ctx, void *data, int64_t count);
+/// The same, then divided by the replica count: the mean of the replicas'
+/// gradients (PipeDream 1F1B-RR, where each replica's microbatch is a
+/// minibatch).
+void pipec_rt_allreduce_mean(pipec_ctx *ctx, void *data, int64_t count);
 
 /// Records the (scalar, float) loss of microbatch mb of the current step.
 void pipec_rt_loss(pipec_ctx *ctx, int64_t mb, const void *loss);

@@ -51,3 +51,38 @@
 // ILSPLIT: pipe.forward @s1_fwd
 // ILSPLIT: pipe.allreduce
 // ILSPLIT: pipe.program "rank1" stage 0 replica 1 slots
+
+// PipeDream 1F1B-RR: stage 0 with 2 replicas, stage 1 with 1 (the "2-1" of
+// PipeDream's Figure 8). K_0 = ceil(3 / 2) = 2: replica j runs microbatches
+// j, j + 2 and its backwards trail by (K_0 - 1) r = 2; after every backward
+// the replicas average their gradients (pipe.allreduce {mean}) and update
+// together. Stage 1 alternates F and B of every microbatch.
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=4 replicas=2,1" --pipe-verify-schedule=report=true 2>&1 | FileCheck %s --check-prefix=RR
+// RR: rank0 (stage 0, replica 0): peak stashed microbatches 2 = closed form, slots 2, weight versions <= 2
+// RR: rank1 (stage 0, replica 1): peak stashed microbatches 2 = closed form, slots 2, weight versions <= 2
+// RR: rank2 (stage 1): peak stashed microbatches 1 = closed form, slots 1, weight versions <= 1
+// RR: pipe.program "rank0" stage 0 slots 2
+// RR:   scf.for %[[I:.*]] = %{{.*}} to %[[TWO:.*]] step
+// RR:     %[[MB:.*]] = arith.muli %[[I]], %{{.*}} : index
+// RR:     pipe.forward @s0_fwd mb %[[MB]]
+// RR:     %[[B:.*]] = arith.addi %[[MB]], %{{.*}} : index
+// RR:     pipe.backward @s0_bwd mb %[[B]]
+// RR:     pipe.allreduce after %[[B]] {mean}
+// RR:     pipe.step @s0_step after %[[B]]
+// RR: pipe.program "rank1" stage 0 replica 1 slots 2
+// RR:     pipe.forward @s0_fwd mb
+// RR:     pipe.allreduce after %{{.*}} {mean}
+// RR: pipe.program "rank2" stage 1 slots 1
+// RR-NOT: pipe.allreduce
+// RR:     pipe.step @s1_step after
+
+// 2BW with replicas sums the batch's gradients (no {mean}) before its one
+// update per batch.
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=2bw microbatches=4 replicas=2,1" | FileCheck %s --check-prefix=TWOBWRR
+// TWOBWRR: pipe.program "rank0" stage 0 slots 2
+// TWOBWRR: pipe.allreduce after %{{[^ ]*}}{{$}}
+// TWOBWRR-NEXT: pipe.step @s0_step after
+
+// A round of replicas must divide the microbatches of a step.
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=3 replicas=2,1" 2>&1 | FileCheck %s --check-prefix=ROUND
+// ROUND: error: schedule '1f1b' with replicas needs the microbatches per step (3) to be a multiple of every stage's replica count; stage 0 has 2

@@ -58,8 +58,8 @@
 // RR: pipe.step @s1_step
 // RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=2 replicas=3,1" 2>&1 | FileCheck %s --check-prefix=TOOMANY
 // TOOMANY: stage 0 has 3 replicas; each replica needs at least one of the 2 microbatches
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=4 replicas=2,1" 2>&1 | FileCheck %s --check-prefix=ASYNC
-// ASYNC: replicated stages are compiled for the synchronous schedules (gpipe, 1f1b-flush, zb-h1) only, not '1f1b'
+// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=4 replicas=2,1 split-samples=4" 2>&1 | FileCheck %s --check-prefix=ASYNC
+// ASYNC: split replicas (every replica runs a slice of every microbatch) need a synchronous schedule, not '1f1b'; the continuous schedules replicate stages round robin (1F1B-RR)
 
 // Split replicas (DAPPLE): every replica runs the unreplicated stage's
 // program on its slice of each microbatch's 6 samples (stage 0 on 3 replicas:

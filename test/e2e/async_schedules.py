@@ -19,6 +19,14 @@ here from the formulas, not from pipec's code:
       W(t+1) = W(t) - lr * grad f(W(t-1))      (W(-1) = W(0))
   and the momentum variant with ONNX Momentum applied to that gradient.
 
+  PipeDream 1F1B-RR (--replicas with 1f1b): stage s with r_s replicas
+  runs minibatch k on replica k mod r_s, K_s = ceil(W_s / r_s) in flight
+  per replica (W_s = sum_{t>=s} r_t), and its replicas update together
+  after every round of r_s minibatches with their mean gradient:
+      W_s(u+1) = W_s(u) - lr * mean_{k in round u} grad_s f_k,
+  minibatch k reading version max(floor(k / r_s) - K_s + 1, 0) of stage s.
+  2BW with replicas (gradients summed over the replicas): the 2BW formula.
+
 Negative test: the 1f1b run with --no-weight-stashing (backwards read the
 live weights) must *differ* from the PipeDream formula. Version bounds: each
 rank's --summary-out reports the most weight versions it held; PipeDream
@@ -84,6 +92,52 @@ def pipedream_reference(ref, x, y, owner, p, m, steps, lr, vertical_sync=False):
     return hist[-1], losses
 
 
+def depths(replicas):
+    """K_s = ceil(W_s / r_s), W_s = sum of r_t for t >= s (pipedream.md §3)."""
+    out, workers = [], 0
+    for r in reversed(replicas):
+        workers += r
+        out.append(-(-workers // r))
+    return out[::-1]
+
+
+def pipedream_rr_reference(ref, x, y, owner, replicas, m, steps, lr):
+    """PipeDream 1F1B-RR: stage s with r_s replicas runs minibatch k on
+    replica k mod r_s; a replica runs K_s forwards before its first backward
+    and then alternates, and the replicas update together after every round
+    of r_s minibatches with the mean of their gradients:
+        W_s(u+1) = W_s(u) - lr * (1/r_s) sum_{k = u r_s}^{u r_s + r_s - 1} grad_s f_k
+    where minibatch k reads version v_s(k) = max(floor(k / r_s) - (K_s - 1), 0)
+    of stage s in its forward and its backward (weight stashing)."""
+    b = GLOBAL_BATCH // m
+    k_s = depths(replicas)
+    hist = {s: [{k: v.copy() for k, v in ref.params.items() if owner[k] == s}]
+            for s in range(len(replicas))}
+    acc = {s: {k: 0.0 for k in hist[s][0]} for s in hist}
+    losses = []
+    for n in range(steps):
+        step_losses = []
+        for j in range(m):
+            t = n * m + j
+            params = {}
+            for s, r in enumerate(replicas):
+                params.update(hist[s][max(t // r - (k_s[s] - 1), 0)])
+            rows = batch_rows(t, b, len(x))
+            loss, grads = ref.loss_and_grad(params, x[rows], y[rows])
+            step_losses.append(loss)
+            for s, r in enumerate(replicas):
+                for k in acc[s]:
+                    acc[s][k] = acc[s][k] + grads[k]
+                if (t + 1) % r == 0:  # the round is complete: one update
+                    hist[s].append({k: hist[s][-1][k] - lr * acc[s][k] / r for k in acc[s]})
+                    acc[s] = {k: 0.0 for k in acc[s]}
+        losses.append(float(np.mean(step_losses)))
+    final = {}
+    for s in hist:
+        final.update(hist[s][-1])
+    return final, losses
+
+
 def twobw_reference(ref, x, y, steps, lr, momentum=None):
     hist = [{k: v.copy() for k, v in ref.params.items()}]
     vel = {k: np.zeros_like(v) for k, v in ref.params.items()}
@@ -134,7 +188,7 @@ def main():
     x, y = np.load(xs), np.load(ys)
     ref = Reference(onnx.load(onnx_path))
 
-    def train(name, stages, sched, m, extra_compile=(), extra_train=()):
+    def train(name, stages, sched, m, extra_compile=(), extra_train=(), ranks=None):
         out = os.path.join(work, name)
         cmd = [pipec, "compile", onnx_path, "--stages", str(stages), "--microbatches", str(m),
                "--schedule", sched, "-o", out, "--quiet", *extra_compile]
@@ -155,8 +209,8 @@ def main():
         for path in sorted(glob.glob(os.path.join(out, "summary*.json"))):
             with open(path) as f:
                 summaries.append(json.load(f))
-        if len(summaries) != stages:
-            raise Failure(f"{len(summaries)} rank summaries for {stages} stages")
+        if len(summaries) != (ranks or stages):
+            raise Failure(f"{len(summaries)} rank summaries for {ranks or stages} ranks")
         return owner, weights, losses, summaries, tt
 
     def compare(weights, losses, want_w, want_l):
@@ -238,6 +292,49 @@ def main():
     report(d3 > 1000 * TOL and d0 < 1e-12, "reference: stale weights change the result",
            f"delay 3 vs SGD {d3:.2e}, delay 0 vs SGD {d0:.1e}")
 
+    # PipeDream's 1F1B-RR: replicated stages in the continuous pipeline.
+    for reps, m in (("2,1", 4), ("1,2", 4), ("2,2", 2), ("1,2,1,1", 4), ("1,4", 4)):
+        replicas = [int(r) for r in reps.split(",")]
+        stages = len(replicas)
+        label = f"1f1b s{stages} replicas {reps} mb{m} vs 1F1B-RR formula"
+        try:
+            owner, weights, losses, summ, tt = train(
+                f"pdrr-{reps.replace(',', '')}-m{m}", stages, "1f1b", m,
+                extra_compile=["--replicas", reps], ranks=sum(replicas))
+            want_w, want_l = pipedream_rr_reference(ref, x, y, owner, replicas, m, STEPS, LR)
+            ww, lw = compare(weights, losses, want_w, want_l)
+            # The replicated stages' averaging matters: the same pipeline
+            # without it (plain PipeDream on the straight pipeline) differs.
+            plain_w, _ = pipedream_reference(ref, x, y, owner, stages, m, STEPS, LR)
+            apart = max(rel_err(plain_w[k], want_w[k]) for k in want_w)
+            bad = []
+            if ww > TOL or lw > TOL:
+                bad.append(f"weights {ww:.2e}, losses {lw:.2e} > {TOL}")
+            if apart <= 10 * TOL:
+                bad.append(f"the 1F1B-RR and straight formulas differ by only {apart:.1e}")
+            k_s = depths(replicas)
+            for sm in summ:
+                st = sm["stage"]
+                if sm["weight_versions_peak"] > k_s[st]:
+                    bad.append(f"stage {st} held {sm['weight_versions_peak']} versions > K_s = {k_s[st]}")
+                if sm["updates"] != STEPS * m // replicas[st]:
+                    bad.append(f"stage {st} made {sm['updates']} updates, expected "
+                               f"{STEPS * m // replicas[st]}")
+            peaks = [sm["weight_versions_peak"] for sm in summ]
+            detail = (f"weights {ww:.2e}, losses {lw:.2e}; versions held per rank {peaks} "
+                      f"(K_s {k_s}); differs from the straight pipeline's formula by {apart:.1e} "
+                      f"(train {tt:.1f}s)")
+            report(not bad, label, detail if not bad else detail + "; " + "; ".join(bad))
+        except Failure as exc:
+            report(False, label, str(exc))
+
+    label = "1f1b replicas 2,1 --vertical-sync refused"
+    cmd = [pipec, "train", os.path.join(work, "pdrr-21-m4"), "--steps", "1", "--vertical-sync", "--quiet"]
+    rc, o, e, _ = run(cmd)
+    msg = (o + e).strip()
+    report(rc not in (0, None) and "not defined for replicated stages" in msg and "Assertion" not in msg,
+           label, f"exit {rc}: {tail(msg, 2)}")
+
     # -- 2BW ---------------------------------------------------------------------
     for stages, m, opt in ((2, 2, None), (2, 4, None), (4, 4, None), (4, 8, None), (4, 4, "momentum")):
         label = f"2bw s{stages}-mb{m}{'-' + opt if opt else ''} vs 2BW formula"
@@ -264,6 +361,45 @@ def main():
             report(not bad, label, detail if not bad else detail + "; " + "; ".join(bad))
         except Failure as exc:
             report(False, label, str(exc))
+
+    # 2BW with replicated stages (round robin, gradients summed over the
+    # replicas before the batch's update) is the same 2BW formula.
+    for reps, m in (("2,1", 4), ("1,2", 2), ("2,1,1,1", 4)):
+        replicas = [int(r) for r in reps.split(",")]
+        stages = len(replicas)
+        label = f"2bw s{stages} replicas {reps} mb{m} vs 2BW formula"
+        try:
+            owner, weights, losses, summ, tt = train(
+                f"tbwrr-{reps.replace(',', '')}-m{m}", stages, "2bw", m,
+                extra_compile=["--replicas", reps], ranks=sum(replicas))
+            want_w, want_l = twobw_reference(ref, x, y, STEPS, LR)
+            ww, lw = compare(weights, losses, want_w, want_l)
+            peaks = [sm["weight_versions_peak"] for sm in summ]
+            bad = []
+            if ww > TOL or lw > TOL:
+                bad.append(f"weights {ww:.2e}, losses {lw:.2e} > {TOL}")
+            if max(peaks) > 2:
+                bad.append(f"more than 2 weight versions held: {peaks}")
+            for sm in summ:
+                if sm["updates"] != STEPS:
+                    bad.append(f"stage {sm['stage']} made {sm['updates']} updates, expected {STEPS}")
+            detail = f"weights {ww:.2e}, losses {lw:.2e}; versions held per rank {peaks} (train {tt:.1f}s)"
+            report(not bad, label, detail if not bad else detail + "; " + "; ".join(bad))
+        except Failure as exc:
+            report(False, label, str(exc))
+
+    # Refusals: a round of replicas must divide the step's microbatches;
+    # 2BW with replicas needs m / r_s >= K_s - 1 microbatches per replica.
+    for sched, reps, m, want in (("1f1b", "3,1", 4, "to be a multiple of every stage's replica count"),
+                                 ("2bw", "2,1,1,1", 2, "use at least 4 microbatches per batch")):
+        label = f"{sched} replicas {reps} mb{m} refused"
+        cmd = [pipec, "compile", onnx_path, "--stages", str(len(reps.split(","))), "--microbatches",
+               str(m), "--schedule", sched, "--replicas", reps, "-o", os.path.join(work, "rr-bad"),
+               "--quiet"]
+        rc, o, e, _ = run(cmd)
+        msg = (o + e).strip()
+        report(rc not in (0, None) and want in msg and "Assertion" not in msg, label,
+               f"exit {rc}: {tail(msg, 2)}")
 
     # 2BW with too few microbatches is refused at compile time.
     label = "2bw s4-mb2 refused"

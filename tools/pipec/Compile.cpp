@@ -604,8 +604,9 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .opt("--device", "analytic cost model when no profile: cpu, v100, a100, "
                        "h100", "cpu")
       .opt("--replicas", "replicas per stage, comma-separated (with a "
-                         "gradient all-reduce; gpipe, 1f1b-flush, zb-h1), e.g. "
-                         "2,1; one number applies to every stage")
+                         "gradient all-reduce; every schedule: interleaved "
+                         "with --replica-mode split, 1f1b/2bw round robin), "
+                         "e.g. 2,1; one number applies to every stage")
       .opt("--replica-mode", "rr: replica j of r runs microbatches j, j+r, "
                              "... (PipeDream 1F1B-RR); split: every replica "
                              "runs its slice of the samples of every "

@@ -51,9 +51,11 @@ std::string shellQuote(const std::string &s) {
   return q + "'";
 }
 
-/// Stage binaries of a build folder, from its manifest.
+/// Stage binaries of a build folder, from its manifest, and whether some
+/// stage has several replicas.
 bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
-                std::string &error) {
+                std::string &error, bool &replicated) {
+  replicated = false;
   auto buffer = llvm::MemoryBuffer::getFile(manifestPath);
   if (!buffer) {
     error = "cannot read '" + manifestPath + "' (is this a `pipec compile` "
@@ -91,6 +93,7 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
               "per replica) and its ranks";
       return false;
     }
+    replicated |= ranks->size() > 1;
     for (size_t i = 0; i < ranks->size(); ++i) {
       auto rank = (*ranks)[i].getAsInteger();
       auto name = binaries ? (*binaries)[i].getAsString() : bin;
@@ -300,8 +303,15 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   std::string manifest = out + "/manifest.json";
   std::vector<std::string> bins;
   std::string error;
-  if (!readStages(manifest, bins, error))
+  bool replicated = false;
+  if (!readStages(manifest, bins, error, replicated))
     return fail("train", error);
+  if (a.has("--vertical-sync") && replicated)
+    return fail("train", "--vertical-sync is not defined for replicated "
+                         "stages: a replicated stage updates once per round "
+                         "of its replicas' minibatches, so the version "
+                         "numbers of its stages differ",
+                2);
   int64_t steps, every, seed;
   double lr;
   if (!a.getInt("--steps", steps, 1) || !a.getDouble("--lr", lr) ||

@@ -169,7 +169,7 @@ module {
     pipe.program "rank1" stage 1 slots 2 {
       %c0 = arith.constant 0 : index
       %cm1 = arith.constant -1 : index
-      // expected-error @+1 {{weight stashing: stage 1 would hold 2 weight versions, more than p - s = 1}}
+      // expected-error @+1 {{weight stashing: stage 1 would hold 2 weight versions, more than K_s = 1 (p - s without replicas)}}
       pipe.forward @f mb %c0
       pipe.backward @f mb %cm1
       pipe.step @f after %cm1
