@@ -688,7 +688,9 @@ int64_t pipec::import::foldGraphConstants(
     onnx::GraphProto &graph,
     const std::function<bool(const std::string &)> &isWeight,
     const std::function<std::optional<KnownType>(const std::string &)>
-        &typeOf) {
+        &typeOf,
+    const std::function<const onnx::TensorProto *(const std::string &)>
+        &dataOf) {
   // Folded values larger than this stay nodes (the importer's own folding
   // or a kernel computes them); shape computations are tiny.
   constexpr int64_t kMaxFoldedElements = int64_t(1) << 22;
@@ -701,10 +703,13 @@ int64_t pipec::import::foldGraphConstants(
     if (auto it = cache.find(name); it != cache.end())
       return it->second;
     auto it = sources.find(name);
-    if (it == sources.end())
+    const onnx::TensorProto *t = it != sources.end() ? it->second : nullptr;
+    if (!t && dataOf && !isWeight(name))
+      t = dataOf(name);
+    if (!t)
       return std::nullopt;
     std::string why;
-    auto c = fromTensorProto(*it->second, why);
+    auto c = fromTensorProto(*t, why);
     if (c)
       cache[name] = *c;
     return c;

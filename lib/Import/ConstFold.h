@@ -74,10 +74,14 @@ struct KnownType {
 /// inferred type of a value (nullopt when unknown). Returns the number of
 /// nodes replaced; nodes that cannot be evaluated are left alone (the
 /// importer reports them if they matter).
+/// `dataOf`, when given, returns the tensor of an initializer the graph
+/// does not hold (the importer keeps large ones aside; nullptr for others).
 int64_t foldGraphConstants(
     onnx::GraphProto &graph,
     const std::function<bool(const std::string &)> &isWeight,
-    const std::function<std::optional<KnownType>(const std::string &)> &typeOf);
+    const std::function<std::optional<KnownType>(const std::string &)> &typeOf,
+    const std::function<const onnx::TensorProto *(const std::string &)>
+        &dataOf = nullptr);
 
 } // namespace pipec::import
 

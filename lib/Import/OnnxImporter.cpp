@@ -247,7 +247,8 @@ private:
     return false;
   }
   bool load();
-  bool loadExternalData();
+  bool readExternal(onnx::TensorProto &t);
+  bool separateInitializers();
   bool check();
   bool checkStructure();
   bool upgradeOpset();
@@ -295,6 +296,9 @@ private:
   Value rngArg;
 
   std::map<std::string, const onnx::TensorProto *> initializers;
+  /// Large initializers with their data, kept out of the model that
+  /// libonnx processes (separateInitializers).
+  std::map<std::string, onnx::TensorProto> heavy;
   /// Float initializers imported as constants: --freeze and the
   /// gradient-free ones (autoFrozen, reported on the module).
   std::set<std::string> frozen;
@@ -366,63 +370,104 @@ bool Importer::load() {
   return true;
 }
 
-/// Inlines initializers stored in external data files (models over 2 GiB)
-/// as raw data. Locations must be relative paths inside the model's folder
-/// (no absolute paths, no '..', no symbolic links leading out).
-bool Importer::loadExternalData() {
+/// Reads the external data of `t` (models over 2 GiB keep their weights in
+/// files beside the model) into its raw data. Locations must be relative
+/// paths inside the model's folder (no absolute paths, no '..', no
+/// symbolic links leading out).
+bool Importer::readExternal(onnx::TensorProto &t) {
   namespace fs = std::filesystem;
-  for (auto &t : *model.mutable_graph()->mutable_initializer()) {
-    if (t.data_location() != onnx::TensorProto::EXTERNAL)
-      continue;
-    std::string location;
-    int64_t offset = 0, length = -1;
-    for (const auto &kv : t.external_data()) {
-      if (kv.key() == "location")
-        location = kv.value();
-      else if (kv.key() == "offset")
-        offset = std::atoll(kv.value().c_str());
-      else if (kv.key() == "length")
-        length = std::atoll(kv.value().c_str());
-    }
-    std::string what = "initializer '" + t.name() + "'";
-    if (givenBytes)
-      return fail(what + " uses external data, which needs the model's file");
-    if (location.empty())
-      return fail(what + " has external data without a location");
-    fs::path rel(location);
-    bool escapes = rel.is_absolute();
-    for (const auto &part : rel)
-      escapes |= part == "..";
-    fs::path dir = fs::path(path).parent_path();
-    std::error_code ec;
-    fs::path file = fs::weakly_canonical(dir / rel, ec);
-    fs::path root = fs::weakly_canonical(dir.empty() ? fs::path(".") : dir, ec);
-    std::string f = file.string(), r = root.string();
-    if (escapes || ec || f.compare(0, r.size(), r) != 0 ||
-        (f.size() > r.size() && f[r.size()] != '/'))
-      return fail(what + ": refused external data file '" + location +
-                  "': it lies outside the model's folder");
-    std::ifstream in(file, std::ios::binary);
-    if (!in)
-      return fail(what + ": cannot open external data file '" + location +
-                  "': " + std::strerror(errno));
-    in.seekg(0, std::ios::end);
-    int64_t size = in.tellg();
-    if (length < 0)
-      length = size - offset;
-    if (offset < 0 || length < 0 || offset + length > size)
-      return fail(what + ": external data range [" + std::to_string(offset) +
-                  ", " + std::to_string(offset + length) + ") exceeds '" +
-                  location + "' (" + std::to_string(size) + " bytes)");
-    std::string data(static_cast<size_t>(length), '\0');
-    in.seekg(offset);
-    in.read(data.data(), length);
-    if (!in)
-      return fail(what + ": cannot read external data file '" + location + "'");
-    t.set_raw_data(std::move(data));
-    t.clear_external_data();
-    t.set_data_location(onnx::TensorProto::DEFAULT);
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto &kv : t.external_data()) {
+    if (kv.key() == "location")
+      location = kv.value();
+    else if (kv.key() == "offset")
+      offset = std::atoll(kv.value().c_str());
+    else if (kv.key() == "length")
+      length = std::atoll(kv.value().c_str());
   }
+  std::string what = "initializer '" + t.name() + "'";
+  if (givenBytes)
+    return fail(what + " uses external data, which needs the model's file");
+  if (location.empty())
+    return fail(what + " has external data without a location");
+  fs::path rel(location);
+  bool escapes = rel.is_absolute();
+  for (const auto &part : rel)
+    escapes |= part == "..";
+  fs::path dir = fs::path(path).parent_path();
+  std::error_code ec;
+  fs::path file = fs::weakly_canonical(dir / rel, ec);
+  fs::path root = fs::weakly_canonical(dir.empty() ? fs::path(".") : dir, ec);
+  std::string f = file.string(), r = root.string();
+  if (escapes || ec || f.compare(0, r.size(), r) != 0 ||
+      (f.size() > r.size() && f[r.size()] != '/'))
+    return fail(what + ": refused external data file '" + location +
+                "': it lies outside the model's folder");
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    return fail(what + ": cannot open external data file '" + location +
+                "': " + std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  int64_t size = in.tellg();
+  if (length < 0)
+    length = size - offset;
+  if (offset < 0 || length < 0 || offset + length > size)
+    return fail(what + ": external data range [" + std::to_string(offset) +
+                ", " + std::to_string(offset + length) + ") exceeds '" +
+                location + "' (" + std::to_string(size) + " bytes)");
+  std::string data(static_cast<size_t>(length), '\0');
+  in.seekg(offset);
+  in.read(data.data(), length);
+  if (!in)
+    return fail(what + ": cannot read external data file '" + location + "'");
+  t.set_raw_data(std::move(data));
+  t.clear_external_data();
+  t.set_data_location(onnx::TensorProto::DEFAULT);
+  return true;
+}
+
+/// Large initializers leave the model before libonnx sees it: the checker,
+/// version converter and shape inference run in a child process that gets
+/// the model through protobuf serialisation, which stops at 2 GiB, and
+/// none of them needs weight values. Each one is kept whole in `heavy`
+/// (its external data read in) and stands in the model as a graph input of
+/// the same name, type and shape. Small ones (shape constants, masks) stay,
+/// with their external data read in.
+bool Importer::separateInitializers() {
+  constexpr int64_t kHeavyBytes = int64_t(1) << 20;
+  auto *graph = model.mutable_graph();
+  std::set<std::string> inputs;
+  for (const auto &v : graph->input())
+    inputs.insert(v.name());
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> kept;
+  for (auto &t : *graph->mutable_initializer()) {
+    int64_t elements = 1;
+    for (int64_t d : t.dims())
+      elements = d > 0 && elements <= (int64_t(1) << 40) / d ? elements * d
+                                                             : int64_t(1) << 40;
+    const bool external = t.data_location() == onnx::TensorProto::EXTERNAL;
+    if (elements * 4 < kHeavyBytes || heavy.count(t.name())) {
+      if (external && !readExternal(t))
+        return false;
+      *kept.Add() = std::move(t);
+      continue;
+    }
+    onnx::TensorProto &whole = heavy[t.name()];
+    whole = std::move(t);
+    if (external && !readExternal(whole))
+      return false;
+    if (inputs.insert(whole.name()).second) {
+      auto *in = graph->add_input();
+      in->set_name(whole.name());
+      auto *tt = in->mutable_type()->mutable_tensor_type();
+      tt->set_elem_type(whole.data_type());
+      auto *shape = tt->mutable_shape();
+      for (int64_t d : whole.dims())
+        shape->add_dim()->set_dim_value(d);
+    }
+  }
+  graph->mutable_initializer()->Swap(&kept);
   return true;
 }
 
@@ -541,7 +586,7 @@ bool Importer::specialiseAndInfer() {
   for (const auto &init : graph->initializer())
     initNames.insert(init.name());
   for (auto &input : *graph->mutable_input()) {
-    if (initNames.count(input.name()))
+    if (initNames.count(input.name()) || heavy.count(input.name()))
       continue;
     auto *tt = input.mutable_type()->mutable_tensor_type();
     auto *shape = tt->mutable_shape();
@@ -610,6 +655,9 @@ bool Importer::specialiseAndInfer() {
         if (init.data_type() == onnx::TensorProto::FLOAT &&
             !frozen.count(init.name()))
           weightNames.insert(init.name());
+      for (const auto &[name, init] : heavy)
+        if (init.data_type() == onnx::TensorProto::FLOAT && !frozen.count(name))
+          weightNames.insert(name);
     }
     int64_t folded = import::foldGraphConstants(
         *graph,
@@ -623,12 +671,18 @@ bool Importer::specialiseAndInfer() {
           if (it->second.isStatic())
             t.dims = it->second.dims;
           return t;
+        },
+        [&](const std::string &name) -> const onnx::TensorProto * {
+          auto it = heavy.find(name);
+          return it != heavy.end() ? &it->second : nullptr;
         });
     if (folded == 0)
       break;
   }
   for (const auto &init : graph->initializer())
     initializers[init.name()] = &init;
+  for (const auto &[name, init] : heavy)
+    initializers[name] = &init;
   for (const std::string &name : options.frozen) {
     auto it = initializers.find(name);
     if (it == initializers.end() ||
@@ -1902,13 +1956,18 @@ void Importer::freezeGradientFree() {
       if (!in.empty() && isFloat(in))
         live.insert(in);
   }
-  for (const auto &init : graph.initializer())
+  auto consider = [&](const onnx::TensorProto &init) {
     if (init.data_type() == onnx::TensorProto::FLOAT &&
         !frozen.count(init.name()) && !live.count(init.name()) &&
         !state.count(init.name())) {
       frozen.insert(init.name());
       autoFrozen.push_back(init.name());
     }
+  };
+  for (const auto &init : graph.initializer())
+    consider(init);
+  for (const auto &[name, init] : heavy)
+    consider(init);
 }
 
 void Importer::dropUnusedOutputs() {
@@ -2013,7 +2072,7 @@ OwningOpRef<ModuleOp> Importer::run() {
   // Structure, operators and the checker come before the version
   // converter: libonnx's converter crashes on malformed graphs (found by
   // scripts/fuzz-importer.sh).
-  if (!load() || !loadExternalData() || !checkStructure() ||
+  if (!load() || !separateInitializers() || !checkStructure() ||
       !checkSupported() || !check() || !upgradeOpset() || !check() ||
       !specialiseAndInfer() || !emit()) {
     if (module)

@@ -17,6 +17,7 @@ fixed_batch.onnx     a Reshape target that holds the batch
 runtime_shape.onnx   Reshape whose shape is a model input (cannot fold)
 with_loss.onnx   a model that ends in SoftmaxCrossEntropyLoss
 external.onnx    tiny.onnx with its weights in external.bin
+heavy.onnx       a 1.25 MiB initializer in external data (heavy.bin)
 traversal.onnx   external data pointing outside the model's folder
 huge.onnx        an input of 2^44 elements
 truncated.onnx   the first half of tiny.onnx
@@ -210,6 +211,17 @@ def main(out):
     onnx.save_model(ext, f"{out}/external.onnx", save_as_external_data=True,
                     all_tensors_to_one_file=True, location="external.bin",
                     size_threshold=0)
+    # An initializer over 1 MiB (the importer keeps those out of what
+    # libonnx processes, which is how models over 2 GiB import) in external
+    # data, next to a small one.
+    heavy = model(
+        [helper.make_node("MatMul", ["x", "heavy_w"], ["h"], name="mm"),
+         helper.make_node("Add", ["h", "small_b"], ["y"], name="add")],
+        [f32("x", [2, 640])], [f32("y", [2, 512])],
+        [numpy_helper.from_array(np.full((640, 512), 0.5, np.float32), "heavy_w"),
+         numpy_helper.from_array(np.full((512,), 0.25, np.float32), "small_b")])
+    onnx.save_model(heavy, f"{out}/heavy.onnx", save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="heavy.bin", size_threshold=0)
     trav = onnx.load(f"{out}/external.onnx", load_external_data=False)
     for t in trav.graph.initializer:
         for kv in t.external_data:
