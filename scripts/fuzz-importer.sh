@@ -26,6 +26,13 @@ $CXX $FLAGS "$OUT"/import_fuzz.o "$OUT"/OnnxImporter.o "$OUT"/ConstFold.o \
 for f in /usr/share/libonnx-testdata/data/node/test_{gemm,conv,relu,softmax,reshape,layer_norm,batchnorm,gather,concat,slice,split,maxpool}*/model.onnx; do
   cp "$f" "$OUT/corpus/$(echo "$f" | tr / _)" 2>/dev/null || true
 done
+# What exporters write: torch.onnx.export in training mode (shape
+# subgraphs, Dropout/BatchNormalization extra outputs, buffers).
+cp test/e2e/torch_exported/resnet/model.onnx "$OUT/corpus/torch_resnet.onnx" 2>/dev/null || true
+/usr/bin/python3 test/Import/Inputs/make_models.py "$OUT/lit-models" >/dev/null 2>&1 &&
+  for f in exporter merged fixed_batch mask_unsqueeze runtime_mask; do
+    cp "$OUT/lit-models/$f.onnx" "$OUT/corpus/lit_$f.onnx" 2>/dev/null || true
+  done
 echo "fuzz: running for $SECONDS_TO_RUN s on $(ls "$OUT/corpus" | wc -l) seed models"
 ASAN_OPTIONS=detect_leaks=0 "$OUT/import_fuzz" -max_total_time="$SECONDS_TO_RUN" \
   -artifact_prefix="$OUT/" \

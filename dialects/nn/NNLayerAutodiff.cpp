@@ -281,6 +281,14 @@ LogicalResult SliceOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
   return success();
 }
 
+LogicalResult SliceGradOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                    function_ref<Value(Value)>,
+                                    SmallVectorImpl<Value> &out) {
+  out.push_back(SliceOp::create(b, getLoc(), getGrad().getType(), g[0],
+                                getStartsAttr(), getStepsAttr()));
+  return success();
+}
+
 LogicalResult DropoutOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
                                   function_ref<Value(Value)> fwd,
                                   SmallVectorImpl<Value> &out) {

@@ -383,9 +383,15 @@ def NN_SliceOp : NN_Op<"slice", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
   let hasVerifier = 1;
 }
 
-def NN_SliceGradOp : NN_Op<"slice_grad", [DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
+def NN_SliceGradOp : NN_Op<"slice_grad", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = "Backward of slice: dY placed into zeros of the input's shape.";
   let description = [{
+    Element starts[k] + i * steps[k] of the result (per dimension k) is
+    element i of `grad`; every other element is zero. Also ONNX Pad in
+    constant mode (with unit steps), so it is differentiable itself: its
+    vector-Jacobian product is the slice it inverts.
+
     ```mlir
     %dx = nn.slice_grad %dy {starts = array<i64: 0, 4>, steps = array<i64: 1, 1>} : tensor<8x8xf32> -> tensor<8x16xf32>
     ```

@@ -162,6 +162,7 @@ const std::set<std::string> &supportedOps() {
       "LayerNormalization", "Gather", "Concat", "Split", "Slice", "Squeeze",
       "Unsqueeze", "Expand", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs",
       "Reciprocal", "LeakyRelu", "Clip", "Pow", "Max", "Min", "ReduceMean",
+      "HardSigmoid", "HardSwish", "Pad",
       "ReduceSum", "Dropout", "Cast"};
   // Shape computations are supported when they fold to constants.
   static const bool once = [] {
@@ -1053,7 +1054,7 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
   // and constant shape/axes/bounds inputs are integers.
   static const std::set<std::string> firstInputOnly = {
       "Reshape", "Expand", "Squeeze", "Unsqueeze", "Split", "Slice", "Clip",
-      "ReduceSum", "ReduceMean", "Dropout", "Gather"};
+      "ReduceSum", "ReduceMean", "Dropout", "Gather", "Pad"};
   // Comparisons, logic, Where and Cast take integer (and boolean) tensors
   // too; they check their own operand types.
   static const std::set<std::string> anyElementType = {
@@ -1560,6 +1561,83 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
     if (!lo || !hi)
       return fail(where + ": min and max must be constant scalars");
     return out0(nn::ClipOp::create(b, loc, rt0, x, f32(*lo), f32(*hi)));
+  }
+  // HardSigmoid(x) = clip(alpha x + beta, 0, 1); HardSwish(x) =
+  // x HardSigmoid(x) with alpha 1/6, beta 1/2 (MobileNetV3).
+  if (op == "HardSigmoid" || op == "HardSwish") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    bool swish = op == "HardSwish";
+    float alpha = swish ? 1.0f / 6.0f : attrFloat(node, "alpha", 0.2f);
+    float beta = swish ? 0.5f : attrFloat(node, "beta", 0.5f);
+    auto scalar = [&](float v) -> Value {
+      auto t = RankedTensorType::get({}, b.getF32Type());
+      return nn::ConstantOp::create(
+          b, loc, cast<ElementsAttr>(DenseElementsAttr::get(t, v)));
+    };
+    Value t = nn::MulOp::create(b, loc, rt0, x, scalar(alpha));
+    t = nn::AddOp::create(b, loc, rt0, t, scalar(beta));
+    t = nn::ClipOp::create(b, loc, rt0, t, f32(0.0f), f32(1.0f));
+    if (swish)
+      t = nn::MulOp::create(b, loc, rt0, x, t);
+    return out0(t);
+  }
+  // Pad (constant mode): negative pads crop (nn.slice), positive ones
+  // place the tensor into a filled one (nn.slice_grad of x - value, plus
+  // value).
+  if (op == "Pad") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    std::string mode = attrString(node, "mode", "constant");
+    if (mode != "constant")
+      return fail(where + ": mode '" + mode + "' is not supported (constant "
+                  "padding only)");
+    std::vector<int64_t> pads;
+    if (node.input_size() < 2 || !constantInts(node.input(1), pads))
+      return fail(where + ": pads must be a constant int64 tensor");
+    auto xt = rtype(x);
+    const int64_t rank = xt.getRank();
+    if (int64_t(pads.size()) != 2 * rank)
+      return fail(where + ": pads has " + std::to_string(pads.size()) +
+                  " values for a rank-" + std::to_string(rank) +
+                  " input (needs " + std::to_string(2 * rank) + ")");
+    auto value = inputConstFloat(2, 0.0f);
+    if (!value)
+      return fail(where + ": constant_value must be a constant scalar");
+    SmallVector<int64_t> cropStart(rank, 0), kept(rank), place(rank, 0),
+        ones(rank, 1);
+    bool crop = false, pad = false;
+    for (int64_t k = 0; k < rank; ++k) {
+      int64_t lo = pads[k], hi = pads[k + rank];
+      cropStart[k] = std::max<int64_t>(-lo, 0);
+      kept[k] = xt.getDimSize(k) - std::max<int64_t>(-lo, 0) -
+                std::max<int64_t>(-hi, 0);
+      if (kept[k] <= 0)
+        return fail(where + ": pads crop dimension " + std::to_string(k) +
+                    " to nothing");
+      place[k] = std::max<int64_t>(lo, 0);
+      crop |= lo < 0 || hi < 0;
+      pad |= lo > 0 || hi > 0;
+    }
+    if (crop)
+      x = nn::SliceOp::create(b, loc,
+                              RankedTensorType::get(kept, b.getF32Type()), x,
+                              i64s(cropStart), i64s(ones));
+    if (!pad)
+      return out0(crop ? x : nn::IdentityOp::create(b, loc, x).getResult());
+    Value v;
+    if (*value != 0.0f) {
+      auto t = RankedTensorType::get({}, b.getF32Type());
+      v = nn::ConstantOp::create(
+          b, loc, cast<ElementsAttr>(DenseElementsAttr::get(t, *value)));
+      x = nn::SubOp::create(b, loc, x.getType(), x, v);
+    }
+    Value y = nn::SliceGradOp::create(b, loc, rt0, x, i64s(place), i64s(ones));
+    if (v)
+      y = nn::AddOp::create(b, loc, rt0, y, v);
+    return out0(y);
   }
   if (op == "Pow") {
     Value x = in(0);

@@ -30,8 +30,9 @@ sys.path.insert(0, HERE)
 from safetensors_io import load_checkpoint  # noqa: E402
 
 TOL = 1e-4
-MODELS = ["resnet", "vgg", "mobilenet", "gpt", "bert"]
-STAGES = {"resnet": (1, 2, 4), "vgg": (1, 2), "mobilenet": (1, 2, 4), "gpt": (1, 2, 4), "bert": (1, 2, 4)}
+MODELS = ["resnet", "vgg", "mobilenet", "mixed", "gpt", "bert"]
+STAGES = {"resnet": (1, 2, 4), "vgg": (1, 2), "mobilenet": (1, 2, 4), "mixed": (1, 2), "gpt": (1, 2, 4),
+          "bert": (1, 2, 4)}
 
 
 def run(cmd, timeout=600):

@@ -41,6 +41,8 @@ have p = 0 so that both sides compute the same masks.
 
 The models use torchvision's building blocks where they are small enough:
 BasicBlock (ResNet), make_layers (VGG) and mobilenet_v2 (width 0.25), plus a
+model of the pieces MobileNetV3 and DenseNet add (Hardswish, Hardsigmoid
+gating, padding with a value and a cropping pad, ceil_mode pooling), a
 GPT written as nanoGPT writes it (.view/.transpose attention, masked_fill
 with a causal buffer, erf GELU) and a BERT-style encoder from
 nn.TransformerEncoderLayer (nn.MultiheadAttention's packed in-projection,
@@ -154,6 +156,36 @@ class Bert(nn.Module):
         return self.head(self.encoder(self.emb(idx) + self.pos)).view(b * t, -1)
 
 
+class Mixed(nn.Module):
+    """The pieces MobileNetV3, DenseNet and friends add: Hardswish,
+    Hardsigmoid gating (squeeze-excitation), ReLU6, LeakyReLU, tanh-GELU,
+    constant padding with a value and a negative (cropping) pad, and
+    average pooling with ceil_mode."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.act1 = nn.Hardswish()
+        self.pad = nn.ConstantPad2d((1, 2, 0, 1), 0.5)
+        self.conv2 = nn.Conv2d(8, 8, 3, groups=2)
+        self.se_reduce = nn.Conv2d(8, 4, 1)
+        self.se_expand = nn.Conv2d(4, 8, 1)
+        self.gate = nn.Hardsigmoid()
+        self.pool = nn.AvgPool2d(3, stride=2, ceil_mode=True, count_include_pad=False)
+        self.fc1 = nn.Linear(8 * 7 * 8, 32)
+        self.fc2 = nn.Linear(32, classes)
+
+    def forward(self, x):
+        x = self.act1(self.bn1(self.conv1(x)))
+        x = F.relu6(self.conv2(self.pad(x)))
+        x = F.pad(x, (-1, 0, 0, -1))  # crop one column left, one row at the bottom
+        s = F.adaptive_avg_pool2d(x, 1)
+        x = x * self.gate(self.se_expand(F.leaky_relu(self.se_reduce(s), 0.1)))
+        x = self.pool(x)
+        return self.fc2(F.gelu(self.fc1(torch.flatten(x, 1)), approximate="tanh"))
+
+
 def image_data(rng, shape, classes):
     x = rng.standard_normal((STEPS,) + shape).astype(np.float32)
     y = rng.integers(0, classes, (STEPS, shape[0])).astype(np.int64)
@@ -173,6 +205,7 @@ MODELS = {
     "vgg": (TinyVGG, 15, lambda r: image_data(r, (8, 3, 16, 16), 10), 2, 0.05),
     "mobilenet": (lambda: torchvision.models.mobilenet_v2(width_mult=0.25, num_classes=10, dropout=0.0),
                   17, lambda r: image_data(r, (8, 3, 64, 64), 10), 2, 0.01),
+    "mixed": (Mixed, 17, lambda r: image_data(r, (8, 3, 16, 16), 10), 2, 0.05),
     "gpt": (GPT, 13, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
     "bert": (Bert, 17, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
 }
