@@ -368,6 +368,23 @@ bool Importer::load() {
                     "operator set");
     opset = kMinOpset;
   }
+  // Newer than the ONNX library this build links: its checker, converter
+  // and shape inference do not know the operators' new versions.
+  const int64_t newestOpset = onnx::OpSchemaRegistry::DomainToVersionRange::
+                                  Instance()
+                                      .Map()
+                                      .at(onnx::ONNX_DOMAIN)
+                                      .second;
+  const int64_t newestIr = onnx::Version::IR_VERSION;
+  if (opset > newestOpset || model.ir_version() > newestIr)
+    return fail("'" + path + "' uses ONNX opset " + std::to_string(opset) +
+                " (IR version " + std::to_string(model.ir_version()) +
+                "); the ONNX library of this build knows opsets up to " +
+                std::to_string(newestOpset) + " (IR version " +
+                std::to_string(newestIr) + "): export with opset_version=" +
+                std::to_string(newestOpset) +
+                " or lower (torch.onnx.export(..., opset_version=" +
+                std::to_string(newestOpset) + "))");
   return true;
 }
 

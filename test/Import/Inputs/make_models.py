@@ -14,6 +14,7 @@ mask_unsqueeze.onnx  a boolean mask unsqueezed to broadcast in Where
 exporter.onnx        what torch.onnx.export writes for training (see below)
 merged.onnx          one bias initializer read by three Gemms
 fixed_batch.onnx     a Reshape target that holds the batch
+opset20.onnx         a Gelu of opset 20 (newer than the ONNX library)
 runtime_shape.onnx   Reshape whose shape is a model input (cannot fold)
 with_loss.onnx   a model that ends in SoftmaxCrossEntropyLoss
 external.onnx    tiny.onnx with its weights in external.bin
@@ -197,6 +198,12 @@ def main(out):
         [init("w1", [3, 3], 13), init("w2", [3, 3], 14), init("w3", [3, 3], 15),
          numpy_helper.from_array(np.zeros(3, np.float32), "b")])
     onnx.save(merged, f"{out}/merged.onnx")
+
+    # Newer than the linked ONNX library (1.12 knows opsets up to 17).
+    newer = model([helper.make_node("Gelu", ["x"], ["y"], name="gelu")],
+                  [f32("x", [2, 3])], [f32("y", [2, 3])], opset=20)
+    newer.ir_version = 9
+    onnx.save(newer, f"{out}/opset20.onnx")
 
     # Traced without a dynamic batch axis: the batch 4 is in the view's
     # target, so it cannot be re-specialised to another batch.
