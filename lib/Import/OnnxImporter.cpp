@@ -1540,6 +1540,12 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
   };
   auto f32 = [&](float v) { return b.getF32FloatAttr(v); };
   auto i64s = [&](ArrayRef<int64_t> v) { return b.getDenseI64ArrayAttr(v); };
+  // A float32 scalar constant (broadcasts against any tensor).
+  auto scalarF32 = [&](float v) -> Value {
+    auto t = RankedTensorType::get({}, b.getF32Type());
+    return nn::ConstantOp::create(
+        b, loc, cast<ElementsAttr>(DenseElementsAttr::get(t, v)));
+  };
   auto inputConstFloat = [&](int i, float dflt) -> std::optional<float> {
     if (i >= node.input_size() || node.input(i).empty())
       return dflt;
@@ -1588,13 +1594,8 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
     bool swish = op == "HardSwish";
     float alpha = swish ? 1.0f / 6.0f : attrFloat(node, "alpha", 0.2f);
     float beta = swish ? 0.5f : attrFloat(node, "beta", 0.5f);
-    auto scalar = [&](float v) -> Value {
-      auto t = RankedTensorType::get({}, b.getF32Type());
-      return nn::ConstantOp::create(
-          b, loc, cast<ElementsAttr>(DenseElementsAttr::get(t, v)));
-    };
-    Value t = nn::MulOp::create(b, loc, rt0, x, scalar(alpha));
-    t = nn::AddOp::create(b, loc, rt0, t, scalar(beta));
+    Value t = nn::MulOp::create(b, loc, rt0, x, scalarF32(alpha));
+    t = nn::AddOp::create(b, loc, rt0, t, scalarF32(beta));
     t = nn::ClipOp::create(b, loc, rt0, t, f32(0.0f), f32(1.0f));
     if (swish)
       t = nn::MulOp::create(b, loc, rt0, x, t);
@@ -1646,9 +1647,7 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
       return out0(crop ? x : nn::IdentityOp::create(b, loc, x).getResult());
     Value v;
     if (*value != 0.0f) {
-      auto t = RankedTensorType::get({}, b.getF32Type());
-      v = nn::ConstantOp::create(
-          b, loc, cast<ElementsAttr>(DenseElementsAttr::get(t, *value)));
+      v = scalarF32(*value);
       x = nn::SubOp::create(b, loc, x.getType(), x, v);
     }
     Value y = nn::SliceGradOp::create(b, loc, rt0, x, i64s(place), i64s(ones));

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -27,22 +26,13 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "torch_exported")
 sys.path.insert(0, HERE)
+from models_equivalence import rel, run  # noqa: E402
 from safetensors_io import load_checkpoint  # noqa: E402
 
 TOL = 1e-4
 MODELS = ["resnet", "vgg", "mobilenet", "mixed", "gpt", "bert"]
 STAGES = {"resnet": (1, 2, 4), "vgg": (1, 2), "mobilenet": (1, 2, 4), "mixed": (1, 2), "gpt": (1, 2, 4),
           "bert": (1, 2, 4)}
-
-
-def run(cmd, timeout=600):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    return p.returncode, p.stdout
-
-
-def rel(a, b):
-    n = np.linalg.norm(b)
-    return float(np.linalg.norm(a - b) / (n if n > 0 else 1.0))
 
 
 def main():
