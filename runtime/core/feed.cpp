@@ -74,6 +74,15 @@ Feed Feed::fromNpy(FeedSpec spec, int64_t globalBatch,
                            : npy::toFloat32(array, feed.floats, error);
   if (!converted)
     throw RtError(what + ": " + error);
+  // Labels of a model whose output flattens batch and sequence ([B*T, V]
+  // logits) may come flat, [rows*T], as for the output itself: each
+  // sample's T labels are contiguous, so they are read as [rows, T].
+  if (labels && array.shape.size() == 1 && s.shape.size() > 1 &&
+      s.sampleElems > 0 && array.shape[0] % s.sampleElems == 0) {
+    std::vector<int64_t> perSample(s.shape.begin() + 1, s.shape.end());
+    array.shape = {array.shape[0] / s.sampleElems};
+    array.shape.insert(array.shape.end(), perSample.begin(), perSample.end());
+  }
   bool shapeOk = array.shape.size() == s.shape.size() && !array.shape.empty() &&
                  array.shape[0] > 0;
   for (size_t i = 1; shapeOk && i < s.shape.size(); ++i)

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "core/error.h"
 #include "core/feed.h"
 #include "core/npy.h"
 #include "core_test_util.h"
@@ -182,4 +183,32 @@ TEST(CoreSyntheticData, FileFeedsAreIndependentOfTheMicrobatchSplitToo) {
   // Step 2 holds samples 8..11 = rows 1..4 of the 7-row file.
   EXPECT_EQ(whole[0], 3.0f);
   EXPECT_EQ(whole.back(), 14.0f);
+}
+
+TEST(CoreFileFeed, FlatLabelsOfSequenceModelsAreReadPerSample) {
+  // A model with [B*T, V] logits takes labels [B, T]; a flat [rows*T] file
+  // holds the same labels sample after sample.
+  coretest::TempDir tmp;
+  const int64_t T = 4, rows = 6;
+  std::vector<int64_t> labels(size_t(rows * T));
+  for (size_t i = 0; i < labels.size(); ++i)
+    labels[i] = int64_t(i % 5);
+  std::string error;
+  ASSERT_TRUE(npy::writeFile(tmp / "y2d.npy", "<i8", {rows, T}, labels.data(),
+                             labels.size() * 8, error));
+  ASSERT_TRUE(npy::writeFile(tmp / "yflat.npy", "<i8", {rows * T},
+                             labels.data(), labels.size() * 8, error));
+  FeedSpec spec = labelSpec(2, 5);
+  spec.shape = {2, T};
+  spec.sampleElems = T;
+  spec.bytes = 2 * T * 8;
+  const int64_t B = 4;
+  auto flat = globalBatch<int64_t>(Feed::fromNpy(spec, B, tmp / "yflat.npy"), 1, B);
+  EXPECT_EQ(flat, globalBatch<int64_t>(Feed::fromNpy(spec, B, tmp / "y2d.npy"), 1, B));
+  // Step 1 holds samples 4..7 = rows 4, 5, 0, 1 of the 6-row file.
+  EXPECT_EQ(flat[0], int64_t((4 * T) % 5));
+  // A flat file whose length is not a multiple of T is refused.
+  ASSERT_TRUE(npy::writeFile(tmp / "yodd.npy", "<i8", {rows * T - 1},
+                             labels.data(), (labels.size() - 1) * 8, error));
+  EXPECT_THROW(Feed::fromNpy(spec, B, tmp / "yodd.npy"), RtError);
 }
