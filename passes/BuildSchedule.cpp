@@ -152,6 +152,42 @@ struct PipeBuildSchedulePass
             << " microbatches (1F1B-RR: microbatch k runs on replica k mod r)";
         return signalPassFailure();
       }
+    // Tied weights (read by several stages): each such stage holds a copy,
+    // and the copies' gradients are summed before the synchronous update.
+    // Groups of stages in a canonical order, each with its weights.
+    std::map<std::vector<int64_t>, SmallVector<Attribute>> tieGroups;
+    if (auto tied = module->getAttrOfType<DictionaryAttr>(pipe::attrs::kTied)) {
+      for (NamedAttribute entry : tied) {
+        auto stages = dyn_cast<DenseI64ArrayAttr>(entry.getValue());
+        if (!stages || stages.size() < 2) {
+          module.emitError("pipe.tied entry '")
+              << entry.getName() << "' needs at least two stages";
+          return signalPassFailure();
+        }
+        std::string where = "weight '" + entry.getName().str() +
+                            "' is read by stages " +
+                            std::to_string(stages[0]) + " and " +
+                            std::to_string(stages[stages.size() - 1]);
+        if (continuous) {
+          module.emitError(where)
+              << " (tied weights); schedule '" << schedule
+              << "' updates stages at different times, so their copies "
+                 "would drift: use a synchronous schedule (gpipe, 1f1b-flush, "
+                 "zb-h1), or a plan that keeps the tied layers in one stage";
+          return signalPassFailure();
+        }
+        if (chunks > 1) {
+          module.emitError(where)
+              << " (tied weights), which the interleaved schedule does not "
+                 "support yet: use gpipe, 1f1b-flush or zb-h1";
+          return signalPassFailure();
+        }
+        tieGroups[std::vector<int64_t>(stages.asArrayRef().begin(),
+                                       stages.asArrayRef().end())]
+            .push_back(FlatSymbolRefAttr::get(entry.getName()));
+      }
+    }
+
     // The rank programs: (stage, replica, schedule), stage-major.
     struct RankProgram {
       int64_t stage, replica;
@@ -367,6 +403,10 @@ struct PipeBuildSchedulePass
         pipe::FlushOp::create(pb, loc);
         if (replicaCounts[s] > 1)
           pipe::AllReduceOp::create(pb, loc, Value(), UnitAttr());
+        for (auto &[stages, weights] : tieGroups)
+          if (llvm::is_contained(stages, s))
+            pipe::TieReduceOp::create(pb, loc, pb.getArrayAttr(weights),
+                                      pb.getDenseI64ArrayAttr(stages));
         for (int64_t c = 0; c < chunks; ++c)
           pipe::StepOp::create(
               pb, loc,

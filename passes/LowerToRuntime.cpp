@@ -535,6 +535,7 @@ void StageLowering::emitDeclarations() {
   declare("pipec_rt_update", {ptr}, {});
   declare("pipec_rt_allreduce", {ptr, ptr, i64t}, {});
   declare("pipec_rt_allreduce_mean", {ptr, ptr, i64t}, {});
+  declare("pipec_rt_allreduce_group", {ptr, i64t, ptr, i64t}, {});
   declare("pipec_rt_op_begin", {ptr, i64t, i64t}, {});
   declare("pipec_rt_span_begin", {ptr, i64t, i64t}, {});
   declare("pipec_rt_span_end", {ptr, i64t}, {});
@@ -664,6 +665,23 @@ func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
   }
   func::ReturnOp::create(ob, fp.fn.getLoc());
   return fn;
+}
+
+/// The groups of stages that share tied weights (module attribute
+/// pipe.tied), in the canonical order every rank numbers them by, and the
+/// tied weights.
+static std::vector<std::vector<int64_t>>
+tieGroupsOf(ModuleOp module, std::set<std::string> *tiedWeights = nullptr) {
+  std::set<std::vector<int64_t>> groups;
+  if (auto tied = module->getAttrOfType<DictionaryAttr>(pipe::attrs::kTied))
+    for (NamedAttribute entry : tied)
+      if (auto stages = dyn_cast<DenseI64ArrayAttr>(entry.getValue())) {
+        groups.insert(std::vector<int64_t>(stages.asArrayRef().begin(),
+                                           stages.asArrayRef().end()));
+        if (tiedWeights)
+          tiedWeights->insert(entry.getName().str());
+      }
+  return {groups.begin(), groups.end()};
 }
 
 /// The microbatch operand (null if none) and the stage function a pipe op
@@ -835,19 +853,54 @@ LogicalResult StageLowering::emitProgram() {
       call("pipec_rt_flush", {ctxArg});
     } else if (auto reduce = dyn_cast<pipe::AllReduceOp>(op)) {
       // The gradient accumulators, summed (or averaged: 1F1B-RR) over the
-      // stage's replicas.
+      // stage's replicas; tied weights are summed by pipe.tie_reduce over
+      // every rank of their stages instead.
       StringRef fn = reduce.getMean() ? "pipec_rt_allreduce_mean"
                                       : "pipec_rt_allreduce";
+      std::set<std::string> tiedWeights;
+      tieGroupsOf(module, &tiedWeights);
       Value zero = i64(pb, loc, 0);
       for (auto &c : chunks)
         for (const std::string &name : c->weightOrder) {
           auto global = module.lookupSymbol<ml_program::GlobalOp>(name);
           if (!global || !global->hasAttr(pipe::attrs::kGradOf))
             continue;
+          auto of = global->getAttrOfType<FlatSymbolRefAttr>(pipe::attrs::kGradOf);
+          if (of && tiedWeights.count(of.getValue().str()))
+            continue;
           auto &[offset, type] = c->weights[name];
           Buffer buf{Buffer::Weights, offset, ""};
           call(fn,
                {ctxArg, pointer(pb, loc, *c, buf, arena, zero),
+                i64(pb, loc, cast<RankedTensorType>(type).getNumElements())});
+        }
+    } else if (auto tie = dyn_cast<pipe::TieReduceOp>(op)) {
+      // The tied weights' gradient accumulators, summed over every rank of
+      // the group's stages (communicator `group`, in the canonical order).
+      auto groups = tieGroupsOf(module);
+      std::vector<int64_t> stages(tie.getStages().begin(),
+                                  tie.getStages().end());
+      auto it = std::find(groups.begin(), groups.end(), stages);
+      if (it == groups.end())
+        return op->emitError("names a group of stages that shares no tied "
+                             "weight (module attribute pipe.tied)");
+      Value group = i64(pb, loc, int64_t(it - groups.begin()));
+      Value zero = i64(pb, loc, 0);
+      std::set<std::string> names;
+      for (Attribute w : tie.getWeights())
+        names.insert(cast<FlatSymbolRefAttr>(w).getValue().str());
+      for (auto &c : chunks)
+        for (const std::string &name : c->weightOrder) {
+          auto global = module.lookupSymbol<ml_program::GlobalOp>(name);
+          auto of = global ? global->getAttrOfType<FlatSymbolRefAttr>(
+                                 pipe::attrs::kGradOf)
+                           : FlatSymbolRefAttr();
+          if (!of || !names.count(of.getValue().str()))
+            continue;
+          auto &[offset, type] = c->weights[name];
+          Buffer buf{Buffer::Weights, offset, ""};
+          call("pipec_rt_allreduce_group",
+               {ctxArg, group, pointer(pb, loc, *c, buf, arena, zero),
                 i64(pb, loc, cast<RankedTensorType>(type).getNumElements())});
         }
     } else if (isa<pipe::StepOp>(op)) {
@@ -875,6 +928,17 @@ LogicalResult StageLowering::emitProgram() {
 
 std::string StageLowering::stageMeta() {
   namespace json = llvm::json;
+  // Every rank creates one communicator per group, in this order.
+  auto tieGroupsJson = [&] {
+    json::Array groups;
+    for (const std::vector<int64_t> &g : tieGroupsOf(module)) {
+      json::Array stages;
+      for (int64_t st : g)
+        stages.push_back(st);
+      groups.push_back(std::move(stages));
+    }
+    return groups;
+  };
   auto shape = [](Type t) {
     json::Array a;
     for (int64_t d : cast<RankedTensorType>(t).getShape())
@@ -992,6 +1056,7 @@ std::string StageLowering::stageMeta() {
                     {"chunks", int64_t(chunks.size())},
                     {"microbatches", m},
                     {"window_reach", pipe::windowReach(pipeline)},
+                    {"tie_groups", tieGroupsJson()},
                     {"microbatch", microbatch},
                     {"global_batch", microbatch * m},
                     {"schedule", pipeline.getSchedule().str()},

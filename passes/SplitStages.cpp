@@ -8,7 +8,8 @@
 //   - results: tensors some later stage consumes, and model outputs
 //     (`pipe.output = <output index>`).
 // Weight loads and constants are cloned into every stage that uses them; a
-// weight used by two stages (tied weights) is refused with its name.
+// weight several stages read (tied weights) is listed in the module's
+// pipe.tied attribute, and every such stage keeps a copy of it.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/PassUtils.h"
@@ -54,8 +55,12 @@ struct PipeSplitStagesPass
     int64_t numStages = plan.getFirst().size();
     Block &body = fn.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
+    OpBuilder b(module.getContext());
 
-    // Check stages and tied weights.
+    // Check stages; note tied weights (a parameter read by several
+    // stages: each gets a copy, and --pipe-build-schedule sums the copies'
+    // gradients before the update).
+    std::map<std::string, std::set<int64_t>> tied;
     for (Operation &op : body.without_terminator()) {
       if (isLayer(&op) && (stageOf(&op) < 0 || stageOf(&op) >= numStages)) {
         op.emitError("layer has no valid pipe.stage (plan has ")
@@ -68,18 +73,21 @@ struct PipeSplitStagesPass
       for (Operation *user : op.getUsers())
         if (!isa<func::ReturnOp>(user))
           users.insert(stageOf(user));
-      if (users.size() > 1 && isa<ml_program::GlobalLoadOp>(op)) {
-        auto load = cast<ml_program::GlobalLoadOp>(op);
-        op.emitError("weight '")
-                    << load.getGlobal().getLeafReference().getValue()
-                    << "' is used by stages " << *users.begin() << " and "
-                    << *std::next(users.begin())
-                    << "; parameters shared across stages (tied weights) "
-                       "must stay in one stage (if the exporter merged equal "
-                       "initializers of distinct layers, as torch.onnx.export "
-                       "does in eval mode, import with --untie-weights)";
-        return signalPassFailure();
+      if (auto load = dyn_cast<ml_program::GlobalLoadOp>(op);
+          load && users.size() > 1) {
+        auto global = module.lookupSymbol<ml_program::GlobalOp>(load.getGlobal());
+        if (global && global.getIsMutable() && !users.count(-1))
+          tied[load.getGlobal().getLeafReference().str()].insert(users.begin(),
+                                                                 users.end());
       }
+    }
+    if (!tied.empty()) {
+      SmallVector<NamedAttribute> entries;
+      for (auto &[name, stages] : tied)
+        entries.push_back(b.getNamedAttr(
+            name, b.getDenseI64ArrayAttr(SmallVector<int64_t>(stages.begin(),
+                                                              stages.end()))));
+      module->setAttr(pipe::attrs::kTied, b.getDictionaryAttr(entries));
     }
     for (Operation &op : body.without_terminator())
       for (Value v : op.getOperands())
@@ -124,7 +132,6 @@ struct PipeSplitStagesPass
       }
     }
 
-    OpBuilder b(module.getContext());
     b.setInsertionPoint(fn);
     for (int64_t s = 0; s < numStages; ++s) {
       auto stageFn = func::FuncOp::create(b, fn.getLoc(), stageFuncName(s, "fwd"),

@@ -45,6 +45,9 @@ inline constexpr llvm::StringLiteral kBoundary = "pipe.boundary";
 /// Zero-bubble split: result k of sK_bwd carried to argument k of sK_bwdw.
 inline constexpr llvm::StringLiteral kCarry = "pipe.carry";
 inline constexpr llvm::StringLiteral kCarried = "pipe.carried";
+/// On the module: weight name -> the stages that read it, for parameters
+/// shared by several stages (tied weights; --pipe-split-stages).
+inline constexpr llvm::StringLiteral kTied = "pipe.tied";
 } // namespace attrs
 
 /// Expands the programs of a pipeline into per-rank communication events

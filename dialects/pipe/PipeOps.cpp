@@ -66,6 +66,22 @@ LogicalResult StepOp::verifySymbolUses(SymbolTableCollection &tables) {
   return lookupFunc(*this, tables, getFuncAttr());
 }
 
+LogicalResult TieReduceOp::verify() {
+  ArrayRef<int64_t> stages = getStages();
+  if (stages.size() < 2)
+    return emitOpError("needs at least two stages sharing the weights");
+  for (size_t i = 1; i < stages.size(); ++i)
+    if (stages[i] <= stages[i - 1] || stages[i - 1] < 0)
+      return emitOpError("stages must be distinct, non-negative and ascending");
+  if (getWeights().empty())
+    return emitOpError("names no weight");
+  if (auto program = (*this)->getParentOfType<ProgramOp>())
+    if (!llvm::is_contained(stages, program.getStage()))
+      return emitOpError("in a program of stage ")
+             << program.getStage() << ", which is not among its stages";
+  return success();
+}
+
 LogicalResult ProgramOp::verify() {
   if (getStage() < 0)
     return emitOpError("stage must be non-negative");

@@ -231,6 +231,26 @@ def Pipe_AllReduceOp : Pipe_Op<"allreduce", [MemoryEffects<[MemRead, MemWrite]>]
   let assemblyFormat = "(`after` $microbatch^)? attr-dict";
 }
 
+def Pipe_TieReduceOp : Pipe_Op<"tie_reduce", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "Sums the gradients of weights shared by several stages.";
+  let description = [{
+    A parameter read by layers of several stages (tied embeddings: a GPT's
+    token embedding and its output projection) has a copy on every stage
+    that reads it. Before their updates, every rank of those stages (all
+    their replicas) sums its gradient accumulators of the listed weights
+    with the others', so every copy applies the same update and the copies
+    stay equal (Megatron-LM's embedding all-reduce). The stage-replica
+    `pipe.allreduce` leaves these weights out. Synchronous schedules only.
+
+    ```mlir
+    pipe.tie_reduce [@wte] over stages [0, 3]
+    ```
+  }];
+  let arguments = (ins SymbolRefArrayAttr:$weights, DenseI64ArrayAttr:$stages);
+  let assemblyFormat = "$weights `over` `stages` $stages attr-dict";
+  let hasVerifier = 1;
+}
+
 def Pipe_StepOp : Pipe_Op<"step", [DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "Applies the optimizer update of the stage.";

@@ -101,7 +101,7 @@ private:
       return add(ExpandedEvent::BackwardWeight, w.getMicrobatch(), 0, 0);
     if (auto step = dyn_cast<StepOp>(op))
       return add(ExpandedEvent::Step, step.getMicrobatch(), 0, 0);
-    if (isa<FlushOp>(op))
+    if (isa<FlushOp, TieReduceOp>(op))
       return success();
     if (auto reduce = dyn_cast<AllReduceOp>(op))
       return add(ExpandedEvent::AllReduce, reduce.getMicrobatch(), 0, 0);
@@ -290,6 +290,43 @@ LogicalResult PipelineOp::verifyRegions() {
         return emitOpError("stage ")
                << stage << " has " << r << " replicas but a microbatch has "
                << split << " samples to split among them";
+  }
+  // Tied weights: every rank of every stage of a pipe.tie_reduce's group
+  // runs the same one (a collective over those ranks), synchronous
+  // schedules only.
+  {
+    std::map<std::pair<std::vector<int64_t>, std::string>, std::set<int64_t>>
+        seen; // (stages, weights) -> ranks that run it
+    std::map<int64_t, std::vector<int64_t>> ranksOfStage;
+    for (auto [rank, program] : llvm::enumerate(programs))
+      ranksOfStage[program.getStage()].push_back(int64_t(rank));
+    for (auto [rank, program] : llvm::enumerate(programs)) {
+      WalkResult r = program.walk([&](TieReduceOp tie) {
+        if (continuous) {
+          tie.emitOpError("needs a synchronous schedule, not '")
+              << getSchedule() << "'";
+          return WalkResult::interrupt();
+        }
+        std::string key;
+        llvm::raw_string_ostream os(key);
+        os << tie.getWeights();
+        std::vector<int64_t> st(tie.getStages().begin(), tie.getStages().end());
+        if (!seen[{st, key}].insert(int64_t(rank)).second) {
+          tie.emitOpError("runs twice in one program");
+          return WalkResult::interrupt();
+        }
+        return WalkResult::advance();
+      });
+      if (r.wasInterrupted())
+        return failure();
+    }
+    for (auto &[group, ranks] : seen)
+      for (int64_t stage : group.first)
+        for (int64_t rank : ranksOfStage[stage])
+          if (!ranks.count(rank))
+            return programs[size_t(rank)].emitOpError("stage ")
+                   << stage << " reads the tied weights " << group.second
+                   << " but does not take part in their pipe.tie_reduce";
   }
   const int64_t total = expandedMicrobatches(m, reach, continuous);
   // Local checks first (referenced functions, indices, types), so that a

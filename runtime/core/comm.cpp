@@ -298,6 +298,32 @@ static void allreduceGradients(pipec_ctx *ctx, void *data, int64_t count,
   });
 }
 
+extern "C" void pipec_rt_allreduce_group(pipec_ctx *ctx, int64_t group,
+                                         void *data, int64_t count) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_allreduce_group");
+    if (count < 0 || (count > 0 && !data))
+      throw RtError("pipec_rt_allreduce_group: bad buffer (" +
+                    std::to_string(count) + " floats)");
+    if (group < 0 || group >= int64_t(c.tieComms.size()) ||
+        c.tieComms[size_t(group)] == MPI_COMM_NULL)
+      throw RtError("pipec_rt_allreduce_group: stage " +
+                    std::to_string(c.desc.stage) + " is not in tie group " +
+                    std::to_string(group));
+    c.timeline.begin(Timeline::AllReduce, -1, c.step);
+    float *p = static_cast<float *>(data);
+    for (int64_t done = 0; done < count;) {
+      int n = int(std::min<int64_t>(count - done, int64_t(1) << 30));
+      mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p + done, n, MPI_FLOAT, MPI_SUM,
+                             c.tieComms[size_t(group)]),
+               "MPI_Allreduce of tied weights' gradients (group " +
+                   std::to_string(group) + ")");
+      done += n;
+    }
+    c.timeline.end(Timeline::AllReduce);
+  });
+}
+
 extern "C" void pipec_rt_allreduce(pipec_ctx *ctx, void *data, int64_t count) {
   allreduceGradients(ctx, data, count, /*mean=*/false);
 }

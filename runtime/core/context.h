@@ -38,6 +38,9 @@ struct pipec_ctx {
   std::vector<std::vector<int>> stageRanks;
   /// The replicas of this rank's stage (MPI_COMM_NULL when it has one).
   MPI_Comm stageComm = MPI_COMM_NULL;
+  /// Per tie group (desc.tieGroups): every rank of the group's stages, or
+  /// MPI_COMM_NULL where this rank's stage is not in it.
+  std::vector<MPI_Comm> tieComms;
   /// The lowest rank of the stage whose description has "loss": true; it
   /// writes the metrics.
   int lossRank = 0;

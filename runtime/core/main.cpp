@@ -251,6 +251,17 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     else
       MPI_Comm_free(&comm);
   }
+  // One communicator per group of stages sharing tied weights; every rank
+  // takes part in each split, in the description's order.
+  for (const std::vector<int64_t> &group : desc.tieGroups) {
+    bool member = std::find(group.begin(), group.end(), int64_t(desc.stage)) !=
+                  group.end();
+    MPI_Comm comm = MPI_COMM_NULL;
+    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, member ? 1 : MPI_UNDEFINED,
+                            ctx.rank, &comm),
+             "MPI_Comm_split for tied weights");
+    ctx.tieComms.push_back(comm);
+  }
   ctx.lossRank = findLossRank(ctx);
   const bool isLossRank = ctx.rank == ctx.lossRank;
 
@@ -491,6 +502,9 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   loc.step = o.steps;
   if (ctx.stageComm != MPI_COMM_NULL)
     MPI_Comm_free(&ctx.stageComm);
+  for (MPI_Comm &comm : ctx.tieComms)
+    if (comm != MPI_COMM_NULL)
+      MPI_Comm_free(&comm);
   setStatusState(RankState::Finished);
   loc.mpiActive = false;
   if (!alreadyInitialised)

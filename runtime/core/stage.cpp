@@ -169,6 +169,20 @@ StageDesc parseStageDesc(const std::string &json) {
                   std::to_string(d.versionedBytes) + ") or slots (" +
                   std::to_string(d.slots) + ") out of range");
   d.loss = r.boolean("loss", false);
+  if (r.has("tie_groups")) {
+    for (const Json &g : r.list("tie_groups")) {
+      std::vector<int64_t> stages;
+      if (g.is_array())
+        for (const Json &st : g)
+          if (st.is_number_integer() && st.get<int64_t>() >= 0 &&
+              st.get<int64_t>() < d.numStages)
+            stages.push_back(st.get<int64_t>());
+      if (!g.is_array() || stages.size() < 2 || stages.size() != g.size())
+        throw RtError(what + ": \"tie_groups\" must list groups of two or "
+                      "more stage numbers below num_stages");
+      d.tieGroups.push_back(std::move(stages));
+    }
+  }
 
   std::set<std::string> names;
   for (const Json &w : r.list("weights")) {

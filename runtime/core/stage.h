@@ -72,6 +72,9 @@ struct StageDesc {
   /// window reaches back (p - 1 straight; more with replicas), the same on
   /// every rank; the run ends with ceil(windowReach / m) draining windows.
   int64_t windowReach = 0;
+  /// Groups of stages that share tied weights, in the order every rank
+  /// creates their communicators (pipec_rt_allreduce_group's `group`).
+  std::vector<std::vector<int64_t>> tieGroups;
   int64_t arenaBytes = 0;
   /// Bytes at the arena's start holding the parameters the forward reads:
   /// what a weight version (stash, 2BW shadow) copies.

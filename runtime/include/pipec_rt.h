@@ -369,6 +369,11 @@ void pipec_rt_allreduce(pipec_ctx *ctx, void *data, int64_t count);
 /// gradients (PipeDream 1F1B-RR, where each replica's microbatch is a
 /// minibatch).
 void pipec_rt_allreduce_mean(pipec_ctx *ctx, void *data, int64_t count);
+/// Sums `count` floats at `data` over every rank of the stages of tie group
+/// `group` (the stage description's "tie_groups"): the gradients of
+/// weights several stages hold copies of (tied embeddings).
+void pipec_rt_allreduce_group(pipec_ctx *ctx, int64_t group, void *data,
+                              int64_t count);
 
 /// Records the (scalar, float) loss of microbatch mb of the current step.
 void pipec_rt_loss(pipec_ctx *ctx, int64_t mb, const void *loss);

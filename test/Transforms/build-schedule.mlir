@@ -123,3 +123,18 @@
 // ZB-NEXT: pipe.backward_weight @s0_bwdw mb %[[M]]
 // ZB: pipe.program "rank1" stage 1 slots 2 {
 // ZB:   pipe.backward_weight @s1_bwdw
+
+// Tied weights: after the flush, every program of the stages that share
+// them sums their gradients (pipe.tie_reduce) before its update; the
+// continuous and interleaved schedules are refused, naming the weight.
+// RUN: pipec-opt %S/Inputs/tied.mlir --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=2" | FileCheck %s --check-prefix=TIE
+// TIE: pipe.program "rank0" stage 0
+// TIE: pipe.flush
+// TIE-NEXT: pipe.tie_reduce [@tied] over stages [0, 1]
+// TIE-NEXT: pipe.step @s0_step
+// TIE: pipe.program "rank1" stage 1
+// TIE: pipe.flush
+// TIE-NEXT: pipe.tie_reduce [@tied] over stages [0, 1]
+// TIE-NEXT: pipe.step @s1_step
+// RUN: not pipec-opt %S/Inputs/tied.mlir --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=2" 2>&1 | FileCheck %s --check-prefix=TIECONT
+// TIECONT: error: weight 'tied' is read by stages 0 and 1 (tied weights); schedule '1f1b' updates stages at different times

@@ -16,19 +16,7 @@
 // CHECK-NOT: func.func @main
 // NOPLAN: no pipe.plan on the module; run --pipe-plan first
 
-// A weight read by two stages (tied weights) is refused with its name.
-module attributes {pipe.plan = #pipe.plan<algorithm = "manual", first = [0, 1], last = [0, 1], replicas = [1, 1], predicted_iteration_s = 0.0>} {
-  ml_program.global private mutable @tied(dense<1.0> : tensor<4x4xf32>) : tensor<4x4xf32>
-  func.func @main(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
-    // expected-error @+1 {{weight 'tied' is used by stages 0 and 1; parameters shared across stages (tied weights) must stay in one stage}}
-    %w = ml_program.global_load @tied : tensor<4x4xf32>
-    %0 = nn.gemm %x, %w {pipe.stage = 0 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
-    %1 = nn.gemm %0, %w {pipe.stage = 1 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
-    return %1 : tensor<2x4xf32>
-  }
-}
 
-// -----
 
 // Stages must follow the data flow.
 module attributes {pipe.plan = #pipe.plan<algorithm = "manual", first = [0, 1], last = [0, 1], replicas = [1, 1], predicted_iteration_s = 0.0>} {
@@ -39,3 +27,13 @@ module attributes {pipe.plan = #pipe.plan<algorithm = "manual", first = [0, 1], 
     return %1 : tensor<2x4xf32>
   }
 }
+
+// A weight read by two stages (tied weights): each stage loads its copy and
+// the module lists the weight with its stages (pipe.tied), for
+// --pipe-build-schedule's pipe.tie_reduce.
+// RUN: pipec-opt %S/Inputs/tied.mlir --pipe-split-stages | FileCheck %s --check-prefix=TIED
+// TIED: module attributes {pipe.plan = {{.*}}, pipe.tied = {tied = array<i64: 0, 1>}
+// TIED-LABEL: func.func @s0_fwd
+// TIED: ml_program.global_load @tied
+// TIED-LABEL: func.func @s1_fwd
+// TIED: ml_program.global_load @tied

@@ -75,7 +75,8 @@ def read_safetensors(path):
 
 def load_checkpoint(step_dir):
     """Merges every stage*.safetensors of a checkpoint step folder (or of a
-    weights/ folder). A tensor name present in two files is an error."""
+    weights/ folder). A tensor in several files (a tied weight: every stage
+    that reads it holds a copy) must be bitwise equal in all of them."""
     files = sorted(glob.glob(os.path.join(step_dir, "stage*.safetensors")))
     if not files:
         raise SafetensorsError(f"{step_dir}: no stage*.safetensors files")
@@ -84,7 +85,10 @@ def load_checkpoint(step_dir):
         tensors, _ = read_safetensors(path)
         for name, arr in tensors.items():
             if name in merged:
-                raise SafetensorsError(f"{step_dir}: tensor {name!r} appears in more than one stage file")
+                if merged[name].shape != arr.shape or merged[name].tobytes() != arr.tobytes():
+                    raise SafetensorsError(f"{step_dir}: tensor {name!r} differs between stage files "
+                                           f"({os.path.basename(path)} and an earlier one)")
+                continue
             merged[name] = arr
     return merged
 

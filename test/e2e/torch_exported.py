@@ -30,8 +30,9 @@ from models_equivalence import rel, run  # noqa: E402
 from safetensors_io import load_checkpoint  # noqa: E402
 
 TOL = 1e-4
-MODELS = ["resnet", "vgg", "mobilenet", "mixed", "gpt", "bert"]
+MODELS = ["resnet", "vgg", "mobilenet", "mixed", "gpt", "gpt_tied", "bert"]
 STAGES = {"resnet": (1, 2, 4), "vgg": (1, 2), "mobilenet": (1, 2, 4), "mixed": (1, 2), "gpt": (1, 2, 4),
+          "gpt_tied": (1, 2, 4),
           "bert": (1, 2, 4)}
 
 
@@ -60,20 +61,25 @@ def main():
         ref = json.load(open(os.path.join(src, "reference.json")))
         snaps = dict(np.load(os.path.join(src, "reference.npz")))
         labels_of = {False: os.path.join(src, "y.npy")}
-        runs = [(stages, False) for stages in STAGES[model]]
+        runs = [(stages, False, ()) for stages in STAGES[model]]
         y = np.load(labels_of[False])
         if y.ndim > 1:
             # Labels for [B*T, V] logits may also come flat, [rows*T].
             labels_of[True] = os.path.join(args.workdir, f"{model}-labels-flat.npy")
             np.save(labels_of[True], y.reshape(-1))
-            runs.append((2, True))
-        for stages, flat in runs:
-            name = (f"{model} (opset {ref['opset']}) s{stages}-1f1b-flush-mb{ref['microbatches']}"
-                    f"{' flat labels' if flat else ''}")
-            out = os.path.join(args.workdir, f"{model}-s{stages}{'-flat' if flat else ''}")
+            runs.append((2, True, ()))
+        if model == "gpt_tied":
+            # The tied copies' gradients are summed over every rank of both
+            # stages, replicas included (the stage all-reduce leaves them out).
+            runs += [(2, False, ("--replicas", "2,1")), (2, False, ("--schedule", "zb-h1"))]
+        for stages, flat, extra in runs:
+            name = (f"{model} (opset {ref['opset']}) s{stages}-mb{ref['microbatches']}"
+                    f"{' flat labels' if flat else ''} {' '.join(extra) or '--schedule 1f1b-flush'}")
+            out = os.path.join(args.workdir, f"{model}-s{stages}{'-flat' if flat else ''}"
+                               f"{''.join(extra).replace('-', '').replace(',', '')}")
             rc, log = run([args.pipec, "compile", os.path.join(src, "model.onnx"),
                            "--batch", str(ref["batch"]), "--microbatches", str(ref["microbatches"]),
-                           "--stages", str(stages), "--schedule", "1f1b-flush", "-o", out])
+                           "--stages", str(stages), "--schedule", "1f1b-flush", "-o", out, *extra])
             if rc != 0:
                 report(False, name, "compile: " + log[-600:])
                 continue

@@ -292,7 +292,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
         list += ", ... (" + std::to_string(shared.size()) + " in all)";
       say("note: " + std::to_string(shared.size()) +
           " weight(s) are read by several nodes and train as one parameter "
-          "each: " + list +
+          "each (tied; stages holding copies sum their gradients): " + list +
           "; if the exporter merged equal initializers (torch.onnx.export in "
           "eval mode does), compile with --untie-weights");
     }

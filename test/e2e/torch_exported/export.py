@@ -44,7 +44,8 @@ BasicBlock (ResNet), make_layers (VGG) and mobilenet_v2 (width 0.25), plus a
 model of the pieces MobileNetV3 and DenseNet add (Hardswish, Hardsigmoid
 gating, padding with a value and a cropping pad, ceil_mode pooling), a
 GPT written as nanoGPT writes it (.view/.transpose attention, masked_fill
-with a causal buffer, erf GELU) and a BERT-style encoder from
+with a causal buffer, erf GELU; gpt_tied also ties the output projection
+to the token embedding, as nanoGPT does) and a BERT-style encoder from
 nn.TransformerEncoderLayer (nn.MultiheadAttention's packed in-projection,
 sliced per head).
 """
@@ -104,7 +105,7 @@ class GPT(nn.Module):
     """nanoGPT's structure: causal self-attention through .view/.transpose,
     masked_fill with a lower-triangular buffer, erf GELU, logits [B*T, V]."""
 
-    def __init__(self, vocab=64, dim=32, heads=2, layers=2, seq=16):
+    def __init__(self, vocab=64, dim=32, heads=2, layers=2, seq=16, tied=False):
         super().__init__()
         self.heads = heads
         self.wte = nn.Embedding(vocab, dim)
@@ -116,6 +117,9 @@ class GPT(nn.Module):
             for _ in range(layers))
         self.ln_f = nn.LayerNorm(dim)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
+        if tied:  # nanoGPT's weight tying: one parameter, read by the first and last layer
+            nn.init.normal_(self.wte.weight, std=0.02)
+            self.lm_head.weight = self.wte.weight
         self.register_buffer("bias", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
 
     def forward(self, idx):
@@ -207,6 +211,7 @@ MODELS = {
                   17, lambda r: image_data(r, (8, 3, 64, 64), 10), 2, 0.01),
     "mixed": (Mixed, 17, lambda r: image_data(r, (8, 3, 16, 16), 10), 2, 0.05),
     "gpt": (GPT, 13, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
+    "gpt_tied": (lambda: GPT(tied=True), 17, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
     "bert": (Bert, 17, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
 }
 
