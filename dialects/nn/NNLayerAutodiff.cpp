@@ -149,6 +149,24 @@ LogicalResult ConvOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
   return success();
 }
 
+LogicalResult ConvGradInputOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                        function_ref<Value(Value)> fwd,
+                                        SmallVectorImpl<Value> &out) {
+  // y = conv_grad_input(x, W): y is the input gradient of a convolution
+  // y-shaped -> x-shaped, so dx = conv(dy, W) and dW = the weight gradient
+  // of that convolution at input dy and output gradient x.
+  Location loc = getLoc();
+  Value dy = g[0];
+  out.push_back(ConvOp::create(b, loc, getGrad().getType(), dy,
+                               fwd(getOther()), Value(), getStridesAttr(),
+                               getPadsAttr(), getDilationsAttr(),
+                               getGroupAttr()));
+  out.push_back(ConvGradWeightOp::create(
+      b, loc, getOther().getType(), fwd(getGrad()), dy, getStridesAttr(),
+      getPadsAttr(), getDilationsAttr(), getGroupAttr()));
+  return success();
+}
+
 LogicalResult MaxPoolOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
                                   function_ref<Value(Value)> fwd,
                                   SmallVectorImpl<Value> &out) {

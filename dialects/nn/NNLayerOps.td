@@ -114,8 +114,9 @@ def NN_ConvOp : NN_Op<"conv", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
   let hasVerifier = 1;
 }
 
-class NN_ConvGradOp<string mnemonic, string what>
-    : NN_Op<mnemonic, [DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
+class NN_ConvGradOp<string mnemonic, string what, list<Trait> traits = []>
+    : NN_Op<mnemonic, !listconcat([DeclareOpInterfaceMethods<NN_CostOpInterface>],
+                                  traits)> {
   let summary = "Gradient of nn.conv with respect to its " # what # ".";
   let description = [{
     `grad` is dY; `other` is the forward weight (input gradient) or the
@@ -132,7 +133,11 @@ class NN_ConvGradOp<string mnemonic, string what>
   let results = (outs NN_F32Tensor:$output);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
-def NN_ConvGradInputOp : NN_ConvGradOp<"conv_grad_input", "input">;
+// Also ONNX ConvTranspose, so it is differentiable: with respect to `grad`
+// a convolution by the same weight, with respect to the weight the weight
+// gradient of that convolution.
+def NN_ConvGradInputOp : NN_ConvGradOp<"conv_grad_input", "input",
+    [DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]>;
 def NN_ConvGradWeightOp : NN_ConvGradOp<"conv_grad_weight", "weight">;
 
 def NN_MaxPoolOp : NN_Op<"max_pool", [DeclareOpInterfaceMethods<NN_CostOpInterface>,

@@ -162,7 +162,8 @@ const std::set<std::string> &supportedOps() {
       "LayerNormalization", "Gather", "Concat", "Split", "Slice", "Squeeze",
       "Unsqueeze", "Expand", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs",
       "Reciprocal", "LeakyRelu", "Clip", "Pow", "Max", "Min", "ReduceMean",
-      "HardSigmoid", "HardSwish", "Pad",
+      "HardSigmoid", "HardSwish", "Pad", "ConvTranspose", "Resize",
+      "Upsample",
       "ReduceSum", "Dropout", "Cast"};
   // Shape computations are supported when they fold to constants.
   static const bool once = [] {
@@ -1071,7 +1072,8 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
   // and constant shape/axes/bounds inputs are integers.
   static const std::set<std::string> firstInputOnly = {
       "Reshape", "Expand", "Squeeze", "Unsqueeze", "Split", "Slice", "Clip",
-      "ReduceSum", "ReduceMean", "Dropout", "Gather", "Pad"};
+      "ReduceSum", "ReduceMean", "Dropout", "Gather", "Pad", "Resize",
+      "Upsample"};
   // Comparisons, logic, Where and Cast take integer (and boolean) tensors
   // too; they check their own operand types.
   static const std::set<std::string> anyElementType = {
@@ -1913,6 +1915,158 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
     if (oneD)
       y = nn::ReshapeOp::create(b, loc, rt0, y);
     return out0(y);
+  }
+  // ConvTranspose is the input gradient of the convolution it transposes:
+  // a Conv from an input of the result's shape to one of x's, with the
+  // same weight [C_in, C_out/group, kH, kW], strides, dilations and
+  // leading pads (output_padding and the trailing pads are whatever the
+  // result shape ONNX inferred implies).
+  if (op == "ConvTranspose") {
+    Value x = in(0), w = in(1);
+    if (!x || !w)
+      return false;
+    auto xt = rtype(x), wt = rtype(w);
+    const bool oneD = xt.getRank() == 3;
+    if ((xt.getRank() != 4 && !oneD) || wt.getRank() != xt.getRank())
+      return fail(where + ": only 1-D and 2-D ConvTranspose are supported "
+                          "(input rank " + std::to_string(xt.getRank()) + ")");
+    const int64_t spatial = oneD ? 1 : 2;
+    auto ints = [&](const char *name, int64_t dflt) {
+      std::vector<int64_t> v = attrInts(node, name, {});
+      if (v.empty())
+        v.assign(size_t(spatial), dflt);
+      if (oneD && v.size() == 1)
+        v.insert(v.begin(), dflt);
+      return v;
+    };
+    std::vector<int64_t> strides = ints("strides", 1),
+                         dilations = ints("dilations", 1),
+                         outPad = ints("output_padding", 0);
+    std::vector<int64_t> kernel(wt.getShape().begin() + 2, wt.getShape().end());
+    if (oneD)
+      kernel.insert(kernel.begin(), 1);
+    if (strides.size() != 2 || dilations.size() != 2 || outPad.size() != 2)
+      return fail(where + ": strides, dilations and output_padding need one "
+                          "entry per spatial dimension");
+    for (int d = 0; d < 2; ++d)
+      if (strides[d] < 1 || dilations[d] < 1 || outPad[d] < 0 ||
+          outPad[d] >= std::max(strides[d], dilations[d]))
+        return fail(where + ": strides and dilations must be positive and "
+                            "output_padding below the stride or dilation");
+    const int64_t group = attrInt(node, "group", 1);
+    auto f32t = b.getF32Type();
+    SmallVector<int64_t> x4(xt.getShape()), y4(cast<RankedTensorType>(rt0).getShape());
+    if (oneD) {
+      x4.insert(x4.begin() + 2, 1);
+      y4.insert(y4.begin() + 2, 1);
+    }
+    // Leading pads: explicit, or from the total padding the output shape
+    // implies (auto_pad SAME_*, output_shape).
+    std::string autoPad = attrString(node, "auto_pad", "NOTSET");
+    std::vector<int64_t> pads(4, 0);
+    bool fromShape = findAttr(node, "output_shape") != nullptr ||
+                     autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
+    if (fromShape) {
+      for (int d = 0; d < 2; ++d) {
+        int64_t total = strides[d] * (x4[d + 2] - 1) + outPad[d] +
+                        (kernel[d] - 1) * dilations[d] + 1 - y4[d + 2];
+        if (total < 0)
+          return fail(where + ": output_shape is larger than the kernel, "
+                              "strides and output_padding can produce");
+        pads[d] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      }
+    } else if (autoPad == "NOTSET") {
+      std::vector<int64_t> p = attrInts(node, "pads", {});
+      if (p.empty())
+        p.assign(size_t(2 * spatial), 0);
+      if (p.size() != size_t(2 * spatial))
+        return fail(where + ": pads must have " + std::to_string(2 * spatial) +
+                    " entries");
+      pads = oneD ? std::vector<int64_t>{0, p[0], 0, p[1]} : p;
+    } else if (autoPad != "VALID") {
+      return fail(where + ": auto_pad '" + autoPad + "' is not supported");
+    }
+    if (x4[1] != wt.getDimSize(0) || group < 1 || x4[1] % group != 0 ||
+        y4[1] != wt.getDimSize(1) * group)
+      return fail(where + ": the weight's shape does not match the channels "
+                          "and group");
+    // Trailing pads: the rest of the total padding the shapes imply
+    // (output_padding included), so that the transposed convolution's
+    // window arithmetic maps the result's size back to x's.
+    for (int d = 0; d < 2; ++d) {
+      int64_t total = strides[d] * (x4[d + 2] - 1) + outPad[d] +
+                      (kernel[d] - 1) * dilations[d] + 1 - y4[d + 2];
+      pads[d + 2] = total - pads[d];
+      if (pads[d] < 0 || pads[d + 2] < 0)
+        return fail(where + ": pads and output shape do not fit the kernel, "
+                            "strides and output_padding");
+    }
+    Value x2 = oneD ? nn::ReshapeOp::create(b, loc, RankedTensorType::get(x4, f32t), x).getResult() : x;
+    Value w2 = w;
+    if (oneD) {
+      SmallVector<int64_t> ws(wt.getShape());
+      ws.insert(ws.begin() + 2, 1);
+      w2 = nn::ReshapeOp::create(b, loc, RankedTensorType::get(ws, f32t), w);
+    }
+    Value y = nn::ConvGradInputOp::create(
+        b, loc, RankedTensorType::get(y4, f32t), x2, w2, i64s(strides),
+        i64s(pads), i64s(dilations), b.getI64IntegerAttr(group));
+    if (Value bias = in(2)) {
+      auto bt = RankedTensorType::get({y4[1], 1, 1}, f32t);
+      y = nn::AddOp::create(b, loc, y.getType(), y,
+                            nn::ReshapeOp::create(b, loc, bt, bias));
+    } else if (!error.empty()) {
+      return false;
+    }
+    if (oneD)
+      y = nn::ReshapeOp::create(b, loc, rt0, y);
+    return out0(y);
+  }
+  // Resize / Upsample in nearest mode by whole factors: every element
+  // repeated s_d times along dimension d, i.e. a view with a unit
+  // dimension after each, an Expand to s_d there, and a view back.
+  if (op == "Resize" || op == "Upsample") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    auto xt = rtype(x);
+    auto yt = cast<RankedTensorType>(rt0);
+    std::string mode = attrString(node, "mode", "nearest");
+    std::string coord = attrString(node, "coordinate_transformation_mode",
+                                   op == "Upsample" ? "asymmetric" : "half_pixel");
+    std::string nearest = attrString(node, "nearest_mode",
+                                     op == "Upsample" ? "floor"
+                                                      : "round_prefer_floor");
+    if (mode != "nearest")
+      return fail(where + ": mode '" + mode + "' is not supported (nearest "
+                          "by whole factors only)");
+    bool exact = (coord == "asymmetric" && nearest == "floor") ||
+                 ((coord == "half_pixel" || coord == "pytorch_half_pixel") &&
+                  (nearest == "round_prefer_floor" ||
+                   nearest == "round_prefer_ceil"));
+    SmallVector<int64_t> split, repeated;
+    bool whole = yt.getRank() == xt.getRank(), identity = whole;
+    for (int64_t d = 0; whole && d < xt.getRank(); ++d) {
+      int64_t in = xt.getDimSize(d), out = yt.getDimSize(d);
+      whole = in > 0 && out % in == 0;
+      identity &= out == in;
+      split.append({in, 1});
+      repeated.append({in, whole ? out / in : 1});
+    }
+    // Factors of 1 map every index to itself under any mode.
+    exact |= identity;
+    if (!whole)
+      return fail(where + ": only whole upsampling factors are supported "
+                          "(output " + dimsString(std::vector<int64_t>(yt.getShape().begin(), yt.getShape().end())) +
+                  " from " + dimsString(std::vector<int64_t>(xt.getShape().begin(), xt.getShape().end())) + ")");
+    if (!exact)
+      return fail(where + ": coordinate_transformation_mode '" + coord +
+                  "' with nearest_mode '" + nearest + "' is not supported "
+                  "(asymmetric + floor, or half_pixel/pytorch_half_pixel + "
+                  "round_prefer_floor/ceil, which repeat each element)");
+    Value y = nn::ReshapeOp::create(b, loc, RankedTensorType::get(split, b.getF32Type()), x);
+    y = nn::ExpandOp::create(b, loc, RankedTensorType::get(repeated, b.getF32Type()), y);
+    return out0(nn::ReshapeOp::create(b, loc, rt0, y));
   }
   if (op == "GlobalAveragePool") {
     Value x = in(0);

@@ -74,14 +74,25 @@ Feed Feed::fromNpy(FeedSpec spec, int64_t globalBatch,
                            : npy::toFloat32(array, feed.floats, error);
   if (!converted)
     throw RtError(what + ": " + error);
-  // Labels of a model whose output flattens batch and sequence ([B*T, V]
-  // logits) may come flat, [rows*T], as for the output itself: each
-  // sample's T labels are contiguous, so they are read as [rows, T].
-  if (labels && array.shape.size() == 1 && s.shape.size() > 1 &&
-      s.sampleElems > 0 && array.shape[0] % s.sampleElems == 0) {
-    std::vector<int64_t> perSample(s.shape.begin() + 1, s.shape.end());
-    array.shape = {array.shape[0] / s.sampleElems};
-    array.shape.insert(array.shape.end(), perSample.begin(), perSample.end());
+  // Labels of a model whose output flattens samples and positions ([B*T,
+  // V] logits of a language model, [B*H*W, C] of a segmentation model)
+  // may come in any per-sample shape with the same number of labels
+  // ([B, H, W] for [B, H*W]), or flat, [rows*T], as the output itself:
+  // each sample's labels are contiguous, so they are read as [rows, ...].
+  if (labels && s.shape.size() > 1 && s.sampleElems > 0 &&
+      !array.shape.empty()) {
+    int64_t perSample = 1;
+    for (size_t i = 1; i < array.shape.size(); ++i)
+      perSample *= array.shape[i];
+    int64_t rows = array.shape.size() == 1
+                       ? (array.shape[0] % s.sampleElems == 0
+                              ? array.shape[0] / s.sampleElems
+                              : -1)
+                       : (perSample == s.sampleElems ? array.shape[0] : -1);
+    if (rows >= 0) {
+      array.shape = {rows};
+      array.shape.insert(array.shape.end(), s.shape.begin() + 1, s.shape.end());
+    }
   }
   bool shapeOk = array.shape.size() == s.shape.size() && !array.shape.empty() &&
                  array.shape[0] > 0;

@@ -185,7 +185,7 @@ TEST(CoreSyntheticData, FileFeedsAreIndependentOfTheMicrobatchSplitToo) {
   EXPECT_EQ(whole.back(), 14.0f);
 }
 
-TEST(CoreFileFeed, FlatLabelsOfSequenceModelsAreReadPerSample) {
+TEST(CoreFileFeed, LabelsOfFlattenedOutputsAreReadPerSample) {
   // A model with [B*T, V] logits takes labels [B, T]; a flat [rows*T] file
   // holds the same labels sample after sample.
   coretest::TempDir tmp;
@@ -207,6 +207,12 @@ TEST(CoreFileFeed, FlatLabelsOfSequenceModelsAreReadPerSample) {
   EXPECT_EQ(flat, globalBatch<int64_t>(Feed::fromNpy(spec, B, tmp / "y2d.npy"), 1, B));
   // Step 1 holds samples 4..7 = rows 4, 5, 0, 1 of the 6-row file.
   EXPECT_EQ(flat[0], int64_t((4 * T) % 5));
+  // So does a [rows, 2, 2] file (a segmentation model's [B, H, W] labels
+  // for its [B*H*W, C] output).
+  ASSERT_TRUE(npy::writeFile(tmp / "y3d.npy", "<i8", {rows, 2, 2},
+                             labels.data(), labels.size() * 8, error));
+  EXPECT_EQ(globalBatch<int64_t>(Feed::fromNpy(spec, B, tmp / "y3d.npy"), 1, B),
+            flat);
   // A flat file whose length is not a multiple of T is refused.
   ASSERT_TRUE(npy::writeFile(tmp / "yodd.npy", "<i8", {rows * T - 1},
                              labels.data(), (labels.size() - 1) * 8, error));

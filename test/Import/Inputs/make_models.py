@@ -5,7 +5,7 @@
 
 tiny.onnx        Flatten -> Gemm(transB) -> Relu -> MatMul -> Add -> Softmax
 all_ops.onnx     every operator of the MLP slice once
-unsupported.onnx a ConvTranspose, two Foo nodes of a custom domain and a LRN
+unsupported.onnx a LpPool, two Foo nodes of a custom domain and a LRN
 dynamic.onnx     an input with a symbolic batch dimension
 opset11.onnx     opset 11 (upgraded by ONNX's version converter)
 computed_shape.onnx  Reshape whose shape is computed by Shape (folds at import)
@@ -80,11 +80,11 @@ def main(out):
     onnx.save(all_ops, f"{out}/all_ops.onnx")
 
     unsupported = model(
-        [helper.make_node("ConvTranspose", ["x", "k"], ["c1"], name="deconv1"),
+        [helper.make_node("LpPool", ["x"], ["c1"], name="lppool1", kernel_shape=[3, 3]),
          helper.make_node("Foo", ["c1"], ["f1"], name="foo1", domain="com.example"),
          helper.make_node("Foo", ["f1"], ["f2"], name="foo2", domain="com.example"),
          helper.make_node("LRN", ["f2"], ["y"], name="lrn", size=3)],
-        [f32("x", [1, 1, 5, 5])], [f32("y", None)], [init("k", [1, 1, 3, 3], 5)],
+        [f32("x", [1, 1, 5, 5])], [f32("y", None)],
         domains=["com.example"])
     onnx.save(unsupported, f"{out}/unsupported.onnx")
 

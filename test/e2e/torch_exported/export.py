@@ -43,6 +43,8 @@ The models use torchvision's building blocks where they are small enough:
 BasicBlock (ResNet), make_layers (VGG) and mobilenet_v2 (width 0.25), plus a
 model of the pieces MobileNetV3 and DenseNet add (Hardswish, Hardsigmoid
 gating, padding with a value and a cropping pad, ceil_mode pooling), a
+small U-Net (ConvTranspose2d with stride, output_padding and groups,
+nearest Upsample, a concatenated skip, per-pixel classes), a
 GPT written as nanoGPT writes it (.view/.transpose attention, masked_fill
 with a causal buffer, erf GELU; gpt_tied also ties the output projection
 to the token embedding, as nanoGPT does) and a BERT-style encoder from
@@ -190,9 +192,42 @@ class Mixed(nn.Module):
         return self.fc2(F.gelu(self.fc1(torch.flatten(x, 1)), approximate="tanh"))
 
 
+class TinyUNet(nn.Module):
+    """An encoder-decoder with a skip connection: strided convolutions
+    down, ConvTranspose2d (stride 2, output_padding, groups) and
+    nearest Upsample back up, torch.cat of the skip, per-pixel classes
+    flattened to [B*H*W, classes] (segmentation)."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.enc1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.enc2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.enc3 = nn.Conv2d(16, 16, 3, stride=2, padding=1)
+        self.up1 = nn.ConvTranspose2d(16, 16, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.up2 = nn.Upsample(scale_factor=2, mode="nearest")
+        self.dec = nn.Conv2d(16 + 8, 8, 3, padding=1)
+        self.head = nn.Conv2d(8, classes, 1)
+
+    def forward(self, x):
+        e1 = F.relu(self.enc1(x))
+        e2 = F.relu(self.enc2(e1))
+        e3 = F.relu(self.enc3(e2))
+        d = F.relu(self.up1(e3)) + e2
+        d = torch.cat([self.up2(d), e1], dim=1)
+        y = self.head(F.relu(self.dec(d)))
+        b, c, h, w = y.shape
+        return y.permute(0, 2, 3, 1).reshape(b * h * w, c)
+
+
 def image_data(rng, shape, classes):
     x = rng.standard_normal((STEPS,) + shape).astype(np.float32)
     y = rng.integers(0, classes, (STEPS, shape[0])).astype(np.int64)
+    return x, y
+
+
+def segmentation_data(rng, shape, classes):
+    x = rng.standard_normal((STEPS,) + shape).astype(np.float32)
+    y = rng.integers(0, classes, (STEPS, shape[0], shape[2], shape[3])).astype(np.int64)
     return x, y
 
 
@@ -210,6 +245,7 @@ MODELS = {
     "mobilenet": (lambda: torchvision.models.mobilenet_v2(width_mult=0.25, num_classes=10, dropout=0.0),
                   17, lambda r: image_data(r, (8, 3, 64, 64), 10), 2, 0.01),
     "mixed": (Mixed, 17, lambda r: image_data(r, (8, 3, 16, 16), 10), 2, 0.05),
+    "unet": (TinyUNet, 17, lambda r: segmentation_data(r, (4, 3, 16, 16), 5), 2, 0.05),
     "gpt": (GPT, 13, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
     "gpt_tied": (lambda: GPT(tied=True), 17, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
     "bert": (Bert, 17, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
