@@ -163,7 +163,8 @@ const std::set<std::string> &supportedOps() {
       "Unsqueeze", "Expand", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs",
       "Reciprocal", "LeakyRelu", "Clip", "Pow", "Max", "Min", "ReduceMean",
       "HardSigmoid", "HardSwish", "Pad", "ConvTranspose", "Resize",
-      "Upsample",
+      "Upsample", "Sum", "Mean", "Elu", "Selu", "Celu", "Softplus",
+      "Softsign", "ThresholdedRelu", "Sign", "Trilu", "Tile",
       "ReduceSum", "Dropout", "Cast"};
   // Shape computations are supported when they fold to constants.
   static const bool once = [] {
@@ -1073,12 +1074,13 @@ bool Importer::emitNode(const onnx::NodeProto &node, int index) {
   static const std::set<std::string> firstInputOnly = {
       "Reshape", "Expand", "Squeeze", "Unsqueeze", "Split", "Slice", "Clip",
       "ReduceSum", "ReduceMean", "Dropout", "Gather", "Pad", "Resize",
-      "Upsample"};
+      "Upsample", "Trilu", "Tile"};
   // Comparisons, logic, Where and Cast take integer (and boolean) tensors
   // too; they check their own operand types.
   static const std::set<std::string> anyElementType = {
-      "Equal", "Less",  "Greater", "LessOrEqual", "GreaterOrEqual",
-      "Not",   "And",   "Or",      "Xor",         "Where", "Cast"};
+      "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+      "Not",   "And",  "Or",      "Xor",         "Where",
+      "Cast",  "Trilu"};
   // Views (nn.reshape, no kernel) move int64 and boolean tensors too, so a
   // run-time mask can be reshaped to broadcast against the scores.
   static const std::set<std::string> views = {"Reshape", "Squeeze",
@@ -1667,7 +1669,7 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
     Value y = in(1);
     return y && out0(nn::PowOp::create(b, loc, rt0, x, y));
   }
-  if (op == "Max" || op == "Min") {
+  if (op == "Max" || op == "Min" || op == "Sum" || op == "Mean") {
     Value acc = in(0);
     if (!acc)
       return false;
@@ -1679,10 +1681,134 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
       if (failed(shape))
         return fail(where + ": operand shapes do not broadcast");
       auto type = RankedTensorType::get(*shape, b.getF32Type());
-      acc = op == "Max" ? nn::MaxOp::create(b, loc, type, acc, v).getResult()
-                        : nn::MinOp::create(b, loc, type, acc, v).getResult();
+      acc = op == "Max"   ? nn::MaxOp::create(b, loc, type, acc, v).getResult()
+            : op == "Min" ? nn::MinOp::create(b, loc, type, acc, v).getResult()
+                          : nn::AddOp::create(b, loc, type, acc, v).getResult();
     }
+    if (op == "Mean" && node.input_size() > 1)
+      acc = nn::MulOp::create(b, loc, rt0, acc,
+                              scalarF32(1.0f / float(node.input_size())));
+    else if (node.input_size() == 1)
+      acc = nn::IdentityOp::create(b, loc, acc);
     return out0(acc);
+  }
+  // Activations written with ops that have kernels. The branch a Where
+  // drops is kept finite (exp of min(x, 0)), so its zero gradient stays 0.
+  if (op == "Elu" || op == "Selu" || op == "Celu" || op == "Softplus" ||
+      op == "Softsign" || op == "ThresholdedRelu" || op == "Sign") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    auto xt = rtype(x);
+    auto maskType = RankedTensorType::get(xt.getShape(), b.getI64Type());
+    auto cmp = [&](const char *pred, float v) -> Value {
+      return nn::CompareOp::create(b, loc, maskType, b.getStringAttr(pred), x,
+                                   scalarF32(v));
+    };
+    auto mul = [&](Value a, Value c) -> Value {
+      return nn::MulOp::create(b, loc, xt, a, c);
+    };
+    auto add = [&](Value a, Value c) -> Value {
+      return nn::AddOp::create(b, loc, xt, a, c);
+    };
+    // alpha (exp(min(x, 0) / scale) - 1), the negative branch of ELU/CELU.
+    auto negBranch = [&](float alpha, float scale) -> Value {
+      Value m = nn::MinOp::create(b, loc, xt, x, scalarF32(0.0f));
+      if (scale != 1.0f)
+        m = mul(m, scalarF32(1.0f / scale));
+      Value e = add(nn::ExpOp::create(b, loc, m), scalarF32(-1.0f));
+      return mul(e, scalarF32(alpha));
+    };
+    Value y;
+    if (op == "Elu" || op == "Selu") {
+      float alpha = attrFloat(node, "alpha", op == "Elu" ? 1.0f : 1.67326319217681884765625f);
+      y = nn::WhereOp::create(b, loc, xt, cmp("gt", 0.0f), x, negBranch(alpha, 1.0f));
+      if (op == "Selu")
+        y = mul(y, scalarF32(attrFloat(node, "gamma", 1.05070102214813232421875f)));
+    } else if (op == "Celu") {
+      float alpha = attrFloat(node, "alpha", 1.0f);
+      if (alpha == 0.0f)
+        return fail(where + ": alpha must not be 0");
+      y = add(nn::ReluOp::create(b, loc, x), negBranch(alpha, alpha));
+    } else if (op == "Softplus") {
+      // log(1 + exp(x)) = relu(x) + log(1 + exp(-|x|)), never overflowing.
+      Value t = nn::ExpOp::create(b, loc, nn::NegOp::create(b, loc, nn::AbsOp::create(b, loc, x)));
+      t = nn::LogOp::create(b, loc, add(t, scalarF32(1.0f)));
+      y = add(nn::ReluOp::create(b, loc, x), t);
+    } else if (op == "Softsign") {
+      Value d = add(nn::AbsOp::create(b, loc, x), scalarF32(1.0f));
+      y = nn::DivOp::create(b, loc, xt, x, d);
+    } else if (op == "ThresholdedRelu") {
+      Value keep = nn::CastOp::create(b, loc, RankedTensorType::get(xt.getShape(), b.getF32Type()),
+                                      cmp("gt", attrFloat(node, "alpha", 1.0f)));
+      y = mul(x, keep);
+    } else { // Sign: 1, 0, -1 (no gradient, as its derivative is 0)
+      auto f32t = RankedTensorType::get(xt.getShape(), b.getF32Type());
+      y = nn::SubOp::create(b, loc, xt, nn::CastOp::create(b, loc, f32t, cmp("gt", 0.0f)),
+                            nn::CastOp::create(b, loc, f32t, cmp("lt", 0.0f)));
+    }
+    return out0(y);
+  }
+  // Trilu: a constant lower or upper triangle mask over the last two
+  // dimensions (static shapes).
+  if (op == "Trilu") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    auto xt = rtype(x);
+    if (xt.getRank() < 2)
+      return fail(where + ": the input needs at least 2 dimensions");
+    int64_t k = 0;
+    if (node.input_size() > 1 && !node.input(1).empty()) {
+      std::vector<int64_t> kv;
+      if (!constantInts(node.input(1), kv) || kv.size() != 1)
+        return fail(where + ": k must be a constant scalar");
+      k = kv[0];
+    }
+    bool upper = attrInt(node, "upper", 1) != 0;
+    int64_t rows = xt.getDimSize(xt.getRank() - 2), cols = xt.getDimSize(xt.getRank() - 1);
+    std::vector<float> mask(size_t(rows * cols));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        mask[size_t(i * cols + j)] = (upper ? j - i >= k : j - i <= k) ? 1.0f : 0.0f;
+    if (xt.getElementType().isInteger(64)) {
+      // Integer masks (run-time ids, booleans): select against 0.
+      std::vector<int64_t> keep(mask.begin(), mask.end());
+      auto mt = RankedTensorType::get({rows, cols}, b.getI64Type());
+      Value m = nn::ConstantOp::create(
+          b, loc, cast<ElementsAttr>(DenseElementsAttr::get(mt, ArrayRef<int64_t>(keep))));
+      auto zt = RankedTensorType::get({}, b.getI64Type());
+      Value zero = nn::ConstantOp::create(
+          b, loc, cast<ElementsAttr>(DenseElementsAttr::get(zt, int64_t(0))));
+      return out0(nn::WhereOp::create(b, loc, rt0, m, x, zero));
+    }
+    auto mt = RankedTensorType::get({rows, cols}, b.getF32Type());
+    Value m = nn::ConstantOp::create(
+        b, loc, cast<ElementsAttr>(DenseElementsAttr::get(mt, ArrayRef<float>(mask))));
+    return out0(nn::MulOp::create(b, loc, rt0, x, m));
+  }
+  // Tile: a view with a unit dimension before each, an Expand to the
+  // repeat counts there, and a view back.
+  if (op == "Tile") {
+    Value x = in(0);
+    if (!x)
+      return false;
+    std::vector<int64_t> repeats;
+    if (node.input_size() < 2 || !constantInts(node.input(1), repeats))
+      return fail(where + ": repeats must be a constant int64 tensor");
+    auto xt = rtype(x);
+    if (int64_t(repeats.size()) != xt.getRank())
+      return fail(where + ": repeats needs one entry per dimension");
+    SmallVector<int64_t> split, tiled;
+    for (int64_t d = 0; d < xt.getRank(); ++d) {
+      if (repeats[d] < 1)
+        return fail(where + ": repeats must be positive");
+      split.append({1, xt.getDimSize(d)});
+      tiled.append({repeats[d], xt.getDimSize(d)});
+    }
+    Value y = nn::ReshapeOp::create(b, loc, RankedTensorType::get(split, b.getF32Type()), x);
+    y = nn::ExpandOp::create(b, loc, RankedTensorType::get(tiled, b.getF32Type()), y);
+    return out0(nn::ReshapeOp::create(b, loc, rt0, y));
   }
   if (op == "Dropout") {
     Value x = in(0);

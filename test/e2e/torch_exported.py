@@ -30,8 +30,8 @@ from models_equivalence import rel, run  # noqa: E402
 from safetensors_io import load_checkpoint  # noqa: E402
 
 TOL = 1e-4
-MODELS = ["resnet", "vgg", "mobilenet", "mixed", "unet", "gpt", "gpt_tied", "bert"]
-STAGES = {"resnet": (1, 2, 4), "vgg": (1, 2), "mobilenet": (1, 2, 4), "mixed": (1, 2), "unet": (1, 2, 4), "gpt": (1, 2, 4),
+MODELS = ["resnet", "vgg", "mobilenet", "mixed", "activations", "unet", "gpt", "gpt_tied", "bert"]
+STAGES = {"resnet": (1, 2, 4), "vgg": (1, 2), "mobilenet": (1, 2, 4), "mixed": (1, 2), "activations": (1, 2), "unet": (1, 2, 4), "gpt": (1, 2, 4),
           "gpt_tied": (1, 2, 4),
           "bert": (1, 2, 4)}
 

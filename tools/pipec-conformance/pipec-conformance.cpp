@@ -115,7 +115,7 @@ static std::string bindIntegerInputs(const fs::path &dir, const fs::path &set,
       {"Slice", {1, 2, 3, 4}}, {"Resize", {1, 2, 3}}, {"Upsample", {1}},
       {"Tile", {1}}, {"Squeeze", {1}}, {"Unsqueeze", {1}}, {"Split", {1}},
       {"ReduceSum", {1}}, {"ReduceMean", {1}}, {"Clip", {1, 2}},
-      {"ConstantOfShape", {0}}, {"Range", {0, 1, 2}}};
+      {"ConstantOfShape", {0}}, {"Range", {0, 1, 2}}, {"Trilu", {1}}};
   std::map<std::string, bool> onlyShapeArgs;
   for (const auto &node : graph->node())
     for (int i = 0; i < node.input_size(); ++i) {
@@ -336,6 +336,7 @@ int main(int argc, char **argv) {
     bool bindInputs = false;
     if (!module && !sets.empty() &&
         (error.find("not constant") != std::string::npos ||
+         error.find("must be a constant") != std::string::npos ||
          error.find("dynamic shape") != std::string::npos ||
          error.find("cannot be folded") != std::string::npos)) {
       std::vector<bool> bound;

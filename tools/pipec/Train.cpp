@@ -175,37 +175,51 @@ std::string findMpirun(const std::string &requested, std::string &error) {
 /// After a failed job: reads the ranks' status records (runtime
 /// core/status.h) and names every rank that ended without a report (killed
 /// or crashed), with its stage and the step it was in. The ranks that failed
-/// cleanly already printed their own error line.
+/// cleanly already printed their own error line; when one did, the ranks
+/// that have no complete record were stopped by the abort while starting
+/// (a record is created, then filled) and are not blamed.
 void reportSilentRanks(const std::string &statusDir, size_t ranks) {
+  struct Record {
+    bool complete = false;
+    int32_t stage = 0, state = 0;
+    int64_t step = 0;
+    std::string path;
+  };
+  std::vector<Record> records(ranks);
+  bool someoneReported = false;
   for (size_t r = 0; r < ranks; ++r) {
-    std::string path = statusDir + "/rank-" + std::to_string(r) + ".status";
-    auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+    Record &rec = records[r];
+    rec.path = statusDir + "/rank-" + std::to_string(r) + ".status";
+    auto buf = llvm::MemoryBuffer::getFile(rec.path, /*IsText=*/false,
                                            /*RequiresNullTerminator=*/false);
-    if (!buf) {
-      llvm::errs() << "pipec: error: rank " << r
-                   << " ended before it started training (no status record)\n";
+    if (!buf)
       continue;
-    }
     llvm::StringRef data = (*buf)->getBuffer();
-    if (data.size() < 32 || !data.starts_with("pipecst1")) {
-      llvm::errs() << "pipec: error: rank " << r
-                   << " left an unreadable status record " << path << "\n";
+    if (data.size() < 32 || !data.starts_with("pipecst1"))
+      continue;
+    rec.complete = true;
+    std::memcpy(&rec.stage, data.data() + 12, 4);
+    std::memcpy(&rec.step, data.data() + 16, 8);
+    std::memcpy(&rec.state, data.data() + 24, 4);
+    someoneReported |= rec.state == 2; // RankState::Error
+  }
+  for (size_t r = 0; r < ranks; ++r) {
+    const Record &rec = records[r];
+    if (!rec.complete) {
+      if (!someoneReported)
+        llvm::errs() << "pipec: error: rank " << r
+                     << " ended before it started training (no complete "
+                        "status record " << rec.path << ")\n";
       continue;
     }
-    auto i32 = [&](size_t at) {
-      int32_t v;
-      std::memcpy(&v, data.data() + at, 4);
-      return v;
-    };
-    int64_t step;
-    std::memcpy(&step, data.data() + 16, 8);
-    int32_t stage = i32(12), state = i32(24);
-    if (state != 0) // finished, reported its error, or stopped by mpirun
+    if (rec.state != 0) // finished, reported its error, or stopped by mpirun
       continue;
-    llvm::errs() << "pipec: error: rank " << r << " (stage " << stage
+    if (someoneReported && rec.step == 0)
+      continue; // still starting when the reported failure ended the job
+    llvm::errs() << "pipec: error: rank " << r << " (stage " << rec.stage
                  << ") died without a report "
-                 << (step == 0 ? std::string("during start-up")
-                               : "during step " + std::to_string(step))
+                 << (rec.step == 0 ? std::string("during start-up")
+                                   : "during step " + std::to_string(rec.step))
                  << " (killed or crashed); the job was stopped\n";
   }
 }

@@ -44,7 +44,8 @@ BasicBlock (ResNet), make_layers (VGG) and mobilenet_v2 (width 0.25), plus a
 model of the pieces MobileNetV3 and DenseNet add (Hardswish, Hardsigmoid
 gating, padding with a value and a cropping pad, ceil_mode pooling), a
 small U-Net (ConvTranspose2d with stride, output_padding and groups,
-nearest Upsample, a concatenated skip, per-pixel classes), a
+nearest Upsample, a concatenated skip, per-pixel classes), an MLP through
+ELU/SELU/CELU/Softplus/Softsign, Sign, tril and repeat, a
 GPT written as nanoGPT writes it (.view/.transpose attention, masked_fill
 with a causal buffer, erf GELU; gpt_tied also ties the output projection
 to the token embedding, as nanoGPT does) and a BERT-style encoder from
@@ -192,6 +193,29 @@ class Mixed(nn.Module):
         return self.fc2(F.gelu(self.fc1(torch.flatten(x, 1)), approximate="tanh"))
 
 
+class Activations(nn.Module):
+    """An MLP through the activations exporters write as their own ONNX
+    operators (ELU, SELU, CELU, Softplus, Softsign), a sign-gated branch,
+    a lower-triangular (tril) mixing matrix and a repeat (Tile)."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.l1 = nn.Linear(12, 16)
+        self.l2 = nn.Linear(16, 16)
+        self.l3 = nn.Linear(16, 16)
+        self.l4 = nn.Linear(16, 8)
+        self.mix = nn.Parameter(torch.randn(16, 16) * 0.3)
+        self.out = nn.Linear(16, classes)
+
+    def forward(self, x):
+        h = F.elu(self.l1(x), alpha=0.7)
+        h = F.selu(self.l2(h)) + F.celu(self.l2(h), alpha=1.5)
+        h = F.softplus(self.l3(h)) * torch.sign(h)
+        h = h @ torch.tril(self.mix)
+        h = F.softsign(self.l4(h)).repeat(1, 2)
+        return self.out(h)
+
+
 class TinyUNet(nn.Module):
     """An encoder-decoder with a skip connection: strided convolutions
     down, ConvTranspose2d (stride 2, output_padding, groups) and
@@ -245,6 +269,7 @@ MODELS = {
     "mobilenet": (lambda: torchvision.models.mobilenet_v2(width_mult=0.25, num_classes=10, dropout=0.0),
                   17, lambda r: image_data(r, (8, 3, 64, 64), 10), 2, 0.01),
     "mixed": (Mixed, 17, lambda r: image_data(r, (8, 3, 16, 16), 10), 2, 0.05),
+    "activations": (Activations, 17, lambda r: image_data(r, (8, 12), 10), 2, 0.1),
     "unet": (TinyUNet, 17, lambda r: segmentation_data(r, (4, 3, 16, 16), 5), 2, 0.05),
     "gpt": (GPT, 13, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
     "gpt_tied": (lambda: GPT(tied=True), 17, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
