@@ -15,6 +15,7 @@ exporter.onnx        what torch.onnx.export writes for training (see below)
 merged.onnx          one bias initializer read by three Gemms
 fixed_batch.onnx     a Reshape target that holds the batch
 opset20.onnx         a Gelu of opset 20 (newer than the ONNX library)
+zero_stride.onnx     an opset-11 Conv with a zero stride (crashes libonnx)
 runtime_shape.onnx   Reshape whose shape is a model input (cannot fold)
 with_loss.onnx   a model that ends in SoftmaxCrossEntropyLoss
 external.onnx    tiny.onnx with its weights in external.bin
@@ -198,6 +199,14 @@ def main(out):
         [init("w1", [3, 3], 13), init("w2", [3, 3], 14), init("w3", [3, 3], 15),
          numpy_helper.from_array(np.zeros(3, np.float32), "b")])
     onnx.save(merged, f"{out}/merged.onnx")
+
+    # A zero stride in an opset-11 Conv: libonnx's shape inference (run for
+    # the version converter) divides by it (found by fuzzing).
+    zero_stride = model([helper.make_node("Conv", ["x", "W"], ["y"], name="conv",
+                                          kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 0])],
+                        [f32("x", [1, 1, 7, 5])], [f32("y", [1, 1, 4, 3])],
+                        [init("W", [1, 1, 3, 3], 16)], opset=11)
+    onnx.save(zero_stride, f"{out}/zero_stride.onnx")
 
     # Newer than the linked ONNX library (1.12 knows opsets up to 17).
     newer = model([helper.make_node("Gelu", ["x"], ["y"], name="gelu")],
