@@ -379,6 +379,14 @@ KernelCall unaryOp(Operation *op, int64_t opcode, double alpha = 0,
 
 } // namespace
 
+/// nn.resize_linear's coordinate_mode as the kernel's PIPEC_RESIZE_* code.
+static int64_t resizeMode(StringRef mode) {
+  return mode == "pytorch_half_pixel" ? PIPEC_RESIZE_PYTORCH_HALF_PIXEL
+         : mode == "align_corners"    ? PIPEC_RESIZE_ALIGN_CORNERS
+         : mode == "asymmetric"       ? PIPEC_RESIZE_ASYMMETRIC
+                                      : PIPEC_RESIZE_HALF_PIXEL;
+}
+
 static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op) {
   using namespace nn;
   using Calls = SmallVector<KernelCall, 1>;
@@ -538,6 +546,22 @@ static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op)
                                  s[0], s[1], p[0], p[1],
                                  o.getCountIncludePad() ? 1 : 0},
                                 {}}};
+      })
+      .Case([](ResizeLinearOp o) {
+        auto x = shapeOf(o.getInput()), y = shapeOf(o.getOutput());
+        return Calls{KernelCall{"pipec_k_resize_linear",
+                                {o.getInput(), o.getOutput()},
+                                {x[0], x[1], x[2], x[3], y[2], y[3],
+                                 resizeMode(o.getCoordinateMode())},
+                                {o.getScales()[0], o.getScales()[1]}}};
+      })
+      .Case([](ResizeLinearGradOp o) {
+        auto x = shapeOf(o.getOutput()), y = shapeOf(o.getGrad());
+        return Calls{KernelCall{"pipec_k_resize_linear_grad",
+                                {o.getGrad(), o.getOutput()},
+                                {x[0], x[1], x[2], x[3], y[2], y[3],
+                                 resizeMode(o.getCoordinateMode())},
+                                {o.getScales()[0], o.getScales()[1]}}};
       })
       .Case([](BatchNormOp o) {
         auto x = shapeOf(o.getInput());

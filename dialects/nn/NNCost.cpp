@@ -101,6 +101,8 @@ int64_t AveragePoolOp::getForwardFlops() {
 int64_t AveragePoolGradOp::getForwardFlops() {
   return numel(getGrad()) * getKernel()[0] * getKernel()[1];
 }
+int64_t ResizeLinearOp::getForwardFlops() { return 7 * numel(getOutput()); }
+int64_t ResizeLinearGradOp::getForwardFlops() { return 8 * numel(getGrad()); }
 int64_t BatchNormOp::getForwardFlops() { return 8 * numel(getInput()); }
 int64_t BatchNormInferenceOp::getForwardFlops() { return 4 * numel(getInput()); }
 int64_t BatchNormGradOp::getForwardFlops() { return 10 * numel(getInput()); }

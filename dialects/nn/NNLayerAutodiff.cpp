@@ -167,6 +167,15 @@ LogicalResult ConvGradInputOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
   return success();
 }
 
+LogicalResult ResizeLinearOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
+                                       function_ref<Value(Value)>,
+                                       SmallVectorImpl<Value> &out) {
+  out.push_back(ResizeLinearGradOp::create(b, getLoc(), getInput().getType(),
+                                           g[0], getCoordinateModeAttr(),
+                                           getScalesAttr()));
+  return success();
+}
+
 LogicalResult MaxPoolOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
                                   function_ref<Value(Value)> fwd,
                                   SmallVectorImpl<Value> &out) {

@@ -210,6 +210,42 @@ def NN_AveragePoolGradOp : NN_Op<"average_pool_grad", [DeclareOpInterfaceMethods
 // Normalization
 //===----------------------------------------------------------------------===//
 
+def NN_ResizeLinearOp : NN_Op<"resize_linear", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+    DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
+  let summary = "Bilinear resize of H and W (ONNX Resize, mode linear).";
+  let description = [{
+    Output row o reads input position f(o) of `coordinate_mode`
+    (half_pixel, pytorch_half_pixel, align_corners, asymmetric; ONNX's
+    coordinate_transformation_mode) and interpolates linearly between the
+    two neighbouring rows, clamped to the edge; columns likewise. `scales`
+    are ONNX's [scaleH, scaleW] (out / in when the model gives sizes).
+
+    ```mlir
+    %y = nn.resize_linear %x {coordinate_mode = "half_pixel", scales = array<f64: 2.0, 2.0>}
+        : tensor<2x8x16x16xf32> -> tensor<2x8x32x32xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, StrAttr:$coordinate_mode,
+                       DenseF64ArrayAttr:$scales);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def NN_ResizeLinearGradOp : NN_Op<"resize_linear_grad", [DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
+  let summary = "Backward of nn.resize_linear: dY scattered with its weights.";
+  let description = [{
+    ```mlir
+    %dx = nn.resize_linear_grad %dy {coordinate_mode = "half_pixel", scales = array<f64: 2.0, 2.0>}
+        : tensor<2x8x32x32xf32> -> tensor<2x8x16x16xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$grad, StrAttr:$coordinate_mode,
+                       DenseF64ArrayAttr:$scales);
+  let results = (outs NN_F32Tensor:$output);
+  let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($output)";
+}
+
 def NN_BatchNormOp : NN_Op<"batch_norm", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
     DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>,
     AllTypesMatch<["input", "output"]>,

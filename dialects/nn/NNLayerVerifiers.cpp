@@ -88,6 +88,21 @@ LogicalResult ConvOp::verify() {
                             getDilations());
 }
 
+LogicalResult ResizeLinearOp::verify() {
+  auto x = rt(getInput()), y = rt(getOutput());
+  if (x.getRank() != 4 || y.getRank() != 4)
+    return emitOpError("expects 4-D input and result (NCHW)");
+  if (x.getDimSize(0) != y.getDimSize(0) || x.getDimSize(1) != y.getDimSize(1))
+    return emitOpError("resizes H and W only; N and C must be kept");
+  if (getScales().size() != 2 || getScales()[0] <= 0 || getScales()[1] <= 0)
+    return emitOpError("expects 2 positive scales [scaleH, scaleW]");
+  StringRef mode = getCoordinateMode();
+  if (mode != "half_pixel" && mode != "pytorch_half_pixel" &&
+      mode != "align_corners" && mode != "asymmetric")
+    return emitOpError("unknown coordinate_mode '") << mode << "'";
+  return success();
+}
+
 LogicalResult MaxPoolOp::verify() {
   auto x = rt(getInput()), y = rt(getOutput());
   if (x.getRank() != 4 || y.getRank() != 4)

@@ -2168,9 +2168,37 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
     std::string nearest = attrString(node, "nearest_mode",
                                      op == "Upsample" ? "floor"
                                                       : "round_prefer_floor");
+    if (mode == "linear") {
+      // Bilinear over H and W of NCHW (F.interpolate(mode="bilinear")).
+      if (xt.getRank() != 4 || yt.getDimSize(0) != xt.getDimSize(0) ||
+          yt.getDimSize(1) != xt.getDimSize(1))
+        return fail(where + ": linear mode resizes H and W of a 4-D NCHW "
+                            "tensor only");
+      if (coord != "half_pixel" && coord != "pytorch_half_pixel" &&
+          coord != "align_corners" && coord != "asymmetric")
+        return fail(where + ": coordinate_transformation_mode '" + coord +
+                    "' is not supported in linear mode");
+      // ONNX's scales when given (they may differ from out/in after the
+      // floor), else out/in.
+      SmallVector<double> scales = {
+          double(yt.getDimSize(2)) / double(xt.getDimSize(2)),
+          double(yt.getDimSize(3)) / double(xt.getDimSize(3))};
+      int scalesInput = op == "Upsample" ? 1 : 2;
+      if (node.input_size() > scalesInput && !node.input(scalesInput).empty()) {
+        auto c = constOf(node.input(scalesInput));
+        if (c && c->numel() == 4) {
+          scales = {c->real(2), c->real(3)};
+        } else if (!c || c->numel() != 0) {
+          return fail(where + ": scales must be a constant of 4 values");
+        }
+      }
+      return out0(nn::ResizeLinearOp::create(
+          b, loc, rt0, x, b.getStringAttr(coord),
+          b.getDenseF64ArrayAttr(scales)));
+    }
     if (mode != "nearest")
       return fail(where + ": mode '" + mode + "' is not supported (nearest "
-                          "by whole factors only)");
+                          "by whole factors, or linear)");
     bool exact = (coord == "asymmetric" && nearest == "floor") ||
                  ((coord == "half_pixel" || coord == "pytorch_half_pixel") &&
                   (nearest == "round_prefer_floor" ||

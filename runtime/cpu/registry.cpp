@@ -42,6 +42,8 @@ constexpr KernelEntry kKernels[] = {
     PIPEC_KERNEL_ENTRY(pipec_k_maxpool2d_grad),
     PIPEC_KERNEL_ENTRY(pipec_k_avgpool2d),
     PIPEC_KERNEL_ENTRY(pipec_k_avgpool2d_grad),
+    PIPEC_KERNEL_ENTRY(pipec_k_resize_linear),
+    PIPEC_KERNEL_ENTRY(pipec_k_resize_linear_grad),
     PIPEC_KERNEL_ENTRY(pipec_k_batchnorm_train),
     PIPEC_KERNEL_ENTRY(pipec_k_batchnorm_infer),
     PIPEC_KERNEL_ENTRY(pipec_k_batchnorm_grad),

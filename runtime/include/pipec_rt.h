@@ -207,6 +207,24 @@ void pipec_k_avgpool2d(void *const *bufs, const int64_t *ints,
 void pipec_k_avgpool2d_grad(void *const *bufs, const int64_t *ints,
                             const double *reals);
 
+/// Coordinate transformations of pipec_k_resize_linear (ONNX Resize's
+/// coordinate_transformation_mode).
+enum {
+  PIPEC_RESIZE_HALF_PIXEL = 0,
+  PIPEC_RESIZE_PYTORCH_HALF_PIXEL = 1,
+  PIPEC_RESIZE_ALIGN_CORNERS = 2,
+  PIPEC_RESIZE_ASYMMETRIC = 3
+};
+/// ONNX Resize, linear mode, over H and W of NCHW (bilinear). bufs: [X, Y].
+/// ints: [N, C, H, W, oH, oW, mode (PIPEC_RESIZE_*)]. reals: [scaleH,
+/// scaleW] (ONNX's scales; oH/H and oW/W when the model gives sizes).
+void pipec_k_resize_linear(void *const *bufs, const int64_t *ints,
+                           const double *reals);
+/// dX of pipec_k_resize_linear. bufs: [dY, dX] (dX overwritten). ints and
+/// reals: as pipec_k_resize_linear.
+void pipec_k_resize_linear_grad(void *const *bufs, const int64_t *ints,
+                                const double *reals);
+
 /// BatchNormalization in training mode (ONNX opset 15): batch statistics
 /// over N and the spatial dims, biased variance.
 /// bufs: [X, scale, bias, runMean, runVar, Y, savedMean, savedInvStd,

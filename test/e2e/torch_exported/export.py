@@ -44,7 +44,8 @@ BasicBlock (ResNet), make_layers (VGG) and mobilenet_v2 (width 0.25), plus a
 model of the pieces MobileNetV3 and DenseNet add (Hardswish, Hardsigmoid
 gating, padding with a value and a cropping pad, ceil_mode pooling), a
 small U-Net (ConvTranspose2d with stride, output_padding and groups,
-nearest Upsample, a concatenated skip, per-pixel classes), an MLP through
+nearest Upsample, bilinear interpolation, a concatenated skip, per-pixel
+classes), an MLP through
 ELU/SELU/CELU/Softplus/Softsign, Sign, tril and repeat, a
 GPT written as nanoGPT writes it (.view/.transpose attention, masked_fill
 with a causal buffer, erf GELU; gpt_tied also ties the output projection
@@ -219,8 +220,9 @@ class Activations(nn.Module):
 class TinyUNet(nn.Module):
     """An encoder-decoder with a skip connection: strided convolutions
     down, ConvTranspose2d (stride 2, output_padding, groups) and
-    nearest Upsample back up, torch.cat of the skip, per-pixel classes
-    flattened to [B*H*W, classes] (segmentation)."""
+    nearest Upsample back up, torch.cat of the skip, FCN-style side
+    outputs upsampled bilinearly (align_corners False and True), per-pixel
+    classes flattened to [B*H*W, classes] (segmentation)."""
 
     def __init__(self, classes=5):
         super().__init__()
@@ -230,6 +232,7 @@ class TinyUNet(nn.Module):
         self.up1 = nn.ConvTranspose2d(16, 16, 3, stride=2, padding=1, output_padding=1, groups=2)
         self.up2 = nn.Upsample(scale_factor=2, mode="nearest")
         self.dec = nn.Conv2d(16 + 8, 8, 3, padding=1)
+        self.side = nn.Conv2d(16, 8, 1)
         self.head = nn.Conv2d(8, classes, 1)
 
     def forward(self, x):
@@ -238,7 +241,12 @@ class TinyUNet(nn.Module):
         e3 = F.relu(self.enc3(e2))
         d = F.relu(self.up1(e3)) + e2
         d = torch.cat([self.up2(d), e1], dim=1)
-        y = self.head(F.relu(self.dec(d)))
+        # FCN-style side outputs, bilinearly upsampled (both corner modes).
+        side = self.side(e3)
+        d = F.relu(self.dec(d)) + F.interpolate(side, scale_factor=4, mode="bilinear",
+                                                align_corners=False)
+        d = d + F.interpolate(side, size=(16, 16), mode="bilinear", align_corners=True)
+        y = self.head(d)
         b, c, h, w = y.shape
         return y.permute(0, 2, 3, 1).reshape(b * h * w, c)
 
