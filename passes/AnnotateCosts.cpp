@@ -81,11 +81,15 @@ struct NNAnnotateCostsPass
       }
     }
 
+    SmallVector<Operation *> layers;
+    module.walk([&](Operation *op) {
+      if (isLayer(op))
+        layers.push_back(op);
+    });
+    SmallVector<std::string> names = uniqueLayerNames(layers);
     int index = 0;
     bool failedAny = false;
-    module.walk([&](Operation *op) {
-      if (!isLayer(op))
-        return;
+    for (Operation *op : layers) {
       Bytes bytes = bytesOf(op);
       double fwd, bwd;
       if (dev) {
@@ -94,13 +98,14 @@ struct NNAnnotateCostsPass
         fwd = dev->seconds(f, bytes.touched);
         bwd = dev->seconds(bf, 2.0 * bytes.touched);
       } else {
-        std::string name = layerName(op, index);
+        const std::string &name = names[size_t(index)];
         auto it = byName.find(name);
         if (it == byName.end()) {
           op->emitError("op '") << name << "' is not in profile '" << profile
                                 << "' (was it measured on another model?)";
           failedAny = true;
-          return;
+          ++index;
+          continue;
         }
         fwd = it->second->fwdSeconds;
         bwd = it->second->bwdSeconds;
@@ -110,7 +115,7 @@ struct NNAnnotateCostsPass
                   nn::CostAttr::get(op->getContext(), llvm::APFloat(fwd),
                                     llvm::APFloat(bwd), bytes.out, bytes.param,
                                     bytes.saved));
-    });
+    }
     if (failedAny)
       signalPassFailure();
   }

@@ -425,10 +425,13 @@ LogicalResult StageLowering::collectChunk(Chunk &c) {
     c.versionedBytes = regions.weights;
   }
 
-  // Op table of the profiler: the stage's layers, by ONNX node name.
+  // Op table of the profiler: the stage's layers. Kernels are charged to
+  // the first layer of their ONNX node (by location name), whose other
+  // layers (a decomposed activation) show zero time.
   for (Operation &op : fwd.fn.getBody().front())
     if (isLayer(&op)) {
-      c.opIds[layerName(&op, c.layerOps.size())] = c.layerOps.size();
+      c.opIds.try_emplace(layerName(&op, c.layerOps.size()),
+                          c.layerOps.size());
       c.layerOps.push_back(&op);
     }
 
@@ -1018,10 +1021,9 @@ std::string StageLowering::stageMeta() {
   llvm::DenseMap<Operation *, std::string> names;
   SmallVector<Operation *> layerOps;
   for (auto &c : chunks)
-    for (auto [i, op] : llvm::enumerate(c->layerOps)) {
-      names[op] = layerName(op, i);
-      layerOps.push_back(op);
-    }
+    layerOps.append(c->layerOps.begin(), c->layerOps.end());
+  for (auto [op, name] : llvm::zip(layerOps, uniqueLayerNames(layerOps)))
+    names[op] = name;
   bool loss = false;
   for (auto &c : chunks)
     loss |= c->lossResult >= 0;

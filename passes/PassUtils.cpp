@@ -21,6 +21,17 @@ std::string pipec::layerName(Operation *op, int index) {
   return op->getName().stripDialect().str() + "_" + std::to_string(index);
 }
 
+SmallVector<std::string> pipec::uniqueLayerNames(ArrayRef<Operation *> ops) {
+  SmallVector<std::string> names;
+  llvm::StringMap<int> seen;
+  for (auto [i, op] : llvm::enumerate(ops)) {
+    std::string name = layerName(op, int(i));
+    int n = ++seen[name];
+    names.push_back(n == 1 ? name : name + "#" + std::to_string(n));
+  }
+  return names;
+}
+
 bool pipec::isLayer(Operation *op) {
   return isa<nn::CostOpInterface>(op) && !isa<nn::ConstantOp>(op);
 }

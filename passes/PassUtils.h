@@ -17,6 +17,12 @@ std::string locationName(mlir::Location loc);
 /// "<op>_<index>".
 std::string layerName(mlir::Operation *op, int index);
 
+/// layerName of each of `ops` (a function's layers in program order), made
+/// unique: an ONNX node that became several ops (a decomposed activation, a
+/// loss and its label reshape) names its first op and "<name>#2", "#3", ...
+/// the others. Profiles key ops by these names.
+llvm::SmallVector<std::string> uniqueLayerNames(llvm::ArrayRef<mlir::Operation *> ops);
+
 /// A "layer" of the planner: an nn op that does work (not a constant).
 bool isLayer(mlir::Operation *op);
 

@@ -47,7 +47,7 @@ struct PipePlanPass : public pipec::impl::PipePlanPassBase<PipePlanPass> {
         return signalPassFailure();
       }
       ProfileOp p;
-      p.name = layerName(&op, layers.size());
+      p.name = layerName(&op, layers.size()); // made unique below
       p.op = op.getName().stripDialect().str();
       p.fwdSeconds = cost.getFwd().convertToDouble();
       p.bwdSeconds = cost.getBwd().convertToDouble();
@@ -67,6 +67,8 @@ struct PipePlanPass : public pipec::impl::PipePlanPassBase<PipePlanPass> {
       fn.emitError("the model has no layers to place on stages");
       return signalPassFailure();
     }
+    for (auto [p, name] : llvm::zip(profile.ops, uniqueLayerNames(layers)))
+      p.name = name;
 
     PlanResult result;
     if (!last.empty()) {

@@ -172,6 +172,15 @@ std::string findMpirun(const std::string &requested, std::string &error) {
 }
 
 
+/// True when some rank created its status record (it got past MPI_Init).
+bool anyRankStarted(const std::string &statusDir, size_t ranks) {
+  for (size_t r = 0; r < ranks; ++r)
+    if (llvm::sys::fs::exists(statusDir + "/rank-" + std::to_string(r) +
+                              ".status"))
+      return true;
+  return false;
+}
+
 /// After a failed job: reads the ranks' status records (runtime
 /// core/status.h) and names every rank that ended without a report (killed
 /// or crashed), with its stage and the step it was in. The ranks that failed
@@ -396,6 +405,16 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   // The ranks print their own error line; pass their exit status through
   // (1 error, 2 usage, 3 non-finite loss; mpirun's code for a killed rank).
   int rc = execute(cmd);
+  // A launch that failed before any rank started (OpenMPI's launcher can
+  // fail to start its daemons on a loaded machine: "Returned value Error
+  // (-1) instead of ORTE_SUCCESS") ran nothing: launch once more. Usage
+  // errors (2) are not retried.
+  if (rc != 0 && rc != 2 && !statusDir.empty() &&
+      !anyRankStarted(statusDir.str().str(), bins.size())) {
+    llvm::errs() << "pipec: note: mpirun failed before any rank started (exit "
+                 << rc << "); launching once more\n";
+    rc = execute(cmd);
+  }
   if (!statusDir.empty()) {
     if (rc != 0)
       reportSilentRanks(statusDir.str().str(), bins.size());
