@@ -176,14 +176,21 @@ struct PipeBuildSchedulePass
                  "zb-h1), or a plan that keeps the tied layers in one stage";
           return signalPassFailure();
         }
-        if (chunks > 1) {
-          module.emitError(where)
-              << " (tied weights), which the interleaved schedule does not "
-                 "support yet: use gpipe, 1f1b-flush or zb-h1";
-          return signalPassFailure();
-        }
-        tieGroups[std::vector<int64_t>(stages.asArrayRef().begin(),
-                                       stages.asArrayRef().end())]
+        // The group is of device positions: stage q runs on q mod p
+        // (interleaved); two tied stages on one device would make that
+        // device hold two copies, which is not supported.
+        std::set<int64_t> positions;
+        for (int64_t q : stages.asArrayRef())
+          if (!positions.insert(q % devices).second) {
+            module.emitError(where)
+                << " (tied weights), and the interleaved schedule places two "
+                   "of those stages on device "
+                << q % devices
+                << "; choose --stages and --chunks so that they land on "
+                   "different devices";
+            return signalPassFailure();
+          }
+        tieGroups[std::vector<int64_t>(positions.begin(), positions.end())]
             .push_back(FlatSymbolRefAttr::get(entry.getName()));
       }
     }

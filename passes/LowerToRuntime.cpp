@@ -670,20 +670,22 @@ func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
   return fn;
 }
 
-/// The groups of stages that share tied weights (module attribute
-/// pipe.tied), in the canonical order every rank numbers them by, and the
-/// tied weights.
+/// The groups of device positions that share tied weights (the stages
+/// attribute of the pipeline's pipe.tie_reduce ops), in the canonical order
+/// every rank numbers them by, and the tied weights (module attribute
+/// pipe.tied).
 static std::vector<std::vector<int64_t>>
-tieGroupsOf(ModuleOp module, std::set<std::string> *tiedWeights = nullptr) {
+tieGroupsOf(ModuleOp module, pipe::PipelineOp pipeline,
+            std::set<std::string> *tiedWeights = nullptr) {
   std::set<std::vector<int64_t>> groups;
+  pipeline.walk([&](pipe::TieReduceOp tie) {
+    groups.insert(std::vector<int64_t>(tie.getStages().begin(),
+                                       tie.getStages().end()));
+  });
   if (auto tied = module->getAttrOfType<DictionaryAttr>(pipe::attrs::kTied))
     for (NamedAttribute entry : tied)
-      if (auto stages = dyn_cast<DenseI64ArrayAttr>(entry.getValue())) {
-        groups.insert(std::vector<int64_t>(stages.asArrayRef().begin(),
-                                           stages.asArrayRef().end()));
-        if (tiedWeights)
-          tiedWeights->insert(entry.getName().str());
-      }
+      if (tiedWeights)
+        tiedWeights->insert(entry.getName().str());
   return {groups.begin(), groups.end()};
 }
 
@@ -861,7 +863,7 @@ LogicalResult StageLowering::emitProgram() {
       StringRef fn = reduce.getMean() ? "pipec_rt_allreduce_mean"
                                       : "pipec_rt_allreduce";
       std::set<std::string> tiedWeights;
-      tieGroupsOf(module, &tiedWeights);
+      tieGroupsOf(module, pipeline, &tiedWeights);
       Value zero = i64(pb, loc, 0);
       for (auto &c : chunks)
         for (const std::string &name : c->weightOrder) {
@@ -880,13 +882,13 @@ LogicalResult StageLowering::emitProgram() {
     } else if (auto tie = dyn_cast<pipe::TieReduceOp>(op)) {
       // The tied weights' gradient accumulators, summed over every rank of
       // the group's stages (communicator `group`, in the canonical order).
-      auto groups = tieGroupsOf(module);
+      auto groups = tieGroupsOf(module, pipeline);
       std::vector<int64_t> stages(tie.getStages().begin(),
                                   tie.getStages().end());
       auto it = std::find(groups.begin(), groups.end(), stages);
       if (it == groups.end())
-        return op->emitError("names a group of stages that shares no tied "
-                             "weight (module attribute pipe.tied)");
+        return op->emitError("internal error: a pipe.tie_reduce group the "
+                             "pipeline does not list");
       Value group = i64(pb, loc, int64_t(it - groups.begin()));
       Value zero = i64(pb, loc, 0);
       std::set<std::string> names;
@@ -934,7 +936,7 @@ std::string StageLowering::stageMeta() {
   // Every rank creates one communicator per group, in this order.
   auto tieGroupsJson = [&] {
     json::Array groups;
-    for (const std::vector<int64_t> &g : tieGroupsOf(module)) {
+    for (const std::vector<int64_t> &g : tieGroupsOf(module, pipeline)) {
       json::Array stages;
       for (int64_t st : g)
         stages.push_back(st);

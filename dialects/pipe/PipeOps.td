@@ -240,7 +240,9 @@ def Pipe_TieReduceOp : Pipe_Op<"tie_reduce", [MemoryEffects<[MemRead, MemWrite]>
     their replicas) sums its gradient accumulators of the listed weights
     with the others', so every copy applies the same update and the copies
     stay equal (Megatron-LM's embedding all-reduce). The stage-replica
-    `pipe.allreduce` leaves these weights out. Synchronous schedules only.
+    `pipe.allreduce` leaves these weights out. Synchronous schedules only;
+    `stages` are device positions (with the interleaved schedule, the
+    devices of the tied virtual stages).
 
     ```mlir
     pipe.tie_reduce [@wte] over stages [0, 3]

@@ -82,7 +82,8 @@ def main():
         if model == "gpt_tied":
             # The tied copies' gradients are summed over every rank of both
             # stages, replicas included (the stage all-reduce leaves them out).
-            runs += [(2, False, ("--replicas", "2,1")), (2, False, ("--schedule", "zb-h1"))]
+            runs += [(2, False, ("--replicas", "2,1")), (2, False, ("--schedule", "zb-h1")),
+                     (2, False, ("--schedule", "interleaved", "--chunks", "2"))]
         for stages, flat, extra in runs:
             name = (f"{model} (opset {ref['opset']}) s{stages}-mb{ref['microbatches']}"
                     f"{' flat labels' if flat else ''} "
