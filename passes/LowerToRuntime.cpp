@@ -170,6 +170,10 @@ private:
 
   pipe::PipelineOp pipeline;
   pipe::ProgramOp program;
+  /// Groups of device positions sharing tied weights, in the order every
+  /// rank numbers their communicators, and the tied weights (collect()).
+  std::vector<std::vector<int64_t>> tieGroups;
+  std::set<std::string> tiedWeights;
   int64_t slots = 1;
   bool continuous = false; ///< 1f1b / 2bw: windows of a running pipeline
   std::vector<std::unique_ptr<Chunk>> chunks;
@@ -326,12 +330,32 @@ LogicalResult StageLowering::planFunction(Chunk &c, FunctionPlan &fp) {
   return success();
 }
 
+/// The groups of device positions that share tied weights (the stages
+/// attribute of the pipeline's pipe.tie_reduce ops), in the canonical order
+/// every rank numbers them by, and the tied weights (module attribute
+/// pipe.tied).
+static std::vector<std::vector<int64_t>>
+tieGroupsOf(ModuleOp module, pipe::PipelineOp pipeline,
+            std::set<std::string> *tiedWeights = nullptr) {
+  std::set<std::vector<int64_t>> groups;
+  pipeline.walk([&](pipe::TieReduceOp tie) {
+    groups.insert(std::vector<int64_t>(tie.getStages().begin(),
+                                       tie.getStages().end()));
+  });
+  if (auto tied = module->getAttrOfType<DictionaryAttr>(pipe::attrs::kTied))
+    for (NamedAttribute entry : tied)
+      if (tiedWeights)
+        tiedWeights->insert(entry.getName().str());
+  return {groups.begin(), groups.end()};
+}
+
 LogicalResult StageLowering::collect() {
   for (Operation &op : *module.getBody())
     if (auto p = dyn_cast<pipe::PipelineOp>(op))
       pipeline = p;
   if (!pipeline)
     return module.emitError("no pipe.pipeline; run --pipe-build-schedule first");
+  tieGroups = tieGroupsOf(module, pipeline, &tiedWeights);
   replicas = 0;
   std::set<int64_t> positions;
   for (Operation &op : pipeline.getBody().front())
@@ -670,25 +694,6 @@ func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
   return fn;
 }
 
-/// The groups of device positions that share tied weights (the stages
-/// attribute of the pipeline's pipe.tie_reduce ops), in the canonical order
-/// every rank numbers them by, and the tied weights (module attribute
-/// pipe.tied).
-static std::vector<std::vector<int64_t>>
-tieGroupsOf(ModuleOp module, pipe::PipelineOp pipeline,
-            std::set<std::string> *tiedWeights = nullptr) {
-  std::set<std::vector<int64_t>> groups;
-  pipeline.walk([&](pipe::TieReduceOp tie) {
-    groups.insert(std::vector<int64_t>(tie.getStages().begin(),
-                                       tie.getStages().end()));
-  });
-  if (auto tied = module->getAttrOfType<DictionaryAttr>(pipe::attrs::kTied))
-    for (NamedAttribute entry : tied)
-      if (tiedWeights)
-        tiedWeights->insert(entry.getName().str());
-  return {groups.begin(), groups.end()};
-}
-
 /// The microbatch operand (null if none) and the stage function a pipe op
 /// names (empty if none).
 static std::pair<Value, StringRef> microbatchAndCallee(Operation *op) {
@@ -862,8 +867,6 @@ LogicalResult StageLowering::emitProgram() {
       // every rank of their stages instead.
       StringRef fn = reduce.getMean() ? "pipec_rt_allreduce_mean"
                                       : "pipec_rt_allreduce";
-      std::set<std::string> tiedWeights;
-      tieGroupsOf(module, pipeline, &tiedWeights);
       Value zero = i64(pb, loc, 0);
       for (auto &c : chunks)
         for (const std::string &name : c->weightOrder) {
@@ -882,14 +885,13 @@ LogicalResult StageLowering::emitProgram() {
     } else if (auto tie = dyn_cast<pipe::TieReduceOp>(op)) {
       // The tied weights' gradient accumulators, summed over every rank of
       // the group's stages (communicator `group`, in the canonical order).
-      auto groups = tieGroupsOf(module, pipeline);
       std::vector<int64_t> stages(tie.getStages().begin(),
                                   tie.getStages().end());
-      auto it = std::find(groups.begin(), groups.end(), stages);
-      if (it == groups.end())
+      auto it = std::find(tieGroups.begin(), tieGroups.end(), stages);
+      if (it == tieGroups.end())
         return op->emitError("internal error: a pipe.tie_reduce group the "
                              "pipeline does not list");
-      Value group = i64(pb, loc, int64_t(it - groups.begin()));
+      Value group = i64(pb, loc, int64_t(it - tieGroups.begin()));
       Value zero = i64(pb, loc, 0);
       std::set<std::string> names;
       for (Attribute w : tie.getWeights())
@@ -936,7 +938,7 @@ std::string StageLowering::stageMeta() {
   // Every rank creates one communicator per group, in this order.
   auto tieGroupsJson = [&] {
     json::Array groups;
-    for (const std::vector<int64_t> &g : tieGroupsOf(module, pipeline)) {
+    for (const std::vector<int64_t> &g : tieGroups) {
       json::Array stages;
       for (int64_t st : g)
         stages.push_back(st);
