@@ -102,7 +102,27 @@ bool pipec::isViewOp(Operation *op) {
 /// Kernels of the CNN/transformer ops (NNLayerOps.td); nullopt for others.
 static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op);
 
+/// The calls as the float32 kernels name them.
+static FailureOr<SmallVector<KernelCall, 1>> kernelCallsOf(Operation *op);
+
 FailureOr<SmallVector<KernelCall, 1>> pipec::getKernelCalls(Operation *op) {
+  auto calls = kernelCallsOf(op);
+  if (failed(calls))
+    return failure();
+  // A call with a float64 tensor goes to the kernel's float64 twin (same
+  // layout; pipec_kernels.def). pipec_k_copy moves bytes of any type.
+  for (KernelCall &call : *calls)
+    if (call.kernel != "pipec_k_copy" &&
+        llvm::any_of(call.buffers, [](Value v) {
+          return v && cast<RankedTensorType>(v.getType())
+                          .getElementType()
+                          .isF64();
+        }))
+      call.kernel += "_f64";
+  return calls;
+}
+
+static FailureOr<SmallVector<KernelCall, 1>> kernelCallsOf(Operation *op) {
   using namespace nn;
   if (auto calls = layerKernelCalls(op))
     return *calls;

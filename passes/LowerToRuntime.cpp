@@ -953,8 +953,11 @@ std::string StageLowering::stageMeta() {
     return a;
   };
   auto dtype = [](Type t) {
-    return cast<RankedTensorType>(t).getElementType().isF32() ? "f32" : "i64";
+    Type e = cast<RankedTensorType>(t).getElementType();
+    return e.isF32() ? "f32" : e.isF64() ? "f64" : "i64";
   };
+  // The float type of every float tensor (--nn-convert-precision).
+  auto precision = module->getAttrOfType<StringAttr>("pipec.precision");
   int64_t m = pipeline.getMicrobatches();
   int64_t microbatch = 0;
   json::Array feeds;
@@ -1070,6 +1073,7 @@ std::string StageLowering::stageMeta() {
                     {"slots", slots},
                     {"versioned_bytes", chunks.front()->versionedBytes},
                     {"arena_bytes", arenaBytes()},
+                    {"precision", precision ? precision.str() : "f32"},
                     {"weights", std::move(weightList)},
                     {"feeds", std::move(feeds)},
                     {"loss", loss},

@@ -41,9 +41,13 @@ struct TrainingPipelineOptions {
   int splitSamples = 0;
   /// A fixed cut (last layer per stage) instead of the balanced planner.
   std::vector<int> cuts;
+  /// "f32", or "f64": every float tensor becomes f64 once the schedule is
+  /// built (--nn-convert-precision), the exact reference mode.
+  std::string precision = "f32";
 };
 
-/// Adds annotate-costs, plan, split-stages, autodiff, build-schedule.
+/// Adds annotate-costs, plan, split-stages, autodiff, build-schedule,
+/// convert-precision (f64 only), verify-schedule and plan-memory.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
 

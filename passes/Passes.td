@@ -122,6 +122,31 @@ def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
                            "::mlir::arith::ArithDialect"];
 }
 
+def NNConvertPrecisionPass : Pass<"nn-convert-precision", "mlir::ModuleOp"> {
+  let summary = "Turns every f32 tensor of the module into an f64 tensor.";
+  let description = [{
+    The exact reference mode (`pipec compile --precision f64`): every f32
+    tensor type (values, block arguments, function signatures, globals)
+    becomes f64 and every f32 tensor literal (weights held as
+    `dense_resource` blobs, `nn.constant` values) is widened exactly, so
+    that the lowering calls the runtime kernels' float64 twins and the run
+    can be compared with a float64 framework to 1e-9. Scalar float
+    attributes (epsilon, alpha, ...) keep their f32 type: ONNX stores them
+    as float32 and the runtime reads them as double. Integer tensors are
+    left alone. Runs after the schedule is built, so that every pass before
+    it sees the model's own types, and sets `pipec.precision = "f64"` on
+    the module.
+
+    ```mlir
+    %y = nn.relu %x : tensor<8x16xf32>   // becomes
+    %y = nn.relu %x : tensor<8x16xf64>
+    ```
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", "\"f64\"", "f64 (f32 leaves the module as it is)">,
+  ];
+}
+
 def PipeVerifySchedulePass : Pass<"pipe-verify-schedule", "mlir::ModuleOp"> {
   let summary = "Checks the pipeline schedule before it runs.";
   let description = [{

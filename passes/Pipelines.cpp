@@ -2,7 +2,7 @@
 //
 //   --pipec-train-pipeline="stages=4 microbatches=8 schedule=1f1b-flush"
 //       annotate-costs, plan, split-stages, autodiff, build-schedule,
-//       verify-schedule, plan-memory
+//       [convert-precision,] verify-schedule, plan-memory
 //   --pipec-lower-stage="stage=K"
 //       lower-to-runtime for one stage, then the upstream conversions to
 //       the LLVM dialect
@@ -36,6 +36,8 @@ void pipec::buildTrainingPipeline(OpPassManager &pm,
   schedule.replicas.assign(o.replicas.begin(), o.replicas.end());
   schedule.splitSamples = o.splitSamples;
   pm.addPass(createPipeBuildSchedulePass(schedule));
+  if (o.precision != "f32")
+    pm.addPass(createNNConvertPrecisionPass({o.precision}));
   pm.addPass(createPipeVerifySchedulePass());
   pm.addPass(createPipePlanMemoryPass());
 }
@@ -65,6 +67,7 @@ struct TrainPipelineCLOptions
   Option<std::string> schedule{*this, "schedule", llvm::cl::init("1f1b-flush")};
   Option<int> microbatches{*this, "microbatches", llvm::cl::init(1)};
   Option<std::string> optimizer{*this, "optimizer", llvm::cl::init("sgd")};
+  Option<std::string> precision{*this, "precision", llvm::cl::init("f32")};
 };
 struct LowerStageCLOptions : public PassPipelineOptions<LowerStageCLOptions> {
   Option<int> stage{*this, "stage", llvm::cl::init(0)};
@@ -86,6 +89,7 @@ void pipec::registerPipecPipelines() {
         options.schedule = o.schedule;
         options.microbatches = o.microbatches;
         options.optimizer = o.optimizer;
+        options.precision = o.precision;
         buildTrainingPipeline(pm, options);
       });
   PassPipelineRegistration<LowerStageCLOptions>(

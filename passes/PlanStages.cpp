@@ -73,17 +73,21 @@ struct PipePlanPass : public pipec::impl::PipePlanPassBase<PipePlanPass> {
     PlanResult result;
     if (!last.empty()) {
       // A given cut (e.g. the one planned for the full microbatch, reused
-      // for the slices of split replicas).
+      // for the slices of split replicas, or `pipec compile --cuts`). The
+      // last stage's last layer may be left out.
       result.ok = true;
       result.plan.algorithm = "fixed";
+      SmallVector<int> lastLayers(last.begin(), last.end());
+      if (int(lastLayers.size()) == stages - 1)
+        lastLayers.push_back(int(layers.size()) - 1);
       int first = 0;
-      for (int l : last) {
+      for (int l : lastLayers) {
         result.plan.stages.push_back({first, l, 1, {}});
         first = l + 1;
       }
       std::string bad = validatePlan(result.plan, int(layers.size()));
       if (!bad.empty() || first != int(layers.size()) ||
-          int(last.size()) != stages) {
+          int(lastLayers.size()) != stages) {
         module.emitError("the fixed cut (last layers ")
             << llvm::join(llvm::map_range(last, [](int l) {
                             return std::to_string(l);

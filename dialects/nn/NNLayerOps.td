@@ -33,8 +33,8 @@ class NN_ParamUnaryOp<string mnemonic, string what, dag attrs>
     %y = nn.}] # mnemonic # [{ %x {...} : tensor<8x128xf32>
     ```
   }];
-  let arguments = !con((ins NN_F32Tensor:$input), attrs);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = !con((ins NN_FloatTensor:$input), attrs);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($output)";
 }
 def NN_LeakyReluOp : NN_ParamUnaryOp<"leaky_relu", "LeakyRelu",
@@ -61,10 +61,10 @@ def NN_UnaryGradOp : NN_Op<"unary_grad", [SameOperandsAndResultType,
     %dx = nn.unary_grad %x, %dy {kind = "erf"} : tensor<8x128xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$forward, NN_F32Tensor:$grad, StrAttr:$kind,
+  let arguments = (ins NN_FloatTensor:$forward, NN_FloatTensor:$grad, StrAttr:$kind,
                        DefaultValuedAttr<F64Attr, "0.0">:$alpha,
                        DefaultValuedAttr<F64Attr, "0.0">:$beta);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$forward `,` $grad attr-dict `:` type($output)";
   let hasVerifier = 1;
 }
@@ -80,9 +80,9 @@ def NN_BinaryGradOp : NN_Op<"binary_grad", [DeclareOpInterfaceMethods<NN_CostOpI
     %da, %db = nn.binary_grad %a, %b, %dy {kind = "pow"} : tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$lhs, NN_F32Tensor:$rhs, NN_F32Tensor:$grad,
+  let arguments = (ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs, NN_FloatTensor:$grad,
                        StrAttr:$kind);
-  let results = (outs NN_F32Tensor:$lhs_grad, NN_F32Tensor:$rhs_grad);
+  let results = (outs NN_FloatTensor:$lhs_grad, NN_FloatTensor:$rhs_grad);
   let assemblyFormat = "$lhs `,` $rhs `,` $grad attr-dict `:` type($lhs) `,` type($rhs) `,` type($grad)";
   let hasVerifier = 1;
 }
@@ -105,11 +105,11 @@ def NN_ConvOp : NN_Op<"conv", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
         : (tensor<8x3x32x32xf32>, tensor<16x3x3x3xf32>) -> tensor<8x16x32x32xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$weight,
-                       Optional<NN_F32Tensor>:$bias,
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
+                       Optional<NN_FloatTensor>:$bias,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                        DenseI64ArrayAttr:$dilations, I64Attr:$group);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
@@ -127,10 +127,10 @@ class NN_ConvGradOp<string mnemonic, string what, list<Trait> traits = []>
     %dx = nn.}] # mnemonic # [{ %dy, %w {...} : (...) -> tensor<8x3x32x32xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$grad, NN_F32Tensor:$other,
+  let arguments = (ins NN_FloatTensor:$grad, NN_FloatTensor:$other,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                        DenseI64ArrayAttr:$dilations, I64Attr:$group);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 // Also ONNX ConvTranspose, so it is differentiable: with respect to `grad`
@@ -155,10 +155,10 @@ def NN_MaxPoolOp : NN_Op<"max_pool", [DeclareOpInterfaceMethods<NN_CostOpInterfa
         : tensor<8x16x32x32xf32> -> tensor<8x16x16x16xf32>, tensor<8x16x16x16xi64>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, DenseI64ArrayAttr:$kernel,
+  let arguments = (ins NN_FloatTensor:$input, DenseI64ArrayAttr:$kernel,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                        DenseI64ArrayAttr:$dilations);
-  let results = (outs NN_F32Tensor:$output, NN_I64Tensor:$indices);
+  let results = (outs NN_FloatTensor:$output, NN_I64Tensor:$indices);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output) `,` type($indices)";
   let hasVerifier = 1;
 }
@@ -170,8 +170,8 @@ def NN_MaxPoolGradOp : NN_Op<"max_pool_grad", [DeclareOpInterfaceMethods<NN_Cost
     %dx = nn.max_pool_grad %dy, %i : tensor<8x16x16x16xf32>, tensor<8x16x16x16xi64> -> tensor<8x16x32x32xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$grad, NN_I64Tensor:$indices);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$grad, NN_I64Tensor:$indices);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` type($grad) `,` type($indices) `->` type($output)";
 }
 
@@ -184,10 +184,10 @@ def NN_AveragePoolOp : NN_Op<"average_pool", [DeclareOpInterfaceMethods<NN_CostO
         pads = array<i64: 0, 0, 0, 0>} : tensor<8x16x32x32xf32> -> tensor<8x16x16x16xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, DenseI64ArrayAttr:$kernel,
+  let arguments = (ins NN_FloatTensor:$input, DenseI64ArrayAttr:$kernel,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                        UnitAttr:$count_include_pad);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -199,10 +199,10 @@ def NN_AveragePoolGradOp : NN_Op<"average_pool_grad", [DeclareOpInterfaceMethods
     %dx = nn.average_pool_grad %dy {...} : tensor<8x16x16x16xf32> -> tensor<8x16x32x32xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$grad, DenseI64ArrayAttr:$kernel,
+  let arguments = (ins NN_FloatTensor:$grad, DenseI64ArrayAttr:$kernel,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                        UnitAttr:$count_include_pad);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($output)";
 }
 
@@ -225,9 +225,9 @@ def NN_ResizeLinearOp : NN_Op<"resize_linear", [DeclareOpInterfaceMethods<NN_Cos
         : tensor<2x8x16x16xf32> -> tensor<2x8x32x32xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, StrAttr:$coordinate_mode,
+  let arguments = (ins NN_FloatTensor:$input, StrAttr:$coordinate_mode,
                        DenseF64ArrayAttr:$scales);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -240,9 +240,9 @@ def NN_ResizeLinearGradOp : NN_Op<"resize_linear_grad", [DeclareOpInterfaceMetho
         : tensor<2x8x32x32xf32> -> tensor<2x8x16x16xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$grad, StrAttr:$coordinate_mode,
+  let arguments = (ins NN_FloatTensor:$grad, StrAttr:$coordinate_mode,
                        DenseF64ArrayAttr:$scales);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($output)";
 }
 
@@ -263,12 +263,12 @@ def NN_BatchNormOp : NN_Op<"batch_norm", [DeclareOpInterfaceMethods<NN_CostOpInt
         : tensor<8x16x32x32xf32>, tensor<16xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$scale, NN_F32Tensor:$bias,
-                       NN_F32Tensor:$running_mean, NN_F32Tensor:$running_var,
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale, NN_FloatTensor:$bias,
+                       NN_FloatTensor:$running_mean, NN_FloatTensor:$running_var,
                        F32Attr:$epsilon, F32Attr:$momentum);
-  let results = (outs NN_F32Tensor:$output, NN_F32Tensor:$saved_mean,
-                      NN_F32Tensor:$saved_inv_std, NN_F32Tensor:$new_running_mean,
-                      NN_F32Tensor:$new_running_var);
+  let results = (outs NN_FloatTensor:$output, NN_FloatTensor:$saved_mean,
+                      NN_FloatTensor:$saved_inv_std, NN_FloatTensor:$new_running_mean,
+                      NN_FloatTensor:$new_running_var);
   let assemblyFormat = "operands attr-dict `:` type($input) `,` type($scale)";
   let hasVerifier = 1;
 }
@@ -287,9 +287,9 @@ def NN_BatchNormInferenceOp : NN_Op<"batch_norm_inference", [DeclareOpInterfaceM
         : tensor<8x16x32x32xf32>, tensor<16xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$scale, NN_F32Tensor:$bias,
-                       NN_F32Tensor:$mean, NN_F32Tensor:$var, F32Attr:$epsilon);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale, NN_FloatTensor:$bias,
+                       NN_FloatTensor:$mean, NN_FloatTensor:$var, F32Attr:$epsilon);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` type($input) `,` type($scale)";
 }
 
@@ -302,11 +302,11 @@ def NN_BatchNormGradOp : NN_Op<"batch_norm_grad", [DeclareOpInterfaceMethods<NN_
     %dx, %dscale, %dbias = nn.batch_norm_grad %x, %scale, %m, %is, %dy : tensor<8x16x32x32xf32>, tensor<16xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$scale,
-                       NN_F32Tensor:$saved_mean, NN_F32Tensor:$saved_inv_std,
-                       NN_F32Tensor:$grad);
-  let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$scale_grad,
-                      NN_F32Tensor:$bias_grad);
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale,
+                       NN_FloatTensor:$saved_mean, NN_FloatTensor:$saved_inv_std,
+                       NN_FloatTensor:$grad);
+  let results = (outs NN_FloatTensor:$input_grad, NN_FloatTensor:$scale_grad,
+                      NN_FloatTensor:$bias_grad);
   let assemblyFormat = "operands attr-dict `:` type($input) `,` type($scale)";
 }
 
@@ -322,9 +322,9 @@ def NN_LayerNormOp : NN_Op<"layer_norm", [DeclareOpInterfaceMethods<NN_CostOpInt
         : (tensor<8x64x128xf32>, tensor<128xf32>, tensor<128xf32>) -> (tensor<8x64x128xf32>, tensor<512xf32>, tensor<512xf32>)
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$scale,
-                       Optional<NN_F32Tensor>:$bias, I64Attr:$axis, F32Attr:$epsilon);
-  let results = (outs NN_F32Tensor:$output, NN_F32Tensor:$mean, NN_F32Tensor:$inv_std);
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale,
+                       Optional<NN_FloatTensor>:$bias, I64Attr:$axis, F32Attr:$epsilon);
+  let results = (outs NN_FloatTensor:$output, NN_FloatTensor:$mean, NN_FloatTensor:$inv_std);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
@@ -338,10 +338,10 @@ def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [DeclareOpInterfaceMethods<NN_
         -> (tensor<8x64x128xf32>, tensor<128xf32>, tensor<128xf32>)
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$scale, NN_F32Tensor:$mean,
-                       NN_F32Tensor:$inv_std, NN_F32Tensor:$grad, I64Attr:$axis);
-  let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$scale_grad,
-                      NN_F32Tensor:$bias_grad);
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale, NN_FloatTensor:$mean,
+                       NN_FloatTensor:$inv_std, NN_FloatTensor:$grad, I64Attr:$axis);
+  let results = (outs NN_FloatTensor:$input_grad, NN_FloatTensor:$scale_grad,
+                      NN_FloatTensor:$bias_grad);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 
@@ -360,8 +360,8 @@ def NN_GatherOp : NN_Op<"gather", [DeclareOpInterfaceMethods<NN_CostOpInterface>
     %e = nn.gather %table, %ids {axis = 0 : i64} : (tensor<256x128xf32>, tensor<8x64xi64>) -> tensor<8x64x128xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$data, NN_I64Tensor:$indices, I64Attr:$axis);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$data, NN_I64Tensor:$indices, I64Attr:$axis);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
@@ -373,8 +373,8 @@ def NN_GatherGradOp : NN_Op<"gather_grad", [DeclareOpInterfaceMethods<NN_CostOpI
     %dt = nn.gather_grad %dy, %ids {axis = 0 : i64} : (tensor<8x64x128xf32>, tensor<8x64xi64>) -> tensor<256x128xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$grad, NN_I64Tensor:$indices, I64Attr:$axis);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$grad, NN_I64Tensor:$indices, I64Attr:$axis);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 
@@ -386,8 +386,8 @@ def NN_ExpandOp : NN_Op<"expand", [DeclareOpInterfaceMethods<NN_CostOpInterface>
     %y = nn.expand %x : tensor<1x128xf32> -> tensor<8x128xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$input);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -400,8 +400,8 @@ def NN_ConcatOp : NN_Op<"concat", [DeclareOpInterfaceMethods<NN_CostOpInterface>
     %y = nn.concat %a, %b {axis = 1 : i64} : (tensor<8x16xf32>, tensor<8x8xf32>) -> tensor<8x24xf32>
     ```
   }];
-  let arguments = (ins Variadic<NN_F32Tensor>:$inputs, I64Attr:$axis);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins Variadic<NN_FloatTensor>:$inputs, I64Attr:$axis);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$inputs attr-dict `:` functional-type($inputs, results)";
   let hasVerifier = 1;
 }
@@ -417,9 +417,9 @@ def NN_SliceOp : NN_Op<"slice", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
     %y = nn.slice %x {starts = array<i64: 0, 4>, steps = array<i64: 1, 1>} : tensor<8x16xf32> -> tensor<8x8xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, DenseI64ArrayAttr:$starts,
+  let arguments = (ins NN_FloatTensor:$input, DenseI64ArrayAttr:$starts,
                        DenseI64ArrayAttr:$steps);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -437,9 +437,9 @@ def NN_SliceGradOp : NN_Op<"slice_grad", [DeclareOpInterfaceMethods<NN_CostOpInt
     %dx = nn.slice_grad %dy {starts = array<i64: 0, 4>, steps = array<i64: 1, 1>} : tensor<8x8xf32> -> tensor<8x16xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$grad, DenseI64ArrayAttr:$starts,
+  let arguments = (ins NN_FloatTensor:$grad, DenseI64ArrayAttr:$starts,
                        DenseI64ArrayAttr:$steps);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($output)";
 }
 
@@ -457,9 +457,9 @@ def NN_DropoutOp : NN_Op<"dropout", [DeclareOpInterfaceMethods<NN_CostOpInterfac
     %y, %m = nn.dropout %x, %rng {ratio = 5.0e-01 : f32, salt = 3 : i64} : tensor<8x128xf32>, tensor<2xi64>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, NN_I64Tensor:$rng, F32Attr:$ratio,
+  let arguments = (ins NN_FloatTensor:$input, NN_I64Tensor:$rng, F32Attr:$ratio,
                        I64Attr:$salt);
-  let results = (outs NN_F32Tensor:$output, NN_F32Tensor:$mask);
+  let results = (outs NN_FloatTensor:$output, NN_FloatTensor:$mask);
   let assemblyFormat = "$input `,` $rng attr-dict `:` type($input) `,` type($rng)";
 }
 
@@ -470,7 +470,6 @@ def NN_DropoutOp : NN_Op<"dropout", [DeclareOpInterfaceMethods<NN_CostOpInterfac
 // Booleans are i64 tensors holding 0 or 1: ONNX bool inputs, comparison
 // results and Where conditions (one integer type through the runtime; the
 // importer converts at the edges).
-def NN_F32OrI64Tensor : RankedTensorOf<[F32, I64]>;
 
 def NN_CompareOp : NN_Op<"compare", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
     DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
@@ -486,8 +485,8 @@ def NN_CompareOp : NN_Op<"compare", [DeclareOpInterfaceMethods<NN_CostOpInterfac
     %m = nn.compare "eq" %ids, %pad : tensor<4x16xi64>, tensor<i64> -> tensor<4x16xi64>
     ```
   }];
-  let arguments = (ins StrAttr:$predicate, NN_F32OrI64Tensor:$lhs,
-                       NN_F32OrI64Tensor:$rhs);
+  let arguments = (ins StrAttr:$predicate, NN_FloatOrI64Tensor:$lhs,
+                       NN_FloatOrI64Tensor:$rhs);
   let results = (outs NN_I64Tensor:$output);
   let assemblyFormat = "$predicate $lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($output)";
   let hasVerifier = 1;
@@ -506,9 +505,9 @@ def NN_WhereOp : NN_Op<"where", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
     %y = nn.where %mask, %scores, %neg : tensor<4x1x1x16xi64>, tensor<4x2x16x16xf32>, tensor<f32> -> tensor<4x2x16x16xf32>
     ```
   }];
-  let arguments = (ins NN_I64Tensor:$condition, NN_F32OrI64Tensor:$x,
-                       NN_F32OrI64Tensor:$y);
-  let results = (outs NN_F32OrI64Tensor:$output);
+  let arguments = (ins NN_I64Tensor:$condition, NN_FloatOrI64Tensor:$x,
+                       NN_FloatOrI64Tensor:$y);
+  let results = (outs NN_FloatOrI64Tensor:$output);
   let assemblyFormat = "$condition `,` $x `,` $y attr-dict `:` type($condition) `,` type($x) `,` type($y) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -526,8 +525,8 @@ def NN_CastOp : NN_Op<"cast", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
     %f = nn.cast %mask : tensor<4x16xi64> -> tensor<4x16xf32>
     ```
   }];
-  let arguments = (ins NN_F32OrI64Tensor:$input);
-  let results = (outs NN_F32OrI64Tensor:$output);
+  let arguments = (ins NN_FloatOrI64Tensor:$input);
+  let results = (outs NN_FloatOrI64Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
 }

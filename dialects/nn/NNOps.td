@@ -61,8 +61,11 @@ def NN_CostAttr : AttrDef<NN_Dialect, "Cost"> {
 class NN_Op<string mnemonic, list<Trait> traits = []>
     : Op<NN_Dialect, mnemonic, traits # [Pure]>;
 
-def NN_F32Tensor : RankedTensorOf<[F32]>;
+// Float tensors are f32, or f64 throughout after --nn-convert-precision
+// (the exact reference mode, `pipec compile --precision f64`).
+def NN_FloatTensor : RankedTensorOf<[F32, F64]>;
 def NN_I64Tensor : RankedTensorOf<[I64]>;
+def NN_FloatOrI64Tensor : RankedTensorOf<[F32, F64, I64]>;
 
 class NN_UnaryOp<string mnemonic, string what, list<Trait> traits = []>
     : NN_Op<mnemonic, traits # [SameOperandsAndResultType,
@@ -76,8 +79,8 @@ class NN_UnaryOp<string mnemonic, string what, list<Trait> traits = []>
     %y = nn.}] # mnemonic # [{ %x : tensor<8x128xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$input);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($output)";
 }
 
@@ -94,8 +97,8 @@ class NN_BinaryOp<string mnemonic, string what>
     %y = nn.}] # mnemonic # [{ %a, %b : tensor<8x128xf32>, tensor<128xf32> -> tensor<8x128xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$lhs, NN_F32Tensor:$rhs);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -115,12 +118,12 @@ def NN_GemmOp : NN_Op<"gemm", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
     %y = nn.gemm %x, %w, %b {trans_b = true} : (tensor<8x784xf32>, tensor<256x784xf32>, tensor<256xf32>) -> tensor<8x256xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$a, NN_F32Tensor:$b, Optional<NN_F32Tensor>:$c,
+  let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b, Optional<NN_FloatTensor>:$c,
                        DefaultValuedAttr<F32Attr, "1.0">:$alpha,
                        DefaultValuedAttr<F32Attr, "1.0">:$beta,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_a,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_b);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
@@ -136,8 +139,8 @@ def NN_MatMulOp : NN_Op<"matmul", [DeclareOpInterfaceMethods<NN_CostOpInterface>
     %y = nn.matmul %a, %b : (tensor<4x8x16xf32>, tensor<16x32xf32>) -> tensor<4x8x32xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$a, NN_F32Tensor:$b);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
@@ -166,10 +169,10 @@ class NN_SoftmaxBase<string mnemonic, string what>
     %y = nn.}] # mnemonic # [{ %x {axis = -1 : i64} : tensor<8x10xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input,
+  let arguments = (ins NN_FloatTensor:$input,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
                        UnitAttr:$coerce_2d);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($output)";
   let hasVerifier = 1;
 }
@@ -186,8 +189,8 @@ def NN_FlattenOp : NN_Op<"flatten", [DeclareOpInterfaceMethods<NN_CostOpInterfac
     %y = nn.flatten %x {axis = 1 : i64} : tensor<8x1x28x28xf32> -> tensor<8x784xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, DefaultValuedAttr<I64Attr, "1">:$axis);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$input, DefaultValuedAttr<I64Attr, "1">:$axis);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -203,8 +206,8 @@ def NN_ReshapeOp : NN_Op<"reshape", [DeclareOpInterfaceMethods<NN_CostOpInterfac
     %y = nn.reshape %x : tensor<8x784xf32> -> tensor<8x28x28xf32>
     ```
   }];
-  let arguments = (ins RankedTensorOf<[F32, I64]>:$input);
-  let results = (outs RankedTensorOf<[F32, I64]>:$output);
+  let arguments = (ins NN_FloatOrI64Tensor:$input);
+  let results = (outs NN_FloatOrI64Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -220,8 +223,8 @@ def NN_TransposeOp : NN_Op<"transpose", [DeclareOpInterfaceMethods<NN_CostOpInte
     %y = nn.transpose %x {perm = array<i64: 1, 0>} : tensor<8x16xf32> -> tensor<16x8xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, DenseI64ArrayAttr:$perm);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -256,11 +259,11 @@ def NN_SoftmaxCrossEntropyLossOp : NN_Op<"softmax_cross_entropy_loss",
     %l = nn.softmax_cross_entropy_loss %s, %y : (tensor<8x10xf32>, tensor<8xi64>) -> tensor<f32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$scores, NN_I64Tensor:$labels,
-                       Optional<NN_F32Tensor>:$weights,
+  let arguments = (ins NN_FloatTensor:$scores, NN_I64Tensor:$labels,
+                       Optional<NN_FloatTensor>:$weights,
                        DefaultValuedAttr<StrAttr, "\"mean\"">:$reduction,
                        OptionalAttr<I64Attr>:$ignore_index);
-  let results = (outs NN_F32Tensor:$loss, Optional<NN_F32Tensor>:$log_prob);
+  let results = (outs NN_FloatTensor:$loss, Optional<NN_FloatTensor>:$log_prob);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
@@ -280,8 +283,8 @@ class NN_ActivationGradOp<string mnemonic, string what, string saved>
     %dx = nn.}] # mnemonic # [{ %t, %dy : tensor<8x128xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$forward, NN_F32Tensor:$grad);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$forward, NN_FloatTensor:$grad);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$forward `,` $grad attr-dict `:` type($output)";
 }
 def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad", "Relu", "input">;
@@ -299,10 +302,10 @@ def NN_SoftmaxGradOp : NN_Op<"softmax_grad", [SameOperandsAndResultType,
     %dx = nn.softmax_grad %y, %dy {axis = 1 : i64} : tensor<8x10xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$output_value, NN_F32Tensor:$grad,
+  let arguments = (ins NN_FloatTensor:$output_value, NN_FloatTensor:$grad,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
                        UnitAttr:$coerce_2d, UnitAttr:$log);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$output_value `,` $grad attr-dict `:` type($output)";
 }
 
@@ -318,8 +321,8 @@ def NN_SumToShapeOp : NN_Op<"sum_to_shape", [DeclareOpInterfaceMethods<NN_CostOp
     %db = nn.sum_to_shape %dy : tensor<8x256xf32> -> tensor<256xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, DefaultValuedAttr<F64Attr, "1.0">:$scale);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$input, DefaultValuedAttr<F64Attr, "1.0">:$scale);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -332,8 +335,8 @@ def NN_ScaleOp : NN_Op<"scale", [SameOperandsAndResultType,
     %y = nn.scale %x {factor = -1.0 : f64} : tensor<8xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, F64Attr:$factor);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$input, F64Attr:$factor);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($output)";
 }
 
@@ -348,11 +351,11 @@ def NN_SoftmaxCrossEntropyLossGradOp : NN_Op<"softmax_cross_entropy_loss_grad",
     %ds = nn.softmax_cross_entropy_loss_grad %s, %y, %dl : (tensor<8x10xf32>, tensor<8xi64>, tensor<f32>) -> tensor<8x10xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$scores, NN_I64Tensor:$labels,
-                       NN_F32Tensor:$loss_grad, Optional<NN_F32Tensor>:$weights,
+  let arguments = (ins NN_FloatTensor:$scores, NN_I64Tensor:$labels,
+                       NN_FloatTensor:$loss_grad, Optional<NN_FloatTensor>:$weights,
                        DefaultValuedAttr<StrAttr, "\"mean\"">:$reduction,
                        OptionalAttr<I64Attr>:$ignore_index);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
@@ -371,8 +374,8 @@ def NN_SgdUpdateOp : NN_Op<"sgd_update", [DeclareOpInterfaceMethods<NN_CostOpInt
     %w2 = nn.sgd_update %w, %g, %lr : tensor<256x784xf32>, tensor<f32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$weight, NN_F32Tensor:$grad, NN_F32Tensor:$lr);
-  let results = (outs NN_F32Tensor:$output);
+  let arguments = (ins NN_FloatTensor:$weight, NN_FloatTensor:$grad, NN_FloatTensor:$lr);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$weight `,` $grad `,` $lr attr-dict `:` type($output) `,` type($lr)";
   let hasVerifier = 1;
 }
@@ -391,12 +394,12 @@ def NN_MomentumOp : NN_Op<"momentum", [DeclareOpInterfaceMethods<NN_CostOpInterf
         : tensor<f32>, tensor<i64>, tensor<8xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$r, NN_I64Tensor:$t, NN_F32Tensor:$x,
-                       NN_F32Tensor:$g, NN_F32Tensor:$v,
+  let arguments = (ins NN_FloatTensor:$r, NN_I64Tensor:$t, NN_FloatTensor:$x,
+                       NN_FloatTensor:$g, NN_FloatTensor:$v,
                        F32Attr:$alpha, F32Attr:$beta,
                        DefaultValuedAttr<StrAttr, "\"standard\"">:$mode,
                        DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient);
-  let results = (outs NN_F32Tensor:$x_new, NN_F32Tensor:$v_new);
+  let results = (outs NN_FloatTensor:$x_new, NN_FloatTensor:$v_new);
   let assemblyFormat = "$r `,` $t `,` $x `,` $g `,` $v attr-dict `:` type($r) `,` type($t) `,` type($x)";
   let hasVerifier = 1;
 }
@@ -414,14 +417,14 @@ def NN_AdamOp : NN_Op<"adam", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
     %x2, %v2, %h2 = nn.adam %r, %t, %x, %g, %v, %h : tensor<f32>, tensor<i64>, tensor<8xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$r, NN_I64Tensor:$t, NN_F32Tensor:$x,
-                       NN_F32Tensor:$g, NN_F32Tensor:$v, NN_F32Tensor:$h,
+  let arguments = (ins NN_FloatTensor:$r, NN_I64Tensor:$t, NN_FloatTensor:$x,
+                       NN_FloatTensor:$g, NN_FloatTensor:$v, NN_FloatTensor:$h,
                        DefaultValuedAttr<F32Attr, "0.9">:$alpha,
                        DefaultValuedAttr<F32Attr, "0.999">:$beta,
                        DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient,
                        DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient_post,
                        DefaultValuedAttr<F32Attr, "1.0e-6">:$epsilon);
-  let results = (outs NN_F32Tensor:$x_new, NN_F32Tensor:$v_new, NN_F32Tensor:$h_new);
+  let results = (outs NN_FloatTensor:$x_new, NN_FloatTensor:$v_new, NN_FloatTensor:$h_new);
   let assemblyFormat = "$r `,` $t `,` $x `,` $g `,` $v `,` $h attr-dict `:` type($r) `,` type($t) `,` type($x)";
   let hasVerifier = 1;
 }
@@ -437,12 +440,12 @@ def NN_AdagradOp : NN_Op<"adagrad", [DeclareOpInterfaceMethods<NN_CostOpInterfac
     %x2, %h2 = nn.adagrad %r, %t, %x, %g, %h : tensor<f32>, tensor<i64>, tensor<8xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$r, NN_I64Tensor:$t, NN_F32Tensor:$x,
-                       NN_F32Tensor:$g, NN_F32Tensor:$h,
+  let arguments = (ins NN_FloatTensor:$r, NN_I64Tensor:$t, NN_FloatTensor:$x,
+                       NN_FloatTensor:$g, NN_FloatTensor:$h,
                        DefaultValuedAttr<F32Attr, "0.0">:$decay_factor,
                        DefaultValuedAttr<F32Attr, "1.0e-6">:$epsilon,
                        DefaultValuedAttr<F32Attr, "0.0">:$norm_coefficient);
-  let results = (outs NN_F32Tensor:$x_new, NN_F32Tensor:$h_new);
+  let results = (outs NN_FloatTensor:$x_new, NN_FloatTensor:$h_new);
   let assemblyFormat = "$r `,` $t `,` $x `,` $g `,` $h attr-dict `:` type($r) `,` type($t) `,` type($x)";
   let hasVerifier = 1;
 }
@@ -455,7 +458,7 @@ def NN_FillOp : NN_Op<"fill", [DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
     ```
   }];
   let arguments = (ins F64Attr:$value);
-  let results = (outs NN_F32Tensor:$output);
+  let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "attr-dict `:` type($output)";
 }
 

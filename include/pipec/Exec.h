@@ -16,7 +16,7 @@
 
 namespace pipec {
 
-/// A dense host tensor: f32 or i64 elements as bytes.
+/// A dense host tensor: f32, f64 or i64 elements as bytes.
 struct HostTensor {
   std::vector<int64_t> shape;
   bool isFloat = true;

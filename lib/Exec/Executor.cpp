@@ -45,6 +45,9 @@ bool attrBytes(Attribute value, Type type, std::vector<char> &out) {
   if (elem.isF32()) {
     for (float f : dense.getValues<float>())
       std::memcpy(out.data() + 4 * i++, &f, 4);
+  } else if (elem.isF64()) {
+    for (double d : dense.getValues<double>())
+      std::memcpy(out.data() + 8 * i++, &d, 8);
   } else {
     for (int64_t v : dense.getValues<int64_t>())
       std::memcpy(out.data() + 8 * i++, &v, 8);
@@ -112,7 +115,7 @@ bool pipec::executeFunction(func::FuncOp fn,
         auto t = cast<RankedTensorType>(v.getType());
         HostTensor out;
         out.shape.assign(t.getShape().begin(), t.getShape().end());
-        out.isFloat = t.getElementType().isF32();
+        out.isFloat = isa<FloatType>(t.getElementType());
         out.bytes.assign(buffers[v], buffers[v] + byteSize(t));
         outputs.push_back(std::move(out));
       }

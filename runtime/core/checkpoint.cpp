@@ -10,6 +10,7 @@
 #include "core/safetensors.h"
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -43,12 +44,36 @@ void loadWeights(const StageDesc &desc, const std::string &path, char *arena) {
     if (!t)
       throw RtError("weights file '" + path + "' has no tensor '" + w.name +
                     "'");
-    if (t->dtype != "F32" || t->shape != w.shape)
+    const std::string want = desc.isF64() ? "F64" : "F32";
+    if ((t->dtype != "F32" && t->dtype != "F64") || t->shape != w.shape)
       throw RtError("weights file '" + path + "': tensor '" + w.name + "' is " +
                     t->dtype + " " + shapeString(t->shape) +
-                    " but the stage needs F32 " + shapeString(w.shape));
-    if (!file.read(*t, arena + w.offset, error))
+                    " but the stage needs " + want + " " +
+                    shapeString(w.shape));
+    if (t->dtype == want) {
+      if (!file.read(*t, arena + w.offset, error))
+        throw RtError(error);
+      continue;
+    }
+    // The other float type: float32 widens exactly into a float64 stage,
+    // float64 rounds to nearest into a float32 one.
+    std::vector<char> raw(size_t(t->end - t->begin));
+    if (!file.read(*t, raw.data(), error))
       throw RtError(error);
+    const size_t n = raw.size() / (t->dtype == "F64" ? 8 : 4);
+    for (size_t i = 0; i < n; ++i) {
+      if (t->dtype == "F64") {
+        double v;
+        std::memcpy(&v, raw.data() + 8 * i, 8);
+        float f = float(v);
+        std::memcpy(arena + w.offset + 4 * i, &f, 4);
+      } else {
+        float f;
+        std::memcpy(&f, raw.data() + 4 * i, 4);
+        double v = f;
+        std::memcpy(arena + w.offset + 8 * i, &v, 8);
+      }
+    }
   }
 }
 
@@ -70,7 +95,8 @@ std::string writeStageCheckpoint(const std::string &dir, int64_t step,
                   "': " + ec.message());
   std::vector<safetensors::TensorRef> tensors;
   for (const WeightSpec &w : desc.weights)
-    tensors.push_back({w.name, "F32", w.shape, arena + w.offset});
+    tensors.push_back(
+        {w.name, desc.isF64() ? "F64" : "F32", w.shape, arena + w.offset});
   safetensors::Metadata meta = {{"format", "pipec.checkpoint/1"},
                                 {"build_id", desc.buildId},
                                 {"stage", std::to_string(desc.stage)},

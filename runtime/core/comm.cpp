@@ -264,8 +264,23 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
   });
 }
 
-/// Sums `count` floats at `data` over the stage's replicas; with `mean`,
-/// divides by the replica count afterwards.
+/// Sums `count` float elements (float32, or float64 in a float64 stage) at
+/// `data` in place over `comm`, in chunks (MPI counts are int).
+static void allreduceSum(const pipec_ctx &c, void *data, int64_t count,
+                         MPI_Comm comm, const std::string &what) {
+  const bool f64 = c.desc.isF64();
+  char *p = static_cast<char *>(data);
+  for (int64_t done = 0; done < count;) {
+    int n = int(std::min<int64_t>(count - done, int64_t(1) << 30));
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p + done * c.desc.realBytes, n,
+                           f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, comm),
+             what);
+    done += n;
+  }
+}
+
+/// Sums `count` float elements at `data` over the stage's replicas; with
+/// `mean`, divides by the replica count afterwards.
 static void allreduceGradients(pipec_ctx *ctx, void *data, int64_t count,
                                bool mean) {
   const char *fn = mean ? "pipec_rt_allreduce_mean" : "pipec_rt_allreduce";
@@ -273,26 +288,27 @@ static void allreduceGradients(pipec_ctx *ctx, void *data, int64_t count,
     pipec_ctx &c = checkedContext(ctx, fn);
     if (count < 0 || (count > 0 && !data))
       throw RtError(std::string(fn) + ": bad buffer (" +
-                    std::to_string(count) + " floats)");
+                    std::to_string(count) + " elements)");
     if (c.stageComm == MPI_COMM_NULL || count == 0)
       return;
-    // In chunks: MPI counts are int.
     c.timeline.begin(Timeline::AllReduce, -1, c.step);
-    float *p = static_cast<float *>(data);
-    for (int64_t done = 0; done < count;) {
-      int n = int(std::min<int64_t>(count - done, int64_t(1) << 30));
-      mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p + done, n, MPI_FLOAT, MPI_SUM,
-                             c.stageComm),
-               "MPI_Allreduce of stage " + std::to_string(c.desc.stage) +
-                   "'s gradients over its replicas");
-      done += n;
-    }
+    allreduceSum(c, data, count, c.stageComm,
+                 "MPI_Allreduce of stage " + std::to_string(c.desc.stage) +
+                     "'s gradients over its replicas");
     if (mean) {
       int size = 1;
       mpiCheck(MPI_Comm_size(c.stageComm, &size), "MPI_Comm_size");
-      const float scale = 1.0f / float(size);
-      for (int64_t i = 0; i < count; ++i)
-        p[i] *= scale;
+      if (c.desc.isF64()) {
+        double *p = static_cast<double *>(data);
+        const double scale = 1.0 / double(size);
+        for (int64_t i = 0; i < count; ++i)
+          p[i] *= scale;
+      } else {
+        float *p = static_cast<float *>(data);
+        const float scale = 1.0f / float(size);
+        for (int64_t i = 0; i < count; ++i)
+          p[i] *= scale;
+      }
     }
     c.timeline.end(Timeline::AllReduce);
   });
@@ -304,22 +320,16 @@ extern "C" void pipec_rt_allreduce_group(pipec_ctx *ctx, int64_t group,
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_allreduce_group");
     if (count < 0 || (count > 0 && !data))
       throw RtError("pipec_rt_allreduce_group: bad buffer (" +
-                    std::to_string(count) + " floats)");
+                    std::to_string(count) + " elements)");
     if (group < 0 || group >= int64_t(c.tieComms.size()) ||
         c.tieComms[size_t(group)] == MPI_COMM_NULL)
       throw RtError("pipec_rt_allreduce_group: stage " +
                     std::to_string(c.desc.stage) + " is not in tie group " +
                     std::to_string(group));
     c.timeline.begin(Timeline::AllReduce, -1, c.step);
-    float *p = static_cast<float *>(data);
-    for (int64_t done = 0; done < count;) {
-      int n = int(std::min<int64_t>(count - done, int64_t(1) << 30));
-      mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p + done, n, MPI_FLOAT, MPI_SUM,
-                             c.tieComms[size_t(group)]),
-               "MPI_Allreduce of tied weights' gradients (group " +
-                   std::to_string(group) + ")");
-      done += n;
-    }
+    allreduceSum(c, data, count, c.tieComms[size_t(group)],
+                 "MPI_Allreduce of tied weights' gradients (group " +
+                     std::to_string(group) + ")");
     c.timeline.end(Timeline::AllReduce);
   });
 }

@@ -64,7 +64,7 @@ struct pipec_ctx {
   std::vector<pipec::rt::Feed> feeds;
 
   /// Microbatch losses of the current step (loss stage only).
-  std::vector<float> losses;
+  std::vector<double> losses; ///< float32 losses widened exactly
   std::vector<bool> lossRecorded;
 
   /// Outstanding sends: the owned copy and the MPI requests reading it.

@@ -70,8 +70,9 @@ Feed Feed::fromNpy(FeedSpec spec, int64_t globalBatch,
   if (!npy::readFile(path, array, error))
     throw RtError(error);
   const bool isInt = s.isInt || labels;
-  bool converted = isInt ? npy::toInt64(array, feed.ints, error)
-                           : npy::toFloat32(array, feed.floats, error);
+  bool converted = isInt               ? npy::toInt64(array, feed.ints, error)
+                   : s.realBytes == 8 ? npy::toFloat64(array, feed.doubles, error)
+                                      : npy::toFloat32(array, feed.floats, error);
   if (!converted)
     throw RtError(what + ": " + error);
   // Labels of a model whose output flattens samples and positions ([B*T,
@@ -136,6 +137,13 @@ void Feed::fill(int64_t step, int64_t mb, void *dst) const {
         for (int64_t e = 0; e < n; ++e)
           out[e] = int64_t(splitmix64(prefix ^ uint64_t(e)) %
                            uint64_t(feedSpec.classes));
+      } else if (feedSpec.realBytes == 8) {
+        // The same values as the float32 feed (exactly representable).
+        double *out = static_cast<double *>(dst) + i * n;
+        for (int64_t e = 0; e < n; ++e)
+          out[e] = double(float(double(splitmix64(prefix ^ uint64_t(e)) >> 40) *
+                                    (1.0 / 8388608.0) -
+                                1.0));
       } else {
         float *out = static_cast<float *>(dst) + i * n;
         for (int64_t e = 0; e < n; ++e)
@@ -149,6 +157,9 @@ void Feed::fill(int64_t step, int64_t mb, void *dst) const {
     if (isInt)
       std::memcpy(static_cast<int64_t *>(dst) + i * n, ints.data() + row * n,
                   size_t(n) * sizeof(int64_t));
+    else if (feedSpec.realBytes == 8)
+      std::memcpy(static_cast<double *>(dst) + i * n, doubles.data() + row * n,
+                  size_t(n) * sizeof(double));
     else
       std::memcpy(static_cast<float *>(dst) + i * n, floats.data() + row * n,
                   size_t(n) * sizeof(float));

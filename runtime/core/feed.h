@@ -73,7 +73,8 @@ public:
   }
 
   /// Writes microbatch `mb` of step `step` (both 0-based): spec().bytes
-  /// bytes, f32 for inputs and i64 for labels.
+  /// bytes: float32 (float64 in a float64 stage) for float inputs, int64
+  /// for integer inputs and labels.
   void fill(int64_t step, int64_t mb, void *dst) const;
 
 private:
@@ -86,6 +87,7 @@ private:
   bool synthetic = true;
   int64_t numRows = 0;
   std::vector<float> floats;
+  std::vector<double> doubles; ///< float inputs of a float64 stage
   std::vector<int64_t> ints;
 };
 

@@ -322,7 +322,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     ctx.profiler.enable(desc.ops.size());
   if (!o.trace.empty())
     ctx.timeline.enable(ctx.rank, desc.stage, int(desc.replica));
-  ctx.losses.assign(size_t(desc.microbatches), 0.0f);
+  ctx.losses.assign(size_t(desc.microbatches), 0.0);
   ctx.lossRecorded.assign(size_t(desc.microbatches), false);
 
   std::FILE *metrics = nullptr;

@@ -368,8 +368,10 @@ bool writeFile(const std::string &path, const std::string &descr,
   return true;
 }
 
-bool toFloat32(const Array &array, std::vector<float> &out,
-               std::string &error) {
+namespace {
+/// A C-order `<f4` or `<f8` array as T (float64 -> float32 rounds).
+template <class T>
+bool toReal(const Array &array, std::vector<T> &out, std::string &error) {
   if (array.fortranOrder) {
     error = "array is in Fortran order; save it in C order "
             "(numpy.ascontiguousarray)";
@@ -377,21 +379,35 @@ bool toFloat32(const Array &array, std::vector<float> &out,
   }
   size_t n = size_t(array.numel());
   out.resize(n);
+  auto convert = [&](auto source) {
+    for (size_t i = 0; i < n; ++i) {
+      decltype(source) v;
+      std::memcpy(&v, array.data.data() + i * sizeof v, sizeof v);
+      out[i] = T(v);
+    }
+  };
   if (array.descr == "<f4") {
-    std::memcpy(out.data(), array.data.data(), n * sizeof(float));
+    convert(float());
     return true;
   }
   if (array.descr == "<f8") {
-    for (size_t i = 0; i < n; ++i) {
-      double v;
-      std::memcpy(&v, array.data.data() + i * sizeof(double), sizeof(double));
-      out[i] = float(v);
-    }
+    convert(double());
     return true;
   }
   error =
       "dtype '" + array.descr + "' is not float32 or float64 ('<f4' or '<f8')";
   return false;
+}
+} // namespace
+
+bool toFloat32(const Array &array, std::vector<float> &out,
+               std::string &error) {
+  return toReal(array, out, error);
+}
+
+bool toFloat64(const Array &array, std::vector<double> &out,
+               std::string &error) {
+  return toReal(array, out, error);
 }
 
 bool toInt64(const Array &array, std::vector<int64_t> &out,

@@ -67,6 +67,10 @@ bool writeFile(const std::string &path, const std::string &descr,
 /// Converts a C-order `<f4` or `<f8` array to float32.
 bool toFloat32(const Array &array, std::vector<float> &out, std::string &error);
 
+/// Converts a C-order `<f4` or `<f8` array to float64 (exact).
+bool toFloat64(const Array &array, std::vector<double> &out,
+               std::string &error);
+
 /// Converts a C-order `<i8` or `<i4` array to int64.
 bool toInt64(const Array &array, std::vector<int64_t> &out, std::string &error);
 

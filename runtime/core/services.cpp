@@ -41,6 +41,16 @@ extern "C" void pipec_rt_feed(pipec_ctx *ctx, int64_t feed, int64_t mb,
   });
 }
 
+namespace {
+/// Stores a scalar in the stage's float type (float32, or float64).
+void writeReal(const pipec_ctx &c, void *dst, double v) {
+  if (c.desc.isF64())
+    *static_cast<double *>(dst) = v;
+  else
+    *static_cast<float *>(dst) = float(v);
+}
+} // namespace
+
 extern "C" void pipec_rt_loss(pipec_ctx *ctx, int64_t mb, const void *loss) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_loss");
@@ -53,7 +63,9 @@ extern "C" void pipec_rt_loss(pipec_ctx *ctx, int64_t mb, const void *loss) {
     if (c.lossRecorded[size_t(mb)])
       throw RtError("pipec_rt_loss: the loss of microbatch " +
                     std::to_string(mb) + " was recorded twice in one step");
-    c.losses[size_t(mb)] = *static_cast<const float *>(loss);
+    c.losses[size_t(mb)] = c.desc.isF64()
+                               ? *static_cast<const double *>(loss)
+                               : double(*static_cast<const float *>(loss));
     c.lossRecorded[size_t(mb)] = true;
   });
 }
@@ -71,7 +83,7 @@ extern "C" void pipec_rt_loss_seed(pipec_ctx *ctx, void *dst) {
     double seed = c.desc.schedule == "1f1b" ? 1.0 : 1.0 / double(c.desc.microbatches);
     if (c.desc.replicaSplit)
       seed *= double(c.desc.sliceSize) / double(c.desc.microbatch);
-    *static_cast<float *>(dst) = float(seed);
+    writeReal(c, dst, seed);
   });
 }
 
@@ -79,7 +91,7 @@ extern "C" void pipec_rt_lr(pipec_ctx *ctx, void *dst) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_lr");
     checkPointer(dst, "pipec_rt_lr");
-    *static_cast<float *>(dst) = float(c.options.lr);
+    writeReal(c, dst, c.options.lr);
   });
 }
 

@@ -169,6 +169,11 @@ StageDesc parseStageDesc(const std::string &json) {
                   std::to_string(d.versionedBytes) + ") or slots (" +
                   std::to_string(d.slots) + ") out of range");
   d.loss = r.boolean("loss", false);
+  const std::string precision = r.has("precision") ? r.str("precision") : "f32";
+  if (precision != "f32" && precision != "f64")
+    throw RtError(what + ": precision \"" + precision +
+                  "\" (expected \"f32\" or \"f64\")");
+  d.realBytes = precision == "f64" ? 8 : 4;
   if (r.has("tie_groups")) {
     for (const Json &g : r.list("tie_groups")) {
       std::vector<int64_t> stages;
@@ -193,11 +198,12 @@ StageDesc parseStageDesc(const std::string &json) {
     spec.offset = named.integer("offset");
     spec.shape = named.shape("shape");
     std::string dtype = named.has("dtype") ? named.str("dtype") : "f32";
-    if (dtype != "f32")
+    if (dtype != precision)
       throw RtError(what + " weight '" + spec.name + "' has dtype " + dtype +
-                    "; the runtime stores f32 weights only");
-    spec.bytes = product(spec.shape) * 4;
-    if (spec.offset % 4 != 0 || spec.offset + spec.bytes > d.arenaBytes)
+                    " in a " + precision + " stage");
+    spec.bytes = product(spec.shape) * d.realBytes;
+    if (spec.offset % d.realBytes != 0 ||
+        spec.offset + spec.bytes > d.arenaBytes)
       throw RtError(what + " weight '" + spec.name + "' at offset " +
                     std::to_string(spec.offset) + " (" +
                     std::to_string(spec.bytes) +
@@ -236,11 +242,13 @@ StageDesc parseStageDesc(const std::string &json) {
           spec.isInt = true;
           spec.classes = named.integer("classes", 1);
           spec.bytes = product(spec.shape) * 8;
-        } else if (dtype == "f32") {
-          spec.bytes = product(spec.shape) * 4;
+        } else if (dtype == precision) {
+          spec.realBytes = d.realBytes;
+          spec.bytes = product(spec.shape) * d.realBytes;
         } else {
           throw RtError(what + " feed '" + spec.name + "' has dtype " + dtype +
-                        "; model inputs must be f32 or i64");
+                        "; model inputs of a " + precision + " stage must be " +
+                        precision + " or i64");
         }
       } else if (kind == "labels") {
         spec.kind = FeedSpec::Kind::Labels;

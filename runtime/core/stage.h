@@ -24,7 +24,8 @@
 namespace pipec {
 namespace rt {
 
-/// A weight of this stage: F32, placed in the arena at `offset`.
+/// A weight of this stage: F32 (F64 in the float64 reference mode), placed
+/// in the arena at `offset`.
 struct WeightSpec {
   std::string name;
   int64_t offset = 0;
@@ -49,8 +50,10 @@ struct FeedSpec {
   int64_t classes = 0;
   /// Elements of one sample (product of shape[1:]).
   int64_t sampleElems = 1;
-  /// Bytes of one microbatch (f32 or i64 elements).
+  /// Bytes of one microbatch (float or i64 elements).
   int64_t bytes = 0;
+  /// Bytes of a float element (4, or 8 in a float64 stage).
+  int realBytes = 4;
 };
 
 /// One entry of the stage description's "ops" (profiler metadata).
@@ -100,6 +103,11 @@ struct StageDesc {
   std::vector<FeedSpec> feeds;
   bool loss = false;
   std::vector<OpSpec> ops;
+  /// Bytes of a float element: 4 (float32), or 8 in the float64 reference
+  /// mode ("precision": "f64"), where every float tensor of the stage,
+  /// message, loss and checkpoint is a double.
+  int realBytes = 4;
+  bool isF64() const { return realBytes == 8; }
 };
 
 /// Split replicas: the first sample and the sample count of replica `j` of

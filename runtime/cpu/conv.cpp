@@ -17,11 +17,12 @@
 ///
 /// where col() is im2col: row (c, ki, kj) of col holds, for every output
 /// pixel (oh, ow), X[c, oh*sH - padTop + ki*dH, ow*sW - padLeft + kj*dW],
-/// or 0 where that falls in the padding. The products are OpenBLAS sgemm
-/// calls (which use their own threads). When an image has few output pixels
-/// (P <= 512), the GEMMs of several images are fused into one over their
-/// concatenated patch matrices (imageBlock), since skinny per-image GEMMs
-/// run well below BLAS peak. Two shapes avoid im2col:
+/// or 0 where that falls in the padding. The products are OpenBLAS GEMM
+/// calls (sgemm, or dgemm for the float64 twins; BLAS uses its own threads).
+/// When an image has few output pixels (P <= 512), the GEMMs of several images
+/// are fused into one over their concatenated patch matrices (imageBlock),
+/// since skinny per-image GEMMs run well below BLAS peak. Two shapes avoid
+/// im2col:
 ///  - pointwise convolutions (1x1, stride 1, no padding, oH = H, oW = W)
 ///    on images processed one at a time: col(X) is X itself, so X / dX are
 ///    used directly as GEMM operands;
@@ -46,9 +47,8 @@
 
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
 #include "cpu/strided.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <climits>
@@ -56,6 +56,7 @@
 #include <vector>
 
 using namespace pipec::rt;
+using pipec::cpu::blasGemm;
 
 namespace {
 
@@ -116,9 +117,9 @@ inline void validRange(int64_t off, int64_t stride, int64_t inLen,
   lo = std::min(lo, hi);
 }
 
-/// A per-thread scratch buffer of at least n floats (contents undefined).
-float *scratch(int64_t n) {
-  thread_local std::vector<float> buffer;
+/// A per-thread scratch buffer of at least n elements (contents undefined).
+template <class T> T *scratch(int64_t n) {
+  thread_local std::vector<T> buffer;
   if (buffer.size() < size_t(n))
     buffer.resize(size_t(n));
   return buffer.data();
@@ -126,13 +127,14 @@ float *scratch(int64_t n) {
 
 /// Row-major C[MxN] = op(A) * op(B) (+ C when accumulate), via OpenBLAS.
 /// Requires every dimension to fit a blasint (ConvShape::valid).
-void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-           const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
-           int64_t ldc, bool accumulate) {
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-              transB ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
-              blasint(k), 1.0f, a, blasint(lda), b, blasint(ldb),
-              accumulate ? 1.0f : 0.0f, c, blasint(ldc));
+template <class T>
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const T *a,
+          int64_t lda, const T *b, int64_t ldb, T *c, int64_t ldc,
+          bool accumulate) {
+  blasGemm(transA ? CblasTrans : CblasNoTrans,
+           transB ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
+           blasint(k), T(1), a, blasint(lda), b, blasint(ldb),
+           T(accumulate ? 1 : 0), c, blasint(ldc));
 }
 
 //===----------------------------------------------------------------------===//
@@ -141,29 +143,30 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
 
 /// col[K, P] = col(xg) for the Cg channels of one group of one image; row
 /// k of col starts at col + k * ld (ld >= P).
-void im2col(const ConvShape &s, const float *xg, float *col, int64_t ld) {
+template <class T>
+void im2col(const ConvShape &s, const T *xg, T *col, int64_t ld) {
   for (int64_t c = 0; c < s.cg; ++c) {
-    const float *xc = xg + c * s.h * s.w;
+    const T *xc = xg + c * s.h * s.w;
     for (int64_t ki = 0; ki < s.kh; ++ki) {
       int64_t offH = ki * s.dh - s.pt, hLo, hHi;
       validRange(offH, s.sh, s.h, s.oh, hLo, hHi);
       for (int64_t kj = 0; kj < s.kw; ++kj) {
         int64_t offW = kj * s.dw - s.pl, wLo, wHi;
         validRange(offW, s.sw, s.w, s.ow, wLo, wHi);
-        float *row = col + ((c * s.kh + ki) * s.kw + kj) * ld;
-        std::fill(row, row + hLo * s.ow, 0.0f);
-        std::fill(row + hHi * s.ow, row + s.p, 0.0f);
+        T *row = col + ((c * s.kh + ki) * s.kw + kj) * ld;
+        std::fill(row, row + hLo * s.ow, T(0));
+        std::fill(row + hHi * s.ow, row + s.p, T(0));
         for (int64_t o = hLo; o < hHi; ++o) {
-          float *r = row + o * s.ow;
-          const float *xr = xc + (o * s.sh + offH) * s.w + offW;
-          std::fill(r, r + wLo, 0.0f);
+          T *r = row + o * s.ow;
+          const T *xr = xc + (o * s.sh + offH) * s.w + offW;
+          std::fill(r, r + wLo, T(0));
           if (s.sw == 1) {
-            std::memcpy(r + wLo, xr + wLo, sizeof(float) * size_t(wHi - wLo));
+            std::memcpy(r + wLo, xr + wLo, sizeof(T) * size_t(wHi - wLo));
           } else {
             for (int64_t q = wLo; q < wHi; ++q)
               r[q] = xr[q * s.sw];
           }
-          std::fill(r + wHi, r + s.ow, 0.0f);
+          std::fill(r + wHi, r + s.ow, T(0));
         }
       }
     }
@@ -172,19 +175,20 @@ void im2col(const ConvShape &s, const float *xg, float *col, int64_t ld) {
 
 /// dxg += col2im(col): the adjoint of im2col (padding entries are
 /// dropped); row k of col starts at col + k * ld.
-void col2imAdd(const ConvShape &s, const float *col, int64_t ld, float *dxg) {
+template <class T>
+void col2imAdd(const ConvShape &s, const T *col, int64_t ld, T *dxg) {
   for (int64_t c = 0; c < s.cg; ++c) {
-    float *dxc = dxg + c * s.h * s.w;
+    T *dxc = dxg + c * s.h * s.w;
     for (int64_t ki = 0; ki < s.kh; ++ki) {
       int64_t offH = ki * s.dh - s.pt, hLo, hHi;
       validRange(offH, s.sh, s.h, s.oh, hLo, hHi);
       for (int64_t kj = 0; kj < s.kw; ++kj) {
         int64_t offW = kj * s.dw - s.pl, wLo, wHi;
         validRange(offW, s.sw, s.w, s.ow, wLo, wHi);
-        const float *row = col + ((c * s.kh + ki) * s.kw + kj) * ld;
+        const T *row = col + ((c * s.kh + ki) * s.kw + kj) * ld;
         for (int64_t o = hLo; o < hHi; ++o) {
-          const float *r = row + o * s.ow;
-          float *dxr = dxc + (o * s.sh + offH) * s.w + offW;
+          const T *r = row + o * s.ow;
+          T *dxr = dxc + (o * s.sh + offH) * s.w + offW;
           if (s.sw == 1) {
             for (int64_t q = wLo; q < wHi; ++q)
               dxr[q] += r[q];
@@ -203,18 +207,18 @@ void col2imAdd(const ConvShape &s, const float *col, int64_t ld, float *dxg) {
 //===----------------------------------------------------------------------===//
 
 /// yp[oH, oW] += conv of one input plane xc with one kH x kW filter wm.
-void depthwisePlane(const ConvShape &s, const float *xc, const float *wm,
-                    float *yp) {
+template <class T>
+void depthwisePlane(const ConvShape &s, const T *xc, const T *wm, T *yp) {
   for (int64_t ki = 0; ki < s.kh; ++ki) {
     int64_t offH = ki * s.dh - s.pt, hLo, hHi;
     validRange(offH, s.sh, s.h, s.oh, hLo, hHi);
     for (int64_t kj = 0; kj < s.kw; ++kj) {
       int64_t offW = kj * s.dw - s.pl, wLo, wHi;
       validRange(offW, s.sw, s.w, s.ow, wLo, wHi);
-      const float wv = wm[ki * s.kw + kj];
+      const T wv = wm[ki * s.kw + kj];
       for (int64_t o = hLo; o < hHi; ++o) {
-        const float *xr = xc + (o * s.sh + offH) * s.w + offW;
-        float *yr = yp + o * s.ow;
+        const T *xr = xc + (o * s.sh + offH) * s.w + offW;
+        T *yr = yp + o * s.ow;
         if (s.sw == 1) {
           for (int64_t q = wLo; q < wHi; ++q)
             yr[q] += wv * xr[q];
@@ -228,18 +232,19 @@ void depthwisePlane(const ConvShape &s, const float *xc, const float *wm,
 }
 
 /// dxc += the adjoint of depthwisePlane with respect to the input plane.
-void depthwisePlaneGradInput(const ConvShape &s, const float *dyp,
-                             const float *wm, float *dxc) {
+template <class T>
+void depthwisePlaneGradInput(const ConvShape &s, const T *dyp, const T *wm,
+                             T *dxc) {
   for (int64_t ki = 0; ki < s.kh; ++ki) {
     int64_t offH = ki * s.dh - s.pt, hLo, hHi;
     validRange(offH, s.sh, s.h, s.oh, hLo, hHi);
     for (int64_t kj = 0; kj < s.kw; ++kj) {
       int64_t offW = kj * s.dw - s.pl, wLo, wHi;
       validRange(offW, s.sw, s.w, s.ow, wLo, wHi);
-      const float wv = wm[ki * s.kw + kj];
+      const T wv = wm[ki * s.kw + kj];
       for (int64_t o = hLo; o < hHi; ++o) {
-        float *dxr = dxc + (o * s.sh + offH) * s.w + offW;
-        const float *dyr = dyp + o * s.ow;
+        T *dxr = dxc + (o * s.sh + offH) * s.w + offW;
+        const T *dyr = dyp + o * s.ow;
         if (s.sw == 1) {
           for (int64_t q = wLo; q < wHi; ++q)
             dxr[q] += wv * dyr[q];
@@ -253,16 +258,16 @@ void depthwisePlaneGradInput(const ConvShape &s, const float *dyp,
 }
 
 /// sum_i a[i] * b[i * sb], with independent lanes so that it vectorises.
-float dotStrided(const float *a, const float *b, int64_t sb, int64_t n) {
+template <class T> T dotStrided(const T *a, const T *b, int64_t sb, int64_t n) {
   constexpr int kLanes = 8;
-  float lanes[kLanes] = {};
+  T lanes[kLanes] = {};
   int64_t i = 0;
   if (sb == 1) {
     for (; i + kLanes <= n; i += kLanes)
       for (int l = 0; l < kLanes; ++l)
         lanes[l] += a[i + l] * b[i + l];
   }
-  float acc = 0;
+  T acc = 0;
   for (; i < n; ++i)
     acc += a[i] * b[i * sb];
   for (int l = 0; l < kLanes; ++l)
@@ -271,17 +276,18 @@ float dotStrided(const float *a, const float *b, int64_t sb, int64_t n) {
 }
 
 /// dwm[kH, kW] += the adjoint of depthwisePlane with respect to the filter.
-void depthwisePlaneGradWeight(const ConvShape &s, const float *dyp,
-                              const float *xc, float *dwm) {
+template <class T>
+void depthwisePlaneGradWeight(const ConvShape &s, const T *dyp, const T *xc,
+                              T *dwm) {
   for (int64_t ki = 0; ki < s.kh; ++ki) {
     int64_t offH = ki * s.dh - s.pt, hLo, hHi;
     validRange(offH, s.sh, s.h, s.oh, hLo, hHi);
     for (int64_t kj = 0; kj < s.kw; ++kj) {
       int64_t offW = kj * s.dw - s.pl, wLo, wHi;
       validRange(offW, s.sw, s.w, s.ow, wLo, wHi);
-      float acc = 0;
+      T acc = 0;
       for (int64_t o = hLo; o < hHi; ++o) {
-        const float *xr = xc + (o * s.sh + offH) * s.w + offW;
+        const T *xr = xc + (o * s.sh + offH) * s.w + offW;
         acc +=
             dotStrided(dyp + o * s.ow + wLo, xr + wLo * s.sw, s.sw, wHi - wLo);
       }
@@ -302,18 +308,16 @@ int64_t imageBlock(const ConvShape &s) {
   return std::max<int64_t>(1, std::min(s.n, kTargetColumns / s.p));
 }
 
-} // namespace
-
 //===----------------------------------------------------------------------===//
-// Entry points
+// Kernels
 //===----------------------------------------------------------------------===//
 
-extern "C" void pipec_k_conv2d(void *const *bufs, const int64_t *ints,
-                               const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  const float *w = static_cast<const float *>(bufs[1]);
-  const float *bias = static_cast<const float *>(bufs[2]);
-  float *y = static_cast<float *>(bufs[3]);
+template <class T>
+void conv2dKernel(void *const *bufs, const int64_t *ints, const double *reals) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  const T *w = static_cast<const T *>(bufs[1]);
+  const T *bias = static_cast<const T *>(bufs[2]);
+  T *y = static_cast<T *>(bufs[3]);
   const ConvShape s(ints);
   if (s.n <= 0 || s.m <= 0 || s.oh <= 0 || s.ow <= 0)
     return;
@@ -325,8 +329,8 @@ extern "C" void pipec_k_conv2d(void *const *bufs, const int64_t *ints,
   // Y starts as the bias (or zeros); every path then accumulates into it.
   for (int64_t in = 0; in < s.n; ++in)
     for (int64_t om = 0; om < s.m; ++om) {
-      float *yp = y + (in * s.m + om) * s.p;
-      std::fill(yp, yp + s.p, useBias ? bias[om] : 0.0f);
+      T *yp = y + (in * s.m + om) * s.p;
+      std::fill(yp, yp + s.p, useBias ? bias[om] : T(0));
     }
   if (s.k == 0)
     return; // No input channels: Y is the bias.
@@ -341,37 +345,37 @@ extern "C" void pipec_k_conv2d(void *const *bufs, const int64_t *ints,
   const int64_t block = imageBlock(s);
   if (block == 1) {
     const bool pointwise = s.pointwise();
-    float *col = pointwise ? nullptr : scratch(s.k * s.p);
+    T *col = pointwise ? nullptr : scratch<T>(s.k * s.p);
     for (int64_t in = 0; in < s.n; ++in) {
       for (int64_t g = 0; g < s.groups; ++g) {
-        const float *xg = x + (in * s.c + g * s.cg) * s.h * s.w;
-        const float *patches = xg;
+        const T *xg = x + (in * s.c + g * s.cg) * s.h * s.w;
+        const T *patches = xg;
         if (!pointwise) {
           im2col(s, xg, col, s.p);
           patches = col;
         }
-        sgemm(false, false, s.mg, s.p, s.k, w + g * s.mg * s.k, s.k, patches,
-              s.p, y + (in * s.m + g * s.mg) * s.p, s.p, /*accumulate=*/true);
+        gemm(false, false, s.mg, s.p, s.k, w + g * s.mg * s.k, s.k, patches,
+             s.p, y + (in * s.m + g * s.mg) * s.p, s.p, /*accumulate=*/true);
       }
     }
     return;
   }
   // Blocks of images: col [K, nb * P], product [Mg, nb * P].
   const int64_t cols = block * s.p;
-  float *col = scratch(s.k * cols + s.mg * cols);
-  float *prod = col + s.k * cols;
+  T *col = scratch<T>(s.k * cols + s.mg * cols);
+  T *prod = col + s.k * cols;
   for (int64_t in0 = 0; in0 < s.n; in0 += block) {
     const int64_t nb = std::min(block, s.n - in0);
     for (int64_t g = 0; g < s.groups; ++g) {
       for (int64_t b = 0; b < nb; ++b)
         im2col(s, x + ((in0 + b) * s.c + g * s.cg) * s.h * s.w, col + b * s.p,
                cols);
-      sgemm(false, false, s.mg, nb * s.p, s.k, w + g * s.mg * s.k, s.k, col,
-            cols, prod, cols, /*accumulate=*/false);
+      gemm(false, false, s.mg, nb * s.p, s.k, w + g * s.mg * s.k, s.k, col,
+           cols, prod, cols, /*accumulate=*/false);
       for (int64_t om = 0; om < s.mg; ++om)
         for (int64_t b = 0; b < nb; ++b) {
-          float *yp = y + ((in0 + b) * s.m + g * s.mg + om) * s.p;
-          const float *pp = prod + om * cols + b * s.p;
+          T *yp = y + ((in0 + b) * s.m + g * s.mg + om) * s.p;
+          const T *pp = prod + om * cols + b * s.p;
           for (int64_t i = 0; i < s.p; ++i)
             yp[i] += pp[i];
         }
@@ -379,12 +383,12 @@ extern "C" void pipec_k_conv2d(void *const *bufs, const int64_t *ints,
   }
 }
 
-extern "C" void pipec_k_conv2d_grad_input(void *const *bufs,
-                                          const int64_t *ints,
-                                          const double *reals) {
-  const float *dy = static_cast<const float *>(bufs[0]);
-  const float *w = static_cast<const float *>(bufs[1]);
-  float *dx = static_cast<float *>(bufs[2]);
+template <class T>
+void conv2dGradInputKernel(void *const *bufs, const int64_t *ints,
+                           const double *reals) {
+  const T *dy = static_cast<const T *>(bufs[0]);
+  const T *w = static_cast<const T *>(bufs[1]);
+  T *dx = static_cast<T *>(bufs[2]);
   const ConvShape s(ints);
   if (s.n <= 0 || s.c <= 0 || s.h <= 0 || s.w <= 0)
     return;
@@ -396,7 +400,7 @@ extern "C" void pipec_k_conv2d_grad_input(void *const *bufs,
   const int64_t block = imageBlock(s);
   const bool empty = s.m == 0 || s.p == 0;
   if (empty || !pointwise || block > 1)
-    std::fill(dx, dx + s.xCount(), 0.0f); // Paths below accumulate.
+    std::fill(dx, dx + s.xCount(), T(0)); // Paths below accumulate.
   if (empty)
     return;
 
@@ -408,21 +412,21 @@ extern "C" void pipec_k_conv2d_grad_input(void *const *bufs,
     return;
   }
   if (block == 1) {
-    float *col = pointwise ? nullptr : scratch(s.k * s.p);
+    T *col = pointwise ? nullptr : scratch<T>(s.k * s.p);
     for (int64_t in = 0; in < s.n; ++in) {
       for (int64_t g = 0; g < s.groups; ++g) {
-        const float *dyg = dy + (in * s.m + g * s.mg) * s.p;
-        const float *wg = w + g * s.mg * s.k;
-        float *dxg = dx + (in * s.c + g * s.cg) * s.h * s.w;
+        const T *dyg = dy + (in * s.m + g * s.mg) * s.p;
+        const T *wg = w + g * s.mg * s.k;
+        T *dxg = dx + (in * s.c + g * s.cg) * s.h * s.w;
         // [K, P] = W[g]^T (K x Mg) * dY[n, g] (Mg x P); with a pointwise
         // convolution K = Cg and P = H * W, so that is dX[n, g] itself.
         if (pointwise) {
-          sgemm(true, false, s.k, s.p, s.mg, wg, s.k, dyg, s.p, dxg, s.p,
-                /*accumulate=*/false);
+          gemm(true, false, s.k, s.p, s.mg, wg, s.k, dyg, s.p, dxg, s.p,
+               /*accumulate=*/false);
           continue;
         }
-        sgemm(true, false, s.k, s.p, s.mg, wg, s.k, dyg, s.p, col, s.p,
-              /*accumulate=*/false);
+        gemm(true, false, s.k, s.p, s.mg, wg, s.k, dyg, s.p, col, s.p,
+             /*accumulate=*/false);
         col2imAdd(s, col, s.p, dxg);
       }
     }
@@ -430,8 +434,8 @@ extern "C" void pipec_k_conv2d_grad_input(void *const *bufs,
   }
   // Blocks of images: dY gathered into [Mg, nb * P], col [K, nb * P].
   const int64_t cols = block * s.p;
-  float *col = scratch(s.k * cols + s.mg * cols);
-  float *dyBlock = col + s.k * cols;
+  T *col = scratch<T>(s.k * cols + s.mg * cols);
+  T *dyBlock = col + s.k * cols;
   for (int64_t in0 = 0; in0 < s.n; in0 += block) {
     const int64_t nb = std::min(block, s.n - in0);
     for (int64_t g = 0; g < s.groups; ++g) {
@@ -439,9 +443,9 @@ extern "C" void pipec_k_conv2d_grad_input(void *const *bufs,
         for (int64_t b = 0; b < nb; ++b)
           std::memcpy(dyBlock + om * cols + b * s.p,
                       dy + ((in0 + b) * s.m + g * s.mg + om) * s.p,
-                      sizeof(float) * size_t(s.p));
-      sgemm(true, false, s.k, nb * s.p, s.mg, w + g * s.mg * s.k, s.k, dyBlock,
-            cols, col, cols, /*accumulate=*/false);
+                      sizeof(T) * size_t(s.p));
+      gemm(true, false, s.k, nb * s.p, s.mg, w + g * s.mg * s.k, s.k, dyBlock,
+           cols, col, cols, /*accumulate=*/false);
       for (int64_t b = 0; b < nb; ++b)
         col2imAdd(s, col + b * s.p, cols,
                   dx + ((in0 + b) * s.c + g * s.cg) * s.h * s.w);
@@ -449,12 +453,12 @@ extern "C" void pipec_k_conv2d_grad_input(void *const *bufs,
   }
 }
 
-extern "C" void pipec_k_conv2d_grad_weight(void *const *bufs,
-                                           const int64_t *ints,
-                                           const double *reals) {
-  const float *dy = static_cast<const float *>(bufs[0]);
-  const float *x = static_cast<const float *>(bufs[1]);
-  float *dw = static_cast<float *>(bufs[2]);
+template <class T>
+void conv2dGradWeightKernel(void *const *bufs, const int64_t *ints,
+                            const double *reals) {
+  const T *dy = static_cast<const T *>(bufs[0]);
+  const T *x = static_cast<const T *>(bufs[1]);
+  T *dw = static_cast<T *>(bufs[2]);
   const ConvShape s(ints);
   if (s.m <= 0 || s.cg <= 0 || s.kh <= 0 || s.kw <= 0)
     return; // dW is empty (or its shape is unknowable: nothing to poison).
@@ -463,11 +467,11 @@ extern "C" void pipec_k_conv2d_grad_weight(void *const *bufs,
     return;
   }
   if (s.n <= 0 || s.p <= 0) {
-    std::fill(dw, dw + s.wCount(), 0.0f);
+    std::fill(dw, dw + s.wCount(), T(0));
     return;
   }
   if (s.cg == 1) {
-    std::fill(dw, dw + s.wCount(), 0.0f);
+    std::fill(dw, dw + s.wCount(), T(0));
     for (int64_t in = 0; in < s.n; ++in)
       for (int64_t om = 0; om < s.m; ++om)
         depthwisePlaneGradWeight(s, dy + (in * s.m + om) * s.p,
@@ -478,28 +482,28 @@ extern "C" void pipec_k_conv2d_grad_weight(void *const *bufs,
   const int64_t block = imageBlock(s);
   if (block == 1) {
     const bool pointwise = s.pointwise();
-    float *col = pointwise ? nullptr : scratch(s.k * s.p);
+    T *col = pointwise ? nullptr : scratch<T>(s.k * s.p);
     for (int64_t in = 0; in < s.n; ++in) {
       for (int64_t g = 0; g < s.groups; ++g) {
-        const float *xg = x + (in * s.c + g * s.cg) * s.h * s.w;
-        const float *patches = xg;
+        const T *xg = x + (in * s.c + g * s.cg) * s.h * s.w;
+        const T *patches = xg;
         if (!pointwise) {
           im2col(s, xg, col, s.p);
           patches = col;
         }
         // dW[g] (Mg x K) (+)= dY[n, g] (Mg x P) * col^T (P x K); the first
         // image overwrites, so dW needs no zeroing.
-        sgemm(false, true, s.mg, s.k, s.p, dy + (in * s.m + g * s.mg) * s.p,
-              s.p, patches, s.p, dw + g * s.mg * s.k, s.k,
-              /*accumulate=*/in > 0);
+        gemm(false, true, s.mg, s.k, s.p, dy + (in * s.m + g * s.mg) * s.p, s.p,
+             patches, s.p, dw + g * s.mg * s.k, s.k,
+             /*accumulate=*/in > 0);
       }
     }
     return;
   }
   // Blocks of images: dW[g] (+)= dY [Mg, nb * P] * col [K, nb * P]^T.
   const int64_t cols = block * s.p;
-  float *col = scratch(s.k * cols + s.mg * cols);
-  float *dyBlock = col + s.k * cols;
+  T *col = scratch<T>(s.k * cols + s.mg * cols);
+  T *dyBlock = col + s.k * cols;
   for (int64_t in0 = 0; in0 < s.n; in0 += block) {
     const int64_t nb = std::min(block, s.n - in0);
     for (int64_t g = 0; g < s.groups; ++g) {
@@ -509,10 +513,16 @@ extern "C" void pipec_k_conv2d_grad_weight(void *const *bufs,
         for (int64_t om = 0; om < s.mg; ++om)
           std::memcpy(dyBlock + om * cols + b * s.p,
                       dy + ((in0 + b) * s.m + g * s.mg + om) * s.p,
-                      sizeof(float) * size_t(s.p));
+                      sizeof(T) * size_t(s.p));
       }
-      sgemm(false, true, s.mg, s.k, nb * s.p, dyBlock, cols, col, cols,
-            dw + g * s.mg * s.k, s.k, /*accumulate=*/in0 > 0);
+      gemm(false, true, s.mg, s.k, nb * s.p, dyBlock, cols, col, cols,
+           dw + g * s.mg * s.k, s.k, /*accumulate=*/in0 > 0);
     }
   }
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_conv2d, conv2dKernel)
+PIPEC_CPU_KERNEL(pipec_k_conv2d_grad_input, conv2dGradInputKernel)
+PIPEC_CPU_KERNEL(pipec_k_conv2d_grad_weight, conv2dGradWeightKernel)

@@ -33,10 +33,15 @@
 ///
 /// Unknown opcodes poison the output with NaN (cpu/strided.h explains why).
 ///
+/// Every kernel except pipec_k_copy (which moves bytes) is a template over
+/// the element type (float, or double for the `_f64` twins, see
+/// cpu/real.h); the double instantiations compute in double throughout.
+///
 //===----------------------------------------------------------------------===//
 
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
 #include "cpu/strided.h"
 
 #include <algorithm>
@@ -51,51 +56,51 @@ using namespace pipec::rt;
 
 namespace {
 
-struct AddOp {
-  static float apply(float a, float b) { return a + b; }
-  static float gradA(float, float, float dy) { return dy; }
-  static float gradB(float, float, float dy) { return dy; }
+template <class T> struct AddOp {
+  static T apply(T a, T b) { return a + b; }
+  static T gradA(T, T, T dy) { return dy; }
+  static T gradB(T, T, T dy) { return dy; }
 };
-struct SubOp {
-  static float apply(float a, float b) { return a - b; }
-  static float gradA(float, float, float dy) { return dy; }
-  static float gradB(float, float, float dy) { return -dy; }
+template <class T> struct SubOp {
+  static T apply(T a, T b) { return a - b; }
+  static T gradA(T, T, T dy) { return dy; }
+  static T gradB(T, T, T dy) { return -dy; }
 };
-struct MulOp {
-  static float apply(float a, float b) { return a * b; }
-  static float gradA(float, float b, float dy) { return dy * b; }
-  static float gradB(float a, float, float dy) { return dy * a; }
+template <class T> struct MulOp {
+  static T apply(T a, T b) { return a * b; }
+  static T gradA(T, T b, T dy) { return dy * b; }
+  static T gradB(T a, T, T dy) { return dy * a; }
 };
-struct DivOp {
-  static float apply(float a, float b) { return a / b; }
-  static float gradA(float, float b, float dy) { return dy / b; }
-  static float gradB(float a, float b, float dy) { return -dy * (a / b) / b; }
+template <class T> struct DivOp {
+  static T apply(T a, T b) { return a / b; }
+  static T gradA(T, T b, T dy) { return dy / b; }
+  static T gradB(T a, T b, T dy) { return -dy * (a / b) / b; }
 };
-struct PowOp {
-  static float apply(float a, float b) { return std::pow(a, b); }
-  static float gradA(float a, float b, float dy) {
-    return b == 0.0f ? 0.0f : dy * (b * std::pow(a, b - 1.0f));
+template <class T> struct PowOp {
+  static T apply(T a, T b) { return std::pow(a, b); }
+  static T gradA(T a, T b, T dy) {
+    return b == T(0) ? T(0) : dy * (b * std::pow(a, b - T(1)));
   }
-  static float gradB(float a, float b, float dy) {
-    if (a == 0.0f && b >= 0.0f)
-      return 0.0f;
+  static T gradB(T a, T b, T dy) {
+    if (a == T(0) && b >= T(0))
+      return T(0);
     return dy * (std::pow(a, b) * std::log(a));
   }
 };
 /// POW with the broadcast scalar exponent 2.
-struct SquareOp {
-  static float apply(float a, float) { return a * a; }
+template <class T> struct SquareOp {
+  static T apply(T a, T) { return a * a; }
 };
-struct MaxOp {
+template <class T> struct MaxOp {
   // a != a: a NaN A wins; a NaN B fails a >= b and wins too.
-  static float apply(float a, float b) { return (a >= b || a != a) ? a : b; }
-  static float gradA(float a, float b, float dy) { return a >= b ? dy : 0.0f; }
-  static float gradB(float a, float b, float dy) { return a >= b ? 0.0f : dy; }
+  static T apply(T a, T b) { return (a >= b || a != a) ? a : b; }
+  static T gradA(T a, T b, T dy) { return a >= b ? dy : T(0); }
+  static T gradB(T a, T b, T dy) { return a >= b ? T(0) : dy; }
 };
-struct MinOp {
-  static float apply(float a, float b) { return (a <= b || a != a) ? a : b; }
-  static float gradA(float a, float b, float dy) { return a <= b ? dy : 0.0f; }
-  static float gradB(float a, float b, float dy) { return a <= b ? 0.0f : dy; }
+template <class T> struct MinOp {
+  static T apply(T a, T b) { return (a <= b || a != a) ? a : b; }
+  static T gradA(T a, T b, T dy) { return a <= b ? dy : T(0); }
+  static T gradB(T a, T b, T dy) { return a <= b ? T(0) : dy; }
 };
 
 /// Builds the loop nest over Y's dims with operands A, B (through their
@@ -138,18 +143,18 @@ bool bIsScalar(const int64_t *ints) {
 /// Y[0, n) = Op(A, B) where A and B advance by sa and sb. Y is contiguous.
 /// Elements are processed in increasing order and each Y[i] is written after
 /// reading its own inputs, so Y may alias a non-broadcast operand.
-template <typename Op>
-void binaryRow(const float *a, int64_t sa, const float *b, int64_t sb, float *y,
+template <typename Op, class T>
+void binaryRow(const T *a, int64_t sa, const T *b, int64_t sb, T *y,
                int64_t n) {
   if (sa == 1 && sb == 1) {
     for (int64_t i = 0; i < n; ++i)
       y[i] = Op::apply(a[i], b[i]);
   } else if (sa == 1 && sb == 0) {
-    const float bv = b[0];
+    const T bv = b[0];
     for (int64_t i = 0; i < n; ++i)
       y[i] = Op::apply(a[i], bv);
   } else if (sa == 0 && sb == 1) {
-    const float av = a[0];
+    const T av = a[0];
     for (int64_t i = 0; i < n; ++i)
       y[i] = Op::apply(av, b[i]);
   } else {
@@ -158,9 +163,8 @@ void binaryRow(const float *a, int64_t sa, const float *b, int64_t sb, float *y,
   }
 }
 
-template <typename Op>
-void binaryNest(const StridedNest<3> &nest, const float *a, const float *b,
-                float *y) {
+template <typename Op, class T>
+void binaryNest(const StridedNest<3> &nest, const T *a, const T *b, T *y) {
   forEachRow(nest, [&](const int64_t *off, int64_t n, const int64_t *inner) {
     binaryRow<Op>(a + off[0], inner[0], b + off[1], inner[1], y + off[2], n);
   });
@@ -171,13 +175,12 @@ void binaryNest(const StridedNest<3> &nest, const float *a, const float *b,
 //===----------------------------------------------------------------------===//
 
 /// dA / dB of one row; dY, dA and dB advance by sy (they share Y's layout).
-template <typename Op, bool WantA, bool WantB>
-void binaryGradRow(const float *a, int64_t sa, const float *b, int64_t sb,
-                   const float *dy, float *da, float *db, int64_t sy,
-                   int64_t n) {
+template <typename Op, bool WantA, bool WantB, class T>
+void binaryGradRow(const T *a, int64_t sa, const T *b, int64_t sb, const T *dy,
+                   T *da, T *db, int64_t sy, int64_t n) {
   if (sa == 1 && sb == 1 && sy == 1) { // unit strides: a vectorisable loop
     for (int64_t i = 0; i < n; ++i) {
-      const float av = a[i], bv = b[i], g = dy[i];
+      const T av = a[i], bv = b[i], g = dy[i];
       if (WantA)
         da[i] = Op::gradA(av, bv, g);
       if (WantB)
@@ -186,7 +189,7 @@ void binaryGradRow(const float *a, int64_t sa, const float *b, int64_t sb,
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
-    const float av = a[i * sa], bv = b[i * sb], g = dy[i * sy];
+    const T av = a[i * sa], bv = b[i * sb], g = dy[i * sy];
     if (WantA)
       da[i * sy] = Op::gradA(av, bv, g);
     if (WantB)
@@ -194,9 +197,9 @@ void binaryGradRow(const float *a, int64_t sa, const float *b, int64_t sb,
   }
 }
 
-template <typename Op, bool WantA, bool WantB>
-void binaryGradNest(const StridedNest<3> &nest, const float *a, const float *b,
-                    const float *dy, float *da, float *db) {
+template <typename Op, bool WantA, bool WantB, class T>
+void binaryGradNest(const StridedNest<3> &nest, const T *a, const T *b,
+                    const T *dy, T *da, T *db) {
   forEachRow(nest, [&](const int64_t *off, int64_t n, const int64_t *inner) {
     binaryGradRow<Op, WantA, WantB>(a + off[0], inner[0], b + off[1], inner[1],
                                     dy + off[2], WantA ? da + off[2] : nullptr,
@@ -204,9 +207,9 @@ void binaryGradNest(const StridedNest<3> &nest, const float *a, const float *b,
   });
 }
 
-template <typename Op>
-void binaryGradDispatch(const StridedNest<3> &nest, const float *a,
-                        const float *b, const float *dy, float *da, float *db) {
+template <typename Op, class T>
+void binaryGradDispatch(const StridedNest<3> &nest, const T *a, const T *b,
+                        const T *dy, T *da, T *db) {
   if (da && db)
     binaryGradNest<Op, true, true>(nest, a, b, dy, da, db);
   else if (da)
@@ -215,17 +218,15 @@ void binaryGradDispatch(const StridedNest<3> &nest, const float *a,
     binaryGradNest<Op, false, true>(nest, a, b, dy, da, db);
 }
 
-} // namespace
-
 //===----------------------------------------------------------------------===//
 // Entry points
 //===----------------------------------------------------------------------===//
 
-extern "C" void pipec_k_binary(void *const *bufs, const int64_t *ints,
-                               const double *reals) {
-  const float *a = static_cast<const float *>(bufs[0]);
-  const float *b = static_cast<const float *>(bufs[1]);
-  float *y = static_cast<float *>(bufs[2]);
+template <class T>
+void binaryKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *a = static_cast<const T *>(bufs[0]);
+  const T *b = static_cast<const T *>(bufs[1]);
+  T *y = static_cast<T *>(bufs[2]);
   int64_t opcode = ints[0];
   StridedNest<3> nest;
   int64_t numel;
@@ -238,28 +239,28 @@ extern "C" void pipec_k_binary(void *const *bufs, const int64_t *ints,
   }
   switch (opcode) {
   case PIPEC_BIN_ADD:
-    binaryNest<AddOp>(nest, a, b, y);
+    binaryNest<AddOp<T>>(nest, a, b, y);
     break;
   case PIPEC_BIN_SUB:
-    binaryNest<SubOp>(nest, a, b, y);
+    binaryNest<SubOp<T>>(nest, a, b, y);
     break;
   case PIPEC_BIN_MUL:
-    binaryNest<MulOp>(nest, a, b, y);
+    binaryNest<MulOp<T>>(nest, a, b, y);
     break;
   case PIPEC_BIN_DIV:
-    binaryNest<DivOp>(nest, a, b, y);
+    binaryNest<DivOp<T>>(nest, a, b, y);
     break;
   case PIPEC_BIN_POW:
-    if (bIsScalar(ints) && b[0] == 2.0f)
-      binaryNest<SquareOp>(nest, a, b, y);
+    if (bIsScalar(ints) && b[0] == T(2))
+      binaryNest<SquareOp<T>>(nest, a, b, y);
     else
-      binaryNest<PowOp>(nest, a, b, y);
+      binaryNest<PowOp<T>>(nest, a, b, y);
     break;
   case PIPEC_BIN_MAX:
-    binaryNest<MaxOp>(nest, a, b, y);
+    binaryNest<MaxOp<T>>(nest, a, b, y);
     break;
   case PIPEC_BIN_MIN:
-    binaryNest<MinOp>(nest, a, b, y);
+    binaryNest<MinOp<T>>(nest, a, b, y);
     break;
   default:
     poison(y, numel);
@@ -267,13 +268,13 @@ extern "C" void pipec_k_binary(void *const *bufs, const int64_t *ints,
   }
 }
 
-extern "C" void pipec_k_binary_grad(void *const *bufs, const int64_t *ints,
-                                    const double *reals) {
-  const float *a = static_cast<const float *>(bufs[0]);
-  const float *b = static_cast<const float *>(bufs[1]);
-  const float *dy = static_cast<const float *>(bufs[2]);
-  float *da = static_cast<float *>(bufs[3]);
-  float *db = static_cast<float *>(bufs[4]);
+template <class T>
+void binaryGradKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *a = static_cast<const T *>(bufs[0]);
+  const T *b = static_cast<const T *>(bufs[1]);
+  const T *dy = static_cast<const T *>(bufs[2]);
+  T *da = static_cast<T *>(bufs[3]);
+  T *db = static_cast<T *>(bufs[4]);
   int64_t opcode = ints[0];
   StridedNest<3> nest;
   int64_t numel;
@@ -292,25 +293,25 @@ extern "C" void pipec_k_binary_grad(void *const *bufs, const int64_t *ints,
   }
   switch (opcode) {
   case PIPEC_BIN_ADD:
-    binaryGradDispatch<AddOp>(nest, a, b, dy, da, db);
+    binaryGradDispatch<AddOp<T>>(nest, a, b, dy, da, db);
     break;
   case PIPEC_BIN_SUB:
-    binaryGradDispatch<SubOp>(nest, a, b, dy, da, db);
+    binaryGradDispatch<SubOp<T>>(nest, a, b, dy, da, db);
     break;
   case PIPEC_BIN_MUL:
-    binaryGradDispatch<MulOp>(nest, a, b, dy, da, db);
+    binaryGradDispatch<MulOp<T>>(nest, a, b, dy, da, db);
     break;
   case PIPEC_BIN_DIV:
-    binaryGradDispatch<DivOp>(nest, a, b, dy, da, db);
+    binaryGradDispatch<DivOp<T>>(nest, a, b, dy, da, db);
     break;
   case PIPEC_BIN_POW:
-    binaryGradDispatch<PowOp>(nest, a, b, dy, da, db);
+    binaryGradDispatch<PowOp<T>>(nest, a, b, dy, da, db);
     break;
   case PIPEC_BIN_MAX:
-    binaryGradDispatch<MaxOp>(nest, a, b, dy, da, db);
+    binaryGradDispatch<MaxOp<T>>(nest, a, b, dy, da, db);
     break;
   case PIPEC_BIN_MIN:
-    binaryGradDispatch<MinOp>(nest, a, b, dy, da, db);
+    binaryGradDispatch<MinOp<T>>(nest, a, b, dy, da, db);
     break;
   default:
     poisonAll();
@@ -319,32 +320,44 @@ extern "C" void pipec_k_binary_grad(void *const *bufs, const int64_t *ints,
 }
 
 //===----------------------------------------------------------------------===//
-// Copy, fill, SGD
+// Fill, SGD
 //===----------------------------------------------------------------------===//
 
-extern "C" void pipec_k_copy(void *const *bufs, const int64_t *ints,
-                             const double *reals) {
-  int64_t nbytes = ints[0];
-  if (nbytes > 0 && bufs[0] != bufs[1])
-    std::memmove(bufs[1], bufs[0], size_t(nbytes));
-}
-
-extern "C" void pipec_k_fill(void *const *bufs, const int64_t *ints,
-                             const double *reals) {
-  float *y = static_cast<float *>(bufs[0]);
+template <class T>
+void fillKernel(void *const *bufs, const int64_t *ints, const double *reals) {
+  T *y = static_cast<T *>(bufs[0]);
   int64_t n = ints[0];
-  const float value = reals ? float(reals[0]) : 0.0f;
+  const T value = reals ? T(reals[0]) : T(0);
   if (n > 0)
     std::fill(y, y + n, value);
 }
 
-extern "C" void pipec_k_sgd(void *const *bufs, const int64_t *ints,
-                            const double *reals) {
-  const float *w = static_cast<const float *>(bufs[0]);
-  const float *g = static_cast<const float *>(bufs[1]);
-  const float lr = *static_cast<const float *>(bufs[2]);
-  float *wOut = static_cast<float *>(bufs[3]);
+template <class T>
+void sgdKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *w = static_cast<const T *>(bufs[0]);
+  const T *g = static_cast<const T *>(bufs[1]);
+  const T lr = *static_cast<const T *>(bufs[2]);
+  T *wOut = static_cast<T *>(bufs[3]);
   int64_t n = ints[0];
   for (int64_t i = 0; i < n; ++i)
     wOut[i] = w[i] - lr * g[i];
+}
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_binary, binaryKernel)
+PIPEC_CPU_KERNEL(pipec_k_binary_grad, binaryGradKernel)
+PIPEC_CPU_KERNEL(pipec_k_fill, fillKernel)
+PIPEC_CPU_KERNEL(pipec_k_sgd, sgdKernel)
+
+//===----------------------------------------------------------------------===//
+// Copy
+//===----------------------------------------------------------------------===//
+
+/// Moves bytes: one entry point for every element type (no `_f64` twin).
+extern "C" void pipec_k_copy(void *const *bufs, const int64_t *ints,
+                             const double *) {
+  int64_t nbytes = ints[0];
+  if (nbytes > 0 && bufs[0] != bufs[1])
+    std::memmove(bufs[1], bufs[0], size_t(nbytes));
 }

@@ -3,10 +3,19 @@
 // Part of pipec's CPU kernels (unary ops, softmax).
 //
 //===----------------------------------------------------------------------===//
+///
+/// \file
+/// The float helpers are branch-free (and partly approximate) so that the
+/// float32 kernels' loops vectorise. The double overloads serve the float64
+/// twins (cpu/real.h): they are exact (a bit blend, std::exp), never an
+/// approximation.
+///
+//===----------------------------------------------------------------------===//
 
 #ifndef PIPEC_RUNTIME_CPU_FASTMATH_H
 #define PIPEC_RUNTIME_CPU_FASTMATH_H
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -28,9 +37,25 @@ inline float blend(bool c, float a, float b) {
   return f;
 }
 
+/// c ? a : b for double, as a bitwise blend like the float one.
+inline double blend(bool c, double a, double b) {
+  uint64_t ua, ub;
+  std::memcpy(&ua, &a, sizeof ua);
+  std::memcpy(&ub, &b, sizeof ub);
+  const uint64_t mask = uint64_t(0) - uint64_t(c);
+  const uint64_t r = (ua & mask) | (ub & ~mask);
+  double f;
+  std::memcpy(&f, &r, sizeof f);
+  return f;
+}
+
 /// min(max(x, lo), hi) with NaN propagating, as blends (see blend: a
 /// std::min / std::max clamp followed by arithmetic is turned into branches).
 inline float clampBlend(float x, float lo, float hi) {
+  x = blend(x < lo, lo, x);
+  return blend(x > hi, hi, x);
+}
+inline double clampBlend(double x, double lo, double hi) {
   x = blend(x < lo, lo, x);
   return blend(x > hi, hi, x);
 }
@@ -64,6 +89,11 @@ inline float polyExp(float a) {
   std::memcpy(&scale, &bits, sizeof scale);
   return blend(a < lo, 0.0f, er * scale);
 }
+
+/// The exp of the kernels that use polyExp for float: polyExp for float,
+/// the exact std::exp for double (the float64 twins).
+inline float kernelExp(float x) { return polyExp(x); }
+inline double kernelExp(double x) { return std::exp(x); }
 
 } // namespace cpu
 } // namespace pipec

@@ -6,9 +6,10 @@
 //===----------------------------------------------------------------------===//
 ///
 /// \file
-/// Both kernels hand the matrix products to OpenBLAS `cblas_sgemm`. The bias
+/// Both kernels hand the matrix products to OpenBLAS (`cblas_sgemm`, or
+/// `cblas_dgemm` for the float64 twins). The bias
 /// term of Gemm is materialised into Y first (broadcast through its strides
-/// and scaled by beta), then sgemm accumulates alpha * op(A) * op(B) into it
+/// and scaled by beta), then the GEMM accumulates alpha * op(A) * op(B) into it
 /// with beta = 1. Degenerate sizes are handled before calling BLAS: an empty
 /// Y is a no-op and K == 0 leaves just the bias (or zeros).
 ///
@@ -16,14 +17,14 @@
 
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
 #include "cpu/strided.h"
-
-#include <cblas.h>
 
 #include <climits>
 #include <cstring>
 
 using namespace pipec::rt;
+using pipec::cpu::blasGemm;
 
 namespace {
 
@@ -35,14 +36,14 @@ bool fitsBlas(int64_t m, int64_t n, int64_t k) {
 
 /// Y[MxN] (+)= alpha * op(A) * op(B) for one matrix; `accumulate` selects
 /// beta = 1 (Y already holds the bias) or beta = 0. Requires M, N, K > 0.
-void sgemm(const float *a, const float *b, float *y, int64_t m, int64_t n,
-           int64_t k, bool transA, bool transB, float alpha, bool accumulate) {
+template <class T>
+void gemm(const T *a, const T *b, T *y, int64_t m, int64_t n, int64_t k,
+          bool transA, bool transB, T alpha, bool accumulate) {
   if (fitsBlas(m, n, k)) {
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-                transB ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
-                blasint(k), alpha, a, blasint(transA ? m : k), b,
-                blasint(transB ? k : n), accumulate ? 1.0f : 0.0f, y,
-                blasint(n));
+    blasGemm(transA ? CblasTrans : CblasNoTrans,
+             transB ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
+             blasint(k), alpha, a, blasint(transA ? m : k), b,
+             blasint(transB ? k : n), T(accumulate ? 1 : 0), y, blasint(n));
     return;
   }
   // Beyond a 32-bit BLAS interface: a plain (slow but correct) loop nest.
@@ -52,42 +53,40 @@ void sgemm(const float *a, const float *b, float *y, int64_t m, int64_t n,
       for (int64_t p = 0; p < k; ++p)
         acc += double(transA ? a[p * m + i] : a[i * k + p]) *
                double(transB ? b[j * k + p] : b[p * n + j]);
-      float v = float(alpha * acc);
+      T v = T(alpha * acc);
       y[i * n + j] = accumulate ? y[i * n + j] + v : v;
     }
   }
 }
 
-} // namespace
-
-extern "C" void pipec_k_gemm(void *const *bufs, const int64_t *ints,
-                             const double *reals) {
-  const float *a = static_cast<const float *>(bufs[0]);
-  const float *b = static_cast<const float *>(bufs[1]);
-  const float *c = static_cast<const float *>(bufs[2]);
-  float *y = static_cast<float *>(bufs[3]);
+template <class T>
+void gemmKernel(void *const *bufs, const int64_t *ints, const double *reals) {
+  const T *a = static_cast<const T *>(bufs[0]);
+  const T *b = static_cast<const T *>(bufs[1]);
+  const T *c = static_cast<const T *>(bufs[2]);
+  T *y = static_cast<T *>(bufs[3]);
   int64_t m = ints[0], n = ints[1], k = ints[2];
   bool transA = ints[3] != 0, transB = ints[4] != 0;
   bool hasC = ints[5] != 0 && c != nullptr;
   int64_t cStrideM = ints[6], cStrideN = ints[7];
-  float alpha = reals ? float(reals[0]) : 1.0f;
-  float beta = reals ? float(reals[1]) : 1.0f;
+  T alpha = reals ? T(reals[0]) : T(1);
+  T beta = reals ? T(reals[1]) : T(1);
   if (m <= 0 || n <= 0)
     return;
 
   // Following BLAS, beta == 0 means "ignore C" (so a NaN in C does not leak).
-  bool useC = hasC && beta != 0.0f;
+  bool useC = hasC && beta != T(0);
   if (useC) {
     // Y = beta * C, C broadcast through its strides. Reading C[i, j] before
     // writing Y[i, j] keeps an exact in-place C == Y (strides N, 1) valid.
     for (int64_t i = 0; i < m; ++i) {
-      const float *cRow = c + i * cStrideM;
-      float *yRow = y + i * n;
+      const T *cRow = c + i * cStrideM;
+      T *yRow = y + i * n;
       if (cStrideN == 1) {
         for (int64_t j = 0; j < n; ++j)
           yRow[j] = beta * cRow[j];
       } else if (cStrideN == 0) {
-        float v = beta * cRow[0];
+        T v = beta * cRow[0];
         for (int64_t j = 0; j < n; ++j)
           yRow[j] = v;
       } else {
@@ -96,20 +95,21 @@ extern "C" void pipec_k_gemm(void *const *bufs, const int64_t *ints,
       }
     }
   }
-  if (k <= 0 || alpha == 0.0f) {
+  if (k <= 0 || alpha == T(0)) {
     // op(A) * op(B) is the zero matrix.
     if (!useC)
-      std::memset(y, 0, sizeof(float) * size_t(m * n));
+      std::memset(y, 0, sizeof(T) * size_t(m * n));
     return;
   }
-  sgemm(a, b, y, m, n, k, transA, transB, alpha, /*accumulate=*/useC);
+  gemm(a, b, y, m, n, k, transA, transB, alpha, /*accumulate=*/useC);
 }
 
-extern "C" void pipec_k_batch_matmul(void *const *bufs, const int64_t *ints,
-                                     const double *reals) {
-  const float *a = static_cast<const float *>(bufs[0]);
-  const float *b = static_cast<const float *>(bufs[1]);
-  float *y = static_cast<float *>(bufs[2]);
+template <class T>
+void batchMatmulKernel(void *const *bufs, const int64_t *ints,
+                       const double *reals) {
+  const T *a = static_cast<const T *>(bufs[0]);
+  const T *b = static_cast<const T *>(bufs[1]);
+  T *y = static_cast<T *>(bufs[2]);
   int64_t nb = ints[0];
   const int64_t *batchDims = ints + 1;
   const int64_t *aStrides = ints + 1 + nb;
@@ -117,7 +117,7 @@ extern "C" void pipec_k_batch_matmul(void *const *bufs, const int64_t *ints,
   const int64_t *tail = ints + 1 + 3 * nb;
   int64_t m = tail[0], n = tail[1], k = tail[2];
   bool transA = tail[3] != 0, transB = tail[4] != 0;
-  float alpha = reals ? float(reals[0]) : 1.0f;
+  T alpha = reals ? T(reals[0]) : T(1);
   if (m <= 0 || n <= 0)
     return;
 
@@ -134,8 +134,8 @@ extern "C" void pipec_k_batch_matmul(void *const *bufs, const int64_t *ints,
     poison(y, batches * yMatrix);
     return;
   }
-  if (k <= 0 || alpha == 0.0f) {
-    std::memset(y, 0, sizeof(float) * size_t(batches * yMatrix));
+  if (k <= 0 || alpha == T(0)) {
+    std::memset(y, 0, sizeof(T) * size_t(batches * yMatrix));
     return;
   }
 
@@ -143,13 +143,18 @@ extern "C" void pipec_k_batch_matmul(void *const *bufs, const int64_t *ints,
   // with batches * M rows (the common [batch, seq, K] x [K, N] MatMul).
   if (nest.rank == 1 && nest.strides[1][0] == 0 && !transA &&
       nest.strides[0][0] == m * k) {
-    sgemm(a, b, y, batches * m, n, k, transA, transB, alpha, false);
+    gemm(a, b, y, batches * m, n, k, transA, transB, alpha, false);
     return;
   }
   int64_t batch = 0;
   forEachIndex(nest, nest.rank, [&](const int64_t *offsets) {
-    sgemm(a + offsets[0], b + offsets[1], y + batch * yMatrix, m, n, k, transA,
+    gemm(a + offsets[0], b + offsets[1], y + batch * yMatrix, m, n, k, transA,
           transB, alpha, false);
     ++batch;
   });
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_gemm, gemmKernel)
+PIPEC_CPU_KERNEL(pipec_k_batch_matmul, batchMatmulKernel)

@@ -33,10 +33,15 @@
 ///
 /// Per-position log-sum-exp and all sums are accumulated in double.
 ///
+/// Both kernels are templates over the element type of scores, weights,
+/// loss and their gradients (float, or double for the `_f64` twins, see
+/// cpu/real.h); labels stay int64.
+///
 //===----------------------------------------------------------------------===//
 
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
 #include "cpu/strided.h"
 
 #include <algorithm>
@@ -49,17 +54,16 @@ namespace {
 enum Reduction : int64_t { kNone = 0, kMean = 1, kSum = 2 };
 
 /// The decoded parameter block shared by the forward and backward kernels.
-struct SceParams {
+template <class T> struct SceParams {
   int64_t n, c, d;
   int64_t reduction;
-  const float *weights; ///< Null without class weights.
+  const T *weights; ///< Null without class weights.
   bool hasIgnore;
   int64_t ignoreIndex;
 
   SceParams(const int64_t *ints, const void *weightsBuf)
       : n(ints[0]), c(ints[1]), d(ints[2]), reduction(ints[3]),
-        weights(ints[4] != 0 ? static_cast<const float *>(weightsBuf)
-                             : nullptr),
+        weights(ints[4] != 0 ? static_cast<const T *>(weightsBuf) : nullptr),
         hasIgnore(ints[5] != 0), ignoreIndex(ints[6]) {}
 
   /// Whether target `t` contributes (not ignored, and a valid class).
@@ -84,8 +88,8 @@ struct SceParams {
 
 /// log-sum-exp over the C classes of one position; `x` is scores[n, 0, d]
 /// and consecutive classes are `stride` (= D) elements apart.
-double logSumExp(const float *x, int64_t c, int64_t stride) {
-  float mx = x[0];
+template <class T> double logSumExp(const T *x, int64_t c, int64_t stride) {
+  T mx = x[0];
   for (int64_t k = 1; k < c; ++k)
     mx = std::max(mx, x[k * stride]);
   double sum = 0;
@@ -94,15 +98,13 @@ double logSumExp(const float *x, int64_t c, int64_t stride) {
   return double(mx) + std::log(sum);
 }
 
-} // namespace
-
-extern "C" void pipec_k_sce_loss(void *const *bufs, const int64_t *ints,
-                                 const double *reals) {
-  const float *scores = static_cast<const float *>(bufs[0]);
+template <class T>
+void sceLossKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *scores = static_cast<const T *>(bufs[0]);
   const int64_t *labels = static_cast<const int64_t *>(bufs[1]);
-  float *loss = static_cast<float *>(bufs[3]);
-  float *logProb = static_cast<float *>(bufs[4]);
-  SceParams p(ints, bufs[2]);
+  T *loss = static_cast<T *>(bufs[3]);
+  T *logProb = static_cast<T *>(bufs[4]);
+  SceParams<T> p(ints, bufs[2]);
   bool perPosition = p.reduction == kNone;
   if (p.reduction != kNone && p.reduction != kMean && p.reduction != kSum) {
     poison(loss, 1);
@@ -111,28 +113,28 @@ extern "C" void pipec_k_sce_loss(void *const *bufs, const int64_t *ints,
   if (p.n < 0 || p.d < 0 || p.c <= 0) {
     // No classes: every target is out of range. An empty reduced loss is 0.
     if (perPosition)
-      std::fill(loss, loss + std::max<int64_t>(p.positions(), 0), 0.0f);
+      std::fill(loss, loss + std::max<int64_t>(p.positions(), 0), T(0));
     else
-      loss[0] = 0.0f;
+      loss[0] = T(0);
     return;
   }
 
   double total = 0;
   for (int64_t i = 0; i < p.n; ++i) {
     for (int64_t j = 0; j < p.d; ++j) {
-      const float *x = scores + i * p.c * p.d + j;
+      const T *x = scores + i * p.c * p.d + j;
       double lse = logSumExp(x, p.c, p.d);
       if (logProb) {
-        float *lp = logProb + i * p.c * p.d + j;
+        T *lp = logProb + i * p.c * p.d + j;
         for (int64_t k = 0; k < p.c; ++k)
-          lp[k * p.d] = float(double(x[k * p.d]) - lse);
+          lp[k * p.d] = T(double(x[k * p.d]) - lse);
       }
       int64_t t = labels[i * p.d + j];
       double l = 0;
       if (p.counts(t))
         l = -p.weight(t) * (double(x[t * p.d]) - lse);
       if (perPosition)
-        loss[i * p.d + j] = float(l);
+        loss[i * p.d + j] = T(l);
       else
         total += l;
     }
@@ -143,16 +145,16 @@ extern "C" void pipec_k_sce_loss(void *const *bufs, const int64_t *ints,
     double w = p.totalWeight(labels);
     total = w != 0 ? total / w : 0.0;
   }
-  loss[0] = float(total);
+  loss[0] = T(total);
 }
 
-extern "C" void pipec_k_sce_loss_grad(void *const *bufs, const int64_t *ints,
-                                      const double *reals) {
-  const float *scores = static_cast<const float *>(bufs[0]);
+template <class T>
+void sceLossGradKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *scores = static_cast<const T *>(bufs[0]);
   const int64_t *labels = static_cast<const int64_t *>(bufs[1]);
-  const float *dLoss = static_cast<const float *>(bufs[3]);
-  float *dScores = static_cast<float *>(bufs[4]);
-  SceParams p(ints, bufs[2]);
+  const T *dLoss = static_cast<const T *>(bufs[3]);
+  T *dScores = static_cast<T *>(bufs[4]);
+  SceParams<T> p(ints, bufs[2]);
   if (p.n <= 0 || p.d <= 0 || p.c <= 0)
     return;
   int64_t total = p.n * p.c * p.d;
@@ -172,12 +174,12 @@ extern "C" void pipec_k_sce_loss_grad(void *const *bufs, const int64_t *ints,
 
   for (int64_t i = 0; i < p.n; ++i) {
     for (int64_t j = 0; j < p.d; ++j) {
-      const float *x = scores + i * p.c * p.d + j;
-      float *dx = dScores + i * p.c * p.d + j;
+      const T *x = scores + i * p.c * p.d + j;
+      T *dx = dScores + i * p.c * p.d + j;
       int64_t t = labels[i * p.d + j];
       if (!p.counts(t)) {
         for (int64_t k = 0; k < p.c; ++k)
-          dx[k * p.d] = 0.0f;
+          dx[k * p.d] = T(0);
         continue;
       }
       double seed =
@@ -186,10 +188,15 @@ extern "C" void pipec_k_sce_loss_grad(void *const *bufs, const int64_t *ints,
       double lse = logSumExp(x, p.c, p.d);
       // Reads x[k] before writing dx[k]: dScores may alias scores.
       for (int64_t k = 0; k < p.c; ++k) {
-        double prob = std::exp(float(double(x[k * p.d]) - lse));
+        double prob = std::exp(T(double(x[k * p.d]) - lse));
         double onehot = k == t ? 1.0 : 0.0;
-        dx[k * p.d] = float(coef * (prob - onehot));
+        dx[k * p.d] = T(coef * (prob - onehot));
       }
     }
   }
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_sce_loss, sceLossKernel)
+PIPEC_CPU_KERNEL(pipec_k_sce_loss_grad, sceLossGradKernel)

@@ -22,10 +22,14 @@
 /// (except an exact in-place copy, which is a no-op for plain copies);
 /// gather_grad's dData must not alias dY.
 ///
+/// Every kernel is a template over the element type (float, or double for
+/// the `_f64` twins, see cpu/real.h); indices stay int64.
+///
 //===----------------------------------------------------------------------===//
 
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
 #include "cpu/strided.h"
 
 #include <algorithm>
@@ -33,14 +37,16 @@
 
 using namespace pipec::rt;
 
+namespace {
+
 //===----------------------------------------------------------------------===//
 // Broadcast
 //===----------------------------------------------------------------------===//
 
-extern "C" void pipec_k_broadcast(void *const *bufs, const int64_t *ints,
-                                  const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  float *y = static_cast<float *>(bufs[1]);
+template <class T>
+void broadcastKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  T *y = static_cast<T *>(bufs[1]);
   int64_t rank = ints[0];
   const int64_t *yDims = ints + 1;
   const int64_t *xStrides = ints + 1 + rank;
@@ -64,11 +70,11 @@ extern "C" void pipec_k_broadcast(void *const *bufs, const int64_t *ints,
   }
   // Y's innermost stride is 1 after canonicalisation.
   forEachRow(nest, [&](const int64_t *off, int64_t n, const int64_t *inner) {
-    const float *xRow = x + off[0];
-    float *yRow = y + off[1];
+    const T *xRow = x + off[0];
+    T *yRow = y + off[1];
     int64_t xs = inner[0];
     if (xs == 1)
-      std::memcpy(yRow, xRow, sizeof(float) * size_t(n));
+      std::memcpy(yRow, xRow, sizeof(T) * size_t(n));
     else if (xs == 0)
       std::fill(yRow, yRow + n, xRow[0]);
     else
@@ -81,10 +87,10 @@ extern "C" void pipec_k_broadcast(void *const *bufs, const int64_t *ints,
 // Strided copy
 //===----------------------------------------------------------------------===//
 
-extern "C" void pipec_k_strided_copy(void *const *bufs, const int64_t *ints,
-                                     const double *reals) {
-  const float *src = static_cast<const float *>(bufs[0]);
-  float *dst = static_cast<float *>(bufs[1]);
+template <class T>
+void stridedCopyKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *src = static_cast<const T *>(bufs[0]);
+  T *dst = static_cast<T *>(bufs[1]);
   int64_t rank = ints[0];
   const int64_t *dims = ints + 1;
   const int64_t *srcStrides = ints + 1 + rank;
@@ -103,8 +109,8 @@ extern "C" void pipec_k_strided_copy(void *const *bufs, const int64_t *ints,
   src += srcOffset;
   dst += dstOffset;
   forEachRow(nest, [&](const int64_t *off, int64_t n, const int64_t *inner) {
-    const float *s = src + off[0];
-    float *d = dst + off[1];
+    const T *s = src + off[0];
+    T *d = dst + off[1];
     int64_t ss = inner[0], ds = inner[1];
     if (accumulate) {
       if (ss == 1 && ds == 1)
@@ -117,9 +123,9 @@ extern "C" void pipec_k_strided_copy(void *const *bufs, const int64_t *ints,
     }
     if (ss == 1 && ds == 1) {
       if (s != d)
-        std::memmove(d, s, sizeof(float) * size_t(n));
+        std::memmove(d, s, sizeof(T) * size_t(n));
     } else if (ss == 0) {
-      const float v = s[0];
+      const T v = s[0];
       for (int64_t i = 0; i < n; ++i)
         d[i * ds] = v;
     } else {
@@ -133,8 +139,6 @@ extern "C" void pipec_k_strided_copy(void *const *bufs, const int64_t *ints,
 // Gather
 //===----------------------------------------------------------------------===//
 
-namespace {
-
 /// The row of the axis selected by `index`, or -1 when out of range.
 inline int64_t wrapIndex(int64_t index, int64_t axisDim) {
   if (index < 0)
@@ -142,53 +146,58 @@ inline int64_t wrapIndex(int64_t index, int64_t axisDim) {
   return (index >= 0 && index < axisDim) ? index : -1;
 }
 
-} // namespace
-
-extern "C" void pipec_k_gather(void *const *bufs, const int64_t *ints,
-                               const double *reals) {
-  const float *data = static_cast<const float *>(bufs[0]);
+template <class T>
+void gatherKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *data = static_cast<const T *>(bufs[0]);
   const int64_t *indices = static_cast<const int64_t *>(bufs[1]);
-  float *y = static_cast<float *>(bufs[2]);
+  T *y = static_cast<T *>(bufs[2]);
   int64_t outer = ints[0], axisDim = ints[1], inner = ints[2],
           nIndices = ints[3];
   if (outer <= 0 || inner <= 0 || nIndices <= 0)
     return;
-  const size_t rowBytes = sizeof(float) * size_t(inner);
+  const size_t rowBytes = sizeof(T) * size_t(inner);
   for (int64_t o = 0; o < outer; ++o) {
-    const float *slab = data + o * axisDim * inner;
-    float *yRow = y + o * nIndices * inner;
+    const T *slab = data + o * axisDim * inner;
+    T *yRow = y + o * nIndices * inner;
     for (int64_t i = 0; i < nIndices; ++i, yRow += inner) {
       int64_t row = wrapIndex(indices[i], axisDim);
       if (row < 0)
-        std::fill(yRow, yRow + inner, 0.0f);
+        std::fill(yRow, yRow + inner, T(0));
       else
         std::memcpy(yRow, slab + row * inner, rowBytes);
     }
   }
 }
 
-extern "C" void pipec_k_gather_grad(void *const *bufs, const int64_t *ints,
-                                    const double *reals) {
-  const float *dy = static_cast<const float *>(bufs[0]);
+template <class T>
+void gatherGradKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *dy = static_cast<const T *>(bufs[0]);
   const int64_t *indices = static_cast<const int64_t *>(bufs[1]);
-  float *dData = static_cast<float *>(bufs[2]);
+  T *dData = static_cast<T *>(bufs[2]);
   int64_t outer = ints[0], axisDim = ints[1], inner = ints[2],
           nIndices = ints[3];
   if (outer <= 0 || axisDim <= 0 || inner <= 0)
     return;
-  std::fill(dData, dData + outer * axisDim * inner, 0.0f);
+  std::fill(dData, dData + outer * axisDim * inner, T(0));
   if (nIndices <= 0)
     return;
   for (int64_t o = 0; o < outer; ++o) {
-    float *slab = dData + o * axisDim * inner;
-    const float *dyRow = dy + o * nIndices * inner;
+    T *slab = dData + o * axisDim * inner;
+    const T *dyRow = dy + o * nIndices * inner;
     for (int64_t i = 0; i < nIndices; ++i, dyRow += inner) {
       int64_t row = wrapIndex(indices[i], axisDim);
       if (row < 0)
         continue;
-      float *d = slab + row * inner;
+      T *d = slab + row * inner;
       for (int64_t j = 0; j < inner; ++j)
         d[j] += dyRow[j];
     }
   }
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_broadcast, broadcastKernel)
+PIPEC_CPU_KERNEL(pipec_k_strided_copy, stridedCopyKernel)
+PIPEC_CPU_KERNEL(pipec_k_gather, gatherKernel)
+PIPEC_CPU_KERNEL(pipec_k_gather_grad, gatherGradKernel)

@@ -44,6 +44,8 @@
 
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -58,7 +60,7 @@ constexpr double kDefaultMomentum = 0.9;
 constexpr int kLanes = 8;
 
 /// sum_j x[j] in double.
-double sumRow(const float *x, int64_t n) {
+template <class T> double sumRow(const T *x, int64_t n) {
   double lanes[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -73,7 +75,7 @@ double sumRow(const float *x, int64_t n) {
 }
 
 /// sum_j (x[j] - mean)^2 in double.
-double sumSqDevRow(const float *x, int64_t n, double mean) {
+template <class T> double sumSqDevRow(const T *x, int64_t n, double mean) {
   double lanes[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -93,18 +95,19 @@ double sumSqDevRow(const float *x, int64_t n, double mean) {
 
 /// sum_j dy[j] and sum_j dy[j] * g[j] * (x[j] - mean) * invStd in double,
 /// added to sumDy / sumDyXhat (g == NULL: 1).
-void gradSumsRow(const float *x, const float *dy, const float *g, int64_t n,
-                 float mean, float invStd, double &sumDy, double &sumDyXhat) {
+template <class T>
+void gradSumsRow(const T *x, const T *dy, const T *g, int64_t n, T mean,
+                 T invStd, double &sumDy, double &sumDyXhat) {
   double a[kLanes] = {}, b[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
     for (int l = 0; l < kLanes; ++l) {
-      const float d = g ? dy[j + l] * g[j + l] : dy[j + l];
+      const T d = g ? dy[j + l] * g[j + l] : dy[j + l];
       a[l] += d;
       b[l] += double(d) * double((x[j + l] - mean) * invStd);
     }
   for (; j < n; ++j) {
-    const float d = g ? dy[j] * g[j] : dy[j];
+    const T d = g ? dy[j] * g[j] : dy[j];
     sumDy += d;
     sumDyXhat += double(d) * double((x[j] - mean) * invStd);
   }
@@ -116,7 +119,8 @@ void gradSumsRow(const float *x, const float *dy, const float *g, int64_t n,
 
 /// Mean and biased variance of the values x[i * stride + j], i < rows,
 /// j < len (the rows of one batch-norm channel, or one layer-norm row).
-void meanVar(const float *x, int64_t rows, int64_t stride, int64_t len,
+template <class T>
+void meanVar(const T *x, int64_t rows, int64_t stride, int64_t len,
              double &mean, double &var) {
   const double count = double(rows) * double(len);
   double sum = 0;
@@ -129,98 +133,100 @@ void meanVar(const float *x, int64_t rows, int64_t stride, int64_t len,
   var = sq / count;
 }
 
-/// A double mean as an unevaluated float sum hi + lo. (x - hi) - lo keeps
-/// x - mean accurate when |mean| >> std: x - hi is exact for x near hi.
-struct SplitMean {
-  float hi, lo;
+/// A double mean as an unevaluated sum hi + lo of two T. (x - hi) - lo keeps
+/// x - mean accurate when |mean| >> std: x - hi is exact for x near hi. For
+/// T = double, hi is the mean itself and lo is 0.
+template <class T> struct SplitMean {
+  T hi, lo;
   explicit SplitMean(double mean)
-      : hi(float(mean)), lo(float(mean - double(float(mean)))) {}
+      : hi(T(mean)), lo(T(mean - double(T(mean)))) {}
 };
 
 /// y = (x - mean) * a + b over the same index set as meanVar.
-void normalizeRows(const float *x, float *y, int64_t rows, int64_t stride,
-                   int64_t len, SplitMean mean, float a, float b) {
+template <class T>
+void normalizeRows(const T *x, T *y, int64_t rows, int64_t stride, int64_t len,
+                   SplitMean<T> mean, T a, T b) {
   for (int64_t i = 0; i < rows; ++i) {
-    const float *xr = x + i * stride;
-    float *yr = y + i * stride;
+    const T *xr = x + i * stride;
+    T *yr = y + i * stride;
     for (int64_t j = 0; j < len; ++j)
       yr[j] = ((xr[j] - mean.hi) - mean.lo) * a + b;
   }
 }
 
-} // namespace
-
 //===----------------------------------------------------------------------===//
 // BatchNormalization
 //===----------------------------------------------------------------------===//
 
-extern "C" void pipec_k_batchnorm_train(void *const *bufs, const int64_t *ints,
-                                        const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  const float *scale = static_cast<const float *>(bufs[1]);
-  const float *bias = static_cast<const float *>(bufs[2]);
-  const float *runMean = static_cast<const float *>(bufs[3]);
-  const float *runVar = static_cast<const float *>(bufs[4]);
-  float *y = static_cast<float *>(bufs[5]);
-  float *savedMean = static_cast<float *>(bufs[6]);
-  float *savedInvStd = static_cast<float *>(bufs[7]);
-  float *runMeanOut = static_cast<float *>(bufs[8]);
-  float *runVarOut = static_cast<float *>(bufs[9]);
+template <class T>
+void batchNormTrainKernel(void *const *bufs, const int64_t *ints,
+                          const double *reals) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  const T *scale = static_cast<const T *>(bufs[1]);
+  const T *bias = static_cast<const T *>(bufs[2]);
+  const T *runMean = static_cast<const T *>(bufs[3]);
+  const T *runVar = static_cast<const T *>(bufs[4]);
+  T *y = static_cast<T *>(bufs[5]);
+  T *savedMean = static_cast<T *>(bufs[6]);
+  T *savedInvStd = static_cast<T *>(bufs[7]);
+  T *runMeanOut = static_cast<T *>(bufs[8]);
+  T *runVarOut = static_cast<T *>(bufs[9]);
   int64_t n = ints[0], c = ints[1], s = ints[2];
   const double eps = reals ? reals[0] : kDefaultEpsilon;
   const double momentum = reals ? reals[1] : kDefaultMomentum;
   if (n <= 0 || c <= 0 || s <= 0)
     return;
   for (int64_t ch = 0; ch < c; ++ch) {
-    const float *xc = x + ch * s;
+    const T *xc = x + ch * s;
     double mean, var;
     meanVar(xc, n, c * s, s, mean, var);
     const double invStd = 1.0 / std::sqrt(var + eps);
-    normalizeRows(xc, y + ch * s, n, c * s, s, SplitMean(mean),
-                  float(double(scale[ch]) * invStd), bias[ch]);
+    normalizeRows(xc, y + ch * s, n, c * s, s, SplitMean<T>(mean),
+                  T(double(scale[ch]) * invStd), bias[ch]);
     if (savedMean)
-      savedMean[ch] = float(mean);
+      savedMean[ch] = T(mean);
     if (savedInvStd)
-      savedInvStd[ch] = float(invStd);
+      savedInvStd[ch] = T(invStd);
     // Read runMean / runVar before writing: the outputs may alias them.
     if (runMeanOut)
       runMeanOut[ch] =
-          float(momentum * double(runMean[ch]) + (1.0 - momentum) * mean);
+          T(momentum * double(runMean[ch]) + (1.0 - momentum) * mean);
     if (runVarOut)
-      runVarOut[ch] =
-          float(momentum * double(runVar[ch]) + (1.0 - momentum) * var);
+      runVarOut[ch] = T(momentum * double(runVar[ch]) + (1.0 - momentum) * var);
   }
 }
 
-extern "C" void pipec_k_batchnorm_infer(void *const *bufs, const int64_t *ints,
-                                        const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  const float *scale = static_cast<const float *>(bufs[1]);
-  const float *bias = static_cast<const float *>(bufs[2]);
-  const float *mean = static_cast<const float *>(bufs[3]);
-  const float *var = static_cast<const float *>(bufs[4]);
-  float *y = static_cast<float *>(bufs[5]);
+template <class T>
+void batchNormInferKernel(void *const *bufs, const int64_t *ints,
+                          const double *reals) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  const T *scale = static_cast<const T *>(bufs[1]);
+  const T *bias = static_cast<const T *>(bufs[2]);
+  const T *mean = static_cast<const T *>(bufs[3]);
+  const T *var = static_cast<const T *>(bufs[4]);
+  T *y = static_cast<T *>(bufs[5]);
   int64_t n = ints[0], c = ints[1], s = ints[2];
   const double eps = reals ? reals[0] : kDefaultEpsilon;
   if (n <= 0 || c <= 0 || s <= 0)
     return;
   for (int64_t ch = 0; ch < c; ++ch) {
     const double a = double(scale[ch]) / std::sqrt(double(var[ch]) + eps);
-    normalizeRows(x + ch * s, y + ch * s, n, c * s, s, SplitMean(mean[ch]),
-                  float(a), bias[ch]);
+    normalizeRows(x + ch * s, y + ch * s, n, c * s, s, SplitMean<T>(mean[ch]),
+                  T(a), bias[ch]);
   }
 }
 
-extern "C" void pipec_k_batchnorm_grad(void *const *bufs, const int64_t *ints,
-                                       const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  const float *scale = static_cast<const float *>(bufs[1]);
-  const float *savedMean = static_cast<const float *>(bufs[2]);
-  const float *savedInvStd = static_cast<const float *>(bufs[3]);
-  const float *dy = static_cast<const float *>(bufs[4]);
-  float *dx = static_cast<float *>(bufs[5]);
-  float *dScale = static_cast<float *>(bufs[6]);
-  float *dBias = static_cast<float *>(bufs[7]);
+template <class T>
+void batchNormGradKernel(void *const *bufs, const int64_t *ints,
+                         const double *reals) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  const T *scale = static_cast<const T *>(bufs[1]);
+  const T *savedMean = static_cast<const T *>(bufs[2]);
+  const T *savedInvStd = static_cast<const T *>(bufs[3]);
+  const T *dy = static_cast<const T *>(bufs[4]);
+  T *dx = static_cast<T *>(bufs[5]);
+  T *dScale = static_cast<T *>(bufs[6]);
+  T *dBias = static_cast<T *>(bufs[7]);
   int64_t n = ints[0], c = ints[1], s = ints[2];
   if (c <= 0)
     return;
@@ -228,38 +234,38 @@ extern "C" void pipec_k_batchnorm_grad(void *const *bufs, const int64_t *ints,
     // No elements: zero parameter gradients (dX is empty).
     for (int64_t ch = 0; ch < c; ++ch) {
       if (dScale)
-        dScale[ch] = 0.0f;
+        dScale[ch] = T(0);
       if (dBias)
-        dBias[ch] = 0.0f;
+        dBias[ch] = T(0);
     }
     return;
   }
   const double count = double(n) * double(s);
   for (int64_t ch = 0; ch < c; ++ch) {
-    const float mean = savedMean[ch], invStd = savedInvStd[ch];
+    const T mean = savedMean[ch], invStd = savedInvStd[ch];
     double sumDy = 0, sumDyXhat = 0;
     for (int64_t i = 0; i < n; ++i)
-      gradSumsRow(x + (i * c + ch) * s, dy + (i * c + ch) * s, nullptr, s, mean,
-                  invStd, sumDy, sumDyXhat);
+      gradSumsRow<T>(x + (i * c + ch) * s, dy + (i * c + ch) * s, nullptr, s,
+                     mean, invStd, sumDy, sumDyXhat);
     if (dx) {
       // dX = scale * invStd * (dY - sumDy / R - xhat * sumDyXhat / R).
-      const float k = scale[ch] * invStd;
-      const float meanDy = float(sumDy / count);
-      const float meanDyXhat = float(sumDyXhat / count);
+      const T k = scale[ch] * invStd;
+      const T meanDy = T(sumDy / count);
+      const T meanDyXhat = T(sumDyXhat / count);
       for (int64_t i = 0; i < n; ++i) {
-        const float *xr = x + (i * c + ch) * s;
-        const float *dyr = dy + (i * c + ch) * s;
-        float *dxr = dx + (i * c + ch) * s;
+        const T *xr = x + (i * c + ch) * s;
+        const T *dyr = dy + (i * c + ch) * s;
+        T *dxr = dx + (i * c + ch) * s;
         for (int64_t j = 0; j < s; ++j) {
-          float xhat = (xr[j] - mean) * invStd;
+          T xhat = (xr[j] - mean) * invStd;
           dxr[j] = k * (dyr[j] - meanDy - xhat * meanDyXhat);
         }
       }
     }
     if (dScale)
-      dScale[ch] = float(sumDyXhat);
+      dScale[ch] = T(sumDyXhat);
     if (dBias)
-      dBias[ch] = float(sumDy);
+      dBias[ch] = T(sumDy);
   }
 }
 
@@ -267,26 +273,27 @@ extern "C" void pipec_k_batchnorm_grad(void *const *bufs, const int64_t *ints,
 // LayerNormalization
 //===----------------------------------------------------------------------===//
 
-extern "C" void pipec_k_layernorm(void *const *bufs, const int64_t *ints,
-                                  const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  const float *scale = static_cast<const float *>(bufs[1]);
-  const float *bias = static_cast<const float *>(bufs[2]);
-  float *y = static_cast<float *>(bufs[3]);
-  float *meanOut = static_cast<float *>(bufs[4]);
-  float *invStdOut = static_cast<float *>(bufs[5]);
+template <class T>
+void layerNormKernel(void *const *bufs, const int64_t *ints,
+                     const double *reals) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  const T *scale = static_cast<const T *>(bufs[1]);
+  const T *bias = static_cast<const T *>(bufs[2]);
+  T *y = static_cast<T *>(bufs[3]);
+  T *meanOut = static_cast<T *>(bufs[4]);
+  T *invStdOut = static_cast<T *>(bufs[5]);
   int64_t outer = ints[0], inner = ints[1];
   const double eps = reals ? reals[0] : kDefaultEpsilon;
   if (outer <= 0 || inner <= 0)
     return;
   for (int64_t r = 0; r < outer; ++r) {
-    const float *xr = x + r * inner;
-    float *yr = y + r * inner;
+    const T *xr = x + r * inner;
+    T *yr = y + r * inner;
     double mean, var;
     meanVar(xr, 1, inner, inner, mean, var);
     const double invStdD = 1.0 / std::sqrt(var + eps);
-    const SplitMean mu(mean);
-    const float invStd = float(invStdD);
+    const SplitMean<T> mu(mean);
+    const T invStd = T(invStdD);
     if (bias) {
       for (int64_t j = 0; j < inner; ++j)
         yr[j] = ((xr[j] - mu.hi) - mu.lo) * invStd * scale[j] + bias[j];
@@ -301,16 +308,17 @@ extern "C" void pipec_k_layernorm(void *const *bufs, const int64_t *ints,
   }
 }
 
-extern "C" void pipec_k_layernorm_grad(void *const *bufs, const int64_t *ints,
-                                       const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  const float *scale = static_cast<const float *>(bufs[1]);
-  const float *meanIn = static_cast<const float *>(bufs[2]);
-  const float *invStdIn = static_cast<const float *>(bufs[3]);
-  const float *dy = static_cast<const float *>(bufs[4]);
-  float *dx = static_cast<float *>(bufs[5]);
-  float *dScale = static_cast<float *>(bufs[6]);
-  float *dBias = static_cast<float *>(bufs[7]);
+template <class T>
+void layerNormGradKernel(void *const *bufs, const int64_t *ints,
+                         const double *reals) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  const T *scale = static_cast<const T *>(bufs[1]);
+  const T *meanIn = static_cast<const T *>(bufs[2]);
+  const T *invStdIn = static_cast<const T *>(bufs[3]);
+  const T *dy = static_cast<const T *>(bufs[4]);
+  T *dx = static_cast<T *>(bufs[5]);
+  T *dScale = static_cast<T *>(bufs[6]);
+  T *dBias = static_cast<T *>(bufs[7]);
   int64_t outer = ints[0], inner = ints[1];
   if (inner <= 0)
     return;
@@ -318,9 +326,9 @@ extern "C" void pipec_k_layernorm_grad(void *const *bufs, const int64_t *ints,
   std::vector<double> accScale(dScale ? size_t(inner) : 0, 0.0);
   std::vector<double> accBias(dBias ? size_t(inner) : 0, 0.0);
   for (int64_t r = 0; r < std::max<int64_t>(outer, 0); ++r) {
-    const float *xr = x + r * inner;
-    const float *dyr = dy + r * inner;
-    const float mean = meanIn[r], invStd = invStdIn[r];
+    const T *xr = x + r * inner;
+    const T *dyr = dy + r * inner;
+    const T mean = meanIn[r], invStd = invStdIn[r];
     if (dScale)
       for (int64_t j = 0; j < inner; ++j)
         accScale[size_t(j)] += double(dyr[j]) * double((xr[j] - mean) * invStd);
@@ -331,18 +339,26 @@ extern "C" void pipec_k_layernorm_grad(void *const *bufs, const int64_t *ints,
       continue;
     double sumG = 0, sumGXhat = 0;
     gradSumsRow(xr, dyr, scale, inner, mean, invStd, sumG, sumGXhat);
-    const float meanG = float(sumG / double(inner));
-    const float meanGXhat = float(sumGXhat / double(inner));
-    float *dxr = dx + r * inner;
+    const T meanG = T(sumG / double(inner));
+    const T meanGXhat = T(sumGXhat / double(inner));
+    T *dxr = dx + r * inner;
     for (int64_t j = 0; j < inner; ++j) {
-      const float xhat = (xr[j] - mean) * invStd;
+      const T xhat = (xr[j] - mean) * invStd;
       dxr[j] = invStd * (dyr[j] * scale[j] - meanG - xhat * meanGXhat);
     }
   }
   for (int64_t j = 0; j < inner; ++j) {
     if (dScale)
-      dScale[j] = float(accScale[size_t(j)]);
+      dScale[j] = T(accScale[size_t(j)]);
     if (dBias)
-      dBias[j] = float(accBias[size_t(j)]);
+      dBias[j] = T(accBias[size_t(j)]);
   }
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_batchnorm_train, batchNormTrainKernel)
+PIPEC_CPU_KERNEL(pipec_k_batchnorm_infer, batchNormInferKernel)
+PIPEC_CPU_KERNEL(pipec_k_batchnorm_grad, batchNormGradKernel)
+PIPEC_CPU_KERNEL(pipec_k_layernorm, layerNormKernel)
+PIPEC_CPU_KERNEL(pipec_k_layernorm_grad, layerNormGradKernel)

@@ -20,7 +20,7 @@
 ///    ((n * C + c) * H + h) * W + w (ONNX's Indices with storage_order 0);
 ///  - a window with no element inside the image (only possible with pads
 ///    as large as the kernel, or dilation gaps straddling a tiny image;
-///    exporters do not produce these) gives the lowest float, as
+///    exporters do not produce these) gives the lowest finite value, as
 ///    onnxruntime does, and index -1; the backward skips indices outside
 ///    [0, nX);
 ///  - the windows of a row of outputs that lie fully inside the image in
@@ -42,6 +42,7 @@
 
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
 #include "cpu/strided.h"
 
 #include <algorithm>
@@ -118,9 +119,10 @@ std::vector<WindowSpan> windowSpans(int64_t outLen, int64_t stride, int64_t pad,
 /// The comparisons are written without branches: on random data a branch
 /// per tap mispredicts half the time. A larger value or a NaN takes over; a
 /// NaN then stays (v > NaN is false) unless a later NaN replaces it.
-inline void maxWindow(const PoolShape &s, const float *xp, const WindowSpan &r,
-                      const WindowSpan &c, float &best, int64_t &bestAt) {
-  best = std::numeric_limits<float>::lowest();
+template <class T>
+inline void maxWindow(const PoolShape &s, const T *xp, const WindowSpan &r,
+                      const WindowSpan &c, T &best, int64_t &bestAt) {
+  best = std::numeric_limits<T>::lowest();
   bestAt = -1;
   if (r.kLo >= r.kHi || c.kLo >= c.kHi)
     return;
@@ -130,7 +132,7 @@ inline void maxWindow(const PoolShape &s, const float *xp, const WindowSpan &r,
     const int64_t rowAt = (r.start + ki * s.dh) * s.w + c.start;
     for (int64_t kj = c.kLo; kj < c.kHi; ++kj) {
       const int64_t at = rowAt + kj * s.dw;
-      const float v = xp[at];
+      const T v = xp[at];
       const bool take = (v > best) | (v != v);
       best = take ? v : best;
       bestAt = take ? at : bestAt;
@@ -142,17 +144,17 @@ inline void maxWindow(const PoolShape &s, const float *xp, const WindowSpan &r,
 /// swept tap by tap (in the same row-major window order as maxWindow, so
 /// the same element wins) over chunks of outputs, which vectorises.
 /// Offsets fit int32 (the caller checks the plane size).
-void maxRowInterior(const PoolShape &s, const float *xp, const WindowSpan &r,
-                    int64_t qa, int64_t qb, float *yRow, int64_t *iRow,
+template <class T>
+void maxRowInterior(const PoolShape &s, const T *xp, const WindowSpan &r,
+                    int64_t qa, int64_t qb, T *yRow, int64_t *iRow,
                     int64_t planeOffset) {
   constexpr int64_t kChunk = 256;
-  float best[kChunk];
+  T best[kChunk];
   int32_t at[kChunk];
   for (int64_t q0 = qa; q0 < qb; q0 += kChunk) {
     const int64_t nq = std::min(kChunk, qb - q0);
     if (r.kLo >= r.kHi) { // the whole row of windows is in the padding
-      std::fill(yRow + q0, yRow + q0 + nq,
-                std::numeric_limits<float>::lowest());
+      std::fill(yRow + q0, yRow + q0 + nq, std::numeric_limits<T>::lowest());
       if (iRow)
         std::fill(iRow + q0, iRow + q0 + nq, int64_t(-1));
       continue;
@@ -166,17 +168,17 @@ void maxRowInterior(const PoolShape &s, const float *xp, const WindowSpan &r,
       for (int64_t kj = 0; kj < s.kw; ++kj) {
         const int64_t base =
             (r.start + ki * s.dh) * s.w - s.pl + kj * s.dw + q0 * s.sw;
-        const float *xs = xp + base;
+        const T *xs = xp + base;
         if (s.sw == 1) {
           for (int64_t j = 0; j < nq; ++j) {
-            const float v = xs[j];
+            const T v = xs[j];
             const bool take = (v > best[j]) | (v != v);
             best[j] = take ? v : best[j];
             at[j] = take ? int32_t(base + j) : at[j];
           }
         } else {
           for (int64_t j = 0; j < nq; ++j) {
-            const float v = xs[j * s.sw];
+            const T v = xs[j * s.sw];
             const bool take = (v > best[j]) | (v != v);
             best[j] = take ? v : best[j];
             at[j] = take ? int32_t(base + j * s.sw) : at[j];
@@ -191,16 +193,15 @@ void maxRowInterior(const PoolShape &s, const float *xp, const WindowSpan &r,
   }
 }
 
-} // namespace
-
 //===----------------------------------------------------------------------===//
 // MaxPool
 //===----------------------------------------------------------------------===//
 
-extern "C" void pipec_k_maxpool2d(void *const *bufs, const int64_t *ints,
-                                  const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  float *y = static_cast<float *>(bufs[1]);
+template <class T>
+void maxPool2dKernel(void *const *bufs, const int64_t *ints,
+                     const double *reals) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  T *y = static_cast<T *>(bufs[1]);
   int64_t *indices = static_cast<int64_t *>(bufs[2]);
   const PoolShape s = PoolShape::max(ints);
   if (s.empty())
@@ -227,15 +228,15 @@ extern "C" void pipec_k_maxpool2d(void *const *bufs, const int64_t *ints,
   if (qa >= qb || xPlane > INT32_MAX)
     qa = qb = 0; // no interior (or offsets beyond int32): all scalar
   for (int64_t plane = 0; plane < s.planes(); ++plane) {
-    const float *xp = x + plane * xPlane;
-    float *yp = y + plane * yPlane;
+    const T *xp = x + plane * xPlane;
+    T *yp = y + plane * yPlane;
     int64_t *ip = indices ? indices + plane * yPlane : nullptr;
     for (int64_t o = 0; o < s.oh; ++o) {
       const WindowSpan &r = rows[size_t(o)];
-      float *yRow = yp + o * s.ow;
+      T *yRow = yp + o * s.ow;
       int64_t *iRow = ip ? ip + o * s.ow : nullptr;
       auto border = [&](int64_t q) {
-        float best;
+        T best;
         int64_t at;
         maxWindow(s, xp, r, cols[size_t(q)], best, at);
         yRow[q] = best;
@@ -251,15 +252,16 @@ extern "C" void pipec_k_maxpool2d(void *const *bufs, const int64_t *ints,
   }
 }
 
-extern "C" void pipec_k_maxpool2d_grad(void *const *bufs, const int64_t *ints,
-                                       const double *reals) {
-  const float *dy = static_cast<const float *>(bufs[0]);
+template <class T>
+void maxPool2dGradKernel(void *const *bufs, const int64_t *ints,
+                         const double *reals) {
+  const T *dy = static_cast<const T *>(bufs[0]);
   const int64_t *indices = static_cast<const int64_t *>(bufs[1]);
-  float *dx = static_cast<float *>(bufs[2]);
+  T *dx = static_cast<T *>(bufs[2]);
   int64_t nX = ints[0], nY = ints[1];
   if (nX <= 0)
     return;
-  std::fill(dx, dx + nX, 0.0f);
+  std::fill(dx, dx + nX, T(0));
   for (int64_t i = 0; i < nY; ++i) {
     int64_t at = indices[i];
     if (at >= 0 && at < nX)
@@ -271,10 +273,11 @@ extern "C" void pipec_k_maxpool2d_grad(void *const *bufs, const int64_t *ints,
 // AveragePool
 //===----------------------------------------------------------------------===//
 
-extern "C" void pipec_k_avgpool2d(void *const *bufs, const int64_t *ints,
-                                  const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  float *y = static_cast<float *>(bufs[1]);
+template <class T>
+void avgPool2dKernel(void *const *bufs, const int64_t *ints,
+                     const double *reals) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  T *y = static_cast<T *>(bufs[1]);
   const PoolShape s = PoolShape::avg(ints);
   if (s.empty())
     return;
@@ -283,37 +286,38 @@ extern "C" void pipec_k_avgpool2d(void *const *bufs, const int64_t *ints,
     poison(y, s.planes() * yPlane);
     return;
   }
-  const float fullInv = 1.0f / float(s.kh * s.kw);
+  const T fullInv = T(1) / T(s.kh * s.kw);
   const std::vector<WindowSpan> rows =
       windowSpans(s.oh, s.sh, s.pt, 1, s.kh, s.h);
   const std::vector<WindowSpan> cols =
       windowSpans(s.ow, s.sw, s.pl, 1, s.kw, s.w);
   for (int64_t plane = 0; plane < s.planes(); ++plane) {
-    const float *xp = x + plane * xPlane;
-    float *yp = y + plane * yPlane;
+    const T *xp = x + plane * xPlane;
+    T *yp = y + plane * yPlane;
     for (int64_t o = 0; o < s.oh; ++o) {
       const WindowSpan &r = rows[size_t(o)];
       for (int64_t q = 0; q < s.ow; ++q) {
         const WindowSpan &c = cols[size_t(q)];
-        float sum = 0.0f;
+        T sum = T(0);
         for (int64_t ki = r.kLo; ki < r.kHi; ++ki) {
-          const float *xr = xp + (r.start + ki) * s.w + c.start;
+          const T *xr = xp + (r.start + ki) * s.w + c.start;
           for (int64_t kj = c.kLo; kj < c.kHi; ++kj)
             sum += xr[kj];
         }
         int64_t count = (r.kHi - r.kLo) * (c.kHi - c.kLo);
-        float inv =
-            s.countIncludePad ? fullInv : (count > 0 ? 1.0f / float(count) : 0);
+        T inv =
+            s.countIncludePad ? fullInv : (count > 0 ? T(1) / T(count) : T(0));
         yp[o * s.ow + q] = sum * inv;
       }
     }
   }
 }
 
-extern "C" void pipec_k_avgpool2d_grad(void *const *bufs, const int64_t *ints,
-                                       const double *reals) {
-  const float *dy = static_cast<const float *>(bufs[0]);
-  float *dx = static_cast<float *>(bufs[1]);
+template <class T>
+void avgPool2dGradKernel(void *const *bufs, const int64_t *ints,
+                         const double *reals) {
+  const T *dy = static_cast<const T *>(bufs[0]);
+  T *dx = static_cast<T *>(bufs[1]);
   const PoolShape s = PoolShape::avg(ints);
   if (s.n <= 0 || s.c <= 0 || s.h <= 0 || s.w <= 0)
     return;
@@ -322,17 +326,17 @@ extern "C" void pipec_k_avgpool2d_grad(void *const *bufs, const int64_t *ints,
     poison(dx, s.planes() * xPlane);
     return;
   }
-  std::fill(dx, dx + s.planes() * xPlane, 0.0f);
+  std::fill(dx, dx + s.planes() * xPlane, T(0));
   if (s.oh <= 0 || s.ow <= 0)
     return;
-  const float fullInv = 1.0f / float(s.kh * s.kw);
+  const T fullInv = T(1) / T(s.kh * s.kw);
   const std::vector<WindowSpan> rows =
       windowSpans(s.oh, s.sh, s.pt, 1, s.kh, s.h);
   const std::vector<WindowSpan> cols =
       windowSpans(s.ow, s.sw, s.pl, 1, s.kw, s.w);
   for (int64_t plane = 0; plane < s.planes(); ++plane) {
-    const float *dyp = dy + plane * yPlane;
-    float *dxp = dx + plane * xPlane;
+    const T *dyp = dy + plane * yPlane;
+    T *dxp = dx + plane * xPlane;
     for (int64_t o = 0; o < s.oh; ++o) {
       const WindowSpan &r = rows[size_t(o)];
       for (int64_t q = 0; q < s.ow; ++q) {
@@ -340,10 +344,10 @@ extern "C" void pipec_k_avgpool2d_grad(void *const *bufs, const int64_t *ints,
         int64_t count = (r.kHi - r.kLo) * (c.kHi - c.kLo);
         if (count == 0)
           continue;
-        float inv = s.countIncludePad ? fullInv : 1.0f / float(count);
-        const float g = dyp[o * s.ow + q] * inv;
+        T inv = s.countIncludePad ? fullInv : T(1) / T(count);
+        const T g = dyp[o * s.ow + q] * inv;
         for (int64_t ki = r.kLo; ki < r.kHi; ++ki) {
-          float *dxr = dxp + (r.start + ki) * s.w + c.start;
+          T *dxr = dxp + (r.start + ki) * s.w + c.start;
           for (int64_t kj = c.kLo; kj < c.kHi; ++kj)
             dxr[kj] += g;
         }
@@ -351,3 +355,10 @@ extern "C" void pipec_k_avgpool2d_grad(void *const *bufs, const int64_t *ints,
     }
   }
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_maxpool2d, maxPool2dKernel)
+PIPEC_CPU_KERNEL(pipec_k_maxpool2d_grad, maxPool2dGradKernel)
+PIPEC_CPU_KERNEL(pipec_k_avgpool2d, avgPool2dKernel)
+PIPEC_CPU_KERNEL(pipec_k_avgpool2d_grad, avgPool2dGradKernel)

@@ -12,10 +12,15 @@
 /// (the dimension is kept) or collapses into one Y element (it is reduced).
 /// Y is zeroed first, so it is overwritten, never accumulated into.
 ///
+/// The kernel is a template over the element type T (float, or double for
+/// pipec_k_reduce_sum_f64). A reduced innermost row is summed in double;
+/// rows added into a kept Y row accumulate in T.
+///
 //===----------------------------------------------------------------------===//
 
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
 #include "cpu/strided.h"
 
 #include <algorithm>
@@ -38,7 +43,7 @@ int64_t impliedYCount(int64_t rank, const int64_t *xDims,
 
 /// Sum of a contiguous row, in double with independent lanes so that the
 /// loop vectorises without reassociation flags.
-double sumRow(const float *x, int64_t n) {
+template <class T> double sumRow(const T *x, int64_t n) {
   constexpr int kLanes = 8;
   double lanes[kLanes] = {};
   int64_t i = 0;
@@ -53,19 +58,18 @@ double sumRow(const float *x, int64_t n) {
   return acc;
 }
 
-} // namespace
-
-extern "C" void pipec_k_reduce_sum(void *const *bufs, const int64_t *ints,
-                                   const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  float *y = static_cast<float *>(bufs[1]);
+template <class T>
+void reduceSumKernel(void *const *bufs, const int64_t *ints,
+                     const double *reals) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  T *y = static_cast<T *>(bufs[1]);
   int64_t rank = ints[0];
   const int64_t *xDims = ints + 1;
   const int64_t *yStrides = ints + 1 + rank;
-  const float scale = reals ? float(reals[0]) : 1.0f;
+  const T scale = reals ? T(reals[0]) : T(1);
 
   int64_t yCount = impliedYCount(rank, xDims, yStrides);
-  std::fill(y, y + yCount, 0.0f);
+  std::fill(y, y + yCount, T(0));
 
   int64_t xStrides[kMaxDims];
   if (rank > kMaxDims) {
@@ -85,21 +89,25 @@ extern "C" void pipec_k_reduce_sum(void *const *bufs, const int64_t *ints,
 
   // The innermost X stride is 1 after canonicalisation.
   forEachRow(nest, [&](const int64_t *off, int64_t n, const int64_t *inner) {
-    const float *xRow = x + off[0];
-    float *yRow = y + off[1];
+    const T *xRow = x + off[0];
+    T *yRow = y + off[1];
     int64_t ys = inner[1];
     if (ys == 1) {
       for (int64_t i = 0; i < n; ++i)
         yRow[i] += xRow[i];
     } else if (ys == 0) {
-      yRow[0] += float(sumRow(xRow, n));
+      yRow[0] += T(sumRow(xRow, n));
     } else {
       for (int64_t i = 0; i < n; ++i)
         yRow[i * ys] += xRow[i];
     }
   });
 
-  if (scale != 1.0f)
+  if (scale != T(1))
     for (int64_t i = 0; i < yCount; ++i)
       y[i] *= scale;
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_reduce_sum, reduceSumKernel)

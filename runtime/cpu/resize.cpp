@@ -32,6 +32,7 @@
 
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
 #include "cpu/strided.h"
 
 #include <cmath>
@@ -43,13 +44,14 @@ using namespace pipec::rt;
 namespace {
 
 /// One output row's (or column's) two source rows and their weights.
-struct Tap {
+template <class T> struct Tap {
   int64_t lo, hi;
-  float wlo, whi;
+  T wlo, whi;
 };
 
-std::vector<Tap> taps(int64_t in, int64_t out, double scale, int64_t mode) {
-  std::vector<Tap> t(static_cast<size_t>(out));
+template <class T>
+std::vector<Tap<T>> taps(int64_t in, int64_t out, double scale, int64_t mode) {
+  std::vector<Tap<T>> t(static_cast<size_t>(out));
   // ONNX measures the output as in * scale before flooring it (the same
   // as `out` when the model gives sizes).
   const double outLength = double(in) * scale;
@@ -75,7 +77,7 @@ std::vector<Tap> taps(int64_t in, int64_t out, double scale, int64_t mode) {
     int64_t lo = int64_t(f), hi = lo + 1;
     lo = std::min(std::max<int64_t>(lo, 0), in - 1);
     hi = std::min(std::max<int64_t>(hi, 0), in - 1);
-    t[size_t(o)] = {lo, hi, float(1.0 - r), float(r)};
+    t[size_t(o)] = {lo, hi, T(1.0 - r), T(r)};
   }
   return t;
 }
@@ -95,57 +97,56 @@ struct ResizeShape {
   int64_t planes() const { return n * c; }
 };
 
-} // namespace
-
-extern "C" void pipec_k_resize_linear(void *const *bufs, const int64_t *ints,
-                                      const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  float *y = static_cast<float *>(bufs[1]);
+template <class T>
+void resizeLinearKernel(void *const *bufs, const int64_t *ints,
+                        const double *reals) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  T *y = static_cast<T *>(bufs[1]);
   const ResizeShape s(ints, reals);
   if (!s.valid()) {
     poison(y, std::max<int64_t>(s.n * s.c * s.oh * s.ow, 0));
     return;
   }
-  const std::vector<Tap> rows = taps(s.h, s.oh, s.scaleH, s.mode);
-  const std::vector<Tap> cols = taps(s.w, s.ow, s.scaleW, s.mode);
+  const std::vector<Tap<T>> rows = taps<T>(s.h, s.oh, s.scaleH, s.mode);
+  const std::vector<Tap<T>> cols = taps<T>(s.w, s.ow, s.scaleW, s.mode);
   for (int64_t plane = 0; plane < s.planes(); ++plane) {
-    const float *xp = x + plane * s.h * s.w;
-    float *yp = y + plane * s.oh * s.ow;
+    const T *xp = x + plane * s.h * s.w;
+    T *yp = y + plane * s.oh * s.ow;
     for (int64_t o = 0; o < s.oh; ++o) {
-      const Tap &r = rows[size_t(o)];
-      const float *a = xp + r.lo * s.w, *b = xp + r.hi * s.w;
+      const Tap<T> &r = rows[size_t(o)];
+      const T *a = xp + r.lo * s.w, *b = xp + r.hi * s.w;
       for (int64_t q = 0; q < s.ow; ++q) {
-        const Tap &c = cols[size_t(q)];
-        float top = c.wlo * a[c.lo] + c.whi * a[c.hi];
-        float bottom = c.wlo * b[c.lo] + c.whi * b[c.hi];
+        const Tap<T> &c = cols[size_t(q)];
+        T top = c.wlo * a[c.lo] + c.whi * a[c.hi];
+        T bottom = c.wlo * b[c.lo] + c.whi * b[c.hi];
         yp[o * s.ow + q] = r.wlo * top + r.whi * bottom;
       }
     }
   }
 }
 
-extern "C" void pipec_k_resize_linear_grad(void *const *bufs,
-                                           const int64_t *ints,
-                                           const double *reals) {
-  const float *dy = static_cast<const float *>(bufs[0]);
-  float *dx = static_cast<float *>(bufs[1]);
+template <class T>
+void resizeLinearGradKernel(void *const *bufs, const int64_t *ints,
+                            const double *reals) {
+  const T *dy = static_cast<const T *>(bufs[0]);
+  T *dx = static_cast<T *>(bufs[1]);
   const ResizeShape s(ints, reals);
   if (!s.valid()) {
     poison(dx, std::max<int64_t>(s.n * s.c * s.h * s.w, 0));
     return;
   }
-  const std::vector<Tap> rows = taps(s.h, s.oh, s.scaleH, s.mode);
-  const std::vector<Tap> cols = taps(s.w, s.ow, s.scaleW, s.mode);
-  std::memset(dx, 0, size_t(s.planes() * s.h * s.w) * sizeof(float));
+  const std::vector<Tap<T>> rows = taps<T>(s.h, s.oh, s.scaleH, s.mode);
+  const std::vector<Tap<T>> cols = taps<T>(s.w, s.ow, s.scaleW, s.mode);
+  std::memset(dx, 0, size_t(s.planes() * s.h * s.w) * sizeof(T));
   for (int64_t plane = 0; plane < s.planes(); ++plane) {
-    const float *g = dy + plane * s.oh * s.ow;
-    float *dp = dx + plane * s.h * s.w;
+    const T *g = dy + plane * s.oh * s.ow;
+    T *dp = dx + plane * s.h * s.w;
     for (int64_t o = 0; o < s.oh; ++o) {
-      const Tap &r = rows[size_t(o)];
-      float *a = dp + r.lo * s.w, *b = dp + r.hi * s.w;
+      const Tap<T> &r = rows[size_t(o)];
+      T *a = dp + r.lo * s.w, *b = dp + r.hi * s.w;
       for (int64_t q = 0; q < s.ow; ++q) {
-        const Tap &c = cols[size_t(q)];
-        const float v = g[o * s.ow + q];
+        const Tap<T> &c = cols[size_t(q)];
+        const T v = g[o * s.ow + q];
         a[c.lo] += r.wlo * c.wlo * v;
         a[c.hi] += r.wlo * c.whi * v;
         b[c.lo] += r.whi * c.wlo * v;
@@ -154,3 +155,8 @@ extern "C" void pipec_k_resize_linear_grad(void *const *bufs,
     }
   }
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_resize_linear, resizeLinearKernel)
+PIPEC_CPU_KERNEL(pipec_k_resize_linear_grad, resizeLinearGradKernel)

@@ -14,10 +14,16 @@
 /// poisons a float output with NaN and writes INT64_MIN into an integer
 /// one, which the runtime's checks then report.
 ///
+/// Each kernel is a template over the float element type T: float for
+/// `pipec_k_X`, double for `pipec_k_X_f64` (compare/where then read float
+/// operands as double, int64 operands are unchanged; cast converts between
+/// int64 and double, with the range checks done against double).
+///
 //===----------------------------------------------------------------------===//
 
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
 #include "cpu/strided.h"
 
 #include <cmath>
@@ -91,10 +97,8 @@ void selectAll(const StridedNest<4> &nest, const int64_t *c, const T *x,
   });
 }
 
-} // namespace
-
-extern "C" void pipec_k_compare(void *const *bufs, const int64_t *ints,
-                                const double *) {
+template <class T>
+void compareKernel(void *const *bufs, const int64_t *ints, const double *) {
   const int64_t predicate = ints[0], rank = ints[1];
   int64_t *y = static_cast<int64_t *>(bufs[2]);
   StridedNest<3> nest;
@@ -113,12 +117,12 @@ extern "C" void pipec_k_compare(void *const *bufs, const int64_t *ints,
     compareAll(nest, predicate, static_cast<const int64_t *>(bufs[0]),
                static_cast<const int64_t *>(bufs[1]), y);
   else
-    compareAll(nest, predicate, static_cast<const float *>(bufs[0]),
-               static_cast<const float *>(bufs[1]), y);
+    compareAll(nest, predicate, static_cast<const T *>(bufs[0]),
+               static_cast<const T *>(bufs[1]), y);
 }
 
-extern "C" void pipec_k_where(void *const *bufs, const int64_t *ints,
-                              const double *) {
+template <class T>
+void whereKernel(void *const *bufs, const int64_t *ints, const double *) {
   const bool isInt = ints[0] != 0;
   const int64_t rank = ints[1];
   StridedNest<4> nest;
@@ -138,33 +142,39 @@ extern "C" void pipec_k_where(void *const *bufs, const int64_t *ints,
               static_cast<const int64_t *>(bufs[2]), out);
     return;
   }
-  float *out = static_cast<float *>(bufs[3]);
+  T *out = static_cast<T *>(bufs[3]);
   if (kind == NestKind::TooDeep) {
     poison(out, numel);
     return;
   }
-  selectAll(nest, c, static_cast<const float *>(bufs[1]),
-            static_cast<const float *>(bufs[2]), out);
+  selectAll(nest, c, static_cast<const T *>(bufs[1]),
+            static_cast<const T *>(bufs[2]), out);
 }
 
-extern "C" void pipec_k_cast(void *const *bufs, const int64_t *ints,
-                             const double *) {
+template <class T>
+void castKernel(void *const *bufs, const int64_t *ints, const double *) {
   const int64_t direction = ints[0], n = ints[1];
   if (direction == PIPEC_CAST_I64_TO_F32) {
     const int64_t *x = static_cast<const int64_t *>(bufs[0]);
-    float *y = static_cast<float *>(bufs[1]);
+    T *y = static_cast<T *>(bufs[1]);
     for (int64_t i = 0; i < n; ++i)
-      y[i] = static_cast<float>(x[i]);
+      y[i] = static_cast<T>(x[i]);
     return;
   }
-  const float *x = static_cast<const float *>(bufs[0]);
+  const T *x = static_cast<const T *>(bufs[0]);
   int64_t *y = static_cast<int64_t *>(bufs[1]);
-  // 2^63 is exactly representable; anything at or beyond it (or NaN) does
-  // not fit.
-  const float limit = 9223372036854775808.0f;
+  // 2^63 is exactly representable in T; anything at or beyond it (or NaN)
+  // does not fit.
+  const T limit = T(9223372036854775808.0);
   for (int64_t i = 0; i < n; ++i) {
-    float v = x[i];
+    T v = x[i];
     bool fits = direction == PIPEC_CAST_F32_TO_I64 && v >= -limit && v < limit;
     y[i] = fits ? static_cast<int64_t>(std::trunc(v)) : kBadInt;
   }
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_compare, compareKernel)
+PIPEC_CPU_KERNEL(pipec_k_where, whereKernel)
+PIPEC_CPU_KERNEL(pipec_k_cast, castKernel)

@@ -10,7 +10,12 @@
 /// With inner == 1 every row is contiguous. Otherwise the kernels sweep
 /// whole [dim, inner-block] panels, keeping one running maximum and sum per
 /// inner position in a small stack buffer, so all memory accesses stay
-/// contiguous. Sums are accumulated in double; exponentials are float.
+/// contiguous. Sums are accumulated in double; exponentials are in the
+/// element type.
+///
+/// Both kernels are templates over the element type (float, or double for
+/// the `_f64` twins, see cpu/real.h). The float kernels use polyExp; the
+/// double ones compute in double throughout with the exact std::exp.
 ///
 /// Every output element is written after the last read of the input
 /// element at the same index, so Y may alias X (and dX may alias dY).
@@ -20,8 +25,12 @@
 #include "cpu/fastmath.h"
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
+
 #include <algorithm>
 #include <cmath>
+
+using pipec::cpu::kernelExp;
 
 namespace {
 
@@ -38,8 +47,8 @@ struct SoftmaxShape {
 };
 
 /// Softmax of one contiguous row of n > 0 elements.
-void softmaxRow(const float *x, float *y, int64_t n, bool isLog) {
-  float mx = x[0];
+template <class T> void softmaxRow(const T *x, T *y, int64_t n, bool isLog) {
+  T mx = x[0];
   for (int64_t d = 1; d < n; ++d)
     mx = std::max(mx, x[d]);
   // The exponentials in a loop that vectorises, then their sum in double.
@@ -47,33 +56,34 @@ void softmaxRow(const float *x, float *y, int64_t n, bool isLog) {
   // still reads); softmax stores them in y and normalises in place.
   double sum = 0;
   if (isLog) {
-    float e[kBlock];
+    T e[kBlock];
     for (int64_t d0 = 0; d0 < n; d0 += kBlock) {
       const int64_t nb = std::min(kBlock, n - d0);
       for (int64_t k = 0; k < nb; ++k)
-        e[k] = pipec::cpu::polyExp(x[d0 + k] - mx);
+        e[k] = kernelExp(x[d0 + k] - mx);
       for (int64_t k = 0; k < nb; ++k)
         sum += e[k];
     }
     double lse = double(mx) + std::log(sum);
     for (int64_t d = 0; d < n; ++d)
-      y[d] = float(double(x[d]) - lse);
+      y[d] = T(double(x[d]) - lse);
     return;
   }
   for (int64_t d = 0; d < n; ++d)
-    y[d] = pipec::cpu::polyExp(x[d] - mx);
+    y[d] = kernelExp(x[d] - mx);
   for (int64_t d = 0; d < n; ++d)
     sum += y[d];
-  float inv = float(1.0 / sum);
+  T inv = T(1.0 / sum);
   for (int64_t d = 0; d < n; ++d)
     y[d] *= inv;
 }
 
 /// Softmax along the middle axis of one [dim, inner] panel, for the inner
 /// positions [0, nb) of the block starting at x / y (row stride `inner`).
-void softmaxPanel(const float *x, float *y, int64_t dim, int64_t inner,
-                  int64_t nb, bool isLog) {
-  float mx[kBlock];
+template <class T>
+void softmaxPanel(const T *x, T *y, int64_t dim, int64_t inner, int64_t nb,
+                  bool isLog) {
+  T mx[kBlock];
   double sum[kBlock];
   for (int64_t j = 0; j < nb; ++j) {
     mx[j] = x[j];
@@ -84,11 +94,11 @@ void softmaxPanel(const float *x, float *y, int64_t dim, int64_t inner,
       mx[j] = std::max(mx[j], x[d * inner + j]);
   // As in softmaxRow: log-softmax must not overwrite x (y may alias it)
   // before the last pass.
-  float e[kBlock];
+  T e[kBlock];
   for (int64_t d = 0; d < dim; ++d) {
-    float *out = isLog ? e : y + d * inner;
+    T *out = isLog ? e : y + d * inner;
     for (int64_t j = 0; j < nb; ++j)
-      out[j] = pipec::cpu::polyExp(x[d * inner + j] - mx[j]);
+      out[j] = kernelExp(x[d * inner + j] - mx[j]);
     for (int64_t j = 0; j < nb; ++j)
       sum[j] += out[j];
   }
@@ -97,12 +107,12 @@ void softmaxPanel(const float *x, float *y, int64_t dim, int64_t inner,
       sum[j] = double(mx[j]) + std::log(sum[j]); // log-sum-exp
     for (int64_t d = 0; d < dim; ++d)
       for (int64_t j = 0; j < nb; ++j)
-        y[d * inner + j] = float(double(x[d * inner + j]) - sum[j]);
+        y[d * inner + j] = T(double(x[d * inner + j]) - sum[j]);
     return;
   }
-  float inv[kBlock];
+  T inv[kBlock];
   for (int64_t j = 0; j < nb; ++j)
-    inv[j] = float(1.0 / sum[j]);
+    inv[j] = T(1.0 / sum[j]);
   for (int64_t d = 0; d < dim; ++d)
     for (int64_t j = 0; j < nb; ++j)
       y[d * inner + j] *= inv[j];
@@ -110,10 +120,11 @@ void softmaxPanel(const float *x, float *y, int64_t dim, int64_t inner,
 
 /// Backward of one [dim, inner] panel restricted to inner positions [0, nb).
 /// inner == 1 (a contiguous row) is the special case nb == inner == 1.
-void softmaxGradPanel(const float *y, const float *dy, float *dx, int64_t dim,
+template <class T>
+void softmaxGradPanel(const T *y, const T *dy, T *dx, int64_t dim,
                       int64_t inner, int64_t nb, bool isLog) {
   double acc[kBlock];
-  float s[kBlock];
+  T s[kBlock];
   for (int64_t j = 0; j < nb; ++j)
     acc[j] = 0;
   if (isLog) {
@@ -122,11 +133,11 @@ void softmaxGradPanel(const float *y, const float *dy, float *dx, int64_t dim,
       for (int64_t j = 0; j < nb; ++j)
         acc[j] += dy[d * inner + j];
     for (int64_t j = 0; j < nb; ++j)
-      s[j] = float(acc[j]);
+      s[j] = T(acc[j]);
     for (int64_t d = 0; d < dim; ++d)
       for (int64_t j = 0; j < nb; ++j) {
         int64_t k = d * inner + j;
-        dx[k] = dy[k] - pipec::cpu::polyExp(y[k]) * s[j];
+        dx[k] = dy[k] - kernelExp(y[k]) * s[j];
       }
     return;
   }
@@ -135,7 +146,7 @@ void softmaxGradPanel(const float *y, const float *dy, float *dx, int64_t dim,
     for (int64_t j = 0; j < nb; ++j)
       acc[j] += double(dy[d * inner + j]) * double(y[d * inner + j]);
   for (int64_t j = 0; j < nb; ++j)
-    s[j] = float(acc[j]);
+    s[j] = T(acc[j]);
   for (int64_t d = 0; d < dim; ++d)
     for (int64_t j = 0; j < nb; ++j) {
       int64_t k = d * inner + j;
@@ -143,19 +154,17 @@ void softmaxGradPanel(const float *y, const float *dy, float *dx, int64_t dim,
     }
 }
 
-} // namespace
-
-extern "C" void pipec_k_softmax(void *const *bufs, const int64_t *ints,
-                                const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  float *y = static_cast<float *>(bufs[1]);
+template <class T>
+void softmaxKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  T *y = static_cast<T *>(bufs[1]);
   SoftmaxShape s(ints);
   if (s.empty())
     return;
   int64_t panel = s.dim * s.inner;
   for (int64_t o = 0; o < s.outer; ++o) {
-    const float *xo = x + o * panel;
-    float *yo = y + o * panel;
+    const T *xo = x + o * panel;
+    T *yo = y + o * panel;
     if (s.inner == 1) {
       softmaxRow(xo, yo, s.dim, s.isLog);
       continue;
@@ -166,11 +175,11 @@ extern "C" void pipec_k_softmax(void *const *bufs, const int64_t *ints,
   }
 }
 
-extern "C" void pipec_k_softmax_grad(void *const *bufs, const int64_t *ints,
-                                     const double *reals) {
-  const float *y = static_cast<const float *>(bufs[0]);
-  const float *dy = static_cast<const float *>(bufs[1]);
-  float *dx = static_cast<float *>(bufs[2]);
+template <class T>
+void softmaxGradKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *y = static_cast<const T *>(bufs[0]);
+  const T *dy = static_cast<const T *>(bufs[1]);
+  T *dx = static_cast<T *>(bufs[2]);
   SoftmaxShape s(ints);
   if (s.empty())
     return;
@@ -181,3 +190,8 @@ extern "C" void pipec_k_softmax_grad(void *const *bufs, const int64_t *ints,
                        dx + o * panel + j0, s.dim, s.inner,
                        std::min(kBlock, s.inner - j0), s.isLog);
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_softmax, softmaxKernel)
+PIPEC_CPU_KERNEL(pipec_k_softmax_grad, softmaxGradKernel)

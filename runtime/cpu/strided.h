@@ -138,12 +138,12 @@ inline void contiguousStrides(int64_t rank, const int64_t *dims,
   }
 }
 
-/// Fills `n` floats with a quiet NaN. Kernels cannot report errors across the
+/// Fills `n` elements with a quiet NaN. Kernels cannot report errors across the
 /// C ABI; on a malformed parameter block (unknown opcode, impossible shape)
 /// they poison their output instead, so that the runtime's per-step
 /// finite-loss check stops the run instead of training on garbage.
-inline void poison(float *y, int64_t n) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
+template <class T> void poison(T *y, int64_t n) {
+  const T nan = std::numeric_limits<T>::quiet_NaN();
   for (int64_t i = 0; i < n; ++i)
     y[i] = nan;
 }

@@ -10,12 +10,14 @@
 /// order while X is read through permuted strides. After canonicalisation,
 /// a permutation that keeps X's innermost dimension innermost copies whole
 /// rows; otherwise the two dimensions that are innermost in X and in Y form
-/// a 2-D transpose done in cache-sized tiles.
+/// a 2-D transpose done in cache-sized tiles. The kernel is a template over
+/// the element type (float, or double for pipec_k_transpose_f64).
 ///
 //===----------------------------------------------------------------------===//
 
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
 #include "cpu/strided.h"
 
 #include <algorithm>
@@ -31,7 +33,8 @@ namespace {
 constexpr int64_t kTile = 8;
 
 /// Y[i * ysI + j] = X[i + j * xsJ] for i < ni, j < nj, tile by tile.
-void transpose2d(const float *x, float *y, int64_t ni, int64_t ysI, int64_t nj,
+template <class T>
+void transpose2d(const T *x, T *y, int64_t ni, int64_t ysI, int64_t nj,
                  int64_t xsJ) {
   for (int64_t i0 = 0; i0 < ni; i0 += kTile) {
     int64_t i1 = std::min(ni, i0 + kTile);
@@ -44,12 +47,10 @@ void transpose2d(const float *x, float *y, int64_t ni, int64_t ysI, int64_t nj,
   }
 }
 
-} // namespace
-
-extern "C" void pipec_k_transpose(void *const *bufs, const int64_t *ints,
-                                  const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  float *y = static_cast<float *>(bufs[1]);
+template <class T>
+void transposeKernel(void *const *bufs, const int64_t *ints, const double *) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  T *y = static_cast<T *>(bufs[1]);
   int64_t rank = ints[0];
   const int64_t *xDims = ints + 1;
   const int64_t *perm = ints + 1 + rank;
@@ -90,7 +91,7 @@ extern "C" void pipec_k_transpose(void *const *bufs, const int64_t *ints,
   if (r == 0 || nest.strides[1][r - 1] == 1) {
     // Row copies (identity permutation after canonicalisation included).
     forEachRow(nest, [&](const int64_t *off, int64_t n, const int64_t *) {
-      std::memcpy(y + off[0], x + off[1], sizeof(float) * size_t(n));
+      std::memcpy(y + off[0], x + off[1], sizeof(T) * size_t(n));
     });
     return;
   }
@@ -121,3 +122,7 @@ extern "C" void pipec_k_transpose(void *const *bufs, const int64_t *ints,
     transpose2d(x + off[1], y + off[0], ni, ysI, nj, xsJ);
   });
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_transpose, transposeKernel)

@@ -13,6 +13,11 @@
 /// GELU_TANH), erf (ERF, GELU: 4.2e-7 absolute) and exp in the ERF / GELU
 /// backward (8e-8 relative). EXP, SIGMOID and LOG keep libm.
 ///
+/// Both kernels are templates over the element type (float, or double for
+/// the `_f64` twins, see cpu/real.h). The double instantiations compute in
+/// double throughout and use the exact std::tanh / std::erf / std::exp
+/// instead of the approximations above.
+///
 /// Parameters (reals = [alpha, beta]):
 ///  - SCALE uses alpha; LEAKY_RELU uses alpha as the negative slope;
 ///    POW_SCALAR computes X^alpha; CLIP clamps to [alpha, beta].
@@ -46,6 +51,7 @@
 #include "cpu/fastmath.h"
 #include "pipec_rt.h"
 
+#include "cpu/real.h"
 #include "cpu/strided.h"
 
 #include <algorithm>
@@ -57,7 +63,7 @@
 using namespace pipec::rt;
 using pipec::cpu::blend;
 using pipec::cpu::clampBlend;
-using pipec::cpu::polyExp;
+using pipec::cpu::kernelExp;
 
 namespace {
 
@@ -111,42 +117,58 @@ inline float rationalErf(float a) {
   return p / q;
 }
 
-constexpr float kSqrtHalf = 0.70710678118654752f;     // 1 / sqrt(2)
-constexpr float kTwoOverSqrtPi = 1.1283791670955126f; // 2 / sqrt(pi)
-constexpr float kInvSqrt2Pi = 0.3989422804014327f;    // 1 / sqrt(2 pi)
-constexpr float kSqrt2OverPi = 0.7978845608028654f;   // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
+/// tanh and erf of the kernels: the rational approximations above for
+/// float, the exact libm functions for double.
+inline float kernelTanh(float x) { return rationalTanh(x); }
+inline double kernelTanh(double x) { return std::tanh(x); }
+inline float kernelErf(float x) { return rationalErf(x); }
+inline double kernelErf(double x) { return std::erf(x); }
+
+template <class T> constexpr T kSqrtHalf = T(0.70710678118654752); // 1/sqrt 2
+template <class T>
+constexpr T kTwoOverSqrtPi = T(1.1283791670955126); // 2 / sqrt(pi)
+template <class T>
+constexpr T kInvSqrt2Pi = T(0.3989422804014327); // 1 / sqrt(2 pi)
+template <class T>
+constexpr T kSqrt2OverPi = T(0.7978845608028654); // sqrt(2 / pi)
+template <class T> constexpr T kGeluCubic = T(0.044715);
+// The float constants are exactly the float literals they always were.
+static_assert(kSqrtHalf<float> == 0.70710678118654752f, "");
+static_assert(kTwoOverSqrtPi<float> == 1.1283791670955126f, "");
+static_assert(kInvSqrt2Pi<float> == 0.3989422804014327f, "");
+static_assert(kSqrt2OverPi<float> == 0.7978845608028654f, "");
+static_assert(kGeluCubic<float> == 0.044715f, "");
 
 /// The parameters of one call, with the defaults documented above.
-struct UnaryParams {
-  float alpha, beta;
+template <class T> struct UnaryParams {
+  T alpha, beta;
   UnaryParams(int64_t opcode, const double *reals) {
     if (opcode == PIPEC_UN_CLIP) {
-      const float inf = std::numeric_limits<float>::infinity();
+      const T inf = std::numeric_limits<T>::infinity();
       alpha = -inf;
       beta = inf;
       if (reals && !std::isnan(reals[0]))
-        alpha = float(reals[0]);
+        alpha = T(reals[0]);
       if (reals && !std::isnan(reals[1]))
-        beta = float(reals[1]);
+        beta = T(reals[1]);
       return;
     }
-    alpha = reals ? float(reals[0]) : (opcode == PIPEC_UN_SCALE ? 1.0f : 0.0f);
+    alpha = reals ? T(reals[0]) : (opcode == PIPEC_UN_SCALE ? T(1) : T(0));
     // Only CLIP reads beta: callers of the other opcodes may pass a
     // one-element block (as ABI users did before beta existed).
-    beta = 0.0f;
+    beta = T(0);
   }
 };
 
 /// y = x^alpha with exact shortcuts for the common integer exponents.
-void powScalar(const float *x, float *y, int64_t n, float alpha) {
-  if (alpha == 1.0f) {
+template <class T> void powScalar(const T *x, T *y, int64_t n, T alpha) {
+  if (alpha == T(1)) {
     if (x != y)
-      std::memmove(y, x, sizeof(float) * size_t(n));
-  } else if (alpha == 2.0f) {
+      std::memmove(y, x, sizeof(T) * size_t(n));
+  } else if (alpha == T(2)) {
     for (int64_t i = 0; i < n; ++i)
       y[i] = x[i] * x[i];
-  } else if (alpha == 3.0f) {
+  } else if (alpha == T(3)) {
     for (int64_t i = 0; i < n; ++i)
       y[i] = x[i] * x[i] * x[i];
   } else {
@@ -155,34 +177,32 @@ void powScalar(const float *x, float *y, int64_t n, float alpha) {
   }
 }
 
-} // namespace
-
-extern "C" void pipec_k_unary(void *const *bufs, const int64_t *ints,
-                              const double *reals) {
-  const float *x = static_cast<const float *>(bufs[0]);
-  float *y = static_cast<float *>(bufs[1]);
+template <class T>
+void unaryKernel(void *const *bufs, const int64_t *ints, const double *reals) {
+  const T *x = static_cast<const T *>(bufs[0]);
+  T *y = static_cast<T *>(bufs[1]);
   int64_t opcode = ints[0], n = ints[1];
   if (n <= 0)
     return;
-  const UnaryParams p(opcode, reals);
+  const UnaryParams<T> p(opcode, reals);
   switch (opcode) {
   case PIPEC_UN_COPY:
     if (x != y)
-      std::memmove(y, x, sizeof(float) * size_t(n));
+      std::memmove(y, x, sizeof(T) * size_t(n));
     break;
   case PIPEC_UN_RELU:
     // std::max(x, 0) keeps a NaN input NaN (unlike x > 0 ? x : 0).
     for (int64_t i = 0; i < n; ++i)
-      y[i] = std::max(x[i], 0.0f);
+      y[i] = std::max(x[i], T(0));
     break;
   case PIPEC_UN_TANH:
     for (int64_t i = 0; i < n; ++i)
-      y[i] = rationalTanh(x[i]);
+      y[i] = kernelTanh(x[i]);
     break;
   case PIPEC_UN_SIGMOID:
     // exp(-x) overflows to +inf for very negative x, giving exactly 0.
     for (int64_t i = 0; i < n; ++i)
-      y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+      y[i] = T(1) / (T(1) + std::exp(-x[i]));
     break;
   case PIPEC_UN_NEG:
     for (int64_t i = 0; i < n; ++i)
@@ -198,17 +218,17 @@ extern "C" void pipec_k_unary(void *const *bufs, const int64_t *ints,
     break;
   case PIPEC_UN_ERF:
     for (int64_t i = 0; i < n; ++i)
-      y[i] = rationalErf(x[i]);
+      y[i] = kernelErf(x[i]);
     break;
   case PIPEC_UN_GELU: // x/2 (1 + erf(x / sqrt 2))
     for (int64_t i = 0; i < n; ++i)
-      y[i] = 0.5f * x[i] * (1.0f + rationalErf(x[i] * kSqrtHalf));
+      y[i] = T(0.5) * x[i] * (T(1) + kernelErf(x[i] * kSqrtHalf<T>));
     break;
   case PIPEC_UN_GELU_TANH: // x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
     for (int64_t i = 0; i < n; ++i) {
-      float v = x[i];
-      float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
-      y[i] = 0.5f * v * (1.0f + rationalTanh(u));
+      T v = x[i];
+      T u = kSqrt2OverPi<T> * (v + kGeluCubic<T> * v * v * v);
+      y[i] = T(0.5) * v * (T(1) + kernelTanh(u));
     }
     break;
   case PIPEC_UN_SQRT:
@@ -221,7 +241,7 @@ extern "C" void pipec_k_unary(void *const *bufs, const int64_t *ints,
     break;
   case PIPEC_UN_LEAKY_RELU:
     for (int64_t i = 0; i < n; ++i)
-      y[i] = std::max(x[i], 0.0f) + p.alpha * std::min(x[i], 0.0f); // NaN: NaN
+      y[i] = std::max(x[i], T(0)) + p.alpha * std::min(x[i], T(0)); // NaN: NaN
     break;
   case PIPEC_UN_CLIP:
     // max-then-min (numpy.clip): NaN stays NaN; min > max gives max.
@@ -237,7 +257,7 @@ extern "C" void pipec_k_unary(void *const *bufs, const int64_t *ints,
     break;
   case PIPEC_UN_RECIPROCAL:
     for (int64_t i = 0; i < n; ++i)
-      y[i] = 1.0f / x[i];
+      y[i] = T(1) / x[i];
     break;
   default:
     poison(y, n);
@@ -245,34 +265,35 @@ extern "C" void pipec_k_unary(void *const *bufs, const int64_t *ints,
   }
 }
 
-extern "C" void pipec_k_unary_grad(void *const *bufs, const int64_t *ints,
-                                   const double *reals) {
-  const float *t = static_cast<const float *>(bufs[0]);
-  const float *dy = static_cast<const float *>(bufs[1]);
-  float *dx = static_cast<float *>(bufs[2]);
+template <class T>
+void unaryGradKernel(void *const *bufs, const int64_t *ints,
+                     const double *reals) {
+  const T *t = static_cast<const T *>(bufs[0]);
+  const T *dy = static_cast<const T *>(bufs[1]);
+  T *dx = static_cast<T *>(bufs[2]);
   int64_t opcode = ints[0], n = ints[1];
   if (n <= 0)
     return;
-  const UnaryParams p(opcode, reals);
+  const UnaryParams<T> p(opcode, reals);
   // Every loop reads t[i] and dy[i] before writing dx[i], so dX may alias dY.
   switch (opcode) {
   case PIPEC_UN_RELU: // T = X.
     for (int64_t i = 0; i < n; ++i) {
-      const float v = t[i], g = dy[i]; // unconditional loads vectorise
-      dx[i] = v > 0.0f ? g : 0.0f;
+      const T v = t[i], g = dy[i]; // unconditional loads vectorise
+      dx[i] = v > T(0) ? g : T(0);
     }
     break;
   case PIPEC_UN_TANH: // T = Y; tanh' = 1 - Y^2.
     for (int64_t i = 0; i < n; ++i)
-      dx[i] = dy[i] * (1.0f - t[i] * t[i]);
+      dx[i] = dy[i] * (T(1) - t[i] * t[i]);
     break;
   case PIPEC_UN_SIGMOID: // T = Y; sigmoid' = Y (1 - Y).
     for (int64_t i = 0; i < n; ++i)
-      dx[i] = dy[i] * (t[i] * (1.0f - t[i]));
+      dx[i] = dy[i] * (t[i] * (T(1) - t[i]));
     break;
   case PIPEC_UN_COPY:
     if (dx != dy)
-      std::memmove(dx, dy, sizeof(float) * size_t(n));
+      std::memmove(dx, dy, sizeof(T) * size_t(n));
     break;
   case PIPEC_UN_NEG:
     for (int64_t i = 0; i < n; ++i)
@@ -288,13 +309,13 @@ extern "C" void pipec_k_unary_grad(void *const *bufs, const int64_t *ints,
     break;
   case PIPEC_UN_ERF: // T = X; erf' = 2/sqrt(pi) exp(-x^2).
     for (int64_t i = 0; i < n; ++i)
-      dx[i] = dy[i] * (kTwoOverSqrtPi * polyExp(-t[i] * t[i]));
+      dx[i] = dy[i] * (kTwoOverSqrtPi<T> * kernelExp(-t[i] * t[i]));
     break;
   case PIPEC_UN_GELU: // T = X; gelu' = Phi(x) + x phi(x).
     for (int64_t i = 0; i < n; ++i) {
-      float v = t[i];
-      float cdf = 0.5f * (1.0f + rationalErf(v * kSqrtHalf));
-      float pdf = kInvSqrt2Pi * polyExp(-0.5f * v * v);
+      T v = t[i];
+      T cdf = T(0.5) * (T(1) + kernelErf(v * kSqrtHalf<T>));
+      T pdf = kInvSqrt2Pi<T> * kernelExp(-T(0.5) * v * v);
       dx[i] = dy[i] * (cdf + v * pdf);
     }
     break;
@@ -302,16 +323,17 @@ extern "C" void pipec_k_unary_grad(void *const *bufs, const int64_t *ints,
     // y = x/2 (1 + th), th = tanh(u), u = sqrt(2/pi) (x + c x^3):
     // y' = (1 + th)/2 + x/2 (1 - th^2) sqrt(2/pi) (1 + 3 c x^2).
     for (int64_t i = 0; i < n; ++i) {
-      float v = t[i];
-      float v2 = v * v;
-      float th = rationalTanh(kSqrt2OverPi * (v + kGeluCubic * v2 * v));
-      float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v2);
-      dx[i] = dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+      T v = t[i];
+      T v2 = v * v;
+      T th = kernelTanh(kSqrt2OverPi<T> * (v + kGeluCubic<T> * v2 * v));
+      T du = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluCubic<T> * v2);
+      dx[i] =
+          dy[i] * (T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * du);
     }
     break;
   case PIPEC_UN_SQRT: // T = Y; sqrt' = 1 / (2 Y).
     for (int64_t i = 0; i < n; ++i)
-      dx[i] = dy[i] * 0.5f / t[i];
+      dx[i] = dy[i] * T(0.5) / t[i];
     break;
   case PIPEC_UN_LOG: // T = X; log' = 1 / x.
     for (int64_t i = 0; i < n; ++i)
@@ -319,39 +341,39 @@ extern "C" void pipec_k_unary_grad(void *const *bufs, const int64_t *ints,
     break;
   case PIPEC_UN_LEAKY_RELU: // T = X.
     for (int64_t i = 0; i < n; ++i) {
-      const float g = dy[i];
-      dx[i] = blend(t[i] > 0.0f, g, p.alpha * g);
+      const T g = dy[i];
+      dx[i] = blend(t[i] > T(0), g, p.alpha * g);
     }
     break;
   case PIPEC_UN_CLIP: // T = X; passes strictly inside (min, max).
     for (int64_t i = 0; i < n; ++i) {
-      const float v = t[i], g = dy[i];
-      dx[i] = blend((v > p.alpha) & (v < p.beta), g, 0.0f);
+      const T v = t[i], g = dy[i];
+      dx[i] = blend((v > p.alpha) & (v < p.beta), g, T(0));
     }
     break;
   case PIPEC_UN_POW_SCALAR: { // T = X; (x^a)' = a x^(a-1).
-    const float a = p.alpha;
-    if (a == 0.0f) {
-      std::fill(dx, dx + n, 0.0f);
-    } else if (a == 1.0f) {
+    const T a = p.alpha;
+    if (a == T(0)) {
+      std::fill(dx, dx + n, T(0));
+    } else if (a == T(1)) {
       if (dx != dy)
-        std::memmove(dx, dy, sizeof(float) * size_t(n));
-    } else if (a == 2.0f) {
+        std::memmove(dx, dy, sizeof(T) * size_t(n));
+    } else if (a == T(2)) {
       for (int64_t i = 0; i < n; ++i)
-        dx[i] = dy[i] * (2.0f * t[i]);
-    } else if (a == 3.0f) {
+        dx[i] = dy[i] * (T(2) * t[i]);
+    } else if (a == T(3)) {
       for (int64_t i = 0; i < n; ++i)
-        dx[i] = dy[i] * (3.0f * t[i] * t[i]);
+        dx[i] = dy[i] * (T(3) * t[i] * t[i]);
     } else {
       for (int64_t i = 0; i < n; ++i)
-        dx[i] = dy[i] * (a * std::pow(t[i], a - 1.0f));
+        dx[i] = dy[i] * (a * std::pow(t[i], a - T(1)));
     }
     break;
   }
   case PIPEC_UN_ABS: // T = X; sign(x), sign(0) = 0.
     for (int64_t i = 0; i < n; ++i) {
-      const float v = t[i], g = dy[i];
-      dx[i] = blend(v > 0.0f, g, blend(v < 0.0f, -g, 0.0f));
+      const T v = t[i], g = dy[i];
+      dx[i] = blend(v > T(0), g, blend(v < T(0), -g, T(0)));
     }
     break;
   case PIPEC_UN_RECIPROCAL: // T = Y; (1/x)' = -1/x^2 = -Y^2.
@@ -363,3 +385,8 @@ extern "C" void pipec_k_unary_grad(void *const *bufs, const int64_t *ints,
     break;
   }
 }
+
+} // namespace
+
+PIPEC_CPU_KERNEL(pipec_k_unary, unaryKernel)
+PIPEC_CPU_KERNEL(pipec_k_unary_grad, unaryGradKernel)

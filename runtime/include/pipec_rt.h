@@ -334,8 +334,21 @@ void pipec_k_adagrad(void *const *bufs, const int64_t *ints,
 void pipec_k_dropout(void *const *bufs, const int64_t *ints,
                      const double *reals);
 
-/// Looks a kernel up by its symbol name ("pipec_k_gemm"); NULL if unknown.
-/// Used by in-process executors (profiling, conformance tests).
+/*===----------------------------------------------------------------------===*
+ * Float64 twins. Every kernel above but pipec_k_copy also exists as
+ * `<name>_f64` with the same parameter layout, in which every float32
+ * tensor is float64 instead (int64 tensors stay int64; pipec_k_cast's
+ * F32 side is then float64). `pipec compile --precision f64` links
+ * against them. The list is include/pipec_kernels.def.
+ *===----------------------------------------------------------------------===*/
+#define PIPEC_KERNEL(sym)                                                      \
+  void sym##_f64(void *const *bufs, const int64_t *ints, const double *reals);
+#define PIPEC_KERNEL_BYTES(sym)
+#include "pipec_kernels.def"
+
+/// Looks a kernel up by its symbol name ("pipec_k_gemm", "pipec_k_gemm_f64");
+/// NULL if unknown. Used by in-process executors (profiling, conformance
+/// tests).
 pipec_kernel_fn pipec_rt_find_kernel(const char *name);
 
 /*===----------------------------------------------------------------------===*

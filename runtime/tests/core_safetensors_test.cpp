@@ -211,7 +211,8 @@ std::string loadError(const rt::StageDesc &d, const std::string &path,
 TEST(CoreWeights, LoadsAtOffsetsAndChecksNamesShapesDtypes) {
   TempDir tmp;
   float w[4] = {1, 2, 3, 4}, b[2] = {-1, -2};
-  double b64[2] = {0, 0};
+  int64_t bInt[2] = {0, 0};
+  double w64[4] = {1.5, 2, 3, 0.1}, b64[2] = {-1, -2};
   std::string error;
   ASSERT_TRUE(safetensors::writeFile(tmp / "ok.safetensors",
                                      {{"fc.bias", "F32", {2}, b},
@@ -226,7 +227,11 @@ TEST(CoreWeights, LoadsAtOffsetsAndChecksNamesShapesDtypes) {
       {{"fc.weight", "F32", {4}, w}, {"fc.bias", "F32", {2}, b}}, {}, error));
   ASSERT_TRUE(safetensors::writeFile(
       tmp / "dtype.safetensors",
-      {{"fc.weight", "F32", {2, 2}, w}, {"fc.bias", "F64", {2}, b64}}, {},
+      {{"fc.weight", "F32", {2, 2}, w}, {"fc.bias", "I64", {2}, bInt}}, {},
+      error));
+  ASSERT_TRUE(safetensors::writeFile(
+      tmp / "f64.safetensors",
+      {{"fc.weight", "F64", {2, 2}, w64}, {"fc.bias", "F64", {2}, b64}}, {},
       error));
 
   rt::StageDesc d = twoWeightStage();
@@ -246,6 +251,26 @@ TEST(CoreWeights, LoadsAtOffsetsAndChecksNamesShapesDtypes) {
                 .find("'fc.weight' is F32 [4] but the stage needs F32 [2, 2]"),
             std::string::npos);
   EXPECT_NE(loadError(d, tmp / "dtype.safetensors", arena)
-                .find("'fc.bias' is F64 [2]"),
+                .find("'fc.bias' is I64 [2] but the stage needs F32 [2]"),
+            std::string::npos);
+
+  // The other float type converts: F64 rounds into a float32 stage...
+  rt::loadWeights(d, tmp / "f64.safetensors", arena);
+  std::memcpy(got, arena + 64, 16);
+  std::memcpy(got + 4, arena + 128, 8);
+  EXPECT_EQ(std::vector<float>(got, got + 6),
+            (std::vector<float>{1.5f, 2, 3, 0.1f, -1, -2}));
+  // ... and F32 widens exactly into a float64 stage (--precision f64).
+  rt::StageDesc d64 = twoWeightStage();
+  d64.realBytes = 8;
+  d64.weights = {{"fc.weight", 64, {2, 2}, 32}, {"fc.bias", 128, {2}, 16}};
+  rt::loadWeights(d64, tmp / "ok.safetensors", arena);
+  double got64[6];
+  std::memcpy(got64, arena + 64, 32);
+  std::memcpy(got64 + 4, arena + 128, 16);
+  EXPECT_EQ(std::vector<double>(got64, got64 + 6),
+            (std::vector<double>{1, 2, 3, 4, -1, -2}));
+  EXPECT_NE(loadError(d64, tmp / "shape.safetensors", arena)
+                .find("but the stage needs F64 [2, 2]"),
             std::string::npos);
 }

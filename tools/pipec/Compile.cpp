@@ -130,16 +130,19 @@ std::vector<ml_program::GlobalOp> stageWeights(ModuleOp module, int64_t stage) {
   return result;
 }
 
-/// Writes the initial values of `weights` as safetensors.
+/// Writes the initial values of `weights` as safetensors: F32, or F64 in
+/// the float64 reference mode (--precision f64).
 bool writeWeights(const std::vector<ml_program::GlobalOp> &weights,
                   const std::string &path, const std::string &buildId,
                   std::string &error) {
-  std::vector<std::vector<float>> storage;
+  std::vector<std::vector<char>> storage;
   std::vector<safetensors::TensorRef> tensors;
   storage.reserve(weights.size());
   for (ml_program::GlobalOp g : weights) {
     auto type = cast<RankedTensorType>(g.getType());
-    std::vector<float> data;
+    const bool f64 = type.getElementType().isF64();
+    const size_t elem = f64 ? sizeof(double) : sizeof(float);
+    std::vector<char> data;
     Attribute value = g.getValue().value_or(Attribute());
     if (auto res = dyn_cast_or_null<DenseResourceElementsAttr>(value)) {
       AsmResourceBlob *blob = res.getRawHandle().getBlob();
@@ -148,23 +151,30 @@ bool writeWeights(const std::vector<ml_program::GlobalOp> &weights,
         return false;
       }
       ArrayRef<char> raw = blob->getData();
-      data.resize(raw.size() / sizeof(float));
-      std::memcpy(data.data(), raw.data(), data.size() * sizeof(float));
+      data.assign(raw.begin(), raw.end());
     } else if (auto dense = dyn_cast_or_null<DenseElementsAttr>(value)) {
-      for (float f : dense.getValues<float>())
-        data.push_back(f);
+      auto append = [&data](auto v) {
+        const char *p = reinterpret_cast<const char *>(&v);
+        data.insert(data.end(), p, p + sizeof v);
+      };
+      if (f64)
+        for (double d : dense.getValues<double>())
+          append(d);
+      else
+        for (float f : dense.getValues<float>())
+          append(f);
     } else {
       error = "weight '" + g.getSymName().str() + "' has no initial value";
       return false;
     }
-    if (static_cast<int64_t>(data.size()) != type.getNumElements()) {
+    if (static_cast<int64_t>(data.size() / elem) != type.getNumElements()) {
       error = "weight '" + g.getSymName().str() + "' has " +
-              std::to_string(data.size()) + " values for " +
+              std::to_string(data.size() / elem) + " values for " +
               std::to_string(type.getNumElements()) + " elements";
       return false;
     }
     storage.push_back(std::move(data));
-    tensors.push_back({g.getSymName().str(), "F32",
+    tensors.push_back({g.getSymName().str(), f64 ? "F64" : "F32",
                        std::vector<int64_t>(type.getShape().begin(),
                                             type.getShape().end()),
                        storage.back().data()});
@@ -317,6 +327,8 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   tpo.weightDecay = o.weightDecay;
   tpo.replicas = o.replicas;
   tpo.warmup = o.warmup;
+  tpo.cuts = o.cuts;
+  tpo.precision = o.precision;
   const bool split = o.replicaMode == "split" &&
                      llvm::any_of(o.replicas, [](int r) { return r > 1; });
   if (split)
@@ -337,6 +349,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   if (split) {
     auto planned = (*module)->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
     TrainingPipelineOptions sliceOptions = tpo;
+    sliceOptions.cuts.clear();
     for (int64_t l : planned.getLast().asArrayRef())
       sliceOptions.cuts.push_back(int(l));
     for (int s = 0; s < o.stages; ++s)
@@ -413,6 +426,9 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   key += "|w" + o.warmup + "|v" + std::to_string(o.chunks);
   for (const std::string &f : o.frozen)
     key += "|f" + f;
+  for (int l : o.cuts)
+    key += "|c" + std::to_string(l);
+  key += "|p" + o.precision;
   std::string buildId = hex64(llvm::xxh3_64bits(llvm::StringRef(key)));
   std::string modelHash =
       hex64(llvm::xxh3_64bits((*bytes)->getBuffer()));
@@ -560,7 +576,9 @@ int pipec::driver::compileModel(const CompileOptions &o) {
       inputs.push_back(llvm::json::Object{
           {"name", names ? cast<StringAttr>(names[feed.getInt()]).str() : ""},
           {"shape", shapeJson(shape)},
-          {"dtype", t.getElementType().isF32() ? "f32" : "i64"}});
+          {"dtype", t.getElementType().isF32()   ? "f32"
+                    : t.getElementType().isF64() ? "f64"
+                                                 : "i64"}});
     }
   }
   llvm::json::Object manifest{
@@ -569,6 +587,7 @@ int pipec::driver::compileModel(const CompileOptions &o) {
       {"model", llvm::sys::path::filename(o.model).str()},
       {"model_hash", modelHash},
       {"schedule", o.schedule},
+      {"precision", o.precision},
       {"microbatches", o.microbatches},
       {"microbatch", microbatch},
       {"global_batch", batch},
@@ -601,6 +620,10 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
                          "(Megatron, with --chunks) or zb-h1 (zero bubble)",
            "1f1b-flush")
       .opt("--profile", "pipec.profile/1 with measured op times for planning")
+      .opt("--cuts", "a fixed cut instead of the planner's: the last layer of "
+                     "every stage but the last, comma-separated layer "
+                     "indices (as the progress lines and plan.json number "
+                     "them), stages x chunks - 1 of them")
       .opt("--device", "analytic cost model when no profile: cpu, v100, a100, "
                        "h100", "cpu")
       .opt("--replicas", "replicas per stage, comma-separated (with a "
@@ -627,6 +650,11 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .opt("--epsilon", "Adam/Adagrad epsilon", "1e-8")
       .opt("--weight-decay", "L2 weight decay", "0")
       .opt("--input-shape", "static shapes NAME=D0xD1..., comma-separated")
+      .opt("--precision", "f32, or f64: the exact reference mode (every "
+                          "kernel, buffer, message and checkpoint in double, "
+                          "the float32 weights widened exactly), to compare "
+                          "with a float64 framework or finite differences",
+           "f32")
       .opt("--freeze", "float initializers to keep constant instead of "
                        "training them (buffers such as masks), "
                        "comma-separated")
@@ -687,6 +715,27 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
     return fail("compile", "--chunks " + std::to_string(o.chunks) +
                                " needs --schedule interleaved", 2);
   o.profile = a.get("--profile");
+  if (a.has("--cuts")) {
+    std::string list = a.get("--cuts");
+    for (llvm::StringRef part : llvm::split(list, ',')) {
+      int l = 0;
+      if (part.trim().getAsInteger(10, l) || l < 0 ||
+          (!o.cuts.empty() && l <= o.cuts.back()))
+        return fail("compile", "--cuts takes increasing layer indices "
+                               "separated by commas, got '" + list + "'", 2);
+      o.cuts.push_back(l);
+    }
+    if (int(o.cuts.size()) != o.stages * o.chunks - 1)
+      return fail("compile", "--cuts lists " + std::to_string(o.cuts.size()) +
+                                 " cut(s) for " +
+                                 std::to_string(o.stages * o.chunks) +
+                                 " pipeline stages (needs " +
+                                 std::to_string(o.stages * o.chunks - 1) + ")",
+                  2);
+    if (!o.profile.empty())
+      return fail("compile", "--cuts and --profile both choose the cut; give "
+                             "one", 2);
+  }
   o.device = a.get("--device");
   o.loss = a.get("--loss");
   o.optimizer = a.get("--optimizer");
@@ -694,6 +743,10 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       !a.getDouble("--beta2", o.beta2) || !a.getDouble("--epsilon", o.epsilon) ||
       !a.getDouble("--weight-decay", o.weightDecay))
     return 2;
+  o.precision = a.get("--precision");
+  if (o.precision != "f32" && o.precision != "f64")
+    return fail("compile", "--precision is f32 or f64, got '" + o.precision +
+                               "'", 2);
   o.emitMlir = a.has("--emit-mlir");
   o.untieWeights = a.has("--untie-weights");
   o.quiet = a.has("--quiet");

@@ -85,6 +85,12 @@ struct CompileOptions {
   int chunks = 1;
   /// 1f1b-flush warm-up policy (DAPPLE): "A" or "B".
   std::string warmup = "A";
+  /// "f32", or "f64": the float64 reference mode (every kernel and buffer
+  /// in double; weights widened exactly; checkpoints in F64).
+  std::string precision = "f32";
+  /// A fixed cut: the last layer of every stage but the last (empty: the
+  /// planner chooses).
+  std::vector<int> cuts;
   std::map<std::string, std::vector<int64_t>> inputShapes;
   /// Float initializers kept constant (not trained).
   std::set<std::string> frozen;

@@ -121,7 +121,7 @@ func.func @sgd_lr(%w: tensor<4xf32>, %g: tensor<4xf32>, %lr: tensor<1xf32>) -> t
 // -----
 
 func.func @relu_type(%a: tensor<4xi64>) -> tensor<4xi64> {
-  // expected-error @+1 {{must be ranked tensor of 32-bit float values}}
+  // expected-error @+1 {{must be ranked tensor of 32-bit float or 64-bit float values}}
   %0 = nn.relu %a : tensor<4xi64>
   return %0 : tensor<4xi64>
 }

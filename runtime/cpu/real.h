@@ -1,0 +1,64 @@
+//===- real.h - Element-type helpers of the CPU kernels ---------*- C++ -*-===//
+//
+// Part of pipec. Shared by the CPU kernels only (not part of the C ABI).
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// Every float kernel is a template over its element type `T` (float or
+/// double) and is exported twice through PIPEC_CPU_KERNEL: `pipec_k_X` on
+/// float32 tensors and `pipec_k_X_f64` on float64 tensors with the same
+/// parameter layout (include/pipec_kernels.def lists them). The float64
+/// twins are what `pipec compile --precision f64` links against: an exact
+/// reference mode in which pipec can be compared with a float64 framework
+/// to 1e-9 and with finite differences.
+///
+/// Rules for the float64 twins: everything is computed in double (no float
+/// intermediate, no float-only approximation such as polyExp), BLAS calls
+/// go to the d-prefixed routines, and accumulations that the float kernels
+/// already carry in double stay in double.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEC_RUNTIME_CPU_REAL_H
+#define PIPEC_RUNTIME_CPU_REAL_H
+
+#include <cblas.h>
+
+#include <cstdint>
+
+/// Defines the two C entry points `sym` (float) and `sym##_f64` (double) of
+/// the kernel template `impl<T>(bufs, ints, reals)`.
+#define PIPEC_CPU_KERNEL(sym, impl)                                            \
+  extern "C" void sym(void *const *bufs, const int64_t *ints,                  \
+                      const double *reals) {                                   \
+    impl<float>(bufs, ints, reals);                                            \
+  }                                                                            \
+  extern "C" void sym##_f64(void *const *bufs, const int64_t *ints,            \
+                            const double *reals) {                             \
+    impl<double>(bufs, ints, reals);                                           \
+  }
+
+namespace pipec {
+namespace cpu {
+
+/// Row-major BLAS GEMM, C = alpha op(A) op(B) + beta C, for either type.
+inline void blasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m,
+                     blasint n, blasint k, float alpha, const float *a,
+                     blasint lda, const float *b, blasint ldb, float beta,
+                     float *c, blasint ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+              ldc);
+}
+inline void blasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m,
+                     blasint n, blasint k, double alpha, const double *a,
+                     blasint lda, const double *b, blasint ldb, double beta,
+                     double *c, blasint ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+              ldc);
+}
+
+} // namespace cpu
+} // namespace pipec
+
+#endif // PIPEC_RUNTIME_CPU_REAL_H
