@@ -6,13 +6,15 @@
 ///
 /// \file
 /// One AttrTypeReplacer walks the module: f32 becomes f64 wherever it is an
-/// element or value type, f32 tensor literals are rebuilt with their values
-/// widened (a float -> double conversion is exact), and scalar FloatAttrs
+/// element or value type, f32 tensor literals are rebuilt in double (splats,
+/// the model's literals such as 0.5 or 1e-5, as the decimal they stand for,
+/// pipec::literalValue; other data widened exactly), and scalar FloatAttrs
 /// are left untouched (their f32 type is part of the ops' attribute
-/// constraints). Weights held as dense_resource blobs get a new blob of
+/// constraints; the lowering reads them as literals too). Weights held as dense_resource blobs get a new blob of
 /// doubles under the same name (the blob manager makes it unique).
 ///
 //===----------------------------------------------------------------------===//
+#include "passes/PassUtils.h"
 #include "passes/Passes.h"
 
 #include "mlir/IR/AttrTypeSubElements.h"
@@ -72,6 +74,13 @@ struct NNConvertPrecisionPass
       RankedTensorType to = widened(a.getType());
       if (!to)
         return std::nullopt;
+      // A splat is a literal of the model (0.5, 1e-5): the value it stands
+      // for; other data is widened exactly.
+      if (a.isSplat())
+        return std::make_pair(
+            Attribute(DenseElementsAttr::get(
+                to, pipec::literalValue(a.getSplatValue<float>()))),
+            WalkResult::skip());
       SmallVector<double> values;
       values.reserve(a.getNumElements());
       for (float f : a.getValues<float>())

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "passes/KernelCalls.h"
+#include "passes/PassUtils.h"
 
 #include "dialects/nn/NNDialect.h"
 #include "pipec_rt.h"
@@ -110,15 +111,21 @@ FailureOr<SmallVector<KernelCall, 1>> pipec::getKernelCalls(Operation *op) {
   if (failed(calls))
     return failure();
   // A call with a float64 tensor goes to the kernel's float64 twin (same
-  // layout; pipec_kernels.def). pipec_k_copy moves bytes of any type.
+  // layout; pipec_kernels.def). pipec_k_copy moves bytes of any type. Its
+  // real parameters that are float32 values (the ops' f32 attributes:
+  // epsilon, momentum, alpha) are read as the literals they stand for.
   for (KernelCall &call : *calls)
     if (call.kernel != "pipec_k_copy" &&
         llvm::any_of(call.buffers, [](Value v) {
           return v && cast<RankedTensorType>(v.getType())
                           .getElementType()
                           .isF64();
-        }))
+        })) {
       call.kernel += "_f64";
+      for (double &r : call.reals)
+        if (double(float(r)) == r)
+          r = literalValue(float(r));
+    }
   return calls;
 }
 

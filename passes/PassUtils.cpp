@@ -2,6 +2,11 @@
 #include "passes/PassUtils.h"
 #include "dialects/pipe/PipeDialect.h"
 
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
 using namespace mlir;
 
 std::string pipec::locationName(Location loc) {
@@ -69,4 +74,42 @@ int64_t pipec::labelClasses(Value labels) {
         return c;
   }
   return 0;
+}
+
+double pipec::literalValue(float f) {
+  // Constants that exporters and ONNX defaults store rounded to float32:
+  // SELU's alpha and gamma (Klambauer et al. 2017), sqrt(2/pi) of the tanh
+  // form of GELU, sqrt(2), 1/sqrt(2), pi, e, ln 2.
+  static const double kKnown[] = {
+      1.6732632423543772848170429916717, 1.0507009873554804934193349852946,
+      0.79788456080286535587989211986876, 1.4142135623730950488016887242097,
+      0.70710678118654752440084436210485, 3.1415926535897932384626433832795,
+      2.7182818284590452353602874713527, 0.69314718055994530941723212145818};
+  for (double k : kKnown)
+    if (float(k) == f)
+      return k;
+  char text[64];
+  auto end = std::to_chars(text, text + sizeof text - 1, f);
+  if (end.ec != std::errc() || !std::isfinite(f))
+    return double(f);
+  *end.ptr = 0;
+  const double decimal = std::strtod(text, nullptr);
+  // A short decimal (0.9, 1e-5, 0.044715) is what was written; a long one
+  // may be a fraction computed in double before the export stored it as a
+  // float (HardSigmoid's alpha 1/6 is 0.16666667).
+  std::string mantissa;
+  for (const char *c = text; *c && *c != 'e'; ++c)
+    if (*c >= '0' && *c <= '9')
+      mantissa += *c;
+  size_t first = mantissa.find_first_not_of('0');
+  size_t last = mantissa.find_last_not_of('0');
+  size_t digits = first == std::string::npos ? 0 : last - first + 1;
+  if (digits <= 6)
+    return decimal;
+  for (int q = 2; q <= 64; ++q) {
+    const double p = std::nearbyint(double(f) * q);
+    if (std::fabs(p) <= 1024 && float(p / q) == f)
+      return p / q;
+  }
+  return decimal;
 }

@@ -42,6 +42,17 @@ std::string stageFuncName(int64_t stage, llvm::StringRef kind);
 /// loss that consumes it (through reshapes); 0 if none.
 int64_t labelClasses(mlir::Value labels);
 
+/// The double a float32 literal of the model stands for, used by the
+/// float64 reference mode: the simplest number that rounds to it. That is
+/// the shortest decimal when it has at most 6 significant digits (what an
+/// exporter wrote: momentum 0.9, epsilon 1e-5, ELU's 0.7); else a fraction
+/// p/q with q <= 64 and |p| <= 1024 if one rounds to it (HardSigmoid's
+/// 1/6, a value computed in double before the export stored it as float);
+/// the exact constant for float32 roundings of SELU's alpha and gamma
+/// (ONNX's defaults), sqrt(2/pi) (tanh GELU), sqrt(2), 1/sqrt(2), pi, e
+/// and ln 2; otherwise the shortest decimal.
+double literalValue(float f);
+
 } // namespace pipec
 
 namespace pipec {

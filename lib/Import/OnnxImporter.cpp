@@ -1720,7 +1720,7 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
     auto negBranch = [&](float alpha, float scale) -> Value {
       Value m = nn::MinOp::create(b, loc, xt, x, scalarF32(0.0f));
       if (scale != 1.0f)
-        m = mul(m, scalarF32(1.0f / scale));
+        m = nn::DivOp::create(b, loc, xt, m, scalarF32(scale));
       Value e = add(nn::ExpOp::create(b, loc, m), scalarF32(-1.0f));
       return mul(e, scalarF32(alpha));
     };

@@ -33,7 +33,10 @@
 /// mean(g * xhat) = scale * dScale / R).
 ///
 /// Statistics are accumulated in double with two passes (mean, then the
-/// centred sum of squares), so large means do not cancel. Y may alias X and
+/// centred sum of squares), so large means do not cancel. The batch-norm
+/// backward recomputes the channel mean in double rather than reading the
+/// saved one rounded to float (a rounded mean shifts every xhat, which
+/// matters with few values per channel) and works per element in double. Y may alias X and
 /// dX may alias dY (each element is read before it is written).
 /// Optional outputs: savedMean / savedInvStd / runMeanOut / runVarOut (batch
 /// norm) and mean / invStd (layer norm) may be NULL; dX, dScale and dBias of
@@ -221,7 +224,7 @@ void batchNormGradKernel(void *const *bufs, const int64_t *ints,
                          const double *reals) {
   const T *x = static_cast<const T *>(bufs[0]);
   const T *scale = static_cast<const T *>(bufs[1]);
-  const T *savedMean = static_cast<const T *>(bufs[2]);
+  // bufs[2], savedMean, is not read: the mean is recomputed in double.
   const T *savedInvStd = static_cast<const T *>(bufs[3]);
   const T *dy = static_cast<const T *>(bufs[4]);
   T *dx = static_cast<T *>(bufs[5]);
@@ -242,23 +245,37 @@ void batchNormGradKernel(void *const *bufs, const int64_t *ints,
   }
   const double count = double(n) * double(s);
   for (int64_t ch = 0; ch < c; ++ch) {
-    const T mean = savedMean[ch], invStd = savedInvStd[ch];
-    double sumDy = 0, sumDyXhat = 0;
+    // xhat exactly as the forward normalised: the mean again in double
+    // (savedMean holds it rounded to T, and with few values per channel a
+    // rounded mean shifts every xhat enough to dominate dX), then
+    // everything per element in double.
+    double sumX = 0;
     for (int64_t i = 0; i < n; ++i)
-      gradSumsRow<T>(x + (i * c + ch) * s, dy + (i * c + ch) * s, nullptr, s,
-                     mean, invStd, sumDy, sumDyXhat);
+      sumX += sumRow(x + (i * c + ch) * s, s);
+    const double meanD = sumX / count;
+    const double invStd = double(savedInvStd[ch]);
+    double sumDy = 0, sumDyXhat = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const T *xr = x + (i * c + ch) * s;
+      const T *dyr = dy + (i * c + ch) * s;
+      sumDy += sumRow(dyr, s);
+      double acc = 0;
+      for (int64_t j = 0; j < s; ++j)
+        acc += double(dyr[j]) * ((double(xr[j]) - meanD) * invStd);
+      sumDyXhat += acc;
+    }
     if (dx) {
       // dX = scale * invStd * (dY - sumDy / R - xhat * sumDyXhat / R).
-      const T k = scale[ch] * invStd;
-      const T meanDy = T(sumDy / count);
-      const T meanDyXhat = T(sumDyXhat / count);
+      const double k = double(scale[ch]) * invStd;
+      const double meanDy = sumDy / count;
+      const double meanDyXhat = sumDyXhat / count;
       for (int64_t i = 0; i < n; ++i) {
         const T *xr = x + (i * c + ch) * s;
         const T *dyr = dy + (i * c + ch) * s;
         T *dxr = dx + (i * c + ch) * s;
         for (int64_t j = 0; j < s; ++j) {
-          T xhat = (xr[j] - mean) * invStd;
-          dxr[j] = k * (dyr[j] - meanDy - xhat * meanDyXhat);
+          const double xhat = (double(xr[j]) - meanD) * invStd;
+          dxr[j] = T(k * (double(dyr[j]) - meanDy - xhat * meanDyXhat));
         }
       }
     }

@@ -13,6 +13,10 @@
 // CHECK-SAME: (%[[X:.*]]: tensor<2x2xf64>) -> tensor<2x2xf64>
 // CHECK: %[[W:.*]] = ml_program.global_load @w : tensor<2x2xf64>
 // CHECK: %[[C:.*]] = nn.constant dense<[5.000000e-01, 0.10000000149011612]> : tensor<2xf64>
+// A splat is a literal of the model: the value it stands for (0.9f is
+// 0.9, float32 1/6 is 1/6), not the float32 widened.
+// CHECK: nn.constant dense<9.000000e-01> : tensor<f64>
+// CHECK: nn.constant dense<0.16666666666666666> : tensor<f64>
 // CHECK: %[[G:.*]] = nn.gemm %[[X]], %[[W]], %[[C]] {alpha = 2.000000e+00 : f32
 // CHECK-SAME: (tensor<2x2xf64>, tensor<2x2xf64>, tensor<2xf64>) -> tensor<2x2xf64>
 // CHECK: return %[[G]] : tensor<2x2xf64>
@@ -28,6 +32,8 @@ module {
   func.func @s0_fwd(%x: tensor<2x2xf32>) -> tensor<2x2xf32> {
     %w = ml_program.global_load @w : tensor<2x2xf32>
     %c = nn.constant dense<[0.5, 0.1]> : tensor<2xf32>
+    %m = nn.constant dense<0.9> : tensor<f32>
+    %sixth = nn.constant dense<0.1666666716337204> : tensor<f32>
     %y = nn.gemm %x, %w, %c {alpha = 2.0 : f32} : (tensor<2x2xf32>, tensor<2x2xf32>, tensor<2xf32>) -> tensor<2x2xf32>
     return %y : tensor<2x2xf32>
   }

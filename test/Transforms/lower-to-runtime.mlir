@@ -72,3 +72,11 @@
 // PD:     call @pipec_rt_update(
 // PD:     call @pipec_s0_step(
 // PD-NOT: call @pipec_rt_flush(
+
+// Float64 reference mode: the calls go to the kernels' float64 twins, the
+// stage description says so, and the weights are f64 in it.
+// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=gpipe microbatches=2" --nn-convert-precision --pipe-lower-to-runtime=stage=1 | FileCheck %s --check-prefix=F64
+// F64: \22precision\22:\22f64\22
+// F64-SAME: \22dtype\22:\22f64\22
+// F64-NOT: call @pipec_k_{{[a-z_]+[a-z]}}(
+// F64: call @pipec_k_unary_f64

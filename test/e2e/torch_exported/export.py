@@ -26,6 +26,9 @@ writes DIR/NAME/:
   reference.npz   every initializer after each of the STEPS steps of
                   PyTorch training, keyed "step<k>/<ONNX name>" (state_dict
                   names in a training export)
+  reference64.npz the same after each step of PyTorch's float64 run (the
+                  losses are reference.json's "losses64"): the oracle of
+                  pipec's float64 mode, `--precision f64`, to 1e-9
 
 PyTorch's run is what pipec's synchronous schedules compute: per step, the
 global batch is cut into `microbatches` equal microbatches, each one's
@@ -328,7 +331,7 @@ def train(model, xs, ys, microbatches, lr, dtype, names):
         snap = {n: model.state_dict()[n].detach().numpy().copy() for n in names}
         for module_name, v in onnx_var.items():
             snap[module_name + ".running_var"] = v.numpy().copy()
-        snapshots.append({n: v.astype(np.float32) for n, v in snap.items()})
+        snapshots.append(snap)
     return losses, snapshots
 
 
@@ -381,12 +384,19 @@ def export(name, out):
             if 10 * u > TOL:
                 tolerance.setdefault(str(k), {})[n] = 10 * u
     np.savez(os.path.join(d, "reference.npz"),
-             **{f"step{k}/{n}": v for k, s32 in enumerate(snaps, start=1) for n, v in s32.items()})
+             **{f"step{k}/{n}": v.astype(np.float32) for k, s32 in enumerate(snaps, start=1)
+                for n, v in s32.items()})
+    # The float64 run itself is the reference of pipec's float64 mode
+    # (pipec compile --precision f64), checked to 1e-9.
+    np.savez_compressed(os.path.join(d, "reference64.npz"),
+                        **{f"step{k}/{n}": v.astype(np.float64)
+                           for k, s64 in enumerate(snaps64, start=1) for n, v in s64.items()})
     params = {n for n, _ in model.named_parameters()}
     with open(os.path.join(d, "reference.json"), "w") as f:
         json.dump({"format": "pipec.torch_reference/1", "torch": torch.__version__,
                    "opset": opset, "batch": int(xs.shape[1]), "microbatches": microbatches,
                    "lr": lr, "steps": STEPS, "losses": losses, "loss_tolerance": loss_tol,
+                   "losses64": losses64,
                    "tolerance": tolerance,
                    "parameters": [n for n in inits if n in params],
                    "buffers": [n for n in inits if n not in params]}, f, indent=1)
