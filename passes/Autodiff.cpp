@@ -24,10 +24,12 @@
 // against an int64 labels feed (`pipe.feed = -1`), or the model's own loss.
 //
 //===----------------------------------------------------------------------===//
+#include "passes/KernelCalls.h"
 #include "passes/PassUtils.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/MLProgram/IR/MLProgram.h"
+#include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/MapVector.h"
 
@@ -199,6 +201,105 @@ void StageDifferentiator::emitUpdate(OpBuilder &sb, ml_program::GlobalOp weight,
   store(gradG, nn::FillOp::create(sb, loc, type, sb.getF64FloatAttr(0.0)));
 }
 
+LogicalResult pipec::reverseSweep(
+    ArrayRef<Operation *> ops, OpBuilder &b,
+    const llvm::DenseMap<Value, Value> &grads,
+    function_ref<Value(Value)> mapForward,
+    function_ref<void(Value, Value)> take) {
+  const OpBuilder::InsertPoint where = b.saveInsertionPoint();
+  for (Operation *op : llvm::reverse(ops)) {
+    b.restoreInsertionPoint(where);
+    SmallVector<Value> resultGrads;
+    bool any = false;
+    for (Value r : op->getResults()) {
+      resultGrads.push_back(grads.lookup(r));
+      any |= static_cast<bool>(resultGrads.back());
+    }
+    if (!any)
+      continue;
+    auto diff = dyn_cast<nn::DifferentiableOpInterface>(op);
+    if (!diff)
+      return op->emitError("'") << op->getName()
+                                << "' has no gradient (DifferentiableOpInterface)";
+    SmallVector<Value> operandGrads;
+    // Backward ops keep the forward op's location: the profiler charges
+    // their time to it.
+    if (failed(diff.buildVJP(b, resultGrads, mapForward, operandGrads)))
+      return failure();
+    for (auto [i, v] : llvm::enumerate(op->getOperands()))
+      if (i < operandGrads.size() && operandGrads[i])
+        take(v, operandGrads[i]);
+  }
+  return success();
+}
+
+bool pipec::isUndifferentiatedResult(Value v) {
+  while (v.getDefiningOp() && isViewOp(v.getDefiningOp()))
+    v = v.getDefiningOp()->getOperand(0);
+  auto r = dyn_cast<OpResult>(v);
+  return r && r.getResultNumber() > 0 &&
+         isa<nn::BatchNormOp, nn::LayerNormOp, nn::SoftmaxCrossEntropyLossOp>(
+             r.getOwner());
+}
+
+FailureOr<func::FuncOp> pipec::buildGradientFunction(func::FuncOp fn,
+                                                     StringRef name) {
+  auto isFloat = [](Type t) {
+    auto tensor = dyn_cast<RankedTensorType>(t);
+    return tensor && isa<FloatType>(tensor.getElementType());
+  };
+  Block &body = fn.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  SmallVector<Type> inputs(fn.getArgumentTypes()), outputs;
+  for (Value r : ret.getOperands())
+    if (isFloat(r.getType()))
+      inputs.push_back(r.getType());
+  for (Type t : fn.getArgumentTypes())
+    if (isFloat(t))
+      outputs.push_back(t);
+  OpBuilder b(fn);
+  b.setInsertionPointAfter(fn);
+  auto grad = func::FuncOp::create(b, fn.getLoc(), name,
+                                   b.getFunctionType(inputs, outputs));
+  Block *entry = grad.addEntryBlock();
+  b.setInsertionPointToEnd(entry);
+  // The forward, then the sweep over its copy.
+  IRMapping map;
+  for (auto [from, to] : llvm::zip(body.getArguments(), entry->getArguments()))
+    map.map(from, to);
+  SmallVector<Operation *> ops;
+  for (Operation &op : body.without_terminator())
+    ops.push_back(b.clone(op, map));
+  llvm::DenseMap<Value, Value> grads;
+  auto addGrad = [&](Value v, Value g) {
+    if (v.getDefiningOp<nn::ConstantOp>() ||
+        v.getDefiningOp<ml_program::GlobalLoadOp>())
+      return; // literals and the case's initializers: not checked
+    Value &slot = grads[v];
+    slot = slot ? nn::AddOp::create(b, g.getLoc(), g.getType(), slot, g) : g;
+  };
+  unsigned seed = fn.getNumArguments();
+  for (Value r : ret.getOperands())
+    if (isFloat(r.getType())) {
+      Value dy = entry->getArgument(seed++);
+      if (!isUndifferentiatedResult(r))
+        addGrad(map.lookup(r), dy);
+    }
+  if (failed(reverseSweep(ops, b, grads, [](Value v) { return v; }, addGrad)))
+    return failure();
+  SmallVector<Value> results;
+  for (BlockArgument arg : entry->getArguments().take_front(fn.getNumArguments())) {
+    if (!isFloat(arg.getType()))
+      continue;
+    Value g = grads.lookup(arg);
+    results.push_back(g ? g
+                        : nn::FillOp::create(b, arg.getLoc(), arg.getType(),
+                                             b.getF64FloatAttr(0.0)));
+  }
+  func::ReturnOp::create(b, fn.getLoc(), results);
+  return grad;
+}
+
 LogicalResult StageDifferentiator::run() {
   MLIRContext *ctx = module.getContext();
   b.setInsertionPointAfter(fwd);
@@ -214,7 +315,7 @@ LogicalResult StageDifferentiator::run() {
   // Seeds: the loss, and the gradients later stages send back.
   // Integer values (ids, masks) carry no gradient across a cut.
   auto isFloat = [](Type t) {
-    return cast<RankedTensorType>(t).getElementType().isF32();
+    return isa<FloatType>(cast<RankedTensorType>(t).getElementType());
   };
   for (auto [r, v] : llvm::enumerate(ret.getOperands())) {
     if (!isFloat(v.getType()))
@@ -247,43 +348,23 @@ LogicalResult StageDifferentiator::run() {
   SmallVector<Operation *> ops;
   for (Operation &op : body.without_terminator())
     ops.push_back(&op);
-  for (Operation *op : llvm::reverse(ops)) {
-    SmallVector<Value> resultGrads;
-    bool any = false;
-    for (Value r : op->getResults()) {
-      resultGrads.push_back(grads.lookup(r));
-      any |= static_cast<bool>(resultGrads.back());
+  b.setInsertionPointToEnd(entry);
+  auto mapper = [&](Value v) { return mapForward(v); };
+  auto take = [&](Value v, Value g) {
+    if (auto load = v.getDefiningOp<ml_program::GlobalLoadOp>()) {
+      StringRef name = load.getGlobal().getLeafReference().getValue();
+      weightGlobals[name] =
+          module.lookupSymbol<ml_program::GlobalOp>(load.getGlobal());
+      Value &acc = weightGrads[name];
+      acc = acc ? nn::AddOp::create(b, g.getLoc(), g.getType(), acc, g) : g;
+      return;
     }
-    if (!any)
-      continue;
-    auto diff = dyn_cast<nn::DifferentiableOpInterface>(op);
-    if (!diff)
-      return op->emitError("'") << op->getName()
-                                << "' has no gradient (DifferentiableOpInterface)";
-    SmallVector<Value> operandGrads;
-    // Backward ops keep the forward op's location: the profiler charges
-    // their time to it.
-    b.setInsertionPointToEnd(entry);
-    auto mapper = [&](Value v) { return mapForward(v); };
-    if (failed(diff.buildVJP(b, resultGrads, mapper, operandGrads)))
-      return failure();
-    for (auto [i, v] : llvm::enumerate(op->getOperands())) {
-      if (i >= operandGrads.size() || !operandGrads[i])
-        continue;
-      Value g = operandGrads[i];
-      if (auto load = v.getDefiningOp<ml_program::GlobalLoadOp>()) {
-        StringRef name = load.getGlobal().getLeafReference().getValue();
-        weightGlobals[name] =
-            module.lookupSymbol<ml_program::GlobalOp>(load.getGlobal());
-        Value &acc = weightGrads[name];
-        acc = acc ? nn::AddOp::create(b, g.getLoc(), g.getType(), acc, g) : g;
-        continue;
-      }
-      if (v.getDefiningOp<nn::ConstantOp>())
-        continue;
-      addGrad(v, g);
-    }
-  }
+    if (v.getDefiningOp<nn::ConstantOp>())
+      return;
+    addGrad(v, g);
+  };
+  if (failed(reverseSweep(ops, b, grads, mapper, take)))
+    return failure();
 
   // Accumulate weight gradients into their .grad globals.
   for (auto &[name, g] : weightGrads) {

@@ -46,6 +46,33 @@ struct TrainingPipelineOptions {
   std::string precision = "f32";
 };
 
+/// Reverse sweep of reverse-mode differentiation: for each op of `ops`, last
+/// to first, whose results have a gradient in `grads`, emits its
+/// vector-Jacobian product (DifferentiableOpInterface) at `b`'s insertion
+/// point, reading forward values through `mapForward`, and hands every
+/// operand gradient to `take(operand, gradient)` (which accumulates it into
+/// `grads` or elsewhere). Fails, with an error on the op, for an op without
+/// a gradient.
+mlir::LogicalResult
+reverseSweep(llvm::ArrayRef<mlir::Operation *> ops, mlir::OpBuilder &b,
+             const llvm::DenseMap<mlir::Value, mlir::Value> &grads,
+             llvm::function_ref<mlir::Value(mlir::Value)> mapForward,
+             llvm::function_ref<void(mlir::Value, mlir::Value)> take);
+
+/// True for the results that pipec does not differentiate through (their
+/// ops' VJPs refuse a gradient for them): the statistics outputs of
+/// BatchNormalization and LayerNormalization and the log_prob output of
+/// SoftmaxCrossEntropyLoss.
+bool isUndifferentiatedResult(mlir::Value v);
+
+/// Builds, after `fn`, the function `@name(args..., dY...) -> (dX...)`:
+/// `fn`'s forward followed by its reverse sweep, where dY are cotangents of
+/// `fn`'s float results (ignored for isUndifferentiatedResult ones) and dX
+/// the gradients of its float arguments (zero where none flows). Used to check every op's VJP against finite
+/// differences (pipec-conformance --gradients).
+mlir::FailureOr<mlir::func::FuncOp> buildGradientFunction(mlir::func::FuncOp fn,
+                                                          llvm::StringRef name);
+
 /// Adds annotate-costs, plan, split-stages, autodiff, build-schedule,
 /// convert-precision (f64 only), verify-schedule and plan-memory.
 void buildTrainingPipeline(mlir::OpPassManager &pm,

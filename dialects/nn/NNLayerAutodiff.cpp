@@ -202,6 +202,11 @@ LogicalResult BatchNormOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
                                     SmallVectorImpl<Value> &out) {
   if (!g[0])
     return success(); // only the running statistics are used
+  if (llvm::any_of(g.drop_front(), [](Value v) { return bool(v); }))
+    return emitOpError("a gradient flows into the statistics outputs of a "
+                       "training-mode BatchNormalization (its saved or "
+                       "running mean/variance), which pipec does not "
+                       "differentiate");
   auto grads = BatchNormGradOp::create(
       b, getLoc(), getInput().getType(), getScale().getType(),
       getScale().getType(), fwd(getInput()), fwd(getScale()),
@@ -214,16 +219,22 @@ LogicalResult BatchNormOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
 LogicalResult BatchNormInferenceOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
                                              function_ref<Value(Value)> fwd,
                                              SmallVectorImpl<Value> &out) {
-  // Y = scale (X - mean) k + bias, k = 1 / sqrt(var + epsilon): constants
-  // mean/var, so dX = dY scale k, dScale = sum dY (X - mean) k, dBias = sum dY.
+  // Y = scale (X - mean) k + bias, k = 1 / sqrt(var + epsilon):
+  // dX = dY scale k, dScale = sum dY (X - mean) k, dBias = sum dY, and,
+  // where mean and var are computed values rather than the running
+  // statistics (state: weights or constants, which get no gradient, as
+  // PyTorch's buffers do), dMean = -scale k dBias and
+  // dVar = -1/2 scale k^2 dScale (dk/dvar = -k^3 / 2).
   Location loc = getLoc();
   Value dy = g[0];
   int64_t rank = rt(getInput()).getRank();
   auto vec = getScale().getType();
   int64_t c = rt(getScale()).getDimSize(0);
+  Type elem = rt(getScale()).getElementType();
   Value eps = ConstantOp::create(
-      b, loc, DenseElementsAttr::get(cast<ShapedType>(vec),
-                                     getEpsilonAttr().getValue()));
+      b, loc,
+      DenseElementsAttr::get(cast<ShapedType>(vec),
+                             b.getFloatAttr(elem, getEpsilon().convertToDouble())));
   Value k = ReciprocalOp::create(
       b, loc, SqrtOp::create(b, loc, AddOp::create(b, loc, vec, fwd(getVar()), eps)));
   Value sk = MulOp::create(b, loc, vec, fwd(getScale()), k);
@@ -235,7 +246,26 @@ LogicalResult BatchNormInferenceOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
                              channelBroadcastable(b, loc, k, rank));
   Value dscale =
       channelSum(b, loc, MulOp::create(b, loc, dy.getType(), dy, xhat), c);
-  out.append({dx, dscale, channelSum(b, loc, dy, c), Value(), Value()});
+  Value dbias = channelSum(b, loc, dy, c);
+  auto isState = [](Value v) {
+    return v.getDefiningOp<ConstantOp>() ||
+           (v.getDefiningOp() &&
+            v.getDefiningOp()->getName().getStringRef() ==
+                "ml_program.global_load");
+  };
+  Value dmean, dvar;
+  if (!isState(getMean()))
+    dmean = NegOp::create(b, loc, MulOp::create(b, loc, vec, sk, dbias));
+  if (!isState(getVar())) {
+    Value half = ConstantOp::create(
+        b, loc,
+        DenseElementsAttr::get(RankedTensorType::get({}, elem),
+                               b.getFloatAttr(elem, -0.5)));
+    Value skk = MulOp::create(b, loc, vec, sk, k);
+    dvar = MulOp::create(b, loc, vec, MulOp::create(b, loc, vec, skk, dscale),
+                         half);
+  }
+  out.append({dx, dscale, dbias, dmean, dvar});
   return success();
 }
 
@@ -244,6 +274,10 @@ LogicalResult LayerNormOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
                                     SmallVectorImpl<Value> &out) {
   if (!g[0])
     return success();
+  if (llvm::any_of(g.drop_front(), [](Value v) { return bool(v); }))
+    return emitOpError("a gradient flows into the Mean or InvStdDev output "
+                       "of a LayerNormalization, which pipec does not "
+                       "differentiate");
   auto grads = LayerNormGradOp::create(
       b, getLoc(), getInput().getType(), getScale().getType(),
       getScale().getType(), fwd(getInput()), fwd(getScale()), fwd(getMean()),
@@ -341,7 +375,8 @@ LogicalResult WhereOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
                                 SmallVectorImpl<Value> &out) {
   out.push_back(Value()); // the condition
   Value dy = g[0];
-  if (!dy || !rt(getOutput()).getElementType().isF32()) {
+  Type elem = rt(getOutput()).getElementType();
+  if (!dy || !isa<FloatType>(elem)) {
     out.push_back(Value());
     out.push_back(Value());
     return success();
@@ -350,7 +385,8 @@ LogicalResult WhereOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
   Location loc = getLoc();
   Value zero = ConstantOp::create(
       b, loc,
-      DenseElementsAttr::get(RankedTensorType::get({}, b.getF32Type()), 0.0f));
+      DenseElementsAttr::get(RankedTensorType::get({}, elem),
+                             b.getFloatAttr(elem, 0.0)));
   Value c = fwd(getCondition());
   Value dx = WhereOp::create(b, loc, dy.getType(), c, dy, zero);
   Value dyOther = WhereOp::create(b, loc, dy.getType(), c, zero, dy);
@@ -362,9 +398,9 @@ LogicalResult WhereOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
 LogicalResult CastOp::buildVJP(OpBuilder &, ArrayRef<Value> g,
                                function_ref<Value(Value)>,
                                SmallVectorImpl<Value> &out) {
-  // f32 -> f32 is an identity; through an integer there is no gradient.
-  bool floats = rt(getInput()).getElementType().isF32() &&
-                rt(getOutput()).getElementType().isF32();
+  // float -> float is an identity; through an integer there is no gradient.
+  bool floats = isa<FloatType>(rt(getInput()).getElementType()) &&
+                isa<FloatType>(rt(getOutput()).getElementType());
   out.push_back(floats ? g[0] : Value());
   return success();
 }

@@ -1736,10 +1736,19 @@ bool Importer::emitLayerNode(const onnx::NodeProto &node, int index,
         return fail(where + ": alpha must not be 0");
       y = add(nn::ReluOp::create(b, loc, x), negBranch(alpha, alpha));
     } else if (op == "Softplus") {
-      // log(1 + exp(x)) = relu(x) + log(1 + exp(-|x|)), never overflowing.
-      Value t = nn::ExpOp::create(b, loc, nn::NegOp::create(b, loc, nn::AbsOp::create(b, loc, x)));
-      t = nn::LogOp::create(b, loc, add(t, scalarF32(1.0f)));
-      y = add(nn::ReluOp::create(b, loc, x), t);
+      // log(1 + exp(x)), never overflowing: x + log(1 + exp(-x)) for x > 0,
+      // log(1 + exp(x)) otherwise, each branch fed only the values it is
+      // taken for (max / min with 0), so the dropped one stays finite. Its
+      // derivative at 0 is the else branch's, sigmoid(0) = 1/2 (Min sends a
+      // tie to X); relu(x) + log(1 + exp(-|x|)) gave 0 there.
+      Value pos = nn::MaxOp::create(b, loc, xt, x, scalarF32(0.0f));
+      Value neg = nn::MinOp::create(b, loc, xt, x, scalarF32(0.0f));
+      auto log1pExp = [&](Value t) -> Value {
+        return nn::LogOp::create(b, loc, add(nn::ExpOp::create(b, loc, t), scalarF32(1.0f)));
+      };
+      y = nn::WhereOp::create(b, loc, xt, cmp("gt", 0.0f),
+                              add(pos, log1pExp(nn::NegOp::create(b, loc, pos))),
+                              log1pExp(neg));
     } else if (op == "Softsign") {
       Value d = add(nn::AbsOp::create(b, loc, x), scalarF32(1.0f));
       y = nn::DivOp::create(b, loc, xt, x, d);

@@ -1,6 +1,7 @@
 //===- pipec-conformance.cpp - ONNX operator test data runner -------------===//
 //
-//   pipec-conformance [--verbose] [--filter SUBSTRING] [DIR...]
+//   pipec-conformance [--verbose] [--filter SUBSTRING] [--gradients]
+//                     [--expect-supported N] [DIR...]
 //
 // For every test case folder (model.onnx + test_data_set_*/input_*.pb,
 // output_*.pb) under the given folders (default: ONNX's node,
@@ -11,12 +12,19 @@
 // "unsupported" and listed with the reason; an imported case must pass.
 // Prints `N passed, N failed` last; exits non-zero on any failure.
 //
+// --gradients also checks every supported case's backward: the VJPs of its
+// ops in float64 mode against central finite differences on the case's
+// first data set (GradientCheck.cpp); a wrong gradient fails the case.
+// --expect-supported N fails the run unless exactly N cases are supported,
+// so that an operator silently turning unsupported is noticed.
+//
 // Known defects of the test data itself are corrected, not skipped: where
 // ONNX's generator computed the expected outputs with an attribute value it
 // did not store in the node, the runner sets that value on the node (listed
 // in kTestDataFixes, printed when used) so the case still checks the kernel.
 //
 //===----------------------------------------------------------------------===//
+#include "GradientCheck.h"
 #include "pipec/Exec.h"
 #include "pipec/Import.h"
 
@@ -280,7 +288,8 @@ static std::vector<fs::path> numbered(const fs::path &dir, const std::string &pr
 }
 
 int main(int argc, char **argv) {
-  bool verbose = false;
+  bool verbose = false, gradients = false;
+  long expectSupported = -1;
   std::string filter;
   std::vector<fs::path> roots;
   for (int i = 1; i < argc; ++i) {
@@ -289,8 +298,13 @@ int main(int argc, char **argv) {
       verbose = true;
     else if (a == "--filter" && i + 1 < argc)
       filter = argv[++i];
+    else if (a == "--gradients")
+      gradients = true;
+    else if (a == "--expect-supported" && i + 1 < argc)
+      expectSupported = std::stol(argv[++i]);
     else if (a == "-h" || a == "--help") {
-      std::cout << "usage: pipec-conformance [--verbose] [--filter SUBSTRING] [DIR...]\n";
+      std::cout << "usage: pipec-conformance [--verbose] [--filter SUBSTRING] "
+                   "[--gradients] [--expect-supported N] [DIR...]\n";
       return 0;
     } else
       roots.push_back(a);
@@ -313,6 +327,9 @@ int main(int argc, char **argv) {
   std::sort(cases.begin(), cases.end());
 
   int passed = 0, failed = 0, boundCases = 0;
+  int gradPassed = 0, gradFailed = 0;
+  std::map<std::string, int> gradSkipped; // reason -> count
+  double gradWorst = 0;
   std::vector<std::string> fixesApplied;
   std::map<std::string, std::vector<std::string>> unsupported; // reason -> cases
   for (const fs::path &dir : cases) {
@@ -375,6 +392,9 @@ int main(int argc, char **argv) {
       ++boundCases;
     bool ok = true;
     std::string why;
+    // The first data set's module and inputs, for --gradients.
+    mlir::OwningOpRef<mlir::ModuleOp> gradModule;
+    std::vector<HostTensor> gradInputs;
     for (const fs::path &set : sets) {
       // The module of this data set: the case's, or one with its integer
       // inputs bound.
@@ -413,6 +433,10 @@ int main(int argc, char **argv) {
         ok = false;
         break;
       }
+      if (gradients && !gradModule) {
+        gradModule = (bindInputs ? *boundModule : *module).clone();
+        gradInputs = inputs;
+      }
       if (got.size() != want.size()) {
         why = "got " + std::to_string(got.size()) + " outputs, want " +
               std::to_string(want.size());
@@ -431,6 +455,21 @@ int main(int argc, char **argv) {
     if (ok && numSets == 0) {
       ok = false;
       why = "no test_data_set_* folder";
+    }
+    if (ok && gradModule) {
+      GradientCheck g = checkGradients(*gradModule, gradInputs);
+      if (!g.error.empty()) {
+        ok = false;
+        why = "gradient: " + g.error;
+        ++gradFailed;
+      } else if (!g.skipped.empty()) {
+        ++gradSkipped[g.skipped.substr(0, g.skipped.find(" ("))];
+        if (verbose)
+          std::cout << "GRADIENT SKIPPED " << name << ": " << g.skipped << "\n";
+      } else {
+        ++gradPassed;
+        gradWorst = std::max(gradWorst, g.error64);
+      }
     }
     if (ok) {
       ++passed;
@@ -459,6 +498,21 @@ int main(int argc, char **argv) {
   std::cout << "supported cases: " << passed + failed << " of " << cases.size()
             << " (" << boundCases
             << " with shape inputs bound per data set: shapes are static)\n";
+  if (gradients) {
+    std::cout << "gradients (float64 VJPs vs central differences): "
+              << gradPassed << " checked (worst " << gradWorst << "), "
+              << gradFailed << " wrong";
+    for (auto &[reason, n] : gradSkipped)
+      std::cout << ", " << n << " " << reason;
+    std::cout << "\n";
+  }
+  if (expectSupported >= 0 && passed + failed != expectSupported) {
+    std::cout << "FAIL: " << passed + failed << " supported cases, expected "
+              << expectSupported
+              << " (an operator turned unsupported, or more are supported: "
+                 "update the count in test/CMakeLists.txt)\n";
+    ++failed;
+  }
   std::cout << passed << " passed, " << failed << " failed\n";
   return failed ? 1 : 0;
 }
