@@ -36,17 +36,26 @@ TOL = 1e-4
 # update's (an update that is zero up to rounding, such as a BatchNorm bias
 # whose shift the next BatchNorm removes, is measured against the model's
 # scale rather than against its own rounding noise); BatchNorm running
-# statistics likewise by their change, among running statistics.
+# statistics likewise by their change, among running statistics. After a
+# step at which the model is chaotic (PyTorch's own float32 loss is further
+# than 1e-5 from its float64 loss: reference.json's loss tolerance is 10
+# times that distance), float64 rounding is amplified alike, and the
+# tolerance widens by the same factor (shufflenet's third step: 340).
 TOL64 = 1e-9
 # Where PyTorch's float64 run is itself not exact: its Hardsigmoid backward
 # (1.13, aten/src/ATen/native/cpu/Activation.cpp) multiplies by the float32
 # 1/6, 0.1666666716, which is 3.0e-8 from the 1/6 pipec uses, so the
 # squeeze-excitation gate of 'mixed' (and what feeds it) differs by that.
 TOL64_EXCEPT = {"mixed": (("se_reduce.", "se_expand."), 5e-8)}
-MODELS = ["resnet", "vgg", "mobilenet", "mixed", "activations", "unet", "gpt", "gpt_tied", "bert"]
+MODELS = ["resnet", "vgg", "mobilenet", "mixed", "activations", "unet", "gpt", "gpt_tied", "bert",
+          "densenet", "shufflenet", "regnet"]
+# Checked in float64 mode only: chaotic in float32 at these sizes (few
+# values per BatchNorm channel), where which side of a ReLU a value falls on
+# depends on the BLAS kernels of the machine.
+FLOAT64_ONLY = {"mobilenet", "densenet", "shufflenet", "regnet"}
 STAGES = {"resnet": (1, 2, 4), "vgg": (1, 2), "mobilenet": (1, 2, 4), "mixed": (1, 2), "activations": (1, 2), "unet": (1, 2, 4), "gpt": (1, 2, 4),
           "gpt_tied": (1, 2, 4),
-          "bert": (1, 2, 4)}
+          "bert": (1, 2, 4), "densenet": (1, 2, 4), "shufflenet": (1, 2, 4), "regnet": (1, 2, 4)}
 
 
 def check_f64(name, out, ref, src, losses):
@@ -61,6 +70,7 @@ def check_f64(name, out, ref, src, losses):
     worst, worst_at = 0.0, ""
     frozen = [b for b in ref["buffers"] if "running_" not in b]
     for k in range(1, ref["steps"] + 1):
+        chaos = max(1.0, ref["loss_tolerance"][k - 1] / TOL)
         got = load_checkpoint(os.path.join(out, "checkpoints", f"step-{k:06d}"))
         if any(t.dtype != np.float64 for t in got.values()):
             problems.append(f"the step {k} checkpoint is not float64")
@@ -80,14 +90,14 @@ def check_f64(name, out, ref, src, losses):
                 e = np.linalg.norm((have - initial[n].reshape(want.shape)) - updates[n]) / max(
                     np.linalg.norm(updates[n]), 1e-3 * scale, 1e-300)
                 prefixes, wider = TOL64_EXCEPT.get(name.split()[0], ((), TOL64))
-                if n.startswith(prefixes):
-                    e *= TOL64 / wider
-                if e > worst:
-                    worst, worst_at = e, f"'{n}' after step {k}"
-    if worst > TOL64:
-        problems.append(f"{worst_at} differs from PyTorch float64 by {worst:.1e} (> {TOL64:.0e})")
+                tol = max(TOL64, wider if n.startswith(prefixes) else 0) * chaos
+                if e / tol > worst:
+                    worst, worst_at = e / tol, f"'{n}' after step {k} ({e:.1e}, tolerance {tol:.1e})"
+    if worst > 1.0:
+        problems.append(f"{worst_at} differs from PyTorch float64 by {worst:.2f} x its tolerance")
     detail = (f"float64: losses within {loss_err:.1e} of PyTorch float64, every update and "
-              f"running statistic after every step within {worst:.1e}")
+              f"running statistic after every step within {worst:.2f} x its tolerance "
+              f"(1e-9 unless chaos widens it; worst {worst_at})")
     return not problems, name, "; ".join(problems) if problems else detail
 
 
@@ -122,10 +132,15 @@ def main():
         # BLAS kernels of the machine): it is checked in float64 mode only.
         # Every other model also runs once in float64 mode.
         f64 = ("--precision", "f64")
-        if model == "mobilenet":
+        if model in FLOAT64_ONLY:
             runs = [(stages, False, f64) for stages in STAGES[model]]
         else:
             runs = [(stages, False, ()) for stages in STAGES[model]] + [(2, False, f64)]
+        if model == "resnet":
+            # Two stages cut at every position of the second BasicBlock (its
+            # downsample branch and residual Add crossing the cut in every
+            # combination), in float64 mode.
+            runs += [(2, False, f64 + ("--cuts", str(c))) for c in range(9, 19)]
         y = np.load(labels_of[False])
         if y.ndim > 1:
             # Labels for [B*T, V] logits may also come flat, [rows*T].

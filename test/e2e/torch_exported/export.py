@@ -285,6 +285,21 @@ MODELS = {
     "gpt": (GPT, 13, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
     "gpt_tied": (lambda: GPT(tied=True), 17, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
     "bert": (Bert, 17, lambda r: token_data(r, 4, 16, 64), 2, 0.1),
+    # The CNN structures whose float32 gradients disagreed with PyTorch's
+    # beyond float32 noise at small sizes (issue 11), built from
+    # torchvision's own classes at small widths; checked in float64 mode.
+    "densenet": (lambda: torchvision.models.DenseNet(growth_rate=8, block_config=(2, 2),
+                                                     num_init_features=16, bn_size=2,
+                                                     num_classes=10),
+                 17, lambda r: image_data(r, (8, 3, 32, 32), 10), 2, 0.01),
+    "shufflenet": (lambda: torchvision.models.ShuffleNetV2([2, 2, 2], [8, 16, 32, 64, 128],
+                                                           num_classes=10),
+                   17, lambda r: image_data(r, (8, 3, 32, 32), 10), 2, 0.01),
+    "regnet": (lambda: torchvision.models.RegNet(
+                   torchvision.models.regnet.BlockParams.from_init_params(
+                       depth=4, w_0=8, w_a=8.0, w_m=2.0, group_width=8, se_ratio=0.25),
+                   num_classes=10),
+               17, lambda r: image_data(r, (8, 3, 32, 32), 10), 2, 0.01),
 }
 
 
