@@ -54,6 +54,7 @@ from safetensors_io import latest_checkpoint, read_safetensors  # noqa: E402
 STEPS = 6
 LR = 0.05
 TOL = 1e-5
+TOL64 = 1e-12  # --precision f64 against the same float64 formulas
 GLOBAL_BATCH = 64
 MOMENTUM = 0.9
 
@@ -334,6 +335,30 @@ def main():
     msg = (o + e).strip()
     report(rc not in (0, None) and "not defined for replicated stages" in msg and "Assertion" not in msg,
            label, f"exit {rc}: {tail(msg, 2)}")
+
+    # -- float64 mode: the same formulas to 1e-12 ------------------------------
+    # (a backward that reads a weight version one update off is off by the
+    # update itself, ~1e-3 relative here, against 1e-12.)
+    for sched, stages, m, extra_train in (("1f1b", 4, 4, ()), ("1f1b", 4, 4, ("--vertical-sync",)),
+                                          ("2bw", 4, 4, ())):
+        label = f"{sched} s{stages}-mb{m}{' ' + ' '.join(extra_train) if extra_train else ''} " \
+                f"--precision f64 vs its formula"
+        try:
+            owner, weights, losses, summ, tt = train(
+                f"f64-{sched}-s{stages}-m{m}{''.join(extra_train).replace('-', '')}", stages, sched, m,
+                extra_compile=("--precision", "f64"), extra_train=extra_train)
+            if sched == "2bw":
+                want_w, want_l = twobw_reference(ref, x, y, STEPS, LR, None)
+            else:
+                want_w, want_l = pipedream_reference(ref, x, y, owner, stages, m, STEPS, LR,
+                                                     vertical_sync=bool(extra_train))
+            weights = {k: v for k, v in weights.items() if k in want_w}
+            ww, lw = compare(weights, losses, want_w, want_l)
+            ok = ww <= TOL64 and lw <= TOL64
+            detail = f"weights {ww:.2e}, losses {lw:.2e} (train {tt:.1f}s)"
+            report(ok, label, detail if ok else detail + f" > {TOL64}")
+        except Failure as exc:
+            report(False, label, str(exc))
 
     # -- 2BW ---------------------------------------------------------------------
     for stages, m, opt in ((2, 2, None), (2, 4, None), (4, 4, None), (4, 8, None), (4, 4, "momentum")):
