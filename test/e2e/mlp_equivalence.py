@@ -517,21 +517,26 @@ def main():
         losses = read_metrics(os.path.join(out_dir, "metrics.jsonl"), STEPS)
         return weights, losses
 
+    def compile_and_train(stages, sched, mb, extra):
+        """(weights, losses, compile s, train s) of one configuration."""
+        name, out_dir, tc = train_config(stages, sched, mb, extra=extra)
+        cmd = train_args(out_dir)
+        rc, o, e, tt = run(cmd)
+        if rc != 0:
+            raise Failure(f"train {'timed out (hang?)' if rc is None else f'exit {rc}'}: "
+                          f"{cmd_str(cmd)}: {tail(o + e)}")
+        if f"done: {STEPS} steps" not in o:
+            raise Failure(f"train output lacks the 'done: {STEPS} steps' summary: {tail(o + e)}")
+        weights, losses = collect(out_dir)
+        return weights, losses, tc, tt
+
     baseline = None
     results = {}
     for stages, sched, mb, extra in configs:
         is_base = baseline is None
         label = f"s{stages}-{sched}-mb{mb}{extra_label(extra)}"
         try:
-            name, out_dir, tc = train_config(stages, sched, mb, extra=extra)
-            cmd = train_args(out_dir)
-            rc, o, e, tt = run(cmd)
-            if rc != 0:
-                raise Failure(f"train {'timed out (hang?)' if rc is None else f'exit {rc}'}: "
-                              f"{cmd_str(cmd)}: {tail(o + e)}")
-            if f"done: {STEPS} steps" not in o:
-                raise Failure(f"train output lacks the 'done: {STEPS} steps' summary: {tail(o + e)}")
-            weights, losses = collect(out_dir)
+            weights, losses, tc, tt = compile_and_train(stages, sched, mb, extra)
             results[label] = weights
             if is_base:
                 want_w, want_l, against = ref_params, ref_losses, "numpy reference"
@@ -571,13 +576,7 @@ def main():
         extra64 = tuple(extra or ()) + ("--precision", "f64")
         label = f"s{stages}-{sched}-mb{mb}{extra_label(extra64)}"
         try:
-            name, out_dir, tc = train_config(stages, sched, mb, extra=extra64)
-            cmd = train_args(out_dir)
-            rc, o, e, tt = run(cmd)
-            if rc != 0:
-                raise Failure(f"train {'timed out (hang?)' if rc is None else f'exit {rc}'}: "
-                              f"{cmd_str(cmd)}: {tail(o + e)}")
-            weights, losses = collect(out_dir)
+            weights, losses, _, _ = compile_and_train(stages, sched, mb, extra64)
             ww, wbad = compare_weights(weights, ref_params, TOL64)
             lw, lbad = compare_losses(losses, ref_losses, TOL64)
             bad = wbad + lbad
