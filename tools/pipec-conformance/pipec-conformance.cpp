@@ -287,6 +287,181 @@ static std::vector<fs::path> numbered(const fs::path &dir, const std::string &pr
   return out;
 }
 
+/// What the run counts over all cases.
+struct Totals {
+  int passed = 0, failed = 0, boundCases = 0;
+  int gradPassed = 0, gradFailed = 0;
+  std::map<std::string, int> gradSkipped; // reason -> count
+  double gradWorst = 0;
+  std::vector<std::string> fixesApplied;
+  std::map<std::string, std::vector<std::string>> unsupported; // reason -> cases
+};
+
+/// --gradients on one case that passed its outputs: false (with `why`)
+/// when a VJP disagrees with finite differences.
+static bool checkCaseGradients(mlir::ModuleOp module,
+                               const std::vector<HostTensor> &inputs,
+                               const std::string &name, bool verbose,
+                               Totals &t, std::string &why) {
+  GradientCheck g = checkGradients(module, inputs);
+  if (!g.error.empty()) {
+    why = "gradient: " + g.error;
+    ++t.gradFailed;
+    return false;
+  }
+  if (!g.skipped.empty()) {
+    ++t.gradSkipped[g.skipped.substr(0, g.skipped.find(" ("))];
+    if (verbose)
+      std::cout << "GRADIENT SKIPPED " << name << ": " << g.skipped << "\n";
+    return true;
+  }
+  ++t.gradPassed;
+  t.gradWorst = std::max(t.gradWorst, g.error64);
+  return true;
+}
+
+/// Imports and runs one case folder (and with `gradients` checks its
+/// backward), counting the outcome in `t`.
+static void runCase(const fs::path &dir, bool verbose, bool gradients,
+                    Totals &t) {
+  int &passed = t.passed, &failed = t.failed, &boundCases = t.boundCases;
+  auto &fixesApplied = t.fixesApplied;
+  auto &unsupported = t.unsupported;
+  std::string name = dir.parent_path().filename().string() + "/" +
+                     dir.filename().string();
+  mlir::DialectRegistry registry;
+  registerImportDialects(registry);
+  mlir::MLIRContext ctx(registry);
+  ctx.disableMultithreading();
+  std::string error;
+  auto module = importCase(ctx, dir, error, fixesApplied);
+  std::vector<fs::path> sets;
+  for (const auto &e : fs::directory_iterator(dir))
+    if (e.is_directory() &&
+        e.path().filename().string().rfind("test_data_set_", 0) == 0)
+      sets.push_back(e.path());
+  std::sort(sets.begin(), sets.end());
+  // A case whose shapes depend on integer inputs (a Reshape target, Pad
+  // widths, Slice bounds fed as inputs) runs with those inputs bound per
+  // data set (bindIntegerInputs).
+  bool bindInputs = false;
+  if (!module && !sets.empty() &&
+      (error.find("not constant") != std::string::npos ||
+       error.find("must be a constant") != std::string::npos ||
+       error.find("dynamic shape") != std::string::npos ||
+       error.find("cannot be folded") != std::string::npos)) {
+    std::vector<bool> bound;
+    std::string bytes = bindIntegerInputs(dir, sets.front(), bound);
+    std::string boundError;
+    if (!bytes.empty() && importOnnxBytes(ctx, bytes, name, {}, boundError))
+      bindInputs = true;
+    else if (!bytes.empty())
+      error = boundError; // why the case with static shapes is refused
+  }
+  if (!module && !bindInputs) {
+    std::string reason = error.substr(0, error.find('\n'));
+    // Group by the unsupported operator names, not the paths.
+    size_t colon = error.find(":\n");
+    if (colon != std::string::npos) {
+      reason.clear();
+      std::string rest = error.substr(colon + 2);
+      size_t pos = 0;
+      while (pos < rest.size()) {
+        size_t end = rest.find('\n', pos);
+        std::string line = rest.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+        line = line.substr(line.find_first_not_of(' '));
+        reason += (reason.empty() ? "unsupported: " : ", ") + line.substr(0, line.find(':'));
+        if (end == std::string::npos)
+          break;
+        pos = end + 1;
+      }
+    } else if (size_t q = reason.find("' "); q != std::string::npos &&
+               reason.rfind("'", 0) == 0) {
+      reason = reason.substr(q + 2);
+    }
+    unsupported[reason].push_back(name);
+    return;
+  }
+  if (bindInputs)
+    ++boundCases;
+  bool ok = true;
+  std::string why;
+  // The first data set's module and inputs, for --gradients.
+  mlir::OwningOpRef<mlir::ModuleOp> gradModule;
+  std::vector<HostTensor> gradInputs;
+  for (const fs::path &set : sets) {
+    // The module of this data set: the case's, or one with its integer
+    // inputs bound.
+    mlir::OwningOpRef<mlir::ModuleOp> boundModule;
+    std::vector<bool> bound;
+    if (bindInputs) {
+      std::string bytes = bindIntegerInputs(dir, set, bound);
+      boundModule = importOnnxBytes(ctx, bytes, name, {}, why);
+      if (!boundModule) {
+        ok = false;
+        why = set.filename().string() + ": " + why;
+        break;
+      }
+    }
+    auto fn = (bindInputs ? *boundModule : *module)
+                  .lookupSymbol<mlir::func::FuncOp>("main");
+    std::vector<HostTensor> inputs, want, got;
+    size_t k = 0;
+    for (const fs::path &p : numbered(set, "input_")) {
+      bool skip = bindInputs && k < bound.size() && bound[k];
+      ++k;
+      if (skip)
+        continue;
+      HostTensor t;
+      if (!readTensor(p, t, why)) { ok = false; break; }
+      inputs.push_back(std::move(t));
+    }
+    for (const fs::path &p : numbered(set, "output_")) {
+      HostTensor t;
+      if (!readTensor(p, t, why)) { ok = false; break; }
+      want.push_back(std::move(t));
+    }
+    if (!ok)
+      break;
+    if (!executeFunction(fn, inputs, got, why)) {
+      ok = false;
+      break;
+    }
+    if (gradients && !gradModule) {
+      gradModule = (bindInputs ? *boundModule : *module).clone();
+      gradInputs = inputs;
+    }
+    if (got.size() != want.size()) {
+      why = "got " + std::to_string(got.size()) + " outputs, want " +
+            std::to_string(want.size());
+      ok = false;
+      break;
+    }
+    for (size_t i = 0; i < want.size() && ok; ++i) {
+      std::string diff = compare(got[i], want[i]);
+      if (!diff.empty()) {
+        why = "output " + std::to_string(i) + " " + diff;
+        ok = false;
+      }
+    }
+  }
+  const size_t numSets = sets.size();
+  if (ok && numSets == 0) {
+    ok = false;
+    why = "no test_data_set_* folder";
+  }
+  if (ok && gradModule)
+    ok = checkCaseGradients(*gradModule, gradInputs, name, verbose, t, why);
+  if (ok) {
+    ++passed;
+    if (verbose)
+      std::cout << "PASS " << name << "\n";
+  } else {
+    ++failed;
+    std::cout << "FAIL " << name << ": " << why << "\n";
+  }
+}
+
 int main(int argc, char **argv) {
   bool verbose = false, gradients = false;
   long expectSupported = -1;
@@ -326,165 +501,15 @@ int main(int argc, char **argv) {
   }
   std::sort(cases.begin(), cases.end());
 
-  int passed = 0, failed = 0, boundCases = 0;
-  int gradPassed = 0, gradFailed = 0;
-  std::map<std::string, int> gradSkipped; // reason -> count
-  double gradWorst = 0;
-  std::vector<std::string> fixesApplied;
-  std::map<std::string, std::vector<std::string>> unsupported; // reason -> cases
-  for (const fs::path &dir : cases) {
-    std::string name = dir.parent_path().filename().string() + "/" +
-                       dir.filename().string();
-    mlir::DialectRegistry registry;
-    registerImportDialects(registry);
-    mlir::MLIRContext ctx(registry);
-    ctx.disableMultithreading();
-    std::string error;
-    auto module = importCase(ctx, dir, error, fixesApplied);
-    std::vector<fs::path> sets;
-    for (const auto &e : fs::directory_iterator(dir))
-      if (e.is_directory() &&
-          e.path().filename().string().rfind("test_data_set_", 0) == 0)
-        sets.push_back(e.path());
-    std::sort(sets.begin(), sets.end());
-    // A case whose shapes depend on integer inputs (a Reshape target, Pad
-    // widths, Slice bounds fed as inputs) runs with those inputs bound per
-    // data set (bindIntegerInputs).
-    bool bindInputs = false;
-    if (!module && !sets.empty() &&
-        (error.find("not constant") != std::string::npos ||
-         error.find("must be a constant") != std::string::npos ||
-         error.find("dynamic shape") != std::string::npos ||
-         error.find("cannot be folded") != std::string::npos)) {
-      std::vector<bool> bound;
-      std::string bytes = bindIntegerInputs(dir, sets.front(), bound);
-      std::string boundError;
-      if (!bytes.empty() && importOnnxBytes(ctx, bytes, name, {}, boundError))
-        bindInputs = true;
-      else if (!bytes.empty())
-        error = boundError; // why the case with static shapes is refused
-    }
-    if (!module && !bindInputs) {
-      std::string reason = error.substr(0, error.find('\n'));
-      // Group by the unsupported operator names, not the paths.
-      size_t colon = error.find(":\n");
-      if (colon != std::string::npos) {
-        reason.clear();
-        std::string rest = error.substr(colon + 2);
-        size_t pos = 0;
-        while (pos < rest.size()) {
-          size_t end = rest.find('\n', pos);
-          std::string line = rest.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-          line = line.substr(line.find_first_not_of(' '));
-          reason += (reason.empty() ? "unsupported: " : ", ") + line.substr(0, line.find(':'));
-          if (end == std::string::npos)
-            break;
-          pos = end + 1;
-        }
-      } else if (size_t q = reason.find("' "); q != std::string::npos &&
-                 reason.rfind("'", 0) == 0) {
-        reason = reason.substr(q + 2);
-      }
-      unsupported[reason].push_back(name);
-      continue;
-    }
-    if (bindInputs)
-      ++boundCases;
-    bool ok = true;
-    std::string why;
-    // The first data set's module and inputs, for --gradients.
-    mlir::OwningOpRef<mlir::ModuleOp> gradModule;
-    std::vector<HostTensor> gradInputs;
-    for (const fs::path &set : sets) {
-      // The module of this data set: the case's, or one with its integer
-      // inputs bound.
-      mlir::OwningOpRef<mlir::ModuleOp> boundModule;
-      std::vector<bool> bound;
-      if (bindInputs) {
-        std::string bytes = bindIntegerInputs(dir, set, bound);
-        boundModule = importOnnxBytes(ctx, bytes, name, {}, why);
-        if (!boundModule) {
-          ok = false;
-          why = set.filename().string() + ": " + why;
-          break;
-        }
-      }
-      auto fn = (bindInputs ? *boundModule : *module)
-                    .lookupSymbol<mlir::func::FuncOp>("main");
-      std::vector<HostTensor> inputs, want, got;
-      size_t k = 0;
-      for (const fs::path &p : numbered(set, "input_")) {
-        bool skip = bindInputs && k < bound.size() && bound[k];
-        ++k;
-        if (skip)
-          continue;
-        HostTensor t;
-        if (!readTensor(p, t, why)) { ok = false; break; }
-        inputs.push_back(std::move(t));
-      }
-      for (const fs::path &p : numbered(set, "output_")) {
-        HostTensor t;
-        if (!readTensor(p, t, why)) { ok = false; break; }
-        want.push_back(std::move(t));
-      }
-      if (!ok)
-        break;
-      if (!executeFunction(fn, inputs, got, why)) {
-        ok = false;
-        break;
-      }
-      if (gradients && !gradModule) {
-        gradModule = (bindInputs ? *boundModule : *module).clone();
-        gradInputs = inputs;
-      }
-      if (got.size() != want.size()) {
-        why = "got " + std::to_string(got.size()) + " outputs, want " +
-              std::to_string(want.size());
-        ok = false;
-        break;
-      }
-      for (size_t i = 0; i < want.size() && ok; ++i) {
-        std::string diff = compare(got[i], want[i]);
-        if (!diff.empty()) {
-          why = "output " + std::to_string(i) + " " + diff;
-          ok = false;
-        }
-      }
-    }
-    const size_t numSets = sets.size();
-    if (ok && numSets == 0) {
-      ok = false;
-      why = "no test_data_set_* folder";
-    }
-    if (ok && gradModule) {
-      GradientCheck g = checkGradients(*gradModule, gradInputs);
-      if (!g.error.empty()) {
-        ok = false;
-        why = "gradient: " + g.error;
-        ++gradFailed;
-      } else if (!g.skipped.empty()) {
-        ++gradSkipped[g.skipped.substr(0, g.skipped.find(" ("))];
-        if (verbose)
-          std::cout << "GRADIENT SKIPPED " << name << ": " << g.skipped << "\n";
-      } else {
-        ++gradPassed;
-        gradWorst = std::max(gradWorst, g.error64);
-      }
-    }
-    if (ok) {
-      ++passed;
-      if (verbose)
-        std::cout << "PASS " << name << "\n";
-    } else {
-      ++failed;
-      std::cout << "FAIL " << name << ": " << why << "\n";
-    }
-  }
+  Totals t;
+  for (const fs::path &dir : cases)
+    runCase(dir, verbose, gradients, t);
+  int &passed = t.passed, &failed = t.failed;
   size_t nUnsupported = 0;
-  for (auto &[reason, names] : unsupported)
+  for (auto &[reason, names] : t.unsupported)
     nUnsupported += names.size();
   std::cout << "unsupported (" << nUnsupported << " cases, by reason):\n";
-  for (auto &[reason, names] : unsupported) {
+  for (auto &[reason, names] : t.unsupported) {
     std::cout << "  " << names.size() << "  " << reason;
     if (verbose) {
       std::cout << ":";
@@ -493,16 +518,16 @@ int main(int argc, char **argv) {
     }
     std::cout << "\n";
   }
-  for (const std::string &fix : fixesApplied)
+  for (const std::string &fix : t.fixesApplied)
     std::cout << "test-data fix applied: " << fix << "\n";
   std::cout << "supported cases: " << passed + failed << " of " << cases.size()
-            << " (" << boundCases
+            << " (" << t.boundCases
             << " with shape inputs bound per data set: shapes are static)\n";
   if (gradients) {
     std::cout << "gradients (float64 VJPs vs central differences): "
-              << gradPassed << " checked (worst " << gradWorst << "), "
-              << gradFailed << " wrong";
-    for (auto &[reason, n] : gradSkipped)
+              << t.gradPassed << " checked (worst " << t.gradWorst << "), "
+              << t.gradFailed << " wrong";
+    for (auto &[reason, n] : t.gradSkipped)
       std::cout << ", " << n << " " << reason;
     std::cout << "\n";
   }
