@@ -24,9 +24,12 @@ error) and every parameter's update after the last step (weights minus the
 initial ones), relative to the larger of its own norm and 1e-3 of the
 largest update (an update that is zero up to rounding, e.g. a BatchNorm
 bias whose shift the next BatchNorm removes, is measured against the
-model's scale), and reports the worst. `ok` means both within 1e-9. Also
-prints PyTorch's own float32 error against float64 on the same measure, the
-noise floor a float32 comparison could not see below. A table for
+model's scale), and reports the worst. `ok` means both within 1e-9, or,
+where PyTorch's own float32 run is further than 1e-4 from its float64 run
+on the same measure (BatchNorm over one sample of a few pixels: up to 4.4,
+i.e. 440%), within 1e-9 times that distance / 1e-4: float64 rounding is
+amplified by the same conditioning. That float32 distance is printed too,
+the noise floor a float32 comparison could not see below. A table for
 bench/README.md is printed last.
 """
 import argparse
@@ -65,9 +68,17 @@ def build(torchvision, name):
           "init_weights": True}
     while True:
         try:
-            return getattr(torchvision.models, name)(**kw)
+            model = getattr(torchvision.models, name)(**kw)
+            # Constructors that fix a dropout or stochastic-depth rate
+            # (efficientnet's classifier) get it set to 0 here: both are
+            # random in training mode, and PyTorch's draws are not pipec's.
+            for module in model.modules():
+                if hasattr(module, "p") and type(module).__name__ in ("Dropout", "StochasticDepth"):
+                    module.p = 0.0
+            return model
         except TypeError as e:
-            bad = re.search(r"unexpected keyword argument '(\w+)'", str(e))
+            bad = re.search(r"(?:unexpected keyword argument|multiple values for argument) '(\w+)'",
+                            str(e))
             if not bad or bad.group(1) not in kw:
                 raise
             del kw[bad.group(1)]
@@ -135,7 +146,12 @@ def main():
         d = os.path.join(args.workdir, name)
         os.makedirs(d, exist_ok=True)
         torch.manual_seed(0)
-        model = build(torchvision, name)
+        try:
+            model = build(torchvision, name)
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"{name}: cannot build it: {str(e).splitlines()[0][:200]}", flush=True)
+            rows.append((name, "export", {}))
+            continue
         model.train()
         xs = [torch.randn(BATCH, 3, size, size).numpy() for _ in range(args.steps)]
         ys = [torch.randint(0, 10, (BATCH,)).numpy() for _ in range(args.steps)]
@@ -185,7 +201,8 @@ def main():
                 loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, l64))
                 got = load_checkpoint(os.path.join(out, "checkpoints", f"step-{args.steps:06d}"))
                 err, at = update_error(got, init, w64)
-                ok = err <= TOL and loss_err <= TOL
+                tol = TOL * max(1.0, floor32 / 1e-4)
+                ok = err <= tol and loss_err <= tol
                 results[(s, m)] = ("ok" if ok else "DIFF", err, loss_err, floor32)
                 print(f"{name} s{s} m{m}: {'ok' if ok else 'DIFF'} updates {err:.1e} (worst {at}), losses "
                       f"{loss_err:.1e}; PyTorch float32 vs float64 {floor32:.1e}", flush=True)
