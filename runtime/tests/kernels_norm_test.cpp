@@ -178,6 +178,39 @@ TEST(KernelBatchNormGrad, MatchesFiniteDifferences) {
   }
 }
 
+TEST(KernelBatchNormGrad, LargeMeanFewValuesMatchesDoubleFormula) {
+  // A channel whose mean is 1e4 times its spread, over 4 values (one
+  // sample, 2x2: the last blocks of a CNN at one sample per microbatch).
+  // The saved mean rounded to float shifts every xhat by up to 1e-3 / std;
+  // the backward recomputes the mean in double, so dX follows the formula
+  // dX = scale invStd (dY - mean(dY) - xhat mean(dY xhat)) in double.
+  const int64_t n = 1, c = 1, s = 4;
+  Floats x = {1000.001f, 1000.004f, 999.998f, 1000.0025f};
+  Floats scale = {1.5f}, bias = {0.f}, rm = {0.f}, rv = {1.f};
+  Floats dy = {0.3f, -1.2f, 0.7f, 0.25f};
+  const double eps = 1e-5;
+  BatchNormOut fwd = batchnormTrain(x, scale, bias, rm, rv, n, c, s, eps, 0.9);
+  Floats dx(4), dScale(1), dBias(1);
+  batchnormGrad(x, scale, fwd.savedMean, fwd.savedInvStd, dy, dx.data(),
+                dScale.data(), dBias.data(), n, c, s);
+  double mean, var;
+  channelStats(x, n, c, s, 0, mean, var);
+  const double invStd = double(fwd.savedInvStd[0]);
+  double meanDy = 0, meanDyXhat = 0;
+  for (int j = 0; j < 4; ++j) {
+    meanDy += dy[size_t(j)] / 4.0;
+    meanDyXhat += dy[size_t(j)] * (x[size_t(j)] - mean) * invStd / 4.0;
+  }
+  for (int j = 0; j < 4; ++j) {
+    const double xhat = (x[size_t(j)] - mean) * invStd;
+    const double want =
+        1.5 * invStd * (dy[size_t(j)] - meanDy - xhat * meanDyXhat);
+    EXPECT_NEAR(dx[size_t(j)], want, 1e-5 * std::fabs(want) + 1e-3)
+        << "element " << j;
+  }
+  EXPECT_NEAR(dScale[0], 4 * meanDyXhat, 1e-5);
+}
+
 //===----------------------------------------------------------------------===//
 // LayerNormalization
 //===----------------------------------------------------------------------===//
