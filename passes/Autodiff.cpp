@@ -201,6 +201,13 @@ void StageDifferentiator::emitUpdate(OpBuilder &sb, ml_program::GlobalOp weight,
   store(gradG, nn::FillOp::create(sb, loc, type, sb.getF64FloatAttr(0.0)));
 }
 
+/// A tensor of floats (f32, or f64 in the float64 mode): what carries a
+/// gradient.
+static bool isFloatTensor(Type t) {
+  auto tensor = dyn_cast<RankedTensorType>(t);
+  return tensor && isa<FloatType>(tensor.getElementType());
+}
+
 LogicalResult pipec::reverseSweep(
     ArrayRef<Operation *> ops, OpBuilder &b,
     const llvm::DenseMap<Value, Value> &grads,
@@ -244,18 +251,14 @@ bool pipec::isUndifferentiatedResult(Value v) {
 
 FailureOr<func::FuncOp> pipec::buildGradientFunction(func::FuncOp fn,
                                                      StringRef name) {
-  auto isFloat = [](Type t) {
-    auto tensor = dyn_cast<RankedTensorType>(t);
-    return tensor && isa<FloatType>(tensor.getElementType());
-  };
   Block &body = fn.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   SmallVector<Type> inputs(fn.getArgumentTypes()), outputs;
   for (Value r : ret.getOperands())
-    if (isFloat(r.getType()))
+    if (isFloatTensor(r.getType()))
       inputs.push_back(r.getType());
   for (Type t : fn.getArgumentTypes())
-    if (isFloat(t))
+    if (isFloatTensor(t))
       outputs.push_back(t);
   OpBuilder b(fn);
   b.setInsertionPointAfter(fn);
@@ -280,7 +283,7 @@ FailureOr<func::FuncOp> pipec::buildGradientFunction(func::FuncOp fn,
   };
   unsigned seed = fn.getNumArguments();
   for (Value r : ret.getOperands())
-    if (isFloat(r.getType())) {
+    if (isFloatTensor(r.getType())) {
       Value dy = entry->getArgument(seed++);
       if (!isUndifferentiatedResult(r))
         addGrad(map.lookup(r), dy);
@@ -289,7 +292,7 @@ FailureOr<func::FuncOp> pipec::buildGradientFunction(func::FuncOp fn,
     return failure();
   SmallVector<Value> results;
   for (BlockArgument arg : entry->getArguments().take_front(fn.getNumArguments())) {
-    if (!isFloat(arg.getType()))
+    if (!isFloatTensor(arg.getType()))
       continue;
     Value g = grads.lookup(arg);
     results.push_back(g ? g
@@ -314,11 +317,8 @@ LogicalResult StageDifferentiator::run() {
 
   // Seeds: the loss, and the gradients later stages send back.
   // Integer values (ids, masks) carry no gradient across a cut.
-  auto isFloat = [](Type t) {
-    return isa<FloatType>(cast<RankedTensorType>(t).getElementType());
-  };
   for (auto [r, v] : llvm::enumerate(ret.getOperands())) {
-    if (!isFloat(v.getType()))
+    if (!isFloatTensor(v.getType()))
       continue;
     if (fwd.getResultAttr(r, pipe::attrs::kLoss)) {
       Value seed = entry->addArgument(v.getType(), v.getLoc());
@@ -383,7 +383,7 @@ LogicalResult StageDifferentiator::run() {
   SmallVector<DictionaryAttr> resultAttrs;
   for (BlockArgument arg : body.getArguments()) {
     if (!fwd.getArgAttr(arg.getArgNumber(), "pipe.from") ||
-        !isFloat(arg.getType()))
+        !isFloatTensor(arg.getType()))
       continue;
     Value g = grads.lookup(arg);
     if (!g)

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "dialects/nn/NNDialect.h"
 
+#include "mlir/Dialect/MLProgram/IR/MLProgram.h"
 #include "mlir/IR/Builders.h"
 
 using namespace mlir;
@@ -249,9 +250,7 @@ LogicalResult BatchNormInferenceOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
   Value dbias = channelSum(b, loc, dy, c);
   auto isState = [](Value v) {
     return v.getDefiningOp<ConstantOp>() ||
-           (v.getDefiningOp() &&
-            v.getDefiningOp()->getName().getStringRef() ==
-                "ml_program.global_load");
+           v.getDefiningOp<ml_program::GlobalLoadOp>();
   };
   Value dmean, dvar;
   if (!isState(getMean()))
