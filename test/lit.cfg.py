@@ -22,4 +22,5 @@ llvm_config.add_tool_substitutions(["pipec-opt", "pipec-translate", "pipec-confo
 llvm_config.add_tool_substitutions(["not", "count"], [config.llvm_tools_dir])
 config.substitutions.append(("%python", config.python3))
 config.substitutions.append(("%examples", os.path.join(config.pipec_src_root, "examples")))
+config.substitutions.append(("%srcroot", config.pipec_src_root))
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))

@@ -61,6 +61,22 @@ mlir::OwningOpRef<mlir::ModuleOp> importOnnxBytes(mlir::MLIRContext &context,
 /// it is symbolic; -1 and `error` set when the file cannot be read.
 int64_t onnxFileBatch(const std::string &path, std::string &error);
 
+/// An operator the importer converts (its registry, lib/Import/Convert.h).
+struct SupportedOperator {
+  std::string domain; // "" for the default ONNX domain
+  std::string op;
+  /// The first opset version of `domain` whose form is handled.
+  int since = 0;
+  /// The op family: the file lib/Import/ops/<family>.cpp registers it.
+  std::string family;
+  /// Supported only where it folds to a constant at import.
+  bool foldOnly = false;
+  std::string note;
+};
+
+/// Every registered operator, by domain and name.
+std::vector<SupportedOperator> supportedOperators();
+
 /// Registers the dialects the importer produces.
 void registerImportDialects(mlir::DialectRegistry &registry);
 

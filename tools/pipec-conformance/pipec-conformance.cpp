@@ -295,7 +295,45 @@ struct Totals {
   double gradWorst = 0;
   std::vector<std::string> fixesApplied;
   std::map<std::string, std::vector<std::string>> unsupported; // reason -> cases
+  /// Registered operator -> supported cases using it that passed.
+  std::map<std::string, int> casesPerOp;
 };
+
+/// The operator types of a case's model (domain-qualified outside the
+/// default domain, as the registry lists them).
+static std::set<std::string> caseOps(const fs::path &dir) {
+  std::set<std::string> ops;
+  std::ifstream in(dir / "model.onnx", std::ios::binary);
+  onnx::ModelProto m;
+  if (!in || !m.ParseFromIstream(&in))
+    return ops;
+  for (const auto &n : m.graph().node())
+    ops.insert(n.domain().empty() || n.domain() == "ai.onnx"
+                   ? n.op_type()
+                   : n.domain() + ":" + n.op_type());
+  return ops;
+}
+
+/// One line per op family: the registered operators, how many have a
+/// passing case in the data, and those that have none.
+static void reportRegistryCoverage(const Totals &t) {
+  std::map<std::string, std::vector<std::string>> byFamily, uncovered;
+  for (const SupportedOperator &op : supportedOperators()) {
+    std::string name = op.domain.empty() ? op.op : op.domain + ":" + op.op;
+    byFamily[op.family].push_back(name);
+    if (!t.casesPerOp.count(name))
+      uncovered[op.family].push_back(name);
+  }
+  std::cout << "registered operators with a passing case (by family):\n";
+  for (auto &[family, ops] : byFamily) {
+    auto &none = uncovered[family];
+    std::cout << "  " << family << ": " << ops.size() - none.size() << " of "
+              << ops.size();
+    for (size_t i = 0; i < none.size(); ++i)
+      std::cout << (i ? ", " : "; none: ") << none[i];
+    std::cout << "\n";
+  }
+}
 
 /// --gradients on one case that passed its outputs: false (with `why`)
 /// when a VJP disagrees with finite differences.
@@ -454,6 +492,8 @@ static void runCase(const fs::path &dir, bool verbose, bool gradients,
     ok = checkCaseGradients(*gradModule, gradInputs, name, verbose, t, why);
   if (ok) {
     ++passed;
+    for (const std::string &op : caseOps(dir))
+      ++t.casesPerOp[op];
     if (verbose)
       std::cout << "PASS " << name << "\n";
   } else {
@@ -520,6 +560,7 @@ int main(int argc, char **argv) {
   }
   for (const std::string &fix : t.fixesApplied)
     std::cout << "test-data fix applied: " << fix << "\n";
+  reportRegistryCoverage(t);
   std::cout << "supported cases: " << passed + failed << " of " << cases.size()
             << " (" << t.boundCases
             << " with shape inputs bound per data set: shapes are static)\n";

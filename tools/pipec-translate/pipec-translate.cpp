@@ -2,8 +2,11 @@
 //
 //   pipec-translate --import-onnx model.onnx [--batch N]
 //                   [--input-shape NAME=D0xD1...]... [-o out.mlir]
+//   pipec-translate --list-ops
 //
-// Imports an ONNX model into the nn dialect and prints it.
+// Imports an ONNX model into the nn dialect and prints it; --list-ops
+// prints the importer's operator registry (a Markdown table, the one in
+// the README).
 //
 //===----------------------------------------------------------------------===//
 #include "pipec/Import.h"
@@ -21,8 +24,11 @@ using namespace llvm;
 static cl::opt<bool> importOnnx("import-onnx",
                                 cl::desc("Import an ONNX model (default)"),
                                 cl::init(true));
-static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"),
-                                      cl::Required);
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"));
+static cl::opt<bool> listOps("list-ops",
+                             cl::desc("Print the operators the importer "
+                                      "converts, with their opset and family"),
+                             cl::init(false));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::value_desc("file"), cl::init("-"));
 static cl::opt<int64_t> batch("batch",
@@ -45,6 +51,19 @@ static cl::opt<bool> untieWeights(
     cl::desc("Give every node that reads a shared float initializer its own "
              "copy (exports that merged equal initializers)"),
     cl::init(false));
+
+/// The registry as a Markdown table.
+static void printOps(raw_ostream &os) {
+  os << "| operator | domain | since opset | family | notes |\n"
+     << "|---|---|---|---|---|\n";
+  for (const pipec::SupportedOperator &op : pipec::supportedOperators()) {
+    std::string note = op.note;
+    if (op.foldOnly)
+      note = note.empty() ? "folded at import only" : note;
+    os << "| " << op.op << " | " << (op.domain.empty() ? "ai.onnx" : op.domain)
+       << " | " << op.since << " | " << op.family << " | " << note << " |\n";
+  }
+}
 
 /// Parses NAME=D0xD1... into `shapes`; false on syntax errors.
 static bool parseInputShape(const std::string &spec,
@@ -71,6 +90,15 @@ int main(int argc, char **argv) {
   mlir::registerAsmPrinterCLOptions();
   mlir::registerMLIRContextCLOptions();
   cl::ParseCommandLineOptions(argc, argv, "pipec ONNX -> MLIR translator\n");
+  if (listOps) {
+    printOps(outs());
+    return 0;
+  }
+  if (inputFile.empty()) {
+    errs() << "pipec-translate: error: no input file (give model.onnx, or "
+              "--list-ops)\n";
+    return 1;
+  }
 
   pipec::ImportOptions options;
   options.batch = batch;
