@@ -46,8 +46,9 @@ struct PipeBuildSchedulePass
       return signalPassFailure();
     }
     const bool continuous = !isFlushSchedule(*kind);
-    if (microbatches < 1) {
-      module.emitError("microbatches must be >= 1, got ") << int(microbatches);
+    if (warmup != "A" && warmup != "B") {
+      module.emitError("unknown warm-up policy '")
+          << warmup << "' (A: p-s-1 warm-up forwards, B: 2(p-s-1); DAPPLE)";
       return signalPassFailure();
     }
     auto fwds = getStageFuncs(module, "fwd");
@@ -65,19 +66,32 @@ struct PipeBuildSchedulePass
         return signalPassFailure();
       }
     int64_t numStages = fwds.size();
-    if (chunks < 1 || (chunks > 1 && *kind != ScheduleKind::Interleaved)) {
-      module.emitError("chunks must be 1, or > 1 with the interleaved "
-                       "schedule; got ")
-          << int(chunks);
+    // Tied weights (read by several stages): each such stage holds a copy,
+    // and the copies' gradients are summed before the synchronous update.
+    PipelineRequest request;
+    request.kind = *kind;
+    request.stages = numStages;
+    request.chunks = chunks;
+    request.microbatches = microbatches;
+    request.replicas.assign(replicas.begin(), replicas.end());
+    request.splitSamples = splitSamples;
+    request.warmup = warmup == "B" ? WarmupPolicy::B : WarmupPolicy::A;
+    auto tied = module->getAttrOfType<DictionaryAttr>(pipe::attrs::kTied);
+    if (tied)
+      for (NamedAttribute entry : tied) {
+        auto stages = dyn_cast<DenseI64ArrayAttr>(entry.getValue());
+        request.tied.push_back(
+            {entry.getName().str(),
+             stages ? std::vector<int64_t>(stages.asArrayRef().begin(),
+                                           stages.asArrayRef().end())
+                    : std::vector<int64_t>{}});
+      }
+    // Every schedule and replica rule (lib/Schedule/Rules.cpp).
+    std::vector<RuleViolation> violations = checkPipelineRules(request);
+    for (const RuleViolation &v : violations)
+      module.emitError(v.message);
+    if (!violations.empty())
       return signalPassFailure();
-    }
-    if (numStages % chunks != 0) {
-      module.emitError("the interleaved schedule places ")
-          << int(chunks) << " chunks on every device, but the model has "
-          << numStages << " stages (plan p x v = " << numStages
-          << " stages for v = " << int(chunks) << ")";
-      return signalPassFailure();
-    }
     // Device positions p; with chunks, stage c*p + r runs on device r.
     const int64_t devices = numStages / chunks;
     // Zero bubble: every backward in an input half and a weight half.
@@ -93,107 +107,22 @@ struct PipeBuildSchedulePass
           edges.push_back({from[0], from[1], static_cast<int64_t>(k), a,
                            fn.getArgumentTypes()[a]});
 
-    // Replicas per stage (1F1B-RR): empty = one each.
-    std::vector<int> replicaCounts(replicas.begin(), replicas.end());
-    if (!replicaCounts.empty() &&
-        int64_t(replicaCounts.size()) != devices) {
-      module.emitError("replicas lists ")
-          << replicaCounts.size() << " counts for " << devices
-          << " stages (give one count per stage)";
-      return signalPassFailure();
-    }
-    bool replicated = llvm::any_of(replicaCounts, [](int r) { return r != 1; });
-    // Split replicas (DAPPLE): each replica runs the unreplicated stage's
-    // program on its slice of every microbatch.
+    // Replicas per stage (1F1B-RR): empty = one each. Split replicas
+    // (DAPPLE): each replica runs the unreplicated stage's program on its
+    // slice of every microbatch.
+    std::vector<int> replicaCounts = request.replicas;
     const bool split = splitSamples > 0;
-    if (splitSamples < 0) {
-      module.emitError("split-samples must be >= 0, got ") << int(splitSamples);
-      return signalPassFailure();
-    }
-    if (chunks > 1 && replicated && !split) {
-      module.emitError("replicated stages combine with the interleaved "
-                       "schedule in the split replica mode only (pipec "
-                       "compile --replica-mode split, pass option "
-                       "split-samples=N: every replica runs a slice of "
-                       "every microbatch); 1F1B-RR's round robin is not "
-                       "interleaved");
-      return signalPassFailure();
-    }
-    if (continuous && split) {
-      module.emitError("split replicas (every replica runs a slice of every "
-                       "microbatch) need a synchronous schedule, not '")
-          << schedule << "'; the continuous schedules replicate stages round "
-                         "robin (1F1B-RR)";
-      return signalPassFailure();
-    }
-    if (continuous && replicated)
-      for (auto [st, r] : llvm::enumerate(replicaCounts))
-        if (r > 0 && microbatches % r != 0) {
-          module.emitError("schedule '")
-              << schedule << "' with replicas needs the microbatches per step ("
-              << int(microbatches) << ") to be a multiple of every stage's "
-              << "replica count; stage " << st << " has " << r
-              << " (1F1B-RR: each replica runs one microbatch of every round "
-                 "of r, and the replicas update together after each round)";
-          return signalPassFailure();
-        }
-    for (auto [s, r] : llvm::enumerate(replicaCounts))
-      if (split && (r < 1 || r > splitSamples)) {
-        module.emitError("stage ")
-            << s << " has " << r << " replicas; each replica needs at least "
-            << "one of the " << int(splitSamples)
-            << " samples of a microbatch (split replicas: replica j runs "
-               "samples [j*b/r, (j+1)*b/r) of every microbatch)";
-        return signalPassFailure();
-      } else if (!split && (r < 1 || r > microbatches)) {
-        module.emitError("stage ")
-            << s << " has " << r << " replicas; each replica needs at least "
-            << "one of the " << int(microbatches)
-            << " microbatches (1F1B-RR: microbatch k runs on replica k mod r)";
-        return signalPassFailure();
-      }
-    // Tied weights (read by several stages): each such stage holds a copy,
-    // and the copies' gradients are summed before the synchronous update.
-    // Groups of stages in a canonical order, each with its weights.
+    // Groups of tied stages (device positions) in a canonical order, each
+    // with its weights.
     std::map<std::vector<int64_t>, SmallVector<Attribute>> tieGroups;
-    if (auto tied = module->getAttrOfType<DictionaryAttr>(pipe::attrs::kTied)) {
+    if (tied)
       for (NamedAttribute entry : tied) {
-        auto stages = dyn_cast<DenseI64ArrayAttr>(entry.getValue());
-        if (!stages || stages.size() < 2) {
-          module.emitError("pipe.tied entry '")
-              << entry.getName() << "' needs at least two stages";
-          return signalPassFailure();
-        }
-        std::string where = "weight '" + entry.getName().str() +
-                            "' is read by stages " +
-                            std::to_string(stages[0]) + " and " +
-                            std::to_string(stages[stages.size() - 1]);
-        if (continuous) {
-          module.emitError(where)
-              << " (tied weights); schedule '" << schedule
-              << "' updates stages at different times, so their copies "
-                 "would drift: use a synchronous schedule (gpipe, 1f1b-flush, "
-                 "zb-h1), or a plan that keeps the tied layers in one stage";
-          return signalPassFailure();
-        }
-        // The group is of device positions: stage q runs on q mod p
-        // (interleaved); two tied stages on one device would make that
-        // device hold two copies, which is not supported.
         std::set<int64_t> positions;
-        for (int64_t q : stages.asArrayRef())
-          if (!positions.insert(q % devices).second) {
-            module.emitError(where)
-                << " (tied weights), and the interleaved schedule places two "
-                   "of those stages on device "
-                << q % devices
-                << "; choose --stages and --chunks so that they land on "
-                   "different devices";
-            return signalPassFailure();
-          }
+        for (int64_t q : cast<DenseI64ArrayAttr>(entry.getValue()).asArrayRef())
+          positions.insert(q % devices);
         tieGroups[std::vector<int64_t>(positions.begin(), positions.end())]
             .push_back(FlatSymbolRefAttr::get(entry.getName()));
       }
-    }
 
     // The rank programs: (stage, replica, schedule), stage-major.
     struct RankProgram {
@@ -201,15 +130,6 @@ struct PipeBuildSchedulePass
       StageSchedule schedule;
     };
     std::vector<RankProgram> rankPrograms;
-    if (warmup != "A" && warmup != "B") {
-      module.emitError("unknown warm-up policy '")
-          << warmup << "' (A: p-s-1 warm-up forwards, B: 2(p-s-1); DAPPLE)";
-      return signalPassFailure();
-    }
-    if (warmup == "B" && *kind != ScheduleKind::OneFOneBFlush) {
-      module.emitError("warm-up policy B applies to 1f1b-flush only");
-      return signalPassFailure();
-    }
     if (!continuous) {
       ScheduleOptions options;
       if (!split)
@@ -240,32 +160,6 @@ struct PipeBuildSchedulePass
     // The continuous schedules' in-flight depth per stage replica
     // (1F1B-RR): K_s = ceil(W_s / r_s), p - s without replicas.
     const std::vector<int64_t> depth = pipedreamDepths(replicaCounts);
-    // 2BW: the forwards of batch j read version j - 1, made after the last
-    // backward of batch j - 1; a replica's backwards trail its forwards by
-    // K_s - 1 of its own microbatches, of which it runs m / r_s per batch.
-    if (*kind == ScheduleKind::TwoBW)
-      for (int64_t st = 0; st < numStages; ++st) {
-        int64_t r = replicaCounts[size_t(st)];
-        if (microbatches / r >= depth[size_t(st)] - 1)
-          continue;
-        if (!replicated)
-          module.emitError("schedule '2bw' needs at least p - 1 = ")
-              << numStages - 1 << " microbatches per batch for " << numStages
-              << " stages, got " << int(microbatches)
-              << " (a forward would need a weight version that is not "
-                 "created yet; papers/thesis.md §3.1)";
-        else
-          module.emitError("schedule '2bw': stage ")
-              << st << " (" << r << " replicas) runs " << microbatches / r
-              << " microbatches per replica and batch but trails its forwards "
-                 "by K - 1 = "
-              << depth[size_t(st)] - 1
-              << " of them; use at least "
-              << r * (depth[size_t(st)] - 1)
-              << " microbatches per batch (a forward would need a weight "
-                 "version that is not created yet; papers/thesis.md §3.1)";
-        return signalPassFailure();
-      }
     // The plan records the replica counts it is built with (stage c*p + s
     // of an interleaved plan has the replicas of device position s).
     if (auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan)) {

@@ -242,8 +242,6 @@ static LogicalResult checkVersions(ProgramOp program,
 
 LogicalResult PipelineOp::verifyRegions() {
   int64_t m = getMicrobatches();
-  if (m < 1)
-    return emitOpError("needs at least one microbatch");
   auto kind = pipec::parseScheduleKind(getSchedule().str());
   const bool continuous = kind && !pipec::isFlushSchedule(*kind);
   SmallVector<ProgramOp> programs;
@@ -281,15 +279,30 @@ LogicalResult PipelineOp::verifyRegions() {
   const int64_t reach = windowReach(*this);
   // Split replicas: every replica runs a slice of every microbatch.
   const int64_t split = getSplitSamples().value_or(0);
-  if (getSplitSamples()) {
-    if (continuous || split < 1)
-      return emitOpError("split_samples needs a synchronous schedule and at "
-                         "least one sample");
-    for (auto [stage, r] : replicasOf)
-      if (r > split)
-        return emitOpError("stage ")
-               << stage << " has " << r << " replicas but a microbatch has "
-               << split << " samples to split among them";
+  if (getSplitSamples() && split < 1)
+    return emitOpError("split_samples needs at least one sample");
+  // The schedule and replica rules (lib/Schedule/Rules.cpp) over what the
+  // programs say: device positions, their replicas, the tied groups.
+  if (kind) {
+    pipec::PipelineRequest request;
+    request.kind = *kind;
+    request.stages = numStages;
+    request.microbatches = m;
+    request.replicas = replicaCounts;
+    request.splitSamples = split;
+    getBody().walk([&](TieReduceOp tie) {
+      std::string names;
+      for (Attribute w : tie.getWeights())
+        names += (names.empty() ? "" : ", ") +
+                 cast<FlatSymbolRefAttr>(w).getValue().str();
+      request.tied.push_back(
+          {names, std::vector<int64_t>(tie.getStages().begin(),
+                                       tie.getStages().end())});
+    });
+    std::vector<pipec::RuleViolation> violations =
+        pipec::checkPipelineRules(request);
+    if (!violations.empty())
+      return emitOpError(pipec::describeViolations(violations));
   }
   // Tied weights: every rank of every stage of a pipe.tie_reduce's group
   // runs the same one (a collective over those ranks), synchronous
@@ -302,11 +315,6 @@ LogicalResult PipelineOp::verifyRegions() {
       ranksOfStage[program.getStage()].push_back(int64_t(rank));
     for (auto [rank, program] : llvm::enumerate(programs)) {
       WalkResult r = program.walk([&](TieReduceOp tie) {
-        if (continuous) {
-          tie.emitOpError("needs a synchronous schedule, not '")
-              << getSchedule() << "'";
-          return WalkResult::interrupt();
-        }
         std::string key;
         llvm::raw_string_ostream os(key);
         os << tie.getWeights();

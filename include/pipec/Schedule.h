@@ -179,6 +179,63 @@ ScheduleResult generateSchedule(ScheduleKind kind, int stages,
                                 int64_t microbatches,
                                 const ScheduleOptions &options);
 
+//===----------------------------------------------------------------------===//
+// The schedule and replica rules, in one place (lib/Schedule/Rules.cpp).
+//===----------------------------------------------------------------------===//
+
+/// What a pipeline is asked to be: everything the schedule and replica rules
+/// read. The driver fills what it knows before importing (no tied weights,
+/// no split-sample count yet), the schedule pass and the verifier all of it.
+struct PipelineRequest {
+  ScheduleKind kind = ScheduleKind::OneFOneBFlush;
+  /// Pipeline stages p*v (virtual stages with chunks); devices = stages / v.
+  int64_t stages = 1;
+  /// v, chunks per device (interleaved).
+  int64_t chunks = 1;
+  /// m, microbatches per step (per batch for 1f1b and 2bw).
+  int64_t microbatches = 1;
+  /// Replicas per device position; empty = one each.
+  std::vector<int> replicas;
+  /// Split replicas (DAPPLE): > 0 is the samples of a microbatch that the
+  /// replicas of a stage share out; 0 = round robin (1F1B-RR).
+  int64_t splitSamples = 0;
+  WarmupPolicy warmup = WarmupPolicy::A;
+  /// Tied weights: (weight, the pipeline stages that read it).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> tied;
+};
+
+/// One broken rule: a short name (for tests and grouping) and the message
+/// for the user, which says what to change.
+struct RuleViolation {
+  std::string rule;
+  std::string message;
+};
+
+/// Every rule `request` breaks, in a fixed order (empty when it is valid):
+///   microbatches      m >= 1
+///   chunks            v >= 1; v > 1 only with the interleaved schedule
+///   chunks-divide     p*v stages divide into v chunks per device
+///   replica-count     one count >= 1 per device position
+///   interleaved       m a multiple of p (times the round-robin replica
+///                     count, which must be equal on every stage)
+/// checkScheduleShape stops there (what generateSchedule needs to build
+/// programs); checkPipelineRules adds what the compiler requires:
+///   split-samples     split samples >= 0; split replicas need a synchronous
+///                     schedule; interleaved + replicas needs split mode
+///   replica-range     r <= m (round robin) or <= the split samples: every
+///                     replica gets work
+///   round-robin       continuous schedules with replicas: r divides m
+///   warmup            policy B with 1f1b-flush only
+///   tied              tied weights need a synchronous schedule, two stages
+///                     or more, and different devices for their stages
+///   2bw-depth         2bw: m / r_s >= K_s - 1 on every stage (a forward
+///                     would need a weight version not created yet)
+std::vector<RuleViolation> checkScheduleShape(const PipelineRequest &request);
+std::vector<RuleViolation> checkPipelineRules(const PipelineRequest &request);
+
+/// The violations as one message (one per line), "" when there are none.
+std::string describeViolations(const std::vector<RuleViolation> &violations);
+
 /// In-flight depth K_s of every stage of a pipeline with these replica
 /// counts (1F1B-RR, pipedream.md §3): with W_s = sum_{t>=s} r_t workers
 /// from stage s on, K_s = ceil(W_s / r_s): p - s for a straight pipeline,

@@ -267,23 +267,14 @@ std::vector<int64_t> depthsFor(ScheduleKind kind,
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-/// Checks the request; returns "" or the message.
+/// Checks the request: the generator's own options, then the schedule's
+/// shape rules (Rules.cpp); returns "" or the first message.
 std::string checkRequest(ScheduleKind kind, int stages, int64_t microbatches,
                          const ScheduleOptions &options,
                          std::vector<int> &replicas) {
   const char *name = scheduleKindName(kind);
   if (stages < 1)
     return "a pipeline needs at least one stage (got " + str(stages) + ")";
-  if (microbatches < 1)
-    return "the number of microbatches must be at least 1 (got " +
-           str(microbatches) + ")";
-  if (options.chunks < 1)
-    return "the number of chunks per device must be at least 1 (got " +
-           str(options.chunks) + ")";
-  if (options.chunks > 1 && kind != ScheduleKind::Interleaved)
-    return std::string("only the interleaved schedule runs several chunks "
-                       "per device; got v = ") +
-           str(options.chunks) + " for " + name;
   if (options.steps < 1)
     return "steps must be at least 1 (got " + str(options.steps) + ")";
   if (options.steps > 1 && isFlushSchedule(kind))
@@ -292,37 +283,19 @@ std::string checkRequest(ScheduleKind kind, int stages, int64_t microbatches,
            name + " flushes after every step";
   if (options.maxInflight < 0)
     return "maxInflight must be >= 0 (got " + str(options.maxInflight) + ")";
+  PipelineRequest request;
+  request.kind = kind;
+  request.stages = int64_t(stages) * std::max(options.chunks, 1);
+  request.chunks = options.chunks;
+  request.microbatches = microbatches;
+  request.replicas = options.replicas;
+  request.warmup = options.warmup;
+  std::vector<RuleViolation> violations = checkScheduleShape(request);
+  if (!violations.empty())
+    return violations.front().message;
   replicas = options.replicas;
   if (replicas.empty())
     replicas.assign(stages, 1);
-  if (static_cast<int>(replicas.size()) != stages)
-    return "replicas lists " + str(replicas.size()) + " counts for " +
-           str(stages) + " stages";
-  for (int s = 0; s < stages; ++s)
-    if (replicas[s] < 1)
-      return "stage " + str(s) + " has " + str(replicas[s]) +
-             " replicas (must be at least 1)";
-  if (kind == ScheduleKind::Interleaved) {
-    const int d = replicas[0];
-    for (int s = 1; s < stages; ++s)
-      if (replicas[s] != d)
-        return "the interleaved schedule needs the same replica count on "
-               "every stage (stage 0 has " +
-               str(d) + ", stage " + str(s) + " has " + str(replicas[s]) + ")";
-    if (microbatches % (static_cast<int64_t>(d) * stages) != 0) {
-      if (d == 1)
-        return "the interleaved schedule needs the number of microbatches "
-               "(" +
-               str(microbatches) +
-               ") to be a multiple of the pipeline depth p = " + str(stages) +
-               " (Megatron's rule, thesis.md §4.1)";
-      return "the interleaved schedule needs the number of microbatches "
-             "(" +
-             str(microbatches) +
-             ") to be a multiple of the pipeline depth times the replicas, " +
-             str(stages) + " x " + str(d) + " (Megatron's rule per replica)";
-    }
-  }
   return "";
 }
 

@@ -221,8 +221,6 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   };
   if (o.stages < 1)
     return fail(cmd, "--stages must be >= 1");
-  if (o.microbatches < 1)
-    return fail(cmd, "--microbatches must be >= 1");
   std::string error;
   int64_t fileBatch = onnxFileBatch(o.model, error);
   if (fileBatch < 0)
@@ -232,11 +230,48 @@ int pipec::driver::compileModel(const CompileOptions &o) {
     return fail(cmd, "'" + o.model +
                          "' has a dynamic batch dimension; give the global "
                          "batch with --batch N");
-  if (batch % o.microbatches)
+  if (o.microbatches >= 1 && batch % o.microbatches)
     return fail(cmd, "the global batch " + std::to_string(batch) +
                          " is not divisible into " +
                          std::to_string(o.microbatches) +
                          " microbatches; change --batch or --microbatches");
+  // The schedule and replica rules (lib/Schedule/Rules.cpp), before any
+  // work; the schedule pass checks them again with the tied weights.
+  {
+    auto kind = parseScheduleKind(o.schedule);
+    if (!kind)
+      return fail(cmd, "unknown --schedule '" + o.schedule + "'");
+    PipelineRequest request;
+    request.kind = *kind;
+    request.stages = int64_t(o.stages) * o.chunks;
+    request.chunks = o.chunks;
+    request.microbatches = o.microbatches;
+    request.replicas = o.replicas;
+    request.warmup = o.warmup == "B" ? WarmupPolicy::B : WarmupPolicy::A;
+    if (o.replicaMode == "split" && o.microbatches >= 1 &&
+        llvm::any_of(o.replicas, [](int r) { return r > 1; }))
+      request.splitSamples = batch / o.microbatches;
+    // Each broken rule named with the option to change.
+    std::string why;
+    for (const RuleViolation &v : checkPipelineRules(request)) {
+      std::string option;
+      if (v.rule == "chunks" || v.rule == "chunks-divide")
+        option = "--chunks " + std::to_string(o.chunks);
+      else if (v.rule == "warmup")
+        option = "--warmup " + o.warmup;
+      else if (v.rule == "microbatches" || v.rule == "interleaved" ||
+               v.rule == "2bw-depth")
+        option = "--microbatches " + std::to_string(o.microbatches);
+      else if (!o.replicas.empty())
+        option = "--replicas " + llvm::join(llvm::map_range(o.replicas, [](int r) {
+                   return std::to_string(r);
+                 }), ",");
+      why += (why.empty() ? "" : "\n") + (option.empty() ? "" : option + ": ") +
+             v.message;
+    }
+    if (!why.empty())
+      return fail(cmd, why);
+  }
   int64_t microbatch = batch / o.microbatches;
 
   DialectRegistry registry;
@@ -696,11 +731,6 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
     }
     if (o.replicas.size() == 1)
       o.replicas.assign(o.stages, o.replicas[0]);
-    if (int(o.replicas.size()) != o.stages)
-      return fail("compile", "--replicas lists " +
-                                 std::to_string(o.replicas.size()) +
-                                 " counts for " + std::to_string(o.stages) +
-                                 " stages", 2);
   }
   o.replicaMode = a.get("--replica-mode");
   if (o.replicaMode != "rr" && o.replicaMode != "split")
@@ -711,9 +741,6 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   if (!a.getInt("--chunks", chunks, 1))
     return 2;
   o.chunks = int(chunks);
-  if (o.chunks > 1 && o.schedule != "interleaved")
-    return fail("compile", "--chunks " + std::to_string(o.chunks) +
-                               " needs --schedule interleaved", 2);
   o.profile = a.get("--profile");
   if (a.has("--cuts")) {
     std::string list = a.get("--cuts");

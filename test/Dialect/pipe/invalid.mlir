@@ -125,15 +125,16 @@ module attributes {pipe.plan = #pipe.plan<algorithm = "x", first = [0, 3], last 
 // -----
 
 // 2BW with one microbatch per batch on three stages (m < p - 1): on stage 0,
-// microbatch 2 needs weight version 1, which the stage creates only after
-// the backward of microbatch 0.
+// microbatch 2 would need weight version 1, which the stage creates only
+// after the backward of microbatch 0. The schedule rules (lib/Schedule/
+// Rules.cpp) refuse the pipeline before its programs are replayed.
 module {
   func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
+  // expected-error @+1 {{schedule '2bw' needs at least p - 1 = 2 microbatches per batch for 3 stages, got 1}}
   pipe.pipeline microbatches 1 schedule "2bw" {
     pipe.program "rank0" stage 0 slots 3 {
       %c0 = arith.constant 0 : index
       %cm2 = arith.constant -2 : index
-      // expected-error @+1 {{2BW: microbatch 2 needs weight version 1 but stage 0 holds only 0}}
       pipe.forward @f mb %c0
       pipe.backward @f mb %cm2
       pipe.step @f after %cm2
@@ -322,7 +323,7 @@ module {
 
 module {
   func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }
-  // expected-error @+1 {{stage 0 has 2 replicas but a microbatch has 1 samples to split among them}}
+  // expected-error @+1 {{stage 0 has 2 replicas; each replica needs at least one of the 1 samples of a microbatch}}
   pipe.pipeline microbatches 1 schedule "gpipe" split_samples 1 {
     pipe.program "rank0" stage 0 slots 1 {
     }
