@@ -74,9 +74,20 @@ mlir::FailureOr<mlir::func::FuncOp> buildGradientFunction(mlir::func::FuncOp fn,
                                                           llvm::StringRef name);
 
 /// Adds annotate-costs, plan, split-stages, autodiff, build-schedule,
-/// convert-precision (f64 only), verify-schedule and plan-memory.
+/// convert-precision (f64 only), verify-schedule and plan-memory: the three
+/// phases below, in order (pipec compile runs and times them one by one).
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
+/// Phase "plan": annotate-costs and plan.
+void buildPlanningPipeline(mlir::OpPassManager &pm,
+                           const TrainingPipelineOptions &options);
+/// Phase "split and differentiate": split-stages and autodiff.
+void buildDifferentiationPipeline(mlir::OpPassManager &pm,
+                                  const TrainingPipelineOptions &options);
+/// Phase "schedule and verify": build-schedule, convert-precision (f64
+/// only), verify-schedule and plan-memory.
+void buildSchedulingPipeline(mlir::OpPassManager &pm,
+                             const TrainingPipelineOptions &options);
 
 /// Adds lower-to-runtime for `stage` and the upstream conversions to the
 /// LLVM dialect.

@@ -17,7 +17,7 @@
 
 using namespace mlir;
 
-void pipec::buildTrainingPipeline(OpPassManager &pm,
+void pipec::buildPlanningPipeline(OpPassManager &pm,
                                   const TrainingPipelineOptions &o) {
   pm.addPass(createNNAnnotateCostsPass({o.profile, o.device}));
   PipePlanPassOptions plan;
@@ -25,9 +25,17 @@ void pipec::buildTrainingPipeline(OpPassManager &pm,
   plan.algorithm = "balanced";
   plan.last.assign(o.cuts.begin(), o.cuts.end());
   pm.addPass(createPipePlanPass(plan));
+}
+
+void pipec::buildDifferentiationPipeline(OpPassManager &pm,
+                                         const TrainingPipelineOptions &o) {
   pm.addPass(createPipeSplitStagesPass());
   pm.addPass(createNNAutodiffPass({o.loss, o.optimizer, o.momentum, o.beta1,
                                    o.beta2, o.epsilon, o.weightDecay}));
+}
+
+void pipec::buildSchedulingPipeline(OpPassManager &pm,
+                                    const TrainingPipelineOptions &o) {
   PipeBuildSchedulePassOptions schedule;
   schedule.schedule = o.schedule;
   schedule.microbatches = o.microbatches;
@@ -40,6 +48,13 @@ void pipec::buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(createNNConvertPrecisionPass({o.precision}));
   pm.addPass(createPipeVerifySchedulePass());
   pm.addPass(createPipePlanMemoryPass());
+}
+
+void pipec::buildTrainingPipeline(OpPassManager &pm,
+                                  const TrainingPipelineOptions &o) {
+  buildPlanningPipeline(pm, o);
+  buildDifferentiationPipeline(pm, o);
+  buildSchedulingPipeline(pm, o);
 }
 
 void pipec::buildStageLoweringPipeline(OpPassManager &pm, int stage,

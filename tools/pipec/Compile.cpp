@@ -212,89 +212,238 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 } // namespace
 
-int pipec::driver::compileModel(const CompileOptions &o) {
+namespace {
+
+/// `pipec compile` as named phases over one Compilation: check, import,
+/// plan, split and differentiate, schedule and verify, (split replicas),
+/// lower, link, write outputs. Each phase is a member function with its
+/// inputs in the Compilation and its outputs stored back there; each is
+/// timed (`--timings`). A phase returns false after printing its error
+/// (`status` says the exit code).
+class Compilation {
+public:
+  explicit Compilation(const CompileOptions &o)
+      : o(o), ctx(registryOf()), printer(ctx, cmd) {
+    ctx.loadAllAvailableDialects();
+  }
+
+  int run() {
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = timed("check", &Compilation::check) &&
+              timed("import", &Compilation::import) &&
+              timed("plan", &Compilation::plan) &&
+              timed("split and differentiate",
+                    &Compilation::splitAndDifferentiate) &&
+              timed("schedule and verify", &Compilation::scheduleAndVerify) &&
+              (!split || timed("split replicas", &Compilation::sliceReplicas)) &&
+              timed("write outputs", &Compilation::prepareOutputs) &&
+              lowerAndLinkStages() &&
+              timed("write outputs", &Compilation::writeManifest);
+    if (o.timings)
+      printTimings();
+    if (!ok)
+      return status;
+    say("wrote " + o.outDir + "/manifest.json (build " + buildId + ") in " +
+        std::to_string(since(t0)).substr(0, 4) + " s; run: pipec train " +
+        o.outDir);
+    return 0;
+  }
+
+private:
   const std::string cmd = "compile";
-  auto t0 = std::chrono::steady_clock::now();
-  auto say = [&](const std::string &line) {
+  const CompileOptions &o;
+  MLIRContext ctx;
+  DiagnosticPrinter printer;
+  std::string error;
+  int status = 1;
+  /// Phase -> seconds, in first-run order.
+  std::vector<std::pair<std::string, double>> timings;
+
+  // check
+  int64_t batch = 0, microbatch = 0;
+  bool split = false;
+  // import ... schedule and verify
+  OwningOpRef<ModuleOp> module;
+  TrainingPipelineOptions tpo;
+  // split replicas: samples -> the model compiled at that slice size
+  std::map<int64_t, OwningOpRef<ModuleOp>> sliceModules;
+  // write outputs
+  std::string buildId, modelHash;
+  Plan planOut;
+  llvm::json::Array stagesJson;
+  int nextRank = 0;
+
+  static DialectRegistry registryOf() {
+    DialectRegistry registry;
+    registerAll(registry);
+    return registry;
+  }
+  void say(const std::string &line) const {
     if (!o.quiet)
       llvm::outs() << "pipec compile: " << line << "\n";
-  };
+  }
+  bool failWith(const std::string &message) {
+    status = fail(cmd, message);
+    return false;
+  }
+  bool timed(const std::string &phase, bool (Compilation::*fn)()) {
+    auto start = std::chrono::steady_clock::now();
+    bool ok = (this->*fn)();
+    addTime(phase, since(start));
+    return ok;
+  }
+  void addTime(const std::string &phase, double seconds) {
+    for (auto &[name, s] : timings)
+      if (name == phase) {
+        s += seconds;
+        return;
+      }
+    timings.push_back({phase, seconds});
+  }
+  void printTimings() const {
+    double total = 0;
+    for (const auto &[name, s] : timings)
+      total += s;
+    llvm::outs() << "pipec compile: timings (s):";
+    for (const auto &[name, s] : timings)
+      llvm::outs() << llvm::formatv(" {0} {1:f3},", name, s);
+    llvm::outs() << llvm::formatv(" total {0:f3}\n", total);
+  }
+  /// Runs passes built by `build` over `m`; false after the diagnostics.
+  bool runPasses(ModuleOp m,
+                 void (*build)(OpPassManager &, const TrainingPipelineOptions &)) {
+    PassManager pm(&ctx);
+    build(pm, tpo);
+    return succeeded(pm.run(m));
+  }
+
+  bool check();
+  bool import();
+  OwningOpRef<ModuleOp> importAt(int64_t samples);
+  void noteImport();
+  bool plan() { return runPasses(*module, buildPlanningPipeline); }
+  bool splitAndDifferentiate() {
+    return runPasses(*module, buildDifferentiationPipeline);
+  }
+  bool scheduleAndVerify() {
+    return runPasses(*module, buildSchedulingPipeline);
+  }
+  bool sliceReplicas();
+  bool checkSampleMajor(ModuleOp sliced, int64_t n);
+  int64_t sliceOf(int s, int j) const {
+    int r = o.replicas.empty() ? 1 : o.replicas[size_t(s)];
+    return split ? pipe::replicaSlice(microbatch, r, j).second : microbatch;
+  }
+  bool prepareOutputs();
+  std::string buildKey(llvm::StringRef modelBytes) const;
+  void fillPlan();
+  bool lowerAndLinkStages();
+  bool lowerAndLinkStage(int s);
+  bool writeManifest();
+};
+
+bool Compilation::check() {
   if (o.stages < 1)
-    return fail(cmd, "--stages must be >= 1");
-  std::string error;
+    return failWith("--stages must be >= 1");
   int64_t fileBatch = onnxFileBatch(o.model, error);
   if (fileBatch < 0)
-    return fail(cmd, error);
-  int64_t batch = o.batch ? o.batch : fileBatch;
+    return failWith(error);
+  batch = o.batch ? o.batch : fileBatch;
   if (batch <= 0)
-    return fail(cmd, "'" + o.model +
-                         "' has a dynamic batch dimension; give the global "
-                         "batch with --batch N");
+    return failWith("'" + o.model +
+                    "' has a dynamic batch dimension; give the global batch "
+                    "with --batch N");
   if (o.microbatches >= 1 && batch % o.microbatches)
-    return fail(cmd, "the global batch " + std::to_string(batch) +
-                         " is not divisible into " +
-                         std::to_string(o.microbatches) +
-                         " microbatches; change --batch or --microbatches");
+    return failWith("the global batch " + std::to_string(batch) +
+                    " is not divisible into " + std::to_string(o.microbatches) +
+                    " microbatches; change --batch or --microbatches");
+  split = o.replicaMode == "split" &&
+          llvm::any_of(o.replicas, [](int r) { return r > 1; });
   // The schedule and replica rules (lib/Schedule/Rules.cpp), before any
   // work; the schedule pass checks them again with the tied weights.
-  {
-    auto kind = parseScheduleKind(o.schedule);
-    if (!kind)
-      return fail(cmd, "unknown --schedule '" + o.schedule + "'");
-    PipelineRequest request;
-    request.kind = *kind;
-    request.stages = int64_t(o.stages) * o.chunks;
-    request.chunks = o.chunks;
-    request.microbatches = o.microbatches;
-    request.replicas = o.replicas;
-    request.warmup = o.warmup == "B" ? WarmupPolicy::B : WarmupPolicy::A;
-    if (o.replicaMode == "split" && o.microbatches >= 1 &&
-        llvm::any_of(o.replicas, [](int r) { return r > 1; }))
-      request.splitSamples = batch / o.microbatches;
-    // Each broken rule named with the option to change.
-    std::string why;
-    for (const RuleViolation &v : checkPipelineRules(request)) {
-      std::string option;
-      if (v.rule == "chunks" || v.rule == "chunks-divide")
-        option = "--chunks " + std::to_string(o.chunks);
-      else if (v.rule == "warmup")
-        option = "--warmup " + o.warmup;
-      else if (v.rule == "microbatches" || v.rule == "interleaved" ||
-               v.rule == "2bw-depth")
-        option = "--microbatches " + std::to_string(o.microbatches);
-      else if (!o.replicas.empty())
-        option = "--replicas " + llvm::join(llvm::map_range(o.replicas, [](int r) {
-                   return std::to_string(r);
-                 }), ",");
-      why += (why.empty() ? "" : "\n") + (option.empty() ? "" : option + ": ") +
-             v.message;
-    }
-    if (!why.empty())
-      return fail(cmd, why);
+  auto kind = parseScheduleKind(o.schedule);
+  if (!kind)
+    return failWith("unknown --schedule '" + o.schedule + "'");
+  PipelineRequest request;
+  request.kind = *kind;
+  request.stages = int64_t(o.stages) * o.chunks;
+  request.chunks = o.chunks;
+  request.microbatches = o.microbatches;
+  request.replicas = o.replicas;
+  request.warmup = o.warmup == "B" ? WarmupPolicy::B : WarmupPolicy::A;
+  if (split && o.microbatches >= 1)
+    request.splitSamples = batch / o.microbatches;
+  // Each broken rule named with the option to change.
+  std::string why;
+  for (const RuleViolation &v : checkPipelineRules(request)) {
+    std::string option;
+    if (v.rule == "chunks" || v.rule == "chunks-divide")
+      option = "--chunks " + std::to_string(o.chunks);
+    else if (v.rule == "warmup")
+      option = "--warmup " + o.warmup;
+    else if (v.rule == "microbatches" || v.rule == "interleaved" ||
+             v.rule == "2bw-depth")
+      option = "--microbatches " + std::to_string(o.microbatches);
+    else if (!o.replicas.empty())
+      option = "--replicas " +
+               llvm::join(llvm::map_range(o.replicas,
+                                          [](int r) { return std::to_string(r); }),
+                          ",");
+    why += (why.empty() ? "" : "\n") + (option.empty() ? "" : option + ": ") +
+           v.message;
   }
-  int64_t microbatch = batch / o.microbatches;
+  if (!why.empty())
+    return failWith(why);
+  microbatch = batch / o.microbatches;
 
-  DialectRegistry registry;
-  registerAll(registry);
-  MLIRContext ctx(registry);
-  ctx.loadAllAvailableDialects();
-  DiagnosticPrinter printer(ctx, cmd);
+  tpo.profile = o.profile;
+  tpo.device = o.device;
+  // The planner splits the model into stages x chunks pipeline stages; the
+  // interleaved schedule puts stage c*p + r on device r.
+  tpo.stages = o.stages * o.chunks;
+  tpo.chunks = o.chunks;
+  tpo.loss = o.loss;
+  tpo.schedule = o.schedule;
+  tpo.microbatches = o.microbatches;
+  tpo.optimizer = o.optimizer;
+  tpo.momentum = o.momentum;
+  tpo.beta1 = o.beta1;
+  tpo.beta2 = o.beta2;
+  tpo.epsilon = o.epsilon;
+  tpo.weightDecay = o.weightDecay;
+  tpo.replicas = o.replicas;
+  tpo.warmup = o.warmup;
+  tpo.cuts = o.cuts;
+  tpo.precision = o.precision;
+  if (split)
+    tpo.splitSamples = int(microbatch);
+  return true;
+}
 
-  // The model imported with `samples` as its batch dimension.
-  auto importAt = [&](int64_t samples) {
-    ImportOptions importOptions;
-    importOptions.batch = samples;
-    importOptions.inputShapes = o.inputShapes;
-    importOptions.frozen = o.frozen;
-    importOptions.untieWeights = o.untieWeights;
-    for (auto &[name, shape] : importOptions.inputShapes)
-      if (!shape.empty())
-        shape[0] = samples;
-    return importOnnxFile(ctx, o.model, importOptions, error);
-  };
-  auto module = importAt(microbatch);
+/// The model imported with `samples` as its batch dimension.
+OwningOpRef<ModuleOp> Compilation::importAt(int64_t samples) {
+  ImportOptions importOptions;
+  importOptions.batch = samples;
+  importOptions.inputShapes = o.inputShapes;
+  importOptions.frozen = o.frozen;
+  importOptions.untieWeights = o.untieWeights;
+  for (auto &[name, shape] : importOptions.inputShapes)
+    if (!shape.empty())
+      shape[0] = samples;
+  return importOnnxFile(ctx, o.model, importOptions, error);
+}
+
+bool Compilation::import() {
+  module = importAt(microbatch);
   if (!module)
-    return fail(cmd, error);
+    return failWith(error);
+  noteImport();
+  return true;
+}
+
+/// What the import says about the model: its size, and the initializers
+/// that are buffers or shared (tied).
+void Compilation::noteImport() {
   int64_t layers = 0, params = 0;
   module->walk([&](Operation *op) {
     if (isLayer(op))
@@ -319,136 +468,94 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   }
   // A parameter read by several nodes trains as one (tied weights). Say so:
   // an exporter may have merged equal initializers of distinct layers.
-  {
-    std::vector<std::pair<std::string, size_t>> shared;
-    module->walk([&](ml_program::GlobalLoadOp load) {
-      llvm::SmallPtrSet<Operation *, 4> users(load->user_begin(),
-                                              load->user_end());
-      if (users.size() > 1)
-        shared.push_back(
-            {load.getGlobal().getLeafReference().str(), users.size()});
-    });
-    if (!shared.empty()) {
-      std::string list;
-      for (size_t i = 0; i < shared.size() && i < 4; ++i)
-        list += (i ? ", " : "") + shared[i].first + " (" +
-                std::to_string(shared[i].second) + " nodes)";
-      if (shared.size() > 4)
-        list += ", ... (" + std::to_string(shared.size()) + " in all)";
-      say("note: " + std::to_string(shared.size()) +
-          " weight(s) are read by several nodes and train as one parameter "
-          "each (tied; stages holding copies sum their gradients): " + list +
-          "; if the exporter merged equal initializers (torch.onnx.export in "
-          "eval mode does), compile with --untie-weights");
+  std::vector<std::pair<std::string, size_t>> shared;
+  module->walk([&](ml_program::GlobalLoadOp load) {
+    llvm::SmallPtrSet<Operation *, 4> users(load->user_begin(),
+                                            load->user_end());
+    if (users.size() > 1)
+      shared.push_back(
+          {load.getGlobal().getLeafReference().str(), users.size()});
+  });
+  if (shared.empty())
+    return;
+  std::string list;
+  for (size_t i = 0; i < shared.size() && i < 4; ++i)
+    list += (i ? ", " : "") + shared[i].first + " (" +
+            std::to_string(shared[i].second) + " nodes)";
+  if (shared.size() > 4)
+    list += ", ... (" + std::to_string(shared.size()) + " in all)";
+  say("note: " + std::to_string(shared.size()) +
+      " weight(s) are read by several nodes and train as one parameter "
+      "each (tied; stages holding copies sum their gradients): " + list +
+      "; if the exporter merged equal initializers (torch.onnx.export in "
+      "eval mode does), compile with --untie-weights");
+}
+
+/// Split replicas (DAPPLE): replica j of a stage with r replicas runs
+/// samples [j*b/r, (j+1)*b/r) of every microbatch, so its program is the
+/// stage compiled for that many samples: the model imported again at each
+/// slice size, cut where the full microbatch's plan cut it.
+bool Compilation::sliceReplicas() {
+  auto planned = (*module)->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
+  TrainingPipelineOptions sliceOptions = tpo;
+  sliceOptions.cuts.clear();
+  for (int64_t l : planned.getLast().asArrayRef())
+    sliceOptions.cuts.push_back(int(l));
+  for (int s = 0; s < o.stages; ++s)
+    for (int j = 0; j < o.replicas[size_t(s)]; ++j) {
+      int64_t n = sliceOf(s, j);
+      if (n == microbatch || sliceModules.count(n))
+        continue;
+      auto sliced = importAt(n);
+      if (!sliced)
+        return failWith(error);
+      PassManager slicePm(&ctx);
+      buildTrainingPipeline(slicePm, sliceOptions);
+      if (failed(slicePm.run(*sliced)) || !checkSampleMajor(*sliced, n))
+        return false;
+      say("split replicas: stage programs for slices of " + std::to_string(n) +
+          " of the " + std::to_string(microbatch) + " samples");
+      sliceModules.emplace(n, std::move(sliced));
+    }
+  return true;
+}
+
+/// Every tensor between stages must be sample-major: its rows are the
+/// samples' (so a slice of samples is a slice of rows).
+bool Compilation::checkSampleMajor(ModuleOp sliced, int64_t n) {
+  for (int q = 0; q < o.stages * o.chunks; ++q) {
+    auto full = module->lookupSymbol<func::FuncOp>(stageFuncName(q, "fwd"));
+    auto part = sliced.lookupSymbol<func::FuncOp>(stageFuncName(q, "fwd"));
+    if (!full || !part || full.getNumArguments() != part.getNumArguments())
+      return failWith("stage " + std::to_string(q) +
+                      " differs between the model at " +
+                      std::to_string(microbatch) + " and at " +
+                      std::to_string(n) + " samples");
+    for (unsigned i = 0; i < full.getNumArguments(); ++i) {
+      auto a = cast<RankedTensorType>(full.getArgumentTypes()[i]);
+      auto b = cast<RankedTensorType>(part.getArgumentTypes()[i]);
+      bool sampleMajor =
+          a.getRank() == b.getRank() && a.getRank() > 0 &&
+          a.getShape().drop_front() == b.getShape().drop_front() &&
+          a.getDimSize(0) * n == b.getDimSize(0) * microbatch;
+      if (sampleMajor)
+        continue;
+      std::string shapes;
+      llvm::raw_string_ostream os(shapes);
+      os << a << " at " << microbatch << " samples, " << b << " at " << n;
+      return failWith("--replica-mode split needs every tensor entering a "
+                      "stage to have the samples as its leading dimension; "
+                      "argument " + std::to_string(i) + " of stage " +
+                      std::to_string(q) + " is " + shapes +
+                      " (use --replica-mode rr)");
     }
   }
+  return true;
+}
 
-  PassManager pm(&ctx);
-  TrainingPipelineOptions tpo;
-  tpo.profile = o.profile;
-  tpo.device = o.device;
-  // The planner splits the model into stages x chunks pipeline stages; the
-  // interleaved schedule puts stage c*p + r on device r.
-  tpo.stages = o.stages * o.chunks;
-  tpo.chunks = o.chunks;
-  tpo.loss = o.loss;
-  tpo.schedule = o.schedule;
-  tpo.microbatches = o.microbatches;
-  tpo.optimizer = o.optimizer;
-  tpo.momentum = o.momentum;
-  tpo.beta1 = o.beta1;
-  tpo.beta2 = o.beta2;
-  tpo.epsilon = o.epsilon;
-  tpo.weightDecay = o.weightDecay;
-  tpo.replicas = o.replicas;
-  tpo.warmup = o.warmup;
-  tpo.cuts = o.cuts;
-  tpo.precision = o.precision;
-  const bool split = o.replicaMode == "split" &&
-                     llvm::any_of(o.replicas, [](int r) { return r > 1; });
-  if (split)
-    tpo.splitSamples = int(microbatch);
-  buildTrainingPipeline(pm, tpo);
-  if (failed(pm.run(*module)))
-    return 1; // the diagnostics said why
-
-  // Split replicas (DAPPLE): replica j of a stage with r replicas runs
-  // samples [j*b/r, (j+1)*b/r) of every microbatch, so its program is the
-  // stage compiled for that many samples: the model imported again at each
-  // slice size, cut where the full microbatch's plan cut it.
-  std::map<int64_t, OwningOpRef<ModuleOp>> sliceModules;
-  auto sliceOf = [&](int s, int j) {
-    int r = o.replicas.empty() ? 1 : o.replicas[size_t(s)];
-    return split ? pipe::replicaSlice(microbatch, r, j).second : microbatch;
-  };
-  if (split) {
-    auto planned = (*module)->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
-    TrainingPipelineOptions sliceOptions = tpo;
-    sliceOptions.cuts.clear();
-    for (int64_t l : planned.getLast().asArrayRef())
-      sliceOptions.cuts.push_back(int(l));
-    for (int s = 0; s < o.stages; ++s)
-      for (int j = 0; j < o.replicas[size_t(s)]; ++j) {
-        int64_t n = sliceOf(s, j);
-        if (n == microbatch || sliceModules.count(n))
-          continue;
-        auto sliced = importAt(n);
-        if (!sliced)
-          return fail(cmd, error);
-        PassManager slicePm(&ctx);
-        buildTrainingPipeline(slicePm, sliceOptions);
-        if (failed(slicePm.run(*sliced)))
-          return 1;
-        // Every tensor between stages must be sample-major: its rows are
-        // the samples' (so a slice of samples is a slice of rows).
-        for (int q = 0; q < o.stages * o.chunks; ++q) {
-          auto full = module->lookupSymbol<func::FuncOp>(stageFuncName(q, "fwd"));
-          auto part = sliced->lookupSymbol<func::FuncOp>(stageFuncName(q, "fwd"));
-          if (!full || !part ||
-              full.getNumArguments() != part.getNumArguments())
-            return fail(cmd, "stage " + std::to_string(q) +
-                                 " differs between the model at " +
-                                 std::to_string(microbatch) + " and at " +
-                                 std::to_string(n) + " samples");
-          for (unsigned i = 0; i < full.getNumArguments(); ++i) {
-            auto a = cast<RankedTensorType>(full.getArgumentTypes()[i]);
-            auto b = cast<RankedTensorType>(part.getArgumentTypes()[i]);
-            bool sampleMajor =
-                a.getRank() == b.getRank() && a.getRank() > 0 &&
-                a.getShape().drop_front() == b.getShape().drop_front() &&
-                a.getDimSize(0) * n == b.getDimSize(0) * microbatch;
-            if (!sampleMajor) {
-              std::string shapes;
-              llvm::raw_string_ostream os(shapes);
-              os << a << " at " << microbatch << " samples, " << b << " at "
-                 << n;
-              return fail(cmd, "--replica-mode split needs every tensor "
-                               "entering a stage to have the samples as its "
-                               "leading dimension; argument " +
-                                   std::to_string(i) + " of stage " +
-                                   std::to_string(q) + " is " + shapes +
-                                   " (use --replica-mode rr)");
-            }
-          }
-        }
-        say("split replicas: stage programs for slices of " +
-            std::to_string(n) + " of the " + std::to_string(microbatch) +
-            " samples");
-        sliceModules.emplace(n, std::move(sliced));
-      }
-  }
-
-  std::error_code ec = llvm::sys::fs::create_directories(o.outDir + "/weights");
-  if (!ec)
-    ec = llvm::sys::fs::create_directories(o.outDir + "/obj");
-  if (ec)
-    return fail(cmd, "cannot create '" + o.outDir + "': " + ec.message());
-
-  // Build id: the model's bytes and everything that shapes the programs.
-  auto bytes = llvm::MemoryBuffer::getFile(o.model);
-  if (!bytes)
-    return fail(cmd, "cannot read '" + o.model + "'");
-  std::string key = (*bytes)->getBuffer().str();
+/// Build id: the model's bytes and everything that shapes the programs.
+std::string Compilation::buildKey(llvm::StringRef modelBytes) const {
+  std::string key = modelBytes.str();
   key += "|" + std::to_string(o.stages) + "|" + std::to_string(o.microbatches) +
          "|" + std::to_string(batch) + "|" + o.schedule + "|" + o.loss + "|" +
          o.profile + "|" + o.device + "|" + o.optimizer + "|" +
@@ -464,127 +571,154 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   for (int l : o.cuts)
     key += "|c" + std::to_string(l);
   key += "|p" + o.precision;
-  std::string buildId = hex64(llvm::xxh3_64bits(llvm::StringRef(key)));
-  std::string modelHash =
-      hex64(llvm::xxh3_64bits((*bytes)->getBuffer()));
+  return key;
+}
 
+/// The output folder, the build id, pipeline.mlir (--emit-mlir) and
+/// plan.json.
+bool Compilation::prepareOutputs() {
+  std::error_code ec = llvm::sys::fs::create_directories(o.outDir + "/weights");
+  if (!ec)
+    ec = llvm::sys::fs::create_directories(o.outDir + "/obj");
+  if (ec)
+    return failWith("cannot create '" + o.outDir + "': " + ec.message());
+  auto bytes = llvm::MemoryBuffer::getFile(o.model);
+  if (!bytes)
+    return failWith("cannot read '" + o.model + "'");
+  buildId = hex64(llvm::xxh3_64bits(llvm::StringRef(buildKey((*bytes)->getBuffer()))));
+  modelHash = hex64(llvm::xxh3_64bits((*bytes)->getBuffer()));
   if (o.emitMlir) {
     std::string text;
     llvm::raw_string_ostream os(text);
     module->print(os, OpPrintingFlags().elideLargeResourceString(64));
     if (!writeText(o.outDir + "/pipeline.mlir", text, error))
-      return fail(cmd, error);
+      return failWith(error);
   }
+  fillPlan();
+  if (!writeText(o.outDir + "/plan.json", planToJson(planOut) + "\n", error))
+    return failWith(error);
+  return true;
+}
 
+/// plan.json from the module's plan: stages, replicas, devices.
+void Compilation::fillPlan() {
   auto planAttr = (*module)->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
-  Plan plan;
-  plan.algorithm = planAttr.getAlgorithm().str();
-  plan.schedule = o.schedule;
-  plan.microbatches = o.microbatches;
-  plan.microbatchSize = microbatch;
-  plan.chunks = o.chunks;
-  plan.splitReplicas = split;
-  {
-    // Device position r holds the replicas of stage r (and of the chunks
-    // c*p + r of an interleaved plan) on consecutive devices.
-    std::vector<std::vector<int>> positionDevices(size_t(o.stages));
-    int device = 0;
-    for (int r = 0; r < o.stages; ++r)
-      for (int j = 0; j < planAttr.getReplicas()[r]; ++j)
-        positionDevices[size_t(r)].push_back(device++);
-    for (int64_t s = 0; s < static_cast<int64_t>(planAttr.getFirst().size());
-         ++s) {
-      const std::vector<int> &devices = positionDevices[size_t(s % o.stages)];
-      plan.stages.push_back({static_cast<int>(planAttr.getFirst()[s]),
-                             static_cast<int>(planAttr.getLast()[s]),
-                             static_cast<int>(devices.size()), devices});
-    }
+  planOut.algorithm = planAttr.getAlgorithm().str();
+  planOut.schedule = o.schedule;
+  planOut.microbatches = o.microbatches;
+  planOut.microbatchSize = microbatch;
+  planOut.chunks = o.chunks;
+  planOut.splitReplicas = split;
+  // Device position r holds the replicas of stage r (and of the chunks
+  // c*p + r of an interleaved plan) on consecutive devices.
+  std::vector<std::vector<int>> positionDevices(size_t(o.stages));
+  int device = 0;
+  for (int r = 0; r < o.stages; ++r)
+    for (int j = 0; j < planAttr.getReplicas()[r]; ++j)
+      positionDevices[size_t(r)].push_back(device++);
+  for (int64_t s = 0; s < static_cast<int64_t>(planAttr.getFirst().size()); ++s) {
+    const std::vector<int> &devices = positionDevices[size_t(s % o.stages)];
+    planOut.stages.push_back({static_cast<int>(planAttr.getFirst()[s]),
+                              static_cast<int>(planAttr.getLast()[s]),
+                              static_cast<int>(devices.size()), devices});
   }
   // The loss that autodiff appended is a layer of the last stage too (as in
   // the profiles `pipec profile` measures), so the plan covers it.
-  {
-    int layersNow = 0;
-    for (int s = 0; s < o.stages * o.chunks; ++s)
-      if (auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd")))
-        for (Operation &op : fwd.getBody().front())
-          layersNow += isLayer(&op) ? 1 : 0;
-    if (!plan.stages.empty() && layersNow > plan.stages.back().lastLayer + 1)
-      plan.stages.back().lastLayer = layersNow - 1;
+  int layersNow = 0;
+  for (int s = 0; s < o.stages * o.chunks; ++s)
+    if (auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd")))
+      for (Operation &op : fwd.getBody().front())
+        layersNow += isLayer(&op) ? 1 : 0;
+  if (!planOut.stages.empty() && layersNow > planOut.stages.back().lastLayer + 1)
+    planOut.stages.back().lastLayer = layersNow - 1;
+}
+
+bool Compilation::lowerAndLinkStages() {
+  for (int s = 0; s < o.stages; ++s)
+    if (!lowerAndLinkStage(s))
+      return false;
+  return true;
+}
+
+/// Device position s: its weights file, one executable per replica (each
+/// runs its own microbatches), and its manifest entry.
+bool Compilation::lowerAndLinkStage(int s) {
+  auto stageStart = std::chrono::steady_clock::now();
+  auto phaseStart = stageStart;
+  std::string weightsRel = "weights/stage" + std::to_string(s) + ".safetensors";
+  // Device position s holds stage s, or the chunks c*p + s.
+  std::vector<ml_program::GlobalOp> weights;
+  for (int c = 0; c < o.chunks; ++c)
+    for (auto g : stageWeights(*module, c * o.stages + s))
+      weights.push_back(g);
+  int64_t weightBytes = 0;
+  for (auto g : weights)
+    weightBytes += nn::tensorBytes(g.getType());
+  if (!writeWeights(weights, o.outDir + "/" + weightsRel, buildId, error))
+    return failWith(error);
+  addTime("write outputs", since(phaseStart));
+
+  int replicas = planOut.stages[s].replicas;
+  llvm::json::Array binaries, ranks;
+  std::string firstBinary;
+  int64_t arena = 0;
+  for (int j = 0; j < replicas; ++j) {
+    phaseStart = std::chrono::steady_clock::now();
+    int64_t samples = sliceOf(s, j);
+    OwningOpRef<ModuleOp> stageModule =
+        samples == microbatch ? module->clone() : sliceModules.at(samples)->clone();
+    PassManager lower(&ctx);
+    buildStageLoweringPipeline(lower, s, buildId, j);
+    if (failed(lower.run(*stageModule)))
+      return false; // the diagnostics said why
+    if (auto a = (*stageModule)->getAttrOfType<IntegerAttr>("pipec.arena_bytes"))
+      arena = a.getInt();
+    std::string name = "stage" + std::to_string(s) +
+                       (replicas > 1 ? "r" + std::to_string(j) : "");
+    std::string obj = o.outDir + "/obj/" + name + ".o";
+    std::string exe = o.outDir + "/" + name;
+    bool emitted = emitObjectFile(*stageModule, obj, error);
+    addTime("lower", since(phaseStart));
+    if (!emitted)
+      return failWith(error);
+    phaseStart = std::chrono::steady_clock::now();
+    bool linked = linkExecutable({obj}, exe, error);
+    addTime("link", since(phaseStart));
+    if (!linked)
+      return failWith(error);
+    if (j == 0)
+      firstBinary = name;
+    binaries.push_back(name);
+    ranks.push_back(nextRank++);
   }
-  if (!writeText(o.outDir + "/plan.json", planToJson(plan) + "\n", error))
-    return fail(cmd, error);
-
-  llvm::json::Array stagesJson;
-  int nextRank = 0;
-  for (int s = 0; s < o.stages; ++s) {
-    auto stageStart = std::chrono::steady_clock::now();
-    std::string weightsRel = "weights/stage" + std::to_string(s) + ".safetensors";
-    // Device position s holds stage s, or the chunks c*p + s.
-    std::vector<ml_program::GlobalOp> weights;
-    for (int c = 0; c < o.chunks; ++c)
-      for (auto g : stageWeights(*module, c * o.stages + s))
-        weights.push_back(g);
-    int64_t weightBytes = 0;
-    for (auto g : weights)
-      weightBytes += nn::tensorBytes(g.getType());
-    if (!writeWeights(weights, o.outDir + "/" + weightsRel, buildId, error))
-      return fail(cmd, error);
-
-    // One executable per replica (each runs its own microbatches).
-    int replicas = plan.stages[s].replicas;
-    llvm::json::Array binaries, ranks;
-    std::string firstBinary;
-    int64_t arena = 0;
-    for (int j = 0; j < replicas; ++j) {
-      int64_t samples = sliceOf(s, j);
-      OwningOpRef<ModuleOp> stageModule =
-          samples == microbatch ? module->clone()
-                                : sliceModules.at(samples)->clone();
-      PassManager lower(&ctx);
-      buildStageLoweringPipeline(lower, s, buildId, j);
-      if (failed(lower.run(*stageModule)))
-        return 1; // the diagnostics said why
-      if (auto a =
-              (*stageModule)->getAttrOfType<IntegerAttr>("pipec.arena_bytes"))
-        arena = a.getInt();
-      std::string name = "stage" + std::to_string(s) +
-                         (replicas > 1 ? "r" + std::to_string(j) : "");
-      std::string obj = o.outDir + "/obj/" + name + ".o";
-      std::string exe = o.outDir + "/" + name;
-      if (!emitObjectFile(*stageModule, obj, error) ||
-          !linkExecutable({obj}, exe, error))
-        return fail(cmd, error);
-      if (j == 0)
-        firstBinary = name;
-      binaries.push_back(name);
-      ranks.push_back(nextRank++);
-    }
-    std::string layers;
-    for (int c = 0; c < o.chunks; ++c) {
-      const auto &st = plan.stages[size_t(c * o.stages + s)];
-      layers += (c ? ", " : "") + std::to_string(st.firstLayer) + "-" +
-                std::to_string(st.lastLayer);
-    }
-    say("stage " + std::to_string(s) + ": layers " + layers + ", " +
-        std::to_string(weights.size()) + " weights (" +
-        humanBytes(weightBytes) + "), arena " + humanBytes(arena) +
-        (replicas > 1 ? ", " + std::to_string(replicas) +
-                            (split ? " replicas splitting each microbatch"
-                                   : " replicas")
-                      : "") +
-        " -> " + o.outDir + "/stage" + std::to_string(s) +
-        (replicas > 1 ? "r*" : "") + " (" +
-        std::to_string(since(stageStart)).substr(0, 4) + " s)");
-    llvm::json::Object stageJson{{"stage", s},
-                                 {"binary", firstBinary},
-                                 {"weights", weightsRel},
-                                 {"ranks", std::move(ranks)}};
-    if (replicas > 1)
-      stageJson["binaries"] = std::move(binaries);
-    stagesJson.push_back(std::move(stageJson));
+  std::string layers;
+  for (int c = 0; c < o.chunks; ++c) {
+    const auto &st = planOut.stages[size_t(c * o.stages + s)];
+    layers += (c ? ", " : "") + std::to_string(st.firstLayer) + "-" +
+              std::to_string(st.lastLayer);
   }
+  say("stage " + std::to_string(s) + ": layers " + layers + ", " +
+      std::to_string(weights.size()) + " weights (" + humanBytes(weightBytes) +
+      "), arena " + humanBytes(arena) +
+      (replicas > 1 ? ", " + std::to_string(replicas) +
+                          (split ? " replicas splitting each microbatch"
+                                 : " replicas")
+                    : "") +
+      " -> " + o.outDir + "/stage" + std::to_string(s) +
+      (replicas > 1 ? "r*" : "") + " (" +
+      std::to_string(since(stageStart)).substr(0, 4) + " s)");
+  llvm::json::Object stageJson{{"stage", s},
+                               {"binary", firstBinary},
+                               {"weights", weightsRel},
+                               {"ranks", std::move(ranks)}};
+  if (replicas > 1)
+    stageJson["binaries"] = std::move(binaries);
+  stagesJson.push_back(std::move(stageJson));
+  return true;
+}
 
-  // Model inputs and labels, at the global batch.
+/// manifest.json: the stages, model inputs and labels at the global batch.
+bool Compilation::writeManifest() {
   llvm::json::Array inputs;
   llvm::json::Value labels = nullptr;
   auto names = (*module)->getAttrOfType<ArrayAttr>("pipec.inputs");
@@ -592,14 +726,12 @@ int pipec::driver::compileModel(const CompileOptions &o) {
     auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd"));
     for (unsigned i = 0; i < fwd.getNumArguments(); ++i) {
       auto feed = fwd.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFeed);
-      if (!feed)
-        continue;
+      if (!feed || feed.getInt() == -2)
+        continue; // -2: the dropout random state comes from the runtime
       auto t = cast<RankedTensorType>(fwd.getArgumentTypes()[i]);
       SmallVector<int64_t> shape(t.getShape());
       if (!shape.empty())
         shape[0] = batch;
-      if (feed.getInt() == -2)
-        continue; // the dropout random state comes from the runtime
       if (feed.getInt() < 0) {
         int64_t classes = labelClasses(fwd.getArgument(i));
         labels = llvm::json::Object{
@@ -635,11 +767,14 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   llvm::raw_string_ostream os(text);
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
   if (!writeText(o.outDir + "/manifest.json", text, error))
-    return fail(cmd, error);
-  say("wrote " + o.outDir + "/manifest.json (build " + buildId + ") in " +
-      std::to_string(since(t0)).substr(0, 4) + " s; run: pipec train " +
-      o.outDir);
-  return 0;
+    return failWith(error);
+  return true;
+}
+
+} // namespace
+
+int pipec::driver::compileModel(const CompileOptions &o) {
+  return Compilation(o).run();
 }
 
 int pipec::driver::runCompile(const std::vector<std::string> &argv) {
@@ -698,7 +833,8 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
                                "merged equal initializers: "
                                "torch.onnx.export in eval mode)")
       .flag("--emit-mlir", "also write OUT/pipeline.mlir")
-      .flag("--quiet", "no progress lines");
+      .flag("--quiet", "no progress lines")
+      .flag("--timings", "print the seconds of every compile phase");
   if (!a.parse())
     return a.helpShown ? 0 : 2;
   if (a.positionals().size() != 1)
@@ -777,6 +913,7 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   o.emitMlir = a.has("--emit-mlir");
   o.untieWeights = a.has("--untie-weights");
   o.quiet = a.has("--quiet");
+  o.timings = a.has("--timings");
   if (a.has("--freeze")) {
     std::string list = a.get("--freeze");
     for (llvm::StringRef name : llvm::split(list, ','))

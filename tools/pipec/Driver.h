@@ -98,6 +98,9 @@ struct CompileOptions {
   bool untieWeights = false;
   bool emitMlir = false;
   bool quiet = false;
+  /// Print the seconds of every phase (import, plan, split and
+  /// differentiate, schedule and verify, lower, link, write outputs).
+  bool timings = false;
 };
 
 /// Compiles a model into OUT/ (stage executables, weights, manifest).
