@@ -75,19 +75,6 @@ struct PlanResult {
   std::string error;
 };
 
-/// Balanced contiguous split of a layer chain into `numStages` stages: the
-/// partition minimising the largest stage time (fwd + bwd), ties broken by
-/// the smaller total number of bytes crossing the cuts. Exact (dynamic
-/// programming, O(L^2 p)). Errors: numStages < 1, more stages than layers,
-/// negative costs.
-///
-/// Details: the tie-break objective is planCutBytes(); stage times within a
-/// relative 1e-9 of the optimum count as ties (floating-point sums). When
-/// every layer costs 0 s, each layer counts as 1 so the split balances the
-/// op count. The plan has algorithm "balanced", one replica per stage on
-/// device = stage index, and the profile's microbatch size.
-PlanResult planBalanced(const Profile &profile, int numStages);
-
 /// Seconds of one stage: fwd_s + bwd_s summed over its layers.
 double stageSeconds(const Profile &profile, const StagePlan &stage);
 

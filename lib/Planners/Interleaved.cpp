@@ -27,7 +27,7 @@
 
 #include "pipec/Planners.h"
 
-#include "TwoBWUtil.h"
+#include "PlannerUtil.h"
 
 #include <algorithm>
 #include <cmath>
@@ -145,7 +145,7 @@ double peakActivations(int p, int v, int m, int r,
 std::vector<int> balanceChunks(const std::vector<double> &costs, int p, int v) {
   const int n = static_cast<int>(costs.size());
   const int count = p * v;
-  std::vector<int> starts = plannerb::splitChainMinMax(costs, count);
+  std::vector<int> starts = planner_util::splitChainMinMax(costs, count);
   if (p == 1 || count == n ||
       static_cast<double>(count) * p * n > 5e7) // keep the search cheap
     return starts;
@@ -211,42 +211,42 @@ struct Config {
 
 PlanResult planInterleaved(const Profile &original, const Topology &topology,
                            const PlannerOptions &options) {
-  using namespace plannerb;
-  if (std::string bad = checkPlannerProfile(original); !bad.empty())
-    return planFailure("interleaved: " + bad);
+  using namespace planner_util;
+  if (std::string bad = profilePlanningError(original); !bad.empty())
+    return planError("interleaved: " + bad);
   if (!options.schedule.empty() && options.schedule != "interleaved")
-    return planFailure("interleaved plans the interleaved schedule, not '" +
+    return planError("interleaved plans the interleaved schedule, not '" +
                        options.schedule + "'");
   const int numDevices = topology.numDevices();
   const int numLayers = static_cast<int>(original.ops.size());
   if (numDevices < 1)
-    return planFailure("interleaved: the topology has no devices");
+    return planError("interleaved: the topology has no devices");
   if (options.stages < 0 || options.chunks < 0 || options.microbatches < 0 ||
       options.globalBatch < 0 || options.microbatchSize < 0)
-    return planFailure("interleaved: stages, chunks, microbatches, global "
+    return planError("interleaved: stages, chunks, microbatches, global "
                        "batch and microbatch size must not be negative");
   const int fixedP = options.stages, fixedV = options.chunks;
   const int fixedM = options.microbatches;
   if (fixedP > numDevices)
-    return planFailure("interleaved: a pipeline of " + std::to_string(fixedP) +
+    return planError("interleaved: a pipeline of " + std::to_string(fixedP) +
                        " devices needs more than the topology's " +
                        std::to_string(numDevices));
   if (fixedP > numLayers)
-    return planFailure("interleaved: more stages (" + std::to_string(fixedP) +
+    return planError("interleaved: more stages (" + std::to_string(fixedP) +
                        ") than layers (" + std::to_string(numLayers) + ")");
   if (fixedV > 0 && fixedV > numLayers)
-    return planFailure("interleaved: more chunks (" + std::to_string(fixedV) +
+    return planError("interleaved: more chunks (" + std::to_string(fixedV) +
                        " per device) than layers (" +
                        std::to_string(numLayers) + ")");
   if (fixedP > 0 && fixedV > 0 && fixedP * fixedV > numLayers)
-    return planFailure("interleaved: more chunks than layers: p·v = " +
+    return planError("interleaved: more chunks than layers: p·v = " +
                        std::to_string(fixedP) + "·" + std::to_string(fixedV) +
                        " = " + std::to_string(fixedP * fixedV) +
                        " virtual stages for " + std::to_string(numLayers) +
                        " layers (v must be at most L/p = " +
                        std::to_string(numLayers / fixedP) + ")");
   if (fixedP > 0 && fixedM > 0 && fixedM % fixedP != 0)
-    return planFailure("interleaved: the number of microbatches (m = " +
+    return planError("interleaved: the number of microbatches (m = " +
                        std::to_string(fixedM) +
                        ") must be a multiple of the pipeline depth (p = " +
                        std::to_string(fixedP) + ")");
@@ -256,7 +256,7 @@ PlanResult planInterleaved(const Profile &original, const Topology &topology,
   const bool recompute = options.sim.recompute;
   const double optimizer = options.sim.optimizerStateFactor;
   const double memoryLimit = static_cast<double>(topology.deviceMemoryBytes);
-  const std::vector<int64_t> cuts = chainCutBytes(profile);
+  const std::vector<int64_t> cuts = cutBytesPerCut(profile);
   std::vector<double> loads(numLayers);
   for (int l = 0; l < numLayers; ++l)
     loads[l] = profile.ops[l].fwdSeconds + profile.ops[l].bwdSeconds;
@@ -422,23 +422,23 @@ PlanResult planInterleaved(const Profile &original, const Topology &topology,
   }
   if (!haveAny) {
     if (fixedM > 0)
-      return planFailure(
+      return planError(
           "interleaved: the number of microbatches (m = " +
           std::to_string(fixedM) +
           ") must be a multiple of the pipeline depth p, and no usable p <= " +
           std::to_string(maxP) + " divides it (with v <= L/p)");
     if (fixedV > 0)
-      return planFailure(
+      return planError(
           "interleaved: more chunks than layers: " + std::to_string(fixedV) +
           " chunks per device leave no pipeline depth p with "
           "p·v <= " +
           std::to_string(numLayers) + " layers");
-    return planFailure("interleaved: no (p, v, d, m) configuration satisfies "
+    return planError("interleaved: no (p, v, d, m) configuration satisfies "
                        "the batch constraints (global batch " +
                        std::to_string(options.globalBatch) + ")");
   }
   if (!haveBest)
-    return planFailure(
+    return planError(
         "interleaved: no configuration fits in " + formatBytes(memoryLimit) +
         " per device; the best needs " + formatBytes(smallest.memory) + " (p=" +
         std::to_string(smallest.p) + ", v=" + std::to_string(smallest.v) +
@@ -469,7 +469,7 @@ PlanResult planInterleaved(const Profile &original, const Topology &topology,
   plan.predicted.samplesPerSecond = best.throughput;
   plan.predicted.bubbleFraction = best.bubble;
   if (std::string bad = validatePlan(plan, numLayers); !bad.empty())
-    return planFailure("interleaved: internal error: " + bad);
+    return planError("interleaved: internal error: " + bad);
   PlanResult result;
   result.ok = true;
   result.plan = std::move(plan);

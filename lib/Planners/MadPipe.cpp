@@ -25,7 +25,7 @@
 
 #include "pipec/Planners.h"
 
-#include "TwoBWUtil.h"
+#include "PlannerUtil.h"
 
 #include <algorithm>
 #include <cmath>
@@ -167,12 +167,12 @@ MadPipeChain madPipeChain(const Profile &profile, const Topology &topology,
     std::vector<double> loads(numLayers);
     for (int l = 0; l < numLayers; ++l)
       loads[l] = profile.ops[l].fwdSeconds + profile.ops[l].bwdSeconds;
-    starts = plannerb::splitChainMinMax(loads, maxItems);
+    starts = planner_util::splitChainMinMax(loads, maxItems);
   } else {
     starts.resize(numLayers);
     std::iota(starts.begin(), starts.end(), 0);
   }
-  std::vector<int64_t> cuts = plannerb::chainCutBytes(profile);
+  std::vector<int64_t> cuts = cutBytesPerCut(profile);
   const int items = static_cast<int>(starts.size());
   for (int i = 0; i < items; ++i) {
     int first = starts[i];
@@ -677,9 +677,9 @@ std::string simulatorMemoryCheck(const Profile &profile,
     }
   double limit = static_cast<double>(topology.deviceMemoryBytes);
   if (!sim.fitsMemory || worst > limit)
-    return "the simulator finds " + plannerb::formatBytes(worst) +
+    return "the simulator finds " + planner_util::formatBytes(worst) +
            " on device " + std::to_string(worstDevice) + " (limit " +
-           plannerb::formatBytes(limit) + ")";
+           planner_util::formatBytes(limit) + ")";
   return "";
 }
 
@@ -687,37 +687,37 @@ std::string simulatorMemoryCheck(const Profile &profile,
 
 PlanResult planMadPipe(const Profile &original, const Topology &topology,
                        const PlannerOptions &options) {
-  using namespace plannerb;
-  if (std::string bad = checkPlannerProfile(original); !bad.empty())
-    return planFailure("madpipe: " + bad);
+  using namespace planner_util;
+  if (std::string bad = profilePlanningError(original); !bad.empty())
+    return planError("madpipe: " + bad);
   std::string schedule = options.schedule.empty() ? "1f1b" : options.schedule;
   if (schedule != "1f1b" && schedule != "2bw")
-    return planFailure("madpipe plans periodic 1F1B* schedules: schedule "
+    return planError("madpipe plans periodic 1F1B* schedules: schedule "
                        "must be 1f1b or 2bw, not '" +
                        schedule + "'");
   const int numDevices = topology.numDevices();
   const int numLayers = static_cast<int>(original.ops.size());
   if (numDevices < 1)
-    return planFailure("madpipe: the topology has no devices");
+    return planError("madpipe: the topology has no devices");
   if (options.stages < 0 || options.stages > numDevices)
-    return planFailure("madpipe: " + std::to_string(options.stages) +
+    return planError("madpipe: " + std::to_string(options.stages) +
                        " processors requested but the topology has " +
                        std::to_string(numDevices) + " devices");
   if (options.stages > numLayers)
-    return planFailure("madpipe: cannot place " +
+    return planError("madpipe: cannot place " +
                        std::to_string(options.stages) + " processors on " +
                        std::to_string(numLayers) + " layers");
   int processors = options.stages > 0 ? options.stages : numDevices;
   if (processors > numLayers) {
     if (!options.allowFewerDevices)
-      return planFailure(
+      return planError(
           "madpipe does not replicate stages: " + std::to_string(numDevices) +
           " devices need at least " + std::to_string(numDevices) +
           " layers (the profile has " + std::to_string(numLayers) + ")");
     processors = numLayers;
   }
   if (options.microbatchSize < 0)
-    return planFailure("madpipe: the microbatch size must be positive");
+    return planError("madpipe: the microbatch size must be positive");
   const int64_t b = chosenMicrobatchSize(original, options.microbatchSize);
   Profile profile = scaleProfile(original, b);
 
@@ -756,7 +756,7 @@ PlanResult planMadPipe(const Profile &original, const Topology &topology,
     ;
   if (processors < numDevices && !options.allowFewerDevices &&
       options.stages == 0)
-    return planFailure("madpipe cannot use all " + std::to_string(numDevices) +
+    return planError("madpipe cannot use all " + std::to_string(numDevices) +
                        " devices within its state budget; allow fewer "
                        "devices or use pipedream/dapple");
 
@@ -875,7 +875,7 @@ PlanResult planMadPipe(const Profile &original, const Topology &topology,
     result.ok = true;
     result.plan = std::move(plan);
     if (std::string bad = validatePlan(result.plan, numLayers); !bad.empty())
-      return planFailure("madpipe: internal error: " + bad);
+      return planError("madpipe: internal error: " + bad);
     return result;
   };
   // Plans whose devices run one stage each: the full DP's allocations
@@ -904,7 +904,7 @@ PlanResult planMadPipe(const Profile &original, const Topology &topology,
   if (havePlain)
     return success(std::move(plain));
   if (!anyAllocation)
-    return planFailure("madpipe: no allocation on " +
+    return planError("madpipe: no allocation on " +
                        std::to_string(processors) + " processors fits in " +
                        formatBytes(limit) + " per device; the best needs " +
                        formatBytes(memoryNeeded(chain, grid)) +
@@ -912,7 +912,7 @@ PlanResult planMadPipe(const Profile &original, const Topology &topology,
   if (schedule == "1f1b" && lastRejection.find("finds") != std::string::npos)
     lastRejection += "; the simulator's 1f1b keeps p - s weight versions "
                      "per stage, MadPipe's model two (schedule 2bw)";
-  return planFailure("madpipe: no allocation passes the simulator's check" +
+  return planError("madpipe: no allocation passes the simulator's check" +
                      (limit > 0 ? " in " + formatBytes(limit) + " per device"
                                 : std::string()) +
                      " (last: " + lastRejection + ")");

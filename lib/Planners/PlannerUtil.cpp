@@ -6,6 +6,8 @@
 
 #include "PlannerUtil.h"
 
+#include <numeric>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -215,6 +217,96 @@ std::string describeStages(const Plan &plan) {
             std::to_string(stage.replicas);
   }
   return text;
+}
+
+Profile scaleProfile(const Profile &profile, int64_t microbatchSize) {
+  int64_t b0 = std::max<int64_t>(profile.microbatch, 1);
+  if (microbatchSize == b0)
+    return profile;
+  double f = static_cast<double>(microbatchSize) / static_cast<double>(b0);
+  Profile scaled = profile;
+  scaled.microbatch = microbatchSize;
+  for (ProfileOp &op : scaled.ops) {
+    op.fwdSeconds *= f;
+    op.bwdSeconds *= f;
+    op.outBytes = static_cast<int64_t>(std::llround(op.outBytes * f));
+    op.savedBytes = static_cast<int64_t>(std::llround(op.savedBytes * f));
+  }
+  return scaled;
+}
+
+std::vector<int> splitChainMinMax(const std::vector<double> &costs, int parts) {
+  const int n = static_cast<int>(costs.size());
+  std::vector<double> c = costs;
+  double total = std::accumulate(c.begin(), c.end(), 0.0);
+  if (total <= 0) {
+    std::fill(c.begin(), c.end(), 1.0);
+    total = n;
+  }
+  double maxItem = *std::max_element(c.begin(), c.end());
+  const double slack = 1e-12;
+  auto partsNeeded = [&](double bound) {
+    int count = 1;
+    double sum = 0;
+    for (double x : c) {
+      if (sum + x > bound * (1 + slack) && sum > 0) {
+        ++count;
+        sum = 0;
+      }
+      sum += x;
+    }
+    return count;
+  };
+  double lo = maxItem, hi = total;
+  if (partsNeeded(lo) > parts) {
+    for (int it = 0; it < 200 && hi - lo > 1e-13 * hi; ++it) {
+      double mid = 0.5 * (lo + hi);
+      if (partsNeeded(mid) <= parts)
+        hi = mid;
+      else
+        lo = mid;
+    }
+  } else {
+    hi = lo;
+  }
+  // Greedy packing under the bound `hi`.
+  std::vector<int> starts = {0};
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    if (sum + c[i] > hi * (1 + slack) && sum > 0) {
+      starts.push_back(i);
+      sum = 0;
+    }
+    sum += c[i];
+  }
+  // Fill up to `parts` by splitting the costliest part with >= 2 items;
+  // splitting never raises the largest part.
+  while (static_cast<int>(starts.size()) < parts) {
+    int bestPart = -1;
+    double bestCost = -1;
+    for (int p = 0, e = static_cast<int>(starts.size()); p < e; ++p) {
+      int first = starts[p];
+      int end = p + 1 < e ? starts[p + 1] : n;
+      if (end - first < 2)
+        continue;
+      double cost = std::accumulate(c.begin() + first, c.begin() + end, 0.0);
+      if (cost > bestCost) {
+        bestCost = cost;
+        bestPart = p;
+      }
+    }
+    int end = bestPart + 1 < static_cast<int>(starts.size())
+                  ? starts[bestPart + 1]
+                  : n;
+    starts.insert(starts.begin() + bestPart + 1, end - 1);
+  }
+  return starts;
+}
+
+int64_t chosenMicrobatchSize(const Profile &profile, int64_t requested) {
+  if (requested > 0)
+    return requested;
+  return std::max<int64_t>(profile.microbatch, 1);
 }
 
 } // namespace planner_util

@@ -1,10 +1,13 @@
 //===- PlannerUtil.h - Shared pieces of pipedream, dapple, exhaustive -*- C++
 //-*-===//
 //
-// Internal to lib/Planners: per-layer cost tables with prefix sums, the
-// linear-time cut table, topology helpers with the closed forms of
-// Topology.h (so the hot loops of the planners need no device lists), a
-// sparse table for "last cut cheaper than x", input checks and formatting.
+// Internal to lib/Planners, the one helper library of every planner:
+// per-layer cost tables with prefix sums, the linear-time cut table,
+// topology helpers with the closed forms of Topology.h (so the hot loops of
+// the planners need no device lists), a sparse table for "last cut cheaper
+// than x", the linear microbatch scaling of a profile, an exact min-max
+// split of a cost chain, affine transfer costs, input checks and
+// formatting.
 // Not a public header: the planners' contracts are in pipec/Planners.h.
 //
 //===----------------------------------------------------------------------===//
@@ -13,6 +16,7 @@
 
 #include "pipec/Planners.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -142,6 +146,46 @@ PlanResult planError(std::string message);
 
 /// Stage ranges as "[0-3]x2 [4-9]x1".
 std::string describeStages(const Plan &plan);
+
+// For the madpipe, twobw and interleaved planners.
+
+/// The profile at microbatch size `b`: the profile was measured at
+/// b0 = profile.microbatch, and times (fwd_s, bwd_s) and activation sizes
+/// (out_bytes, saved_bytes) scale linearly with b / b0; parameter sizes do
+/// not change. Returns the profile unchanged when b == b0.
+Profile scaleProfile(const Profile &profile, int64_t microbatchSize);
+
+/// Exact min-max contiguous split of `costs` into `parts` non-empty parts:
+/// the largest part sum is minimal (bisection on the bound with a greedy
+/// check, then greedy packing; parts that come out short are filled by
+/// splitting the costliest multi-item part). When every cost is 0, each item
+/// counts 1. Returns the first index of each part (size `parts`).
+/// Preconditions: 1 <= parts <= costs.size(), costs non-negative.
+std::vector<int> splitChainMinMax(const std::vector<double> &costs, int parts);
+
+/// An affine transfer cost: latency + perByte·bytes, 0 for no bytes.
+/// Topology's p2p and ring all-reduce costs have this form (Topology.h).
+struct Line {
+  double latency = 0;
+  double perByte = 0;
+  double at(double bytes) const {
+    return bytes > 0 ? latency + perByte * bytes : 0;
+  }
+};
+
+/// The line through `seconds(1)` and `seconds(1e9)`.
+template <typename F> Line lineOf(F seconds) {
+  const double big = 1e9;
+  double one = seconds(int64_t(1));
+  double many = seconds(static_cast<int64_t>(big));
+  Line line;
+  line.perByte = std::max(0.0, (many - one) / (big - 1));
+  line.latency = std::max(0.0, one - line.perByte);
+  return line;
+}
+
+/// The user's microbatch size, or the profile's.
+int64_t chosenMicrobatchSize(const Profile &profile, int64_t requested);
 
 } // namespace planner_util
 } // namespace pipec

@@ -30,7 +30,7 @@
 
 #include "pipec/Planners.h"
 
-#include "TwoBWUtil.h"
+#include "PlannerUtil.h"
 
 #include <algorithm>
 #include <cmath>
@@ -73,7 +73,7 @@ std::vector<StageCost> splitStages(const Profile &profile,
   std::vector<double> loads(numLayers);
   for (int l = 0; l < numLayers; ++l)
     loads[l] = profile.ops[l].fwdSeconds + profile.ops[l].bwdSeconds;
-  std::vector<int> starts = plannerb::splitChainMinMax(loads, depth);
+  std::vector<int> starts = planner_util::splitChainMinMax(loads, depth);
   std::vector<StageCost> stages(depth);
   for (int i = 0; i < depth; ++i) {
     StageCost &s = stages[i];
@@ -94,14 +94,14 @@ std::vector<StageCost> splitStages(const Profile &profile,
 
 /// The slowest p2p link from stage i to stage i+1 across the d pipelines
 /// (devices i·d + j -> (i+1)·d + j), checking one pair per distinct level.
-plannerb::Line boundaryLink(const Topology &topology, int width, int stage) {
-  plannerb::Line worst;
+planner_util::Line boundaryLink(const Topology &topology, int width, int stage) {
+  planner_util::Line worst;
   std::set<int> levels;
   for (int j = 0; j < width; ++j) {
     int a = stage * width + j, b = (stage + 1) * width + j;
     if (!levels.insert(topology.levelBetween(a, b)).second)
       continue;
-    plannerb::Line line = plannerb::lineOf(
+    planner_util::Line line = planner_util::lineOf(
         [&](int64_t bytes) { return topology.p2pSeconds(bytes, a, b); });
     worst.latency = std::max(worst.latency, line.latency);
     worst.perByte = std::max(worst.perByte, line.perByte);
@@ -114,9 +114,9 @@ plannerb::Line boundaryLink(const Topology &topology, int width, int stage) {
 TwoBWSearchResult searchTwoBW(const Profile &profile, const Topology &topology,
                               const PlannerOptions &options,
                               const std::vector<bool> &recompute) {
-  using namespace plannerb;
+  using namespace planner_util;
   TwoBWSearchResult result;
-  if (std::string bad = checkPlannerProfile(profile); !bad.empty()) {
+  if (std::string bad = profilePlanningError(profile); !bad.empty()) {
     result.error = "twobw: " + bad;
     return result;
   }
@@ -162,7 +162,7 @@ TwoBWSearchResult searchTwoBW(const Profile &profile, const Topology &topology,
       recompute.empty() ? std::vector<bool>{false} : recompute;
   const double memoryLimit = static_cast<double>(topology.deviceMemoryBytes);
   const double optimizer = options.sim.optimizerStateFactor;
-  const std::vector<int64_t> cuts = chainCutBytes(profile);
+  const std::vector<int64_t> cuts = cutBytesPerCut(profile);
   std::map<int, std::vector<StageCost>> splits;
 
   bool haveBest = false;
@@ -323,9 +323,9 @@ TwoBWSearchResult searchTwoBW(const Profile &profile, const Topology &topology,
 
 PlanResult planTwoBW(const Profile &original, const Topology &topology,
                      const PlannerOptions &options) {
-  using namespace plannerb;
+  using namespace planner_util;
   if (!options.schedule.empty() && options.schedule != "2bw")
-    return planFailure("twobw plans the 2bw schedule, not '" +
+    return planError("twobw plans the 2bw schedule, not '" +
                        options.schedule + "'");
   // The plan cannot carry a recompute flag: the simulator (and the run)
   // recompute iff SimOptions::recompute, so r is fixed to it here;
@@ -343,7 +343,7 @@ PlanResult planTwoBW(const Profile &original, const Topology &topology,
                         ", p=" + std::to_string(withRecompute.best.depth) +
                         " fits";
     }
-    return planFailure(search.error);
+    return planError(search.error);
   }
   const TwoBWConfig &c = search.best;
   Plan plan;
@@ -375,7 +375,7 @@ PlanResult planTwoBW(const Profile &original, const Topology &topology,
   plan.predicted.bubbleFraction =
       c.seconds > 0 ? std::max(0.0, 1 - compute / (c.depth * c.seconds)) : 0;
   if (std::string bad = validatePlan(plan, numLayers); !bad.empty())
-    return planFailure("twobw: internal error: " + bad);
+    return planError("twobw: internal error: " + bad);
   PlanResult result;
   result.ok = true;
   result.plan = std::move(plan);
