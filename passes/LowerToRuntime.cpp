@@ -33,6 +33,7 @@
 #include "passes/PassUtils.h"
 #include "passes/Passes.h"
 #include "pipec/Schedule.h"
+#include "pipec/formats/StagePolicy.h"
 #include "pipec_rt.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -157,6 +158,7 @@ private:
   Value constArray(OpBuilder &ob, Location loc, ArrayRef<double> reals);
   LogicalResult emitProgram();
   void emitMain();
+  llvm::json::Object policyJson();
   std::string stageMeta();
   int64_t arenaBytes() const;
 
@@ -933,6 +935,37 @@ LogicalResult StageLowering::emitProgram() {
   return success();
 }
 
+/// The stage description's "policy" (pipec/formats/StagePolicy.h): what
+/// the runtime does, stated explicitly instead of derived from the
+/// schedule's name.
+llvm::json::Object StageLowering::policyJson() {
+  using formats::UpdateRule;
+  auto kind = parseScheduleKind(pipeline.getSchedule().str());
+  formats::StagePolicy policy;
+  policy.flush = !kind || isFlushSchedule(*kind);
+  policy.update = policy.flush                       ? UpdateRule::Flush
+                  : *kind == ScheduleKind::TwoBW     ? UpdateRule::TwoBW
+                                                     : UpdateRule::PerMicrobatch;
+  if (kind) {
+    // Steady state over many batches (the run's --steps is not known here).
+    ScheduleOptions options;
+    options.steps = int64_t(1) << 20;
+    if (!policy.flush) {
+      std::map<int64_t, int> perStage;
+      for (Operation &op : pipeline.getBody().front())
+        if (auto p = dyn_cast<pipe::ProgramOp>(op))
+          ++perStage[p.getStage()];
+      for (auto [s, r] : perStage)
+        options.replicas.push_back(r);
+    }
+    policy.versionsKept = closedFormWeightVersions(
+        *kind, int(devices), int(stage), pipeline.getMicrobatches(), options);
+  }
+  return llvm::json::Object{{"update", formats::updateRuleName(policy.update)},
+                            {"flush", policy.flush},
+                            {"versions_kept", policy.versionsKept}};
+}
+
 std::string StageLowering::stageMeta() {
   namespace json = llvm::json;
   // Every rank creates one communicator per group, in this order.
@@ -1055,7 +1088,7 @@ std::string StageLowering::stageMeta() {
                                {"saved_bytes", saved},
                                {"inputs", std::move(inputs)}});
   }
-  json::Object meta{{"format", "pipec.stage/1"},
+  json::Object meta{{"format", "pipec.stage/2"},
                     {"abi", PIPEC_RT_ABI_VERSION},
                     {"build_id", buildId},
                     {"stage", stage},
@@ -1069,6 +1102,7 @@ std::string StageLowering::stageMeta() {
                     {"microbatch", microbatch},
                     {"global_batch", microbatch * m},
                     {"schedule", pipeline.getSchedule().str()},
+                    {"policy", policyJson()},
                     {"replica_split", pipeline.getSplitSamples().has_value()},
                     {"slots", slots},
                     {"versioned_bytes", chunks.front()->versionedBytes},

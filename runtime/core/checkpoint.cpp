@@ -7,7 +7,7 @@
 #include "core/checkpoint.h"
 
 #include "core/error.h"
-#include "core/safetensors.h"
+#include "pipec/formats/safetensors.h"
 
 #include <cstdio>
 #include <cstring>

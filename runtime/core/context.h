@@ -53,7 +53,7 @@ struct pipec_ctx {
   /// Steps of this run (the end of a continuous pipeline).
   int64_t steps = 0;
   /// 1f1b / 2bw: the program is one window of a pipeline that never
-  /// flushes (desc.schedule).
+  /// flushes (desc.policy.flush is false).
   bool continuous = false;
   /// Weight versions of the continuous schedules; counts updates for all.
   pipec::rt::WeightVersions versions;

@@ -7,7 +7,7 @@
 #include "core/feed.h"
 
 #include "core/error.h"
-#include "core/npy.h"
+#include "pipec/formats/npy.h"
 
 #include <cstring>
 

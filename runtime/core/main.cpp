@@ -14,7 +14,7 @@
 #include "core/checkpoint.h"
 #include "core/context.h"
 #include "core/error.h"
-#include "core/safetensors.h"
+#include "pipec/formats/safetensors.h"
 #include "core/status.h"
 #include "pipec_rt.h"
 
@@ -271,12 +271,15 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
               arena.get());
   ctx.arena = arena.get();
   ctx.steps = o.steps;
-  ctx.continuous = isContinuousSchedule(desc.schedule);
-  if ((o.noWeightStashing || o.verticalSync) && desc.schedule != "1f1b")
+  // Behaviour follows the description's policy, not the schedule's name.
+  using pipec::formats::UpdateRule;
+  ctx.continuous = !desc.policy.flush;
+  if ((o.noWeightStashing || o.verticalSync) &&
+      desc.policy.update != UpdateRule::PerMicrobatch)
     throw RtError(std::string(o.verticalSync ? "--vertical-sync"
                                              : "--no-weight-stashing") +
-                  " applies to the 1f1b schedule only; this build's schedule "
-                  "is " + desc.schedule);
+                  " applies to the 1f1b schedule only (per-microbatch "
+                  "updates); this build's schedule is " + desc.schedule);
   if (o.verticalSync && desc.replicas > 1)
     throw RtError("--vertical-sync is not defined for replicated stages: "
                   "a replicated stage updates once per round of its replicas' "
@@ -284,8 +287,10 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   if (o.noWeightStashing && o.verticalSync)
     throw RtError("--vertical-sync needs weight stashing; drop "
                   "--no-weight-stashing");
-  ctx.versions.init(desc.schedule == "2bw" ? WeightVersions::Policy::TwoBW
-                    : desc.schedule != "1f1b" ? WeightVersions::Policy::Live
+  ctx.versions.init(desc.policy.update == UpdateRule::TwoBW
+                        ? WeightVersions::Policy::TwoBW
+                    : desc.policy.update == UpdateRule::Flush
+                        ? WeightVersions::Policy::Live
                     : o.noWeightStashing      ? WeightVersions::Policy::NoStash
                     : o.verticalSync ? WeightVersions::Policy::VerticalSync
                                      : WeightVersions::Policy::Stash,
@@ -465,6 +470,14 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     }
   }
 
+  // The compiler's bound on weight versions (the description's policy)
+  // holds for the default policies; --vertical-sync keeps more on purpose.
+  if (!o.verticalSync && ctx.versions.peakVersions() > desc.policy.versionsKept)
+    throw RtError("stage " + std::to_string(desc.stage) + " held " +
+                  std::to_string(ctx.versions.peakVersions()) +
+                  " weight versions; the compiler planned at most " +
+                  std::to_string(desc.policy.versionsKept) +
+                  " (policy.versions_kept): a schedule and runtime mismatch");
   if (ctx.profiler.enabled())
     writeText(profilePath(o.profileOut, desc), ctx.profiler.toJson(desc));
   if (ctx.timeline.enabled())
@@ -480,6 +493,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     summary["arena_bytes"] = desc.arenaBytes;
     summary["versioned_bytes"] = desc.versionedBytes;
     summary["weight_versions_peak"] = ctx.versions.peakVersions();
+    summary["weight_versions_kept"] = desc.policy.versionsKept;
     summary["weight_copy_bytes"] = ctx.versions.copyBytes();
     summary["posted_recv_bytes_peak"] = ctx.postedBytesPeak;
     struct rusage usage;

@@ -80,7 +80,10 @@ extern "C" void pipec_rt_loss_seed(pipec_ctx *ctx, void *dst) {
     // Split replicas: a replica's loss is the mean over its slice, so its
     // seed is scaled by the slice's share; the replicas' gradients then sum
     // to the microbatch's.
-    double seed = c.desc.schedule == "1f1b" ? 1.0 : 1.0 / double(c.desc.microbatches);
+    double seed =
+        c.desc.policy.update == pipec::formats::UpdateRule::PerMicrobatch
+            ? 1.0
+            : 1.0 / double(c.desc.microbatches);
     if (c.desc.replicaSplit)
       seed *= double(c.desc.sliceSize) / double(c.desc.microbatch);
     writeReal(c, dst, seed);

@@ -112,18 +112,15 @@ std::string listString(const std::vector<int> &v) {
 
 } // namespace
 
-bool isContinuousSchedule(const std::string &schedule) {
-  return schedule == "1f1b" || schedule == "2bw";
-}
 
 StageDesc parseStageDesc(const std::string &json) {
   const std::string what = "stage description";
   Json doc = parseJson(json, what);
   Reader r(doc, what);
   std::string format = r.str("format");
-  if (format != "pipec.stage/1")
+  if (format != "pipec.stage/2")
     throw RtError("stage description has format \"" + format +
-                  "\"; this runtime reads \"pipec.stage/1\"");
+                  "\"; this runtime reads \"pipec.stage/2\"");
   int64_t abi = r.integer("abi");
   if (abi != PIPEC_RT_ABI_VERSION)
     throw RtError("stage binary was generated for runtime ABI " +
@@ -144,6 +141,20 @@ StageDesc parseStageDesc(const std::string &json) {
                   ") * microbatch (" + std::to_string(d.microbatch) +
                   ") != global_batch (" + std::to_string(d.globalBatch) + ")");
   d.schedule = r.has("schedule") ? r.str("schedule") : "";
+  {
+    Reader policy(r.get("policy"), what + ": \"policy\"");
+    auto rule = formats::parseUpdateRule(policy.str("update"));
+    if (!rule)
+      throw RtError(what + ": unknown update rule \"" + policy.str("update") +
+                    "\" (flush, per-microbatch or 2bw)");
+    d.policy.update = *rule;
+    d.policy.flush = policy.boolean("flush", true);
+    d.policy.versionsKept = policy.integer("versions_kept", 1);
+    if (d.policy.flush != (*rule == formats::UpdateRule::Flush))
+      throw RtError(what + ": \"policy\": the update rule \"" +
+                    policy.str("update") + "\" and \"flush\": " +
+                    (d.policy.flush ? "true" : "false") + " disagree");
+  }
   d.windowReach = r.has("window_reach") ? r.integer("window_reach")
                                         : int64_t(d.numStages - 1);
   d.arenaBytes = r.integer("arena_bytes");

@@ -6,7 +6,7 @@
 ///
 /// \file
 /// The two JSON documents a stage executable starts from: its own stage
-/// description (`pipec.stage/1`, compiled into the binary) and the build's
+/// description (`pipec.stage/2`, compiled into the binary) and the build's
 /// manifest (`pipec.manifest/1`, a file). See runtime/README.md for both.
 /// Parsing validates everything the runtime later relies on, so the rest of
 /// the runtime can index without checks; failures throw RtError.
@@ -15,6 +15,8 @@
 
 #ifndef PIPEC_RUNTIME_CORE_STAGE_H
 #define PIPEC_RUNTIME_CORE_STAGE_H
+
+#include "pipec/formats/StagePolicy.h"
 
 #include <cstdint>
 #include <string>
@@ -64,13 +66,17 @@ struct OpSpec {
   std::vector<std::string> inputs;
 };
 
-/// A parsed `pipec.stage/1` document.
+/// A parsed `pipec.stage/2` document.
 struct StageDesc {
   std::string buildId;
   int stage = 0;
   int numStages = 0;
   int64_t microbatches = 0, microbatch = 0, globalBatch = 0;
+  /// The schedule's name, for messages only: behaviour follows `policy`.
   std::string schedule;
+  /// Update rule, flush or continuous, weight versions kept
+  /// (pipec/formats/StagePolicy.h).
+  formats::StagePolicy policy;
   /// Continuous schedules: how many microbatches before its first a
   /// window reaches back (p - 1 straight; more with replicas), the same on
   /// every rank; the run ends with ceil(windowReach / m) draining windows.
@@ -117,10 +123,6 @@ inline std::pair<int64_t, int64_t> replicaSlice(int64_t b, int64_t r,
   int64_t first = j * b / r;
   return {first, (j + 1) * b / r - first};
 }
-
-/// True for the schedules whose program is one window of a pipeline that
-/// never flushes ("1f1b", "2bw").
-bool isContinuousSchedule(const std::string &schedule);
 
 /// Parses and validates a stage description: format tag, ABI version,
 /// batch arithmetic (microbatches * microbatch == global_batch), weights

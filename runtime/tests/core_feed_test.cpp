@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/feed.h"
-#include "core/npy.h"
+#include "pipec/formats/npy.h"
 #include "core_test_util.h"
 
 #include <gtest/gtest.h>

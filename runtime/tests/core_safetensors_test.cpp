@@ -6,7 +6,7 @@
 
 #include "core/checkpoint.h"
 #include "core/error.h"
-#include "core/safetensors.h"
+#include "pipec/formats/safetensors.h"
 #include "core_test_util.h"
 
 #include <gtest/gtest.h>

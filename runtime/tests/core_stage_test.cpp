@@ -21,10 +21,11 @@ namespace {
 
 Json validDesc() {
   return Json::parse(R"({
-    "format": "pipec.stage/1", "abi": 2, "build_id": "3f9a",
+    "format": "pipec.stage/2", "abi": 2, "build_id": "3f9a",
     "stage": 1, "num_stages": 2,
     "microbatches": 4, "microbatch": 2, "global_batch": 8,
     "schedule": "gpipe", "arena_bytes": 1024,
+    "policy": {"update": "flush", "flush": true, "versions_kept": 1},
     "weights": [{"name": "fc.weight", "offset": 0, "shape": [4, 3], "dtype": "f32"},
                 {"name": "fc.bias", "offset": 64, "shape": [3]}],
     "feeds": [{"kind": "labels", "name": "labels", "shape": [2], "dtype": "i64", "classes": 3}],
@@ -90,6 +91,16 @@ TEST(CoreStageDesc, ParsesTheDocumentedExample) {
   EXPECT_EQ(d.ops[0].savedBytes, 32);
   EXPECT_EQ(d.ops[0].inputs, std::vector<std::string>{"/in"});
   EXPECT_TRUE(d.ops[1].inputs.empty());
+  EXPECT_EQ(d.policy.update, formats::UpdateRule::Flush);
+  EXPECT_TRUE(d.policy.flush);
+  EXPECT_EQ(d.policy.versionsKept, 1);
+  // A continuous stage: 2BW keeps two versions.
+  Json j = validDesc();
+  j["policy"] = Json::parse(R"({"update": "2bw", "flush": false, "versions_kept": 2})");
+  StageDesc c = parseStageDesc(j.dump());
+  EXPECT_EQ(c.policy.update, formats::UpdateRule::TwoBW);
+  EXPECT_FALSE(c.policy.flush);
+  EXPECT_EQ(c.policy.versionsKept, 2);
 }
 
 TEST(CoreStageDesc, SplitReplicasHoldFloorSlices) {
@@ -127,8 +138,18 @@ TEST(CoreStageDesc, SplitReplicasHoldFloorSlices) {
 
 TEST(CoreStageDesc, RejectsInconsistentDescriptions) {
   Json j = validDesc();
-  j["format"] = "pipec.stage/2";
-  EXPECT_TRUE(contains(descError(j), "\"pipec.stage/2\""));
+  j["format"] = "pipec.stage/1";
+  EXPECT_TRUE(contains(descError(j), "this runtime reads \"pipec.stage/2\""));
+  // The policy: required, a known update rule, agreeing with "flush".
+  j = validDesc();
+  j.erase("policy");
+  EXPECT_TRUE(contains(descError(j), "lacks \"policy\""));
+  j = validDesc();
+  j["policy"]["update"] = "sometimes";
+  EXPECT_TRUE(contains(descError(j), "unknown update rule \"sometimes\""));
+  j = validDesc();
+  j["policy"]["flush"] = false;
+  EXPECT_TRUE(contains(descError(j), "\"flush\" and \"flush\": false disagree"));
   j = validDesc();
   j["abi"] = 7;
   EXPECT_TRUE(contains(descError(j), "runtime ABI 7"));

@@ -3,8 +3,9 @@
 // RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --pipe-lower-to-runtime 2>&1 | FileCheck %s --check-prefix=NOSCHED
 
 // The stage description (JSON) travels inside the executable.
-// CHECK: llvm.mlir.global internal constant @pipec_stage_meta("{{.*}}\22format\22:\22pipec.stage/1\22
+// CHECK: llvm.mlir.global internal constant @pipec_stage_meta("{{.*}}\22format\22:\22pipec.stage/2\22
 // CHECK-SAME: \22loss\22:true
+// CHECK-SAME: \22policy\22:{\22flush\22:true,\22update\22:\22flush\22,\22versions_kept\22:1}
 // CHECK-SAME: \22stage\22:1
 // Stage functions call runtime kernels with (bufs, ints, reals).
 // CHECK-LABEL: func.func private @pipec_s1_fwd

@@ -15,7 +15,7 @@
 #include "pipec/Plan.h"
 #include "pipec/Schedule.h"
 
-#include "core/safetensors.h"
+#include "pipec/formats/safetensors.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinDialect.h"

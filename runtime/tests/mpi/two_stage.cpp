@@ -42,13 +42,14 @@ constexpr int B = 8, M = 4, b = 2, D = 4, C = 3;
 
 /// The fields every stage description of this build shares.
 std::string commonFields(int stage) {
-  return "\"format\": \"pipec.stage/1\", \"abi\": " +
+  return "\"format\": \"pipec.stage/2\", \"abi\": " +
          std::to_string(PIPEC_RT_ABI_VERSION) + ", \"build_id\": \"" +
          PIPEC_TEST_BUILD_ID + "\", \"stage\": " + std::to_string(stage) +
          ", \"num_stages\": 2, \"microbatches\": " + std::to_string(M) +
          ", \"microbatch\": " + std::to_string(b) +
          ", \"global_batch\": " + std::to_string(B) +
-         ", \"schedule\": \"gpipe\"";
+         ", \"schedule\": \"gpipe\", \"policy\": {\"update\": \"flush\", "
+         "\"flush\": true, \"versions_kept\": 1}";
 }
 
 float *at(char *arena, int offset) {

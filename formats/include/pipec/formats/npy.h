@@ -17,8 +17,8 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef PIPEC_RUNTIME_CORE_NPY_H
-#define PIPEC_RUNTIME_CORE_NPY_H
+#ifndef PIPEC_FORMATS_NPY_H
+#define PIPEC_FORMATS_NPY_H
 
 #include <cstddef>
 #include <cstdint>
@@ -77,4 +77,4 @@ bool toInt64(const Array &array, std::vector<int64_t> &out, std::string &error);
 } // namespace npy
 } // namespace pipec
 
-#endif // PIPEC_RUNTIME_CORE_NPY_H
+#endif // PIPEC_FORMATS_NPY_H

@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "npy.h"
+#include "pipec/formats/npy.h"
 
 #include <cerrno>
 #include <cstdio>

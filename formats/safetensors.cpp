@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "safetensors.h"
+#include "pipec/formats/safetensors.h"
 
 #include <nlohmann/json.hpp>
 

@@ -24,8 +24,8 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#ifndef PIPEC_RUNTIME_CORE_SAFETENSORS_H
-#define PIPEC_RUNTIME_CORE_SAFETENSORS_H
+#ifndef PIPEC_FORMATS_SAFETENSORS_H
+#define PIPEC_FORMATS_SAFETENSORS_H
 
 #include <cstdint>
 #include <cstdio>
@@ -129,4 +129,4 @@ bool parseHeader(const std::string &json, uint64_t dataBytes,
 } // namespace safetensors
 } // namespace pipec
 
-#endif // PIPEC_RUNTIME_CORE_SAFETENSORS_H
+#endif // PIPEC_FORMATS_SAFETENSORS_H
