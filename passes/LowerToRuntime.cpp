@@ -33,7 +33,7 @@
 #include "passes/PassUtils.h"
 #include "passes/Passes.h"
 #include "pipec/Schedule.h"
-#include "pipec/formats/StagePolicy.h"
+#include "pipec/formats/Documents.h"
 #include "pipec_rt.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -158,7 +158,9 @@ private:
   Value constArray(OpBuilder &ob, Location loc, ArrayRef<double> reals);
   LogicalResult emitProgram();
   void emitMain();
-  llvm::json::Object policyJson();
+  formats::StagePolicy policy();
+  void describeFeeds(formats::StageDesc &d, int64_t &microbatch);
+  void describeOps(formats::StageDesc &d);
   std::string stageMeta();
   int64_t arenaBytes() const;
 
@@ -935,102 +937,130 @@ LogicalResult StageLowering::emitProgram() {
   return success();
 }
 
-/// The stage description's "policy" (pipec/formats/StagePolicy.h): what
-/// the runtime does, stated explicitly instead of derived from the
-/// schedule's name.
-llvm::json::Object StageLowering::policyJson() {
+/// The stage description's policy (pipec/formats/StagePolicy.h): what the
+/// runtime does, stated explicitly instead of derived from the schedule's
+/// name.
+formats::StagePolicy StageLowering::policy() {
   using formats::UpdateRule;
   auto kind = parseScheduleKind(pipeline.getSchedule().str());
   formats::StagePolicy policy;
   policy.flush = !kind || isFlushSchedule(*kind);
-  policy.update = policy.flush                       ? UpdateRule::Flush
-                  : *kind == ScheduleKind::TwoBW     ? UpdateRule::TwoBW
-                                                     : UpdateRule::PerMicrobatch;
-  if (kind) {
-    // Steady state over many batches (the run's --steps is not known here).
-    ScheduleOptions options;
-    options.steps = int64_t(1) << 20;
-    if (!policy.flush) {
-      std::map<int64_t, int> perStage;
-      for (Operation &op : pipeline.getBody().front())
-        if (auto p = dyn_cast<pipe::ProgramOp>(op))
-          ++perStage[p.getStage()];
-      for (auto [s, r] : perStage)
-        options.replicas.push_back(r);
-    }
-    policy.versionsKept = closedFormWeightVersions(
-        *kind, int(devices), int(stage), pipeline.getMicrobatches(), options);
+  policy.update = policy.flush                   ? UpdateRule::Flush
+                  : *kind == ScheduleKind::TwoBW ? UpdateRule::TwoBW
+                                                 : UpdateRule::PerMicrobatch;
+  if (!kind)
+    return policy;
+  // Steady state over many batches (the run's --steps is not known here).
+  ScheduleOptions options;
+  options.steps = int64_t(1) << 20;
+  if (!policy.flush) {
+    std::map<int64_t, int> perStage;
+    for (Operation &op : pipeline.getBody().front())
+      if (auto p = dyn_cast<pipe::ProgramOp>(op))
+        ++perStage[p.getStage()];
+    for (auto [s, r] : perStage)
+      options.replicas.push_back(r);
   }
-  return llvm::json::Object{{"update", formats::updateRuleName(policy.update)},
-                            {"flush", policy.flush},
-                            {"versions_kept", policy.versionsKept}};
+  policy.versionsKept = closedFormWeightVersions(
+      *kind, int(devices), int(stage), pipeline.getMicrobatches(), options);
+  return policy;
 }
 
-std::string StageLowering::stageMeta() {
-  namespace json = llvm::json;
-  // Every rank creates one communicator per group, in this order.
-  auto tieGroupsJson = [&] {
-    json::Array groups;
-    for (const std::vector<int64_t> &g : tieGroups) {
-      json::Array stages;
-      for (int64_t st : g)
-        stages.push_back(st);
-      groups.push_back(std::move(stages));
-    }
-    return groups;
-  };
-  auto shape = [](Type t) {
-    json::Array a;
-    for (int64_t d : cast<RankedTensorType>(t).getShape())
-      a.push_back(d);
-    return a;
-  };
-  auto dtype = [](Type t) {
-    Type e = cast<RankedTensorType>(t).getElementType();
-    return e.isF32() ? "f32" : e.isF64() ? "f64" : "i64";
-  };
-  // The float type of every float tensor (--nn-convert-precision).
-  auto precision = module->getAttrOfType<StringAttr>("pipec.precision");
-  int64_t m = pipeline.getMicrobatches();
-  int64_t microbatch = 0;
-  json::Array feeds;
+/// The feeds of this rank's chunks, in chunk order (as collect() numbered
+/// them).
+void StageLowering::describeFeeds(formats::StageDesc &d, int64_t &microbatch) {
   auto inputNames = module->getAttrOfType<ArrayAttr>("pipec.inputs");
-  // In chunk order, as numbered by collect().
   for (auto &c : chunks)
-  for (auto [arg, feed] : c->feedArgs) {
-    FunctionPlan &fwd = c->fwd;
-    Type t = fwd.fn.getArgumentTypes()[arg];
-    auto tt = cast<RankedTensorType>(t);
-    if (tt.getRank() > 0)
-      microbatch = tt.getDimSize(0);
-    int64_t which =
-        fwd.fn.getArgAttrOfType<IntegerAttr>(arg, pipe::attrs::kFeed).getInt();
-    json::Object f{{"shape", shape(t)}, {"dtype", dtype(t)}};
-    if (which < 0) {
-      f["kind"] = "labels";
-      f["name"] = "labels";
-      f["classes"] = labelClasses(fwd.fn.getArgument(arg));
-    } else {
-      f["kind"] = "input";
-      f["index"] = which;
+    for (auto [arg, feedIndex] : c->feedArgs) {
+      FunctionPlan &fwd = c->fwd;
+      auto tt = cast<RankedTensorType>(fwd.fn.getArgumentTypes()[arg]);
+      if (tt.getRank() > 0)
+        microbatch = tt.getDimSize(0);
+      int64_t which =
+          fwd.fn.getArgAttrOfType<IntegerAttr>(arg, pipe::attrs::kFeed).getInt();
+      formats::FeedSpec f;
+      f.shape.assign(tt.getShape().begin(), tt.getShape().end());
+      f.isInt = tt.getElementType().isInteger(64);
+      if (which < 0) {
+        f.kind = formats::FeedSpec::Kind::Labels;
+        f.name = "labels";
+        f.classes = labelClasses(fwd.fn.getArgument(arg));
+        d.feeds.push_back(std::move(f));
+        continue;
+      }
+      f.kind = formats::FeedSpec::Kind::Input;
+      f.index = which;
       // Integer inputs (token ids) are bounded by the table they index;
       // others (ids compared with a padding id, bool masks) draw synthetic
       // values from {0, 1}.
-      if (tt.getElementType().isInteger(64))
-        f["classes"] = 2;
+      f.classes = 2;
       for (Operation *user : fwd.fn.getArgument(arg).getUsers())
         if (auto gather = dyn_cast<nn::GatherOp>(user))
           if (gather.getIndices() == fwd.fn.getArgument(arg)) {
             auto data = cast<RankedTensorType>(gather.getData().getType());
             int64_t axis = int64_t(gather.getAxis());
-            f["classes"] = data.getDimSize(axis < 0 ? axis + data.getRank() : axis);
+            f.classes =
+                data.getDimSize(axis < 0 ? axis + data.getRank() : axis);
           }
-      f["name"] = inputNames && which < (int64_t)inputNames.size()
-                      ? cast<StringAttr>(inputNames[which]).str()
-                      : "input" + std::to_string(which);
+      f.name = inputNames && which < (int64_t)inputNames.size()
+                   ? cast<StringAttr>(inputNames[which]).str()
+                   : "input" + std::to_string(which);
+      d.feeds.push_back(std::move(f));
     }
-    feeds.push_back(std::move(f));
+}
+
+/// The ops of this rank's chunks (profiler metadata).
+void StageLowering::describeOps(formats::StageDesc &d) {
+  llvm::DenseMap<Operation *, std::string> names;
+  SmallVector<Operation *> layerOps;
+  for (auto &c : chunks)
+    layerOps.append(c->layerOps.begin(), c->layerOps.end());
+  for (auto [op, name] : llvm::zip(layerOps, uniqueLayerNames(layerOps)))
+    names[op] = name;
+  for (Operation *op : layerOps) {
+    formats::OpSpec spec;
+    spec.name = names[op];
+    spec.op = op->getName().stripDialect().str();
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp(); def && names.count(def))
+        spec.inputs.push_back(names[def]);
+    if (auto cost = op->getAttrOfType<nn::CostAttr>("nn.cost")) {
+      spec.outBytes = cost.getOutBytes();
+      spec.paramBytes = cost.getParamBytes();
+      spec.savedBytes = cost.getSavedBytes();
+    } else {
+      for (Value r : op->getResults())
+        spec.outBytes += nn::tensorBytes(r.getType());
+    }
+    d.ops.push_back(std::move(spec));
   }
+}
+
+/// The stage description (pipec.stage/2, pipec/formats/Documents.h) that
+/// travels inside the executable.
+std::string StageLowering::stageMeta() {
+  formats::StageDesc d;
+  d.buildId = buildId;
+  d.stage = int(stage);
+  d.replica = replica;
+  d.replicas = replicas;
+  d.numStages = int(devices);
+  d.chunks = int64_t(chunks.size());
+  d.microbatches = pipeline.getMicrobatches();
+  d.windowReach = pipe::windowReach(pipeline);
+  // Every rank creates one communicator per group, in this order.
+  d.tieGroups = tieGroups;
+  d.schedule = pipeline.getSchedule().str();
+  d.policy = policy();
+  d.replicaSplit = pipeline.getSplitSamples().has_value();
+  d.slots = slots;
+  d.versionedBytes = chunks.front()->versionedBytes;
+  d.arenaBytes = arenaBytes();
+  // The float type of every float tensor (--nn-convert-precision).
+  auto precision = module->getAttrOfType<StringAttr>("pipec.precision");
+  d.realBytes = precision && precision.getValue() == "f64" ? 8 : 4;
+  int64_t microbatch = 0;
+  describeFeeds(d, microbatch);
   // The importer records the samples per microbatch; a stage's own
   // tensors may not start with it (a [B*T, d] boundary of a transformer).
   if (auto samples = module->getAttrOfType<IntegerAttr>("pipec.microbatch"))
@@ -1045,77 +1075,22 @@ std::string StageLowering::stageMeta() {
         microbatch = tt.getDimSize(0);
         break;
       }
-  json::Array weightList;
+  d.microbatch = microbatch;
+  d.globalBatch = microbatch * d.microbatches;
   for (auto &c : chunks)
     for (const std::string &name : c->weightOrder) {
       auto &[offset, type] = c->weights[name];
       auto global = module.lookupSymbol<ml_program::GlobalOp>(name);
       if (global && global->hasAttr(pipe::attrs::kGradOf))
         continue; // gradient accumulators start at zero; not checkpointed
-      weightList.push_back(json::Object{{"name", name},
-                                        {"offset", c->base + offset},
-                                        {"shape", shape(type)},
-                                        {"dtype", dtype(type)}});
+      auto shape = cast<RankedTensorType>(type).getShape();
+      d.weights.push_back({name, c->base + offset,
+                           std::vector<int64_t>(shape.begin(), shape.end()), 0});
     }
-  json::Array ops;
-  llvm::DenseMap<Operation *, std::string> names;
-  SmallVector<Operation *> layerOps;
   for (auto &c : chunks)
-    layerOps.append(c->layerOps.begin(), c->layerOps.end());
-  for (auto [op, name] : llvm::zip(layerOps, uniqueLayerNames(layerOps)))
-    names[op] = name;
-  bool loss = false;
-  for (auto &c : chunks)
-    loss |= c->lossResult >= 0;
-  for (Operation *op : layerOps) {
-    json::Array inputs;
-    for (Value v : op->getOperands())
-      if (Operation *def = v.getDefiningOp(); def && names.count(def))
-        inputs.push_back(names[def]);
-    int64_t out = 0, param = 0, saved = 0;
-    if (auto cost = op->getAttrOfType<nn::CostAttr>("nn.cost")) {
-      out = cost.getOutBytes();
-      param = cost.getParamBytes();
-      saved = cost.getSavedBytes();
-    } else {
-      for (Value r : op->getResults())
-        out += nn::tensorBytes(r.getType());
-    }
-    ops.push_back(json::Object{{"name", names[op]},
-                               {"op", op->getName().stripDialect().str()},
-                               {"out_bytes", out},
-                               {"param_bytes", param},
-                               {"saved_bytes", saved},
-                               {"inputs", std::move(inputs)}});
-  }
-  json::Object meta{{"format", "pipec.stage/2"},
-                    {"abi", PIPEC_RT_ABI_VERSION},
-                    {"build_id", buildId},
-                    {"stage", stage},
-                    {"replica", replica},
-                    {"replicas", replicas},
-                    {"num_stages", devices},
-                    {"chunks", int64_t(chunks.size())},
-                    {"microbatches", m},
-                    {"window_reach", pipe::windowReach(pipeline)},
-                    {"tie_groups", tieGroupsJson()},
-                    {"microbatch", microbatch},
-                    {"global_batch", microbatch * m},
-                    {"schedule", pipeline.getSchedule().str()},
-                    {"policy", policyJson()},
-                    {"replica_split", pipeline.getSplitSamples().has_value()},
-                    {"slots", slots},
-                    {"versioned_bytes", chunks.front()->versionedBytes},
-                    {"arena_bytes", arenaBytes()},
-                    {"precision", precision ? precision.str() : "f32"},
-                    {"weights", std::move(weightList)},
-                    {"feeds", std::move(feeds)},
-                    {"loss", loss},
-                    {"ops", std::move(ops)}};
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << json::Value(std::move(meta));
-  return text;
+    d.loss |= c->lossResult >= 0;
+  describeOps(d);
+  return formats::writeStageDesc(d);
 }
 
 void StageLowering::emitMain() {

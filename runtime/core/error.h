@@ -16,6 +16,8 @@
 #ifndef PIPEC_RUNTIME_CORE_ERROR_H
 #define PIPEC_RUNTIME_CORE_ERROR_H
 
+#include "pipec/formats/Documents.h"
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -24,11 +26,9 @@ namespace pipec {
 namespace rt {
 
 /// A runtime failure; what() is the one-line message (without prefix and
-/// location, which `fatal` adds).
-class RtError : public std::runtime_error {
-public:
-  explicit RtError(const std::string &message) : std::runtime_error(message) {}
-};
+/// location, which `fatal` adds). The formats library's error, so that a
+/// document that cannot be read is reported like every runtime failure.
+using RtError = formats::FormatError;
 
 /// Where the process is, for error messages. Fields are -1 while unknown.
 struct ErrorLocation {

@@ -1,168 +1,29 @@
 //===- stage.h - Stage description and manifest -----------------*- C++ -*-===//
 //
-// Part of pipec's runtime core.
+// Part of pipec's runtime core. The documents themselves (structs, readers,
+// writers) are the formats library's (pipec/formats/Documents.h), shared
+// with the compiler; the runtime names them here.
 //
 //===----------------------------------------------------------------------===//
-///
-/// \file
-/// The two JSON documents a stage executable starts from: its own stage
-/// description (`pipec.stage/2`, compiled into the binary) and the build's
-/// manifest (`pipec.manifest/1`, a file). See runtime/README.md for both.
-/// Parsing validates everything the runtime later relies on, so the rest of
-/// the runtime can index without checks; failures throw RtError.
-///
-//===----------------------------------------------------------------------===//
-
 #ifndef PIPEC_RUNTIME_CORE_STAGE_H
 #define PIPEC_RUNTIME_CORE_STAGE_H
 
-#include "pipec/formats/StagePolicy.h"
-
-#include <cstdint>
-#include <string>
-#include <utility>
-#include <vector>
+#include "pipec/formats/Documents.h"
 
 namespace pipec {
 namespace rt {
 
-/// A weight of this stage: F32 (F64 in the float64 reference mode), placed
-/// in the arena at `offset`.
-struct WeightSpec {
-  std::string name;
-  int64_t offset = 0;
-  std::vector<int64_t> shape;
-  int64_t bytes = 0;
-};
-
-/// One entry of the stage description's "feeds".
-struct FeedSpec {
-  enum class Kind { Input, Labels };
-  Kind kind = Kind::Input;
-  std::string name;
-  /// Model input number (inputs only).
-  int64_t index = 0;
-  /// Microbatch shape; shape[0] is the microbatch size.
-  std::vector<int64_t> shape;
-  /// Integer (int64) elements: labels, and integer model inputs such as
-  /// token ids.
-  bool isInt = false;
-  /// Bound of integer feeds (classes, vocabulary): values lie in
-  /// [0, classes) for synthetic data and are checked in files.
-  int64_t classes = 0;
-  /// Elements of one sample (product of shape[1:]).
-  int64_t sampleElems = 1;
-  /// Bytes of one microbatch (float or i64 elements).
-  int64_t bytes = 0;
-  /// Bytes of a float element (4, or 8 in a float64 stage).
-  int realBytes = 4;
-};
-
-/// One entry of the stage description's "ops" (profiler metadata).
-struct OpSpec {
-  std::string name;
-  std::string op;
-  int64_t outBytes = 0, paramBytes = 0, savedBytes = 0;
-  std::vector<std::string> inputs;
-};
-
-/// A parsed `pipec.stage/2` document.
-struct StageDesc {
-  std::string buildId;
-  int stage = 0;
-  int numStages = 0;
-  int64_t microbatches = 0, microbatch = 0, globalBatch = 0;
-  /// The schedule's name, for messages only: behaviour follows `policy`.
-  std::string schedule;
-  /// Update rule, flush or continuous, weight versions kept
-  /// (pipec/formats/StagePolicy.h).
-  formats::StagePolicy policy;
-  /// Continuous schedules: how many microbatches before its first a
-  /// window reaches back (p - 1 straight; more with replicas), the same on
-  /// every rank; the run ends with ceil(windowReach / m) draining windows.
-  int64_t windowReach = 0;
-  /// Groups of stages that share tied weights, in the order every rank
-  /// creates their communicators (pipec_rt_allreduce_group's `group`).
-  std::vector<std::vector<int64_t>> tieGroups;
-  int64_t arenaBytes = 0;
-  /// Bytes at the arena's start holding the parameters the forward reads:
-  /// what a weight version (stash, 2BW shadow) copies.
-  int64_t versionedBytes = 0;
-  /// Activation stash slots (microbatch k uses slot (k / replicas) mod
-  /// slots).
-  int64_t slots = 1;
-  /// This binary runs replica `replica` of `replicas` of its stage
-  /// (1F1B-RR: microbatches replica, replica + replicas, ...).
-  int64_t replica = 0, replicas = 1;
-  /// Split replicas (DAPPLE, "replica_split"): every replica runs every
-  /// microbatch on its slice of the samples, [sliceFirst, sliceFirst +
-  /// sliceSize) with sliceFirst = floor(replica * microbatch / replicas);
-  /// messages go to the replicas of the peer stage whose slices overlap.
-  /// Otherwise the slice is the whole microbatch.
-  bool replicaSplit = false;
-  int64_t sliceFirst = 0, sliceSize = 0;
-  /// Pipeline stages this rank runs (interleaved: v chunks, stage c*p + r
-  /// on device position r); messages name stages, which live on position
-  /// stage mod num_stages.
-  int64_t chunks = 1;
-  std::vector<WeightSpec> weights;
-  std::vector<FeedSpec> feeds;
-  bool loss = false;
-  std::vector<OpSpec> ops;
-  /// Bytes of a float element: 4 (float32), or 8 in the float64 reference
-  /// mode ("precision": "f64"), where every float tensor of the stage,
-  /// message, loss and checkpoint is a double.
-  int realBytes = 4;
-  bool isF64() const { return realBytes == 8; }
-};
-
-/// Split replicas: the first sample and the sample count of replica `j` of
-/// `r` in a microbatch of `b` samples (first = floor(j*b/r)).
-inline std::pair<int64_t, int64_t> replicaSlice(int64_t b, int64_t r,
-                                                int64_t j) {
-  int64_t first = j * b / r;
-  return {first, (j + 1) * b / r - first};
-}
-
-/// Parses and validates a stage description: format tag, ABI version,
-/// batch arithmetic (microbatches * microbatch == global_batch), weights
-/// inside the arena, feed shapes and dtypes.
-StageDesc parseStageDesc(const std::string &json);
-
-/// One stage of the manifest.
-struct ManifestStage {
-  int stage = 0;
-  std::string binary;
-  /// One binary per replica, parallel to `ranks` (absent: `binary` for all).
-  std::vector<std::string> binaries;
-  /// Weights file, resolved against the manifest's folder ("" if none).
-  std::string weights;
-  std::vector<int> ranks;
-};
-
-/// A parsed `pipec.manifest/1` document.
-struct Manifest {
-  std::string path;
-  std::string buildId;
-  int numRanks = 0;
-  int64_t microbatches = 0, microbatch = 0, globalBatch = 0;
-  std::vector<ManifestStage> stages;
-  /// Number of model inputs listed under "inputs" (-1 when absent).
-  int numInputs = -1;
-};
-
-/// Reads and parses the manifest at `path`.
-Manifest readManifest(const std::string &path);
-
-/// Checks that this binary, this job and the manifest belong together:
-/// build ids, world size, stage count, batch sizes, and that `rank` is
-/// listed for the description's stage. Each mismatch throws one line
-/// naming both values.
-void checkManifest(const StageDesc &desc, const Manifest &manifest, int rank,
-                   int worldSize);
-
-/// The manifest entry of stage `stage` (validated to exist).
-const ManifestStage &manifestStage(const Manifest &manifest, int stage);
+using formats::checkManifest;
+using formats::FeedSpec;
+using formats::Manifest;
+using formats::ManifestStage;
+using formats::manifestStage;
+using formats::OpSpec;
+using formats::parseStageDesc;
+using formats::readManifest;
+using formats::replicaSlice;
+using formats::StageDesc;
+using formats::WeightSpec;
 
 } // namespace rt
 } // namespace pipec

@@ -295,3 +295,71 @@ TEST(CoreOptions, RejectsBadFlagsWithOneClearMessage) {
   EXPECT_EQ(usageError({"--metrics="}), "empty path for --metrics");
   EXPECT_TRUE(contains(usageText("stage3"), "usage: stage3 "));
 }
+
+// The formats library writes what it reads: the compiler's writer and the
+// runtime's reader are one schema.
+TEST(CoreStageDesc, WriterRoundTrips) {
+  Json j = validDesc();
+  j["policy"] = Json::parse(R"({"update": "per-microbatch", "flush": false, "versions_kept": 2})");
+  j["tie_groups"] = Json::parse("[[0, 1]]");
+  j["slots"] = 3;
+  j["versioned_bytes"] = 256;
+  StageDesc a = parseStageDesc(j.dump());
+  std::string text = formats::writeStageDesc(a);
+  EXPECT_TRUE(contains(text, "\"format\":\"pipec.stage/2\"")) << text;
+  StageDesc b = parseStageDesc(text);
+  EXPECT_EQ(b.buildId, a.buildId);
+  EXPECT_EQ(b.stage, a.stage);
+  EXPECT_EQ(b.globalBatch, a.globalBatch);
+  EXPECT_EQ(b.policy.update, formats::UpdateRule::PerMicrobatch);
+  EXPECT_FALSE(b.policy.flush);
+  EXPECT_EQ(b.policy.versionsKept, 2);
+  EXPECT_EQ(b.tieGroups, a.tieGroups);
+  EXPECT_EQ(b.slots, 3);
+  EXPECT_EQ(b.versionedBytes, 256);
+  ASSERT_EQ(b.weights.size(), a.weights.size());
+  for (size_t i = 0; i < a.weights.size(); ++i) {
+    EXPECT_EQ(b.weights[i].name, a.weights[i].name);
+    EXPECT_EQ(b.weights[i].offset, a.weights[i].offset);
+    EXPECT_EQ(b.weights[i].bytes, a.weights[i].bytes);
+  }
+  ASSERT_EQ(b.feeds.size(), 1u);
+  EXPECT_EQ(b.feeds[0].kind, FeedSpec::Kind::Labels);
+  EXPECT_EQ(b.feeds[0].classes, 3);
+  ASSERT_EQ(b.ops.size(), a.ops.size());
+  EXPECT_EQ(b.ops[0].inputs, a.ops[0].inputs);
+  EXPECT_EQ(b.ops[0].savedBytes, 32);
+}
+
+TEST(CoreManifest, WriterRoundTrips) {
+  coretest::TempDir tmp;
+  Manifest m;
+  m.buildId = "3f9a";
+  m.model = "m.onnx";
+  m.schedule = "1f1b";
+  m.numRanks = 3;
+  m.microbatches = 4;
+  m.microbatch = 2;
+  m.globalBatch = 8;
+  m.stages.push_back({0, "stage0r0", {"stage0r0", "stage0r1"}, "weights/stage0.safetensors", {0, 1}});
+  m.stages.push_back({1, "stage1", {}, "weights/stage1.safetensors", {2}});
+  m.inputs.push_back({"x", {8, 4}, "f32", 0});
+  m.hasLabels = true;
+  m.labels = {"labels", {8}, "i64", 10};
+  coretest::writeBytes(tmp / "manifest.json", formats::writeManifest(m));
+  Manifest r = readManifest(tmp / "manifest.json");
+  EXPECT_EQ(r.buildId, "3f9a");
+  EXPECT_EQ(r.model, "m.onnx");
+  EXPECT_EQ(r.schedule, "1f1b");
+  EXPECT_EQ(r.numRanks, 3);
+  EXPECT_EQ(r.globalBatch, 8);
+  ASSERT_EQ(r.stages.size(), 2u);
+  EXPECT_EQ(r.stages[0].binaries, m.stages[0].binaries);
+  EXPECT_EQ(r.stages[0].ranks, m.stages[0].ranks);
+  EXPECT_EQ(r.stages[1].weights, std::string(tmp / "weights/stage1.safetensors"));
+  EXPECT_EQ(r.numInputs, 1);
+  ASSERT_EQ(r.inputs.size(), 1u);
+  EXPECT_EQ(r.inputs[0].shape, std::vector<int64_t>({8, 4}));
+  EXPECT_TRUE(r.hasLabels);
+  EXPECT_EQ(r.labels.classes, 10);
+}

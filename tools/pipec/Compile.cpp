@@ -15,6 +15,7 @@
 #include "pipec/Plan.h"
 #include "pipec/Schedule.h"
 
+#include "pipec/formats/Documents.h"
 #include "pipec/formats/safetensors.h"
 
 #include "mlir/IR/AsmState.h"
@@ -185,13 +186,6 @@ bool writeWeights(const std::vector<ml_program::GlobalOp> &weights,
                                 error);
 }
 
-llvm::json::Array shapeJson(ArrayRef<int64_t> shape) {
-  llvm::json::Array a;
-  for (int64_t d : shape)
-    a.push_back(d);
-  return a;
-}
-
 bool writeText(const std::string &path, const std::string &text,
                std::string &error) {
   std::string msg;
@@ -270,7 +264,8 @@ private:
   // write outputs
   std::string buildId, modelHash;
   Plan planOut;
-  llvm::json::Array stagesJson;
+  /// manifest.json, filled by the phases and written last.
+  formats::Manifest manifest;
   int nextRank = 0;
 
   static DialectRegistry registryOf() {
@@ -659,8 +654,9 @@ bool Compilation::lowerAndLinkStage(int s) {
   addTime("write outputs", since(phaseStart));
 
   int replicas = planOut.stages[s].replicas;
-  llvm::json::Array binaries, ranks;
-  std::string firstBinary;
+  formats::ManifestStage entry;
+  entry.stage = s;
+  entry.weights = weightsRel;
   int64_t arena = 0;
   for (int j = 0; j < replicas; ++j) {
     phaseStart = std::chrono::steady_clock::now();
@@ -687,9 +683,10 @@ bool Compilation::lowerAndLinkStage(int s) {
     if (!linked)
       return failWith(error);
     if (j == 0)
-      firstBinary = name;
-    binaries.push_back(name);
-    ranks.push_back(nextRank++);
+      entry.binary = name;
+    if (replicas > 1)
+      entry.binaries.push_back(name);
+    entry.ranks.push_back(nextRank++);
   }
   std::string layers;
   for (int c = 0; c < o.chunks; ++c) {
@@ -707,20 +704,13 @@ bool Compilation::lowerAndLinkStage(int s) {
       " -> " + o.outDir + "/stage" + std::to_string(s) +
       (replicas > 1 ? "r*" : "") + " (" +
       std::to_string(since(stageStart)).substr(0, 4) + " s)");
-  llvm::json::Object stageJson{{"stage", s},
-                               {"binary", firstBinary},
-                               {"weights", weightsRel},
-                               {"ranks", std::move(ranks)}};
-  if (replicas > 1)
-    stageJson["binaries"] = std::move(binaries);
-  stagesJson.push_back(std::move(stageJson));
+  manifest.stages.push_back(std::move(entry));
   return true;
 }
 
-/// manifest.json: the stages, model inputs and labels at the global batch.
+/// manifest.json (pipec/formats/Documents.h): the stages, model inputs and
+/// labels at the global batch.
 bool Compilation::writeManifest() {
-  llvm::json::Array inputs;
-  llvm::json::Value labels = nullptr;
   auto names = (*module)->getAttrOfType<ArrayAttr>("pipec.inputs");
   for (int s = 0; s < o.stages * o.chunks; ++s) {
     auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd"));
@@ -729,44 +719,36 @@ bool Compilation::writeManifest() {
       if (!feed || feed.getInt() == -2)
         continue; // -2: the dropout random state comes from the runtime
       auto t = cast<RankedTensorType>(fwd.getArgumentTypes()[i]);
-      SmallVector<int64_t> shape(t.getShape());
+      std::vector<int64_t> shape(t.getShape().begin(), t.getShape().end());
       if (!shape.empty())
         shape[0] = batch;
       if (feed.getInt() < 0) {
-        int64_t classes = labelClasses(fwd.getArgument(i));
-        labels = llvm::json::Object{
-            {"shape", shapeJson(shape)}, {"dtype", "i64"}, {"classes", classes}};
+        manifest.hasLabels = true;
+        manifest.labels = {"labels", shape, "i64",
+                           labelClasses(fwd.getArgument(i))};
         continue;
       }
-      if (static_cast<int64_t>(inputs.size()) > feed.getInt())
+      if (static_cast<int64_t>(manifest.inputs.size()) > feed.getInt())
         continue;
-      inputs.push_back(llvm::json::Object{
-          {"name", names ? cast<StringAttr>(names[feed.getInt()]).str() : ""},
-          {"shape", shapeJson(shape)},
-          {"dtype", t.getElementType().isF32()   ? "f32"
-                    : t.getElementType().isF64() ? "f64"
-                                                 : "i64"}});
+      manifest.inputs.push_back(
+          {names ? cast<StringAttr>(names[feed.getInt()]).str() : "", shape,
+           t.getElementType().isF32()   ? "f32"
+           : t.getElementType().isF64() ? "f64"
+                                        : "i64",
+           0});
     }
   }
-  llvm::json::Object manifest{
-      {"format", "pipec.manifest/1"},
-      {"build_id", buildId},
-      {"model", llvm::sys::path::filename(o.model).str()},
-      {"model_hash", modelHash},
-      {"schedule", o.schedule},
-      {"precision", o.precision},
-      {"microbatches", o.microbatches},
-      {"microbatch", microbatch},
-      {"global_batch", batch},
-      {"num_stages", o.stages},
-      {"num_ranks", nextRank},
-      {"stages", std::move(stagesJson)},
-      {"inputs", std::move(inputs)},
-      {"labels", std::move(labels)}};
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
-  if (!writeText(o.outDir + "/manifest.json", text, error))
+  manifest.buildId = buildId;
+  manifest.model = llvm::sys::path::filename(o.model).str();
+  manifest.modelHash = modelHash;
+  manifest.schedule = o.schedule;
+  manifest.precision = o.precision;
+  manifest.microbatches = o.microbatches;
+  manifest.microbatch = microbatch;
+  manifest.globalBatch = batch;
+  manifest.numRanks = nextRank;
+  if (!writeText(o.outDir + "/manifest.json", formats::writeManifest(manifest),
+                 error))
     return failWith(error);
   return true;
 }

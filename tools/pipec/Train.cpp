@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
+#include "pipec/formats/Documents.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -62,19 +63,11 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
             "output folder?)";
     return false;
   }
-  auto json = llvm::json::parse((*buffer)->getBuffer());
-  if (!json) {
-    error = "'" + manifestPath + "' is not valid JSON: " +
-            llvm::toString(json.takeError());
+  // The manifest through the formats library, as the stage binaries read it.
+  pipec::formats::Manifest manifest;
+  if (!pipec::formats::readManifest(manifestPath, manifest, error))
     return false;
-  }
-  auto *obj = json->getAsObject();
-  if (!obj || obj->getString("format") != "pipec.manifest/1") {
-    error = "'" + manifestPath + "' is not a pipec.manifest/1 file";
-    return false;
-  }
-  auto *stages = obj->getArray("stages");
-  if (!stages || stages->empty()) {
+  if (manifest.stages.empty()) {
     error = "'" + manifestPath + "' lists no stages";
     return false;
   }
@@ -82,32 +75,28 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
   // Binaries in MPI rank order: each stage lists its replicas' ranks and,
   // when it has several, one binary per replica ("binaries").
   std::map<int64_t, std::string> byRank;
-  for (const llvm::json::Value &s : *stages) {
-    auto *so = s.getAsObject();
-    auto bin = so ? so->getString("binary") : std::nullopt;
-    auto *binaries = so ? so->getArray("binaries") : nullptr;
-    auto *ranks = so ? so->getArray("ranks") : nullptr;
-    if ((!bin && !binaries) || !ranks || ranks->empty() ||
-        (binaries && binaries->size() != ranks->size())) {
+  for (const pipec::formats::ManifestStage &s : manifest.stages) {
+    if ((s.binary.empty() && s.binaries.empty()) || s.ranks.empty() ||
+        (!s.binaries.empty() && s.binaries.size() != s.ranks.size())) {
       error = "'" + manifestPath + "': every stage needs a binary (or one "
               "per replica) and its ranks";
       return false;
     }
-    replicated |= ranks->size() > 1;
-    for (size_t i = 0; i < ranks->size(); ++i) {
-      auto rank = (*ranks)[i].getAsInteger();
-      auto name = binaries ? (*binaries)[i].getAsString() : bin;
-      if (!rank || !name || *rank < 0 || byRank.count(*rank)) {
+    replicated |= s.ranks.size() > 1;
+    for (size_t i = 0; i < s.ranks.size(); ++i) {
+      int64_t rank = s.ranks[i];
+      const std::string &name = s.binaries.empty() ? s.binary : s.binaries[i];
+      if (byRank.count(rank)) {
         error = "'" + manifestPath + "': a stage's ranks must be distinct "
                 "non-negative integers with a binary each";
         return false;
       }
-      std::string path = dir + "/" + name->str();
+      std::string path = dir + "/" + name;
       if (!llvm::sys::fs::can_execute(path)) {
         error = "stage executable '" + path + "' is missing";
         return false;
       }
-      byRank[*rank] = path;
+      byRank[rank] = path;
     }
   }
   int64_t expect = 0;

@@ -1,12 +1,11 @@
-//===- stage.cpp - Stage description and manifest -------------------------===//
+//===- Documents.cpp - the stage description and the manifest -------------===//
 //
-// Part of pipec's runtime core.
+// Part of pipec's formats library; see Documents.h.
 //
 //===----------------------------------------------------------------------===//
 
-#include "core/stage.h"
+#include "pipec/formats/Documents.h"
 
-#include "core/error.h"
 #include "pipec_rt.h"
 
 #include <nlohmann/json.hpp>
@@ -18,7 +17,7 @@
 #include <tuple>
 
 namespace pipec {
-namespace rt {
+namespace formats {
 namespace {
 
 using Json = nlohmann::json;
@@ -28,13 +27,13 @@ class Reader {
 public:
   Reader(const Json &obj, std::string what) : obj(obj), what(std::move(what)) {
     if (!obj.is_object())
-      throw RtError(this->what + " is not a JSON object");
+      throw FormatError(this->what + " is not a JSON object");
   }
 
   const Json &get(const char *key) const {
     auto it = obj.find(key);
     if (it == obj.end())
-      throw RtError(what + " lacks \"" + key + "\"");
+      throw FormatError(what + " lacks \"" + key + "\"");
     return *it;
   }
   bool has(const char *key) const { return obj.find(key) != obj.end(); }
@@ -42,13 +41,13 @@ public:
   std::string str(const char *key) const {
     const Json &v = get(key);
     if (!v.is_string())
-      throw RtError(what + ": \"" + key + "\" is not a string");
+      throw FormatError(what + ": \"" + key + "\" is not a string");
     return v.get<std::string>();
   }
   int64_t integer(const char *key, int64_t min = 0) const {
     const Json &v = get(key);
     if (!v.is_number_integer() || v.get<int64_t>() < min)
-      throw RtError(what + ": \"" + key +
+      throw FormatError(what + ": \"" + key +
                     "\" is not an integer >= " + std::to_string(min));
     return v.get<int64_t>();
   }
@@ -57,7 +56,7 @@ public:
       return dflt;
     const Json &v = get(key);
     if (!v.is_boolean())
-      throw RtError(what + ": \"" + key + "\" is not a boolean");
+      throw FormatError(what + ": \"" + key + "\" is not a boolean");
     return v.get<bool>();
   }
   std::vector<int64_t> shape(const char *key) const {
@@ -70,14 +69,14 @@ public:
         dims.push_back(d.get<int64_t>());
       }
     if (!v.is_array() || dims.size() != v.size())
-      throw RtError(what + ": \"" + key +
+      throw FormatError(what + ": \"" + key +
                     "\" is not a list of non-negative integers");
     return dims;
   }
   const Json &list(const char *key) const {
     const Json &v = get(key);
     if (!v.is_array())
-      throw RtError(what + ": \"" + key + "\" is not a list");
+      throw FormatError(what + ": \"" + key + "\" is not a list");
     return v;
   }
 
@@ -90,7 +89,7 @@ int64_t product(const std::vector<int64_t> &dims, size_t from = 0) {
   int64_t n = 1;
   for (size_t i = from; i < dims.size(); ++i) {
     if (dims[i] != 0 && n > (int64_t(1) << 50) / dims[i])
-      throw RtError("tensor shape is too large");
+      throw FormatError("tensor shape is too large");
     n *= dims[i];
   }
   return n;
@@ -99,7 +98,7 @@ int64_t product(const std::vector<int64_t> &dims, size_t from = 0) {
 Json parseJson(const std::string &text, const std::string &what) {
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded())
-    throw RtError(what + " is not valid JSON");
+    throw FormatError(what + " is not valid JSON");
   return j;
 }
 
@@ -119,11 +118,11 @@ StageDesc parseStageDesc(const std::string &json) {
   Reader r(doc, what);
   std::string format = r.str("format");
   if (format != "pipec.stage/2")
-    throw RtError("stage description has format \"" + format +
+    throw FormatError("stage description has format \"" + format +
                   "\"; this runtime reads \"pipec.stage/2\"");
   int64_t abi = r.integer("abi");
   if (abi != PIPEC_RT_ABI_VERSION)
-    throw RtError("stage binary was generated for runtime ABI " +
+    throw FormatError("stage binary was generated for runtime ABI " +
                   std::to_string(abi) + " but this runtime implements ABI " +
                   std::to_string(PIPEC_RT_ABI_VERSION));
   StageDesc d;
@@ -131,13 +130,13 @@ StageDesc parseStageDesc(const std::string &json) {
   d.numStages = int(r.integer("num_stages", 1));
   d.stage = int(r.integer("stage"));
   if (d.stage >= d.numStages)
-    throw RtError(what + ": stage " + std::to_string(d.stage) +
+    throw FormatError(what + ": stage " + std::to_string(d.stage) +
                   " is not below num_stages " + std::to_string(d.numStages));
   d.microbatches = r.integer("microbatches", 1);
   d.microbatch = r.integer("microbatch", 1);
   d.globalBatch = r.integer("global_batch", 1);
   if (d.microbatches * d.microbatch != d.globalBatch)
-    throw RtError(what + ": microbatches (" + std::to_string(d.microbatches) +
+    throw FormatError(what + ": microbatches (" + std::to_string(d.microbatches) +
                   ") * microbatch (" + std::to_string(d.microbatch) +
                   ") != global_batch (" + std::to_string(d.globalBatch) + ")");
   d.schedule = r.has("schedule") ? r.str("schedule") : "";
@@ -145,13 +144,13 @@ StageDesc parseStageDesc(const std::string &json) {
     Reader policy(r.get("policy"), what + ": \"policy\"");
     auto rule = formats::parseUpdateRule(policy.str("update"));
     if (!rule)
-      throw RtError(what + ": unknown update rule \"" + policy.str("update") +
+      throw FormatError(what + ": unknown update rule \"" + policy.str("update") +
                     "\" (flush, per-microbatch or 2bw)");
     d.policy.update = *rule;
     d.policy.flush = policy.boolean("flush", true);
     d.policy.versionsKept = policy.integer("versions_kept", 1);
     if (d.policy.flush != (*rule == formats::UpdateRule::Flush))
-      throw RtError(what + ": \"policy\": the update rule \"" +
+      throw FormatError(what + ": \"policy\": the update rule \"" +
                     policy.str("update") + "\" and \"flush\": " +
                     (d.policy.flush ? "true" : "false") + " disagree");
   }
@@ -162,11 +161,11 @@ StageDesc parseStageDesc(const std::string &json) {
   d.chunks = r.has("chunks") ? r.integer("chunks", 1) : 1;
   d.replicas = r.has("replicas") ? r.integer("replicas", 1) : 1;
   if (d.replica >= d.replicas)
-    throw RtError(what + ": replica " + std::to_string(d.replica) +
+    throw FormatError(what + ": replica " + std::to_string(d.replica) +
                   " is not below replicas " + std::to_string(d.replicas));
   d.replicaSplit = r.boolean("replica_split", false);
   if (d.replicaSplit && d.replicas > d.microbatch)
-    throw RtError(what + ": " + std::to_string(d.replicas) +
+    throw FormatError(what + ": " + std::to_string(d.replicas) +
                   " split replicas but a microbatch has only " +
                   std::to_string(d.microbatch) + " samples");
   std::tie(d.sliceFirst, d.sliceSize) =
@@ -176,13 +175,13 @@ StageDesc parseStageDesc(const std::string &json) {
       r.has("versioned_bytes") ? r.integer("versioned_bytes") : 0;
   d.slots = r.has("slots") ? r.integer("slots", 1) : 1;
   if (d.versionedBytes < 0 || d.versionedBytes > d.arenaBytes || d.slots < 1)
-    throw RtError(what + ": versioned_bytes (" +
+    throw FormatError(what + ": versioned_bytes (" +
                   std::to_string(d.versionedBytes) + ") or slots (" +
                   std::to_string(d.slots) + ") out of range");
   d.loss = r.boolean("loss", false);
   const std::string precision = r.has("precision") ? r.str("precision") : "f32";
   if (precision != "f32" && precision != "f64")
-    throw RtError(what + ": precision \"" + precision +
+    throw FormatError(what + ": precision \"" + precision +
                   "\" (expected \"f32\" or \"f64\")");
   d.realBytes = precision == "f64" ? 8 : 4;
   if (r.has("tie_groups")) {
@@ -194,7 +193,7 @@ StageDesc parseStageDesc(const std::string &json) {
               st.get<int64_t>() < d.numStages)
             stages.push_back(st.get<int64_t>());
       if (!g.is_array() || stages.size() < 2 || stages.size() != g.size())
-        throw RtError(what + ": \"tie_groups\" must list groups of two or "
+        throw FormatError(what + ": \"tie_groups\" must list groups of two or "
                       "more stage numbers below num_stages");
       d.tieGroups.push_back(std::move(stages));
     }
@@ -210,18 +209,18 @@ StageDesc parseStageDesc(const std::string &json) {
     spec.shape = named.shape("shape");
     std::string dtype = named.has("dtype") ? named.str("dtype") : "f32";
     if (dtype != precision)
-      throw RtError(what + " weight '" + spec.name + "' has dtype " + dtype +
+      throw FormatError(what + " weight '" + spec.name + "' has dtype " + dtype +
                     " in a " + precision + " stage");
     spec.bytes = product(spec.shape) * d.realBytes;
     if (spec.offset % d.realBytes != 0 ||
         spec.offset + spec.bytes > d.arenaBytes)
-      throw RtError(what + " weight '" + spec.name + "' at offset " +
+      throw FormatError(what + " weight '" + spec.name + "' at offset " +
                     std::to_string(spec.offset) + " (" +
                     std::to_string(spec.bytes) +
                     " bytes) is misaligned or outside the arena of " +
                     std::to_string(d.arenaBytes) + " bytes");
     if (!names.insert(spec.name).second)
-      throw RtError(what + " lists weight '" + spec.name + "' twice");
+      throw FormatError(what + " lists weight '" + spec.name + "' twice");
     d.weights.push_back(std::move(spec));
   }
 
@@ -235,7 +234,7 @@ StageDesc parseStageDesc(const std::string &json) {
       std::string dtype = named.str("dtype");
       spec.shape = named.shape("shape");
       if (spec.shape.empty() || spec.shape[0] != d.sliceSize)
-        throw RtError(what + " feed '" + spec.name +
+        throw FormatError(what + " feed '" + spec.name +
                       "': the leading dimension of \"shape\" must be the "
                       "microbatch size " +
                       std::to_string(d.microbatch) +
@@ -257,7 +256,7 @@ StageDesc parseStageDesc(const std::string &json) {
           spec.realBytes = d.realBytes;
           spec.bytes = product(spec.shape) * d.realBytes;
         } else {
-          throw RtError(what + " feed '" + spec.name + "' has dtype " + dtype +
+          throw FormatError(what + " feed '" + spec.name + "' has dtype " + dtype +
                         "; model inputs of a " + precision + " stage must be " +
                         precision + " or i64");
         }
@@ -266,11 +265,11 @@ StageDesc parseStageDesc(const std::string &json) {
         spec.isInt = true;
         spec.classes = named.integer("classes", 1);
         if (dtype != "i64")
-          throw RtError(what + " feed '" + spec.name + "' has dtype " + dtype +
+          throw FormatError(what + " feed '" + spec.name + "' has dtype " + dtype +
                         "; labels must be i64");
         spec.bytes = product(spec.shape) * 8;
       } else {
-        throw RtError(what + " feed '" + spec.name + "' has kind \"" + kind +
+        throw FormatError(what + " feed '" + spec.name + "' has kind \"" + kind +
                       "\" (expected \"input\" or \"labels\")");
       }
       d.feeds.push_back(std::move(spec));
@@ -292,7 +291,7 @@ StageDesc parseStageDesc(const std::string &json) {
       if (named.has("inputs"))
         for (const Json &in : named.list("inputs")) {
           if (!in.is_string())
-            throw RtError(what + " op '" + spec.name +
+            throw FormatError(what + " op '" + spec.name +
                           "': \"inputs\" must list op names");
           spec.inputs.push_back(in.get<std::string>());
         }
@@ -305,7 +304,7 @@ StageDesc parseStageDesc(const std::string &json) {
 Manifest readManifest(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw RtError("cannot open manifest '" + path + "' (pass --manifest PATH)");
+    throw FormatError("cannot open manifest '" + path + "' (pass --manifest PATH)");
   std::stringstream text;
   text << in.rdbuf();
   const std::string what = "manifest '" + path + "'";
@@ -313,7 +312,7 @@ Manifest readManifest(const std::string &path) {
   Reader r(doc, what);
   std::string format = r.str("format");
   if (format != "pipec.manifest/1")
-    throw RtError(what + " has format \"" + format +
+    throw FormatError(what + " has format \"" + format +
                   "\"; this runtime reads \"pipec.manifest/1\"");
   Manifest m;
   m.path = path;
@@ -322,21 +321,45 @@ Manifest readManifest(const std::string &path) {
   m.microbatches = r.integer("microbatches", 1);
   m.microbatch = r.integer("microbatch", 1);
   m.globalBatch = r.integer("global_batch", 1);
-  if (r.has("inputs"))
+  m.model = r.has("model") ? r.str("model") : "";
+  m.modelHash = r.has("model_hash") ? r.str("model_hash") : "";
+  m.schedule = r.has("schedule") ? r.str("schedule") : "";
+  m.precision = r.has("precision") ? r.str("precision") : "f32";
+  if (r.has("inputs")) {
     m.numInputs = int(r.list("inputs").size());
+    for (const Json &in : r.list("inputs")) {
+      Reader ir(in, what + " input");
+      m.inputs.push_back({ir.has("name") ? ir.str("name") : "", ir.shape("shape"),
+                          ir.has("dtype") ? ir.str("dtype") : "f32", 0});
+    }
+  }
+  if (r.has("labels") && !r.get("labels").is_null()) {
+    Reader lr(r.get("labels"), what + " labels");
+    m.hasLabels = true;
+    m.labels = {"labels", lr.shape("shape"),
+                lr.has("dtype") ? lr.str("dtype") : "i64",
+                lr.has("classes") ? lr.integer("classes") : 0};
+  }
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   for (const Json &s : r.list("stages")) {
     Reader sr(s, what + " stage");
     ManifestStage st;
     st.stage = int(sr.integer("stage"));
     st.binary = sr.has("binary") ? sr.str("binary") : "";
+    if (sr.has("binaries"))
+      for (const Json &b : sr.list("binaries")) {
+        if (!b.is_string())
+          throw FormatError(what + ": stage " + std::to_string(st.stage) +
+                            " has a binary that is not a string");
+        st.binaries.push_back(b.get<std::string>());
+      }
     if (sr.has("weights")) {
       std::filesystem::path w = sr.str("weights");
       st.weights = (w.is_absolute() ? w : dir / w).string();
     }
     for (const Json &rank : sr.list("ranks")) {
       if (!rank.is_number_integer() || rank.get<int64_t>() < 0)
-        throw RtError(what + ": stage " + std::to_string(st.stage) +
+        throw FormatError(what + ": stage " + std::to_string(st.stage) +
                       " has a rank that is not a non-negative integer");
       st.ranks.push_back(rank.get<int>());
     }
@@ -345,11 +368,116 @@ Manifest readManifest(const std::string &path) {
   return m;
 }
 
+bool readManifest(const std::string &path, Manifest &out, std::string &error) {
+  try {
+    out = readManifest(path);
+    return true;
+  } catch (const std::exception &e) {
+    error = e.what();
+    return false;
+  }
+}
+
+std::string writeStageDesc(const StageDesc &d) {
+  const std::string real = d.isF64() ? "f64" : "f32";
+  Json j;
+  j["format"] = kStageFormat;
+  j["abi"] = PIPEC_RT_ABI_VERSION;
+  j["build_id"] = d.buildId;
+  j["stage"] = d.stage;
+  j["num_stages"] = d.numStages;
+  j["replica"] = d.replica;
+  j["replicas"] = d.replicas;
+  j["replica_split"] = d.replicaSplit;
+  j["chunks"] = d.chunks;
+  j["microbatches"] = d.microbatches;
+  j["microbatch"] = d.microbatch;
+  j["global_batch"] = d.globalBatch;
+  j["schedule"] = d.schedule;
+  j["policy"] = {{"update", updateRuleName(d.policy.update)},
+                 {"flush", d.policy.flush},
+                 {"versions_kept", d.policy.versionsKept}};
+  j["window_reach"] = d.windowReach;
+  j["tie_groups"] = Json::array();
+  for (const std::vector<int64_t> &g : d.tieGroups)
+    j["tie_groups"].push_back(g);
+  j["slots"] = d.slots;
+  j["versioned_bytes"] = d.versionedBytes;
+  j["arena_bytes"] = d.arenaBytes;
+  j["precision"] = real;
+  j["weights"] = Json::array();
+  for (const WeightSpec &w : d.weights)
+    j["weights"].push_back(
+        {{"name", w.name}, {"offset", w.offset}, {"shape", w.shape}, {"dtype", real}});
+  j["feeds"] = Json::array();
+  for (const FeedSpec &f : d.feeds) {
+    Json e = {{"name", f.name}, {"shape", f.shape},
+              {"dtype", f.isInt ? "i64" : real}};
+    if (f.kind == FeedSpec::Kind::Labels) {
+      e["kind"] = "labels";
+      e["classes"] = f.classes;
+    } else {
+      e["kind"] = "input";
+      e["index"] = f.index;
+      if (f.isInt)
+        e["classes"] = f.classes;
+    }
+    j["feeds"].push_back(std::move(e));
+  }
+  j["loss"] = d.loss;
+  j["ops"] = Json::array();
+  for (const OpSpec &o : d.ops)
+    j["ops"].push_back({{"name", o.name},
+                        {"op", o.op},
+                        {"out_bytes", o.outBytes},
+                        {"param_bytes", o.paramBytes},
+                        {"saved_bytes", o.savedBytes},
+                        {"inputs", o.inputs}});
+  return j.dump();
+}
+
+std::string writeManifest(const Manifest &m) {
+  nlohmann::ordered_json j;
+  j["format"] = kManifestFormat;
+  j["build_id"] = m.buildId;
+  j["model"] = m.model;
+  j["model_hash"] = m.modelHash;
+  j["schedule"] = m.schedule;
+  j["precision"] = m.precision;
+  j["microbatches"] = m.microbatches;
+  j["microbatch"] = m.microbatch;
+  j["global_batch"] = m.globalBatch;
+  j["num_stages"] = m.stages.size();
+  j["num_ranks"] = m.numRanks;
+  j["stages"] = nlohmann::ordered_json::array();
+  for (const ManifestStage &s : m.stages) {
+    nlohmann::ordered_json e;
+    e["stage"] = s.stage;
+    e["binary"] = s.binary;
+    e["weights"] = s.weights;
+    e["ranks"] = s.ranks;
+    if (!s.binaries.empty())
+      e["binaries"] = s.binaries;
+    j["stages"].push_back(std::move(e));
+  }
+  j["inputs"] = nlohmann::ordered_json::array();
+  for (const ManifestTensor &t : m.inputs)
+    j["inputs"].push_back(
+        {{"name", t.name}, {"shape", t.shape}, {"dtype", t.dtype}});
+  if (m.hasLabels)
+    j["labels"] = {{"shape", m.labels.shape},
+                   {"dtype", m.labels.dtype},
+                   {"classes", m.labels.classes}};
+  else
+    j["labels"] = nullptr;
+  return j.dump(2) + "\n";
+}
+
 const ManifestStage &manifestStage(const Manifest &manifest, int stage) {
   for (const ManifestStage &s : manifest.stages)
     if (s.stage == stage)
       return s;
-  throw RtError("manifest '" + manifest.path + "' has no stage " +
+  throw FormatError("manifest '" + manifest.path + "' has no stage " +
                 std::to_string(stage));
 }
 
@@ -357,15 +485,15 @@ void checkManifest(const StageDesc &desc, const Manifest &m, int rank,
                    int worldSize) {
   const std::string name = m.path;
   if (desc.buildId != m.buildId)
-    throw RtError("stage binary was built for build " + desc.buildId + " but " +
+    throw FormatError("stage binary was built for build " + desc.buildId + " but " +
                   name + " is for build " + m.buildId);
   if (m.numRanks != worldSize)
-    throw RtError(name + " is for " + std::to_string(m.numRanks) +
+    throw FormatError(name + " is for " + std::to_string(m.numRanks) +
                   " ranks (num_ranks) but the job has " +
                   std::to_string(worldSize) + " (mpirun -np)");
   auto mismatch = [&](const char *field, int64_t mine, int64_t theirs) {
     if (mine != theirs)
-      throw RtError("stage binary has " + std::string(field) + " " +
+      throw FormatError("stage binary has " + std::string(field) + " " +
                     std::to_string(mine) + " but " + name + " has " +
                     std::to_string(theirs));
   };
@@ -378,31 +506,31 @@ void checkManifest(const StageDesc &desc, const Manifest &m, int rank,
   for (const ManifestStage &s : m.stages) {
     if (s.stage < 0 || s.stage >= desc.numStages ||
         !stagesSeen.insert(s.stage).second)
-      throw RtError(name + " lists stage " + std::to_string(s.stage) +
+      throw FormatError(name + " lists stage " + std::to_string(s.stage) +
                     " twice or out of range");
     // One rank per replica of the stage (1F1B-RR).
     if (s.ranks.empty())
-      throw RtError(name + " gives stage " + std::to_string(s.stage) +
+      throw FormatError(name + " gives stage " + std::to_string(s.stage) +
                     " no rank");
     for (int r : s.ranks)
       if (r >= worldSize || !ranksSeen.insert(r).second)
-        throw RtError(name + " gives rank " + std::to_string(r) +
+        throw FormatError(name + " gives rank " + std::to_string(r) +
                       " to two stages or it is outside the job of " +
                       std::to_string(worldSize) + " ranks");
   }
   const ManifestStage &mine = manifestStage(m, desc.stage);
   if (int64_t(mine.ranks.size()) != desc.replicas)
-    throw RtError("stage binary is one of " + std::to_string(desc.replicas) +
+    throw FormatError("stage binary is one of " + std::to_string(desc.replicas) +
                   " replicas of stage " + std::to_string(desc.stage) +
                   " but " + name + " runs that stage on " +
                   std::to_string(mine.ranks.size()) + " ranks");
   if (mine.ranks[size_t(desc.replica)] != rank)
-    throw RtError("this is stage " + std::to_string(desc.stage) + " on rank " +
+    throw FormatError("this is stage " + std::to_string(desc.stage) + " on rank " +
                   std::to_string(rank) + " but " + name + " runs stage " +
                   std::to_string(desc.stage) + " on ranks " +
                   listString(mine.ranks) +
                   " (check the order of the mpirun MPMD line)");
 }
 
-} // namespace rt
+} // namespace formats
 } // namespace pipec
