@@ -1,6 +1,6 @@
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff | FileCheck %s
+// RUN: pipec-opt %S/Inputs/split.mlir --nn-autodiff | FileCheck %s
 // RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-autodiff 2>&1 | FileCheck %s --check-prefix=NOSPLIT
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff=loss=hinge 2>&1 | FileCheck %s --check-prefix=LOSS
+// RUN: not pipec-opt %S/Inputs/split.mlir --nn-autodiff=loss=hinge 2>&1 | FileCheck %s --check-prefix=LOSS
 
 // Gradient accumulators for every trained weight.
 // CHECK-DAG: ml_program.global private mutable @w1.grad(dense<0.000000e+00> : tensor<5x6xf32>) : tensor<5x6xf32> {pipe.grad_of = @w1}
@@ -42,9 +42,9 @@
 // NOSPLIT: no stage functions @s0_fwd...; run --pipe-split-stages first
 // LOSS: unknown loss 'hinge' (cross-entropy or model)
 
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan=stages=1 --pipe-split-stages --nn-autodiff="optimizer=adam weight-decay=0.01" | FileCheck %s --check-prefix=ADAM
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan=stages=1 --pipe-split-stages --nn-autodiff="optimizer=nesterov momentum=0.8" | FileCheck %s --check-prefix=NESTEROV
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan=stages=1 --pipe-split-stages --nn-autodiff=optimizer=lion 2>&1 | FileCheck %s --check-prefix=BADOPT
+// RUN: pipec-opt %S/Inputs/split_1stage.mlir --nn-autodiff="optimizer=adam weight-decay=0.01" | FileCheck %s --check-prefix=ADAM
+// RUN: pipec-opt %S/Inputs/split_1stage.mlir --nn-autodiff="optimizer=nesterov momentum=0.8" | FileCheck %s --check-prefix=NESTEROV
+// RUN: not pipec-opt %S/Inputs/split_1stage.mlir --nn-autodiff=optimizer=lion 2>&1 | FileCheck %s --check-prefix=BADOPT
 
 // Adam keeps two zero-initialised state tensors per weight and takes the
 // update count T from the runtime.

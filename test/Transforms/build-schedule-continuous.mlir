@@ -1,6 +1,6 @@
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=4" | FileCheck %s
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=2bw microbatches=4" | FileCheck %s --check-prefix=TWOBW
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=interleaved microbatches=4 chunks=2 replicas=2" 2>&1 | FileCheck %s --check-prefix=LATER
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=1f1b microbatches=4" | FileCheck %s
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=2bw microbatches=4" | FileCheck %s --check-prefix=TWOBW
+// RUN: not pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=interleaved microbatches=4 chunks=2 replicas=2" 2>&1 | FileCheck %s --check-prefix=LATER
 
 // PipeDream 1F1B, p = 2, m = 4: one window of a pipeline that never
 // flushes. Pair j is {F(j), B(j - w)} with w = p - s - 1 warm-up forwards,
@@ -44,7 +44,7 @@
 
 // Replicas with the interleaved schedule: split replicas only.
 // LATER: replicated stages combine with the interleaved schedule in the split replica mode only
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=interleaved microbatches=4 chunks=2 replicas=2 split-samples=4" --pipe-verify-schedule | FileCheck %s --check-prefix=ILSPLIT
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=interleaved microbatches=4 chunks=2 replicas=2 split-samples=4" --pipe-verify-schedule | FileCheck %s --check-prefix=ILSPLIT
 // ILSPLIT: replicas = [2, 2]
 // ILSPLIT: pipe.pipeline microbatches 4 schedule "interleaved" split_samples 4 {
 // ILSPLIT: pipe.program "rank0" stage 0 slots
@@ -57,7 +57,7 @@
 // j, j + 2 and its backwards trail by (K_0 - 1) r = 2; after every backward
 // the replicas average their gradients (pipe.allreduce {mean}) and update
 // together. Stage 1 alternates F and B of every microbatch.
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=4 replicas=2,1" --pipe-verify-schedule=report=true 2>&1 | FileCheck %s --check-prefix=RR
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=1f1b microbatches=4 replicas=2,1" --pipe-verify-schedule=report=true 2>&1 | FileCheck %s --check-prefix=RR
 // RR: rank0 (stage 0, replica 0): peak stashed microbatches 2 = closed form, slots 2, weight versions <= 2
 // RR: rank1 (stage 0, replica 1): peak stashed microbatches 2 = closed form, slots 2, weight versions <= 2
 // RR: rank2 (stage 1): peak stashed microbatches 1 = closed form, slots 1, weight versions <= 1
@@ -78,11 +78,11 @@
 
 // 2BW with replicas sums the batch's gradients (no {mean}) before its one
 // update per batch.
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=2bw microbatches=4 replicas=2,1" | FileCheck %s --check-prefix=TWOBWRR
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=2bw microbatches=4 replicas=2,1" | FileCheck %s --check-prefix=TWOBWRR
 // TWOBWRR: pipe.program "rank0" stage 0 slots 2
 // TWOBWRR: pipe.allreduce after %{{[^ ]*}}{{$}}
 // TWOBWRR-NEXT: pipe.step @s0_step after
 
 // A round of replicas must divide the microbatches of a step.
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=3 replicas=2,1" 2>&1 | FileCheck %s --check-prefix=ROUND
+// RUN: not pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=1f1b microbatches=3 replicas=2,1" 2>&1 | FileCheck %s --check-prefix=ROUND
 // ROUND: error: schedule '1f1b' with replicas needs the microbatches per step (3) to be a multiple of every stage's replica count; stage 0 has 2

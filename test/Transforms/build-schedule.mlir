@@ -1,6 +1,6 @@
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4" | FileCheck %s
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=gpipe microbatches=3" | FileCheck %s --check-prefix=GPIPE
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule=schedule=zigzag 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=1f1b-flush microbatches=4" | FileCheck %s
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=gpipe microbatches=3" | FileCheck %s --check-prefix=GPIPE
+// RUN: not pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule=schedule=zigzag 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --pipe-build-schedule 2>&1 | FileCheck %s --check-prefix=NOFUNCS
 
 // 1F1B-flush, p = 2, m = 4. Stage 0 warms up with one forward, then runs
@@ -45,7 +45,7 @@
 // microbatches j, j + r, ...; the replicas sum their gradients before the
 // update, and messages to stage 0 reach the replica that owns the
 // microbatch (the runtime resolves it).
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4 replicas=2,1" | FileCheck %s --check-prefix=RR
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=1f1b-flush microbatches=4 replicas=2,1" | FileCheck %s --check-prefix=RR
 // RR: pipe.plan = #pipe.plan<{{.*}}replicas = [2, 1]
 // RR: pipe.program "rank0" stage 0 slots
 // RR:   pipe.forward @s0_fwd
@@ -56,16 +56,16 @@
 // RR: pipe.program "rank2" stage 1 slots 1 {
 // RR-NOT: pipe.allreduce
 // RR: pipe.step @s1_step
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=2 replicas=3,1" 2>&1 | FileCheck %s --check-prefix=TOOMANY
+// RUN: not pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=1f1b-flush microbatches=2 replicas=3,1" 2>&1 | FileCheck %s --check-prefix=TOOMANY
 // TOOMANY: stage 0 has 3 replicas; each replica needs at least one of the 2 microbatches
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=4 replicas=2,1 split-samples=4" 2>&1 | FileCheck %s --check-prefix=ASYNC
+// RUN: not pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=1f1b microbatches=4 replicas=2,1 split-samples=4" 2>&1 | FileCheck %s --check-prefix=ASYNC
 // ASYNC: split replicas (every replica runs a slice of every microbatch) need a synchronous schedule, not '1f1b'; the continuous schedules replicate stages round robin (1F1B-RR)
 
 // Split replicas (DAPPLE): every replica runs the unreplicated stage's
 // program on its slice of each microbatch's 6 samples (stage 0 on 3 replicas:
 // 2 samples each), every microbatch in it, slots as without replicas; the
 // verifier routes each message to the replicas whose slices overlap.
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4 replicas=3,1 split-samples=6" --pipe-verify-schedule | FileCheck %s --check-prefix=SPLIT
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=1f1b-flush microbatches=4 replicas=3,1 split-samples=6" --pipe-verify-schedule | FileCheck %s --check-prefix=SPLIT
 // SPLIT: pipe.plan = #pipe.plan<{{.*}}replicas = [3, 1]
 // SPLIT: pipe.pipeline microbatches 4 schedule "1f1b-flush" split_samples 6 {
 // SPLIT: pipe.program "rank0" stage 0 slots 2 {
@@ -74,27 +74,27 @@
 // SPLIT: pipe.program "rank2" stage 0 replica 2 slots 2 {
 // SPLIT: pipe.program "rank3" stage 1 slots 1 {
 // SPLIT-NOT: pipe.allreduce
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4 replicas=3,1 split-samples=2" 2>&1 | FileCheck %s --check-prefix=SPLITFEW
+// RUN: not pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=1f1b-flush microbatches=4 replicas=3,1 split-samples=2" 2>&1 | FileCheck %s --check-prefix=SPLITFEW
 // SPLITFEW: stage 0 has 3 replicas; each replica needs at least one of the 2 samples of a microbatch
 
 // A fixed cut (--pipe-plan last=...): what the compiler reuses for slices.
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan="stages=2 last=1,2" | FileCheck %s --check-prefix=CUT
+// RUN: pipec-opt %S/Inputs/costed.mlir --pipe-plan="stages=2 last=1,2" | FileCheck %s --check-prefix=CUT
 // CUT: pipe.plan = #pipe.plan<algorithm = "fixed", first = [0, 2], last = [1, 2]
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan="stages=2 last=1,5" 2>&1 | FileCheck %s --check-prefix=BADCUT
+// RUN: not pipec-opt %S/Inputs/costed.mlir --pipe-plan="stages=2 last=1,5" 2>&1 | FileCheck %s --check-prefix=BADCUT
 // BADCUT: the fixed cut (last layers 1,5) does not split the 3 layers into 2 stages
 
 // DAPPLE's warm-up policy B: stage s runs 2(p-s-1) forwards before its first
 // backward and stashes min(2(p-s)-1, m) microbatches (3 on stage 0 of 2).
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4 warmup=B" | FileCheck %s --check-prefix=POLB
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=1f1b-flush microbatches=4 warmup=B" | FileCheck %s --check-prefix=POLB
 // POLB: pipe.program "rank0" stage 0 slots 3 {
 // POLB: pipe.program "rank1" stage 1 slots 1 {
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=gpipe microbatches=4 warmup=B" 2>&1 | FileCheck %s --check-prefix=POLBGPIPE
+// RUN: not pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=gpipe microbatches=4 warmup=B" 2>&1 | FileCheck %s --check-prefix=POLBGPIPE
 // POLBGPIPE: warm-up policy B applies to 1f1b-flush only
 
 // Interleaved (Megatron): the plan's p*v stages, stage c*p + r on device r.
 // With 2 stages and v = 2 chunks one device runs both: messages between its
 // chunks go to itself; the step updates every chunk.
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=interleaved microbatches=2 chunks=2" | FileCheck %s --check-prefix=IL
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=interleaved microbatches=2 chunks=2" | FileCheck %s --check-prefix=IL
 // IL: pipe.pipeline microbatches 2 schedule "interleaved" {
 // IL: pipe.program "rank0" stage 0 slots 2 {
 // IL:   pipe.forward @s0_fwd mb %[[A:.*]]
@@ -107,14 +107,14 @@
 // IL-NEXT: pipe.step @s0_step
 // IL-NEXT: pipe.step @s1_step
 // IL-NOT: pipe.program
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=3 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=interleaved microbatches=2 chunks=2" 2>&1 | FileCheck %s --check-prefix=ILDIV
+// RUN: not pipec-opt %S/Inputs/differentiated_3stages.mlir --pipe-build-schedule="schedule=interleaved microbatches=2 chunks=2" 2>&1 | FileCheck %s --check-prefix=ILDIV
 // ILDIV: the interleaved schedule places 2 chunks on every device, but the model has 3 stages
 
 // Zero bubble (zb-h1): each backward is split into its input-gradient half
 // (@sK_bwd, which returns the values the other half needs: pipe.carry) and
 // its weight-gradient half (@sK_bwdw, pipe.backward_weight), deferred so
 // that a microbatch stays stashed until its W: min(p, m) slots everywhere.
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=zb-h1 microbatches=4" --pipe-verify-schedule | FileCheck %s --check-prefix=ZB
+// RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=zb-h1 microbatches=4" --pipe-verify-schedule | FileCheck %s --check-prefix=ZB
 // ZB: func.func @s0_bwd({{.*}}pipe.grad_from{{.*}}) -> (tensor<4x5xf32> {pipe.carry = 0 : i64})
 // ZB: func.func @s0_bwdw(%{{.*}}: tensor<4x6xf32> {pipe.fwd_arg = 0 : i64}, %{{.*}}: tensor<4x5xf32> {pipe.carried = 0 : i64})
 // ZB: ml_program.global_store

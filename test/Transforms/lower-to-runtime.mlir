@@ -1,4 +1,4 @@
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=gpipe microbatches=2" --pipe-lower-to-runtime=stage=1 | FileCheck %s
+// RUN: pipec-opt %S/Inputs/scheduled_gpipe.mlir --pipe-lower-to-runtime=stage=1 | FileCheck %s
 // RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipec-train-pipeline="stages=2 microbatches=2 schedule=gpipe" --pipec-lower-stage="stage=0" | FileCheck %s --check-prefix=LLVM
 // RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --pipe-lower-to-runtime 2>&1 | FileCheck %s --check-prefix=NOSCHED
 
@@ -57,7 +57,7 @@
 // A continuous schedule: every op runs only for microbatches inside the run
 // (pipec_rt_global_mb >= 0); forwards and backwards read the weight version
 // the runtime hands out, and the backward releases it.
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=2" --pipe-lower-to-runtime=stage=0 | FileCheck %s --check-prefix=PD
+// RUN: pipec-opt %S/Inputs/scheduled_1f1b.mlir --pipe-lower-to-runtime=stage=0 | FileCheck %s --check-prefix=PD
 // PD: \22versioned_bytes\22:
 // PD-LABEL: func.func @pipec_program
 // PD: scf.for
@@ -76,7 +76,7 @@
 
 // Float64 reference mode: the calls go to the kernels' float64 twins, the
 // stage description says so, and the weights are f64 in it.
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=gpipe microbatches=2" --nn-convert-precision --pipe-lower-to-runtime=stage=1 | FileCheck %s --check-prefix=F64
+// RUN: pipec-opt %S/Inputs/scheduled_gpipe.mlir --nn-convert-precision --pipe-lower-to-runtime=stage=1 | FileCheck %s --check-prefix=F64
 // F64: \22precision\22:\22f64\22
 // F64-SAME: \22dtype\22:\22f64\22
 // F64-NOT: call @pipec_k_{{[a-z_]+[a-z]}}(

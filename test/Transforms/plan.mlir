@@ -1,8 +1,8 @@
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 | FileCheck %s
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan=stages=3 | FileCheck %s --check-prefix=THREE
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan=stages=4 2>&1 | FileCheck %s --check-prefix=TOOMANY
+// RUN: pipec-opt %S/Inputs/costed.mlir --pipe-plan=stages=2 | FileCheck %s
+// RUN: pipec-opt %S/Inputs/costed_analytic.mlir --pipe-plan=stages=3 | FileCheck %s --check-prefix=THREE
+// RUN: not pipec-opt %S/Inputs/costed_analytic.mlir --pipe-plan=stages=4 2>&1 | FileCheck %s --check-prefix=TOOMANY
 // RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --pipe-plan=stages=2 2>&1 | FileCheck %s --check-prefix=NOCOST
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs --pipe-plan="stages=2 algorithm=magic" 2>&1 | FileCheck %s --check-prefix=ALGO
+// RUN: not pipec-opt %S/Inputs/costed_analytic.mlir --pipe-plan="stages=2 algorithm=magic" 2>&1 | FileCheck %s --check-prefix=ALGO
 
 // fc1 costs 12 ms, act1 2 ms, fc2 6 ms: the balanced split is {fc1} | {act1, fc2}.
 // CHECK: module attributes {pipe.plan = #pipe.plan<algorithm = "balanced", first = [0, 1], last = [0, 2], replicas = [1, 1]
@@ -17,7 +17,7 @@
 
 // The papers' planners go through the same pass; a plan the compiler
 // cannot lower yet (replicated stages) is refused with a clear message.
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan="stages=2 algorithm=dapple" | FileCheck %s --check-prefix=DAPPLE
-// RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan="stages=2 algorithm=pipedream" 2>&1 | FileCheck %s --check-prefix=REPLICATED
+// RUN: pipec-opt %S/Inputs/costed.mlir --pipe-plan="stages=2 algorithm=dapple" | FileCheck %s --check-prefix=DAPPLE
+// RUN: not pipec-opt %S/Inputs/costed.mlir --pipe-plan="stages=2 algorithm=pipedream" 2>&1 | FileCheck %s --check-prefix=REPLICATED
 // DAPPLE: #pipe.plan<algorithm = "dapple", first = [0, 1], last = [0, 2], replicas = [1, 1]
 // REPLICATED: the pipedream plan replicates stages or interleaves chunks, which the compiler cannot lower yet

@@ -1,4 +1,4 @@
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages | FileCheck %s
+// RUN: pipec-opt %S/Inputs/planned.mlir --pipe-split-stages | FileCheck %s
 // RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --pipe-split-stages 2>&1 | FileCheck %s --check-prefix=NOPLAN
 // RUN: pipec-opt %s --split-input-file --verify-diagnostics --pipe-split-stages
 

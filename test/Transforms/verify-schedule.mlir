@@ -1,6 +1,6 @@
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4" --pipe-verify-schedule=report=true --pipe-plan-memory=report=true -o %t 2>&1 | FileCheck %s
+// RUN: pipec-opt %S/Inputs/scheduled_1f1b_flush.mlir --pipe-verify-schedule=report=true --pipe-plan-memory=report=true -o %t 2>&1 | FileCheck %s
 // RUN: FileCheck %s --check-prefix=ATTR < %t
-// RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipe-plan=stages=2 --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=2" --pipe-verify-schedule=report=true -o /dev/null 2>&1 | FileCheck %s --check-prefix=PD
+// RUN: pipec-opt %S/Inputs/scheduled_1f1b.mlir --pipe-verify-schedule=report=true -o /dev/null 2>&1 | FileCheck %s --check-prefix=PD
 // RUN: not pipec-opt %s --pipe-verify-schedule 2>&1 | FileCheck %s --check-prefix=SLOTS
 
 // 1F1B-flush, p = 2, m = 4: min(p - s, m) stashed microbatches.
