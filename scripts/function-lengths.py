@@ -45,7 +45,7 @@ def functions(path):
                     i = j + 1
                     stmt = i
                     continue
-        if bare.endswith((";", "{", "}")):
+        if bare.endswith((";", "{", "}")) or re.match(r"^\s*(public|private|protected|case [^:]*|default)\s*:$", bare):
             stmt = i + 1
         i += 1
     return out
@@ -55,7 +55,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--over", type=int, default=150)
     ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("dirs", nargs="*", default=["dialects", "lib", "passes", "runtime", "tools", "include"])
+    ap.add_argument("dirs", nargs="*", default=["dialects", "formats", "lib", "passes", "runtime", "tools", "include"])
     args = ap.parse_args()
     rows = []
     for d in args.dirs:
