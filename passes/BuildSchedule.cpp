@@ -32,6 +32,181 @@ struct Edge {
   Type type;
 };
 
+/// The rank programs: (stage, replica, schedule), stage-major.
+struct RankProgram {
+  int64_t stage, replica;
+  StageSchedule schedule;
+};
+
+/// Emits the ops of one rank's pipe.program (device position `s`).
+class ProgramEmitter {
+public:
+  ProgramEmitter(ModuleOp module, ScheduleKind kind, ArrayRef<func::FuncOp> fwds,
+                 ArrayRef<func::FuncOp> bwds, ArrayRef<Edge> edges,
+                 int64_t devices, int64_t s, int64_t replicas,
+                 func::FuncOp step, OpBuilder pb)
+      : module(module), kind(kind), fwds(fwds), bwds(bwds), edges(edges),
+        devices(devices), s(s), r(replicas), step(step), pb(pb),
+        loc(module.getLoc()) {}
+
+  /// Segments of a synchronous schedule, then the flush, the all-reduce of
+  /// a replicated stage, the tied weights' reductions and the updates of
+  /// every chunk.
+  void flushSchedule(const StageSchedule &schedule,
+                     const std::map<std::vector<int64_t>,
+                                    SmallVector<Attribute>> &tieGroups,
+                     ArrayRef<func::FuncOp> steps, int64_t chunks) {
+    for (const Segment &seg : schedule.segments)
+      segment(seg, false);
+    pipe::FlushOp::create(pb, loc);
+    if (r > 1)
+      pipe::AllReduceOp::create(pb, loc, Value(), UnitAttr());
+    for (auto &[stages, weights] : tieGroups)
+      if (llvm::is_contained(stages, s))
+        pipe::TieReduceOp::create(pb, loc, pb.getArrayAttr(weights),
+                                  pb.getDenseI64ArrayAttr(stages));
+    for (int64_t c = 0; c < chunks; ++c)
+      pipe::StepOp::create(
+          pb, loc,
+          FlatSymbolRefAttr::get(func::FuncOp(steps[c * devices + s]).getSymNameAttr()),
+          Value());
+  }
+
+  /// One window of continuous 1F1B: pair i = {F(i), B(i - w)}, so the
+  /// backward of microbatch k follows the forward of k + w (thesis.md
+  /// §5.3). Replica j of r (1F1B-RR) runs microbatches j, j + r, ...:
+  /// pair i = {F(j + i r), B(j + (i - w) r)}, m / r pairs per window.
+  /// PipeDream updates after every backward (every replica together, one
+  /// round of r minibatches); 2BW after the backward of the replica's last
+  /// microbatch of a batch (m - r + j), which is pair (w + m/r - 1) mod
+  /// (m/r): of this window's batch when w = 0, else of the previous one.
+  void continuousWindow(int64_t replica, int64_t warmup, int64_t microbatches) {
+    const int64_t perReplica = microbatches / r;
+    auto pairs = [&](int64_t first, int64_t trips) {
+      int64_t mb = replica + first * r;
+      return Segment{{{PassKind::Forward, mb},
+                      {PassKind::Backward, mb - warmup * r}},
+                     trips,
+                     r};
+    };
+    if (kind == ScheduleKind::OneFOneB) {
+      segment(pairs(0, perReplica), true);
+      return;
+    }
+    int64_t last = (warmup + perReplica - 1) % perReplica;
+    segment(pairs(0, last), false);
+    segment(pairs(last, 1), true);
+    segment(pairs(last + 1, perReplica - last - 1), false);
+  }
+
+private:
+  ModuleOp module;
+  ScheduleKind kind;
+  ArrayRef<func::FuncOp> fwds, bwds;
+  ArrayRef<Edge> edges;
+  int64_t devices, s, r;
+  func::FuncOp step;
+  OpBuilder pb;
+  Location loc;
+
+  IntegerAttr i64(int64_t v) { return pb.getI64IntegerAttr(v); }
+
+  /// The forward of (virtual) stage q with its boundary messages.
+  void forward(Value mb, int64_t q) {
+    auto fwdRef = FlatSymbolRefAttr::get(func::FuncOp(fwds[q]).getSymNameAttr());
+    for (auto [e, edge] : llvm::enumerate(edges))
+      if (edge.toStage == q)
+        pipe::RecvOp::create(pb, loc, mb, i64(edge.fromStage), i64(2 * e),
+                             fwdRef, i64(edge.toArg), TypeAttr::get(edge.type));
+    pipe::ForwardOp::create(pb, loc, fwdRef, mb);
+    for (auto [e, edge] : llvm::enumerate(edges))
+      if (edge.fromStage == q)
+        pipe::SendOp::create(pb, loc, mb, i64(edge.toStage), i64(2 * e),
+                             fwdRef, i64(edge.fromResult),
+                             TypeAttr::get(edge.type));
+  }
+
+  /// Gradients travel back on the activations' edges, in edge order on
+  /// both sides, so every link's send order equals its receive order.
+  void backward(Value mb, int64_t q) {
+    func::FuncOp bwd = bwds[q];
+    auto bwdRef = FlatSymbolRefAttr::get(bwd.getSymNameAttr());
+    for (auto [e, edge] : llvm::enumerate(edges)) {
+      if (edge.fromStage != q)
+        continue;
+      for (unsigned i = 0; i < bwd.getNumArguments(); ++i) {
+        auto from = bwd.getArgAttrOfType<DenseI64ArrayAttr>(i, "pipe.grad_from");
+        if (from && from[0] == edge.toStage && from[1] == edge.toArg)
+          pipe::RecvOp::create(pb, loc, mb, i64(edge.toStage), i64(2 * e + 1),
+                               bwdRef, i64(i), TypeAttr::get(edge.type));
+      }
+    }
+    pipe::BackwardOp::create(pb, loc, bwdRef, mb);
+    for (auto [e, edge] : llvm::enumerate(edges)) {
+      if (edge.toStage != q)
+        continue;
+      for (unsigned i = 0; i < bwd.getNumResults(); ++i) {
+        auto arg = bwd.getResultAttrOfType<IntegerAttr>(i, "pipe.grad_of_arg");
+        if (arg && arg.getInt() == edge.toArg)
+          pipe::SendOp::create(pb, loc, mb, i64(edge.fromStage), i64(2 * e + 1),
+                               bwdRef, i64(i), TypeAttr::get(edge.type));
+      }
+    }
+  }
+
+  /// `update`: a pipe.step follows every backward of the body (after an
+  /// all-reduce of the gradients on a replicated stage: PipeDream's 1F1B-RR
+  /// averages its replicas' minibatch gradients, 2BW sums the batch's).
+  void ops(ArrayRef<SchedOp> body, Value iv, bool update) {
+    auto stepRef = FlatSymbolRefAttr::get(step.getSymNameAttr());
+    for (const SchedOp &op : body) {
+      Value mb = iv;
+      if (!iv || op.microbatch != 0) {
+        Value base = arith::ConstantIndexOp::create(pb, loc, op.microbatch);
+        mb = iv ? arith::AddIOp::create(pb, loc, iv, base).getResult() : base;
+      }
+      const int64_t q = int64_t(op.chunk) * devices + s;
+      if (op.kind == PassKind::Forward) {
+        forward(mb, q);
+      } else if (op.kind == PassKind::BackwardWeight) {
+        auto bwdw = module.lookupSymbol<func::FuncOp>(stageFuncName(q, "bwdw"));
+        pipe::BackwardWeightOp::create(
+            pb, loc, FlatSymbolRefAttr::get(bwdw.getSymNameAttr()), mb);
+      } else {
+        backward(mb, q);
+        if (update && r > 1)
+          pipe::AllReduceOp::create(
+              pb, loc, mb,
+              kind == ScheduleKind::OneFOneB ? pb.getUnitAttr() : UnitAttr());
+        if (update)
+          pipe::StepOp::create(pb, loc, stepRef, mb);
+      }
+    }
+  }
+
+  /// A segment: its body once, or an scf.for of `trips` trips.
+  void segment(const Segment &seg, bool update) {
+    if (seg.trips <= 0)
+      return;
+    if (seg.trips == 1) {
+      ops(seg.body, Value(), update);
+      return;
+    }
+    Value lb = arith::ConstantIndexOp::create(pb, loc, 0);
+    Value ub = arith::ConstantIndexOp::create(pb, loc, seg.trips);
+    Value one = arith::ConstantIndexOp::create(pb, loc, 1);
+    auto loop = scf::ForOp::create(pb, loc, lb, ub, one);
+    OpBuilder::InsertionGuard guard(pb);
+    pb.setInsertionPoint(loop.getBody()->getTerminator());
+    // Trip t runs microbatch index + t * stride (stride r on a replica).
+    Value iv = loop.getInductionVar();
+    if (seg.stride != 1)
+      iv = arith::MulIOp::create(
+          pb, loc, iv, arith::ConstantIndexOp::create(pb, loc, seg.stride));
+    ops(seg.body, iv, update);
+  }
+};
+
 struct PipeBuildSchedulePass
     : public pipec::impl::PipeBuildSchedulePassBase<PipeBuildSchedulePass> {
   using Base::Base;
@@ -99,19 +274,7 @@ struct PipeBuildSchedulePass
       for (int64_t q = 0; q < numStages; ++q)
         if (failed(splitBackward(module, q)))
           return signalPassFailure();
-
-    SmallVector<Edge> edges;
-    for (auto [k, fn] : llvm::enumerate(fwds))
-      for (unsigned a = 0; a < fn.getNumArguments(); ++a)
-        if (auto from = fn.getArgAttrOfType<DenseI64ArrayAttr>(a, "pipe.from"))
-          edges.push_back({from[0], from[1], static_cast<int64_t>(k), a,
-                           fn.getArgumentTypes()[a]});
-
-    // Replicas per stage (1F1B-RR): empty = one each. Split replicas
-    // (DAPPLE): each replica runs the unreplicated stage's program on its
-    // slice of every microbatch.
-    std::vector<int> replicaCounts = request.replicas;
-    const bool split = splitSamples > 0;
+    SmallVector<Edge> edges = boundaryEdges(fwds);
     // Groups of tied stages (device positions) in a canonical order, each
     // with its weights.
     std::map<std::vector<int64_t>, SmallVector<Attribute>> tieGroups;
@@ -123,57 +286,20 @@ struct PipeBuildSchedulePass
         tieGroups[std::vector<int64_t>(positions.begin(), positions.end())]
             .push_back(FlatSymbolRefAttr::get(entry.getName()));
       }
-
-    // The rank programs: (stage, replica, schedule), stage-major.
-    struct RankProgram {
-      int64_t stage, replica;
-      StageSchedule schedule;
-    };
+    // Replicas per stage (1F1B-RR): empty = one each. Split replicas
+    // (DAPPLE): each replica runs the unreplicated stage's program on its
+    // slice of every microbatch.
+    std::vector<int> replicaCounts = request.replicas;
     std::vector<RankProgram> rankPrograms;
-    if (!continuous) {
-      ScheduleOptions options;
-      if (!split)
-        options.replicas = replicaCounts;
-      options.chunks = int(chunks);
-      options.warmup = warmup == "B" ? WarmupPolicy::B : WarmupPolicy::A;
-      ScheduleResult result =
-          generateSchedule(*kind, int(devices), microbatches, options);
-      if (!result.ok) {
-        module.emitError("cannot build the schedule: ") << result.error;
-        return signalPassFailure();
-      }
-      if (!split)
-        replicaCounts = result.replicas;
-      else if (replicaCounts.empty())
-        replicaCounts.assign(size_t(devices), 1);
-      for (const RankSchedule &r : result.ranks)
-        for (int j = 0; j < (split ? replicaCounts[r.stage] : 1); ++j)
-          rankPrograms.push_back(
-              {r.stage, split ? j : r.replica, r.schedule});
-    } else {
-      if (replicaCounts.empty())
-        replicaCounts.assign(numStages, 1);
-      for (int64_t s = 0; s < numStages; ++s)
-        for (int j = 0; j < replicaCounts[s]; ++j)
-          rankPrograms.push_back({s, j, {}});
-    }
+    if (failed(buildRankPrograms(*kind, numStages, devices, replicaCounts,
+                                 rankPrograms)))
+      return signalPassFailure();
+    recordPlanReplicas(numStages, devices, replicaCounts);
+
     // The continuous schedules' in-flight depth per stage replica
     // (1F1B-RR): K_s = ceil(W_s / r_s), p - s without replicas.
     const std::vector<int64_t> depth = pipedreamDepths(replicaCounts);
-    // The plan records the replica counts it is built with (stage c*p + s
-    // of an interleaved plan has the replicas of device position s).
-    if (auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan)) {
-      SmallVector<int64_t> perStage;
-      for (int64_t q = 0; q < numStages; ++q)
-        perStage.push_back(replicaCounts[size_t(q % devices)]);
-      module->setAttr(pipe::attrs::kPlan,
-                      pipe::PlanAttr::get(
-                          module.getContext(), plan.getAlgorithm(),
-                          plan.getFirst(), plan.getLast(),
-                          DenseI64ArrayAttr::get(module.getContext(), perStage),
-                          plan.getPredictedIterationS()));
-    }
-
+    const bool split = splitSamples > 0;
     OpBuilder b(module.getContext());
     b.setInsertionPointToEnd(module.getBody());
     Location loc = module.getLoc();
@@ -183,164 +309,95 @@ struct PipeBuildSchedulePass
         split ? b.getI64IntegerAttr(splitSamples) : IntegerAttr());
     pipeline.getBody().emplaceBlock();
     b.setInsertionPointToEnd(&pipeline.getBody().front());
-
     for (auto [rankIndex, rp] : llvm::enumerate(rankPrograms)) {
       // Device position s runs stage s, or the chunks c*p + s (interleaved).
       const int64_t s = rp.stage;
       // A continuous stage replica runs K_s - 1 forwards ahead of its
       // backwards and holds the microbatches of its last K_s pairs.
-      const int64_t r = replicaCounts[size_t(s)];
-      const int64_t warmup = depth[size_t(s)] - 1;
-      int64_t slots =
-          continuous ? warmup + 1 : peakInflight(rp.schedule.flatten());
+      const int64_t warmupForwards = depth[size_t(s)] - 1;
+      int64_t slots = continuous ? warmupForwards + 1
+                                 : peakInflight(rp.schedule.flatten());
       auto program = pipe::ProgramOp::create(
           b, loc, b.getStringAttr("rank" + std::to_string(rankIndex)),
           b.getI64IntegerAttr(s), b.getI64IntegerAttr(rp.replica),
           b.getI64IntegerAttr(std::max<int64_t>(slots, 1)));
       program.getBody().emplaceBlock();
-      OpBuilder pb = OpBuilder::atBlockEnd(&program.getBody().front());
-
-      auto i64 = [&](int64_t v) { return pb.getI64IntegerAttr(v); };
-      // The ops of (virtual) stage q.
-      auto emitForward = [&](Value mb, int64_t q) {
-        auto fwdRef = FlatSymbolRefAttr::get(fwds[q].getSymNameAttr());
-        for (auto [e, edge] : llvm::enumerate(edges))
-          if (edge.toStage == q)
-            pipe::RecvOp::create(pb, loc, mb, i64(edge.fromStage), i64(2 * e),
-                                 fwdRef, i64(edge.toArg), TypeAttr::get(edge.type));
-        pipe::ForwardOp::create(pb, loc, fwdRef, mb);
-        for (auto [e, edge] : llvm::enumerate(edges))
-          if (edge.fromStage == q)
-            pipe::SendOp::create(pb, loc, mb, i64(edge.toStage), i64(2 * e),
-                                 fwdRef, i64(edge.fromResult),
-                                 TypeAttr::get(edge.type));
-      };
-      // Gradients travel back on the activations' edges, in edge order on
-      // both sides, so every link's send order equals its receive order.
-      auto emitBackward = [&](Value mb, int64_t q) {
-        func::FuncOp bwd = bwds[q];
-        auto bwdRef = FlatSymbolRefAttr::get(bwd.getSymNameAttr());
-        for (auto [e, edge] : llvm::enumerate(edges)) {
-          if (edge.fromStage != q)
-            continue;
-          for (unsigned i = 0; i < bwd.getNumArguments(); ++i) {
-            auto from =
-                bwd.getArgAttrOfType<DenseI64ArrayAttr>(i, "pipe.grad_from");
-            if (from && from[0] == edge.toStage && from[1] == edge.toArg)
-              pipe::RecvOp::create(pb, loc, mb, i64(edge.toStage),
-                                   i64(2 * e + 1), bwdRef, i64(i),
-                                   TypeAttr::get(edge.type));
-          }
-        }
-        pipe::BackwardOp::create(pb, loc, bwdRef, mb);
-        for (auto [e, edge] : llvm::enumerate(edges)) {
-          if (edge.toStage != q)
-            continue;
-          for (unsigned i = 0; i < bwd.getNumResults(); ++i) {
-            auto arg =
-                bwd.getResultAttrOfType<IntegerAttr>(i, "pipe.grad_of_arg");
-            if (arg && arg.getInt() == edge.toArg)
-              pipe::SendOp::create(pb, loc, mb, i64(edge.fromStage),
-                                   i64(2 * e + 1), bwdRef, i64(i),
-                                   TypeAttr::get(edge.type));
-          }
-        }
-      };
-      auto stepRef = FlatSymbolRefAttr::get(steps[s].getSymNameAttr());
-      // `update`: a pipe.step follows every backward of the body (after an
-      // all-reduce of the gradients on a replicated stage: PipeDream's
-      // 1F1B-RR averages its replicas' minibatch gradients, 2BW sums the
-      // batch's).
-      auto emitOps = [&](ArrayRef<SchedOp> body, Value iv, bool update) {
-        for (const SchedOp &op : body) {
-          Value mb = iv;
-          if (!iv || op.microbatch != 0) {
-            Value base = arith::ConstantIndexOp::create(pb, loc, op.microbatch);
-            mb = iv ? arith::AddIOp::create(pb, loc, iv, base).getResult()
-                    : base;
-          }
-          const int64_t q = int64_t(op.chunk) * devices + s;
-          if (op.kind == PassKind::Forward) {
-            emitForward(mb, q);
-          } else if (op.kind == PassKind::BackwardWeight) {
-            auto bwdw = module.lookupSymbol<func::FuncOp>(stageFuncName(q, "bwdw"));
-            pipe::BackwardWeightOp::create(
-                pb, loc, FlatSymbolRefAttr::get(bwdw.getSymNameAttr()), mb);
-          } else {
-            emitBackward(mb, q);
-            if (update && r > 1)
-              pipe::AllReduceOp::create(
-                  pb, loc, mb,
-                  *kind == ScheduleKind::OneFOneB ? pb.getUnitAttr()
-                                                  : UnitAttr());
-            if (update)
-              pipe::StepOp::create(pb, loc, stepRef, mb);
-          }
-        }
-      };
-      auto emitSegment = [&](const Segment &seg, bool update) {
-        if (seg.trips <= 0)
-          return;
-        if (seg.trips == 1) {
-          emitOps(seg.body, Value(), update);
-          return;
-        }
-        Value lb = arith::ConstantIndexOp::create(pb, loc, 0);
-        Value ub = arith::ConstantIndexOp::create(pb, loc, seg.trips);
-        Value one = arith::ConstantIndexOp::create(pb, loc, 1);
-        auto loop = scf::ForOp::create(pb, loc, lb, ub, one);
-        OpBuilder::InsertionGuard guard(pb);
-        pb.setInsertionPoint(loop.getBody()->getTerminator());
-        // Trip t runs microbatch index + t * stride (stride r on a replica).
-        Value iv = loop.getInductionVar();
-        if (seg.stride != 1)
-          iv = arith::MulIOp::create(
-              pb, loc, iv, arith::ConstantIndexOp::create(pb, loc, seg.stride));
-        emitOps(seg.body, iv, update);
-      };
-      if (!continuous) {
-        for (const Segment &seg : rp.schedule.segments)
-          emitSegment(seg, false);
-        pipe::FlushOp::create(pb, loc);
-        if (replicaCounts[s] > 1)
-          pipe::AllReduceOp::create(pb, loc, Value(), UnitAttr());
-        for (auto &[stages, weights] : tieGroups)
-          if (llvm::is_contained(stages, s))
-            pipe::TieReduceOp::create(pb, loc, pb.getArrayAttr(weights),
-                                      pb.getDenseI64ArrayAttr(stages));
-        for (int64_t c = 0; c < chunks; ++c)
-          pipe::StepOp::create(
-              pb, loc,
-              FlatSymbolRefAttr::get(steps[c * devices + s].getSymNameAttr()),
-              Value());
-        continue;
-      }
-      // One window of continuous 1F1B: pair i = {F(i), B(i - w)}, so the
-      // backward of microbatch k follows the forward of k + w (thesis.md
-      // §5.3). Replica j of r (1F1B-RR) runs microbatches j, j + r, ...:
-      // pair i = {F(j + i r), B(j + (i - w) r)}, m / r pairs per window.
-      // PipeDream updates after every backward (every replica together,
-      // one round of r minibatches); 2BW after the backward of the
-      // replica's last microbatch of a batch (m - r + j), which is pair
-      // (w + m/r - 1) mod (m/r): of this window's batch when w = 0, else of
-      // the previous one.
-      const int64_t perReplica = microbatches / r;
-      auto pairs = [&](int64_t first, int64_t trips) {
-        int64_t mb = rp.replica + first * r;
-        return Segment{{{PassKind::Forward, mb},
-                        {PassKind::Backward, mb - warmup * r}},
-                       trips,
-                       r};
-      };
-      if (*kind == ScheduleKind::OneFOneB) {
-        emitSegment(pairs(0, perReplica), true);
-        continue;
-      }
-      int64_t last = (warmup + perReplica - 1) % perReplica;
-      emitSegment(pairs(0, last), false);
-      emitSegment(pairs(last, 1), true);
-      emitSegment(pairs(last + 1, perReplica - last - 1), false);
+      ProgramEmitter emit(module, *kind, fwds, bwds, edges, devices, s,
+                          replicaCounts[size_t(s)], steps[s],
+                          OpBuilder::atBlockEnd(&program.getBody().front()));
+      if (continuous)
+        emit.continuousWindow(rp.replica, warmupForwards, microbatches);
+      else
+        emit.flushSchedule(rp.schedule, tieGroups, steps, chunks);
     }
+  }
+
+  /// Every boundary tensor, from the forwards' pipe.from argument marks.
+  static SmallVector<Edge> boundaryEdges(ArrayRef<func::FuncOp> fwds) {
+    SmallVector<Edge> edges;
+    for (auto [k, constFn] : llvm::enumerate(fwds)) {
+      func::FuncOp fn = constFn;
+      for (unsigned a = 0; a < fn.getNumArguments(); ++a)
+        if (auto from = fn.getArgAttrOfType<DenseI64ArrayAttr>(a, "pipe.from"))
+          edges.push_back({from[0], from[1], static_cast<int64_t>(k), a,
+                           fn.getArgumentTypes()[a]});
+    }
+    return edges;
+  }
+
+  /// The programs of every rank: lib/Schedule's generator for the
+  /// synchronous schedules (its replica counts filled in), one empty
+  /// window per stage replica for the continuous ones.
+  LogicalResult buildRankPrograms(ScheduleKind kind, int64_t numStages,
+                                  int64_t devices,
+                                  std::vector<int> &replicaCounts,
+                                  std::vector<RankProgram> &rankPrograms) {
+    const bool split = splitSamples > 0;
+    if (!isFlushSchedule(kind)) {
+      if (replicaCounts.empty())
+        replicaCounts.assign(numStages, 1);
+      for (int64_t s = 0; s < numStages; ++s)
+        for (int j = 0; j < replicaCounts[s]; ++j)
+          rankPrograms.push_back({s, j, {}});
+      return success();
+    }
+    ScheduleOptions options;
+    if (!split)
+      options.replicas = replicaCounts;
+    options.chunks = int(chunks);
+    options.warmup = warmup == "B" ? WarmupPolicy::B : WarmupPolicy::A;
+    ScheduleResult result =
+        generateSchedule(kind, int(devices), microbatches, options);
+    if (!result.ok)
+      return getOperation().emitError("cannot build the schedule: ")
+             << result.error;
+    if (!split)
+      replicaCounts = result.replicas;
+    else if (replicaCounts.empty())
+      replicaCounts.assign(size_t(devices), 1);
+    for (const RankSchedule &r : result.ranks)
+      for (int j = 0; j < (split ? replicaCounts[r.stage] : 1); ++j)
+        rankPrograms.push_back({r.stage, split ? j : r.replica, r.schedule});
+    return success();
+  }
+
+  /// The plan records the replica counts it is built with (stage c*p + s of
+  /// an interleaved plan has the replicas of device position s).
+  void recordPlanReplicas(int64_t numStages, int64_t devices,
+                          const std::vector<int> &replicaCounts) {
+    ModuleOp module = getOperation();
+    auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
+    if (!plan)
+      return;
+    SmallVector<int64_t> perStage;
+    for (int64_t q = 0; q < numStages; ++q)
+      perStage.push_back(replicaCounts[size_t(q % devices)]);
+    module->setAttr(pipe::attrs::kPlan,
+                    pipe::PlanAttr::get(
+                        module.getContext(), plan.getAlgorithm(),
+                        plan.getFirst(), plan.getLast(),
+                        DenseI64ArrayAttr::get(module.getContext(), perStage),
+                        plan.getPredictedIterationS()));
   }
 };
 
