@@ -210,6 +210,21 @@ bool convertWith(const NodeContext &c) {
   return (f.*M)();
 }
 
+/// The OpSpec of an op whose conversion is member function M of family
+/// struct F.
+template <class F, bool (F::*M)()>
+OpSpec conversion(const char *family, const char *op, int since = 13,
+                  Operands operands = Operands::Float, const char *note = "") {
+  OpSpec s;
+  s.op = op;
+  s.since = since;
+  s.family = family;
+  s.operands = operands;
+  s.convert = &convertWith<F, M>;
+  s.note = note;
+  return s;
+}
+
 // One per file under ops/.
 void registerElementwiseOps(OpRegistry &r);
 void registerMatMulOps(OpRegistry &r);

@@ -352,37 +352,27 @@ struct ConvPool : NodeContext {
   }
 };
 
-OpSpec spec(const char *op, ConvertFn fn, Operands operands, const char *note) {
-  OpSpec s;
-  s.op = op;
-  s.since = 13;
-  s.family = "conv-pool";
-  s.operands = operands;
-  s.convert = fn;
-  s.note = note;
-  return s;
+template <bool (ConvPool::*M)()>
+OpSpec spec(const char *op, Operands operands, const char *note) {
+  return conversion<ConvPool, M>("conv-pool", op, 13, operands, note);
 }
 
 } // namespace
 
 void registerConvPoolOps(OpRegistry &r) {
-  auto window = &convertWith<ConvPool, &ConvPool::window>;
-  r.add(spec("Conv", window, Operands::Float,
-             "1-D and 2-D, groups, dilations, auto_pad"));
-  r.add(spec("MaxPool", window, Operands::Float,
-             "1-D and 2-D; no Indices output, storage_order 0"));
-  r.add(spec("AveragePool", window, Operands::Float,
-             "1-D and 2-D, count_include_pad"));
-  r.add(spec("ConvTranspose", &convertWith<ConvPool, &ConvPool::convTranspose>,
-             Operands::Float, "1-D and 2-D, output_padding, output_shape"));
-  r.add(spec("GlobalAveragePool",
-             &convertWith<ConvPool, &ConvPool::globalAveragePool>,
-             Operands::Float, ""));
-  auto resize = &convertWith<ConvPool, &ConvPool::resize>;
-  r.add(spec("Resize", resize, Operands::FirstFloat,
-             "nearest by whole factors, or linear over H and W"));
-  r.add(spec("Upsample", resize, Operands::FirstFloat,
-             "nearest by whole factors, or linear over H and W"));
+  using C = ConvPool;
+  r.add(spec<&C::window>("Conv", Operands::Float,
+                         "1-D and 2-D, groups, dilations, auto_pad"));
+  r.add(spec<&C::window>("MaxPool", Operands::Float,
+                         "1-D and 2-D; no Indices output, storage_order 0"));
+  r.add(spec<&C::window>("AveragePool", Operands::Float,
+                         "1-D and 2-D, count_include_pad"));
+  r.add(spec<&C::convTranspose>("ConvTranspose", Operands::Float,
+                                "1-D and 2-D, output_padding, output_shape"));
+  r.add(spec<&C::globalAveragePool>("GlobalAveragePool", Operands::Float, ""));
+  for (const char *op : {"Resize", "Upsample"})
+    r.add(spec<&C::resize>(op, Operands::FirstFloat,
+                           "nearest by whole factors, or linear over H and W"));
 }
 
 } // namespace pipec::import

@@ -259,14 +259,7 @@ struct Elementwise : NodeContext {
 template <bool (Elementwise::*M)()>
 OpSpec spec(const char *op, int since = 13,
             Operands operands = Operands::Float, const char *note = "") {
-  OpSpec s;
-  s.op = op;
-  s.since = since;
-  s.family = "elementwise";
-  s.operands = operands;
-  s.convert = &convertWith<Elementwise, M>;
-  s.note = note;
-  return s;
+  return conversion<Elementwise, M>("elementwise", op, since, operands, note);
 }
 
 } // namespace

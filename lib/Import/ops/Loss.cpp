@@ -37,15 +37,10 @@ struct Losses : NodeContext {
 } // namespace
 
 void registerLossOps(OpRegistry &r) {
-  OpSpec s;
-  s.op = "SoftmaxCrossEntropyLoss";
-  s.since = 13;
-  s.family = "loss";
-  s.operands = Operands::Labeled;
-  s.convert = &convertWith<Losses, &Losses::softmaxCrossEntropy>;
-  s.note = "reductions mean/sum/none, weights, ignore_index; log_prob is "
-           "not differentiated";
-  r.add(s);
+  r.add(conversion<Losses, &Losses::softmaxCrossEntropy>(
+      "loss", "SoftmaxCrossEntropyLoss", 13, Operands::Labeled,
+      "reductions mean/sum/none, weights, ignore_index; log_prob is not "
+      "differentiated"));
 }
 
 } // namespace pipec::import

@@ -184,29 +184,20 @@ struct Masks : NodeContext {
   }
 };
 
-OpSpec spec(const char *op, ConvertFn fn, const char *note = "") {
-  OpSpec s;
-  s.op = op;
-  s.since = 13;
-  s.family = "masks";
-  s.operands = Operands::Any;
-  s.convert = fn;
-  s.note = note;
-  return s;
+template <bool (Masks::*M)()>
+OpSpec spec(const char *op, const char *note) {
+  return conversion<Masks, M>("masks", op, 13, Operands::Any, note);
 }
 
 } // namespace
 
 void registerMaskOps(OpRegistry &r) {
-  auto logic = &convertWith<Masks, &Masks::logic>;
   for (const auto &[op, pred] : predicates())
-    r.add(spec(op.c_str(), logic, "float32 or int64/bool operands alike"));
+    r.add(spec<&Masks::logic>(op.c_str(), "float32 or int64/bool operands alike"));
   for (const char *op : {"Not", "And", "Or"})
-    r.add(spec(op, logic, "bool operands"));
-  r.add(spec("Cast", &convertWith<Masks, &Masks::cast_>,
-             "to float32, int64 or bool"));
-  r.add(spec("Where", &convertWith<Masks, &Masks::where_>,
-             "constant or run-time bool condition"));
+    r.add(spec<&Masks::logic>(op, "bool operands"));
+  r.add(spec<&Masks::cast_>("Cast", "to float32, int64 or bool"));
+  r.add(spec<&Masks::where_>("Where", "constant or run-time bool condition"));
 }
 
 } // namespace pipec::import

@@ -34,23 +34,15 @@ struct MatMuls : NodeContext {
   }
 };
 
-OpSpec spec(const char *op, ConvertFn fn, const char *note) {
-  OpSpec s;
-  s.op = op;
-  s.since = 13;
-  s.family = "matmul";
-  s.convert = fn;
-  s.note = note;
-  return s;
-}
-
 } // namespace
 
 void registerMatMulOps(OpRegistry &r) {
-  r.add(spec("Gemm", &convertWith<MatMuls, &MatMuls::gemm>,
-             "alpha, beta, transA, transB; optional C"));
-  r.add(spec("MatMul", &convertWith<MatMuls, &MatMuls::matmul>,
-             "rank >= 2, batched and broadcasting"));
+  r.add(conversion<MatMuls, &MatMuls::gemm>(
+      "matmul", "Gemm", 13, Operands::Float,
+      "alpha, beta, transA, transB; optional C"));
+  r.add(conversion<MatMuls, &MatMuls::matmul>(
+      "matmul", "MatMul", 13, Operands::Float,
+      "rank >= 2, batched and broadcasting"));
 }
 
 } // namespace pipec::import

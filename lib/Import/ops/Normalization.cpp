@@ -72,25 +72,15 @@ struct Normalization : NodeContext {
   }
 };
 
-OpSpec spec(const char *op, int since, ConvertFn fn, const char *note) {
-  OpSpec s;
-  s.op = op;
-  s.since = since;
-  s.family = "normalization";
-  s.convert = fn;
-  s.note = note;
-  return s;
-}
-
 } // namespace
 
 void registerNormalizationOps(OpRegistry &r) {
-  r.add(spec("BatchNormalization", 13,
-             &convertWith<Normalization, &Normalization::batchNorm>,
-             "training and inference mode; running statistics updated"));
-  r.add(spec("LayerNormalization", 17,
-             &convertWith<Normalization, &Normalization::layerNorm>,
-             "Mean and InvStdDev outputs are not differentiated"));
+  r.add(conversion<Normalization, &Normalization::batchNorm>(
+      "normalization", "BatchNormalization", 13, Operands::Float,
+      "training and inference mode; running statistics updated"));
+  r.add(conversion<Normalization, &Normalization::layerNorm>(
+      "normalization", "LayerNormalization", 17, Operands::Float,
+      "Mean and InvStdDev outputs are not differentiated"));
 }
 
 } // namespace pipec::import

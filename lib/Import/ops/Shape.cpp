@@ -332,14 +332,7 @@ struct Shapes : NodeContext {
 template <bool (Shapes::*M)()>
 OpSpec spec(const char *op, Operands operands, const char *note = "",
             int since = 13) {
-  OpSpec s;
-  s.op = op;
-  s.since = since;
-  s.family = "shape";
-  s.operands = operands;
-  s.convert = &convertWith<Shapes, M>;
-  s.note = note;
-  return s;
+  return conversion<Shapes, M>("shape", op, since, operands, note);
 }
 
 } // namespace

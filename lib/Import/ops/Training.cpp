@@ -73,14 +73,9 @@ struct Optimizers : NodeContext {
 
 void registerTrainingOps(OpRegistry &r) {
   for (const char *op : {"Momentum", "Adam", "Adagrad"}) {
-    OpSpec s;
+    OpSpec s = conversion<Optimizers, &Optimizers::update>(
+        "training", op, 1, Operands::Labeled, "every group of one node");
     s.domain = kTrainingDomain;
-    s.op = op;
-    s.since = 1;
-    s.family = "training";
-    s.operands = Operands::Labeled;
-    s.convert = &convertWith<Optimizers, &Optimizers::update>;
-    s.note = "every group of one node";
     r.add(s);
   }
 }
