@@ -3,12 +3,16 @@
 // Pipeline of the importer:
 //   1. parse the protobuf (a truncated or foreign file fails here);
 //   2. upgrade opsets older than kMinOpset with ONNX's version converter;
-//   3. refuse unsupported operators, listing each once with its nodes;
+//   3. refuse unsupported operators (absent from the registry), listing each
+//      once with its nodes;
 //   4. run ONNX's checker;
 //   5. specialise input shapes (batch / --input-shape) and run ONNX shape
 //      inference, so every value gets a static type;
-//   6. emit nn ops in graph order (ONNX requires topological order), float
-//      initializers as mutable ml_program globals with dense_resource data.
+//   6. emit nn ops in graph order (ONNX requires topological order), each
+//      node by the conversion its op registered (Convert.h, ops/<Family>.cpp),
+//      float initializers as mutable ml_program globals with dense_resource
+//      data.
+// This file is the driver; it converts no op itself.
 // Every failure is a message for the user; nothing here aborts.
 //
 //===----------------------------------------------------------------------===//
