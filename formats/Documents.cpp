@@ -48,7 +48,7 @@ public:
     const Json &v = get(key);
     if (!v.is_number_integer() || v.get<int64_t>() < min)
       throw FormatError(what + ": \"" + key +
-                    "\" is not an integer >= " + std::to_string(min));
+                        "\" is not an integer >= " + std::to_string(min));
     return v.get<int64_t>();
   }
   bool boolean(const char *key, bool dflt) const {
@@ -70,7 +70,7 @@ public:
       }
     if (!v.is_array() || dims.size() != v.size())
       throw FormatError(what + ": \"" + key +
-                    "\" is not a list of non-negative integers");
+                        "\" is not a list of non-negative integers");
     return dims;
   }
   const Json &list(const char *key) const {
@@ -111,6 +111,137 @@ std::string listString(const std::vector<int> &v) {
 
 } // namespace
 
+namespace {
+
+/// The stage description's "policy" (StagePolicy.h).
+void parsePolicy(const Reader &r, const std::string &what, StageDesc &d) {
+  Reader policy(r.get("policy"), what + ": \"policy\"");
+  auto rule = formats::parseUpdateRule(policy.str("update"));
+  if (!rule)
+    throw FormatError(what + ": unknown update rule \"" + policy.str("update") +
+                      "\" (flush, per-microbatch or 2bw)");
+  d.policy.update = *rule;
+  d.policy.flush = policy.boolean("flush", true);
+  d.policy.versionsKept = policy.integer("versions_kept", 1);
+  if (d.policy.flush != (*rule == formats::UpdateRule::Flush))
+    throw FormatError(what + ": \"policy\": the update rule \"" +
+                      policy.str("update") + "\" and \"flush\": " +
+                      (d.policy.flush ? "true" : "false") + " disagree");
+}
+
+/// "weights": each inside the arena, of the stage's precision, once.
+void parseWeights(const Reader &r, const std::string &what,
+                  const std::string &precision, StageDesc &d) {
+  std::set<std::string> names;
+  for (const Json &w : r.list("weights")) {
+    Reader wr(w, what + " weight");
+    WeightSpec spec;
+    spec.name = wr.str("name");
+    Reader named(w, what + " weight '" + spec.name + "'");
+    spec.offset = named.integer("offset");
+    spec.shape = named.shape("shape");
+    std::string dtype = named.has("dtype") ? named.str("dtype") : "f32";
+    if (dtype != precision)
+      throw FormatError(what + " weight '" + spec.name + "' has dtype " +
+                        dtype + " in a " + precision + " stage");
+    spec.bytes = product(spec.shape) * d.realBytes;
+    if (spec.offset % d.realBytes != 0 ||
+        spec.offset + spec.bytes > d.arenaBytes)
+      throw FormatError(what + " weight '" + spec.name + "' at offset " +
+                        std::to_string(spec.offset) + " (" +
+                        std::to_string(spec.bytes) +
+                        " bytes) is misaligned or outside the arena of " +
+                        std::to_string(d.arenaBytes) + " bytes");
+    if (!names.insert(spec.name).second)
+      throw FormatError(what + " lists weight '" + spec.name + "' twice");
+    d.weights.push_back(std::move(spec));
+  }
+}
+
+/// "feeds": model inputs and labels at the microbatch (or the replica's
+/// slice of it).
+void parseFeeds(const Reader &r, const std::string &what,
+                const std::string &precision, StageDesc &d) {
+  if (!r.has("feeds"))
+    return;
+  for (const Json &f : r.list("feeds")) {
+    Reader fr(f, what + " feed");
+    FeedSpec spec;
+    spec.name = fr.str("name");
+    Reader named(f, what + " feed '" + spec.name + "'");
+    std::string kind = named.str("kind");
+    std::string dtype = named.str("dtype");
+    spec.shape = named.shape("shape");
+    if (spec.shape.empty() || spec.shape[0] != d.sliceSize)
+      throw FormatError(what + " feed '" + spec.name +
+                        "': the leading dimension of \"shape\" must be the "
+                        "microbatch size " +
+                        std::to_string(d.microbatch) +
+                        (d.replicaSplit
+                             ? " split over " + std::to_string(d.replicas) +
+                                   " replicas (" + std::to_string(d.sliceSize) +
+                                   ")"
+                             : std::string()));
+    spec.sampleElems = product(spec.shape, 1);
+    if (kind == "input") {
+      spec.kind = FeedSpec::Kind::Input;
+      spec.index = named.integer("index");
+      if (dtype == "i64") {
+        // Integer inputs (token ids) are bounded like labels.
+        spec.isInt = true;
+        spec.classes = named.integer("classes", 1);
+        spec.bytes = product(spec.shape) * 8;
+      } else if (dtype == precision) {
+        spec.realBytes = d.realBytes;
+        spec.bytes = product(spec.shape) * d.realBytes;
+      } else {
+        throw FormatError(what + " feed '" + spec.name + "' has dtype " +
+                          dtype + "; model inputs of a " + precision +
+                          " stage must be " + precision + " or i64");
+      }
+    } else if (kind == "labels") {
+      spec.kind = FeedSpec::Kind::Labels;
+      spec.isInt = true;
+      spec.classes = named.integer("classes", 1);
+      if (dtype != "i64")
+        throw FormatError(what + " feed '" + spec.name + "' has dtype " +
+                          dtype + "; labels must be i64");
+      spec.bytes = product(spec.shape) * 8;
+    } else {
+      throw FormatError(what + " feed '" + spec.name + "' has kind \"" + kind +
+                        "\" (expected \"input\" or \"labels\")");
+    }
+    d.feeds.push_back(std::move(spec));
+  }
+}
+
+/// "ops": the profiler's metadata.
+void parseOps(const Reader &r, const std::string &what, StageDesc &d) {
+  if (!r.has("ops"))
+    return;
+  for (const Json &o : r.list("ops")) {
+    Reader orr(o, what + " op");
+    OpSpec spec;
+    spec.name = orr.str("name");
+    Reader named(o, what + " op '" + spec.name + "'");
+    spec.op = named.str("op");
+    spec.outBytes = named.has("out_bytes") ? named.integer("out_bytes") : 0;
+    spec.paramBytes =
+        named.has("param_bytes") ? named.integer("param_bytes") : 0;
+    spec.savedBytes =
+        named.has("saved_bytes") ? named.integer("saved_bytes") : 0;
+    if (named.has("inputs"))
+      for (const Json &in : named.list("inputs")) {
+        if (!in.is_string())
+          throw FormatError(what + " op '" + spec.name +
+                            "': \"inputs\" must list op names");
+        spec.inputs.push_back(in.get<std::string>());
+      }
+    d.ops.push_back(std::move(spec));
+  }
+}
+
+} // namespace
 
 StageDesc parseStageDesc(const std::string &json) {
   const std::string what = "stage description";
@@ -119,41 +250,31 @@ StageDesc parseStageDesc(const std::string &json) {
   std::string format = r.str("format");
   if (format != "pipec.stage/2")
     throw FormatError("stage description has format \"" + format +
-                  "\"; this runtime reads \"pipec.stage/2\"");
+                      "\"; this runtime reads \"pipec.stage/2\"");
   int64_t abi = r.integer("abi");
   if (abi != PIPEC_RT_ABI_VERSION)
     throw FormatError("stage binary was generated for runtime ABI " +
-                  std::to_string(abi) + " but this runtime implements ABI " +
-                  std::to_string(PIPEC_RT_ABI_VERSION));
+                      std::to_string(abi) +
+                      " but this runtime implements ABI " +
+                      std::to_string(PIPEC_RT_ABI_VERSION));
   StageDesc d;
   d.buildId = r.str("build_id");
   d.numStages = int(r.integer("num_stages", 1));
   d.stage = int(r.integer("stage"));
   if (d.stage >= d.numStages)
     throw FormatError(what + ": stage " + std::to_string(d.stage) +
-                  " is not below num_stages " + std::to_string(d.numStages));
+                      " is not below num_stages " +
+                      std::to_string(d.numStages));
   d.microbatches = r.integer("microbatches", 1);
   d.microbatch = r.integer("microbatch", 1);
   d.globalBatch = r.integer("global_batch", 1);
   if (d.microbatches * d.microbatch != d.globalBatch)
-    throw FormatError(what + ": microbatches (" + std::to_string(d.microbatches) +
-                  ") * microbatch (" + std::to_string(d.microbatch) +
-                  ") != global_batch (" + std::to_string(d.globalBatch) + ")");
+    throw FormatError(what + ": microbatches (" +
+                      std::to_string(d.microbatches) + ") * microbatch (" +
+                      std::to_string(d.microbatch) + ") != global_batch (" +
+                      std::to_string(d.globalBatch) + ")");
   d.schedule = r.has("schedule") ? r.str("schedule") : "";
-  {
-    Reader policy(r.get("policy"), what + ": \"policy\"");
-    auto rule = formats::parseUpdateRule(policy.str("update"));
-    if (!rule)
-      throw FormatError(what + ": unknown update rule \"" + policy.str("update") +
-                    "\" (flush, per-microbatch or 2bw)");
-    d.policy.update = *rule;
-    d.policy.flush = policy.boolean("flush", true);
-    d.policy.versionsKept = policy.integer("versions_kept", 1);
-    if (d.policy.flush != (*rule == formats::UpdateRule::Flush))
-      throw FormatError(what + ": \"policy\": the update rule \"" +
-                    policy.str("update") + "\" and \"flush\": " +
-                    (d.policy.flush ? "true" : "false") + " disagree");
-  }
+  parsePolicy(r, what, d);
   d.windowReach = r.has("window_reach") ? r.integer("window_reach")
                                         : int64_t(d.numStages - 1);
   d.arenaBytes = r.integer("arena_bytes");
@@ -162,12 +283,12 @@ StageDesc parseStageDesc(const std::string &json) {
   d.replicas = r.has("replicas") ? r.integer("replicas", 1) : 1;
   if (d.replica >= d.replicas)
     throw FormatError(what + ": replica " + std::to_string(d.replica) +
-                  " is not below replicas " + std::to_string(d.replicas));
+                      " is not below replicas " + std::to_string(d.replicas));
   d.replicaSplit = r.boolean("replica_split", false);
   if (d.replicaSplit && d.replicas > d.microbatch)
     throw FormatError(what + ": " + std::to_string(d.replicas) +
-                  " split replicas but a microbatch has only " +
-                  std::to_string(d.microbatch) + " samples");
+                      " split replicas but a microbatch has only " +
+                      std::to_string(d.microbatch) + " samples");
   std::tie(d.sliceFirst, d.sliceSize) =
       d.replicaSplit ? replicaSlice(d.microbatch, d.replicas, d.replica)
                      : std::make_pair(int64_t(0), d.microbatch);
@@ -176,13 +297,13 @@ StageDesc parseStageDesc(const std::string &json) {
   d.slots = r.has("slots") ? r.integer("slots", 1) : 1;
   if (d.versionedBytes < 0 || d.versionedBytes > d.arenaBytes || d.slots < 1)
     throw FormatError(what + ": versioned_bytes (" +
-                  std::to_string(d.versionedBytes) + ") or slots (" +
-                  std::to_string(d.slots) + ") out of range");
+                      std::to_string(d.versionedBytes) + ") or slots (" +
+                      std::to_string(d.slots) + ") out of range");
   d.loss = r.boolean("loss", false);
   const std::string precision = r.has("precision") ? r.str("precision") : "f32";
   if (precision != "f32" && precision != "f64")
     throw FormatError(what + ": precision \"" + precision +
-                  "\" (expected \"f32\" or \"f64\")");
+                      "\" (expected \"f32\" or \"f64\")");
   d.realBytes = precision == "f64" ? 8 : 4;
   if (r.has("tie_groups")) {
     for (const Json &g : r.list("tie_groups")) {
@@ -194,117 +315,22 @@ StageDesc parseStageDesc(const std::string &json) {
             stages.push_back(st.get<int64_t>());
       if (!g.is_array() || stages.size() < 2 || stages.size() != g.size())
         throw FormatError(what + ": \"tie_groups\" must list groups of two or "
-                      "more stage numbers below num_stages");
+                                 "more stage numbers below num_stages");
       d.tieGroups.push_back(std::move(stages));
     }
   }
 
-  std::set<std::string> names;
-  for (const Json &w : r.list("weights")) {
-    Reader wr(w, what + " weight");
-    WeightSpec spec;
-    spec.name = wr.str("name");
-    Reader named(w, what + " weight '" + spec.name + "'");
-    spec.offset = named.integer("offset");
-    spec.shape = named.shape("shape");
-    std::string dtype = named.has("dtype") ? named.str("dtype") : "f32";
-    if (dtype != precision)
-      throw FormatError(what + " weight '" + spec.name + "' has dtype " + dtype +
-                    " in a " + precision + " stage");
-    spec.bytes = product(spec.shape) * d.realBytes;
-    if (spec.offset % d.realBytes != 0 ||
-        spec.offset + spec.bytes > d.arenaBytes)
-      throw FormatError(what + " weight '" + spec.name + "' at offset " +
-                    std::to_string(spec.offset) + " (" +
-                    std::to_string(spec.bytes) +
-                    " bytes) is misaligned or outside the arena of " +
-                    std::to_string(d.arenaBytes) + " bytes");
-    if (!names.insert(spec.name).second)
-      throw FormatError(what + " lists weight '" + spec.name + "' twice");
-    d.weights.push_back(std::move(spec));
-  }
-
-  if (r.has("feeds")) {
-    for (const Json &f : r.list("feeds")) {
-      Reader fr(f, what + " feed");
-      FeedSpec spec;
-      spec.name = fr.str("name");
-      Reader named(f, what + " feed '" + spec.name + "'");
-      std::string kind = named.str("kind");
-      std::string dtype = named.str("dtype");
-      spec.shape = named.shape("shape");
-      if (spec.shape.empty() || spec.shape[0] != d.sliceSize)
-        throw FormatError(what + " feed '" + spec.name +
-                      "': the leading dimension of \"shape\" must be the "
-                      "microbatch size " +
-                      std::to_string(d.microbatch) +
-                      (d.replicaSplit ? " split over " +
-                                            std::to_string(d.replicas) +
-                                            " replicas (" +
-                                            std::to_string(d.sliceSize) + ")"
-                                      : std::string()));
-      spec.sampleElems = product(spec.shape, 1);
-      if (kind == "input") {
-        spec.kind = FeedSpec::Kind::Input;
-        spec.index = named.integer("index");
-        if (dtype == "i64") {
-          // Integer inputs (token ids) are bounded like labels.
-          spec.isInt = true;
-          spec.classes = named.integer("classes", 1);
-          spec.bytes = product(spec.shape) * 8;
-        } else if (dtype == precision) {
-          spec.realBytes = d.realBytes;
-          spec.bytes = product(spec.shape) * d.realBytes;
-        } else {
-          throw FormatError(what + " feed '" + spec.name + "' has dtype " + dtype +
-                        "; model inputs of a " + precision + " stage must be " +
-                        precision + " or i64");
-        }
-      } else if (kind == "labels") {
-        spec.kind = FeedSpec::Kind::Labels;
-        spec.isInt = true;
-        spec.classes = named.integer("classes", 1);
-        if (dtype != "i64")
-          throw FormatError(what + " feed '" + spec.name + "' has dtype " + dtype +
-                        "; labels must be i64");
-        spec.bytes = product(spec.shape) * 8;
-      } else {
-        throw FormatError(what + " feed '" + spec.name + "' has kind \"" + kind +
-                      "\" (expected \"input\" or \"labels\")");
-      }
-      d.feeds.push_back(std::move(spec));
-    }
-  }
-
-  if (r.has("ops")) {
-    for (const Json &o : r.list("ops")) {
-      Reader orr(o, what + " op");
-      OpSpec spec;
-      spec.name = orr.str("name");
-      Reader named(o, what + " op '" + spec.name + "'");
-      spec.op = named.str("op");
-      spec.outBytes = named.has("out_bytes") ? named.integer("out_bytes") : 0;
-      spec.paramBytes =
-          named.has("param_bytes") ? named.integer("param_bytes") : 0;
-      spec.savedBytes =
-          named.has("saved_bytes") ? named.integer("saved_bytes") : 0;
-      if (named.has("inputs"))
-        for (const Json &in : named.list("inputs")) {
-          if (!in.is_string())
-            throw FormatError(what + " op '" + spec.name +
-                          "': \"inputs\" must list op names");
-          spec.inputs.push_back(in.get<std::string>());
-        }
-      d.ops.push_back(std::move(spec));
-    }
-  }
+  parseWeights(r, what, precision, d);
+  parseFeeds(r, what, precision, d);
+  parseOps(r, what, d);
   return d;
 }
 
 Manifest readManifest(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw FormatError("cannot open manifest '" + path + "' (pass --manifest PATH)");
+    throw FormatError("cannot open manifest '" + path +
+                      "' (pass --manifest PATH)");
   std::stringstream text;
   text << in.rdbuf();
   const std::string what = "manifest '" + path + "'";
@@ -313,7 +339,7 @@ Manifest readManifest(const std::string &path) {
   std::string format = r.str("format");
   if (format != "pipec.manifest/1")
     throw FormatError(what + " has format \"" + format +
-                  "\"; this runtime reads \"pipec.manifest/1\"");
+                      "\"; this runtime reads \"pipec.manifest/1\"");
   Manifest m;
   m.path = path;
   m.buildId = r.str("build_id");
@@ -329,7 +355,8 @@ Manifest readManifest(const std::string &path) {
     m.numInputs = int(r.list("inputs").size());
     for (const Json &in : r.list("inputs")) {
       Reader ir(in, what + " input");
-      m.inputs.push_back({ir.has("name") ? ir.str("name") : "", ir.shape("shape"),
+      m.inputs.push_back({ir.has("name") ? ir.str("name") : "",
+                          ir.shape("shape"),
                           ir.has("dtype") ? ir.str("dtype") : "f32", 0});
     }
   }
@@ -360,7 +387,7 @@ Manifest readManifest(const std::string &path) {
     for (const Json &rank : sr.list("ranks")) {
       if (!rank.is_number_integer() || rank.get<int64_t>() < 0)
         throw FormatError(what + ": stage " + std::to_string(st.stage) +
-                      " has a rank that is not a non-negative integer");
+                          " has a rank that is not a non-negative integer");
       st.ranks.push_back(rank.get<int>());
     }
     m.stages.push_back(std::move(st));
@@ -407,11 +434,14 @@ std::string writeStageDesc(const StageDesc &d) {
   j["precision"] = real;
   j["weights"] = Json::array();
   for (const WeightSpec &w : d.weights)
-    j["weights"].push_back(
-        {{"name", w.name}, {"offset", w.offset}, {"shape", w.shape}, {"dtype", real}});
+    j["weights"].push_back({{"name", w.name},
+                            {"offset", w.offset},
+                            {"shape", w.shape},
+                            {"dtype", real}});
   j["feeds"] = Json::array();
   for (const FeedSpec &f : d.feeds) {
-    Json e = {{"name", f.name}, {"shape", f.shape},
+    Json e = {{"name", f.name},
+              {"shape", f.shape},
               {"dtype", f.isInt ? "i64" : real}};
     if (f.kind == FeedSpec::Kind::Labels) {
       e["kind"] = "labels";
@@ -478,24 +508,24 @@ const ManifestStage &manifestStage(const Manifest &manifest, int stage) {
     if (s.stage == stage)
       return s;
   throw FormatError("manifest '" + manifest.path + "' has no stage " +
-                std::to_string(stage));
+                    std::to_string(stage));
 }
 
 void checkManifest(const StageDesc &desc, const Manifest &m, int rank,
                    int worldSize) {
   const std::string name = m.path;
   if (desc.buildId != m.buildId)
-    throw FormatError("stage binary was built for build " + desc.buildId + " but " +
-                  name + " is for build " + m.buildId);
+    throw FormatError("stage binary was built for build " + desc.buildId +
+                      " but " + name + " is for build " + m.buildId);
   if (m.numRanks != worldSize)
     throw FormatError(name + " is for " + std::to_string(m.numRanks) +
-                  " ranks (num_ranks) but the job has " +
-                  std::to_string(worldSize) + " (mpirun -np)");
+                      " ranks (num_ranks) but the job has " +
+                      std::to_string(worldSize) + " (mpirun -np)");
   auto mismatch = [&](const char *field, int64_t mine, int64_t theirs) {
     if (mine != theirs)
       throw FormatError("stage binary has " + std::string(field) + " " +
-                    std::to_string(mine) + " but " + name + " has " +
-                    std::to_string(theirs));
+                        std::to_string(mine) + " but " + name + " has " +
+                        std::to_string(theirs));
   };
   mismatch("num_stages", desc.numStages, int64_t(m.stages.size()));
   mismatch("microbatches", desc.microbatches, m.microbatches);
@@ -507,29 +537,29 @@ void checkManifest(const StageDesc &desc, const Manifest &m, int rank,
     if (s.stage < 0 || s.stage >= desc.numStages ||
         !stagesSeen.insert(s.stage).second)
       throw FormatError(name + " lists stage " + std::to_string(s.stage) +
-                    " twice or out of range");
+                        " twice or out of range");
     // One rank per replica of the stage (1F1B-RR).
     if (s.ranks.empty())
       throw FormatError(name + " gives stage " + std::to_string(s.stage) +
-                    " no rank");
+                        " no rank");
     for (int r : s.ranks)
       if (r >= worldSize || !ranksSeen.insert(r).second)
         throw FormatError(name + " gives rank " + std::to_string(r) +
-                      " to two stages or it is outside the job of " +
-                      std::to_string(worldSize) + " ranks");
+                          " to two stages or it is outside the job of " +
+                          std::to_string(worldSize) + " ranks");
   }
   const ManifestStage &mine = manifestStage(m, desc.stage);
   if (int64_t(mine.ranks.size()) != desc.replicas)
-    throw FormatError("stage binary is one of " + std::to_string(desc.replicas) +
-                  " replicas of stage " + std::to_string(desc.stage) +
-                  " but " + name + " runs that stage on " +
-                  std::to_string(mine.ranks.size()) + " ranks");
+    throw FormatError(
+        "stage binary is one of " + std::to_string(desc.replicas) +
+        " replicas of stage " + std::to_string(desc.stage) + " but " + name +
+        " runs that stage on " + std::to_string(mine.ranks.size()) + " ranks");
   if (mine.ranks[size_t(desc.replica)] != rank)
-    throw FormatError("this is stage " + std::to_string(desc.stage) + " on rank " +
-                  std::to_string(rank) + " but " + name + " runs stage " +
-                  std::to_string(desc.stage) + " on ranks " +
-                  listString(mine.ranks) +
-                  " (check the order of the mpirun MPMD line)");
+    throw FormatError("this is stage " + std::to_string(desc.stage) +
+                      " on rank " + std::to_string(rank) + " but " + name +
+                      " runs stage " + std::to_string(desc.stage) +
+                      " on ranks " + listString(mine.ranks) +
+                      " (check the order of the mpirun MPMD line)");
 }
 
 } // namespace formats
