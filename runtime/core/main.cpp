@@ -184,6 +184,257 @@ const char *nonFiniteName(double v) {
   return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
 }
 
+/// MPI up, this rank's place in the job, its status record.
+void startMpi(pipec_ctx &ctx, int &argc, char **&argv, int &alreadyInitialised) {
+  ErrorLocation &loc = errorLocation();
+  MPI_Initialized(&alreadyInitialised);
+  if (!alreadyInitialised && MPI_Init(&argc, &argv) != MPI_SUCCESS)
+    throw RtError("MPI_Init failed");
+  loc.mpiActive = true;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &ctx.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ctx.worldSize);
+  loc.rank = ctx.rank;
+  loc.worldSize = ctx.worldSize;
+  if (!ctx.options.statusDir.empty())
+    openRankStatus(ctx.options.statusDir, ctx.rank, ctx.desc.stage);
+  int *tagUb = nullptr, hasTagUb = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &hasTagUb);
+  if (hasTagUb && tagUb)
+    ctx.tagUpperBound = *tagUb;
+}
+
+/// The manifest checked against this binary and job, the ranks of every
+/// stage, the communicators of replicated stages and tied weights, and the
+/// loss rank.
+void joinPipeline(pipec_ctx &ctx) {
+  const StageDesc &desc = ctx.desc;
+  ctx.manifest = readManifest(ctx.options.manifest);
+  checkManifest(desc, ctx.manifest, ctx.rank, ctx.worldSize);
+  ctx.stageRanks.assign(size_t(desc.numStages), {});
+  for (const ManifestStage &s : ctx.manifest.stages)
+    ctx.stageRanks[size_t(s.stage)] = s.ranks;
+  // Every rank takes part in the split (collective); ranks of one stage
+  // share a communicator for the gradient all-reduce.
+  MPI_Comm comm = MPI_COMM_NULL;
+  mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, desc.stage, int(desc.replica), &comm),
+           "MPI_Comm_split by stage");
+  if (desc.replicas > 1)
+    ctx.stageComm = comm;
+  else
+    MPI_Comm_free(&comm);
+  // One communicator per group of stages sharing tied weights; every rank
+  // takes part in each split, in the description's order.
+  for (const std::vector<int64_t> &group : desc.tieGroups) {
+    bool member = std::find(group.begin(), group.end(), int64_t(desc.stage)) !=
+                  group.end();
+    MPI_Comm tie = MPI_COMM_NULL;
+    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, member ? 1 : MPI_UNDEFINED,
+                            ctx.rank, &tie),
+             "MPI_Comm_split for tied weights");
+    ctx.tieComms.push_back(tie);
+  }
+  ctx.lossRank = findLossRank(ctx);
+}
+
+/// The weight-version store for the description's policy (never the
+/// schedule's name) and the 1f1b-only flags.
+void setUpWeightVersions(pipec_ctx &ctx) {
+  const StageDesc &desc = ctx.desc;
+  const Options &o = ctx.options;
+  using pipec::formats::UpdateRule;
+  ctx.continuous = !desc.policy.flush;
+  if ((o.noWeightStashing || o.verticalSync) &&
+      desc.policy.update != UpdateRule::PerMicrobatch)
+    throw RtError(std::string(o.verticalSync ? "--vertical-sync"
+                                             : "--no-weight-stashing") +
+                  " applies to the 1f1b schedule only (per-microbatch "
+                  "updates); this build's schedule is " + desc.schedule);
+  if (o.verticalSync && desc.replicas > 1)
+    throw RtError("--vertical-sync is not defined for replicated stages: "
+                  "a replicated stage updates once per round of its replicas' "
+                  "minibatches, so version numbers differ between stages");
+  if (o.noWeightStashing && o.verticalSync)
+    throw RtError("--vertical-sync needs weight stashing; drop "
+                  "--no-weight-stashing");
+  ctx.versions.init(desc.policy.update == UpdateRule::TwoBW
+                        ? WeightVersions::Policy::TwoBW
+                    : desc.policy.update == UpdateRule::Flush
+                        ? WeightVersions::Policy::Live
+                    : o.noWeightStashing ? WeightVersions::Policy::NoStash
+                    : o.verticalSync     ? WeightVersions::Policy::VerticalSync
+                                         : WeightVersions::Policy::Stash,
+                    desc.versionedBytes, desc.microbatches, desc.numStages);
+}
+
+/// --resume: the step the latest checkpoint reached, its weights loaded
+/// into `arena`; 0 without --resume.
+int64_t resumeStep(pipec_ctx &ctx, char *arena, bool isLossRank) {
+  const Options &o = ctx.options;
+  if (!o.resume)
+    return 0;
+  if (ctx.continuous)
+    throw RtError("--resume is supported for the synchronous schedules "
+                  "(gpipe, 1f1b-flush, interleaved, zb-h1); a " +
+                  ctx.desc.schedule +
+                  " checkpoint holds the live weights while microbatches "
+                  "are in flight, so a resumed run would not equal an "
+                  "uninterrupted one");
+  int64_t first = readLatest(o.checkpointDir);
+  if (first >= o.steps)
+    throw RtError("cannot resume: the latest checkpoint in '" +
+                  o.checkpointDir + "' is at step " + std::to_string(first) +
+                  " and --steps " + std::to_string(o.steps) +
+                  " asks for no more (--steps is the step to reach)");
+  loadStageCheckpoint(o.checkpointDir, first, ctx.desc, arena);
+  ctx.versions.resumeAt(first);
+  if (isLossRank && !o.quiet) {
+    std::printf(
+        "resuming from %s (step %lld of %lld)\n",
+        (std::filesystem::path(o.checkpointDir) / checkpointFolderName(first))
+            .string()
+            .c_str(),
+        static_cast<long long>(first), static_cast<long long>(o.steps));
+    std::fflush(stdout);
+  }
+  return first;
+}
+
+using MetricsFile = std::unique_ptr<std::FILE, int (*)(std::FILE *)>;
+
+/// metrics.jsonl on the loss rank (kept up to `first` on --resume).
+MetricsFile openMetrics(const Options &o, bool isLossRank, int64_t first) {
+  std::FILE *metrics = nullptr;
+  if (isLossRank) {
+    std::error_code ec;
+    std::filesystem::path parent =
+        std::filesystem::path(o.metrics).parent_path();
+    if (!parent.empty())
+      std::filesystem::create_directories(parent, ec);
+    if (o.resume)
+      keepMetricsUpTo(o.metrics, first);
+    metrics = std::fopen(o.metrics.c_str(), o.resume ? "a" : "w");
+    if (!metrics)
+      throw RtError("cannot open metrics file '" + o.metrics +
+                    "': " + std::strerror(errno));
+  }
+  return MetricsFile(metrics,
+                     [](std::FILE *f) { return f ? std::fclose(f) : 0; });
+}
+
+/// The step loss: the mean over all microbatches; each replica of the loss
+/// stage holds those it ran (mb mod replicas == replica), or with split
+/// replicas the mean over its slice of every microbatch, weighted by the
+/// slice's share of the samples.
+double stepLoss(pipec_ctx &ctx) {
+  const StageDesc &desc = ctx.desc;
+  double partial = 0, loss = 0;
+  if (desc.loss) {
+    const double share =
+        double(desc.sliceSize) / double(std::max<int64_t>(desc.microbatch, 1));
+    for (int64_t mb = 0; mb < desc.microbatches; ++mb) {
+      bool mine = desc.replicaSplit || mb % desc.replicas == desc.replica;
+      if (mine && !ctx.lossRecorded[size_t(mb)])
+        throw RtError("the program recorded no loss for microbatch " +
+                      std::to_string(mb) +
+                      " (pipec_rt_loss must be called once per microbatch)");
+      if (mine)
+        partial += share * double(ctx.losses[size_t(mb)]);
+    }
+  }
+  mpiCheck(MPI_Allreduce(&partial, &loss, 1, MPI_DOUBLE, MPI_SUM,
+                         MPI_COMM_WORLD),
+           "MPI_Allreduce of the step loss");
+  return loss / double(desc.microbatches);
+}
+
+/// The progress line and the metrics.jsonl record of step t (loss rank).
+void reportStep(const Options &o, std::FILE *metrics, int64_t t, double loss,
+                double samplesPerS, double wall) {
+  if (!o.quiet) {
+    std::printf("step %lld/%lld  loss %.6f  %.1f samples/s  (%.3f s)\n",
+                static_cast<long long>(t + 1), static_cast<long long>(o.steps),
+                loss, samplesPerS, wall);
+    std::fflush(stdout);
+  }
+  nlohmann::ordered_json line;
+  line["step"] = t + 1;
+  line["loss"] = loss;
+  line["samples_per_s"] = samplesPerS;
+  line["wall_s"] = wall;
+  std::string text = line.dump() + "\n";
+  if (std::fputs(text.c_str(), metrics) < 0 || std::fflush(metrics) != 0)
+    throw RtError("cannot write metrics file '" + o.metrics +
+                  "': " + std::strerror(errno));
+}
+
+/// The checkpoint of step t (replica 0 writes the stage's file; `latest`
+/// moves once every stage's file is in place). Returns its folder.
+std::string checkpointStep(pipec_ctx &ctx, char *arena, int64_t t) {
+  const Options &o = ctx.options;
+  std::string folder =
+      (std::filesystem::path(o.checkpointDir) / checkpointFolderName(t + 1))
+          .string();
+  if (ctx.desc.replica == 0)
+    folder = writeStageCheckpoint(o.checkpointDir, t + 1, ctx.desc, arena);
+  mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier after checkpoint");
+  if (ctx.rank == 0)
+    writeLatest(o.checkpointDir, t + 1);
+  return folder;
+}
+
+/// After the last step: the weight-version bound, the profile, the trace
+/// and the rank summary.
+void writeRunOutputs(pipec_ctx &ctx) {
+  const StageDesc &desc = ctx.desc;
+  const Options &o = ctx.options;
+  // The compiler's bound on weight versions (the description's policy)
+  // holds for the default policies; --vertical-sync keeps more on purpose.
+  if (!o.verticalSync && ctx.versions.peakVersions() > desc.policy.versionsKept)
+    throw RtError("stage " + std::to_string(desc.stage) + " held " +
+                  std::to_string(ctx.versions.peakVersions()) +
+                  " weight versions; the compiler planned at most " +
+                  std::to_string(desc.policy.versionsKept) +
+                  " (policy.versions_kept): a schedule and runtime mismatch");
+  if (ctx.profiler.enabled())
+    writeText(profilePath(o.profileOut, desc), ctx.profiler.toJson(desc));
+  if (ctx.timeline.enabled())
+    writeText(rankPath(o.trace, ctx.rank), ctx.timeline.toJson() + "\n");
+  if (o.summaryOut.empty())
+    return;
+  nlohmann::ordered_json summary;
+  summary["format"] = "pipec.rank-summary/1";
+  summary["rank"] = ctx.rank;
+  summary["stage"] = desc.stage;
+  summary["schedule"] = desc.schedule;
+  summary["steps"] = o.steps;
+  summary["updates"] = ctx.versions.updates();
+  summary["arena_bytes"] = desc.arenaBytes;
+  summary["versioned_bytes"] = desc.versionedBytes;
+  summary["weight_versions_peak"] = ctx.versions.peakVersions();
+  summary["weight_versions_kept"] = desc.policy.versionsKept;
+  summary["weight_copy_bytes"] = ctx.versions.copyBytes();
+  summary["posted_recv_bytes_peak"] = ctx.postedBytesPeak;
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) == 0)
+    summary["max_rss_bytes"] = int64_t(usage.ru_maxrss) * 1024;
+  writeText(profilePath(o.summaryOut, desc), summary.dump(2) + "\n");
+}
+
+/// Communicators freed, status Finished, MPI finalised (when this process
+/// initialised it).
+void finish(pipec_ctx &ctx, int alreadyInitialised, RankState state) {
+  if (ctx.stageComm != MPI_COMM_NULL)
+    MPI_Comm_free(&ctx.stageComm);
+  for (MPI_Comm &comm : ctx.tieComms)
+    if (comm != MPI_COMM_NULL)
+      MPI_Comm_free(&comm);
+  setStatusState(state);
+  errorLocation().mpiActive = false;
+  if (!alreadyInitialised)
+    MPI_Finalize();
+}
+
 int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   ErrorLocation &loc = errorLocation();
   if (!meta || !program)
@@ -215,54 +466,9 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   }
   resolveDefaultPaths(o, argv0);
 
-  // MPI.
   int alreadyInitialised = 0;
-  MPI_Initialized(&alreadyInitialised);
-  if (!alreadyInitialised && MPI_Init(&argc, &argv) != MPI_SUCCESS)
-    throw RtError("MPI_Init failed");
-  loc.mpiActive = true;
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(MPI_COMM_WORLD, &ctx.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ctx.worldSize);
-  loc.rank = ctx.rank;
-  loc.worldSize = ctx.worldSize;
-  if (!o.statusDir.empty())
-    openRankStatus(o.statusDir, ctx.rank, desc.stage);
-  int *tagUb = nullptr, hasTagUb = 0;
-  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &hasTagUb);
-  if (hasTagUb && tagUb)
-    ctx.tagUpperBound = *tagUb;
-
-  // Manifest and topology.
-  ctx.manifest = readManifest(o.manifest);
-  checkManifest(desc, ctx.manifest, ctx.rank, ctx.worldSize);
-  ctx.stageRanks.assign(size_t(desc.numStages), {});
-  for (const ManifestStage &s : ctx.manifest.stages)
-    ctx.stageRanks[size_t(s.stage)] = s.ranks;
-  // Every rank takes part in the split (collective); ranks of one stage
-  // share a communicator for the gradient all-reduce.
-  {
-    MPI_Comm comm = MPI_COMM_NULL;
-    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, desc.stage, int(desc.replica),
-                            &comm),
-             "MPI_Comm_split by stage");
-    if (desc.replicas > 1)
-      ctx.stageComm = comm;
-    else
-      MPI_Comm_free(&comm);
-  }
-  // One communicator per group of stages sharing tied weights; every rank
-  // takes part in each split, in the description's order.
-  for (const std::vector<int64_t> &group : desc.tieGroups) {
-    bool member = std::find(group.begin(), group.end(), int64_t(desc.stage)) !=
-                  group.end();
-    MPI_Comm comm = MPI_COMM_NULL;
-    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, member ? 1 : MPI_UNDEFINED,
-                            ctx.rank, &comm),
-             "MPI_Comm_split for tied weights");
-    ctx.tieComms.push_back(comm);
-  }
-  ctx.lossRank = findLossRank(ctx);
+  startMpi(ctx, argc, argv, alreadyInitialised);
+  joinPipeline(ctx);
   const bool isLossRank = ctx.rank == ctx.lossRank;
 
   // Arena, weights, data.
@@ -271,57 +477,8 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
               arena.get());
   ctx.arena = arena.get();
   ctx.steps = o.steps;
-  // Behaviour follows the description's policy, not the schedule's name.
-  using pipec::formats::UpdateRule;
-  ctx.continuous = !desc.policy.flush;
-  if ((o.noWeightStashing || o.verticalSync) &&
-      desc.policy.update != UpdateRule::PerMicrobatch)
-    throw RtError(std::string(o.verticalSync ? "--vertical-sync"
-                                             : "--no-weight-stashing") +
-                  " applies to the 1f1b schedule only (per-microbatch "
-                  "updates); this build's schedule is " + desc.schedule);
-  if (o.verticalSync && desc.replicas > 1)
-    throw RtError("--vertical-sync is not defined for replicated stages: "
-                  "a replicated stage updates once per round of its replicas' "
-                  "minibatches, so version numbers differ between stages");
-  if (o.noWeightStashing && o.verticalSync)
-    throw RtError("--vertical-sync needs weight stashing; drop "
-                  "--no-weight-stashing");
-  ctx.versions.init(desc.policy.update == UpdateRule::TwoBW
-                        ? WeightVersions::Policy::TwoBW
-                    : desc.policy.update == UpdateRule::Flush
-                        ? WeightVersions::Policy::Live
-                    : o.noWeightStashing      ? WeightVersions::Policy::NoStash
-                    : o.verticalSync ? WeightVersions::Policy::VerticalSync
-                                     : WeightVersions::Policy::Stash,
-                    desc.versionedBytes, desc.microbatches, desc.numStages);
-  int64_t first = 0; // first step to run
-  if (o.resume) {
-    if (ctx.continuous)
-      throw RtError("--resume is supported for the synchronous schedules "
-                    "(gpipe, 1f1b-flush, interleaved, zb-h1); a " + desc.schedule +
-                    " checkpoint holds the live weights while microbatches "
-                    "are in flight, so a resumed run would not equal an "
-                    "uninterrupted one");
-    first = readLatest(o.checkpointDir);
-    if (first >= o.steps)
-      throw RtError("cannot resume: the latest checkpoint in '" +
-                    o.checkpointDir + "' is at step " + std::to_string(first) +
-                    " and --steps " + std::to_string(o.steps) +
-                    " asks for no more (--steps is the step to reach)");
-    loadStageCheckpoint(o.checkpointDir, first, desc, arena.get());
-    ctx.versions.resumeAt(first);
-    if (isLossRank && !o.quiet) {
-      std::printf("resuming from %s (step %lld of %lld)\n",
-                  (std::filesystem::path(o.checkpointDir) /
-                   checkpointFolderName(first))
-                      .string()
-                      .c_str(),
-                  static_cast<long long>(first),
-                  static_cast<long long>(o.steps));
-      std::fflush(stdout);
-    }
-  }
+  setUpWeightVersions(ctx);
+  const int64_t first = resumeStep(ctx, arena.get(), isLossRank);
   setUpFeeds(ctx);
   if (!o.profileOut.empty())
     ctx.profiler.enable(desc.ops.size());
@@ -329,23 +486,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     ctx.timeline.enable(ctx.rank, desc.stage, int(desc.replica));
   ctx.losses.assign(size_t(desc.microbatches), 0.0);
   ctx.lossRecorded.assign(size_t(desc.microbatches), false);
-
-  std::FILE *metrics = nullptr;
-  if (isLossRank) {
-    std::error_code ec;
-    std::filesystem::path parent =
-        std::filesystem::path(o.metrics).parent_path();
-    if (!parent.empty())
-      std::filesystem::create_directories(parent, ec);
-    if (o.resume)
-      keepMetricsUpTo(o.metrics, first);
-    metrics = std::fopen(o.metrics.c_str(), o.resume ? "a" : "w");
-    if (!metrics)
-      throw RtError("cannot open metrics file '" + o.metrics +
-                    "': " + std::strerror(errno));
-  }
-  std::unique_ptr<std::FILE, int (*)(std::FILE *)> metricsOwner(
-      metrics, [](std::FILE *f) { return f ? std::fclose(f) : 0; });
+  MetricsFile metrics = openMetrics(o, isLossRank, first);
 
   std::string lastCheckpoint =
       o.resume ? (std::filesystem::path(o.checkpointDir) /
@@ -377,31 +518,8 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
       pipec_rt_flush(&ctx);
     if (counted)
       ctx.profiler.stepCounted();
-
-    // The step loss: the mean over all microbatches; each replica of the
-    // loss stage holds those it ran (mb mod replicas == replica), or with
-    // split replicas the mean over its slice of every microbatch, weighted
-    // by the slice's share of the samples.
-    double partial = 0, loss = 0;
-    if (desc.loss) {
-      const double share =
-          double(desc.sliceSize) / double(std::max<int64_t>(desc.microbatch, 1));
-      for (int64_t mb = 0; mb < desc.microbatches; ++mb) {
-        bool mine =
-            desc.replicaSplit || mb % desc.replicas == desc.replica;
-        if (mine && !ctx.lossRecorded[size_t(mb)])
-          throw RtError("the program recorded no loss for microbatch " +
-                        std::to_string(mb) +
-                        " (pipec_rt_loss must be called once per microbatch)");
-        if (mine)
-          partial += share * double(ctx.losses[size_t(mb)]);
-      }
-    }
     double wall = std::chrono::duration<double>(Clock::now() - start).count();
-    mpiCheck(MPI_Allreduce(&partial, &loss, 1, MPI_DOUBLE, MPI_SUM,
-                           MPI_COMM_WORLD),
-             "MPI_Allreduce of the step loss");
-    loss /= double(desc.microbatches);
+    double loss = stepLoss(ctx);
     if (!std::isfinite(loss)) {
       std::fflush(stdout);
       std::fprintf(stderr, "%s\n",
@@ -417,24 +535,9 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
         MPI_Finalize();
       return 3;
     }
-
     if (isLossRank) {
-      double samplesPerS = double(desc.globalBatch) / std::max(wall, 1e-12);
-      if (!o.quiet) {
-        std::printf("step %lld/%lld  loss %.6f  %.1f samples/s  (%.3f s)\n",
-                    static_cast<long long>(t + 1),
-                    static_cast<long long>(o.steps), loss, samplesPerS, wall);
-        std::fflush(stdout);
-      }
-      nlohmann::ordered_json line;
-      line["step"] = t + 1;
-      line["loss"] = loss;
-      line["samples_per_s"] = samplesPerS;
-      line["wall_s"] = wall;
-      std::string text = line.dump() + "\n";
-      if (std::fputs(text.c_str(), metrics) < 0 || std::fflush(metrics) != 0)
-        throw RtError("cannot write metrics file '" + o.metrics +
-                      "': " + std::strerror(errno));
+      reportStep(o, metrics.get(), t, loss,
+                 double(desc.globalBatch) / std::max(wall, 1e-12), wall);
       lastLoss = loss;
       if (t > first || o.steps == first + 1)
         laterWall += wall;
@@ -454,53 +557,11 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
       pipec_rt_flush(&ctx);
       ctx.step = t;
     }
-    if (last || (o.checkpointEvery > 0 && (t + 1) % o.checkpointEvery == 0)) {
-      // Replicas hold identical weights: replica 0 writes the stage's file.
-      std::string folder = (std::filesystem::path(o.checkpointDir) /
-                            checkpointFolderName(t + 1))
-                               .string();
-      lastCheckpoint =
-          desc.replica == 0
-              ? writeStageCheckpoint(o.checkpointDir, t + 1, desc, arena.get())
-              : folder;
-      // `latest` moves only once every stage's file is in place.
-      mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier after checkpoint");
-      if (ctx.rank == 0)
-        writeLatest(o.checkpointDir, t + 1);
-    }
+    if (last || (o.checkpointEvery > 0 && (t + 1) % o.checkpointEvery == 0))
+      lastCheckpoint = checkpointStep(ctx, arena.get(), t);
   }
 
-  // The compiler's bound on weight versions (the description's policy)
-  // holds for the default policies; --vertical-sync keeps more on purpose.
-  if (!o.verticalSync && ctx.versions.peakVersions() > desc.policy.versionsKept)
-    throw RtError("stage " + std::to_string(desc.stage) + " held " +
-                  std::to_string(ctx.versions.peakVersions()) +
-                  " weight versions; the compiler planned at most " +
-                  std::to_string(desc.policy.versionsKept) +
-                  " (policy.versions_kept): a schedule and runtime mismatch");
-  if (ctx.profiler.enabled())
-    writeText(profilePath(o.profileOut, desc), ctx.profiler.toJson(desc));
-  if (ctx.timeline.enabled())
-    writeText(rankPath(o.trace, ctx.rank), ctx.timeline.toJson() + "\n");
-  if (!o.summaryOut.empty()) {
-    nlohmann::ordered_json summary;
-    summary["format"] = "pipec.rank-summary/1";
-    summary["rank"] = ctx.rank;
-    summary["stage"] = desc.stage;
-    summary["schedule"] = desc.schedule;
-    summary["steps"] = o.steps;
-    summary["updates"] = ctx.versions.updates();
-    summary["arena_bytes"] = desc.arenaBytes;
-    summary["versioned_bytes"] = desc.versionedBytes;
-    summary["weight_versions_peak"] = ctx.versions.peakVersions();
-    summary["weight_versions_kept"] = desc.policy.versionsKept;
-    summary["weight_copy_bytes"] = ctx.versions.copyBytes();
-    summary["posted_recv_bytes_peak"] = ctx.postedBytesPeak;
-    struct rusage usage;
-    if (getrusage(RUSAGE_SELF, &usage) == 0)
-      summary["max_rss_bytes"] = int64_t(usage.ru_maxrss) * 1024;
-    writeText(profilePath(o.summaryOut, desc), summary.dump(2) + "\n");
-  }
+  writeRunOutputs(ctx);
   if (isLossRank) {
     int64_t ran = o.steps - first;
     int64_t timed = ran > 1 ? ran - 1 : 1;
@@ -514,15 +575,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     std::fflush(stdout);
   }
   loc.step = o.steps;
-  if (ctx.stageComm != MPI_COMM_NULL)
-    MPI_Comm_free(&ctx.stageComm);
-  for (MPI_Comm &comm : ctx.tieComms)
-    if (comm != MPI_COMM_NULL)
-      MPI_Comm_free(&comm);
-  setStatusState(RankState::Finished);
-  loc.mpiActive = false;
-  if (!alreadyInitialised)
-    MPI_Finalize();
+  finish(ctx, alreadyInitialised, RankState::Finished);
   return 0;
 }
 
