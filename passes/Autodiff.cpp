@@ -403,7 +403,7 @@ LogicalResult StageDifferentiator::run() {
   SmallVector<Value> keptSaved;
   llvm::DenseMap<int64_t, int64_t> savedIndex;
   int64_t firstSavedIndex = fwd.getFunctionType().getNumResults();
-  for (int64_t i = entry->getNumArguments() - 1; i >= 0; --i) {
+  for (int64_t i = int64_t(entry->getNumArguments()) - 1; i >= 0; --i) {
     auto attrs = argAttrs[i];
     bool data = attrs.get(pipe::attrs::kFwdArg) || attrs.get(pipe::attrs::kFwdResult);
     if (data && entry->getArgument(i).use_empty()) {
@@ -491,11 +491,17 @@ struct NNAutodiffPass
     if (outputPos < 0)
       return last.emitError("the last stage does not compute model output 0");
     Value out = ret.getOperand(outputPos);
+    auto outType = dyn_cast<RankedTensorType>(out.getType());
+    if (!outType || !outType.hasStaticShape() ||
+        !isa<FloatType>(outType.getElementType()))
+      return last.emitError("model output 0 must be a float tensor of static "
+                            "shape to take a loss, got ")
+             << out.getType();
     Value lossValue;
     b.setInsertionPoint(ret);
     Location loc = NameLoc::get(b.getStringAttr("loss"), out.getLoc());
     if (loss == "cross-entropy") {
-      auto scores = cast<RankedTensorType>(out.getType());
+      RankedTensorType scores = outType;
       if (scores.getRank() < 2)
         return last.emitError("cross-entropy needs scores [N, C, ...]; model "
                               "output 0 is ")
@@ -534,10 +540,9 @@ struct NNAutodiffPass
                       IntegerAttr())
                       .getLoss();
     } else if (loss == "model") {
-      auto t = cast<RankedTensorType>(out.getType());
-      if (t.getRank() != 0)
+      if (outType.getRank() != 0)
         return last.emitError("loss=model needs a scalar model output 0, got ")
-               << t;
+               << outType;
       lossValue = out;
     } else {
       return last.emitError("unknown loss '")
@@ -574,6 +579,18 @@ struct NNAutodiffPass
       module.emitError("no stage functions @s0_fwd...; run "
                        "--pipe-split-stages first");
       return signalPassFailure();
+    }
+    if (failed(requireBodies(stages)))
+      return signalPassFailure();
+    for (func::FuncOp fn : module.getOps<func::FuncOp>()) {
+      StringRef name = fn.getSymName();
+      int64_t k = 0;
+      if (name.consume_front("s") && name.consume_back("_fwd") &&
+          !name.getAsInteger(10, k) && k >= int64_t(stages.size())) {
+        fn.emitError("stage functions are numbered with a gap: @")
+            << stageFuncName(int64_t(stages.size()), "fwd") << " is missing";
+        return signalPassFailure();
+      }
     }
     if (!getStageFuncs(module, "bwd").empty()) {
       module.emitError("the module is already differentiated");

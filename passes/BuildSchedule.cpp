@@ -235,6 +235,9 @@ struct PipeBuildSchedulePass
                        "stage; run --pipe-split-stages and --nn-autodiff first");
       return signalPassFailure();
     }
+    if (failed(requireBodies(fwds)) || failed(requireBodies(bwds)) ||
+        failed(requireBodies(steps)))
+      return signalPassFailure();
     for (Operation &op : *module.getBody())
       if (isa<pipe::PipelineOp>(op)) {
         op.emitError("the module already has a pipeline schedule");

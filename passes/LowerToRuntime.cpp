@@ -46,6 +46,7 @@
 #include "llvm/Support/JSON.h"
 
 #include <map>
+#include <optional>
 
 namespace pipec {
 #define GEN_PASS_DEF_PIPELOWERTORUNTIMEPASS
@@ -432,6 +433,9 @@ LogicalResult StageLowering::collectChunk(Chunk &c) {
   if (!fwd.fn || !bwd.fn || !step.fn)
     return module.emitError("stage ") << stage
                                       << " lacks its fwd/bwd/step functions";
+  if (failed(requireBodies({fwd.fn, bwd.fn, step.fn})) ||
+      (c.bwdw.fn && failed(requireBodies({c.bwdw.fn}))))
+    return failure();
   fwd.phase = 0;
   bwd.phase = 1;
   step.phase = 2;
@@ -480,13 +484,33 @@ LogicalResult StageLowering::collectChunk(Chunk &c) {
     if (fwd.fn.getResultAttr(i, pipe::attrs::kLoss))
       c.lossResult = i;
   }
+  // A backward argument that is a stashed forward argument or result
+  // (pipe.fwd_arg / pipe.fwd_result = index): its buffer, or an error.
+  auto stashed = [&](func::FuncOp f, unsigned i,
+                     std::optional<Buffer> &out) -> LogicalResult {
+    const std::pair<StringRef, SmallVector<Buffer> *> sources[] = {
+        {pipe::attrs::kFwdArg, &fwd.args},
+        {pipe::attrs::kFwdResult, &fwd.results}};
+    for (auto [attr, list] : sources) {
+      auto a = f.getArgAttrOfType<IntegerAttr>(i, attr);
+      if (!a)
+        continue;
+      if (a.getInt() < 0 || a.getInt() >= int64_t(list->size()))
+        return f.emitError("argument ")
+               << i << " of " << f.getSymName() << " names " << attr << " "
+               << a.getInt() << ", but " << fwd.fn.getSymName() << " has "
+               << list->size();
+      out = (*list)[a.getInt()];
+    }
+    return success();
+  };
   auto bwdType = bwd.fn.getFunctionType();
   for (auto [i, t] : llvm::enumerate(bwdType.getInputs())) {
-    if (auto a = bwd.fn.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFwdArg))
-      bwd.args.push_back(fwd.args[a.getInt()]);
-    else if (auto r = bwd.fn.getArgAttrOfType<IntegerAttr>(
-                 i, pipe::attrs::kFwdResult))
-      bwd.args.push_back(fwd.results[r.getInt()]);
+    std::optional<Buffer> kept;
+    if (failed(stashed(bwd.fn, i, kept)))
+      return failure();
+    if (kept)
+      bwd.args.push_back(*kept);
     else
       bwd.args.push_back(allocate(regions.io, Buffer::IO, t));
     if (bwd.fn.getArgAttr(i, pipe::attrs::kLossSeed))
@@ -506,10 +530,11 @@ LogicalResult StageLowering::collectChunk(Chunk &c) {
   if (c.bwdw.fn)
     for (auto [i, t] : llvm::enumerate(c.bwdw.fn.getFunctionType().getInputs())) {
       func::FuncOp w = c.bwdw.fn;
-      if (auto a = w.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFwdArg))
-        c.bwdw.args.push_back(fwd.args[a.getInt()]);
-      else if (auto r = w.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kFwdResult))
-        c.bwdw.args.push_back(fwd.results[r.getInt()]);
+      std::optional<Buffer> kept;
+      if (failed(stashed(w, i, kept)))
+        return failure();
+      if (kept)
+        c.bwdw.args.push_back(*kept);
       else if (auto k = w.getArgAttrOfType<IntegerAttr>(i, pipe::attrs::kCarried);
                k && carried.count(k.getInt()))
         c.bwdw.args.push_back(carried[k.getInt()]);
@@ -819,6 +844,18 @@ LogicalResult StageLowering::emitProgram() {
     auto [chunk, plan] = funcPlan(callee);
     if (!callee.empty() && !chunk)
       return op->emitError("references a function of no stage of this rank");
+    // Each compute op runs its own half of the stage (the op kind decides
+    // what is emitted; the named function must agree).
+    auto [own, ownKind] =
+        isa<pipe::ForwardOp>(op)    ? std::pair{&chunk->fwd, "fwd"}
+        : isa<pipe::BackwardOp>(op) ? std::pair{&chunk->bwd, "bwd"}
+        : isa<pipe::BackwardWeightOp>(op)
+            ? std::pair{&chunk->bwdw, "bwdw"}
+            : std::pair{(FunctionPlan *)nullptr, ""};
+    if (own && own != plan)
+      return op->emitError("names @")
+             << callee << ", but this op runs the stage's @"
+             << stageFuncName(chunk->stage, ownKind);
     if (auto send = dyn_cast<pipe::SendOp>(op)) {
       Value p =
           pointer(pb, loc, *chunk, plan->results[send.getIndex()], arena, slot);

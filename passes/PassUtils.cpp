@@ -43,10 +43,30 @@ bool pipec::isLayer(Operation *op) {
 
 func::FuncOp pipec::getModelFunc(ModuleOp module) {
   auto fn = module.lookupSymbol<func::FuncOp>("main");
-  if (!fn)
+  if (!fn) {
     module.emitError("no model function @main: import an ONNX model first "
                      "(pipec-translate --import-onnx)");
+    return {};
+  }
+  if (fn.isExternal()) {
+    fn.emitError("the model function @main has no body");
+    return {};
+  }
+  if (!llvm::hasSingleElement(fn.getBody())) {
+    fn.emitError("the model function @main has ")
+        << fn.getBody().getBlocks().size()
+        << " blocks; pipec takes one block of nn ops (as the importer writes)";
+    return {};
+  }
   return fn;
+}
+
+LogicalResult pipec::requireBodies(ArrayRef<func::FuncOp> funcs) {
+  for (func::FuncOp fn : funcs)
+    if (fn.isExternal())
+      return fn.emitError("stage function @")
+             << fn.getSymName() << " has no body";
+  return success();
 }
 
 std::string pipec::stageFuncName(int64_t stage, StringRef kind) {

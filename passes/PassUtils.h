@@ -27,8 +27,12 @@ llvm::SmallVector<std::string> uniqueLayerNames(llvm::ArrayRef<mlir::Operation *
 bool isLayer(mlir::Operation *op);
 
 /// The model function of an imported module (`@main`), or null with an
-/// error emitted on the module.
+/// error emitted: none, a declaration, or more than one block.
 mlir::func::FuncOp getModelFunc(mlir::ModuleOp module);
+
+/// Fails, with an error on the first, where a stage function is only a
+/// declaration (hand-written IR; the passes write bodies).
+mlir::LogicalResult requireBodies(llvm::ArrayRef<mlir::func::FuncOp> funcs);
 
 /// Stage functions `@sK_<kind>` of the module indexed by stage, or an empty
 /// vector if there are none.

@@ -67,6 +67,15 @@ struct PipeSplitStagesPass
             << numStages << " stages)";
         return signalPassFailure();
       }
+      if (!isLayer(&op) && !isa<ml_program::GlobalStoreOp>(op) &&
+          op.getNumOperands() > 0) {
+        // Copied into every stage that reads it, which only works for ops
+        // of nothing (constants, weight loads).
+        op.emitError("'") << op.getName()
+                          << "' is not an nn layer but reads values; the "
+                             "stages take nn ops, constants and weight loads";
+        return signalPassFailure();
+      }
       if (isLayer(&op) || !op.getNumResults())
         continue;
       std::set<int64_t> users;
@@ -116,7 +125,12 @@ struct PipeSplitStagesPass
             << i << " is not computed by a layer (an input or a constant)";
         return signalPassFailure();
       }
-      outputIndex.try_emplace(v, i);
+      if (auto [it, fresh] = outputIndex.try_emplace(v, i); !fresh) {
+        fn.emitError("model output ")
+            << i << " is the value of model output " << it->second
+            << "; give each output its own value (an Identity)";
+        return signalPassFailure();
+      }
     }
     SmallVector<llvm::SetVector<Value>> stageResults(numStages);
     for (Operation &op : body.without_terminator()) {

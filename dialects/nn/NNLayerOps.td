@@ -390,6 +390,7 @@ def NN_ExpandOp : NN_Op<"expand", [DeclareOpInterfaceMethods<NN_CostOpInterface>
   let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
+  let hasFolder = 1;
 }
 
 def NN_ConcatOp : NN_Op<"concat", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
@@ -529,6 +530,7 @@ def NN_CastOp : NN_Op<"cast", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
   let results = (outs NN_FloatOrI64Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
+  let hasFolder = 1;
 }
 
 #endif // PIPEC_NN_LAYER_OPS

@@ -153,7 +153,9 @@ def NN_DivOp : NN_BinaryOp<"div", "division">;
 def NN_ReluOp : NN_UnaryOp<"relu", "Relu">;
 def NN_TanhOp : NN_UnaryOp<"tanh", "Tanh">;
 def NN_SigmoidOp : NN_UnaryOp<"sigmoid", "Sigmoid">;
-def NN_IdentityOp : NN_UnaryOp<"identity", "Identity">;
+def NN_IdentityOp : NN_UnaryOp<"identity", "Identity"> {
+  let hasFolder = 1;
+}
 
 class NN_SoftmaxBase<string mnemonic, string what>
     : NN_Op<mnemonic, [SameOperandsAndResultType,
@@ -193,6 +195,7 @@ def NN_FlattenOp : NN_Op<"flatten", [DeclareOpInterfaceMethods<NN_CostOpInterfac
   let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
+  let hasFolder = 1;
 }
 
 def NN_ReshapeOp : NN_Op<"reshape", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
@@ -210,6 +213,7 @@ def NN_ReshapeOp : NN_Op<"reshape", [DeclareOpInterfaceMethods<NN_CostOpInterfac
   let results = (outs NN_FloatOrI64Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
+  let hasFolder = 1;
 }
 
 def NN_TransposeOp : NN_Op<"transpose", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
@@ -227,6 +231,7 @@ def NN_TransposeOp : NN_Op<"transpose", [DeclareOpInterfaceMethods<NN_CostOpInte
   let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
+  let hasFolder = 1;
 }
 
 def NN_ConstantOp : NN_Op<"constant", [ConstantLike,
@@ -325,6 +330,7 @@ def NN_SumToShapeOp : NN_Op<"sum_to_shape", [DeclareOpInterfaceMethods<NN_CostOp
   let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
+  let hasFolder = 1;
 }
 
 def NN_ScaleOp : NN_Op<"scale", [SameOperandsAndResultType,
@@ -338,6 +344,7 @@ def NN_ScaleOp : NN_Op<"scale", [SameOperandsAndResultType,
   let arguments = (ins NN_FloatTensor:$input, F64Attr:$factor);
   let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($output)";
+  let hasFolder = 1;
 }
 
 def NN_SoftmaxCrossEntropyLossGradOp : NN_Op<"softmax_cross_entropy_loss_grad",

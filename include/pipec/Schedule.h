@@ -227,7 +227,8 @@ struct RuleViolation {
 ///   round-robin       continuous schedules with replicas: r divides m
 ///   warmup            policy B with 1f1b-flush only
 ///   tied              tied weights need a synchronous schedule, two stages
-///                     or more, and different devices for their stages
+///                     or more of the pipeline, and different devices for
+///                     their stages
 ///   2bw-depth         2bw: m / r_s >= K_s - 1 on every stage (a forward
 ///                     would need a weight version not created yet)
 std::vector<RuleViolation> checkScheduleShape(const PipelineRequest &request);

@@ -5,8 +5,9 @@
 // device r) is the q-th contiguous run of layers, so activations flow r ->
 // r+1 within a chunk and wrap from device p-1 to device 0 at the next chunk
 // (§4.2). Layer counts per chunk may be uneven: the p·v runs are a min-max
-// balanced split by cost. Rules: m % p == 0 and v <= L/p (p·v virtual
-// stages need at least that many layers).
+// balanced split by cost. Rules: m % p == 0 (lib/Schedule's rule, asked
+// through checkScheduleShape) and v <= L/p (p·v virtual stages need at least
+// that many layers).
 //
 // The planner's own model (the simulator re-scores every plan):
 // - per microbatch, device r spends T_r = Σ_c (t_f + t_b)(c·p+r) plus 2 p2p
@@ -28,6 +29,7 @@
 #include "pipec/Planners.h"
 
 #include "PlannerUtil.h"
+#include "pipec/Schedule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -36,6 +38,20 @@
 #include <tuple>
 
 namespace pipec {
+
+namespace {
+/// Megatron's microbatch rule as lib/Schedule states it (checkScheduleShape):
+/// `microbatches` over d side-by-side pipelines of depth p, which the schedule
+/// sees as round-robin replicas d on every device.
+bool megatronRuleHolds(int microbatches, int p, int d) {
+  PipelineRequest request;
+  request.kind = ScheduleKind::Interleaved;
+  request.stages = p;
+  request.microbatches = microbatches;
+  request.replicas.assign(size_t(p), d);
+  return checkScheduleShape(request).empty();
+}
+} // namespace
 
 std::vector<std::pair<int, int>> megatronChunkLayers(int layers, int depth,
                                                      int chunks) {
@@ -303,8 +319,8 @@ PlanResult planInterleaved(const Profile &original, const Topology &topology,
   for (int p = 1; p <= maxP; ++p) {
     if (fixedP > 0 && p != fixedP)
       continue;
-    if (fixedM > 0 && fixedM % p != 0)
-      continue; // m % p == 0
+    if (fixedM > 0 && !megatronRuleHolds(fixedM, p, 1))
+      continue; // with d = 1 the weakest form of the rule
     int maxV = fixedV > 0 ? fixedV : std::min(8, numLayers / p);
     for (int d = numDevices / p; d >= 1; --d) {
       if (!options.allowFewerDevices && d * p != numDevices)
@@ -333,12 +349,13 @@ PlanResult planInterleaved(const Profile &original, const Topology &topology,
       }
       int m; // per pipeline; options.microbatches counts all d pipelines
       if (fixedM > 0) {
-        if (fixedM % (d * p) != 0)
+        if (!megatronRuleHolds(fixedM, p, d))
           continue; // m % p == 0 for each of the d pipelines
         m = fixedM / d;
         if (options.globalBatch > 0 && b * d * m > options.globalBatch)
           continue;
       } else if (options.globalBatch > 0) {
+        // The largest m that fits the batch and keeps the rule, m % p == 0.
         m = static_cast<int>(options.globalBatch / (b * d) / p * p);
         if (m < 1)
           continue;

@@ -1,0 +1,32 @@
+// Input of build-schedule-errors.mlir, run with --pipe-build-schedule="schedule=interleaved microbatches=3 chunks=2"
+// Rule "chunks-divide": 3 stages cannot be split into v = 2 chunks per device.
+// expected-error @+1 {{the interleaved schedule places 2 chunks on every device, but the model has 3 stages (plan p x v = 3 stages for v = 2)}}
+module {
+  func.func @s0_fwd(%x: tensor<2xf32> {pipe.feed = 0 : i64}) -> tensor<2xf32> attributes {pipe.stage = 0 : i64} {
+    return %x : tensor<2xf32>
+  }
+  func.func @s0_bwd(%g: tensor<2xf32> {pipe.grad_from = array<i64: 1, 0>}) attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @s0_step(%lr: tensor<f32> {pipe.lr}) attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @s1_fwd(%x: tensor<2xf32> {pipe.from = array<i64: 0, 0>}) -> tensor<2xf32> attributes {pipe.stage = 1 : i64} {
+    return %x : tensor<2xf32>
+  }
+  func.func @s1_bwd(%g: tensor<2xf32> {pipe.grad_from = array<i64: 2, 0>}) -> (tensor<2xf32> {pipe.grad_of_arg = 0 : i64}) attributes {pipe.stage = 1 : i64} {
+    return %g : tensor<2xf32>
+  }
+  func.func @s1_step(%lr: tensor<f32> {pipe.lr}) attributes {pipe.stage = 1 : i64} {
+    return
+  }
+  func.func @s2_fwd(%x: tensor<2xf32> {pipe.from = array<i64: 1, 0>}) -> tensor<2xf32> attributes {pipe.stage = 2 : i64} {
+    return %x : tensor<2xf32>
+  }
+  func.func @s2_bwd(%g: tensor<2xf32>) -> (tensor<2xf32> {pipe.grad_of_arg = 0 : i64}) attributes {pipe.stage = 2 : i64} {
+    return %g : tensor<2xf32>
+  }
+  func.func @s2_step(%lr: tensor<f32> {pipe.lr}) attributes {pipe.stage = 2 : i64} {
+    return
+  }
+}

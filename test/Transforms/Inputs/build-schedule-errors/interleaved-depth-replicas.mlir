@@ -1,0 +1,23 @@
+// Input of build-schedule-errors.mlir, run with --pipe-build-schedule="schedule=interleaved microbatches=2 replicas=2,2"
+// Rule "interleaved": with 2 replicas per stage m = 2 is not a multiple of p x d = 2 x 2.
+// expected-error @+1 {{the interleaved schedule needs the number of microbatches (2) to be a multiple of the pipeline depth times the replicas, 2 x 2 (Megatron's rule per replica)}}
+module {
+  func.func @s0_fwd(%x: tensor<2xf32> {pipe.feed = 0 : i64}) -> tensor<2xf32> attributes {pipe.stage = 0 : i64} {
+    return %x : tensor<2xf32>
+  }
+  func.func @s0_bwd(%g: tensor<2xf32> {pipe.grad_from = array<i64: 1, 0>}) attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @s0_step(%lr: tensor<f32> {pipe.lr}) attributes {pipe.stage = 0 : i64} {
+    return
+  }
+  func.func @s1_fwd(%x: tensor<2xf32> {pipe.from = array<i64: 0, 0>}) -> tensor<2xf32> attributes {pipe.stage = 1 : i64} {
+    return %x : tensor<2xf32>
+  }
+  func.func @s1_bwd(%g: tensor<2xf32>) -> (tensor<2xf32> {pipe.grad_of_arg = 0 : i64}) attributes {pipe.stage = 1 : i64} {
+    return %g : tensor<2xf32>
+  }
+  func.func @s1_step(%lr: tensor<f32> {pipe.lr}) attributes {pipe.stage = 1 : i64} {
+    return
+  }
+}
