@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipec/Plan.h"
+#include "pipec/Schedule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -77,15 +78,23 @@ std::string validatePlan(const Plan &plan, int numLayers) {
     return "the profile has no layers";
   if (plan.stages.empty())
     return "the plan has no stages";
-  if (plan.microbatches < 1)
-    return "microbatches must be at least 1 (got " +
-           std::to_string(plan.microbatches) + ")";
+  // The counts' rules are lib/Schedule's (microbatches, chunks); the
+  // schedule itself is not the plan's to say, so the interleaved one stands
+  // for any plan with chunks and the rules about schedules are left out.
+  {
+    PipelineRequest request;
+    request.kind =
+        plan.chunks > 1 ? ScheduleKind::Interleaved : ScheduleKind::GPipe;
+    request.stages = plan.numStages();
+    request.chunks = plan.chunks;
+    request.microbatches = plan.microbatches;
+    for (const RuleViolation &v : checkScheduleShape(request))
+      if (v.rule == "microbatches" || v.rule == "chunks")
+        return v.message;
+  }
   if (plan.microbatchSize < 1)
     return "the microbatch size must be at least 1 (got " +
            std::to_string(plan.microbatchSize) + ")";
-  if (plan.chunks < 1)
-    return "chunks must be at least 1 (got " + std::to_string(plan.chunks) +
-           ")";
   int expectedFirst = 0;
   for (int s = 0; s < plan.numStages(); ++s) {
     const StagePlan &stage = plan.stages[s];

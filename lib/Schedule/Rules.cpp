@@ -169,10 +169,9 @@ struct Checker {
                         "' needs at least two stages");
         continue;
       }
-      if (auto bad = std::find_if(stages.begin(), stages.end(),
-                                  [&](int64_t st) {
-                                    return st < 0 || st >= q.stages;
-                                  });
+      if (auto bad = std::find_if(
+              stages.begin(), stages.end(),
+              [&](int64_t st) { return st < 0 || st >= q.stages; });
           bad != stages.end()) {
         add("tied", "pipe.tied entry '" + weight + "' names stage " +
                         str(*bad) + " of a pipeline of " + str(q.stages) +
@@ -231,7 +230,8 @@ struct Checker {
       else
         add("2bw-depth",
             "schedule '2bw': stage " + str(st) + " (" + str(r) +
-                (r == 1 ? " replica" : " replicas") + ") runs " + str(q.microbatches / r) +
+                (r == 1 ? " replica" : " replicas") + ") runs " +
+                str(q.microbatches / r) +
                 " microbatches per replica and batch but trails its forwards "
                 "by K - 1 = " + str(depth[st] - 1) + " of them; use at least " +
                 str(r * (depth[st] - 1)) +

@@ -444,7 +444,7 @@ TEST(ValidatePlanTest, CatchesEachViolation) {
 
   plan = goodPlan();
   plan.chunks = 0;
-  expectViolation(plan, 10, "chunks must be at least 1");
+  expectViolation(plan, 10, "chunks per device must be at least 1");
 
   plan = goodPlan();
   plan.predicted.stageMemoryBytes = {1, 2};

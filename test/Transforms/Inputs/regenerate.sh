@@ -7,7 +7,8 @@
 #
 #   test/Transforms/Inputs/regenerate.sh build/bin/pipec-opt
 set -euo pipefail
-OPT=${1:-build/bin/pipec-opt}
+# The path is taken from where it is run; the default is the repository's.
+OPT=$(realpath "${1:-$(dirname "$0")/../../../build/bin/pipec-opt}")
 cd "$(dirname "$0")"
 gen() { # out, passes...
   local out=$1; shift
