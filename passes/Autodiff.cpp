@@ -78,6 +78,15 @@ private:
                                   StringRef suffix, StringRef attr);
   void emitUpdate(OpBuilder &sb, ml_program::GlobalOp weight, Value lr,
                   Value count);
+  // The phases of run(), in order.
+  void seedGradients(func::ReturnOp ret);
+  LogicalResult sweep(Block &body);
+  void accumulateWeightGradients();
+  SmallVector<Value> boundaryGradients(Block &body,
+                                       SmallVector<DictionaryAttr> &attrs);
+  void pruneStash();
+  void appendSavedToForward(func::ReturnOp ret);
+  void emitStep();
 
   ModuleOp module;
   func::FuncOp fwd;
@@ -303,8 +312,10 @@ FailureOr<func::FuncOp> pipec::buildGradientFunction(func::FuncOp fn,
   return grad;
 }
 
+/// @sK_bwd from @sK_fwd: the seeds, the reverse sweep, the weight gradients
+/// accumulated, the boundary gradients returned, the stash pruned to what
+/// the backward reads (and appended to the forward's results), then @sK_step.
 LogicalResult StageDifferentiator::run() {
-  MLIRContext *ctx = module.getContext();
   b.setInsertionPointAfter(fwd);
   bwd = func::FuncOp::create(b, fwd.getLoc(), stageFuncName(stage, "bwd"),
                              b.getFunctionType({}, {}));
@@ -314,9 +325,29 @@ LogicalResult StageDifferentiator::run() {
 
   Block &body = fwd.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
+  seedGradients(ret);
+  if (failed(sweep(body)))
+    return failure();
+  accumulateWeightGradients();
+  SmallVector<DictionaryAttr> resultAttrs;
+  SmallVector<Value> results = boundaryGradients(body, resultAttrs);
+  func::ReturnOp::create(b, fwd.getLoc(), results);
+  pruneStash();
+  bwd.setFunctionType(b.getFunctionType(entry->getArgumentTypes(),
+                                        ValueRange(results).getTypes()));
+  for (auto [i, attrs] : llvm::enumerate(argAttrs))
+    bwd.setArgAttrs(i, attrs);
+  for (auto [i, attrs] : llvm::enumerate(resultAttrs))
+    bwd.setResultAttrs(i, attrs);
+  appendSavedToForward(ret);
+  emitStep();
+  return success();
+}
 
-  // Seeds: the loss, and the gradients later stages send back.
-  // Integer values (ids, masks) carry no gradient across a cut.
+/// Seeds: the loss, and the gradients later stages send back. Integer
+/// values (ids, masks) carry no gradient across a cut.
+void StageDifferentiator::seedGradients(func::ReturnOp ret) {
+  MLIRContext *ctx = module.getContext();
   for (auto [r, v] : llvm::enumerate(ret.getOperands())) {
     if (!isFloatTensor(v.getType()))
       continue;
@@ -343,8 +374,11 @@ LogicalResult StageDifferentiator::run() {
       }
     }
   }
+}
 
-  // Reverse sweep.
+/// The reverse sweep over the forward's ops; gradients of weight loads are
+/// summed per weight (a weight read twice gets one sum), constants get none.
+LogicalResult StageDifferentiator::sweep(Block &body) {
   SmallVector<Operation *> ops;
   for (Operation &op : body.without_terminator())
     ops.push_back(&op);
@@ -363,10 +397,11 @@ LogicalResult StageDifferentiator::run() {
       return;
     addGrad(v, g);
   };
-  if (failed(reverseSweep(ops, b, grads, mapper, take)))
-    return failure();
+  return reverseSweep(ops, b, grads, mapper, take);
+}
 
-  // Accumulate weight gradients into their .grad globals.
+/// Accumulate weight gradients into their .grad globals.
+void StageDifferentiator::accumulateWeightGradients() {
   for (auto &[name, g] : weightGrads) {
     auto weight = weightGlobals.lookup(name);
     if (!weight || !weight.getIsMutable())
@@ -377,10 +412,14 @@ LogicalResult StageDifferentiator::run() {
     Value sum = nn::AddOp::create(b, g.getLoc(), g.getType(), old, g);
     ml_program::GlobalStoreOp::create(b, g.getLoc(), ref, sum);
   }
+}
 
-  // Results: gradients of the boundary arguments.
+/// The backward's results: gradients of the boundary arguments (zero where
+/// nothing flows back), each with the argument it belongs to.
+SmallVector<Value>
+StageDifferentiator::boundaryGradients(Block &body,
+                                       SmallVector<DictionaryAttr> &attrs) {
   SmallVector<Value> results;
-  SmallVector<DictionaryAttr> resultAttrs;
   for (BlockArgument arg : body.getArguments()) {
     if (!fwd.getArgAttr(arg.getArgNumber(), "pipe.from") ||
         !isFloatTensor(arg.getType()))
@@ -390,13 +429,15 @@ LogicalResult StageDifferentiator::run() {
       g = nn::FillOp::create(b, arg.getLoc(), arg.getType(),
                              b.getF64FloatAttr(0.0));
     results.push_back(g);
-    resultAttrs.push_back(b.getDictionaryAttr({b.getNamedAttr(
+    attrs.push_back(b.getDictionaryAttr({b.getNamedAttr(
         "pipe.grad_of_arg", b.getI64IntegerAttr(arg.getArgNumber()))}));
   }
-  func::ReturnOp::create(b, fwd.getLoc(), results);
+  return results;
+}
 
-  // Drop dead backward ops (e.g. the input gradient of the first stage),
-  // then the stashed values nobody reads any more.
+/// Drop dead backward ops (e.g. the input gradient of the first stage),
+/// then the stashed values nobody reads any more, renumbering the rest.
+void StageDifferentiator::pruneStash() {
   for (Operation &op : llvm::make_early_inc_range(llvm::reverse(*entry)))
     if (isOpTriviallyDead(&op))
       op.erase();
@@ -422,14 +463,10 @@ LogicalResult StageDifferentiator::run() {
         pipe::attrs::kFwdResult, b.getI64IntegerAttr(savedIndex[r.getInt()]))});
   }
   saved = keptSaved;
-  bwd.setFunctionType(b.getFunctionType(entry->getArgumentTypes(),
-                                        ValueRange(results).getTypes()));
-  for (auto [i, attrs] : llvm::enumerate(argAttrs))
-    bwd.setArgAttrs(i, attrs);
-  for (auto [i, attrs] : llvm::enumerate(resultAttrs))
-    bwd.setResultAttrs(i, attrs);
+}
 
-  // Forward: append the saved values to the results.
+/// Forward: append the saved values to the results (pipe.saved).
+void StageDifferentiator::appendSavedToForward(func::ReturnOp ret) {
   unsigned firstSaved = ret.getNumOperands();
   SmallVector<Value> newResults(ret.getOperands());
   newResults.append(saved.begin(), saved.end());
@@ -441,12 +478,15 @@ LogicalResult StageDifferentiator::run() {
                                  : b.getDictionaryAttr({}));
   for (size_t i = 0; i < saved.size(); ++i)
     fwdResultAttrs.push_back(b.getDictionaryAttr(
-        {b.getNamedAttr("pipe.saved", UnitAttr::get(ctx))}));
+        {b.getNamedAttr("pipe.saved", UnitAttr::get(module.getContext()))}));
   fwd.setFunctionType(b.getFunctionType(fwd.getArgumentTypes(),
                                         ValueRange(newResults).getTypes()));
   fwd.setAllResultAttrs(fwdResultAttrs);
+}
 
-  // The optimizer update of every trained weight of this stage.
+/// @sK_step: the optimizer update of every trained weight of this stage.
+void StageDifferentiator::emitStep() {
+  MLIRContext *ctx = module.getContext();
   b.setInsertionPointAfter(bwd);
   auto lrType = RankedTensorType::get({}, b.getF32Type());
   auto countType = RankedTensorType::get({}, b.getI64Type());
@@ -470,7 +510,6 @@ LogicalResult StageDifferentiator::run() {
                needsCount ? stepEntry->getArgument(1) : Value());
   }
   func::ReturnOp::create(sb, fwd.getLoc());
-  return success();
 }
 
 namespace {

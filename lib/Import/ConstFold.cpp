@@ -307,17 +307,369 @@ pipec::import::fromTensorProto(const onnx::TensorProto &t, std::string &why) {
   return c;
 }
 
+//===----------------------------------------------------------------------===//
+// The evaluators, one per op; the table below is the list of foldable ops.
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The node's inputs (an absent optional input is an empty tensor).
+using Inputs = std::vector<ConstTensor>;
+using Folded = std::optional<ConstTensor>;
+using Folder = Folded (*)(const onnx::NodeProto &, const Inputs &,
+                          std::string &why);
+
+Dims intList(const ConstTensor &t) {
+  Dims v;
+  for (int64_t i = 0; i < t.numel(); ++i)
+    v.push_back(t.integer(i));
+  return v;
+}
+
+Folded foldIdentity(const onnx::NodeProto &, const Inputs &in, std::string &) {
+  return in[0];
+}
+
+Folded foldCast(const onnx::NodeProto &node, const Inputs &in,
+                std::string &why) {
+  int32_t to = int32_t(attrInt(node, "to", 1));
+  ConstTensor out = make(in[0].dims, isFloatType(to));
+  if (!isFloatType(to) && !isIntType(to)) {
+    why = "Cast to element type " + std::to_string(to);
+    return std::nullopt;
+  }
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    if (out.isFloat)
+      out.reals[i] = to == onnx::TensorProto::FLOAT
+                         ? double(float(in[0].real(i)))
+                         : in[0].real(i);
+    else
+      out.ints[i] = to == onnx::TensorProto::BOOL ? (in[0].real(i) != 0)
+                                                  : int64_t(in[0].real(i));
+  }
+  return out;
+}
+
+Folded foldElementwise(const onnx::NodeProto &node, const Inputs &in,
+                       std::string &why) {
+  const std::string &op = node.op_type();
+  if ((op == "Max" || op == "Min") && in.size() != 2) {
+    why = "variadic Max/Min";
+    return std::nullopt;
+  }
+  return elementwise(node, in, why);
+}
+
+/// Axes from input 1 (opset 13) or the attribute (earlier opsets).
+Dims axesOf(const onnx::NodeProto &node, const Inputs &in) {
+  return in.size() > 1 && (!in[1].dims.empty() || in[1].numel())
+             ? intList(in[1])
+             : attrInts(node, "axes");
+}
+
+Folded foldUnsqueeze(const onnx::NodeProto &node, const Inputs &in,
+                     std::string &) {
+  Dims axes = axesOf(node, in);
+  ConstTensor out = in[0];
+  int64_t outRank = int64_t(in[0].dims.size() + axes.size());
+  std::vector<bool> isNew(outRank, false);
+  for (int64_t a : axes)
+    isNew[normAxis(a, outRank)] = true;
+  Dims dims;
+  size_t k = 0;
+  for (int64_t i = 0; i < outRank; ++i)
+    dims.push_back(isNew[i] ? 1 : in[0].dims[k++]);
+  out.dims = dims;
+  return out;
+}
+
+Folded foldSqueeze(const onnx::NodeProto &node, const Inputs &in,
+                   std::string &) {
+  Dims axes = axesOf(node, in);
+  ConstTensor out = in[0];
+  int64_t rank = in[0].dims.size();
+  std::set<int64_t> drop;
+  for (int64_t a : axes)
+    drop.insert(normAxis(a, rank));
+  Dims dims;
+  for (int64_t i = 0; i < rank; ++i)
+    if (!(axes.empty() ? in[0].dims[i] == 1 : drop.count(i) > 0))
+      dims.push_back(in[0].dims[i]);
+  out.dims = dims;
+  return out;
+}
+
+Folded foldReshape(const onnx::NodeProto &node, const Inputs &in,
+                   std::string &why) {
+  Dims shape = intList(in[1]);
+  bool allowZero = attrInt(node, "allowzero", 0) != 0;
+  int64_t known = 1, minus = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allowZero)
+      shape[i] = in[0].dims.at(i);
+    if (shape[i] == -1)
+      minus = i;
+    else
+      known *= shape[i];
+  }
+  if (minus >= 0)
+    shape[minus] = known ? in[0].numel() / known : 0;
+  ConstTensor out = in[0];
+  out.dims = shape;
+  if (out.numel() != in[0].numel()) {
+    why = "Reshape changes the element count";
+    return std::nullopt;
+  }
+  return out;
+}
+
+Folded foldConcat(const onnx::NodeProto &node, const Inputs &in,
+                  std::string &) {
+  int64_t rank = in[0].dims.size();
+  int64_t axis = normAxis(attrInt(node, "axis", 0), rank);
+  bool anyFloat = false;
+  Dims dims = in[0].dims;
+  dims[axis] = 0;
+  for (const auto &t : in) {
+    anyFloat |= t.isFloat;
+    dims[axis] += t.dims[axis];
+  }
+  ConstTensor out = make(dims, anyFloat);
+  Dims ost = stridesOf(dims);
+  int64_t offset = 0;
+  for (const auto &t : in) {
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      Dims idx = unravel(i, t.dims);
+      idx[axis] += offset;
+      int64_t o = 0;
+      for (int64_t d = 0; d < rank; ++d)
+        o += idx[d] * ost[d];
+      copyElem(out, o, t, i);
+    }
+    offset += t.dims[axis];
+  }
+  return out;
+}
+
+Folded foldGather(const onnx::NodeProto &node, const Inputs &in,
+                  std::string &why) {
+  const ConstTensor &data = in[0], &idx = in[1];
+  int64_t rank = data.dims.size();
+  int64_t axis = normAxis(attrInt(node, "axis", 0), rank);
+  Dims dims(data.dims.begin(), data.dims.begin() + axis);
+  dims.insert(dims.end(), idx.dims.begin(), idx.dims.end());
+  dims.insert(dims.end(), data.dims.begin() + axis + 1, data.dims.end());
+  ConstTensor out = make(dims, data.isFloat);
+  Dims dst = stridesOf(data.dims);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    Dims o = unravel(i, dims);
+    Dims ii(o.begin() + axis, o.begin() + axis + idx.dims.size());
+    int64_t io = 0;
+    Dims ist = stridesOf(idx.dims);
+    for (size_t k = 0; k < ii.size(); ++k)
+      io += ii[k] * ist[k];
+    int64_t j = idx.integer(io);
+    if (j < 0)
+      j += data.dims[axis];
+    if (j < 0 || j >= data.dims[axis]) {
+      why = "Gather index out of range";
+      return std::nullopt;
+    }
+    int64_t off = j * dst[axis];
+    for (int64_t d = 0; d < axis; ++d)
+      off += o[d] * dst[d];
+    for (int64_t d = axis + 1; d < rank; ++d)
+      off += o[d - 1 + idx.dims.size()] * dst[d];
+    copyElem(out, i, data, off);
+  }
+  return out;
+}
+
+Folded foldSlice(const onnx::NodeProto &, const Inputs &in, std::string &) {
+  const ConstTensor &data = in[0];
+  int64_t rank = data.dims.size();
+  Dims starts = intList(in[1]), ends = intList(in[2]);
+  Dims axes, steps;
+  if (in.size() > 3 && in[3].numel())
+    axes = intList(in[3]);
+  else
+    for (size_t i = 0; i < starts.size(); ++i)
+      axes.push_back(i);
+  if (in.size() > 4 && in[4].numel())
+    steps = intList(in[4]);
+  else
+    steps.assign(starts.size(), 1);
+  Dims st(rank, 0), sp(rank, 1), dims = data.dims;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t a = normAxis(axes[k], rank), n = data.dims[a], step = steps[k];
+    int64_t s = starts[k], e = ends[k];
+    if (s < 0)
+      s += n;
+    if (e < 0)
+      e += n;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, n);
+      e = std::clamp<int64_t>(e, 0, n);
+      dims[a] = e > s ? (e - s + step - 1) / step : 0;
+    } else {
+      s = std::clamp<int64_t>(s, 0, n - 1);
+      e = std::clamp<int64_t>(e, -1, n - 1);
+      dims[a] = s > e ? (s - e - step - 1) / (-step) : 0;
+    }
+    st[a] = s;
+    sp[a] = step;
+  }
+  ConstTensor out = make(dims, data.isFloat);
+  Dims dst = stridesOf(data.dims);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    Dims o = unravel(i, dims);
+    int64_t off = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      off += (st[d] + o[d] * sp[d]) * dst[d];
+    copyElem(out, i, data, off);
+  }
+  return out;
+}
+
+Folded foldExpand(const onnx::NodeProto &, const Inputs &in, std::string &why) {
+  auto dims = broadcast({in[0].dims, intList(in[1])});
+  if (!dims) {
+    why = "Expand shapes do not broadcast";
+    return std::nullopt;
+  }
+  ConstTensor out = make(*dims, in[0].isFloat);
+  for (int64_t i = 0; i < out.numel(); ++i)
+    copyElem(out, i, in[0], broadcastOffset(in[0], unravel(i, *dims)));
+  return out;
+}
+
+Folded foldRange(const onnx::NodeProto &, const Inputs &in, std::string &why) {
+  bool f = in[0].isFloat || in[1].isFloat || in[2].isFloat;
+  double start = in[0].real(0), limit = in[1].real(0), delta = in[2].real(0);
+  if (delta == 0) {
+    why = "Range with delta 0";
+    return std::nullopt;
+  }
+  int64_t n = std::max<int64_t>(0, int64_t(std::ceil((limit - start) / delta)));
+  ConstTensor out = make({n}, f);
+  for (int64_t i = 0; i < n; ++i)
+    set(out, i, start + i * delta);
+  return out;
+}
+
+Folded foldConstantOfShape(const onnx::NodeProto &node, const Inputs &in,
+                           std::string &why) {
+  Dims dims = intList(in[0]);
+  ConstTensor value;
+  value.isFloat = true;
+  value.reals = {0.0};
+  if (const auto *v = attr(node, "value")) {
+    auto c = fromTensorProto(v->t(), why);
+    if (!c)
+      return std::nullopt;
+    value = *c;
+  }
+  ConstTensor out = make(dims, value.isFloat);
+  for (int64_t i = 0; i < out.numel(); ++i)
+    copyElem(out, i, value, 0);
+  return out;
+}
+
+Folded foldTranspose(const onnx::NodeProto &node, const Inputs &in,
+                     std::string &) {
+  int64_t rank = in[0].dims.size();
+  Dims perm = attrInts(node, "perm");
+  if (perm.empty())
+    for (int64_t i = rank - 1; i >= 0; --i)
+      perm.push_back(i);
+  Dims dims, ist = stridesOf(in[0].dims);
+  for (int64_t p : perm)
+    dims.push_back(in[0].dims[p]);
+  ConstTensor out = make(dims, in[0].isFloat);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    Dims o = unravel(i, dims);
+    int64_t off = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      off += o[d] * ist[perm[d]];
+    copyElem(out, i, in[0], off);
+  }
+  return out;
+}
+
+/// Every op with constant inputs the evaluator computes (Shape and Size,
+/// which read only a static shape, are handled before).
+const std::map<std::string, Folder> &folders() {
+  static const std::map<std::string, Folder> table = {
+      {"Identity", foldIdentity},
+      {"Cast", foldCast},
+      {"Neg", foldElementwise},
+      {"Abs", foldElementwise},
+      {"Sqrt", foldElementwise},
+      {"Floor", foldElementwise},
+      {"Ceil", foldElementwise},
+      {"Not", foldElementwise},
+      {"Add", foldElementwise},
+      {"Sub", foldElementwise},
+      {"Mul", foldElementwise},
+      {"Div", foldElementwise},
+      {"Pow", foldElementwise},
+      {"Max", foldElementwise},
+      {"Min", foldElementwise},
+      {"Equal", foldElementwise},
+      {"Less", foldElementwise},
+      {"Greater", foldElementwise},
+      {"LessOrEqual", foldElementwise},
+      {"GreaterOrEqual", foldElementwise},
+      {"And", foldElementwise},
+      {"Or", foldElementwise},
+      {"Xor", foldElementwise},
+      {"Where", foldElementwise},
+      {"Unsqueeze", foldUnsqueeze},
+      {"Squeeze", foldSqueeze},
+      {"Reshape", foldReshape},
+      {"Concat", foldConcat},
+      {"Gather", foldGather},
+      {"Slice", foldSlice},
+      {"Expand", foldExpand},
+      {"Range", foldRange},
+      {"ConstantOfShape", foldConstantOfShape},
+      {"Transpose", foldTranspose},
+  };
+  return table;
+}
+
+/// Shape and Size: the static shape of input 0, which need not be constant.
+std::optional<ConstTensor> foldShapeOf(
+    const onnx::NodeProto &node,
+    const std::function<std::optional<Dims>(const std::string &)> &staticShape,
+    std::string &why) {
+  auto shape = staticShape(node.input(0));
+  if (!shape) {
+    why = "the shape of '" + node.input(0) + "' is not static";
+    return std::nullopt;
+  }
+  ConstTensor out;
+  if (node.op_type() == "Size") {
+    int64_t n = 1;
+    for (int64_t d : *shape)
+      n *= d;
+    out.ints = {n};
+    return out;
+  }
+  int64_t rank = shape->size();
+  int64_t start = attrInt(node, "start", 0), end = attrInt(node, "end", rank);
+  start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+  end = std::clamp<int64_t>(end < 0 ? end + rank : end, 0, rank);
+  for (int64_t i = start; i < end; ++i)
+    out.ints.push_back((*shape)[i]);
+  out.dims = {int64_t(out.ints.size())};
+  return out;
+}
+
+} // namespace
+
 bool pipec::import::isFoldable(const std::string &op) {
-  static const std::set<std::string> ops = {
-      "Shape",     "Size",      "Identity",  "Cast",        "Neg",
-      "Abs",       "Sqrt",      "Floor",     "Ceil",        "Not",
-      "Add",       "Sub",       "Mul",       "Div",         "Pow",
-      "Max",       "Min",       "Equal",     "Less",        "Greater",
-      "LessOrEqual", "GreaterOrEqual", "And", "Or",         "Xor",
-      "Where",     "Unsqueeze", "Squeeze",   "Concat",      "Gather",
-      "Slice",     "Reshape",   "Expand",    "Range",       "ConstantOfShape",
-      "Transpose"};
-  return ops.count(op);
+  return op == "Shape" || op == "Size" || folders().count(op);
 }
 
 std::optional<std::vector<ConstTensor>> pipec::import::foldNode(
@@ -326,299 +678,34 @@ std::optional<std::vector<ConstTensor>> pipec::import::foldNode(
     const std::function<std::optional<Dims>(const std::string &)> &staticShape,
     std::string &why) {
   const std::string &op = node.op_type();
+  std::optional<ConstTensor> out;
   if (op == "Shape" || op == "Size") {
-    auto shape = staticShape(node.input(0));
-    if (!shape) {
-      why = "the shape of '" + node.input(0) + "' is not static";
+    out = foldShapeOf(node, staticShape, why);
+  } else {
+    auto folder = folders().find(op);
+    if (folder == folders().end()) {
+      why = "no constant evaluator for " + op;
       return std::nullopt;
     }
-    ConstTensor out;
-    if (op == "Size") {
-      int64_t n = 1;
-      for (int64_t d : *shape)
-        n *= d;
-      out.ints = {n};
-      return std::vector<ConstTensor>{out};
-    }
-    int64_t rank = shape->size();
-    int64_t start = attrInt(node, "start", 0), end = attrInt(node, "end", rank);
-    start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
-    end = std::clamp<int64_t>(end < 0 ? end + rank : end, 0, rank);
-    for (int64_t i = start; i < end; ++i)
-      out.ints.push_back((*shape)[i]);
-    out.dims = {int64_t(out.ints.size())};
-    return std::vector<ConstTensor>{out};
-  }
-
-  // Every other op needs all its (non-empty) inputs constant.
-  std::vector<ConstTensor> in;
-  for (int i = 0; i < node.input_size(); ++i) {
-    if (node.input(i).empty()) {
-      in.push_back(ConstTensor{});
-      continue;
-    }
-    auto c = input(i);
-    if (!c) {
-      why = "input '" + node.input(i) + "' is computed at run time";
-      return std::nullopt;
-    }
-    in.push_back(std::move(*c));
-  }
-  auto one = [](ConstTensor t) { return std::vector<ConstTensor>{std::move(t)}; };
-  auto intList = [](const ConstTensor &t) {
-    Dims v;
-    for (int64_t i = 0; i < t.numel(); ++i)
-      v.push_back(t.integer(i));
-    return v;
-  };
-
-  if (op == "Identity")
-    return one(in[0]);
-  if (op == "Cast") {
-    int32_t to = int32_t(attrInt(node, "to", 1));
-    ConstTensor out = make(in[0].dims, isFloatType(to));
-    if (!isFloatType(to) && !isIntType(to)) {
-      why = "Cast to element type " + std::to_string(to);
-      return std::nullopt;
-    }
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      if (out.isFloat)
-        out.reals[i] = to == onnx::TensorProto::FLOAT ? double(float(in[0].real(i)))
-                                                      : in[0].real(i);
-      else
-        out.ints[i] = to == onnx::TensorProto::BOOL ? (in[0].real(i) != 0)
-                                                    : int64_t(in[0].real(i));
-    }
-    return one(out);
-  }
-  static const std::set<std::string> ew = {
-      "Neg", "Abs", "Sqrt", "Floor", "Ceil", "Not", "Add", "Sub", "Mul", "Div",
-      "Pow", "Max", "Min", "Equal", "Less", "Greater", "LessOrEqual",
-      "GreaterOrEqual", "And", "Or", "Xor", "Where"};
-  if (ew.count(op)) {
-    if ((op == "Max" || op == "Min") && in.size() != 2) {
-      why = "variadic Max/Min";
-      return std::nullopt;
-    }
-    auto out = elementwise(node, in, why);
-    if (!out)
-      return std::nullopt;
-    return one(*out);
-  }
-  if (op == "Unsqueeze" || op == "Squeeze") {
-    Dims axes = in.size() > 1 && !in[1].dims.empty() || (in.size() > 1 && in[1].numel())
-                    ? intList(in[1])
-                    : attrInts(node, "axes");
-    ConstTensor out = in[0];
-    int64_t rank = in[0].dims.size();
-    if (op == "Unsqueeze") {
-      int64_t outRank = rank + axes.size();
-      std::vector<bool> isNew(outRank, false);
-      for (int64_t a : axes)
-        isNew[normAxis(a, outRank)] = true;
-      Dims dims;
-      size_t k = 0;
-      for (int64_t i = 0; i < outRank; ++i)
-        dims.push_back(isNew[i] ? 1 : in[0].dims[k++]);
-      out.dims = dims;
-    } else {
-      std::set<int64_t> drop;
-      for (int64_t a : axes)
-        drop.insert(normAxis(a, rank));
-      Dims dims;
-      for (int64_t i = 0; i < rank; ++i)
-        if (!(axes.empty() ? in[0].dims[i] == 1 : drop.count(i) > 0))
-          dims.push_back(in[0].dims[i]);
-      out.dims = dims;
-    }
-    return one(out);
-  }
-  if (op == "Reshape") {
-    Dims shape = intList(in[1]);
-    bool allowZero = attrInt(node, "allowzero", 0) != 0;
-    int64_t known = 1, minus = -1;
-    for (size_t i = 0; i < shape.size(); ++i) {
-      if (shape[i] == 0 && !allowZero)
-        shape[i] = in[0].dims.at(i);
-      if (shape[i] == -1)
-        minus = i;
-      else
-        known *= shape[i];
-    }
-    if (minus >= 0)
-      shape[minus] = known ? in[0].numel() / known : 0;
-    ConstTensor out = in[0];
-    out.dims = shape;
-    if (out.numel() != in[0].numel()) {
-      why = "Reshape changes the element count";
-      return std::nullopt;
-    }
-    return one(out);
-  }
-  if (op == "Concat") {
-    int64_t rank = in[0].dims.size();
-    int64_t axis = normAxis(attrInt(node, "axis", 0), rank);
-    bool anyFloat = false;
-    Dims dims = in[0].dims;
-    dims[axis] = 0;
-    for (const auto &t : in) {
-      anyFloat |= t.isFloat;
-      dims[axis] += t.dims[axis];
-    }
-    ConstTensor out = make(dims, anyFloat);
-    Dims ost = stridesOf(dims);
-    int64_t offset = 0;
-    for (const auto &t : in) {
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        Dims idx = unravel(i, t.dims);
-        idx[axis] += offset;
-        int64_t o = 0;
-        for (int64_t d = 0; d < rank; ++d)
-          o += idx[d] * ost[d];
-        copyElem(out, o, t, i);
+    // Every other op needs all its (non-empty) inputs constant.
+    Inputs in;
+    for (int i = 0; i < node.input_size(); ++i) {
+      if (node.input(i).empty()) {
+        in.push_back(ConstTensor{});
+        continue;
       }
-      offset += t.dims[axis];
-    }
-    return one(out);
-  }
-  if (op == "Gather") {
-    const ConstTensor &data = in[0], &idx = in[1];
-    int64_t rank = data.dims.size();
-    int64_t axis = normAxis(attrInt(node, "axis", 0), rank);
-    Dims dims(data.dims.begin(), data.dims.begin() + axis);
-    dims.insert(dims.end(), idx.dims.begin(), idx.dims.end());
-    dims.insert(dims.end(), data.dims.begin() + axis + 1, data.dims.end());
-    ConstTensor out = make(dims, data.isFloat);
-    Dims dst = stridesOf(data.dims);
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      Dims o = unravel(i, dims);
-      Dims ii(o.begin() + axis, o.begin() + axis + idx.dims.size());
-      int64_t io = 0;
-      Dims ist = stridesOf(idx.dims);
-      for (size_t k = 0; k < ii.size(); ++k)
-        io += ii[k] * ist[k];
-      int64_t j = idx.integer(io);
-      if (j < 0)
-        j += data.dims[axis];
-      if (j < 0 || j >= data.dims[axis]) {
-        why = "Gather index out of range";
+      auto c = input(i);
+      if (!c) {
+        why = "input '" + node.input(i) + "' is computed at run time";
         return std::nullopt;
       }
-      int64_t off = j * dst[axis];
-      for (int64_t d = 0; d < axis; ++d)
-        off += o[d] * dst[d];
-      for (int64_t d = axis + 1; d < rank; ++d)
-        off += o[d - 1 + idx.dims.size()] * dst[d];
-      copyElem(out, i, data, off);
+      in.push_back(std::move(*c));
     }
-    return one(out);
+    out = folder->second(node, in, why);
   }
-  if (op == "Slice") {
-    const ConstTensor &data = in[0];
-    int64_t rank = data.dims.size();
-    Dims starts = intList(in[1]), ends = intList(in[2]);
-    Dims axes, steps;
-    if (in.size() > 3 && in[3].numel())
-      axes = intList(in[3]);
-    else
-      for (size_t i = 0; i < starts.size(); ++i)
-        axes.push_back(i);
-    if (in.size() > 4 && in[4].numel())
-      steps = intList(in[4]);
-    else
-      steps.assign(starts.size(), 1);
-    Dims st(rank, 0), sp(rank, 1), dims = data.dims;
-    for (size_t k = 0; k < axes.size(); ++k) {
-      int64_t a = normAxis(axes[k], rank), n = data.dims[a], step = steps[k];
-      int64_t s = starts[k], e = ends[k];
-      if (s < 0)
-        s += n;
-      if (e < 0)
-        e += n;
-      if (step > 0) {
-        s = std::clamp<int64_t>(s, 0, n);
-        e = std::clamp<int64_t>(e, 0, n);
-        dims[a] = e > s ? (e - s + step - 1) / step : 0;
-      } else {
-        s = std::clamp<int64_t>(s, 0, n - 1);
-        e = std::clamp<int64_t>(e, -1, n - 1);
-        dims[a] = s > e ? (s - e - step - 1) / (-step) : 0;
-      }
-      st[a] = s;
-      sp[a] = step;
-    }
-    ConstTensor out = make(dims, data.isFloat);
-    Dims dst = stridesOf(data.dims);
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      Dims o = unravel(i, dims);
-      int64_t off = 0;
-      for (int64_t d = 0; d < rank; ++d)
-        off += (st[d] + o[d] * sp[d]) * dst[d];
-      copyElem(out, i, data, off);
-    }
-    return one(out);
-  }
-  if (op == "Expand") {
-    auto dims = broadcast({in[0].dims, intList(in[1])});
-    if (!dims) {
-      why = "Expand shapes do not broadcast";
-      return std::nullopt;
-    }
-    ConstTensor out = make(*dims, in[0].isFloat);
-    for (int64_t i = 0; i < out.numel(); ++i)
-      copyElem(out, i, in[0], broadcastOffset(in[0], unravel(i, *dims)));
-    return one(out);
-  }
-  if (op == "Range") {
-    bool f = in[0].isFloat || in[1].isFloat || in[2].isFloat;
-    double start = in[0].real(0), limit = in[1].real(0), delta = in[2].real(0);
-    if (delta == 0) {
-      why = "Range with delta 0";
-      return std::nullopt;
-    }
-    int64_t n = std::max<int64_t>(0, int64_t(std::ceil((limit - start) / delta)));
-    ConstTensor out = make({n}, f);
-    for (int64_t i = 0; i < n; ++i)
-      set(out, i, start + i * delta);
-    return one(out);
-  }
-  if (op == "ConstantOfShape") {
-    Dims dims = intList(in[0]);
-    ConstTensor value;
-    value.isFloat = true;
-    value.reals = {0.0};
-    if (const auto *v = attr(node, "value")) {
-      auto c = fromTensorProto(v->t(), why);
-      if (!c)
-        return std::nullopt;
-      value = *c;
-    }
-    ConstTensor out = make(dims, value.isFloat);
-    for (int64_t i = 0; i < out.numel(); ++i)
-      copyElem(out, i, value, 0);
-    return one(out);
-  }
-  if (op == "Transpose") {
-    int64_t rank = in[0].dims.size();
-    Dims perm = attrInts(node, "perm");
-    if (perm.empty())
-      for (int64_t i = rank - 1; i >= 0; --i)
-        perm.push_back(i);
-    Dims dims, ist = stridesOf(in[0].dims);
-    for (int64_t p : perm)
-      dims.push_back(in[0].dims[p]);
-    ConstTensor out = make(dims, in[0].isFloat);
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      Dims o = unravel(i, dims);
-      int64_t off = 0;
-      for (int64_t d = 0; d < rank; ++d)
-        off += o[d] * ist[perm[d]];
-      copyElem(out, i, in[0], off);
-    }
-    return one(out);
-  }
-  why = "no constant evaluator for " + op;
-  return std::nullopt;
+  if (!out)
+    return std::nullopt;
+  return std::vector<ConstTensor>{std::move(*out)};
 }
 
 //===----------------------------------------------------------------------===//
