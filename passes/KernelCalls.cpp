@@ -10,6 +10,7 @@
 #include "dialects/nn/NNDialect.h"
 #include "pipec_rt.h"
 
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -106,10 +107,25 @@ static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op)
 /// The calls as the float32 kernels name them.
 static FailureOr<SmallVector<KernelCall, 1>> kernelCallsOf(Operation *op);
 
+/// The runtime's kernels, from the list they are declared and registered
+/// from: the op-to-kernel table here is checked against it.
+static bool isRuntimeKernel(StringRef name) {
+  static const llvm::StringSet<> kernels = {
+#define PIPEC_KERNEL(sym) #sym,
+#include "pipec_kernels.def"
+  };
+  return kernels.contains(name);
+}
+
 FailureOr<SmallVector<KernelCall, 1>> pipec::getKernelCalls(Operation *op) {
   auto calls = kernelCallsOf(op);
   if (failed(calls))
     return failure();
+  for (const KernelCall &call : *calls)
+    if (!isRuntimeKernel(call.kernel))
+      return op->emitError("internal error: '")
+             << op->getName() << "' lowers to " << call.kernel
+             << ", which runtime/include/pipec_kernels.def does not list";
   // A call with a float64 tensor goes to the kernel's float64 twin (same
   // layout; pipec_kernels.def). pipec_k_copy moves bytes of any type. Its
   // real parameters that are float32 values (the ops' f32 attributes:
@@ -129,201 +145,218 @@ FailureOr<SmallVector<KernelCall, 1>> pipec::getKernelCalls(Operation *op) {
   return calls;
 }
 
-static FailureOr<SmallVector<KernelCall, 1>> kernelCallsOf(Operation *op) {
+/// Gemm and MatMul.
+static std::optional<KernelCall> matmulKernelCall(Operation *op) {
   using namespace nn;
+  return llvm::TypeSwitch<Operation *, std::optional<KernelCall>>(op)
+      .Case([](GemmOp g) -> std::optional<KernelCall> {
+        auto a = shapeOf(g.getA());
+        auto y = shapeOf(g.getOutput());
+        int64_t m = y[0], n = y[1], k = g.getTransA() ? a[0] : a[1];
+        int64_t cm = 0, cn = 0;
+        if (g.getC()) {
+          auto c = shapeOf(g.getC());
+          int64_t dm = c.size() == 2 ? c[0] : 1;
+          int64_t dn = c.empty() ? 1 : c.back();
+          cn = dn == 1 ? 0 : 1;
+          cm = dm == 1 ? 0 : dn;
+        }
+        return KernelCall{
+            "pipec_k_gemm",
+            {g.getA(), g.getB(), g.getC(), g.getOutput()},
+            {m, n, k, g.getTransA() ? 1 : 0, g.getTransB() ? 1 : 0,
+             g.getC() ? 1 : 0, cm, cn},
+            {g.getAlpha().convertToDouble(), g.getBeta().convertToDouble()}};
+      })
+      .Case([](MatMulOp mm) -> std::optional<KernelCall> {
+        auto a = shapeOf(mm.getA()), b = shapeOf(mm.getB());
+        auto y = shapeOf(mm.getOutput());
+        int64_t nb = y.size() - 2;
+        ArrayRef<int64_t> batch = y.drop_back(2);
+        // Batch strides of A and B in elements (0 where broadcast).
+        auto batchStrides = [&](ArrayRef<int64_t> s) {
+          SmallVector<int64_t> dims(s.drop_back(2));
+          SmallVector<int64_t> st = broadcastStrides(dims, nb, batch);
+          int64_t mat = s[s.size() - 2] * s.back();
+          for (int64_t &x : st)
+            x *= mat;
+          return st;
+        };
+        KernelCall c{"pipec_k_batch_matmul",
+                     {mm.getA(), mm.getB(), mm.getOutput()},
+                     {nb},
+                     {1.0}};
+        llvm::append_range(c.ints, batch);
+        llvm::append_range(c.ints, batchStrides(a));
+        llvm::append_range(c.ints, batchStrides(b));
+        c.ints.append({y[nb], y[nb + 1], a.back(), 0, 0});
+        return c;
+      })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+/// The MLP ops of NNOps.td: arithmetic, activations, softmax, reductions onto
+/// a shape, transposes and views.
+static std::optional<KernelCall> mlpKernelCall(Operation *op) {
+  using namespace nn;
+  return llvm::TypeSwitch<Operation *, std::optional<KernelCall>>(op)
+      .Case([](AddOp o) { return binary(o, PIPEC_BIN_ADD); })
+      .Case([](SubOp o) { return binary(o, PIPEC_BIN_SUB); })
+      .Case([](MulOp o) { return binary(o, PIPEC_BIN_MUL); })
+      .Case([](DivOp o) { return binary(o, PIPEC_BIN_DIV); })
+      .Case([](ReluOp o) {
+        return unary(o.getInput(), o.getOutput(), PIPEC_UN_RELU);
+      })
+      .Case([](TanhOp o) {
+        return unary(o.getInput(), o.getOutput(), PIPEC_UN_TANH);
+      })
+      .Case([](SigmoidOp o) {
+        return unary(o.getInput(), o.getOutput(), PIPEC_UN_SIGMOID);
+      })
+      .Case([](ScaleOp o) {
+        return unary(o.getInput(), o.getOutput(), PIPEC_UN_SCALE,
+                     o.getFactor().convertToDouble());
+      })
+      .Case([](ReluGradOp o) {
+        return unaryGrad(o.getForward(), o.getGrad(), o.getOutput(),
+                         PIPEC_UN_RELU);
+      })
+      .Case([](TanhGradOp o) {
+        return unaryGrad(o.getForward(), o.getGrad(), o.getOutput(),
+                         PIPEC_UN_TANH);
+      })
+      .Case([](SigmoidGradOp o) {
+        return unaryGrad(o.getForward(), o.getGrad(), o.getOutput(),
+                         PIPEC_UN_SIGMOID);
+      })
+      .Case([](SoftmaxOp o) {
+        return KernelCall{"pipec_k_softmax",
+                          {o.getInput(), o.getOutput()},
+                          softmaxView(shapeOf(o.getInput()), o.getAxis(),
+                                      o.getCoerce_2d(), false),
+                          {}};
+      })
+      .Case([](LogSoftmaxOp o) {
+        return KernelCall{"pipec_k_softmax",
+                          {o.getInput(), o.getOutput()},
+                          softmaxView(shapeOf(o.getInput()), o.getAxis(),
+                                      o.getCoerce_2d(), true),
+                          {}};
+      })
+      .Case([](SoftmaxGradOp o) {
+        return KernelCall{"pipec_k_softmax_grad",
+                          {o.getOutputValue(), o.getGrad(), o.getOutput()},
+                          softmaxView(shapeOf(o.getOutput()), o.getAxis(),
+                                      o.getCoerce_2d(), o.getLog()),
+                          {}};
+      })
+      .Case([](SumToShapeOp o) {
+        auto x = shapeOf(o.getInput());
+        KernelCall c{"pipec_k_reduce_sum",
+                     {o.getInput(), o.getOutput()},
+                     {static_cast<int64_t>(x.size())},
+                     {o.getScale().convertToDouble()}};
+        llvm::append_range(c.ints, x);
+        // Y's strides for each X dimension (0 where summed).
+        auto y = shapeOf(o.getOutput());
+        SmallVector<int64_t> st(x.size(), 0);
+        int64_t stride = 1, offset = x.size() - y.size();
+        for (int64_t i = static_cast<int64_t>(y.size()) - 1; i >= 0; --i) {
+          st[offset + i] = (y[i] == 1 && x[offset + i] != 1) ? 0 : stride;
+          stride *= y[i];
+        }
+        llvm::append_range(c.ints, st);
+        return c;
+      })
+      .Case([](TransposeOp o) {
+        auto x = shapeOf(o.getInput());
+        KernelCall c{"pipec_k_transpose",
+                     {o.getInput(), o.getOutput()},
+                     {static_cast<int64_t>(x.size())},
+                     {}};
+        llvm::append_range(c.ints, x);
+        llvm::append_range(c.ints, o.getPerm());
+        return c;
+      })
+      .Case([](ReshapeOp o) { return copy(o.getInput(), o.getOutput()); })
+      .Case([](FlattenOp o) { return copy(o.getInput(), o.getOutput()); })
+      .Case([](IdentityOp o) { return copy(o.getInput(), o.getOutput()); })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+/// The loss and the optimizers (ONNX training operators), and fills.
+static std::optional<KernelCall> trainingKernelCall(Operation *op) {
+  using namespace nn;
+  return llvm::TypeSwitch<Operation *, std::optional<KernelCall>>(op)
+      .Case([](SoftmaxCrossEntropyLossOp o) {
+        return KernelCall{"pipec_k_sce_loss",
+                          {o.getScores(), o.getLabels(), o.getWeights(),
+                           o.getLoss(), o.getLogProb()},
+                          lossInts(o.getScores(), o.getReduction(),
+                                   o.getWeights(), o.getIgnoreIndex()),
+                          {}};
+      })
+      .Case([](SoftmaxCrossEntropyLossGradOp o) {
+        return KernelCall{"pipec_k_sce_loss_grad",
+                          {o.getScores(), o.getLabels(), o.getWeights(),
+                           o.getLossGrad(), o.getOutput()},
+                          lossInts(o.getScores(), o.getReduction(),
+                                   o.getWeights(), o.getIgnoreIndex()),
+                          {}};
+      })
+      .Case([](SgdUpdateOp o) {
+        return KernelCall{
+            "pipec_k_sgd",
+            {o.getWeight(), o.getGrad(), o.getLr(), o.getOutput()},
+            {numel(o.getOutput())},
+            {}};
+      })
+      .Case([](MomentumOp o) {
+        return KernelCall{"pipec_k_momentum",
+                          {o.getR(), o.getT(), o.getX(), o.getG(), o.getV(),
+                           o.getXNew(), o.getVNew()},
+                          {numel(o.getX()), o.getMode() == "nesterov"},
+                          {o.getAlpha().convertToDouble(),
+                           o.getBeta().convertToDouble(),
+                           o.getNormCoefficient().convertToDouble()}};
+      })
+      .Case([](AdamOp o) {
+        return KernelCall{"pipec_k_adam",
+                          {o.getR(), o.getT(), o.getX(), o.getG(), o.getV(),
+                           o.getH(), o.getXNew(), o.getVNew(), o.getHNew()},
+                          {numel(o.getX())},
+                          {o.getAlpha().convertToDouble(),
+                           o.getBeta().convertToDouble(),
+                           o.getNormCoefficient().convertToDouble(),
+                           o.getNormCoefficientPost().convertToDouble(),
+                           o.getEpsilon().convertToDouble()}};
+      })
+      .Case([](AdagradOp o) {
+        return KernelCall{"pipec_k_adagrad",
+                          {o.getR(), o.getT(), o.getX(), o.getG(), o.getH(),
+                           o.getXNew(), o.getHNew()},
+                          {numel(o.getX())},
+                          {o.getDecayFactor().convertToDouble(),
+                           o.getEpsilon().convertToDouble(),
+                           o.getNormCoefficient().convertToDouble()}};
+      })
+      .Case([](FillOp o) {
+        return KernelCall{"pipec_k_fill",
+                          {o.getOutput()},
+                          {numel(o.getOutput())},
+                          {o.getValue().convertToDouble()}};
+      })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+static FailureOr<SmallVector<KernelCall, 1>> kernelCallsOf(Operation *op) {
   if (auto calls = layerKernelCalls(op))
     return *calls;
-  std::optional<KernelCall> call =
-      llvm::TypeSwitch<Operation *, std::optional<KernelCall>>(op)
-          .Case([](GemmOp g) -> std::optional<KernelCall> {
-            auto a = shapeOf(g.getA());
-            auto y = shapeOf(g.getOutput());
-            int64_t m = y[0], n = y[1], k = g.getTransA() ? a[0] : a[1];
-            int64_t cm = 0, cn = 0;
-            if (g.getC()) {
-              auto c = shapeOf(g.getC());
-              int64_t dm = c.size() == 2 ? c[0] : 1;
-              int64_t dn = c.empty() ? 1 : c.back();
-              cn = dn == 1 ? 0 : 1;
-              cm = dm == 1 ? 0 : dn;
-            }
-            return KernelCall{"pipec_k_gemm",
-                              {g.getA(), g.getB(), g.getC(), g.getOutput()},
-                              {m, n, k, g.getTransA() ? 1 : 0,
-                               g.getTransB() ? 1 : 0, g.getC() ? 1 : 0, cm, cn},
-                              {g.getAlpha().convertToDouble(),
-                               g.getBeta().convertToDouble()}};
-          })
-          .Case([](MatMulOp mm) -> std::optional<KernelCall> {
-            auto a = shapeOf(mm.getA()), b = shapeOf(mm.getB());
-            auto y = shapeOf(mm.getOutput());
-            int64_t nb = y.size() - 2;
-            ArrayRef<int64_t> batch = y.drop_back(2);
-            // Batch strides of A and B in elements (0 where broadcast).
-            auto batchStrides = [&](ArrayRef<int64_t> s) {
-              SmallVector<int64_t> dims(s.drop_back(2));
-              SmallVector<int64_t> st =
-                  broadcastStrides(dims, nb, batch);
-              int64_t mat = s[s.size() - 2] * s.back();
-              for (int64_t &x : st)
-                x *= mat;
-              return st;
-            };
-            KernelCall c{"pipec_k_batch_matmul",
-                         {mm.getA(), mm.getB(), mm.getOutput()}, {nb}, {1.0}};
-            llvm::append_range(c.ints, batch);
-            llvm::append_range(c.ints, batchStrides(a));
-            llvm::append_range(c.ints, batchStrides(b));
-            c.ints.append({y[nb], y[nb + 1], a.back(), 0, 0});
-            return c;
-          })
-          .Case([](AddOp o) { return binary(o, PIPEC_BIN_ADD); })
-          .Case([](SubOp o) { return binary(o, PIPEC_BIN_SUB); })
-          .Case([](MulOp o) { return binary(o, PIPEC_BIN_MUL); })
-          .Case([](DivOp o) { return binary(o, PIPEC_BIN_DIV); })
-          .Case([](ReluOp o) {
-            return unary(o.getInput(), o.getOutput(), PIPEC_UN_RELU);
-          })
-          .Case([](TanhOp o) {
-            return unary(o.getInput(), o.getOutput(), PIPEC_UN_TANH);
-          })
-          .Case([](SigmoidOp o) {
-            return unary(o.getInput(), o.getOutput(), PIPEC_UN_SIGMOID);
-          })
-          .Case([](ScaleOp o) {
-            return unary(o.getInput(), o.getOutput(), PIPEC_UN_SCALE,
-                         o.getFactor().convertToDouble());
-          })
-          .Case([](ReluGradOp o) {
-            return unaryGrad(o.getForward(), o.getGrad(), o.getOutput(),
-                             PIPEC_UN_RELU);
-          })
-          .Case([](TanhGradOp o) {
-            return unaryGrad(o.getForward(), o.getGrad(), o.getOutput(),
-                             PIPEC_UN_TANH);
-          })
-          .Case([](SigmoidGradOp o) {
-            return unaryGrad(o.getForward(), o.getGrad(), o.getOutput(),
-                             PIPEC_UN_SIGMOID);
-          })
-          .Case([](SoftmaxOp o) {
-            return KernelCall{"pipec_k_softmax",
-                              {o.getInput(), o.getOutput()},
-                              softmaxView(shapeOf(o.getInput()), o.getAxis(),
-                                          o.getCoerce_2d(), false),
-                              {}};
-          })
-          .Case([](LogSoftmaxOp o) {
-            return KernelCall{"pipec_k_softmax",
-                              {o.getInput(), o.getOutput()},
-                              softmaxView(shapeOf(o.getInput()), o.getAxis(),
-                                          o.getCoerce_2d(), true),
-                              {}};
-          })
-          .Case([](SoftmaxGradOp o) {
-            return KernelCall{"pipec_k_softmax_grad",
-                              {o.getOutputValue(), o.getGrad(), o.getOutput()},
-                              softmaxView(shapeOf(o.getOutput()), o.getAxis(),
-                                          o.getCoerce_2d(), o.getLog()),
-                              {}};
-          })
-          .Case([](SumToShapeOp o) {
-            auto x = shapeOf(o.getInput());
-            KernelCall c{"pipec_k_reduce_sum",
-                         {o.getInput(), o.getOutput()},
-                         {static_cast<int64_t>(x.size())},
-                         {o.getScale().convertToDouble()}};
-            llvm::append_range(c.ints, x);
-            // Y's strides for each X dimension (0 where summed).
-            auto y = shapeOf(o.getOutput());
-            SmallVector<int64_t> st(x.size(), 0);
-            int64_t stride = 1, offset = x.size() - y.size();
-            for (int64_t i = static_cast<int64_t>(y.size()) - 1; i >= 0; --i) {
-              st[offset + i] = (y[i] == 1 && x[offset + i] != 1) ? 0 : stride;
-              stride *= y[i];
-            }
-            llvm::append_range(c.ints, st);
-            return c;
-          })
-          .Case([](TransposeOp o) {
-            auto x = shapeOf(o.getInput());
-            KernelCall c{"pipec_k_transpose",
-                         {o.getInput(), o.getOutput()},
-                         {static_cast<int64_t>(x.size())},
-                         {}};
-            llvm::append_range(c.ints, x);
-            llvm::append_range(c.ints, o.getPerm());
-            return c;
-          })
-          .Case([](ReshapeOp o) { return copy(o.getInput(), o.getOutput()); })
-          .Case([](FlattenOp o) { return copy(o.getInput(), o.getOutput()); })
-          .Case([](IdentityOp o) { return copy(o.getInput(), o.getOutput()); })
-          .Case([](SoftmaxCrossEntropyLossOp o) {
-            return KernelCall{
-                "pipec_k_sce_loss",
-                {o.getScores(), o.getLabels(), o.getWeights(), o.getLoss(),
-                 o.getLogProb()},
-                lossInts(o.getScores(), o.getReduction(), o.getWeights(),
-                         o.getIgnoreIndex()),
-                {}};
-          })
-          .Case([](SoftmaxCrossEntropyLossGradOp o) {
-            return KernelCall{
-                "pipec_k_sce_loss_grad",
-                {o.getScores(), o.getLabels(), o.getWeights(), o.getLossGrad(),
-                 o.getOutput()},
-                lossInts(o.getScores(), o.getReduction(), o.getWeights(),
-                         o.getIgnoreIndex()),
-                {}};
-          })
-          .Case([](SgdUpdateOp o) {
-            return KernelCall{"pipec_k_sgd",
-                              {o.getWeight(), o.getGrad(), o.getLr(),
-                               o.getOutput()},
-                              {numel(o.getOutput())},
-                              {}};
-          })
-          .Case([](MomentumOp o) {
-            return KernelCall{"pipec_k_momentum",
-                              {o.getR(), o.getT(), o.getX(), o.getG(),
-                               o.getV(), o.getXNew(), o.getVNew()},
-                              {numel(o.getX()), o.getMode() == "nesterov"},
-                              {o.getAlpha().convertToDouble(),
-                               o.getBeta().convertToDouble(),
-                               o.getNormCoefficient().convertToDouble()}};
-          })
-          .Case([](AdamOp o) {
-            return KernelCall{
-                "pipec_k_adam",
-                {o.getR(), o.getT(), o.getX(), o.getG(), o.getV(), o.getH(),
-                 o.getXNew(), o.getVNew(), o.getHNew()},
-                {numel(o.getX())},
-                {o.getAlpha().convertToDouble(), o.getBeta().convertToDouble(),
-                 o.getNormCoefficient().convertToDouble(),
-                 o.getNormCoefficientPost().convertToDouble(),
-                 o.getEpsilon().convertToDouble()}};
-          })
-          .Case([](AdagradOp o) {
-            return KernelCall{"pipec_k_adagrad",
-                              {o.getR(), o.getT(), o.getX(), o.getG(),
-                               o.getH(), o.getXNew(), o.getHNew()},
-                              {numel(o.getX())},
-                              {o.getDecayFactor().convertToDouble(),
-                               o.getEpsilon().convertToDouble(),
-                               o.getNormCoefficient().convertToDouble()}};
-          })
-          .Case([](FillOp o) {
-            return KernelCall{"pipec_k_fill",
-                              {o.getOutput()},
-                              {numel(o.getOutput())},
-                              {o.getValue().convertToDouble()}};
-          })
-          .Default([](Operation *) { return std::nullopt; });
-  if (!call) {
-    op->emitError("no runtime kernel implements '") << op->getName() << "'";
-    return failure();
-  }
-  return SmallVector<KernelCall, 1>{*call};
+  for (auto family : {matmulKernelCall, mlpKernelCall, trainingKernelCall})
+    if (std::optional<KernelCall> call = family(op))
+      return SmallVector<KernelCall, 1>{*call};
+  op->emitError("no runtime kernel implements '") << op->getName() << "'";
+  return failure();
 }
 
 //===----------------------------------------------------------------------===//
@@ -414,7 +447,9 @@ static int64_t resizeMode(StringRef mode) {
                                       : PIPEC_RESIZE_HALF_PIXEL;
 }
 
-static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op) {
+/// Elementwise ops, comparisons, selection, casts and their gradients.
+static std::optional<SmallVector<KernelCall, 1>>
+elementwiseKernelCalls(Operation *op) {
   using namespace nn;
   using Calls = SmallVector<KernelCall, 1>;
   return llvm::TypeSwitch<Operation *, std::optional<Calls>>(op)
@@ -435,7 +470,8 @@ static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op)
       .Case([](LogOp o) { return Calls{unaryOp(o, PIPEC_UN_LOG)}; })
       .Case([](NegOp o) { return Calls{unaryOp(o, PIPEC_UN_NEG)}; })
       .Case([](AbsOp o) { return Calls{unaryOp(o, PIPEC_UN_ABS)}; })
-      .Case([](ReciprocalOp o) { return Calls{unaryOp(o, PIPEC_UN_RECIPROCAL)}; })
+      .Case(
+          [](ReciprocalOp o) { return Calls{unaryOp(o, PIPEC_UN_RECIPROCAL)}; })
       .Case([](LeakyReluOp o) {
         return Calls{unaryOp(o, PIPEC_UN_LEAKY_RELU,
                              o.getAlpha().convertToDouble())};
@@ -511,6 +547,15 @@ static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op)
         llvm::append_range(c.ints, broadcastStrides(shapeOf(o.getRhs()), rank, out));
         return Calls{c};
       })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+/// Convolutions, pooling and resizing, forward and backward.
+static std::optional<SmallVector<KernelCall, 1>>
+convPoolKernelCalls(Operation *op) {
+  using namespace nn;
+  using Calls = SmallVector<KernelCall, 1>;
+  return llvm::TypeSwitch<Operation *, std::optional<Calls>>(op)
       .Case([](ConvOp o) {
         return Calls{KernelCall{
             "pipec_k_conv2d",
@@ -590,6 +635,15 @@ static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op)
                                  resizeMode(o.getCoordinateMode())},
                                 {o.getScales()[0], o.getScales()[1]}}};
       })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+/// Batch and layer normalisation, forward and backward.
+static std::optional<SmallVector<KernelCall, 1>>
+normKernelCalls(Operation *op) {
+  using namespace nn;
+  using Calls = SmallVector<KernelCall, 1>;
+  return llvm::TypeSwitch<Operation *, std::optional<Calls>>(op)
       .Case([](BatchNormOp o) {
         auto x = shapeOf(o.getInput());
         int64_t spatial = 1;
@@ -643,6 +697,15 @@ static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op)
             {outer, numel(o.getInput()) / outer},
             {}}};
       })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+/// Data movement: gather, broadcast, concatenation, slices.
+static std::optional<SmallVector<KernelCall, 1>>
+movementKernelCalls(Operation *op) {
+  using namespace nn;
+  using Calls = SmallVector<KernelCall, 1>;
+  return llvm::TypeSwitch<Operation *, std::optional<Calls>>(op)
       .Case([](GatherOp o) {
         SmallVector<int64_t> ints = gatherInts(shapeOf(o.getData()), o.getAxis());
         ints.push_back(numel(o.getIndices()));
@@ -709,4 +772,13 @@ static std::optional<SmallVector<KernelCall, 1>> layerKernelCalls(Operation *op)
                                  contiguousStrides(y), 0, dst, offset, false)};
       })
       .Default([](Operation *) { return std::nullopt; });
+}
+
+static std::optional<SmallVector<KernelCall, 1>>
+layerKernelCalls(Operation *op) {
+  for (auto family : {elementwiseKernelCalls, convPoolKernelCalls,
+                      normKernelCalls, movementKernelCalls})
+    if (auto calls = family(op))
+      return calls;
+  return std::nullopt;
 }
