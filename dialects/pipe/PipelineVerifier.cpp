@@ -240,57 +240,64 @@ static LogicalResult checkVersions(ProgramOp program,
   return success();
 }
 
-LogicalResult PipelineOp::verifyRegions() {
-  int64_t m = getMicrobatches();
-  auto kind = pipec::parseScheduleKind(getSchedule().str());
-  const bool continuous = kind && !pipec::isFlushSchedule(*kind);
+namespace {
+
+/// The checks of one pipe.pipeline, in the order verifyRegions runs them.
+struct PipelineChecker {
+  PipelineOp pipeline;
+  int64_t m = 0;
+  std::optional<pipec::ScheduleKind> kind;
+  bool continuous = false;
+  int64_t split = 0; ///< split replicas: the samples of a microbatch
   SmallVector<ProgramOp> programs;
-  // (stage, replica) -> index into programs; replicas per stage.
+  /// (stage, replica) -> index into programs; replicas per stage.
   std::map<std::pair<int64_t, int64_t>, int> rankOf;
   std::map<int64_t, int64_t> replicasOf;
-  for (Operation &op : getBody().front()) {
-    auto program = dyn_cast<ProgramOp>(op);
-    if (!program)
-      return op.emitOpError("only pipe.program ops may appear in a pipeline");
-    if (program.getReplica() < 0)
-      return program.emitOpError("replica must be non-negative");
-    if (!rankOf.try_emplace({program.getStage(), program.getReplica()},
-                            programs.size())
-             .second)
-      return program.emitOpError("stage ")
-             << program.getStage() << " replica " << program.getReplica()
-             << " has more than one program";
-    ++replicasOf[program.getStage()];
-    programs.push_back(program);
-  }
-  for (ProgramOp program : programs)
-    if (program.getReplica() >= replicasOf[program.getStage()])
-      return program.emitOpError("replica ")
-             << program.getReplica() << " of stage " << program.getStage()
-             << " but the stage has " << replicasOf[program.getStage()]
-             << " programs (replicas are numbered 0..r-1)";
-  const int64_t numStages = int64_t(replicasOf.size());
-  // In-flight depth K_s per stage replica (1F1B-RR), and how far back a
-  // continuous window reaches.
   std::vector<int> replicaCounts;
-  for (auto [stage, r] : replicasOf)
-    replicaCounts.push_back(int(r));
-  const std::vector<int64_t> depth = pipec::pipedreamDepths(replicaCounts);
-  const int64_t reach = windowReach(*this);
-  // Split replicas: every replica runs a slice of every microbatch.
-  const int64_t split = getSplitSamples().value_or(0);
-  if (getSplitSamples() && split < 1)
-    return emitOpError("split_samples needs at least one sample");
-  // The schedule and replica rules (lib/Schedule/Rules.cpp) over what the
-  // programs say: device positions, their replicas, the tied groups.
-  if (kind) {
+  int64_t numStages = 0;
+
+  /// Programs only, one per (stage, replica), replicas numbered 0..r-1.
+  LogicalResult collectPrograms() {
+    for (Operation &op : pipeline.getBody().front()) {
+      auto program = dyn_cast<ProgramOp>(op);
+      if (!program)
+        return op.emitOpError("only pipe.program ops may appear in a pipeline");
+      if (program.getReplica() < 0)
+        return program.emitOpError("replica must be non-negative");
+      if (!rankOf
+               .try_emplace({program.getStage(), program.getReplica()},
+                            programs.size())
+               .second)
+        return program.emitOpError("stage ")
+               << program.getStage() << " replica " << program.getReplica()
+               << " has more than one program";
+      ++replicasOf[program.getStage()];
+      programs.push_back(program);
+    }
+    for (ProgramOp program : programs)
+      if (program.getReplica() >= replicasOf[program.getStage()])
+        return program.emitOpError("replica ")
+               << program.getReplica() << " of stage " << program.getStage()
+               << " but the stage has " << replicasOf[program.getStage()]
+               << " programs (replicas are numbered 0..r-1)";
+    numStages = int64_t(replicasOf.size());
+    for (auto [stage, r] : replicasOf)
+      replicaCounts.push_back(int(r));
+    return success();
+  }
+
+  /// The schedule and replica rules (lib/Schedule/Rules.cpp) over what the
+  /// programs say: device positions, their replicas, the tied groups.
+  LogicalResult checkRules() {
+    if (!kind)
+      return success();
     pipec::PipelineRequest request;
     request.kind = *kind;
     request.stages = numStages;
     request.microbatches = m;
     request.replicas = replicaCounts;
     request.splitSamples = split;
-    getBody().walk([&](TieReduceOp tie) {
+    pipeline.getBody().walk([&](TieReduceOp tie) {
       std::string names;
       for (Attribute w : tie.getWeights())
         names += (names.empty() ? "" : ", ") +
@@ -302,12 +309,13 @@ LogicalResult PipelineOp::verifyRegions() {
     std::vector<pipec::RuleViolation> violations =
         pipec::checkPipelineRules(request);
     if (!violations.empty())
-      return emitOpError(pipec::describeViolations(violations));
+      return pipeline.emitOpError(pipec::describeViolations(violations));
+    return success();
   }
-  // Tied weights: every rank of every stage of a pipe.tie_reduce's group
-  // runs the same one (a collective over those ranks), synchronous
-  // schedules only.
-  {
+
+  /// Tied weights: every rank of every stage of a pipe.tie_reduce's group
+  /// runs the same one (a collective over those ranks), once.
+  LogicalResult checkTieReduces() {
     std::map<std::pair<std::vector<int64_t>, std::string>, std::set<int64_t>>
         seen; // (stages, weights) -> ranks that run it
     std::map<int64_t, std::vector<int64_t>> ranksOfStage;
@@ -335,19 +343,53 @@ LogicalResult PipelineOp::verifyRegions() {
             return programs[size_t(rank)].emitOpError("stage ")
                    << stage << " reads the tied weights " << group.second
                    << " but does not take part in their pipe.tie_reduce";
+    return success();
   }
-  const int64_t total = expandedMicrobatches(m, reach, continuous);
-  // Local checks first (referenced functions, indices, types), so that a
-  // broken op is reported as such rather than as a communication error.
-  SymbolTableCollection tables;
-  WalkResult local = getBody().walk([&](SymbolUserOpInterface user) {
-    return failed(user.verifySymbolUses(tables)) ? WalkResult::interrupt()
-                                                 : WalkResult::advance();
-  });
-  if (local.wasInterrupted())
-    return failure();
-  std::vector<std::vector<pipec::CommEvent>> comm(programs.size());
-  for (auto [rank, program] : llvm::enumerate(programs)) {
+
+  /// The communication events of one send or receive of `program`: one per
+  /// peer replica (the owner of the microbatch, or with split replicas
+  /// every replica whose slice overlaps this one's).
+  LogicalResult addComm(ProgramOp program, const ExpandedEvent &e,
+                        std::vector<pipec::CommEvent> &out) {
+    // The peer is a pipeline stage; with chunks, stage q runs on device
+    // position q mod p.
+    int64_t device = e.stage % numStages;
+    auto peerReplicas = replicasOf.find(device);
+    if (e.stage < 0 || peerReplicas == replicasOf.end())
+      return e.op->emitOpError("peer stage ")
+             << e.stage << " has no program in this pipeline";
+    const int64_t r = replicasOf[program.getStage()];
+    SmallVector<int64_t> peerReplicaIds;
+    if (split) {
+      auto [first, size] = replicaSlice(split, r, program.getReplica());
+      for (int64_t j = 0; j < peerReplicas->second; ++j) {
+        auto [pFirst, pSize] = replicaSlice(split, peerReplicas->second, j);
+        if (std::max(first, pFirst) < std::min(first + size, pFirst + pSize))
+          peerReplicaIds.push_back(j);
+      }
+    } else {
+      peerReplicaIds.push_back(e.microbatch % peerReplicas->second);
+    }
+    Type type = isa<SendOp>(e.op) ? cast<SendOp>(e.op).getType()
+                                  : cast<RecvOp>(e.op).getType();
+    std::string where;
+    llvm::raw_string_ostream os(where);
+    os << program.getRankName() << " (" << e.op->getLoc() << ")";
+    for (int64_t j : peerReplicaIds)
+      out.push_back({e.kind == ExpandedEvent::Send ? pipec::CommEvent::Send
+                                                   : pipec::CommEvent::Recv,
+                     rankOf.find({device, j})->second, e.channel, e.microbatch,
+                     typeString(type), where});
+    return success();
+  }
+
+  /// One program's run: updates after an all-reduce when replicated, each
+  /// backward after its forward and each weight half after its input half,
+  /// and exactly one of each per microbatch it owns (per chunk); its
+  /// sends and receives go to `comm`.
+  LogicalResult checkProgram(ProgramOp program, int64_t reach, int64_t total,
+                             const std::vector<int64_t> &depth,
+                             std::vector<pipec::CommEvent> &comm) {
     SmallVector<ExpandedEvent> events;
     if (failed(expandRun(program, m, reach, continuous, events)))
       return failure();
@@ -366,7 +408,7 @@ LogicalResult PipelineOp::verifyRegions() {
         key = *stages[F].begin();
       return key;
     };
-    for (auto [i, e] : llvm::enumerate(events)) {
+    for (const ExpandedEvent &e : events) {
       // Gradients accumulated since the last pipe.allreduce must be
       // reduced before an update; one allreduce covers every chunk of the
       // rank (interleaved: the steps of all chunks follow it).
@@ -402,39 +444,9 @@ LogicalResult PipelineOp::verifyRegions() {
         stages[W].insert(key);
         ++runs[W][{key, e.microbatch}];
       }
-      if (e.kind != ExpandedEvent::Send && e.kind != ExpandedEvent::Recv)
-        continue;
-      // The peer is a pipeline stage; with chunks, stage q runs on device
-      // position q mod p.
-      int64_t device = e.stage % numStages;
-      auto peerReplicas = replicasOf.find(device);
-      if (e.stage < 0 || peerReplicas == replicasOf.end())
-        return e.op->emitOpError("peer stage ")
-               << e.stage << " has no program in this pipeline";
-      // A replicated peer: the replica that owns the microbatch, or with
-      // split replicas every replica whose slice overlaps this one's.
-      SmallVector<int64_t> peerReplicaIds;
-      if (split) {
-        auto [first, size] = replicaSlice(split, r, program.getReplica());
-        for (int64_t j = 0; j < peerReplicas->second; ++j) {
-          auto [pFirst, pSize] = replicaSlice(split, peerReplicas->second, j);
-          if (std::max(first, pFirst) < std::min(first + size, pFirst + pSize))
-            peerReplicaIds.push_back(j);
-        }
-      } else {
-        peerReplicaIds.push_back(e.microbatch % peerReplicas->second);
-      }
-      Type type = isa<SendOp>(e.op) ? cast<SendOp>(e.op).getType()
-                                    : cast<RecvOp>(e.op).getType();
-      std::string where;
-      llvm::raw_string_ostream os(where);
-      os << program.getRankName() << " (" << e.op->getLoc() << ")";
-      for (int64_t j : peerReplicaIds)
-        comm[rank].push_back({e.kind == ExpandedEvent::Send
-                                  ? pipec::CommEvent::Send
-                                  : pipec::CommEvent::Recv,
-                              rankOf.find({device, j})->second, e.channel,
-                              e.microbatch, typeString(type), where});
+      if ((e.kind == ExpandedEvent::Send || e.kind == ExpandedEvent::Recv) &&
+          failed(addComm(program, e, comm)))
+        return failure();
     }
     if (stages[B] != stages[F] || (!stages[W].empty() && stages[W] != stages[F]))
       return program.emitOpError("runs the forwards of ")
@@ -465,23 +477,64 @@ LogicalResult PipelineOp::verifyRegions() {
       int fwdRuns = found(F), bwdRuns = found(B);
       if (fwdRuns != want || bwdRuns != want)
         return program.emitOpError("must run ")
-               << (want ? "exactly one forward and one backward" : "no forward "
+               << (want ? "exactly one forward and one backward"
+                        : "no forward "
                           "or backward (another replica owns it)")
                << " of microbatch " << k
                << (stages[F].size() > 1 ? " per chunk" : "") << " (found "
                << fwdRuns << " and " << bwdRuns << ")";
     }
-    if (continuous &&
-        failed(checkVersions(program, events, *kind == pipec::ScheduleKind::TwoBW,
-                             m, depth[size_t(program.getStage())])))
+    if (continuous && failed(checkVersions(
+                          program, events, *kind == pipec::ScheduleKind::TwoBW,
+                          m, depth[size_t(program.getStage())])))
       return failure();
+    return success();
   }
-  pipec::CommCheckResult check = pipec::checkCommunication(comm);
-  if (!check.ok) {
-    InFlightDiagnostic diag = emitOpError("invalid pipeline communication");
-    for (const std::string &error : check.errors)
-      diag.attachNote() << error;
-    return diag;
+
+  LogicalResult run() {
+    m = pipeline.getMicrobatches();
+    kind = pipec::parseScheduleKind(pipeline.getSchedule().str());
+    continuous = kind && !pipec::isFlushSchedule(*kind);
+    if (failed(collectPrograms()))
+      return failure();
+    // Split replicas: every replica runs a slice of every microbatch.
+    split = pipeline.getSplitSamples().value_or(0);
+    if (pipeline.getSplitSamples() && split < 1)
+      return pipeline.emitOpError("split_samples needs at least one sample");
+    if (failed(checkRules()) || failed(checkTieReduces()))
+      return failure();
+    // In-flight depth K_s per stage replica (1F1B-RR), and how far back a
+    // continuous window reaches.
+    const std::vector<int64_t> depth = pipec::pipedreamDepths(replicaCounts);
+    const int64_t reach = windowReach(pipeline);
+    const int64_t total = expandedMicrobatches(m, reach, continuous);
+    // Local checks first (referenced functions, indices, types), so that a
+    // broken op is reported as such rather than as a communication error.
+    SymbolTableCollection tables;
+    WalkResult local = pipeline.getBody().walk([&](SymbolUserOpInterface user) {
+      return failed(user.verifySymbolUses(tables)) ? WalkResult::interrupt()
+                                                   : WalkResult::advance();
+    });
+    if (local.wasInterrupted())
+      return failure();
+    std::vector<std::vector<pipec::CommEvent>> comm(programs.size());
+    for (auto [rank, program] : llvm::enumerate(programs))
+      if (failed(checkProgram(program, reach, total, depth, comm[rank])))
+        return failure();
+    pipec::CommCheckResult check = pipec::checkCommunication(comm);
+    if (!check.ok) {
+      InFlightDiagnostic diag =
+          pipeline.emitOpError("invalid pipeline communication");
+      for (const std::string &error : check.errors)
+        diag.attachNote() << error;
+      return diag;
+    }
+    return success();
   }
-  return success();
+};
+
+} // namespace
+
+LogicalResult PipelineOp::verifyRegions() {
+  return PipelineChecker{*this}.run();
 }
