@@ -323,7 +323,8 @@ CommCheckResult checkCommunication(
 /// q+1; the backward (input gradient) receives the gradient from q+1 and
 /// sends one to q-1; W ops communicate nothing. Channels: activation
 /// q -> q+1 is 2q, gradient q+1 -> q is 2q+1. The peer replica of
-/// microbatch k is k mod r. Feed the result to checkCommunication.
+/// microbatch k is k mod r. Feed the result to checkCommunication. A
+/// schedule that failed to generate (ok false) has no programs.
 std::vector<std::vector<CommEvent>>
 scheduleCommPrograms(const ScheduleResult &schedule);
 

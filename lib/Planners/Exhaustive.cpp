@@ -134,6 +134,170 @@ int64_t binomial(int n, int k) {
   return static_cast<int64_t>(std::llround(std::min(value, 9e18)));
 }
 
+/// Device sets per stage of one placement.
+using Placement = std::vector<std::vector<int>>;
+
+/// The canonical assignments of the topology's devices to `stages` stages
+/// (ExhaustivePlacements::All) as placements; false when there are more
+/// than `limit`.
+bool canonicalPlacements(const TopologyInfo &topo, int stages, bool idle,
+                         int64_t limit, std::vector<Placement> &placements) {
+  CanonicalAssignments assignments(topo, stages, idle, limit);
+  if (!assignments.enumerate())
+    return false;
+  for (const std::vector<int> &labels : assignments.result()) {
+    Placement sets(stages);
+    for (int d = 0; d < topo.numDevices; ++d)
+      if (labels[d] >= 0)
+        sets[labels[d]].push_back(d);
+    placements.push_back(std::move(sets));
+  }
+  return true;
+}
+
+/// Every distinct stage-by-stage placement of the replication vector
+/// `replicas` by one of `policies` per stage (DapplePolicies).
+void policyPlacements(const Topology &topology, int g,
+                      const std::vector<int> &replicas,
+                      const std::vector<DapplePolicy> &policies,
+                      std::vector<Placement> &placements) {
+  const int stages = static_cast<int>(replicas.size());
+  int choices = static_cast<int>(policies.size());
+  int64_t combos = 1;
+  for (int s = 0; s < stages; ++s)
+    combos *= choices;
+  for (int64_t code = 0; code < combos; ++code) {
+    std::vector<bool> used(g, false);
+    Placement sets(stages);
+    int64_t rest = code;
+    for (int s = 0; s < stages; ++s) {
+      sets[s] =
+          dappleAllocate(topology, used, replicas[s], policies[rest % choices]);
+      rest /= choices;
+    }
+    if (std::find(placements.begin(), placements.end(), sets) ==
+        placements.end())
+      placements.push_back(std::move(sets));
+  }
+}
+
+/// The placements of `stages` stages that eo.placements tries; false when
+/// the canonical assignments overflow their share of eo.maxCandidates over
+/// `partitions` layer partitions.
+bool enumeratePlacements(const Topology &topology, const TopologyInfo &topo,
+                         int stages, bool idle, int64_t partitions,
+                         const ExhaustiveOptions &eo,
+                         std::vector<Placement> &placements) {
+  if (eo.placements == ExhaustivePlacements::All)
+    return canonicalPlacements(topo, stages, idle,
+                               eo.maxCandidates / partitions + 1, placements);
+  const int g = topo.numDevices;
+  std::vector<std::vector<int>> vectors;
+  compositions(g, stages, idle, vectors);
+  for (const std::vector<int> &replicas : vectors) {
+    if (eo.placements == ExhaustivePlacements::InOrder) {
+      Placement sets(stages);
+      int next = 0;
+      for (int s = 0; s < stages; ++s)
+        for (int r = 0; r < replicas[s]; ++r)
+          sets[s].push_back(next++);
+      placements.push_back(std::move(sets));
+      continue;
+    }
+    policyPlacements(topology, g, replicas, eo.dapple.policies, placements);
+  }
+  return true;
+}
+
+/// Microbatches of a plan of `stages` stages: as given, else the global
+/// batch's, else the planner's default (DAPPLE: 16, otherwise 4 per stage;
+/// PipeDream: NOAM, set when scoring).
+int candidateMicrobatches(const PlannerOptions &options,
+                          const ExhaustiveOptions &eo, int64_t microbatchSize,
+                          int stages) {
+  int microbatches = options.microbatches;
+  if (microbatches == 0 && options.globalBatch > 0)
+    microbatches = static_cast<int>(options.globalBatch / microbatchSize);
+  if (microbatches == 0)
+    microbatches =
+        eo.objective == ExhaustiveObjective::Dapple ? 16 : 4 * stages;
+  return microbatches;
+}
+
+/// The candidate plan of one layer partition (stage sizes) and placement.
+Plan candidatePlan(const std::vector<int> &sizes, const Placement &sets,
+                   int64_t microbatchSize, int microbatches,
+                   const std::string &schedule) {
+  Plan plan;
+  plan.algorithm = "exhaustive";
+  plan.microbatchSize = microbatchSize;
+  plan.microbatches = microbatches;
+  plan.schedule = schedule;
+  int first = 0;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    StagePlan stage;
+    stage.firstLayer = first;
+    stage.lastLayer = first + sizes[s] - 1;
+    stage.devices = sets[s];
+    stage.replicas = static_cast<int>(sets[s].size());
+    first += sizes[s];
+    plan.stages.push_back(std::move(stage));
+  }
+  return plan;
+}
+
+/// Scores candidate plans by the objective and keeps the best (the first
+/// of equal scores).
+struct Scorer {
+  Scorer(const Profile &profile, const Topology &topology,
+         const PlannerOptions &options, const ExhaustiveOptions &eo)
+      : profile(profile), topology(topology), options(options), eo(eo) {}
+
+  const Profile &profile;
+  const Topology &topology;
+  const PlannerOptions &options;
+  const ExhaustiveOptions &eo;
+  double bestScore = kInf;
+  Plan bestPlan;
+  bool anyPlan = false;
+  int64_t scored = 0;
+
+  /// Scores `plan` (the PipeDream objective sets its microbatches to NOAM
+  /// unless given); plans the objective cannot score are skipped.
+  void score(Plan &plan) {
+    ++scored;
+    double value = kInf;
+    switch (eo.objective) {
+    case ExhaustiveObjective::PipeDream: {
+      PipeDreamScore score =
+          scorePipeDream(profile, topology, plan, options.sim, eo.pipedream);
+      if (!score.ok)
+        return; // not a hierarchical plan
+      if (options.microbatches == 0)
+        plan.microbatches = score.noam;
+      value = score.bottleneckSeconds;
+      break;
+    }
+    case ExhaustiveObjective::Dapple: {
+      DappleScore score =
+          scoreDapple(profile, topology, plan, options.sim, eo.dapple);
+      if (!score.ok)
+        return;
+      value = score.fitsMemory ? score.latency.latency : kInf;
+      break;
+    }
+    case ExhaustiveObjective::Custom:
+      value = eo.score(plan);
+      break;
+    }
+    anyPlan = true;
+    if (value < bestScore) {
+      bestScore = value;
+      bestPlan = plan;
+    }
+  }
+};
+
 } // namespace
 
 ExhaustiveResult pipec::searchExhaustive(const Profile &profile,
@@ -178,107 +342,22 @@ ExhaustiveResult pipec::searchExhaustive(const Profile &profile,
                   std::to_string(options.stages) + " devices");
     minStages = maxStages = options.stages;
   }
+  const std::string schedule = !options.schedule.empty() ? options.schedule
+                               : eo.objective == ExhaustiveObjective::PipeDream
+                                   ? "1f1b"
+                                   : "1f1b-flush";
 
-  double bestScore = kInf;
-  Plan bestPlan;
-  bool anyPlan = false;
-  int64_t scored = 0;
+  Scorer scorer(profile, topology, options, eo);
   bool overflow = false;
-
-  auto scorePlan = [&](Plan &plan) {
-    ++scored;
-    double value = kInf;
-    switch (eo.objective) {
-    case ExhaustiveObjective::PipeDream: {
-      PipeDreamScore score =
-          scorePipeDream(profile, topology, plan, options.sim, eo.pipedream);
-      if (!score.ok)
-        return; // not a hierarchical plan
-      if (options.microbatches == 0)
-        plan.microbatches = score.noam;
-      value = score.bottleneckSeconds;
-      break;
-    }
-    case ExhaustiveObjective::Dapple: {
-      DappleScore score =
-          scoreDapple(profile, topology, plan, options.sim, eo.dapple);
-      if (!score.ok)
-        return;
-      value = score.fitsMemory ? score.latency.latency : kInf;
-      break;
-    }
-    case ExhaustiveObjective::Custom:
-      value = eo.score(plan);
-      break;
-    }
-    anyPlan = true;
-    if (value < bestScore) {
-      bestScore = value;
-      bestPlan = plan;
-    }
-  };
-
   for (int stages = minStages; stages <= maxStages && !overflow; ++stages) {
-    // Microbatches: as given, else the global batch's, else the planner's
-    // default (DAPPLE: 16, otherwise 4 per stage; PipeDream: NOAM).
-    int microbatches = options.microbatches;
-    if (microbatches == 0 && options.globalBatch > 0)
-      microbatches = static_cast<int>(options.globalBatch / microbatchSize);
-    if (microbatches == 0)
-      microbatches =
-          eo.objective == ExhaustiveObjective::Dapple ? 16 : 4 * stages;
-    // Device sets per stage, for every placement tried.
-    std::vector<std::vector<std::vector<int>>> placements;
+    int microbatches =
+        candidateMicrobatches(options, eo, microbatchSize, stages);
+    std::vector<Placement> placements;
     int64_t partitions = binomial(n - 1, stages - 1);
-    if (eo.placements == ExhaustivePlacements::All) {
-      CanonicalAssignments assignments(topo, stages, idle,
-                                       eo.maxCandidates / partitions + 1);
-      if (!assignments.enumerate()) {
-        overflow = true;
-        break;
-      }
-      for (const std::vector<int> &labels : assignments.result()) {
-        std::vector<std::vector<int>> sets(stages);
-        for (int d = 0; d < g; ++d)
-          if (labels[d] >= 0)
-            sets[labels[d]].push_back(d);
-        placements.push_back(std::move(sets));
-      }
-    } else {
-      std::vector<std::vector<int>> vectors;
-      compositions(g, stages, idle, vectors);
-      for (const std::vector<int> &replicas : vectors) {
-        if (eo.placements == ExhaustivePlacements::InOrder) {
-          std::vector<std::vector<int>> sets(stages);
-          int next = 0;
-          for (int s = 0; s < stages; ++s)
-            for (int r = 0; r < replicas[s]; ++r)
-              sets[s].push_back(next++);
-          placements.push_back(std::move(sets));
-          continue;
-        }
-        const std::vector<DapplePolicy> &policies = eo.dapple.policies;
-        int choices = static_cast<int>(policies.size());
-        int64_t combos = 1;
-        for (int s = 0; s < stages; ++s)
-          combos *= choices;
-        for (int64_t code = 0; code < combos; ++code) {
-          std::vector<bool> used(g, false);
-          std::vector<std::vector<int>> sets(stages);
-          int64_t rest = code;
-          for (int s = 0; s < stages; ++s) {
-            sets[s] = dappleAllocate(topology, used, replicas[s],
-                                     policies[rest % choices]);
-            rest /= choices;
-          }
-          if (std::find(placements.begin(), placements.end(), sets) ==
-              placements.end())
-            placements.push_back(std::move(sets));
-        }
-      }
-    }
-    if (partitions * static_cast<int64_t>(placements.size()) + scored >
-        eo.maxCandidates) {
+    if (!enumeratePlacements(topology, topo, stages, idle, partitions, eo,
+                             placements) ||
+        partitions * static_cast<int64_t>(placements.size()) + scorer.scored >
+            eo.maxCandidates) {
       overflow = true;
       break;
     }
@@ -286,26 +365,10 @@ ExhaustiveResult pipec::searchExhaustive(const Profile &profile,
     std::vector<std::vector<int>> splits;
     compositions(n, stages, /*atMost=*/false, splits);
     for (const std::vector<int> &sizes : splits)
-      for (const std::vector<std::vector<int>> &sets : placements) {
-        Plan plan;
-        plan.algorithm = "exhaustive";
-        plan.microbatchSize = microbatchSize;
-        plan.microbatches = microbatches;
-        plan.schedule = !options.schedule.empty() ? options.schedule
-                        : eo.objective == ExhaustiveObjective::PipeDream
-                            ? "1f1b"
-                            : "1f1b-flush";
-        int first = 0;
-        for (int s = 0; s < stages; ++s) {
-          StagePlan stage;
-          stage.firstLayer = first;
-          stage.lastLayer = first + sizes[s] - 1;
-          stage.devices = sets[s];
-          stage.replicas = static_cast<int>(sets[s].size());
-          first += sizes[s];
-          plan.stages.push_back(std::move(stage));
-        }
-        scorePlan(plan);
+      for (const Placement &sets : placements) {
+        Plan plan =
+            candidatePlan(sizes, sets, microbatchSize, microbatches, schedule);
+        scorer.score(plan);
       }
   }
   if (overflow)
@@ -314,15 +377,15 @@ ExhaustiveResult pipec::searchExhaustive(const Profile &profile,
                 std::to_string(g) +
                 " devices; refusing (use a smaller instance, fewer stages "
                 "or a coarser placement mode)");
-  result.candidates = scored;
-  if (!anyPlan)
+  result.candidates = scorer.scored;
+  if (!scorer.anyPlan)
     return fail("no candidate plan could be scored");
-  if (!std::isfinite(bestScore))
+  if (!std::isfinite(scorer.bestScore))
     return fail("no candidate plan fits in device memory (" +
                 formatBytes(static_cast<double>(topology.deviceMemoryBytes)) +
                 ")");
   result.ok = true;
-  result.objective = bestScore;
-  result.plan = std::move(bestPlan);
+  result.objective = scorer.bestScore;
+  result.plan = std::move(scorer.bestPlan);
   return result;
 }

@@ -223,245 +223,348 @@ struct Config {
   const std::vector<double> *stageMemory = nullptr;
 };
 
-} // namespace
+/// Memory of one (p, v, m) class, in bytes.
+struct MemoryModel {
+  std::vector<double> device; ///< per device r
+  std::vector<double> stage;  ///< per virtual stage q
+};
 
-PlanResult planInterleaved(const Profile &original, const Topology &topology,
-                           const PlannerOptions &options) {
-  using namespace planner_util;
+/// Per device r of a (p, d) pipeline: the p2p line to device r+1 and the
+/// ring all-reduce line among its d replicas.
+struct DeviceLines {
+  std::vector<planner_util::Line> link, ring;
+};
+
+/// Why the request cannot be planned (the profile, the schedule, negative
+/// or contradictory stages, chunks and microbatches); empty when it can.
+std::string interleavedRequestError(const Profile &original,
+                                    const Topology &topology,
+                                    const PlannerOptions &options) {
   if (std::string bad = profilePlanningError(original); !bad.empty())
-    return planError("interleaved: " + bad);
+    return "interleaved: " + bad;
   if (!options.schedule.empty() && options.schedule != "interleaved")
-    return planError("interleaved plans the interleaved schedule, not '" +
-                       options.schedule + "'");
+    return "interleaved plans the interleaved schedule, not '" +
+           options.schedule + "'";
   const int numDevices = topology.numDevices();
   const int numLayers = static_cast<int>(original.ops.size());
   if (numDevices < 1)
-    return planError("interleaved: the topology has no devices");
+    return "interleaved: the topology has no devices";
   if (options.stages < 0 || options.chunks < 0 || options.microbatches < 0 ||
       options.globalBatch < 0 || options.microbatchSize < 0)
-    return planError("interleaved: stages, chunks, microbatches, global "
-                       "batch and microbatch size must not be negative");
+    return "interleaved: stages, chunks, microbatches, global "
+           "batch and microbatch size must not be negative";
   const int fixedP = options.stages, fixedV = options.chunks;
   const int fixedM = options.microbatches;
   if (fixedP > numDevices)
-    return planError("interleaved: a pipeline of " + std::to_string(fixedP) +
-                       " devices needs more than the topology's " +
-                       std::to_string(numDevices));
+    return "interleaved: a pipeline of " + std::to_string(fixedP) +
+           " devices needs more than the topology's " +
+           std::to_string(numDevices);
   if (fixedP > numLayers)
-    return planError("interleaved: more stages (" + std::to_string(fixedP) +
-                       ") than layers (" + std::to_string(numLayers) + ")");
+    return "interleaved: more stages (" + std::to_string(fixedP) +
+           ") than layers (" + std::to_string(numLayers) + ")";
   if (fixedV > 0 && fixedV > numLayers)
-    return planError("interleaved: more chunks (" + std::to_string(fixedV) +
-                       " per device) than layers (" +
-                       std::to_string(numLayers) + ")");
+    return "interleaved: more chunks (" + std::to_string(fixedV) +
+           " per device) than layers (" + std::to_string(numLayers) + ")";
   if (fixedP > 0 && fixedV > 0 && fixedP * fixedV > numLayers)
-    return planError("interleaved: more chunks than layers: p·v = " +
-                       std::to_string(fixedP) + "·" + std::to_string(fixedV) +
-                       " = " + std::to_string(fixedP * fixedV) +
-                       " virtual stages for " + std::to_string(numLayers) +
-                       " layers (v must be at most L/p = " +
-                       std::to_string(numLayers / fixedP) + ")");
+    return "interleaved: more chunks than layers: p·v = " +
+           std::to_string(fixedP) + "·" + std::to_string(fixedV) + " = " +
+           std::to_string(fixedP * fixedV) + " virtual stages for " +
+           std::to_string(numLayers) + " layers (v must be at most L/p = " +
+           std::to_string(numLayers / fixedP) + ")";
   if (fixedP > 0 && fixedM > 0 && fixedM % fixedP != 0)
-    return planError("interleaved: the number of microbatches (m = " +
-                       std::to_string(fixedM) +
-                       ") must be a multiple of the pipeline depth (p = " +
-                       std::to_string(fixedP) + ")");
+    return "interleaved: the number of microbatches (m = " +
+           std::to_string(fixedM) +
+           ") must be a multiple of the pipeline depth (p = " +
+           std::to_string(fixedP) + ")";
+  return "";
+}
 
-  const int64_t b = chosenMicrobatchSize(original, options.microbatchSize);
-  const Profile profile = scaleProfile(original, b);
-  const bool recompute = options.sim.recompute;
-  const double optimizer = options.sim.optimizerStateFactor;
-  const double memoryLimit = static_cast<double>(topology.deviceMemoryBytes);
-  const std::vector<int64_t> cuts = cutBytesPerCut(profile);
-  std::vector<double> loads(numLayers);
-  for (int l = 0; l < numLayers; ++l)
-    loads[l] = profile.ops[l].fwdSeconds + profile.ops[l].bwdSeconds;
+/// The p·v chunks of the profile's layers (balanceChunks) with their costs.
+std::vector<Chunk> chunkCosts(const Profile &profile,
+                              const std::vector<double> &loads,
+                              const std::vector<int64_t> &cuts, int p, int v,
+                              bool recompute) {
+  const int numLayers = static_cast<int>(profile.ops.size());
+  const int count = p * v;
+  std::vector<int> starts = balanceChunks(loads, p, v);
+  std::vector<Chunk> chunks(count);
+  for (int q = 0; q < count; ++q) {
+    Chunk &c = chunks[q];
+    c.first = starts[q];
+    c.last = q + 1 < count ? starts[q + 1] - 1 : numLayers - 1;
+    double saved = 0;
+    for (int l = c.first; l <= c.last; ++l) {
+      const ProfileOp &op = profile.ops[l];
+      c.compute +=
+          op.fwdSeconds + op.bwdSeconds + (recompute ? op.fwdSeconds : 0);
+      c.weights += static_cast<double>(op.paramBytes);
+      saved += static_cast<double>(op.savedBytes);
+    }
+    c.input = c.first > 0 ? static_cast<double>(cuts[c.first - 1]) : 0;
+    c.output = q + 1 < count ? static_cast<double>(cuts[c.last]) : 0;
+    c.activations = recompute ? c.input : saved;
+    c.workspace = recompute ? saved : 0;
+  }
+  return chunks;
+}
 
-  std::map<std::pair<int, int>, std::vector<Chunk>> splits; // by (p, v)
-  auto chunksOf = [&](int p, int v) -> const std::vector<Chunk> & {
-    const int count = p * v;
+/// The p2p and all-reduce lines of every device position of d side-by-side
+/// pipelines of depth p.
+DeviceLines deviceLines(const Topology &topology, int p, int d) {
+  using planner_util::Line;
+  using planner_util::lineOf;
+  // Per device r: the p2p line to device r+1 (latency + bytes/β, the
+  // slower of the first and last pipeline) and the ring all-reduce line
+  // among its d replicas; both are affine in the bytes (Topology.h).
+  DeviceLines lines;
+  std::vector<Line> &link = lines.link, &ring = lines.ring;
+  link.resize(p);
+  ring.resize(p);
+  for (int r = 0; r < p; ++r) {
+    int next = (r + 1) % p;
+    for (int j : {0, d - 1}) {
+      Line l = lineOf([&](int64_t bytes) {
+        return topology.p2pSeconds(bytes, r * d + j, next * d + j);
+      });
+      link[r].latency = std::max(link[r].latency, l.latency);
+      link[r].perByte = std::max(link[r].perByte, l.perByte);
+    }
+    if (d > 1) {
+      std::vector<int> replicas(d);
+      for (int j = 0; j < d; ++j)
+        replicas[j] = r * d + j;
+      ring[r] = lineOf([&](int64_t bytes) {
+        return topology.allreduceSeconds(bytes, replicas);
+      });
+    }
+  }
+  return lines;
+}
+
+/// The planner's memory model of one (p, v) split with m microbatches per
+/// pipeline: per device and per virtual stage (independent of d).
+MemoryModel memoryModel(const std::vector<Chunk> &chunks, int p, int v, int m,
+                        double optimizer) {
+  MemoryModel model;
+  model.stage.assign(p * v, 0);
+  model.device.assign(p, 0);
+  std::vector<int> chunkPeaks;
+  for (int r = 0; r < p; ++r) {
+    std::vector<double> act(v);
+    double fixed = 0, workspace = 0;
+    for (int ch = 0; ch < v; ++ch) {
+      const Chunk &k = chunks[ch * p + r];
+      act[ch] = k.activations;
+      fixed += (2 + optimizer) * k.weights + 2 * (k.input + k.output);
+      workspace = std::max(workspace, k.workspace);
+    }
+    double peak = peakActivations(p, v, m, r, act, chunkPeaks);
+    model.device[r] = fixed + peak + workspace;
+    for (int ch = 0; ch < v; ++ch) {
+      const Chunk &k = chunks[ch * p + r];
+      model.stage[ch * p + r] = (2 + optimizer) * k.weights +
+                                2 * (k.input + k.output) +
+                                chunkPeaks[ch] * k.activations + k.workspace;
+    }
+  }
+  return model;
+}
+
+/// The search over (p, d, m, v): every configuration scored by the
+/// planner's model, the fastest one that fits kept, and the one needing the
+/// least memory for the error message.
+class InterleavedSearch {
+public:
+  InterleavedSearch(const Profile &original, const Topology &topology,
+                    const PlannerOptions &options, int64_t b)
+      : topology(topology), options(options), b(b),
+        profile(planner_util::scaleProfile(original, b)),
+        numDevices(topology.numDevices()),
+        numLayers(static_cast<int>(original.ops.size())),
+        recompute(options.sim.recompute),
+        optimizer(options.sim.optimizerStateFactor),
+        memoryLimit(static_cast<double>(topology.deviceMemoryBytes)),
+        cuts(cutBytesPerCut(profile)), loads(numLayers) {
+    for (int l = 0; l < numLayers; ++l)
+      loads[l] = profile.ops[l].fwdSeconds + profile.ops[l].bwdSeconds;
+  }
+
+  /// Scores every configuration the options allow.
+  void run() {
+    const int fixedP = options.stages, fixedV = options.chunks;
+    const int fixedM = options.microbatches;
+    maxP = std::min(numDevices, numLayers);
+    for (int p = 1; p <= maxP; ++p) {
+      if (fixedP > 0 && p != fixedP)
+        continue;
+      if (fixedM > 0 && !megatronRuleHolds(fixedM, p, 1))
+        continue; // with d = 1 the weakest form of the rule
+      int maxV = fixedV > 0 ? fixedV : std::min(8, numLayers / p);
+      for (int d = numDevices / p; d >= 1; --d) {
+        if (!options.allowFewerDevices && d * p != numDevices)
+          break;
+        const DeviceLines lines = deviceLines(topology, p, d);
+        int m; // per pipeline; options.microbatches counts all d pipelines
+        if (!pipelineMicrobatches(p, d, m))
+          continue;
+        for (int v = fixedV > 0 ? fixedV : 1; v <= maxV; ++v) {
+          if (p * v > numLayers)
+            break; // v <= L/p
+          consider(evaluate(p, v, d, m, lines));
+        }
+      }
+    }
+  }
+
+  /// The p·v chunks of (p, v), split once.
+  const std::vector<Chunk> &chunksOf(int p, int v) {
     auto it = splits.find({p, v});
     if (it != splits.end())
       return it->second;
-    std::vector<int> starts = balanceChunks(loads, p, v);
-    std::vector<Chunk> chunks(count);
-    for (int q = 0; q < count; ++q) {
-      Chunk &c = chunks[q];
-      c.first = starts[q];
-      c.last = q + 1 < count ? starts[q + 1] - 1 : numLayers - 1;
-      double saved = 0;
-      for (int l = c.first; l <= c.last; ++l) {
-        const ProfileOp &op = profile.ops[l];
-        c.compute +=
-            op.fwdSeconds + op.bwdSeconds + (recompute ? op.fwdSeconds : 0);
-        c.weights += static_cast<double>(op.paramBytes);
-        saved += static_cast<double>(op.savedBytes);
-      }
-      c.input = c.first > 0 ? static_cast<double>(cuts[c.first - 1]) : 0;
-      c.output = q + 1 < count ? static_cast<double>(cuts[c.last]) : 0;
-      c.activations = recompute ? c.input : saved;
-      c.workspace = recompute ? saved : 0;
-    }
-    return splits.emplace(std::make_pair(p, v), std::move(chunks))
+    return splits
+        .emplace(std::make_pair(p, v),
+                 chunkCosts(profile, loads, cuts, p, v, recompute))
         .first->second;
-  };
-  // Memory per (p, v, m): m-independent once m >= 3p (the steady state
-  // repeats every p·v pairs, see peakActivations).
-  struct MemoryModel {
-    std::vector<double> device; ///< per device r
-    std::vector<double> stage;  ///< per virtual stage q
-  };
-  std::map<std::tuple<int, int, int>, MemoryModel> peaks;
+  }
+
+  /// Why no configuration was scored (the search found none).
+  std::string noConfigurationError() const {
+    const int fixedV = options.chunks, fixedM = options.microbatches;
+    if (fixedM > 0)
+      return "interleaved: the number of microbatches (m = " +
+             std::to_string(fixedM) +
+             ") must be a multiple of the pipeline depth p, and no usable p "
+             "<= " +
+             std::to_string(maxP) + " divides it (with v <= L/p)";
+    if (fixedV > 0)
+      return "interleaved: more chunks than layers: " + std::to_string(fixedV) +
+             " chunks per device leave no pipeline depth p with "
+             "p·v <= " +
+             std::to_string(numLayers) + " layers";
+    return "interleaved: no (p, v, d, m) configuration satisfies "
+           "the batch constraints (global batch " +
+           std::to_string(options.globalBatch) + ")";
+  }
+
+  /// Why no configuration fits (some were scored, none within memory).
+  std::string noFitError() const {
+    using planner_util::formatBytes;
+    return "interleaved: no configuration fits in " + formatBytes(memoryLimit) +
+           " per device; the best needs " + formatBytes(smallest.memory) +
+           " (p=" + std::to_string(smallest.p) +
+           ", v=" + std::to_string(smallest.v) +
+           ", d=" + std::to_string(smallest.d) + ")";
+  }
 
   bool haveBest = false, haveAny = false;
   Config best, smallest;
-  int maxP = std::min(numDevices, numLayers);
-  for (int p = 1; p <= maxP; ++p) {
-    if (fixedP > 0 && p != fixedP)
-      continue;
-    if (fixedM > 0 && !megatronRuleHolds(fixedM, p, 1))
-      continue; // with d = 1 the weakest form of the rule
-    int maxV = fixedV > 0 ? fixedV : std::min(8, numLayers / p);
-    for (int d = numDevices / p; d >= 1; --d) {
-      if (!options.allowFewerDevices && d * p != numDevices)
-        break;
-      // Per device r: the p2p line to device r+1 (latency + bytes/β, the
-      // slower of the first and last pipeline) and the ring all-reduce line
-      // among its d replicas; both are affine in the bytes (Topology.h).
-      std::vector<Line> link(p), ring(p);
-      for (int r = 0; r < p; ++r) {
-        int next = (r + 1) % p;
-        for (int j : {0, d - 1}) {
-          Line l = lineOf([&](int64_t bytes) {
-            return topology.p2pSeconds(bytes, r * d + j, next * d + j);
-          });
-          link[r].latency = std::max(link[r].latency, l.latency);
-          link[r].perByte = std::max(link[r].perByte, l.perByte);
-        }
-        if (d > 1) {
-          std::vector<int> replicas(d);
-          for (int j = 0; j < d; ++j)
-            replicas[j] = r * d + j;
-          ring[r] = lineOf([&](int64_t bytes) {
-            return topology.allreduceSeconds(bytes, replicas);
-          });
-        }
+
+private:
+  /// m per pipeline for (p, d), from the microbatches, the global batch or
+  /// the default 4p; false when (p, d) admits none.
+  bool pipelineMicrobatches(int p, int d, int &m) const {
+    const int fixedM = options.microbatches;
+    if (fixedM > 0) {
+      if (!megatronRuleHolds(fixedM, p, d))
+        return false; // m % p == 0 for each of the d pipelines
+      m = fixedM / d;
+      if (options.globalBatch > 0 && b * d * m > options.globalBatch)
+        return false;
+    } else if (options.globalBatch > 0) {
+      // The largest m that fits the batch and keeps the rule, m % p == 0.
+      m = static_cast<int>(options.globalBatch / (b * d) / p * p);
+      if (m < 1)
+        return false;
+    } else {
+      m = 4 * p;
+    }
+    return true;
+  }
+
+  /// Iteration time, throughput, bubble and memory of (p, v, d, m).
+  Config evaluate(int p, int v, int d, int m, const DeviceLines &lines) {
+    const std::vector<Chunk> &chunks = chunksOf(p, v);
+    Config c;
+    c.p = p;
+    c.v = v;
+    c.d = d;
+    c.m = m;
+    // Per microbatch and device: compute + sends of its chunk outputs.
+    double slowest = 0, allreduce = 0;
+    for (int r = 0; r < p; ++r) {
+      double busy = 0, weights = 0;
+      for (int ch = 0; ch < v; ++ch) {
+        const Chunk &k = chunks[ch * p + r];
+        busy += k.compute;
+        weights += k.weights;
+        if (ch * p + r + 1 < p * v)
+          busy += 2 * lines.link[r].at(k.output); // activation + gradient
       }
-      int m; // per pipeline; options.microbatches counts all d pipelines
-      if (fixedM > 0) {
-        if (!megatronRuleHolds(fixedM, p, d))
-          continue; // m % p == 0 for each of the d pipelines
-        m = fixedM / d;
-        if (options.globalBatch > 0 && b * d * m > options.globalBatch)
-          continue;
-      } else if (options.globalBatch > 0) {
-        // The largest m that fits the batch and keeps the rule, m % p == 0.
-        m = static_cast<int>(options.globalBatch / (b * d) / p * p);
-        if (m < 1)
-          continue;
-      } else {
-        m = 4 * p;
-      }
-      for (int v = fixedV > 0 ? fixedV : 1; v <= maxV; ++v) {
-        if (p * v > numLayers)
-          break; // v <= L/p
-        const std::vector<Chunk> &chunks = chunksOf(p, v);
-        Config c;
-        c.p = p;
-        c.v = v;
-        c.d = d;
-        c.m = m;
-        // Per microbatch and device: compute + sends of its chunk outputs.
-        double slowest = 0, allreduce = 0;
-        for (int r = 0; r < p; ++r) {
-          double busy = 0, weights = 0;
-          for (int ch = 0; ch < v; ++ch) {
-            const Chunk &k = chunks[ch * p + r];
-            busy += k.compute;
-            weights += k.weights;
-            if (ch * p + r + 1 < p * v)
-              busy += 2 * link[r].at(k.output); // activation + gradient
-          }
-          slowest = std::max(slowest, busy);
-          if (d > 1)
-            allreduce = std::max(allreduce, ring[r].at(weights));
-        }
-        // (m + (p-1)/v)·(t_f + t_b) per iteration (§4.1), + the all-reduce.
-        double bubbleTerm = (p - 1.0) / v;
-        c.iteration = (m + bubbleTerm) * slowest + allreduce;
-        c.throughput =
-            c.iteration > 0 ? static_cast<double>(m) * b * d / c.iteration : 0;
-        c.bubble = bubbleTerm / (m + bubbleTerm);
-        // Memory per device and per virtual stage (independent of d).
-        int mKey = m >= 3 * p ? -1 : m;
-        auto key = std::make_tuple(p, v, mKey);
-        auto pit = peaks.find(key);
-        if (pit == peaks.end()) {
-          MemoryModel model;
-          model.stage.assign(p * v, 0);
-          model.device.assign(p, 0);
-          std::vector<int> chunkPeaks;
-          for (int r = 0; r < p; ++r) {
-            std::vector<double> act(v);
-            double fixed = 0, workspace = 0;
-            for (int ch = 0; ch < v; ++ch) {
-              const Chunk &k = chunks[ch * p + r];
-              act[ch] = k.activations;
-              fixed += (2 + optimizer) * k.weights + 2 * (k.input + k.output);
-              workspace = std::max(workspace, k.workspace);
-            }
-            double peak =
-                peakActivations(p, v, mKey < 0 ? 3 * p : m, r, act, chunkPeaks);
-            model.device[r] = fixed + peak + workspace;
-            for (int ch = 0; ch < v; ++ch) {
-              const Chunk &k = chunks[ch * p + r];
-              model.stage[ch * p + r] =
-                  (2 + optimizer) * k.weights + 2 * (k.input + k.output) +
-                  chunkPeaks[ch] * k.activations + k.workspace;
-            }
-          }
-          pit = peaks.emplace(key, std::move(model)).first;
-        }
-        const MemoryModel &model = pit->second;
-        c.stageMemory = &model.stage;
-        c.memory = *std::max_element(model.device.begin(), model.device.end());
-        c.fits = memoryLimit <= 0 || c.memory <= memoryLimit;
-        if (!haveAny || c.memory < smallest.memory)
-          smallest = c;
-        haveAny = true;
-        if (c.fits &&
-            (!haveBest || c.throughput > best.throughput * (1 + 1e-9))) {
-          best = c;
-          haveBest = true;
-        }
-      }
+      slowest = std::max(slowest, busy);
+      if (d > 1)
+        allreduce = std::max(allreduce, lines.ring[r].at(weights));
+    }
+    // (m + (p-1)/v)·(t_f + t_b) per iteration (§4.1), + the all-reduce.
+    double bubbleTerm = (p - 1.0) / v;
+    c.iteration = (m + bubbleTerm) * slowest + allreduce;
+    c.throughput =
+        c.iteration > 0 ? static_cast<double>(m) * b * d / c.iteration : 0;
+    c.bubble = bubbleTerm / (m + bubbleTerm);
+    // Memory per device and per virtual stage (independent of d).
+    const MemoryModel &model = memoryOf(p, v, m, chunks);
+    c.stageMemory = &model.stage;
+    c.memory = *std::max_element(model.device.begin(), model.device.end());
+    c.fits = memoryLimit <= 0 || c.memory <= memoryLimit;
+    return c;
+  }
+
+  /// The memory model of (p, v, m), computed once per class: m-independent
+  /// once m >= 3p (the steady state repeats every p·v pairs, see
+  /// peakActivations).
+  const MemoryModel &memoryOf(int p, int v, int m,
+                              const std::vector<Chunk> &chunks) {
+    int mKey = m >= 3 * p ? -1 : m;
+    auto key = std::make_tuple(p, v, mKey);
+    auto pit = peaks.find(key);
+    if (pit == peaks.end())
+      pit = peaks
+                .emplace(key, memoryModel(chunks, p, v, mKey < 0 ? 3 * p : m,
+                                          optimizer))
+                .first;
+    return pit->second;
+  }
+
+  /// Keeps c as the best (fastest that fits) and the smallest (least
+  /// memory) configuration so far.
+  void consider(const Config &c) {
+    if (!haveAny || c.memory < smallest.memory)
+      smallest = c;
+    haveAny = true;
+    if (c.fits && (!haveBest || c.throughput > best.throughput * (1 + 1e-9))) {
+      best = c;
+      haveBest = true;
     }
   }
-  if (!haveAny) {
-    if (fixedM > 0)
-      return planError(
-          "interleaved: the number of microbatches (m = " +
-          std::to_string(fixedM) +
-          ") must be a multiple of the pipeline depth p, and no usable p <= " +
-          std::to_string(maxP) + " divides it (with v <= L/p)");
-    if (fixedV > 0)
-      return planError(
-          "interleaved: more chunks than layers: " + std::to_string(fixedV) +
-          " chunks per device leave no pipeline depth p with "
-          "p·v <= " +
-          std::to_string(numLayers) + " layers");
-    return planError("interleaved: no (p, v, d, m) configuration satisfies "
-                       "the batch constraints (global batch " +
-                       std::to_string(options.globalBatch) + ")");
-  }
-  if (!haveBest)
-    return planError(
-        "interleaved: no configuration fits in " + formatBytes(memoryLimit) +
-        " per device; the best needs " + formatBytes(smallest.memory) + " (p=" +
-        std::to_string(smallest.p) + ", v=" + std::to_string(smallest.v) +
-        ", d=" + std::to_string(smallest.d) + ")");
 
-  const std::vector<Chunk> &chunks = chunksOf(best.p, best.v);
+  const Topology &topology;
+  const PlannerOptions &options;
+  const int64_t b;
+  const Profile profile; ///< at the planned microbatch size
+  const int numDevices, numLayers;
+  const bool recompute;
+  const double optimizer;
+  const double memoryLimit;
+  const std::vector<int64_t> cuts;
+  std::vector<double> loads; ///< t_f + t_b per layer
+  int maxP = 0;
+  std::map<std::pair<int, int>, std::vector<Chunk>> splits; // by (p, v)
+  std::map<std::tuple<int, int, int>, MemoryModel> peaks;   // by (p, v, m)
+};
+
+/// The plan of configuration `best`: virtual stage c·p + r on the d
+/// replicas of device position r.
+Plan interleavedPlan(const Config &best, const std::vector<Chunk> &chunks,
+                     int64_t b) {
   Plan plan;
   plan.algorithm = "interleaved";
   plan.schedule = "interleaved";
@@ -485,6 +588,27 @@ PlanResult planInterleaved(const Profile &original, const Topology &topology,
   plan.predicted.iterationSeconds = best.iteration;
   plan.predicted.samplesPerSecond = best.throughput;
   plan.predicted.bubbleFraction = best.bubble;
+  return plan;
+}
+
+} // namespace
+
+PlanResult planInterleaved(const Profile &original, const Topology &topology,
+                           const PlannerOptions &options) {
+  using namespace planner_util;
+  if (std::string bad = interleavedRequestError(original, topology, options);
+      !bad.empty())
+    return planError(bad);
+  const int64_t b = chosenMicrobatchSize(original, options.microbatchSize);
+  InterleavedSearch search(original, topology, options, b);
+  search.run();
+  if (!search.haveAny)
+    return planError(search.noConfigurationError());
+  if (!search.haveBest)
+    return planError(search.noFitError());
+  const Config &best = search.best;
+  Plan plan = interleavedPlan(best, search.chunksOf(best.p, best.v), b);
+  const int numLayers = static_cast<int>(original.ops.size());
   if (std::string bad = validatePlan(plan, numLayers); !bad.empty())
     return planError("interleaved: internal error: " + bad);
   PlanResult result;

@@ -683,49 +683,78 @@ std::string simulatorMemoryCheck(const Profile &profile,
   return "";
 }
 
-} // namespace
+/// The schedule and the processor count a request asks for, or why it
+/// cannot be planned.
+struct MadPipeRequest {
+  std::string schedule;
+  int processors = 0;
+  std::string error; ///< empty when the request can be planned
+};
 
-PlanResult planMadPipe(const Profile &original, const Topology &topology,
-                       const PlannerOptions &options) {
-  using namespace planner_util;
-  if (std::string bad = profilePlanningError(original); !bad.empty())
-    return planError("madpipe: " + bad);
-  std::string schedule = options.schedule.empty() ? "1f1b" : options.schedule;
-  if (schedule != "1f1b" && schedule != "2bw")
-    return planError("madpipe plans periodic 1F1B* schedules: schedule "
-                       "must be 1f1b or 2bw, not '" +
-                       schedule + "'");
+MadPipeRequest madPipeRequest(const Profile &original, const Topology &topology,
+                              const PlannerOptions &options) {
+  MadPipeRequest request;
+  if (std::string bad = profilePlanningError(original); !bad.empty()) {
+    request.error = "madpipe: " + bad;
+    return request;
+  }
+  request.schedule = options.schedule.empty() ? "1f1b" : options.schedule;
+  const std::string &schedule = request.schedule;
+  if (schedule != "1f1b" && schedule != "2bw") {
+    request.error = "madpipe plans periodic 1F1B* schedules: schedule "
+                    "must be 1f1b or 2bw, not '" +
+                    schedule + "'";
+    return request;
+  }
   const int numDevices = topology.numDevices();
   const int numLayers = static_cast<int>(original.ops.size());
-  if (numDevices < 1)
-    return planError("madpipe: the topology has no devices");
-  if (options.stages < 0 || options.stages > numDevices)
-    return planError("madpipe: " + std::to_string(options.stages) +
-                       " processors requested but the topology has " +
-                       std::to_string(numDevices) + " devices");
-  if (options.stages > numLayers)
-    return planError("madpipe: cannot place " +
-                       std::to_string(options.stages) + " processors on " +
-                       std::to_string(numLayers) + " layers");
+  if (numDevices < 1) {
+    request.error = "madpipe: the topology has no devices";
+    return request;
+  }
+  if (options.stages < 0 || options.stages > numDevices) {
+    request.error = "madpipe: " + std::to_string(options.stages) +
+                    " processors requested but the topology has " +
+                    std::to_string(numDevices) + " devices";
+    return request;
+  }
+  if (options.stages > numLayers) {
+    request.error = "madpipe: cannot place " + std::to_string(options.stages) +
+                    " processors on " + std::to_string(numLayers) + " layers";
+    return request;
+  }
   int processors = options.stages > 0 ? options.stages : numDevices;
   if (processors > numLayers) {
-    if (!options.allowFewerDevices)
-      return planError(
+    if (!options.allowFewerDevices) {
+      request.error =
           "madpipe does not replicate stages: " + std::to_string(numDevices) +
           " devices need at least " + std::to_string(numDevices) +
-          " layers (the profile has " + std::to_string(numLayers) + ")");
+          " layers (the profile has " + std::to_string(numLayers) + ")";
+      return request;
+    }
     processors = numLayers;
   }
-  if (options.microbatchSize < 0)
-    return planError("madpipe: the microbatch size must be positive");
-  const int64_t b = chosenMicrobatchSize(original, options.microbatchSize);
-  Profile profile = scaleProfile(original, b);
+  if (options.microbatchSize < 0) {
+    request.error = "madpipe: the microbatch size must be positive";
+    return request;
+  }
+  request.processors = processors;
+  return request;
+}
 
-  // Fit the discretised state space into a budget: first coarser grids,
-  // then blocks of layers (fewer processors if needed), then the coarsest
-  // grids.
-  const bool limited = topology.deviceMemoryBytes > 0;
+/// The grid, chain items and processors that fit MadPipe-DP's state space.
+struct StateBudget {
   MadPipeGrid grid;
+  int items = 0;
+  int processors = 0;
+};
+
+/// Fits the discretised state space into a budget: first coarser grids,
+/// then blocks of layers (fewer processors if needed), then the coarsest
+/// grids.
+StateBudget fitStateBudget(int numLayers, int processors, bool limited) {
+  StateBudget budget;
+  MadPipeGrid &grid = budget.grid;
   int items = numLayers;
   const double maxEntries = 4e6;
   auto entries = [&] {
@@ -754,98 +783,49 @@ PlanResult planMadPipe(const Profile &original, const Topology &topology,
   }
   while (entries() > maxEntries && shrinkGrid(11, 3, 6))
     ;
-  if (processors < numDevices && !options.allowFewerDevices &&
-      options.stages == 0)
-    return planError("madpipe cannot use all " + std::to_string(numDevices) +
-                       " devices within its state budget; allow fewer "
-                       "devices or use pipedream/dapple");
+  budget.items = items;
+  budget.processors = processors;
+  return budget;
+}
 
-  MadPipeChain chain = madPipeChain(profile, topology, processors, options.sim,
-                                    items < numLayers ? items : 0);
-  const double limit = chain.memory;
-  std::string lastRejection;
-  bool anyAllocation = false;
-  // Algorithm 1 per (variant, memory budget), computed once.
-  std::map<std::pair<bool, double>, MadPipeSearch> searches;
-  auto searchFor = [&](const MadPipeChain &variant) -> const MadPipeSearch & {
-    auto key = std::make_pair(variant.contiguous, variant.memory);
-    auto it = searches.find(key);
-    if (it == searches.end())
-      it = searches.emplace(key, madPipeSearch(variant, grid, 10)).first;
-    return it->second;
-  };
-  // Does an allocation put several stages on the special processor?
-  auto sharesDevice = [](const MadPipeAllocation &alloc) {
-    int special = 0;
-    for (const MadPipeStage &s : alloc.stages)
-      special += s.special ? 1 : 0;
-    return special > 1;
-  };
-  // The simulator is the final judge (the paper's ILP phase is replaced by
-  // it): it must run the plan (no deadlock) and find every device, the
-  // special processor included, within memory. `attempt` runs Algorithm 1
-  // for one chain and returns the first allocation, in order of
-  // T̃ = max(T, T̂), that the simulator accepts, among those with a special
-  // processor holding several stages (`shared`) or those without;
-  // `overshoot` is the largest simulated/modelled device memory ratio of
-  // the ones it refused for memory.
-  auto attempt = [&](const MadPipeChain &variant, bool shared,
-                     double &overshoot, Plan &accepted) {
-    overshoot = 0;
-    const MadPipeSearch &search = searchFor(variant);
-    if (search.best < 0)
-      return false;
-    anyAllocation = true;
-    std::vector<int> order;
-    for (int i = 0; i < static_cast<int>(search.steps.size()); ++i)
-      if (search.allocations[i].feasible &&
-          sharesDevice(search.allocations[i]) == shared)
-        order.push_back(i);
-    auto tilde = [&](int i) {
-      return std::max(search.allocations[i].period,
-                      search.allocations[i].target);
-    };
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return tilde(a) < tilde(b); });
-    std::vector<std::vector<int>> tried;
-    for (int i : order) {
-      const MadPipeAllocation &alloc = search.allocations[i];
-      std::vector<int> shape;
-      for (const MadPipeStage &s : alloc.stages)
-        shape.insert(shape.end(), {s.first, s.last, s.special ? 1 : 0});
-      if (std::find(tried.begin(), tried.end(), shape) != tried.end())
-        continue;
-      tried.push_back(shape);
-      Plan plan = allocationPlan(chain, alloc, schedule, b,
-                                 options.microbatches, options.globalBatch);
-      double worst = 0;
-      std::string rejection =
-          simulatorMemoryCheck(original, topology, plan, options.sim, worst);
-      if (rejection.empty()) {
-        accepted = std::move(plan);
-        return true;
-      }
-      lastRejection = rejection;
-      if (limit > 0 && worst > limit) {
-        std::map<int, double> model;
-        for (size_t s = 0; s < plan.stages.size(); ++s)
-          model[plan.stages[s].devices[0]] += alloc.stages[s].memoryBytes;
-        double modelled = 0;
-        for (const auto &entry : model)
-          modelled = std::max(modelled, entry.second);
-        if (modelled > 0)
-          overshoot = std::max(overshoot, worst / modelled);
-      }
-    }
-    return false;
-  };
-  // One variant (contiguous or not), one kind of allocation: the budget M
-  // first; when the simulator finds more memory than the model (e.g. 1f1b
-  // keeps p - s weight versions where MadPipe counts 2, or the special
-  // processor's g - 1 under-estimate of madpipe.md §2.4), the model's
-  // budget M' < M is bisected for the largest one whose plan the simulator
-  // accepts.
-  auto solve = [&](bool contiguous, bool shared, Plan &out) {
+/// Does an allocation put several stages on the special processor?
+bool sharesDevice(const MadPipeAllocation &alloc) {
+  int special = 0;
+  for (const MadPipeStage &s : alloc.stages)
+    special += s.special ? 1 : 0;
+  return special > 1;
+}
+
+/// The largest modelled memory of one device of `plan`, the stages of the
+/// special processor summed.
+double modelledDeviceMemory(const Plan &plan, const MadPipeAllocation &alloc) {
+  std::map<int, double> model;
+  for (size_t s = 0; s < plan.stages.size(); ++s)
+    model[plan.stages[s].devices[0]] += alloc.stages[s].memoryBytes;
+  double modelled = 0;
+  for (const auto &entry : model)
+    modelled = std::max(modelled, entry.second);
+  return modelled;
+}
+
+/// Algorithm 1 and the simulator's check for one chain: the allocations the
+/// DP finds, turned into plans and accepted or refused by the simulator.
+class CheckedSearch {
+public:
+  CheckedSearch(const Profile &original, const Topology &topology,
+                const PlannerOptions &options, const std::string &schedule,
+                int64_t b, const MadPipeChain &chain, const MadPipeGrid &grid)
+      : original(original), topology(topology), options(options),
+        schedule(schedule), b(b), chain(chain), grid(grid),
+        limit(chain.memory) {}
+
+  /// One variant (contiguous or not), one kind of allocation: the budget M
+  /// first; when the simulator finds more memory than the model (e.g. 1f1b
+  /// keeps p - s weight versions where MadPipe counts 2, or the special
+  /// processor's g - 1 under-estimate of madpipe.md §2.4), the model's
+  /// budget M' < M is bisected for the largest one whose plan the simulator
+  /// accepts.
+  bool solve(bool contiguous, bool shared, Plan &out) {
     MadPipeChain variant = chain;
     variant.contiguous = contiguous;
     double overshoot = 0;
@@ -869,53 +849,173 @@ PlanResult planMadPipe(const Profile &original, const Topology &topology,
       }
     }
     return found;
-  };
-  auto success = [&](Plan plan) {
-    PlanResult result;
-    result.ok = true;
-    result.plan = std::move(plan);
-    if (std::string bad = validatePlan(result.plan, numLayers); !bad.empty())
-      return planError("madpipe: internal error: " + bad);
-    return result;
-  };
+  }
+
+  /// Why no plan came out of solve() on `processors` processors.
+  std::string failure(int processors) const {
+    using planner_util::formatBytes;
+    if (!anyAllocation)
+      return "madpipe: no allocation on " + std::to_string(processors) +
+             " processors fits in " + formatBytes(limit) +
+             " per device; the best needs " +
+             formatBytes(memoryNeeded(chain, grid)) +
+             " per device (madpipe.md §2.3 memory model)";
+    std::string last = lastRejection;
+    if (schedule == "1f1b" && last.find("finds") != std::string::npos)
+      last += "; the simulator's 1f1b keeps p - s weight versions "
+              "per stage, MadPipe's model two (schedule 2bw)";
+    return "madpipe: no allocation passes the simulator's check" +
+           (limit > 0 ? " in " + formatBytes(limit) + " per device"
+                      : std::string()) +
+           " (last: " + last + ")";
+  }
+
+private:
+  /// Algorithm 1 per (variant, memory budget), computed once.
+  const MadPipeSearch &searchFor(const MadPipeChain &variant) {
+    auto key = std::make_pair(variant.contiguous, variant.memory);
+    auto it = searches.find(key);
+    if (it == searches.end())
+      it = searches.emplace(key, madPipeSearch(variant, grid, 10)).first;
+    return it->second;
+  }
+
+  /// The simulator is the final judge (the paper's ILP phase is replaced by
+  /// it): it must run the plan (no deadlock) and find every device, the
+  /// special processor included, within memory. `attempt` runs Algorithm 1
+  /// for one chain and returns the first allocation, in order of
+  /// T̃ = max(T, T̂), that the simulator accepts, among those with a special
+  /// processor holding several stages (`shared`) or those without;
+  /// `overshoot` is the largest simulated/modelled device memory ratio of
+  /// the ones it refused for memory.
+  bool attempt(const MadPipeChain &variant, bool shared, double &overshoot,
+               Plan &accepted) {
+    overshoot = 0;
+    const MadPipeSearch &search = searchFor(variant);
+    if (search.best < 0)
+      return false;
+    anyAllocation = true;
+    std::vector<int> order;
+    for (int i = 0; i < static_cast<int>(search.steps.size()); ++i)
+      if (search.allocations[i].feasible &&
+          sharesDevice(search.allocations[i]) == shared)
+        order.push_back(i);
+    auto tilde = [&](int i) {
+      return std::max(search.allocations[i].period,
+                      search.allocations[i].target);
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int x, int y) { return tilde(x) < tilde(y); });
+    std::vector<std::vector<int>> tried;
+    for (int i : order) {
+      const MadPipeAllocation &alloc = search.allocations[i];
+      std::vector<int> shape;
+      for (const MadPipeStage &s : alloc.stages)
+        shape.insert(shape.end(), {s.first, s.last, s.special ? 1 : 0});
+      if (std::find(tried.begin(), tried.end(), shape) != tried.end())
+        continue;
+      tried.push_back(shape);
+      Plan plan = allocationPlan(chain, alloc, schedule, b,
+                                 options.microbatches, options.globalBatch);
+      double worst = 0;
+      std::string rejection =
+          simulatorMemoryCheck(original, topology, plan, options.sim, worst);
+      if (rejection.empty()) {
+        accepted = std::move(plan);
+        return true;
+      }
+      lastRejection = rejection;
+      if (limit > 0 && worst > limit) {
+        double modelled = modelledDeviceMemory(plan, alloc);
+        if (modelled > 0)
+          overshoot = std::max(overshoot, worst / modelled);
+      }
+    }
+    return false;
+  }
+
+  const Profile &original;
+  const Topology &topology;
+  const PlannerOptions &options;
+  const std::string &schedule;
+  const int64_t b;
+  const MadPipeChain &chain;
+  const MadPipeGrid &grid;
+  const double limit; ///< the chain's memory budget M
+  std::map<std::pair<bool, double>, MadPipeSearch> searches;
+  std::string lastRejection;
+  bool anyAllocation = false;
+};
+
+/// Whether the simulator runs `special` within memory and strictly faster
+/// than `plain`.
+bool fasterWithSpecial(const Profile &original, const Topology &topology,
+                       const Plan &special, const Plan &plain,
+                       const SimOptions &options) {
+  SimResult withSpecial = simulatePlan(original, topology, special, options);
+  SimResult withoutSpecial = simulatePlan(original, topology, plain, options);
+  return withSpecial.ok && withSpecial.fitsMemory && withoutSpecial.ok &&
+         withSpecial.samplesPerSecond >
+             withoutSpecial.samplesPerSecond * (1 + 1e-9);
+}
+
+/// The planner's result for an accepted plan (validated).
+PlanResult madPipeResult(Plan plan, int numLayers) {
+  PlanResult result;
+  result.ok = true;
+  result.plan = std::move(plan);
+  if (std::string bad = validatePlan(result.plan, numLayers); !bad.empty())
+    return planner_util::planError("madpipe: internal error: " + bad);
+  return result;
+}
+
+} // namespace
+
+PlanResult planMadPipe(const Profile &original, const Topology &topology,
+                       const PlannerOptions &options) {
+  using namespace planner_util;
+  MadPipeRequest request = madPipeRequest(original, topology, options);
+  if (!request.error.empty())
+    return planError(request.error);
+  const int numDevices = topology.numDevices();
+  const int numLayers = static_cast<int>(original.ops.size());
+  const int64_t b = chosenMicrobatchSize(original, options.microbatchSize);
+  Profile profile = scaleProfile(original, b);
+
+  const StateBudget budget = fitStateBudget(numLayers, request.processors,
+                                            topology.deviceMemoryBytes > 0);
+  const int processors = budget.processors;
+  if (processors < numDevices && !options.allowFewerDevices &&
+      options.stages == 0)
+    return planError("madpipe cannot use all " + std::to_string(numDevices) +
+                     " devices within its state budget; allow fewer "
+                     "devices or use pipedream/dapple");
+
+  MadPipeChain chain =
+      madPipeChain(profile, topology, processors, options.sim,
+                   budget.items < numLayers ? budget.items : 0);
+  CheckedSearch search(original, topology, options, request.schedule, b, chain,
+                       budget.grid);
   // Plans whose devices run one stage each: the full DP's allocations
   // whose special processor holds at most one stage, else the contiguous
   // variant (P normal processors).
   Plan plain;
-  bool havePlain = solve(false, false, plain) || solve(true, false, plain);
+  bool havePlain =
+      search.solve(false, false, plain) || search.solve(true, false, plain);
   // Plans with a special processor holding several stages (one device
   // listed by several stages, Plan.h), simulated like any other. Kept only
   // when the simulator finds them strictly faster than the plain plan: the
   // DP's load-balance period ignores the order in which the special
   // processor interleaves its stages.
   Plan special;
-  if (solve(false, true, special)) {
-    if (!havePlain)
-      return success(std::move(special));
-    SimResult withSpecial =
-        simulatePlan(original, topology, special, options.sim);
-    SimResult withoutSpecial =
-        simulatePlan(original, topology, plain, options.sim);
-    if (withSpecial.ok && withSpecial.fitsMemory && withoutSpecial.ok &&
-        withSpecial.samplesPerSecond >
-            withoutSpecial.samplesPerSecond * (1 + 1e-9))
-      return success(std::move(special));
+  if (search.solve(false, true, special)) {
+    if (!havePlain ||
+        fasterWithSpecial(original, topology, special, plain, options.sim))
+      return madPipeResult(std::move(special), numLayers);
   }
   if (havePlain)
-    return success(std::move(plain));
-  if (!anyAllocation)
-    return planError("madpipe: no allocation on " +
-                       std::to_string(processors) + " processors fits in " +
-                       formatBytes(limit) + " per device; the best needs " +
-                       formatBytes(memoryNeeded(chain, grid)) +
-                       " per device (madpipe.md §2.3 memory model)");
-  if (schedule == "1f1b" && lastRejection.find("finds") != std::string::npos)
-    lastRejection += "; the simulator's 1f1b keeps p - s weight versions "
-                     "per stage, MadPipe's model two (schedule 2bw)";
-  return planError("madpipe: no allocation passes the simulator's check" +
-                     (limit > 0 ? " in " + formatBytes(limit) + " per device"
-                                : std::string()) +
-                     " (last: " + lastRejection + ")");
+    return madPipeResult(std::move(plain), numLayers);
+  return planError(search.failure(processors));
 }
 
 } // namespace pipec

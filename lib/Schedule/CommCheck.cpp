@@ -107,130 +107,199 @@ std::string describeMessage(const CommEvent &event) {
          std::to_string(event.microbatch) + at(event);
 }
 
-} // namespace
+/// The key of the message an event sends or receives on `rank`.
+MessageKey keyOf(int rank, const CommEvent &event) {
+  if (event.kind == CommEvent::Send)
+    return MessageKey{rank, event.peer, event.channel, event.microbatch};
+  return MessageKey{event.peer, rank, event.channel, event.microbatch};
+}
 
-CommCheckResult
-checkCommunication(const std::vector<std::vector<CommEvent>> &programs) {
-  CommCheckResult result;
-  ErrorLog log(result.errors);
-  const int numRanks = static_cast<int>(programs.size());
+/// The symbolic execution of a set of rank programs and the checks on its
+/// final state.
+class Execution {
+public:
+  Execution(const std::vector<std::vector<CommEvent>> &programs, ErrorLog &log)
+      : programs(programs), log(log),
+        numRanks(static_cast<int>(programs.size())), pc(numRanks, 0),
+        blocked(numRanks, false) {}
 
-  std::vector<size_t> pc(numRanks, 0);
-  std::vector<bool> blocked(numRanks, false);
-  std::vector<SendRecord> sends;
-  // Only messages in flight live here, so the map stays small.
-  std::unordered_map<MessageKey, PendingQueue, MessageKeyHash> pending;
-  std::map<std::pair<int, int>, LinkLog> links;
-
-  auto keyOf = [](int rank, const CommEvent &event) {
-    if (event.kind == CommEvent::Send)
-      return MessageKey{rank, event.peer, event.channel, event.microbatch};
-    return MessageKey{event.peer, rank, event.channel, event.microbatch};
-  };
-
-  std::deque<int> ready;
-  for (int r = 0; r < numRanks; ++r)
-    ready.push_back(r);
-
-  while (!ready.empty()) {
-    int rank = ready.front();
-    ready.pop_front();
-    const std::vector<CommEvent> &program = programs[rank];
-    while (pc[rank] < program.size()) {
-      const CommEvent &event = program[pc[rank]];
-      if (event.peer < 0 || event.peer >= numRanks) {
-        log.add("invalid event",
-                "invalid event: rank " + std::to_string(rank) + " event " +
-                    std::to_string(pc[rank]) + at(event) + " names peer " +
-                    std::to_string(event.peer) + " but there are " +
-                    std::to_string(numRanks) + " ranks");
-        ++pc[rank];
-        continue;
-      }
-      MessageKey key = keyOf(rank, event);
-      if (event.kind == CommEvent::Send) {
-        size_t id = sends.size();
-        sends.push_back({rank, pc[rank], false, kNone});
-        auto [slot, inserted] = pending.try_emplace(key, PendingQueue{id, id});
-        if (!inserted) {
-          sends[slot->second.tail].next = id;
-          slot->second.tail = id;
+  /// Runs every rank until it finishes or blocks on a receive that no
+  /// issued send matches.
+  void run() {
+    std::deque<int> ready;
+    for (int r = 0; r < numRanks; ++r)
+      ready.push_back(r);
+    while (!ready.empty()) {
+      int rank = ready.front();
+      ready.pop_front();
+      const std::vector<CommEvent> &program = programs[rank];
+      while (pc[rank] < program.size()) {
+        const CommEvent &event = program[pc[rank]];
+        if (event.peer < 0 || event.peer >= numRanks) {
+          log.add("invalid event",
+                  "invalid event: rank " + std::to_string(rank) + " event " +
+                      std::to_string(pc[rank]) + at(event) + " names peer " +
+                      std::to_string(event.peer) + " but there are " +
+                      std::to_string(numRanks) + " ranks");
+          ++pc[rank];
+          continue;
         }
-        links[{key.src, key.dst}].sent.push_back(id);
-        ++pc[rank];
-        // Wake the receiver if it waits for exactly this message.
-        int dst = key.dst;
-        if (blocked[dst] && keyOf(dst, programs[dst][pc[dst]]) == key) {
-          blocked[dst] = false;
-          ready.push_back(dst);
+        if (event.kind == CommEvent::Send) {
+          send(rank, keyOf(rank, event), ready);
+          continue;
         }
+        if (!receive(rank, event)) {
+          blocked[rank] = true;
+          break;
+        }
+      }
+    }
+  }
+
+  /// Per-link order: the matched sends in issue order against the same
+  /// messages in receive order; reports the first divergence.
+  void checkLinkOrder() {
+    for (const auto &[link, linkLog] : links) {
+      size_t position = 0;
+      for (size_t id : linkLog.sent) {
+        if (!sends[id].matched)
+          continue;
+        // Every matched send appears exactly once in `received`.
+        const auto &[receivedId, recvEvent] = linkLog.received[position];
+        if (receivedId != id) {
+          const CommEvent &sent = programs[link.first][sends[id].event];
+          const CommEvent &recv = programs[link.second][recvEvent];
+          log.add("link order",
+                  "link order mismatch on rank " + std::to_string(link.first) +
+                      " -> rank " + std::to_string(link.second) + ": message " +
+                      std::to_string(position) + " sent is (" +
+                      describeMessage(sent) + ") but message " +
+                      std::to_string(position) + " received is (" +
+                      describeMessage(recv) + ")");
+          break;
+        }
+        ++position;
+      }
+    }
+  }
+
+  /// Deadlock: every blocked rank waits for exactly one peer, so the
+  /// wait-for graph is functional; walks it to report the cycles, then the
+  /// ranks waiting on a blocked or finished peer.
+  void reportBlocked() {
+    std::vector<int> waitsFor(numRanks, -1);
+    bool anyBlocked = false;
+    for (int r = 0; r < numRanks; ++r)
+      if (blocked[r]) {
+        waitsFor[r] = programs[r][pc[r]].peer;
+        anyBlocked = true;
+      }
+    if (!anyBlocked)
+      return;
+    std::vector<bool> onCycle = reportCycles(waitsFor);
+    for (int r = 0; r < numRanks; ++r) {
+      if (!blocked[r] || onCycle[r])
         continue;
-      }
-      auto it = pending.find(key);
-      if (it == pending.end()) {
-        blocked[rank] = true;
-        break;
-      }
-      size_t id = it->second.head;
-      if (sends[id].next == kNone)
-        pending.erase(it);
+      int peer = waitsFor[r];
+      if (blocked[peer])
+        log.add("deadlock", "deadlock: " + waitText(r) +
+                                ", which is blocked "
+                                "itself and never sends it");
       else
-        it->second.head = sends[id].next;
-      SendRecord &send = sends[id];
-      send.matched = true;
-      const CommEvent &sendEvent = programs[send.rank][send.event];
-      if (sendEvent.type != event.type)
-        log.add("type mismatch",
-                "type mismatch: rank " + std::to_string(key.src) + " sends '" +
-                    sendEvent.type + "' to rank " + std::to_string(key.dst) +
-                    " (" + describeMessage(sendEvent) +
-                    ") but the receive expects '" + event.type + "'" +
-                    at(event));
-      links[{key.src, key.dst}].received.push_back({id, pc[rank]});
-      ++pc[rank];
+        log.add("unmatched receive", "receive never matched: " + waitText(r) +
+                                         ", but rank " + std::to_string(peer) +
+                                         " finished without sending it");
     }
   }
 
-  // Per-link order: the matched sends in issue order against the same
-  // messages in receive order; report the first divergence.
-  for (const auto &[link, linkLog] : links) {
-    size_t position = 0;
-    for (size_t id : linkLog.sent) {
-      if (!sends[id].matched)
+  /// Sends never received. A send whose receiver is stuck before a matching
+  /// receive is a consequence of the deadlock already reported; skip it.
+  void reportUnmatchedSends() {
+    std::unordered_map<MessageKey, int64_t, MessageKeyHash> unreachedRecvs;
+    for (int r = 0; r < numRanks; ++r)
+      if (blocked[r])
+        for (size_t e = pc[r]; e < programs[r].size(); ++e) {
+          const CommEvent &event = programs[r][e];
+          if (event.kind == CommEvent::Recv && event.peer >= 0 &&
+              event.peer < numRanks)
+            ++unreachedRecvs[keyOf(r, event)];
+        }
+    for (size_t id = 0; id < sends.size(); ++id) {
+      if (sends[id].matched)
         continue;
-      // Every matched send appears exactly once in `received`.
-      const auto &[receivedId, recvEvent] = linkLog.received[position];
-      if (receivedId != id) {
-        const CommEvent &sent = programs[link.first][sends[id].event];
-        const CommEvent &recv = programs[link.second][recvEvent];
-        log.add("link order", "link order mismatch on rank " +
-                                  std::to_string(link.first) + " -> rank " +
-                                  std::to_string(link.second) + ": message " +
-                                  std::to_string(position) + " sent is (" +
-                                  describeMessage(sent) + ") but message " +
-                                  std::to_string(position) + " received is (" +
-                                  describeMessage(recv) + ")");
-        break;
+      const CommEvent &event = programs[sends[id].rank][sends[id].event];
+      MessageKey key = keyOf(sends[id].rank, event);
+      auto it = unreachedRecvs.find(key);
+      if (it != unreachedRecvs.end() && it->second > 0) {
+        --it->second;
+        continue;
       }
-      ++position;
+      log.add("unmatched send",
+              "send never received: rank " + std::to_string(key.src) +
+                  " sends '" + event.type + "' to rank " +
+                  std::to_string(key.dst) + " (" + describeMessage(event) +
+                  ") but rank " + std::to_string(key.dst) +
+                  " has no matching receive");
     }
   }
 
-  // Deadlock: every blocked rank waits for exactly one peer, so the wait-for
-  // graph is functional; walk it to find the cycles.
-  std::vector<int> waitsFor(numRanks, -1);
-  bool anyBlocked = false;
-  for (int r = 0; r < numRanks; ++r)
-    if (blocked[r]) {
-      waitsFor[r] = programs[r][pc[r]].peer;
-      anyBlocked = true;
+private:
+  /// Issues the send of `rank`'s current event and wakes its receiver if
+  /// it waits for exactly this message.
+  void send(int rank, const MessageKey &key, std::deque<int> &ready) {
+    size_t id = sends.size();
+    sends.push_back({rank, pc[rank], false, kNone});
+    auto [slot, inserted] = pending.try_emplace(key, PendingQueue{id, id});
+    if (!inserted) {
+      sends[slot->second.tail].next = id;
+      slot->second.tail = id;
     }
-  if (anyBlocked) {
-    auto waitText = [&](int r) {
-      const CommEvent &event = programs[r][pc[r]];
-      return "rank " + std::to_string(r) + " waits for rank " +
-             std::to_string(event.peer) + " (" + describeMessage(event) + ")";
-    };
+    links[{key.src, key.dst}].sent.push_back(id);
+    ++pc[rank];
+    // Wake the receiver if it waits for exactly this message.
+    int dst = key.dst;
+    if (blocked[dst] && keyOf(dst, programs[dst][pc[dst]]) == key) {
+      blocked[dst] = false;
+      ready.push_back(dst);
+    }
+  }
+
+  /// Matches `rank`'s current receive with the oldest pending send of its
+  /// key (checking the types); false when there is none yet.
+  bool receive(int rank, const CommEvent &event) {
+    MessageKey key = keyOf(rank, event);
+    auto it = pending.find(key);
+    if (it == pending.end())
+      return false;
+    size_t id = it->second.head;
+    if (sends[id].next == kNone)
+      pending.erase(it);
+    else
+      it->second.head = sends[id].next;
+    SendRecord &record = sends[id];
+    record.matched = true;
+    const CommEvent &sendEvent = programs[record.rank][record.event];
+    if (sendEvent.type != event.type)
+      log.add("type mismatch",
+              "type mismatch: rank " + std::to_string(key.src) + " sends '" +
+                  sendEvent.type + "' to rank " + std::to_string(key.dst) +
+                  " (" + describeMessage(sendEvent) +
+                  ") but the receive expects '" + event.type + "'" + at(event));
+    links[{key.src, key.dst}].received.push_back({id, pc[rank]});
+    ++pc[rank];
+    return true;
+  }
+
+  /// What blocked rank r waits for.
+  std::string waitText(int r) const {
+    const CommEvent &event = programs[r][pc[r]];
+    return "rank " + std::to_string(r) + " waits for rank " +
+           std::to_string(event.peer) + " (" + describeMessage(event) + ")";
+  }
+
+  /// Reports every cycle of the wait-for graph once; returns the ranks on
+  /// one.
+  std::vector<bool> reportCycles(const std::vector<int> &waitsFor) {
     enum Color { Unvisited, OnPath, Done };
     std::vector<Color> color(numRanks, Unvisited);
     std::vector<bool> onCycle(numRanks, false);
@@ -259,50 +328,31 @@ checkCommunication(const std::vector<std::vector<CommEvent>> &programs) {
       for (int p : path)
         color[p] = Done;
     }
-    for (int r = 0; r < numRanks; ++r) {
-      if (!blocked[r] || onCycle[r])
-        continue;
-      int peer = waitsFor[r];
-      if (blocked[peer])
-        log.add("deadlock", "deadlock: " + waitText(r) +
-                                ", which is blocked "
-                                "itself and never sends it");
-      else
-        log.add("unmatched receive", "receive never matched: " + waitText(r) +
-                                         ", but rank " + std::to_string(peer) +
-                                         " finished without sending it");
-    }
+    return onCycle;
   }
 
-  // Sends never received. A send whose receiver is stuck before a matching
-  // receive is a consequence of the deadlock already reported; skip it.
-  std::unordered_map<MessageKey, int64_t, MessageKeyHash> unreachedRecvs;
-  for (int r = 0; r < numRanks; ++r)
-    if (blocked[r])
-      for (size_t e = pc[r]; e < programs[r].size(); ++e) {
-        const CommEvent &event = programs[r][e];
-        if (event.kind == CommEvent::Recv && event.peer >= 0 &&
-            event.peer < numRanks)
-          ++unreachedRecvs[keyOf(r, event)];
-      }
-  for (size_t id = 0; id < sends.size(); ++id) {
-    if (sends[id].matched)
-      continue;
-    const CommEvent &event = programs[sends[id].rank][sends[id].event];
-    MessageKey key = keyOf(sends[id].rank, event);
-    auto it = unreachedRecvs.find(key);
-    if (it != unreachedRecvs.end() && it->second > 0) {
-      --it->second;
-      continue;
-    }
-    log.add("unmatched send",
-            "send never received: rank " + std::to_string(key.src) +
-                " sends '" + event.type + "' to rank " +
-                std::to_string(key.dst) + " (" + describeMessage(event) +
-                ") but rank " + std::to_string(key.dst) +
-                " has no matching receive");
-  }
+  const std::vector<std::vector<CommEvent>> &programs;
+  ErrorLog &log;
+  const int numRanks;
+  std::vector<size_t> pc;
+  std::vector<bool> blocked;
+  std::vector<SendRecord> sends;
+  // Only messages in flight live here, so the map stays small.
+  std::unordered_map<MessageKey, PendingQueue, MessageKeyHash> pending;
+  std::map<std::pair<int, int>, LinkLog> links;
+};
 
+} // namespace
+
+CommCheckResult
+checkCommunication(const std::vector<std::vector<CommEvent>> &programs) {
+  CommCheckResult result;
+  ErrorLog log(result.errors);
+  Execution execution(programs, log);
+  execution.run();
+  execution.checkLinkOrder();
+  execution.reportBlocked();
+  execution.reportUnmatchedSends();
   log.finish();
   result.ok = result.errors.empty();
   return result;

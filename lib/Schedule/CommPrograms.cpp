@@ -13,6 +13,9 @@ namespace pipec {
 
 std::vector<std::vector<CommEvent>>
 scheduleCommPrograms(const ScheduleResult &schedule) {
+  if (!schedule.ok ||
+      int(schedule.replicas.size()) < schedule.stages) // nothing to read
+    return {};
   std::vector<std::vector<CommEvent>> programs(schedule.ranks.size());
   const int p = schedule.stages;
   const int numVirtual = p * schedule.chunks;

@@ -47,7 +47,7 @@
 //    2bw, the steady-state time per m microbatches: the completion times of
 //    steps (the end of the step's last backward op anywhere) differenced
 //    over a window of whole round-robin periods between the fill and the
-//    drain (see setup()).
+//    drain (see chooseSteps()).
 //  - Memory of one stage replica: weights x versions (1, p - s for 1f1b
 //    stage s, 2 for 2bw; counted on the rank program), gradients (one
 //    accumulator), optimizer state (factor x parameters), activations
@@ -220,10 +220,58 @@ public:
 
 private:
   std::string setup();
+  /// Why the plan, profile, options or topology cannot be simulated; sets
+  /// `kind`.
+  std::string checkInputs();
+  /// The pipeline's shape: chunks, device positions, microbatches, the
+  /// microbatch scale and the replicas of every device position.
+  std::string setShape();
   std::string buildStages();
   std::string assignDevices();
+  /// Steps to simulate and the steady-state window (continuous schedules);
+  /// notes whether a device is shared. Returns the number of ranks.
+  int chooseSteps();
+  /// Takes the caller's rank programs after checking they fit the plan.
+  std::string useGivenPrograms(int totalRanks);
+  /// Generates the schedule's rank programs (one copy per replica with
+  /// split replicas).
+  std::string generatePrograms();
+  /// One Rank per rank program, and the devices in order of first use.
+  void buildRanks();
   std::string simulate();
   void account(SimResult &result);
+
+  // Results (account() in pieces).
+  /// Per rank: the op index of each (microbatch, chunk)'s last backward op,
+  /// where its stashed activations leave.
+  using LastBackward = std::vector<std::map<std::pair<int64_t, int>, size_t>>;
+  /// Iteration time: for flush schedules the makespan of the step with the
+  /// optimizer (traced), else the steady state measured between the fill
+  /// and the drain.
+  double iterationTime();
+  /// Iteration time, throughput, bubble and idle fractions of `result`.
+  void accountTime(SimResult &result, double iteration) const;
+  /// The LastBackward of every rank's program.
+  LastBackward lastBackwardOps() const;
+  /// Peak of the stashed activation bytes over a sequence of (rank, op
+  /// index) in execution order: a rank's program, or the ops a shared
+  /// device ran.
+  int64_t activationPeak(const std::vector<std::pair<int, size_t>> &run,
+                         LastBackward &lastBackward) const;
+  /// Memory per plan stage (its largest replica) and peak in-flight counts;
+  /// per rank its static bytes (weights x versions, gradients, optimizer
+  /// state) and largest saved bytes.
+  void accountStageMemory(SimResult &result, LastBackward &lastBackward,
+                          std::vector<int64_t> &rankStatic,
+                          std::vector<int64_t> &rankMaxSaved) const;
+  /// Peak memory and busy time per device, and whether every device fits.
+  void accountDevices(SimResult &result, LastBackward &lastBackward,
+                      const std::vector<int64_t> &rankStatic,
+                      const std::vector<int64_t> &rankMaxSaved) const;
+  /// F + B + W of virtual stage q per microbatch.
+  double work(int q) const {
+    return stages[q].fwd + stages[q].bwd + stages[q].bwdWeight;
+  }
 
   // Event handling.
   void tryStart(int rank);
@@ -344,6 +392,38 @@ private:
 //===----------------------------------------------------------------------===//
 
 std::string Simulator::setup() {
+  std::string error = checkInputs();
+  if (!error.empty())
+    return error;
+  error = setShape();
+  if (!error.empty())
+    return error;
+  error = assignDevices();
+  if (!error.empty())
+    return error;
+
+  // With split replicas every replica runs every microbatch: the programs
+  // are those of a straight pipeline.
+  split = options.splitReplicas;
+  if (split && given)
+    return "simulateSchedule takes round-robin replicas (1F1B-RR) only";
+  const int totalRanks = chooseSteps();
+  error = given ? useGivenPrograms(totalRanks) : generatePrograms();
+  if (!error.empty())
+    return error;
+  numMicrobatches = m * steps;
+
+  error = buildStages();
+  if (!error.empty())
+    return error;
+  firstRank.assign(p, 0);
+  for (int g = 1; g < p; ++g)
+    firstRank[g] = firstRank[g - 1] + replicas[g - 1];
+  buildRanks();
+  return "";
+}
+
+std::string Simulator::checkInputs() {
   const int numLayers = static_cast<int>(profile.ops.size());
   std::string error = validatePlan(plan, numLayers);
   if (!error.empty())
@@ -375,7 +455,10 @@ std::string Simulator::setup() {
     return "optimizerSecondsPerByte must be >= 0";
   if (topology.numDevices() < 1)
     return "the topology has no devices";
+  return "";
+}
 
+std::string Simulator::setShape() {
   interleaved = kind == ScheduleKind::Interleaved;
   v = plan.chunks;
   numQ = plan.numStages();
@@ -398,16 +481,10 @@ std::string Simulator::setup() {
              str(plan.stages[q].replicas) + " replicas but runs on the " +
              "devices of stage " + str(q % p) + ", which has " +
              str(replicas[q % p]);
-  error = assignDevices();
-  if (!error.empty())
-    return error;
+  return "";
+}
 
-  // With split replicas every replica runs every microbatch: the programs
-  // are those of a straight pipeline.
-  split = options.splitReplicas;
-  if (split && given)
-    return "simulateSchedule takes round-robin replicas (1F1B-RR) only";
-
+int Simulator::chooseSteps() {
   // Continuous schedules: enough steps to measure between the fill and the
   // drain, over a window of whole round-robin periods. The fill admits at
   // most sum r_s microbatches (p with split replicas) before the first
@@ -418,7 +495,7 @@ std::string Simulator::setup() {
   // averages out. A shared device's greedy order need not settle into a
   // short cycle (its backlog at step ends fluctuates by about one op), so
   // plans with one get a window of at least 16 steps and 64 microbatches
-  // (and account() bounds their period by the busiest device's work).
+  // (and iterationTime() bounds their period by the busiest device's work).
   std::set<int> used;
   for (const std::vector<int> &devices : groupDevices)
     for (int device : devices)
@@ -448,68 +525,66 @@ std::string Simulator::setup() {
     measureLast = steps - 1 - drain;
     measureFrom = measureLast - window;
   }
+  return totalRanks;
+}
 
-  if (given) {
-    if (!given->ok)
-      return "the schedule is not valid: " + given->error;
-    if (given->kind != kind || given->stages != p || given->chunks != v ||
-        given->replicas != replicas || given->microbatches != m ||
-        given->ranks.size() != static_cast<size_t>(totalRanks))
-      return "the schedule does not match the plan (kind, stages, chunks, "
-             "replicas, microbatches or rank count differ)";
-    if (isFlushSchedule(kind) && given->steps != 1)
-      return "a flush schedule runs one step (got steps = " +
-             str(given->steps) + ")";
-    schedule = *given;
-    if (!isFlushSchedule(kind)) {
-      // The caller's steps: from the end of the first to the end of the
-      // last (fill and drain included).
-      steps = std::max<int64_t>(given->steps, 1);
-      measureFrom = steps >= 2 ? 0 : -1;
-      measureLast = steps - 1;
-    }
-    for (size_t i = 0; i < schedule.ranks.size(); ++i) {
-      const RankSchedule &program = schedule.ranks[i];
-      if (schedule.rankOf(program.stage, program.replica) !=
-          static_cast<int>(i))
-        return "rank program " + str(i) + " names stage " + str(program.stage) +
-               " replica " + str(program.replica) +
-               "; programs must be listed stage-major, replica-minor";
-    }
-  } else {
-    ScheduleOptions scheduleOptions;
-    scheduleOptions.chunks = v;
-    scheduleOptions.warmup = options.warmupPolicy;
-    scheduleOptions.maxInflight = options.maxInflight;
-    scheduleOptions.steps = steps;
-    scheduleOptions.replicas = replicas;
-    if (split) {
-      // The straight pipeline's programs, but the divisibility rules of
-      // interleaving apply to m itself (every replica runs all of it).
-      scheduleOptions.replicas.assign(p, 1);
-    }
-    schedule = generateSchedule(kind, p, m, scheduleOptions);
-    if (!schedule.ok)
-      return schedule.error;
-    if (split) {
-      // One copy of stage g's program per replica.
-      std::vector<RankSchedule> copies;
-      for (const RankSchedule &program : schedule.ranks)
-        for (int j = 0; j < replicas[program.stage]; ++j)
-          copies.push_back({program.stage, j, program.schedule});
-      schedule.ranks = std::move(copies);
-      schedule.replicas = replicas;
-    }
+std::string Simulator::useGivenPrograms(int totalRanks) {
+  if (!given->ok)
+    return "the schedule is not valid: " + given->error;
+  if (given->kind != kind || given->stages != p || given->chunks != v ||
+      given->replicas != replicas || given->microbatches != m ||
+      given->ranks.size() != static_cast<size_t>(totalRanks))
+    return "the schedule does not match the plan (kind, stages, chunks, "
+           "replicas, microbatches or rank count differ)";
+  if (isFlushSchedule(kind) && given->steps != 1)
+    return "a flush schedule runs one step (got steps = " + str(given->steps) +
+           ")";
+  schedule = *given;
+  if (!isFlushSchedule(kind)) {
+    // The caller's steps: from the end of the first to the end of the
+    // last (fill and drain included).
+    steps = std::max<int64_t>(given->steps, 1);
+    measureFrom = steps >= 2 ? 0 : -1;
+    measureLast = steps - 1;
   }
-  numMicrobatches = m * steps;
+  for (size_t i = 0; i < schedule.ranks.size(); ++i) {
+    const RankSchedule &program = schedule.ranks[i];
+    if (schedule.rankOf(program.stage, program.replica) != static_cast<int>(i))
+      return "rank program " + str(i) + " names stage " + str(program.stage) +
+             " replica " + str(program.replica) +
+             "; programs must be listed stage-major, replica-minor";
+  }
+  return "";
+}
 
-  error = buildStages();
-  if (!error.empty())
-    return error;
-  firstRank.assign(p, 0);
-  for (int g = 1; g < p; ++g)
-    firstRank[g] = firstRank[g - 1] + replicas[g - 1];
+std::string Simulator::generatePrograms() {
+  ScheduleOptions scheduleOptions;
+  scheduleOptions.chunks = v;
+  scheduleOptions.warmup = options.warmupPolicy;
+  scheduleOptions.maxInflight = options.maxInflight;
+  scheduleOptions.steps = steps;
+  scheduleOptions.replicas = replicas;
+  if (split) {
+    // The straight pipeline's programs, but the divisibility rules of
+    // interleaving apply to m itself (every replica runs all of it).
+    scheduleOptions.replicas.assign(p, 1);
+  }
+  schedule = generateSchedule(kind, p, m, scheduleOptions);
+  if (!schedule.ok)
+    return schedule.error;
+  if (split) {
+    // One copy of stage g's program per replica.
+    std::vector<RankSchedule> copies;
+    for (const RankSchedule &program : schedule.ranks)
+      for (int j = 0; j < replicas[program.stage]; ++j)
+        copies.push_back({program.stage, j, program.schedule});
+    schedule.ranks = std::move(copies);
+    schedule.replicas = replicas;
+  }
+  return "";
+}
 
+void Simulator::buildRanks() {
   for (const RankSchedule &program : schedule.ranks) {
     Rank rank;
     rank.group = program.stage;
@@ -538,7 +613,6 @@ std::string Simulator::setup() {
     deviceRanks[it->second].push_back(static_cast<int>(r));
     rankDevice[r] = it->second;
   }
-  return "";
 }
 
 std::string Simulator::assignDevices() {
@@ -1100,7 +1174,23 @@ std::string Simulator::simulate() {
 //===----------------------------------------------------------------------===//
 
 void Simulator::account(SimResult &result) {
-  // Iteration time.
+  accountTime(result, iterationTime());
+  // Memory, per rank and chunk, then per plan stage (largest replica) and
+  // per device.
+  LastBackward lastBackward = lastBackwardOps();
+  std::vector<int64_t> rankStatic, rankMaxSaved;
+  accountStageMemory(result, lastBackward, rankStatic, rankMaxSaved);
+  accountDevices(result, lastBackward, rankStatic, rankMaxSaved);
+  if (options.trace) {
+    std::stable_sort(trace.begin(), trace.end(),
+                     [](const sim::TraceEvent &a, const sim::TraceEvent &b) {
+                       return a.startSeconds < b.startSeconds;
+                     });
+    result.traceJson = sim::traceToJson(trace);
+  }
+}
+
+double Simulator::iterationTime() {
   double iteration = 0;
   if (isFlushSchedule(kind)) {
     // Each device runs the optimizer of all its stages (every chunk, every
@@ -1133,31 +1223,31 @@ void Simulator::account(SimResult &result) {
       // share with round-robin replicas). The window's estimate can dip
       // below that by the fluctuation of a shared device's backlog.
       for (const std::vector<int> &onDevice : deviceRanks) {
-        double work = 0;
+        double deviceWork = 0;
         for (int r : onDevice)
           for (int c = 0; c < v; ++c) {
             const VStage &stage = stages[c * p + ranks[r].group];
-            work += static_cast<double>(m) *
-                    (stage.fwd + stage.bwd + stage.bwdWeight) /
-                    (split ? 1 : replicas[ranks[r].group]);
+            deviceWork += static_cast<double>(m) *
+                          (stage.fwd + stage.bwd + stage.bwdWeight) /
+                          (split ? 1 : replicas[ranks[r].group]);
           }
-        iteration = std::max(iteration, work);
+        iteration = std::max(iteration, deviceWork);
       }
     }
   } else {
     // Too few steps for a steady state: the makespan per step.
     iteration = stepEnd[steps - 1] / static_cast<double>(steps);
   }
+  return iteration;
+}
+
+void Simulator::accountTime(SimResult &result, double iteration) const {
   // Compute per iteration. Flush: what the step ran. Continuous: the steady
   // state, where each of the m microbatches of an iteration passes every
   // virtual stage once and a stage replica runs 1/r of them (with split
   // replicas, a 1/r slice of each).
-  const bool flush = isFlushSchedule(kind);
-  auto work = [&](int q) {
-    return stages[q].fwd + stages[q].bwd + stages[q].bwdWeight;
-  };
   double busy = computeSeconds;
-  if (!flush) {
+  if (!isFlushSchedule(kind)) {
     busy = 0;
     for (int q = 0; q < numQ; ++q)
       busy +=
@@ -1171,42 +1261,48 @@ void Simulator::account(SimResult &result) {
                     : 0;
   result.bubbleFraction = busy > 0 ? idle / busy : 0;
   result.idleFraction = deviceTime > 0 ? idle / deviceTime : 0;
+}
 
-  // Memory, per rank and chunk, then per plan stage (largest replica) and
-  // per device.
-  result.memory.assign(numQ, {});
-  result.peakInflight.assign(numQ, 0);
-  const bool recompute = options.recompute;
-  // Per rank: the op index of each (microbatch, chunk)'s last backward op,
-  // where its stashed activations leave.
-  std::vector<std::map<std::pair<int64_t, int>, size_t>> lastBackward(
-      ranks.size());
+Simulator::LastBackward Simulator::lastBackwardOps() const {
+  LastBackward lastBackward(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r)
     for (size_t i = 0; i < ranks[r].ops.size(); ++i)
       if (ranks[r].ops[i].kind != PassKind::Forward)
         lastBackward[r][{ranks[r].ops[i].microbatch, ranks[r].ops[i].chunk}] =
             i;
-  // Peak of the stashed activation bytes over a sequence of (rank, op
-  // index) in execution order: a rank's program, or the ops a shared device
-  // ran.
-  auto activationPeak = [&](const std::vector<std::pair<int, size_t>> &run) {
-    int64_t liveBytes = 0, peakBytes = 0;
-    for (const auto &[r, i] : run) {
-      const SchedOp &op = ranks[r].ops[i];
-      const VStage &stage = stages[op.chunk * p + ranks[r].group];
-      int64_t perMicrobatch = recompute ? stage.inputBytes : stage.savedBytes;
-      if (op.kind == PassKind::Forward) {
-        liveBytes += perMicrobatch;
-        peakBytes = std::max(peakBytes, liveBytes);
-      } else if (lastBackward[r][{op.microbatch, op.chunk}] == i) {
-        liveBytes -= perMicrobatch;
-      }
+  return lastBackward;
+}
+
+int64_t
+Simulator::activationPeak(const std::vector<std::pair<int, size_t>> &run,
+                          LastBackward &lastBackward) const {
+  int64_t liveBytes = 0, peakBytes = 0;
+  for (const auto &[r, i] : run) {
+    const SchedOp &op = ranks[r].ops[i];
+    const VStage &stage = stages[op.chunk * p + ranks[r].group];
+    int64_t perMicrobatch =
+        options.recompute ? stage.inputBytes : stage.savedBytes;
+    if (op.kind == PassKind::Forward) {
+      liveBytes += perMicrobatch;
+      peakBytes = std::max(peakBytes, liveBytes);
+    } else if (lastBackward[r][{op.microbatch, op.chunk}] == i) {
+      liveBytes -= perMicrobatch;
     }
-    return peakBytes;
-  };
+  }
+  return peakBytes;
+}
+
+void Simulator::accountStageMemory(SimResult &result,
+                                   LastBackward &lastBackward,
+                                   std::vector<int64_t> &rankStatic,
+                                   std::vector<int64_t> &rankMaxSaved) const {
+  result.memory.assign(numQ, {});
+  result.peakInflight.assign(numQ, 0);
+  const bool recompute = options.recompute;
   // Per rank: weights x versions, gradients and optimizer state of its
   // chunks, and the largest saved bytes (one microbatch with recompute).
-  std::vector<int64_t> rankStatic(ranks.size(), 0), rankMaxSaved(ranks.size());
+  rankStatic.assign(ranks.size(), 0);
+  rankMaxSaved.assign(ranks.size(), 0);
   for (size_t r = 0; r < ranks.size(); ++r) {
     const Rank &rank = ranks[r];
     std::vector<int64_t> inflight(v, 0), peak(v, 0);
@@ -1239,6 +1335,12 @@ void Simulator::account(SimResult &result) {
       result.peakInflight[q] = std::max(result.peakInflight[q], peak[c]);
     }
   }
+}
+
+void Simulator::accountDevices(SimResult &result, LastBackward &lastBackward,
+                               const std::vector<int64_t> &rankStatic,
+                               const std::vector<int64_t> &rankMaxSaved) const {
+  const bool flush = isFlushSchedule(kind);
   // Per device: the sum over its ranks (one, or several on a shared
   // device) of the static bytes, plus the peak over time of the stashed
   // activations and of the buffers of all of them.
@@ -1252,7 +1354,7 @@ void Simulator::account(SimResult &result) {
       run = deviceLog[d];
     }
     std::vector<BufferInterval> held;
-    int64_t deviceBytes = activationPeak(run), maxSaved = 0;
+    int64_t deviceBytes = activationPeak(run, lastBackward), maxSaved = 0;
     DeviceUsage usage;
     usage.device = ranks[onDevice.front()].device;
     for (int r : onDevice) {
@@ -1270,7 +1372,8 @@ void Simulator::account(SimResult &result) {
         usage.busySeconds += static_cast<double>(m) * work(c * p + rank.group) /
                              (split ? 1 : replicas[rank.group]);
     }
-    usage.peakBytes = deviceBytes + (recompute ? maxSaved : 0) + peakOf(held);
+    usage.peakBytes =
+        deviceBytes + (options.recompute ? maxSaved : 0) + peakOf(held);
     result.devices.push_back(usage);
   }
   std::sort(result.devices.begin(), result.devices.end(),
@@ -1282,13 +1385,6 @@ void Simulator::account(SimResult &result) {
     for (const DeviceUsage &usage : result.devices)
       if (usage.peakBytes > topology.deviceMemoryBytes)
         result.fitsMemory = false;
-  if (options.trace) {
-    std::stable_sort(trace.begin(), trace.end(),
-                     [](const sim::TraceEvent &a, const sim::TraceEvent &b) {
-                       return a.startSeconds < b.startSeconds;
-                     });
-    result.traceJson = sim::traceToJson(trace);
-  }
 }
 
 SimResult Simulator::run() {

@@ -280,3 +280,13 @@ TEST(CommCheckTest, LargePipeline) {
   CommCheckResult result = checkCommunication(programs);
   EXPECT_TRUE(result.ok) << joined(result);
 }
+
+// A schedule that failed to generate (gpipe with two steps) has no programs
+// (it used to index its empty replica list).
+TEST(CommCheckTest, FailedScheduleHasNoPrograms) {
+  ScheduleOptions options;
+  options.steps = 2;
+  ScheduleResult failed = generateSchedule(ScheduleKind::GPipe, 3, 4, options);
+  ASSERT_FALSE(failed.ok);
+  EXPECT_TRUE(scheduleCommPrograms(failed).empty());
+}
