@@ -16,6 +16,8 @@
 
 #include "pipec/Planners.h"
 
+#include <algorithm>
+
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -70,9 +72,12 @@ void runOne(benchmark::State &state, const std::string &planner, int layers,
     state.SkipWithError(result.error.c_str());
     return;
   }
+  // Devices: the replicas of every stage, counted once per device position
+  // (an interleaved plan's device holds `chunks` of its p*v stages).
   int devices = 0;
   for (const StagePlan &stage : result.plan.stages)
     devices += stage.replicas;
+  devices /= std::max(1, result.plan.chunks);
   state.counters["stages"] = result.plan.numStages();
   state.counters["devices"] = devices;
   state.counters["samples_per_s"] = result.plan.predicted.samplesPerSecond;

@@ -338,8 +338,13 @@ ExhaustiveResult pipec::searchExhaustive(const Profile &profile,
   int minStages = 1;
   if (options.stages > 0) {
     if (options.stages > maxStages)
-      return fail(std::to_string(options.stages) + " stages need " +
-                  std::to_string(options.stages) + " devices");
+      return fail(std::to_string(options.stages) + " stages: at most " +
+                  std::to_string(maxStages) + " (" + std::to_string(g) +
+                  " devices, " + std::to_string(n) + " layers" +
+                  (eo.maxStages > 0
+                       ? ", the search's limit " + std::to_string(eo.maxStages)
+                       : std::string()) +
+                  ")");
     minStages = maxStages = options.stages;
   }
   const std::string schedule = !options.schedule.empty() ? options.schedule

@@ -735,7 +735,8 @@ MadPipeRequest madPipeRequest(const Profile &original, const Topology &topology,
     processors = numLayers;
   }
   if (options.microbatchSize < 0) {
-    request.error = "madpipe: the microbatch size must be positive";
+    request.error = "madpipe: the microbatch size must not be negative (0 "
+                    "takes the profile's)";
     return request;
   }
   request.processors = processors;
