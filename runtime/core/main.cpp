@@ -28,8 +28,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <dlfcn.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 using namespace pipec::rt;
 
@@ -184,6 +187,29 @@ const char *nonFiniteName(double v) {
   return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
 }
 
+/// OpenBLAS threads of this process: the host's cores shared among the
+/// ranks on this host (MPI's shared-memory split tells them, whatever
+/// launched the job), unless OPENBLAS_NUM_THREADS says otherwise. Each host
+/// decides for itself; a launcher cannot know another machine's cores.
+void setBlasThreadsPerHost() {
+  int local = 1;
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
+                          MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+  }
+  if (std::getenv("OPENBLAS_NUM_THREADS"))
+    return;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int threads = int(std::max<long>(1, cores / std::max(local, 1)));
+  // Through the symbol, so that a BLAS other than OpenBLAS links too.
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(
+          dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set(threads);
+}
+
 /// MPI up, this rank's place in the job, its status record.
 void startMpi(pipec_ctx &ctx, int &argc, char **&argv, int &alreadyInitialised) {
   ErrorLocation &loc = errorLocation();
@@ -198,10 +224,39 @@ void startMpi(pipec_ctx &ctx, int &argc, char **&argv, int &alreadyInitialised) 
   loc.worldSize = ctx.worldSize;
   if (!ctx.options.statusDir.empty())
     openRankStatus(ctx.options.statusDir, ctx.rank, ctx.desc.stage);
+  setBlasThreadsPerHost();
   int *tagUb = nullptr, hasTagUb = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &hasTagUb);
   if (hasTagUb && tagUb)
     ctx.tagUpperBound = *tagUb;
+}
+
+/// Start-up refusals are agreed on before anyone stops: every rank runs
+/// `phase` (local work, no communication), keeping its error; then the
+/// lowest rank that failed prints its one line and every rank ends with
+/// status 1 after MPI_Finalize. No MPI_Abort: the job says one line, not
+/// one per rank and the launcher's abort banner.
+void agreeOnStartup(pipec_ctx &ctx, const std::function<void()> &phase) {
+  std::string error;
+  try {
+    phase();
+  } catch (const std::exception &e) {
+    error = e.what();
+    if (error.empty())
+      error = "start-up failed";
+  }
+  int mine = error.empty() ? ctx.worldSize : ctx.rank, first = mine;
+  mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD),
+           "MPI_Allreduce of the start-up checks");
+  if (first == ctx.worldSize)
+    return;
+  std::fflush(stdout);
+  if (first == ctx.rank)
+    std::fprintf(stderr, "%s\n", formatError(error).c_str());
+  std::fflush(stderr);
+  setStatusState(RankState::Error);
+  MPI_Finalize();
+  std::exit(1);
 }
 
 /// The manifest checked against this binary and job, the ranks of every
@@ -209,8 +264,10 @@ void startMpi(pipec_ctx &ctx, int &argc, char **&argv, int &alreadyInitialised) 
 /// loss rank.
 void joinPipeline(pipec_ctx &ctx) {
   const StageDesc &desc = ctx.desc;
-  ctx.manifest = readManifest(ctx.options.manifest);
-  checkManifest(desc, ctx.manifest, ctx.rank, ctx.worldSize);
+  agreeOnStartup(ctx, [&] {
+    ctx.manifest = readManifest(ctx.options.manifest);
+    checkManifest(desc, ctx.manifest, ctx.rank, ctx.worldSize);
+  });
   ctx.stageRanks.assign(size_t(desc.numStages), {});
   for (const ManifestStage &s : ctx.manifest.stages)
     ctx.stageRanks[size_t(s.stage)] = s.ranks;
@@ -471,22 +528,27 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   joinPipeline(ctx);
   const bool isLossRank = ctx.rank == ctx.lossRank;
 
-  // Arena, weights, data.
-  auto arena = allocateArena(desc.arenaBytes);
-  loadWeights(desc, manifestStage(ctx.manifest, desc.stage).weights,
-              arena.get());
-  ctx.arena = arena.get();
-  ctx.steps = o.steps;
-  setUpWeightVersions(ctx);
-  const int64_t first = resumeStep(ctx, arena.get(), isLossRank);
-  setUpFeeds(ctx);
+  // Arena, weights, data: every rank's refusal is agreed on first.
+  std::unique_ptr<char, FreeDeleter> arena;
+  int64_t first = 0;
+  MetricsFile metrics(nullptr, std::fclose);
+  agreeOnStartup(ctx, [&] {
+    arena = allocateArena(desc.arenaBytes);
+    loadWeights(desc, manifestStage(ctx.manifest, desc.stage).weights,
+                arena.get());
+    ctx.arena = arena.get();
+    ctx.steps = o.steps;
+    setUpWeightVersions(ctx);
+    first = resumeStep(ctx, arena.get(), isLossRank);
+    setUpFeeds(ctx);
+    metrics = openMetrics(o, isLossRank, first);
+  });
   if (!o.profileOut.empty())
     ctx.profiler.enable(desc.ops.size());
   if (!o.trace.empty())
     ctx.timeline.enable(ctx.rank, desc.stage, int(desc.replica));
   ctx.losses.assign(size_t(desc.microbatches), 0.0);
   ctx.lossRecorded.assign(size_t(desc.microbatches), false);
-  MetricsFile metrics = openMetrics(o, isLossRank, first);
 
   std::string lastCheckpoint =
       o.resume ? (std::filesystem::path(o.checkpointDir) /

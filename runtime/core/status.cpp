@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace pipec {
@@ -32,6 +33,11 @@ extern "C" void onTerminate(int sig) {
 } // namespace
 
 void openRankStatus(const std::string &dir, int rank, int stage) {
+  // The launcher made the folder on its own host; on another host (no
+  // shared filesystem) the rank makes it, and the record stays there.
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw RtError("cannot create status folder '" + dir +
+                  "': " + std::strerror(errno));
   std::string path = dir + "/rank-" + std::to_string(rank) + ".status";
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)

@@ -2,12 +2,16 @@
 //
 // `pipec train OUT/` launches the stage executables as one MPMD job:
 //   mpirun --oversubscribe --bind-to none -np 1 OUT/stage0 ARGS : -np 1 ...
-// (`--dry-run` prints that line; running it by hand is equivalent).
+// on this machine, or with --hostfile/--hosts one rank per slot of the
+// hosts (`-np 1 --host H:SLOTS OUT/stageK ARGS`, Launch.h), or through srun
+// with a --multi-prog file (--launcher srun). `--dry-run` prints that line;
+// running it by hand is equivalent.
 // `pipec profile` compiles a one-stage program at the requested microbatch
 // and runs it with the runtime's per-op profiler.
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
+#include "Launch.h"
 #include "pipec/formats/Documents.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -39,17 +43,6 @@ std::string absolute(const std::string &path) {
   llvm::sys::fs::make_absolute(p);
   llvm::sys::path::remove_dots(p, /*remove_dot_dot=*/true);
   return p.str().str();
-}
-
-std::string shellQuote(const std::string &s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
-                                        "KLMNOPQRSTUVWXYZ0123456789-_./=,:+") ==
-                        std::string::npos)
-    return s;
-  std::string q = "'";
-  for (char c : s)
-    q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
 }
 
 /// Stage binaries of a build folder, from its manifest, and whether some
@@ -111,50 +104,23 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
   return true;
 }
 
-/// The mpirun command for `bins`, each with `stageArgs`.
-std::vector<std::string> mpirunCommand(const std::string &mpirun,
-                                       const std::vector<std::string> &bins,
-                                       const std::vector<std::string> &stageArgs) {
-  std::vector<std::string> cmd = {mpirun, "--oversubscribe", "--bind-to",
-                                  "none"};
-  if (geteuid() == 0)
-    cmd.push_back("--allow-run-as-root");
-  cmd.insert(cmd.end(), {"-x", "OPENBLAS_NUM_THREADS"});
-  for (size_t i = 0; i < bins.size(); ++i) {
-    if (i)
-      cmd.push_back(":");
-    cmd.insert(cmd.end(), {"-np", "1", bins[i]});
-    cmd.insert(cmd.end(), stageArgs.begin(), stageArgs.end());
-  }
-  return cmd;
-}
-
-int execute(const std::vector<std::string> &cmd) {
-  llvm::outs().flush();
-  std::vector<llvm::StringRef> refs(cmd.begin(), cmd.end());
-  std::string msg;
-  int rc = llvm::sys::ExecuteAndWait(cmd[0], refs, std::nullopt, {}, 0, 0, &msg);
-  if (rc < 0)
-    llvm::errs() << "pipec: error: cannot run " << cmd[0] << ": " << msg
-                 << "\n";
-  return rc;
-}
-
-/// OpenBLAS threads per process: the cores shared among the ranks, unless
-/// the user chose.
-void setBlasThreads(size_t ranks) {
+/// The variables the ranks must see: OPENBLAS_NUM_THREADS when the user
+/// set it (else each rank shares its own host's cores among the ranks on
+/// that host: runtime core/main.cpp).
+std::vector<std::string> exportedEnv() {
   if (std::getenv("OPENBLAS_NUM_THREADS"))
-    return;
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  unsigned threads = std::max<unsigned>(1, cores / std::max<size_t>(ranks, 1));
-  setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
+    return {"OPENBLAS_NUM_THREADS"};
+  return {};
 }
 
-std::string findMpirun(const std::string &requested, std::string &error) {
+std::string findLauncher(const std::string &requested, std::string &error) {
   auto path = llvm::sys::findProgramByName(requested);
   if (!path) {
-    error = "cannot find '" + requested +
-            "' (install openmpi-bin, or pass --mpirun PATH)";
+    error = "cannot find '" + requested + "' (" +
+            (llvm::StringRef(requested).contains("srun")
+                 ? "srun comes with SLURM (slurm-client)"
+                 : "install openmpi-bin, or pass --mpirun PATH") +
+            ")";
     return "";
   }
   return *path;
@@ -176,7 +142,9 @@ bool anyRankStarted(const std::string &statusDir, size_t ranks) {
 /// cleanly already printed their own error line; when one did, the ranks
 /// that have no complete record were stopped by the abort while starting
 /// (a record is created, then filled) and are not blamed.
-void reportSilentRanks(const std::string &statusDir, size_t ranks) {
+void reportSilentRanks(const std::string &statusDir,
+                       const std::vector<std::string> &hostOfRank,
+                       size_t ranks) {
   struct Record {
     bool complete = false;
     int32_t stage = 0, state = 0;
@@ -201,8 +169,33 @@ void reportSilentRanks(const std::string &statusDir, size_t ranks) {
     std::memcpy(&rec.state, data.data() + 24, 4);
     someoneReported |= rec.state == 2; // RankState::Error
   }
+  // Ranks on other hosts keep their records there (no shared filesystem);
+  // they are named with their host, not blamed.
+  std::vector<std::string> elsewhere;
+  for (size_t r = 0; r < ranks; ++r)
+    if (r < hostOfRank.size() && !isLocalHost(hostOfRank[r]) &&
+        !records[r].complete)
+      elsewhere.push_back("rank " + std::to_string(r) + " on " +
+                          hostOfRank[r]);
+  if (!elsewhere.empty() && !someoneReported)
+    llvm::errs() << "pipec: note: no status record here of "
+                 << llvm::join(elsewhere, ", ")
+                 << " (each host keeps its ranks' records in " << statusDir
+                 << ")\n";
+  bool noneStarted = true;
+  for (const Record &rec : records)
+    noneStarted &= !rec.complete;
+  if (noneStarted && elsewhere.size() < ranks && !someoneReported) {
+    llvm::errs() << "pipec: error: the job ended before any rank on this "
+                    "host started training (see the launcher's message "
+                    "above)\n";
+    return;
+  }
   for (size_t r = 0; r < ranks; ++r) {
     const Record &rec = records[r];
+    if (r < hostOfRank.size() && !isLocalHost(hostOfRank[r]) &&
+        !rec.complete)
+      continue;
     if (!rec.complete) {
       if (!someoneReported)
         llvm::errs() << "pipec: error: rank " << r
@@ -295,6 +288,15 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
       .opt("--summary-out", "write each rank's memory and weight-version "
                             "summary (JSON; {stage} is replaced)")
       .opt("--mpirun", "MPI launcher", "mpirun")
+      .opt("--hostfile", "hosts to run on, one per line: `host [slots=N]` "
+                         "(a host without slots= runs one rank); ranks fill "
+                         "the hosts in order, one per slot")
+      .opt("--hosts", "hosts to run on: host[:slots],... (as --hostfile)")
+      .opt("--launcher", "mpirun, or srun (SLURM: a --multi-prog file in "
+                         "OUT)", "mpirun")
+      .opt("--launcher-args", "more arguments for the launcher, as one "
+                              "shell-quoted string (e.g. \"--mca btl "
+                              "tcp,self\")")
       .flag("--resume", "continue from the latest checkpoint up to step "
                         "--steps (synchronous schedules: bit-identical to an "
                         "uninterrupted run)")
@@ -305,7 +307,7 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
       .flag("--prefetch", "post the step's receives at its start (staging "
                           "buffers; synchronous schedules) instead of "
                           "receiving each message where it is used")
-      .flag("--dry-run", "print the mpirun command instead of running it")
+      .flag("--dry-run", "print the launcher's command instead of running it")
       .flag("--quiet", "no per-step lines");
   if (!a.parse())
     return a.helpShown ? 0 : 2;
@@ -367,46 +369,112 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     stageArgs.push_back("--prefetch");
   if (a.has("--quiet"))
     stageArgs.push_back("--quiet");
-  setBlasThreads(bins.size());
-  std::string mpirun = findMpirun(a.get("--mpirun"), error);
-  if (mpirun.empty())
+  LaunchPlan plan;
+  plan.bins = bins;
+  plan.stageArgs = stageArgs;
+  plan.exportEnv = exportedEnv();
+  if (a.has("--hostfile") && a.has("--hosts"))
+    return fail("train", "give --hostfile or --hosts, not both", 2);
+  if ((a.has("--hostfile") &&
+       !readHostfile(absolute(a.get("--hostfile")), plan.hosts, error)) ||
+      (a.has("--hosts") && !parseHostList(a.get("--hosts"), plan.hosts, error)))
+    return fail("train", error, 2);
+  if (!plan.hosts.empty() &&
+      !placeRanks(plan.hosts, bins.size(), plan.hostOfRank, error))
+    return fail("train", error, 2);
+  if (!splitWords(a.get("--launcher-args"), plan.launcherArgs, error))
+    return fail("train", "--launcher-args: " + error, 2);
+  const std::string launcherKind = a.get("--launcher");
+  if (launcherKind != "mpirun" && launcherKind != "srun")
+    return fail("train", "--launcher must be mpirun or srun, not '" +
+                             launcherKind + "'", 2);
+  const bool useSrun = launcherKind == "srun";
+  std::string launcher = findLauncher(
+      useSrun ? std::string("srun") : a.get("--mpirun"), error);
+  if (launcher.empty() && !a.has("--dry-run"))
     return fail("train", error);
-  std::vector<std::string> cmd = mpirunCommand(mpirun, bins, stageArgs);
+  if (launcher.empty())
+    launcher = useSrun ? "srun" : a.get("--mpirun");
+  // srun: the tasks' programs in a --multi-prog file, their hosts (when
+  // placed) in SLURM_HOSTFILE, one line per task; both kept in OUT.
+  std::string srunConfig, srunHostfile;
+  auto buildCommand = [&](const LaunchPlan &p) {
+    if (!useSrun)
+      return mpirunCommand(launcher, p, geteuid() == 0);
+    return srunCommand(launcher, p, out + "/srun.multi-prog", srunConfig);
+  };
+  std::vector<std::string> cmd = buildCommand(plan);
+  if (useSrun && !plan.hostOfRank.empty())
+    srunHostfile = out + "/srun.hosts";
+  auto writeSrunFiles = [&]() -> bool {
+    if (!useSrun)
+      return true;
+    std::string hosts;
+    for (const std::string &h : plan.hostOfRank)
+      hosts += h + "\n";
+    for (auto [path, text] : {std::pair{out + "/srun.multi-prog", srunConfig},
+                              std::pair{srunHostfile, hosts}}) {
+      if (path.empty())
+        continue;
+      std::error_code ec;
+      llvm::raw_fd_ostream os(path, ec);
+      if (!ec)
+        os << text;
+      if (ec || os.has_error()) {
+        error = "cannot write '" + path + "'";
+        return false;
+      }
+    }
+    if (!srunHostfile.empty())
+      setenv("SLURM_HOSTFILE", srunHostfile.c_str(), 1);
+    return true;
+  };
   if (a.has("--dry-run")) {
-    llvm::outs() << "OPENBLAS_NUM_THREADS=" << std::getenv("OPENBLAS_NUM_THREADS");
-    for (const std::string &c : cmd)
-      llvm::outs() << " " << shellQuote(c);
+    if (!writeSrunFiles())
+      return fail("train", error);
+    if (const char *threads = std::getenv("OPENBLAS_NUM_THREADS"))
+      llvm::outs() << "OPENBLAS_NUM_THREADS=" << threads << " ";
+    if (!srunHostfile.empty())
+      llvm::outs() << "SLURM_HOSTFILE=" << shellQuote(srunHostfile) << " ";
+    for (size_t i = 0; i < cmd.size(); ++i)
+      llvm::outs() << (i ? " " : "") << shellQuote(cmd[i]);
     llvm::outs() << "\n";
     return 0;
   }
   (void)argv0;
-  // Each rank keeps a status record there, so that a rank that is killed
-  // or crashes can still be named with its stage and step afterwards.
+  // Each rank keeps a status record there (ranks on other hosts make the
+  // same folder on their own host), so that a rank that is killed or
+  // crashes can still be named with its stage and step afterwards.
   llvm::SmallString<128> statusDir;
   if (!llvm::sys::fs::createUniqueDirectory("pipec-status", statusDir)) {
-    std::vector<std::string> withStatus = stageArgs;
-    withStatus.push_back("--status-dir");
-    withStatus.push_back(statusDir.str().str());
-    cmd = mpirunCommand(mpirun, bins, withStatus);
+    LaunchPlan withStatus = plan;
+    withStatus.stageArgs.push_back("--status-dir");
+    withStatus.stageArgs.push_back(statusDir.str().str());
+    cmd = buildCommand(withStatus);
   } else {
     statusDir.clear();
   }
+  if (!writeSrunFiles())
+    return fail("train", error);
   // The ranks print their own error line; pass their exit status through
-  // (1 error, 2 usage, 3 non-finite loss; mpirun's code for a killed rank).
-  int rc = execute(cmd);
-  // A launch that failed before any rank started (OpenMPI's launcher can
-  // fail to start its daemons on a loaded machine: "Returned value Error
-  // (-1) instead of ORTE_SUCCESS") ran nothing: launch once more. Usage
-  // errors (2) are not retried.
-  if (rc != 0 && rc != 2 && !statusDir.empty() &&
-      !anyRankStarted(statusDir.str().str(), bins.size())) {
+  // (1 error, 2 usage, 3 non-finite loss; the launcher's code for a killed
+  // rank).
+  int rc = runLauncher(cmd);
+  // On this machine only: a launch that failed before any rank started
+  // (OpenMPI's launcher can fail to start its daemons on a loaded machine:
+  // "Returned value Error (-1) instead of ORTE_SUCCESS") ran nothing:
+  // launch once more. Usage errors (2) are not retried, nor a launch onto
+  // other hosts (an unreachable host is reported, not retried).
+  const bool started = statusDir.empty() ||
+                       anyRankStarted(statusDir.str().str(), bins.size());
+  if (rc != 0 && rc != 2 && !started && plan.hostOfRank.empty() && !useSrun) {
     llvm::errs() << "pipec: note: mpirun failed before any rank started (exit "
                  << rc << "); launching once more\n";
-    rc = execute(cmd);
+    rc = runLauncher(cmd);
   }
   if (!statusDir.empty()) {
     if (rc != 0)
-      reportSilentRanks(statusDir.str().str(), bins.size());
+      reportSilentRanks(statusDir.str().str(), plan.hostOfRank, bins.size());
     llvm::sys::fs::remove_directories(statusDir);
   }
   if (rc == 0 && a.has("--trace")) {
@@ -468,11 +536,10 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
     return rc;
   }
   std::string error;
-  std::string mpirun = findMpirun(a.get("--mpirun"), error);
+  std::string mpirun = findLauncher(a.get("--mpirun"), error);
   if (mpirun.empty())
     return fail("profile", error);
   std::string outPath = absolute(a.get("-o"));
-  setBlasThreads(1);
   std::vector<std::string> stageArgs = {
       "--manifest", o.outDir + "/manifest.json", "--steps",
       std::to_string(steps + warmup), "--lr", "0", "--profile-out", outPath,
@@ -480,7 +547,11 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
       "--checkpoint-dir", o.outDir + "/checkpoints"};
   llvm::outs() << "pipec profile: measuring " << steps << " steps after "
                << warmup << " warm-up steps\n";
-  rc = execute(mpirunCommand(mpirun, {o.outDir + "/stage0"}, stageArgs));
+  LaunchPlan plan;
+  plan.bins = {o.outDir + "/stage0"};
+  plan.stageArgs = stageArgs;
+  plan.exportEnv = exportedEnv();
+  rc = runLauncher(mpirunCommand(mpirun, plan, geteuid() == 0));
   llvm::sys::fs::remove_directories(o.outDir);
   if (rc != 0)
     return fail("profile", "the profiling run failed (exit status " +

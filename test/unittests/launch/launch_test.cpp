@@ -1,0 +1,169 @@
+//===- launch_test.cpp - hosts, placement and launcher lines --------------===//
+//
+// tools/pipec/Launch.cpp: hostfiles and --hosts, one rank per slot, the
+// mpirun and srun lines, the shell-word splitting of --launcher-args and the
+// filter of OpenMPI's banners.
+//
+//===----------------------------------------------------------------------===//
+#include "Launch.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+using namespace pipec::driver;
+
+namespace {
+
+std::string writeTemp(const std::string &text) {
+  char name[] = "/tmp/pipec-launch-test-XXXXXX";
+  int fd = mkstemp(name);
+  EXPECT_GE(fd, 0);
+  std::ofstream(name) << text;
+  close(fd);
+  return name;
+}
+
+std::string joined(const std::vector<std::string> &words) {
+  std::string s;
+  for (const std::string &w : words)
+    s += (s.empty() ? "" : " ") + w;
+  return s;
+}
+
+} // namespace
+
+TEST(Hostfile, SlotsCommentsAndRepeats) {
+  std::string path = writeTemp("# the lab\n"
+                               "n1 slots=2   # two GPUs\n"
+                               "\n"
+                               "n2\n"
+                               "n3 slots=1 max_slots=4\n"
+                               "n1 slots=1\n");
+  std::vector<HostSlots> hosts;
+  std::string error;
+  ASSERT_TRUE(readHostfile(path, hosts, error)) << error;
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[0].host, "n1");
+  EXPECT_EQ(hosts[0].slots, 3); // listed twice: 2 + 1
+  EXPECT_EQ(hosts[1].slots, 1); // no slots=: one rank
+  EXPECT_EQ(hosts[2].slots, 1);
+  std::remove(path.c_str());
+}
+
+TEST(Hostfile, BadLinesAreNamed) {
+  std::vector<HostSlots> hosts;
+  std::string error;
+  std::string path = writeTemp("n1 slots=2\nn2 slots=zero\n");
+  EXPECT_FALSE(readHostfile(path, hosts, error));
+  EXPECT_NE(error.find("line 2"), std::string::npos) << error;
+  EXPECT_NE(error.find("slots=zero"), std::string::npos) << error;
+  std::remove(path.c_str());
+  hosts.clear();
+  path = writeTemp("n1 cpus=4\n");
+  EXPECT_FALSE(readHostfile(path, hosts, error));
+  EXPECT_NE(error.find("unknown field 'cpus=4'"), std::string::npos) << error;
+  std::remove(path.c_str());
+  hosts.clear();
+  path = writeTemp("# nothing\n");
+  EXPECT_FALSE(readHostfile(path, hosts, error));
+  EXPECT_NE(error.find("names no host"), std::string::npos) << error;
+  std::remove(path.c_str());
+  EXPECT_FALSE(readHostfile("/nonexistent/hosts", hosts, error));
+  EXPECT_NE(error.find("cannot read hostfile"), std::string::npos);
+}
+
+TEST(HostList, SlotsAndErrors) {
+  std::vector<HostSlots> hosts;
+  std::string error;
+  ASSERT_TRUE(parseHostList("a:2,b,10.0.0.3:4", hosts, error)) << error;
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[0].slots, 2);
+  EXPECT_EQ(hosts[1].slots, 1);
+  EXPECT_EQ(hosts[2].host, "10.0.0.3");
+  EXPECT_EQ(hosts[2].slots, 4);
+  hosts.clear();
+  EXPECT_FALSE(parseHostList("a:0", hosts, error));
+  EXPECT_NE(error.find("'a:0'"), std::string::npos);
+  hosts.clear();
+  EXPECT_FALSE(parseHostList(":3", hosts, error));
+  hosts.clear();
+  EXPECT_FALSE(parseHostList(",", hosts, error));
+}
+
+TEST(Placement, OneRankPerSlotInOrder) {
+  std::vector<std::string> where;
+  std::string error;
+  ASSERT_TRUE(placeRanks({{"a", 2}, {"b", 1}, {"c", 3}}, 4, where, error));
+  EXPECT_EQ(joined(where), "a a b c");
+  EXPECT_FALSE(placeRanks({{"a", 2}, {"b", 1}}, 4, where, error));
+  EXPECT_NE(error.find("4 ranks"), std::string::npos) << error;
+  EXPECT_NE(error.find("3 slots on 2 hosts"), std::string::npos) << error;
+  EXPECT_NE(error.find("add 1 slot "), std::string::npos) << error;
+}
+
+TEST(LauncherArgs, ShellWords) {
+  std::vector<std::string> words;
+  std::string error;
+  ASSERT_TRUE(splitWords("--mca btl tcp,self  --x 'a b' \"c d\" e\\ f", words,
+                         error));
+  EXPECT_EQ(words, (std::vector<std::string>{"--mca", "btl", "tcp,self", "--x",
+                                             "a b", "c d", "e f"}));
+  words.clear();
+  EXPECT_FALSE(splitWords("--x 'open", words, error));
+  words.clear();
+  ASSERT_TRUE(splitWords("", words, error));
+  EXPECT_TRUE(words.empty());
+}
+
+TEST(MpirunLine, LocalOversubscribesPlacedDoesNot) {
+  LaunchPlan plan;
+  plan.bins = {"/o/stage0", "/o/stage1", "/o/stage2"};
+  plan.stageArgs = {"--steps", "2"};
+  std::string local = joined(mpirunCommand("mpirun", plan, false));
+  EXPECT_EQ(local, "mpirun --oversubscribe --bind-to none -np 1 /o/stage0 "
+                   "--steps 2 : -np 1 /o/stage1 --steps 2 : -np 1 /o/stage2 "
+                   "--steps 2");
+  plan.hosts = {{"a", 2}, {"b", 1}};
+  plan.hostOfRank = {"a", "a", "b"};
+  plan.launcherArgs = {"--mca", "btl", "tcp,self"};
+  plan.exportEnv = {"OPENBLAS_NUM_THREADS"};
+  std::string placed = joined(mpirunCommand("mpirun", plan, true));
+  EXPECT_EQ(placed,
+            "mpirun --bind-to none --allow-run-as-root --mca btl tcp,self "
+            "-np 1 -x OPENBLAS_NUM_THREADS --host a:2 /o/stage0 --steps 2 : "
+            "-np 1 -x OPENBLAS_NUM_THREADS --host a:2 /o/stage1 --steps 2 : "
+            "-np 1 -x OPENBLAS_NUM_THREADS --host b:1 /o/stage2 --steps 2");
+}
+
+TEST(SrunLine, MultiProgFile) {
+  LaunchPlan plan;
+  plan.bins = {"/o/stage0", "/o/my stage1"};
+  plan.stageArgs = {"--steps", "2"};
+  std::string config;
+  std::string line = joined(srunCommand("srun", plan, "/o/conf", config));
+  EXPECT_EQ(line, "srun --ntasks 2 --multi-prog /o/conf");
+  EXPECT_EQ(config, "0 /o/stage0 --steps 2\n1 '/o/my stage1' --steps 2\n");
+  plan.hostOfRank = {"a", "b"};
+  line = joined(srunCommand("srun", plan, "/o/conf", config));
+  EXPECT_EQ(line, "srun --ntasks 2 --distribution=arbitrary --multi-prog /o/conf");
+}
+
+TEST(LauncherOutput, BannersAfterAnAbortAreNoise) {
+  EXPECT_TRUE(isLauncherNoise("----\nMPI_ABORT was invoked on rank 0 in "
+                              "communicator MPI_COMM_WORLD\n----\n"));
+  EXPECT_TRUE(isLauncherNoise("Primary job  terminated normally, but 1 "
+                              "process returned\n"));
+  EXPECT_FALSE(isLauncherNoise("There are not enough slots available in the "
+                               "system to satisfy the 4\nslots"));
+  EXPECT_FALSE(isLauncherNoise("ORTE was unable to reliably start one or more "
+                               "daemons."));
+}
+
+TEST(LocalHost, Names) {
+  EXPECT_TRUE(isLocalHost("localhost"));
+  EXPECT_TRUE(isLocalHost("127.0.0.1"));
+  EXPECT_FALSE(isLocalHost("10.213.0.2"));
+  EXPECT_FALSE(isLocalHost("node-that-is-not-here.example"));
+}

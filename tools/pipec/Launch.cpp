@@ -1,0 +1,405 @@
+//===- Launch.cpp - where the ranks of a run go, and the launcher line -----===//
+#include "Launch.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace pipec::driver;
+
+namespace {
+
+/// A slot count: a positive integer, else -1.
+int parseSlots(const std::string &text) {
+  if (text.empty() || text.size() > 6 ||
+      text.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  int n = std::stoi(text);
+  return n > 0 ? n : -1;
+}
+
+/// Adds `slots` to `host` (a host named twice adds up), in first-seen order.
+void addHost(std::vector<HostSlots> &hosts, const std::string &host,
+             int slots) {
+  for (HostSlots &h : hosts)
+    if (h.host == host) {
+      h.slots += slots;
+      return;
+    }
+  hosts.push_back({host, slots});
+}
+
+} // namespace
+
+bool pipec::driver::readHostfile(const std::string &path,
+                                 std::vector<HostSlots> &hosts,
+                                 std::string &error) {
+  std::ifstream in(path);
+  if (!in) {
+    error = "cannot read hostfile '" + path + "'";
+    return false;
+  }
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string host, word;
+    if (!(words >> host))
+      continue;
+    int slots = 1;
+    while (words >> word) {
+      std::string where = "hostfile '" + path + "' line " +
+                          std::to_string(number) + ": ";
+      if (word.rfind("slots=", 0) == 0) {
+        slots = parseSlots(word.substr(6));
+        if (slots < 0) {
+          error = where + "'" + word + "' is not a positive slot count";
+          return false;
+        }
+      } else if (word.rfind("max_slots=", 0) == 0 ||
+                 word.rfind("max-slots=", 0) == 0) {
+        continue; // pipec never places more ranks than slots
+      } else {
+        error = where + "unknown field '" + word +
+                "' (expected `host [slots=N] [max_slots=M]`)";
+        return false;
+      }
+    }
+    addHost(hosts, host, slots);
+  }
+  if (hosts.empty()) {
+    error = "hostfile '" + path + "' names no host";
+    return false;
+  }
+  return true;
+}
+
+bool pipec::driver::parseHostList(const std::string &list,
+                                  std::vector<HostSlots> &hosts,
+                                  std::string &error) {
+  std::stringstream items(list);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty())
+      continue;
+    std::string host = item;
+    int slots = 1;
+    if (size_t colon = item.rfind(':'); colon != std::string::npos) {
+      host = item.substr(0, colon);
+      slots = parseSlots(item.substr(colon + 1));
+      if (slots < 0 || host.empty()) {
+        error = "--hosts: '" + item + "' is not host or host:slots";
+        return false;
+      }
+    }
+    addHost(hosts, host, slots);
+  }
+  if (hosts.empty()) {
+    error = "--hosts names no host";
+    return false;
+  }
+  return true;
+}
+
+bool pipec::driver::placeRanks(const std::vector<HostSlots> &hosts,
+                               size_t ranks,
+                               std::vector<std::string> &hostOfRank,
+                               std::string &error) {
+  size_t slots = 0;
+  for (const HostSlots &h : hosts)
+    slots += size_t(h.slots);
+  if (slots < ranks) {
+    error = "the pipeline has " + std::to_string(ranks) +
+            " ranks (one per stage replica) but the hosts give " +
+            std::to_string(slots) + " slot" + (slots == 1 ? "" : "s") +
+            " on " + std::to_string(hosts.size()) + " host" +
+            (hosts.size() == 1 ? "" : "s") + ": add " +
+            std::to_string(ranks - slots) + " slot" +
+            (ranks - slots == 1 ? "" : "s") +
+            " (hostfile `slots=N`, --hosts host:N) or hosts";
+    return false;
+  }
+  hostOfRank.clear();
+  for (const HostSlots &h : hosts)
+    for (int s = 0; s < h.slots && hostOfRank.size() < ranks; ++s)
+      hostOfRank.push_back(h.host);
+  return true;
+}
+
+bool pipec::driver::isLocalHost(const std::string &host) {
+  if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1")
+    return true;
+  // One of this machine's addresses.
+  if (struct ifaddrs *addrs = nullptr; getifaddrs(&addrs) == 0) {
+    bool mine = false;
+    for (struct ifaddrs *a = addrs; a && !mine; a = a->ifa_next) {
+      if (!a->ifa_addr || (a->ifa_addr->sa_family != AF_INET &&
+                           a->ifa_addr->sa_family != AF_INET6))
+        continue;
+      char text[INET6_ADDRSTRLEN] = {};
+      const void *raw =
+          a->ifa_addr->sa_family == AF_INET
+              ? static_cast<const void *>(
+                    &reinterpret_cast<sockaddr_in *>(a->ifa_addr)->sin_addr)
+              : static_cast<const void *>(
+                    &reinterpret_cast<sockaddr_in6 *>(a->ifa_addr)->sin6_addr);
+      if (inet_ntop(a->ifa_addr->sa_family, raw, text, sizeof(text)))
+        mine = host == text;
+    }
+    freeifaddrs(addrs);
+    if (mine)
+      return true;
+  }
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0)
+    return false;
+  std::string self = name;
+  return host == self || self.rfind(host + ".", 0) == 0 ||
+         host.rfind(self + ".", 0) == 0;
+}
+
+bool pipec::driver::splitWords(const std::string &text,
+                               std::vector<std::string> &words,
+                               std::string &error) {
+  std::string word;
+  bool inWord = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      if (inWord)
+        words.push_back(word);
+      word.clear();
+      inWord = false;
+      continue;
+    }
+    inWord = true;
+    if (c == '\\' && i + 1 < text.size()) {
+      word += text[++i];
+    } else if (c == '\'' || c == '"') {
+      size_t close = text.find(c, i + 1);
+      if (close == std::string::npos) {
+        error = std::string("unclosed ") + c + " in '" + text + "'";
+        return false;
+      }
+      word += text.substr(i + 1, close - i - 1);
+      i = close;
+    } else {
+      word += c;
+    }
+  }
+  if (inWord)
+    words.push_back(word);
+  return true;
+}
+
+std::string pipec::driver::shellQuote(const std::string &s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
+                                        "KLMNOPQRSTUVWXYZ0123456789-_./=,:+@%") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s)
+    q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::vector<std::string> pipec::driver::mpirunCommand(const std::string &mpirun,
+                                                      const LaunchPlan &plan,
+                                                      bool asRoot) {
+  std::vector<std::string> cmd = {mpirun};
+  if (plan.hostOfRank.empty())
+    cmd.push_back("--oversubscribe"); // this machine's cores, shared
+  cmd.insert(cmd.end(), {"--bind-to", "none"});
+  if (asRoot)
+    cmd.push_back("--allow-run-as-root");
+  cmd.insert(cmd.end(), plan.launcherArgs.begin(), plan.launcherArgs.end());
+  std::map<std::string, int> slotsOf;
+  for (const HostSlots &h : plan.hosts)
+    slotsOf[h.host] = h.slots;
+  for (size_t i = 0; i < plan.bins.size(); ++i) {
+    if (i)
+      cmd.push_back(":");
+    cmd.insert(cmd.end(), {"-np", "1"});
+    // -x belongs to one program of an MPMD line: every rank gets its own
+    // (ranks on other hosts see only what is exported to them).
+    for (const std::string &var : plan.exportEnv)
+      cmd.insert(cmd.end(), {"-x", var});
+    if (!plan.hostOfRank.empty()) {
+      // The host with all its slots: the contexts on one host share them.
+      const std::string &host = plan.hostOfRank[i];
+      cmd.insert(cmd.end(),
+                 {"--host", host + ":" + std::to_string(slotsOf[host])});
+    }
+    cmd.push_back(plan.bins[i]);
+    cmd.insert(cmd.end(), plan.stageArgs.begin(), plan.stageArgs.end());
+  }
+  return cmd;
+}
+
+std::vector<std::string> pipec::driver::srunCommand(const std::string &srun,
+                                                    const LaunchPlan &plan,
+                                                    const std::string &configPath,
+                                                    std::string &config) {
+  config.clear();
+  for (size_t i = 0; i < plan.bins.size(); ++i) {
+    config += std::to_string(i) + " " + shellQuote(plan.bins[i]);
+    for (const std::string &arg : plan.stageArgs)
+      config += " " + shellQuote(arg);
+    config += "\n";
+  }
+  std::vector<std::string> cmd = {srun, "--ntasks",
+                                  std::to_string(plan.bins.size())};
+  if (!plan.hostOfRank.empty())
+    cmd.push_back("--distribution=arbitrary");
+  // srun passes the whole environment on (--export=ALL, its default).
+  cmd.insert(cmd.end(), plan.launcherArgs.begin(), plan.launcherArgs.end());
+  cmd.insert(cmd.end(), {"--multi-prog", configPath});
+  return cmd;
+}
+
+bool pipec::driver::isLauncherNoise(const std::string &block) {
+  static const char *const noise[] = {
+      "MPI_ABORT was invoked on rank",
+      "Primary job  terminated normally, but",
+      "Primary job terminated normally, but",
+      "mpirun detected that one or more processes exited with non-zero "
+      "status",
+  };
+  for (const char *phrase : noise)
+    if (block.find(phrase) != std::string::npos)
+      return true;
+  return false;
+}
+
+namespace {
+
+/// A line of OpenMPI's help-block delimiters.
+bool isDashes(const std::string &line) {
+  return line.size() >= 20 &&
+         line.find_first_not_of('-') == std::string::npos;
+}
+
+/// Error-log lines an abort leaves behind (show_help racing the teardown).
+bool isAbortLogLine(const std::string &line) {
+  return line.find("ORTE_ERROR_LOG") != std::string::npos &&
+         (line.find("show_help") != std::string::npos ||
+          line.find("Data unpack would read past end of buffer") !=
+              std::string::npos);
+}
+
+/// Writes what passes the filter to stderr, a line or a block at a time.
+class StderrFilter {
+public:
+  void feed(const char *data, size_t n) {
+    pending.append(data, n);
+    size_t eol;
+    while ((eol = pending.find('\n')) != std::string::npos) {
+      line(pending.substr(0, eol + 1));
+      pending.erase(0, eol + 1);
+    }
+  }
+  void finish() {
+    if (!pending.empty())
+      line(pending + "\n");
+    pending.clear();
+    if (inBlock) // an unterminated block: show it
+      emit(block);
+    block.clear();
+    inBlock = false;
+  }
+
+private:
+  void line(const std::string &text) {
+    std::string bare = text.substr(0, text.find_last_not_of("\r\n") + 1);
+    if (isDashes(bare)) {
+      if (!inBlock) {
+        inBlock = true;
+        block = text;
+        return;
+      }
+      block += text;
+      if (!isLauncherNoise(block))
+        emit(block);
+      block.clear();
+      inBlock = false;
+      return;
+    }
+    if (inBlock) {
+      block += text;
+      return;
+    }
+    if (!isAbortLogLine(bare))
+      emit(text);
+  }
+  static void emit(const std::string &text) {
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    std::fflush(stderr);
+  }
+
+  std::string pending, block;
+  bool inBlock = false;
+};
+
+} // namespace
+
+int pipec::driver::runLauncher(const std::vector<std::string> &cmd) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int fds[2];
+  if (cmd.empty() || ::pipe(fds) != 0) {
+    std::fprintf(stderr, "pipec: error: cannot run the launcher: %s\n",
+                 std::strerror(errno));
+    return -1;
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    std::fprintf(stderr, "pipec: error: cannot run %s: %s\n", cmd[0].c_str(),
+                 std::strerror(errno));
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char *> argv;
+    for (const std::string &arg : cmd)
+      argv.push_back(const_cast<char *>(arg.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "pipec: error: cannot run %s: %s\n", cmd[0].c_str(),
+                 std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  StderrFilter filter;
+  char buffer[4096];
+  for (;;) {
+    ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    filter.feed(buffer, size_t(n));
+  }
+  filter.finish();
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  if (WIFSIGNALED(status))
+    return 128 + WTERMSIG(status);
+  return -1;
+}

@@ -1,0 +1,90 @@
+//===- Launch.h - where the ranks of a run go, and the launcher line -------===//
+//
+// Plain C++ (no LLVM): the hosts a run may use (a hostfile or --hosts),
+// the placement of its ranks on their slots, and the command line of the
+// launcher (mpirun's MPMD syntax, or srun with a --multi-prog file).
+//
+//===----------------------------------------------------------------------===//
+#ifndef PIPEC_TOOLS_PIPEC_LAUNCH_H
+#define PIPEC_TOOLS_PIPEC_LAUNCH_H
+
+#include <string>
+#include <vector>
+
+namespace pipec::driver {
+
+/// A machine of the job and how many ranks it may run.
+struct HostSlots {
+  std::string host;
+  int slots = 1;
+};
+
+/// Reads an OpenMPI-style hostfile: one host per line, `host [slots=N]
+/// [max_slots=M]`, `#` comments. A host without `slots=` runs one rank
+/// (pipec's rule: one stage per machine unless said otherwise); a host
+/// listed twice adds its slots. False with `error` (file, line, what).
+bool readHostfile(const std::string &path, std::vector<HostSlots> &hosts,
+                  std::string &error);
+
+/// Parses `--hosts a,b:2,c` (host[:slots], one slot by default).
+bool parseHostList(const std::string &list, std::vector<HostSlots> &hosts,
+                   std::string &error);
+
+/// The host of every rank, in rank order: the hosts are filled in the
+/// order given, one rank per slot. False with `error` when the slots are
+/// fewer than the ranks (saying how many are needed).
+bool placeRanks(const std::vector<HostSlots> &hosts, size_t ranks,
+                std::vector<std::string> &hostOfRank, std::string &error);
+
+/// True for names that mean this machine (localhost, 127.x, its hostname).
+bool isLocalHost(const std::string &host);
+
+/// Splits launcher arguments as a POSIX shell would split words (single and
+/// double quotes, backslash escapes; no expansion). False on an unclosed
+/// quote.
+bool splitWords(const std::string &text, std::vector<std::string> &words,
+                std::string &error);
+
+/// What the launcher runs: one binary per rank with the same arguments.
+struct LaunchPlan {
+  std::vector<std::string> bins;      ///< in rank order
+  std::vector<std::string> stageArgs; ///< appended to every binary
+  std::vector<HostSlots> hosts;       ///< empty: this machine only
+  std::vector<std::string> hostOfRank; ///< from placeRanks, or empty
+  std::vector<std::string> launcherArgs; ///< --launcher-args, verbatim
+  /// Environment variables the ranks must see (exported by the launcher).
+  std::vector<std::string> exportEnv;
+};
+
+/// mpirun's MPMD line: `-np 1 [--host H:SLOTS] BIN ARGS : ...`. On this
+/// machine only, ranks share its cores (--oversubscribe); with hosts, each
+/// rank goes to its host and OpenMPI refuses more ranks than slots.
+std::vector<std::string> mpirunCommand(const std::string &mpirun,
+                                       const LaunchPlan &plan, bool asRoot);
+
+/// srun's line for the same job: `srun --ntasks R [--distribution=arbitrary
+/// (SLURM_HOSTFILE names every task's host)] ARGS --multi-prog CONF`, with
+/// CONF (`rank binary args...` per line) returned in `config`.
+std::vector<std::string> srunCommand(const std::string &srun,
+                                     const LaunchPlan &plan,
+                                     const std::string &configPath,
+                                     std::string &config);
+
+/// Runs the launcher and waits for it: its exit status, or -1 (with a
+/// message) when it cannot be started. Its standard error passes through
+/// line by line, less OpenMPI's banners about an abort or a non-zero exit
+/// status that follow a rank's own pipec error line (the rank said what
+/// happened; the launcher's banner would only bury it) and the error-log
+/// lines such an abort makes. Every other message of the launcher is kept.
+int runLauncher(const std::vector<std::string> &cmd);
+
+/// True for a block of OpenMPI's help output (between lines of dashes)
+/// that runLauncher leaves out.
+bool isLauncherNoise(const std::string &block);
+
+/// One word quoted for a POSIX shell (as is when it needs no quotes).
+std::string shellQuote(const std::string &s);
+
+} // namespace pipec::driver
+
+#endif // PIPEC_TOOLS_PIPEC_LAUNCH_H
