@@ -299,6 +299,7 @@ bool isAbortLogLine(const std::string &line) {
 /// Writes what passes the filter to stderr, a line or a block at a time.
 class StderrFilter {
 public:
+  explicit StderrFilter(std::vector<RankDeath> *deaths) : deaths(deaths) {}
   void feed(const char *data, size_t n) {
     pending.append(data, n);
     size_t eol;
@@ -320,6 +321,8 @@ public:
 private:
   void line(const std::string &text) {
     std::string bare = text.substr(0, text.find_last_not_of("\r\n") + 1);
+    if (RankDeath death; deaths && parseRankDeath(bare, death))
+      deaths->push_back(death);
     if (isDashes(bare)) {
       if (!inBlock) {
         inBlock = true;
@@ -347,11 +350,35 @@ private:
 
   std::string pending, block;
   bool inBlock = false;
+  std::vector<RankDeath> *deaths;
 };
 
 } // namespace
 
-int pipec::driver::runLauncher(const std::vector<std::string> &cmd) {
+bool pipec::driver::parseRankDeath(const std::string &line, RankDeath &death) {
+  // mpirun noticed that process rank 2 with PID 4892 on node 10.0.0.3
+  // exited on signal 9 (Killed).
+  const std::string lead = "mpirun noticed that process rank ";
+  size_t at = line.find(lead);
+  if (at == std::string::npos)
+    return false;
+  std::istringstream in(line.substr(at + lead.size()));
+  std::string with, pid, word, on, node, host;
+  if (!(in >> death.rank >> with >> pid >> word >> on >> node >> host) ||
+      on != "on" || node != "node")
+    return false;
+  death.host = host;
+  std::string rest;
+  std::getline(in, rest);
+  size_t first = rest.find_first_not_of(' ');
+  death.how = first == std::string::npos ? "" : rest.substr(first);
+  if (!death.how.empty() && death.how.back() == '.')
+    death.how.pop_back();
+  return true;
+}
+
+int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
+                               std::vector<RankDeath> *deaths) {
   std::fflush(stdout);
   std::fflush(stderr);
   int fds[2];
@@ -382,7 +409,7 @@ int pipec::driver::runLauncher(const std::vector<std::string> &cmd) {
     ::_exit(127);
   }
   ::close(fds[1]);
-  StderrFilter filter;
+  StderrFilter filter(deaths);
   char buffer[4096];
   for (;;) {
     ssize_t n = ::read(fds[0], buffer, sizeof(buffer));

@@ -76,7 +76,18 @@ std::vector<std::string> srunCommand(const std::string &srun,
 /// status that follow a rank's own pipec error line (the rank said what
 /// happened; the launcher's banner would only bury it) and the error-log
 /// lines such an abort makes. Every other message of the launcher is kept.
-int runLauncher(const std::vector<std::string> &cmd);
+/// `deaths` receives what OpenMPI said of ranks that died ("mpirun noticed
+/// that process rank R ... on node H exited on signal S"): rank, host and
+/// how it ended, for the ranks whose status record is on another host.
+struct RankDeath {
+  int rank = -1;
+  std::string host, how;
+};
+int runLauncher(const std::vector<std::string> &cmd,
+                std::vector<RankDeath> *deaths = nullptr);
+
+/// The death OpenMPI reports in `line`, if it reports one.
+bool parseRankDeath(const std::string &line, RankDeath &death);
 
 /// True for a block of OpenMPI's help output (between lines of dashes)
 /// that runLauncher leaves out.

@@ -24,6 +24,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <cstring>
 #include <thread>
 #include <unistd.h>
@@ -144,7 +145,7 @@ bool anyRankStarted(const std::string &statusDir, size_t ranks) {
 /// (a record is created, then filled) and are not blamed.
 void reportSilentRanks(const std::string &statusDir,
                        const std::vector<std::string> &hostOfRank,
-                       size_t ranks) {
+                       size_t ranks, const std::vector<RankDeath> &deaths) {
   struct Record {
     bool complete = false;
     int32_t stage = 0, state = 0;
@@ -169,15 +170,28 @@ void reportSilentRanks(const std::string &statusDir,
     std::memcpy(&rec.state, data.data() + 24, 4);
     someoneReported |= rec.state == 2; // RankState::Error
   }
-  // Ranks on other hosts keep their records there (no shared filesystem);
-  // they are named with their host, not blamed.
+  // Ranks on other hosts keep their records there (no shared filesystem):
+  // a death the launcher saw is named from its report, the others are
+  // listed with their host, not blamed.
+  std::set<size_t> seenDead;
+  for (const RankDeath &d : deaths) {
+    // A rank whose record is here is reported from its record below.
+    if (d.rank < 0 || size_t(d.rank) >= ranks ||
+        records[size_t(d.rank)].complete ||
+        !seenDead.insert(size_t(d.rank)).second)
+      continue;
+    llvm::errs() << "pipec: error: rank " << d.rank << " on " << d.host
+                 << " died without a report (" << d.how
+                 << "); the job was stopped\n";
+    someoneReported = true;
+  }
   std::vector<std::string> elsewhere;
   for (size_t r = 0; r < ranks; ++r)
     if (r < hostOfRank.size() && !isLocalHost(hostOfRank[r]) &&
-        !records[r].complete)
+        !records[r].complete && !seenDead.count(r))
       elsewhere.push_back("rank " + std::to_string(r) + " on " +
                           hostOfRank[r]);
-  if (!elsewhere.empty() && !someoneReported)
+  if (!elsewhere.empty() && !someoneReported && seenDead.empty())
     llvm::errs() << "pipec: note: no status record here of "
                  << llvm::join(elsewhere, ", ")
                  << " (each host keeps its ranks' records in " << statusDir
@@ -459,7 +473,8 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   // The ranks print their own error line; pass their exit status through
   // (1 error, 2 usage, 3 non-finite loss; the launcher's code for a killed
   // rank).
-  int rc = runLauncher(cmd);
+  std::vector<RankDeath> deaths;
+  int rc = runLauncher(cmd, &deaths);
   // On this machine only: a launch that failed before any rank started
   // (OpenMPI's launcher can fail to start its daemons on a loaded machine:
   // "Returned value Error (-1) instead of ORTE_SUCCESS") ran nothing:
@@ -470,11 +485,12 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   if (rc != 0 && rc != 2 && !started && plan.hostOfRank.empty() && !useSrun) {
     llvm::errs() << "pipec: note: mpirun failed before any rank started (exit "
                  << rc << "); launching once more\n";
-    rc = runLauncher(cmd);
+    rc = runLauncher(cmd, &deaths);
   }
   if (!statusDir.empty()) {
     if (rc != 0)
-      reportSilentRanks(statusDir.str().str(), plan.hostOfRank, bins.size());
+      reportSilentRanks(statusDir.str().str(), plan.hostOfRank, bins.size(),
+                        deaths);
     llvm::sys::fs::remove_directories(statusDir);
   }
   if (rc == 0 && a.has("--trace")) {

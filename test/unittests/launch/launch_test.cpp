@@ -167,3 +167,15 @@ TEST(LocalHost, Names) {
   EXPECT_FALSE(isLocalHost("10.213.0.2"));
   EXPECT_FALSE(isLocalHost("node-that-is-not-here.example"));
 }
+
+TEST(LauncherOutput, RankDeathsAreRead) {
+  RankDeath d;
+  ASSERT_TRUE(parseRankDeath("mpirun noticed that process rank 2 with PID 4892 "
+                             "on node 10.213.13.3 exited on signal 9 (Killed).",
+                             d));
+  EXPECT_EQ(d.rank, 2);
+  EXPECT_EQ(d.host, "10.213.13.3");
+  EXPECT_EQ(d.how, "exited on signal 9 (Killed)");
+  EXPECT_FALSE(parseRankDeath("mpirun noticed that the job aborted", d));
+  EXPECT_FALSE(parseRankDeath("pipec-rt: error: rank 2", d));
+}
