@@ -14,6 +14,7 @@
 
 #include "core/context.h"
 #include "core/error.h"
+#include "core/watchdog.h"
 #include "pipec_rt.h"
 
 #include <algorithm>
@@ -146,6 +147,7 @@ extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
       std::memcpy(copy.get(), src, size_t(bytes));
     pipec_ctx::PendingSend pending;
     for (const Fragment &f : pieces) {
+      BlockedOn wait(WaitKind::Receive, f.rank, channel, mb);
       int64_t offset = 0;
       do {
         int count = int(std::min(f.bytes - offset, kChunkBytes));
@@ -212,6 +214,8 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
                       " bytes expected from " + linkName(peer, channel, mb) +
                       " but " + std::to_string(p.bytes) + " were posted");
       std::vector<MPI_Status> statuses(p.requests.size());
+      BlockedOn wait(WaitKind::Receive,
+                     pieces.empty() ? -1 : pieces.front().rank, channel, mb);
       int rc = MPI_Waitall(int(p.requests.size()), p.requests.data(),
                            statuses.data());
       if (rc != MPI_SUCCESS)
@@ -240,6 +244,7 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
       return;
     }
     for (const Fragment &f : pieces) {
+      BlockedOn wait(WaitKind::Receive, f.rank, channel, mb);
       int64_t offset = 0;
       do {
         int expected = int(std::min(f.bytes - offset, kChunkBytes));
@@ -270,6 +275,7 @@ static void allreduceSum(const pipec_ctx &c, void *data, int64_t count,
                          MPI_Comm comm, const std::string &what) {
   const bool f64 = c.desc.isF64();
   char *p = static_cast<char *>(data);
+  BlockedOn wait(WaitKind::Collective);
   for (int64_t done = 0; done < count;) {
     int n = int(std::min<int64_t>(count - done, int64_t(1) << 30));
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p + done * c.desc.realBytes, n,
@@ -347,6 +353,7 @@ extern "C" void pipec_rt_flush(pipec_ctx *ctx) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_flush");
     c.timeline.begin(Timeline::Flush, -1, c.step);
+    BlockedOn wait(WaitKind::Sends);
     for (pipec_ctx::PendingSend &p : c.pendingSends)
       mpiCheck(MPI_Waitall(int(p.requests.size()), p.requests.data(),
                            MPI_STATUSES_IGNORE),

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "pipec/formats/safetensors.h"
 #include "core/status.h"
+#include "core/watchdog.h"
 #include "pipec_rt.h"
 
 #include <nlohmann/json.hpp>
@@ -210,6 +211,19 @@ void setBlasThreadsPerHost() {
     set(threads);
 }
 
+/// The watchdog (core/watchdog.h) with every rank's stage and host for its
+/// message; collective (the host names are gathered).
+void startRankWatchdog(const pipec_ctx &ctx) {
+  WatchdogPeers peers;
+  peers.hostOfRank = gatherHostNames();
+  peers.stageOfRank.assign(size_t(ctx.worldSize), -1);
+  for (size_t s = 0; s < ctx.stageRanks.size(); ++s)
+    for (int r : ctx.stageRanks[s])
+      if (r >= 0 && r < ctx.worldSize)
+        peers.stageOfRank[size_t(r)] = int(s);
+  startWatchdog(ctx.options.watchdogSeconds, ctx.rank, std::move(peers));
+}
+
 /// MPI up, this rank's place in the job, its status record.
 void startMpi(pipec_ctx &ctx, int &argc, char **&argv, int &alreadyInitialised) {
   ErrorLocation &loc = errorLocation();
@@ -399,6 +413,7 @@ double stepLoss(pipec_ctx &ctx) {
         partial += share * double(ctx.losses[size_t(mb)]);
     }
   }
+  BlockedOn wait(WaitKind::Collective);
   mpiCheck(MPI_Allreduce(&partial, &loss, 1, MPI_DOUBLE, MPI_SUM,
                          MPI_COMM_WORLD),
            "MPI_Allreduce of the step loss");
@@ -432,8 +447,11 @@ std::string checkpointStep(pipec_ctx &ctx, char *arena, int64_t t) {
   std::string folder =
       (std::filesystem::path(o.checkpointDir) / checkpointFolderName(t + 1))
           .string();
-  if (ctx.desc.replica == 0)
+  if (ctx.desc.replica == 0) {
+    WatchdogPause writing; // a large file may take long; no peer involved
     folder = writeStageCheckpoint(o.checkpointDir, t + 1, ctx.desc, arena);
+  }
+  BlockedOn wait(WaitKind::Collective);
   mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier after checkpoint");
   if (ctx.rank == 0)
     writeLatest(o.checkpointDir, t + 1);
@@ -481,6 +499,7 @@ void writeRunOutputs(pipec_ctx &ctx) {
 /// Communicators freed, status Finished, MPI finalised (when this process
 /// initialised it).
 void finish(pipec_ctx &ctx, int alreadyInitialised, RankState state) {
+  stopWatchdog();
   if (ctx.stageComm != MPI_COMM_NULL)
     MPI_Comm_free(&ctx.stageComm);
   for (MPI_Comm &comm : ctx.tieComms)
@@ -549,6 +568,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     ctx.timeline.enable(ctx.rank, desc.stage, int(desc.replica));
   ctx.losses.assign(size_t(desc.microbatches), 0.0);
   ctx.lossRecorded.assign(size_t(desc.microbatches), false);
+  startRankWatchdog(ctx);
 
   std::string lastCheckpoint =
       o.resume ? (std::filesystem::path(o.checkpointDir) /
@@ -565,6 +585,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   for (int64_t t = first; t < o.steps; ++t) {
     loc.step = t + 1;
     setStatusStep(t + 1);
+    watchdogStep(t + 1, lastCheckpoint);
     ctx.step = t;
     std::fill(ctx.lossRecorded.begin(), ctx.lossRecorded.end(), false);
     bool counted = o.steps <= o.profileWarmup || t >= o.profileWarmup;
@@ -581,6 +602,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     if (counted)
       ctx.profiler.stepCounted();
     double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    watchdogStepTime(wall);
     double loss = stepLoss(ctx);
     if (!std::isfinite(loss)) {
       std::fflush(stdout);
@@ -592,6 +614,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
                        .c_str());
       std::fflush(stderr);
       setStatusState(RankState::Error);
+      stopWatchdog();
       loc.mpiActive = false;
       if (!alreadyInitialised)
         MPI_Finalize();

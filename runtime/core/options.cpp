@@ -86,7 +86,7 @@ std::string usageText(const char *argv0) {
          "       [--checkpoint-every N] [--profile-out PATH] "
          "[--profile-warmup N] [--status-dir DIR]\n"
          "       [--trace PATH] [--summary-out PATH] [--resume] [--no-weight-stashing] "
-         "[--vertical-sync] [--prefetch] [--quiet]\n"
+         "[--vertical-sync] [--prefetch] [--quiet] [--watchdog-s S]\n"
          "  --manifest PATH        the build's manifest (default: "
          "manifest.json "
          "beside the executable)\n"
@@ -127,7 +127,12 @@ std::string usageText(const char *argv0) {
          "weight version\n"
          "                         for a minibatch (PipeDream's vertical "
          "sync)\n"
-         "  --quiet                no per-step progress lines\n";
+         "  --quiet                no per-step progress lines\n"
+         "  --watchdog-s S         stop the job when this rank makes no "
+         "progress for S seconds\n"
+         "                         (or 4x its longest step), naming what it "
+         "waits for (default 20;\n"
+         "                         0: off)\n";
 }
 
 Options parseOptions(int argc, char **argv) {
@@ -197,6 +202,11 @@ Options parseOptions(int argc, char **argv) {
       noValue(), o.verticalSync = true;
     else if (flag == "--quiet")
       noValue(), o.quiet = true;
+    else if (flag == "--watchdog-s") {
+      o.watchdogSeconds = parseReal(flag, needValue());
+      if (!(o.watchdogSeconds >= 0))
+        throw UsageError("--watchdog-s must be >= 0 (0: off)");
+    }
     else if (flag == "--help" || flag == "-h")
       noValue(), o.help = true;
     else

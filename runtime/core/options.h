@@ -62,6 +62,9 @@ struct Options {
   bool verticalSync = false;
   bool quiet = false;
   bool help = false;
+  /// Seconds without progress after which a rank stops the job naming what
+  /// it waits for (core/watchdog.h); 0 = no watchdog.
+  double watchdogSeconds = 20;
 };
 
 /// Parses argv[1..argc); throws UsageError.

@@ -7,6 +7,7 @@
 
 #include "core/context.h"
 #include "core/error.h"
+#include "core/watchdog.h"
 #include "pipec_rt.h"
 
 using namespace pipec::rt;
@@ -160,6 +161,7 @@ extern "C" void pipec_rt_release(pipec_ctx *ctx, int64_t mb) {
 
 extern "C" void pipec_rt_span_begin(pipec_ctx *ctx, int64_t kind,
                                     int64_t mb) {
+  watchdogProgress(); // a forward, backward or update starts
   if (!ctx || !ctx->timeline.enabled())
     return;
   guarded([&] {
@@ -172,6 +174,7 @@ extern "C" void pipec_rt_span_begin(pipec_ctx *ctx, int64_t kind,
 }
 
 extern "C" void pipec_rt_span_end(pipec_ctx *ctx, int64_t kind) {
+  watchdogProgress();
   if (!ctx || !ctx->timeline.enabled())
     return;
   guarded([&] { ctx->timeline.end(int(kind)); });

@@ -229,56 +229,91 @@ def run_tests(pipec, work, args):
             problems.append("checkpoints were written")
         R.report("start-up refusal on another host: one line", problems, errs[0] if errs else "")
 
-        # A stage process killed on another host mid-run.
-        fresh_copies()
-        cmd_steps = ["--steps", "100000"]
-        proc = h.popen_on(0, [pipec, "train", run, *cmd_steps, "--quiet",
-                              "--inputs", run + "/x.npy", "--labels", run + "/y.npy",
-                              "--launcher-args", launcher_args,
-                              "--hosts", ",".join(h.addrs[i] for i in range(h.n))],
-                          env=h.mpi_env(env1), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-        problems = []
-        victim = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and victim is None:
-            time.sleep(0.5)
+        # Failures mid-run on host 2 (stage 2), with checkpoints every 200
+        # steps and a 5 s watchdog: the job must end well within
+        # watchdog + 15 s, with one error line naming rank 2 and its host,
+        # and the checkpoint it names complete on every host.
+        def failure(name, inject, expect_rc, line_re, limit):
+            fresh_copies()
+            log_path = os.path.join(work, f"{name.replace(' ', '-')}.log")
+            log = open(log_path, "w")
+            proc = h.popen_on(0, [pipec, "train", run, "--steps", "1000000", "--quiet",
+                                  "--checkpoint-every", "200", "--watchdog-s", "5",
+                                  "--inputs", run + "/x.npy", "--labels", run + "/y.npy",
+                                  "--launcher-args", launcher_args,
+                                  "--hosts", ",".join(h.addrs)],
+                              env=h.mpi_env(env1), stdout=log, stderr=subprocess.STDOUT, text=True)
+            problems = []
+            metrics = h.outside(3, run + "/metrics.jsonl")
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.5)
+                if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 450:
+                    break
+            if proc.poll() is not None:
+                log.close()
+                R.report(name, [f"the job ended before the failure: exit {proc.returncode}: "
+                                + open(log_path).read()[-400:]])
+                return
+            inject()
+            t = time.monotonic()
+            try:
+                proc.wait(timeout=limit + 30)
+            except subprocess.TimeoutExpired:
+                problems.append(f"the job did not end within {limit + 30} s")
+                proc.kill()
+                proc.wait()
+            secs = time.monotonic() - t
+            log.close()
+            out = open(log_path).read()
+            if secs > limit:
+                problems.append(f"ended {secs:.1f} s after the failure (limit {limit} s)")
+            if proc.returncode != expect_rc:
+                problems.append(f"exit {proc.returncode}, expected {expect_rc}")
+            errs = error_lines(out)
+            if len(errs) != 1 or not re.search(line_re, errs[0]):
+                problems.append(f"error lines {errs[:4]} (want one matching /{line_re}/)")
+            others = [l for l in out.splitlines()
+                      if l.strip() and "error:" not in l and "pipec: note:" not in l]
+            if others:
+                problems.append(f"{len(others)} other lines, e.g. {others[:2]}")
+            # The checkpoint the error names (or the newest) is complete.
+            named = re.search(r"checkpoint is (\S+?step-\d+)", out)
+            if named:
+                step_dir = named.group(1)
+                for stage in range(4):
+                    f = h.outside(stage, f"{step_dir}/stage{stage}.safetensors")
+                    if not os.path.exists(f):
+                        problems.append(f"{step_dir}/stage{stage}.safetensors missing on host {stage}")
+            R.report(name, problems,
+                     f"ended {secs:.1f} s after it, exit {proc.returncode}: {errs[0] if errs else ''}")
+
+        def kill_stage2():
             # The process named stage2 (pgrep -f would also match mpirun's
             # command line: the hosts share one PID namespace).
             r = h.run_on(2, ["pgrep", "-x", "stage2"], stdout=subprocess.PIPE, text=True)
-            pids = [int(p) for p in r.stdout.split()]
-            if pids and os.path.exists(h.outside(3, run + "/metrics.jsonl")):
-                victim = pids[0]
-        if victim is None:
-            problems.append("stage 2 never started on host 2")
-            proc.kill()
-            out = proc.communicate()[0]
-        else:
-            time.sleep(1.0)
-            h.run_on(2, ["kill", "-9", str(victim)])
-            t = time.monotonic()
-            try:
-                out = proc.communicate(timeout=90)[0]
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out = proc.communicate()[0]
-                problems.append("the job did not end within 90 s of the kill")
-            secs = time.monotonic() - t
-            if proc.returncode == 0:
-                problems.append("exit status 0")
-            named = [l for l in error_lines(out) if re.search(r"rank 2\b", l) and h.addrs[2] in l]
-            if not named:
-                problems.append(f"no pipec error line names rank 2 and its host {h.addrs[2]}: {out[-500:]!r}")
-            blamed = [l for l in error_lines(out) if "died" in l and not re.search(r"rank 2\b", l)]
-            if blamed:
-                problems.append(f"other ranks blamed: {blamed}")
-            print("  output of the killed run:\n    " + "\n    ".join(out.strip().splitlines()[-8:]))
-            if not problems:
-                R.report("stage killed on another host", [],
-                         f"ended {secs:.1f} s after the kill, exit {proc.returncode}; "
-                         + named[0])
-        if problems:
-            R.report("stage killed on another host", problems)
+            for pid in r.stdout.split():
+                os.kill(int(pid), signal.SIGKILL)
+
+        def lose_host2():
+            r = subprocess.run(["ip", "netns", "pids", h.netns[2]], stdout=subprocess.PIPE, text=True)
+            for pid in r.stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+        def cut_link2():
+            subprocess.run(["ip", "-n", h.switch, "link", "set", "p2", "down"], check=True)
+
+        host2 = re.escape(h.addrs[2])
+        failure("stage process killed on another host", kill_stage2, 137,
+                rf"rank 2 on {host2} died without a report \(exited on signal 9", 20)
+        failure("whole host lost", lose_host2, 4,
+                rf"host {host2} was lost \(rank 2\)", 20)
+        failure("link to a host cut", cut_link2, 4,
+                r"rank 2 \(stage 2, host \S+\) stopped answering.*ranks 1, 3 waited"
+                r".*checkpoint is \S+step-\d+", 20)
 
     print(f"total {time.monotonic() - t0:.1f}s")
     print(f"{R.passed} passed, {R.failed} failed")

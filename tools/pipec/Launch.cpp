@@ -1,7 +1,13 @@
 //===- Launch.cpp - where the ranks of a run go, and the launcher line -----===//
 #include "Launch.h"
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <optional>
+#include <poll.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -299,7 +305,11 @@ bool isAbortLogLine(const std::string &line) {
 /// Writes what passes the filter to stderr, a line or a block at a time.
 class StderrFilter {
 public:
-  explicit StderrFilter(std::vector<RankDeath> *deaths) : deaths(deaths) {}
+  explicit StderrFilter(LauncherReport *report) : report(report) {}
+  bool watchdogSeen() const { return sawWatchdog; }
+  /// From now on only the ranks' own lines pass (pipec is stopping the
+  /// launcher; what it says while dying is not the user's business).
+  void mute() { muted = true; }
   void feed(const char *data, size_t n) {
     pending.append(data, n);
     size_t eol;
@@ -316,13 +326,19 @@ public:
       emit(block);
     block.clear();
     inBlock = false;
+    if (!knownFailure() && !sawWatchdog)
+      for (const std::string &text : held)
+        emit(text);
+    held.clear();
   }
 
 private:
   void line(const std::string &text) {
     std::string bare = text.substr(0, text.find_last_not_of("\r\n") + 1);
-    if (RankDeath death; deaths && parseRankDeath(bare, death))
-      deaths->push_back(death);
+    if (muted && bare.find("pipec-rt: ") == std::string::npos)
+      return;
+    if (RankDeath death; report && parseRankDeath(bare, death))
+      report->deaths.push_back(death);
     if (isDashes(bare)) {
       if (!inBlock) {
         inBlock = true;
@@ -330,7 +346,7 @@ private:
         return;
       }
       block += text;
-      if (!isLauncherNoise(block))
+      if (!isLauncherNoise(block) && !explained(block))
         emit(block);
       block.clear();
       inBlock = false;
@@ -340,17 +356,79 @@ private:
       block += text;
       return;
     }
+    // Every stalled rank's watchdog fires; held back, made one line of
+    // (summarizeWatchdog) when the job has ended.
+    if (bare.find("error: watchdog:") != std::string::npos) {
+      sawWatchdog = true;
+      if (report) {
+        report->watchdog.push_back(bare);
+        return;
+      }
+    }
+    if (isHelpCounter(bare)) {
+      held.push_back(text);
+      return;
+    }
     if (!isAbortLogLine(bare))
       emit(text);
   }
+  /// A failure pipec reports itself (a rank death, a lost host) is known.
+  bool knownFailure() const {
+    return report && (!report->deaths.empty() || !report->lostHosts.empty());
+  }
+  /// "[host:pid] 1 more process has sent help message ..." and its hint,
+  /// "N total processes killed (some possibly by mpirun during cleanup)".
+  static bool isHelpCounter(const std::string &line) {
+    return line.find("total processes killed") != std::string::npos ||
+           line.find("total process killed") != std::string::npos ||
+           line.find("more process has sent help message") !=
+               std::string::npos ||
+           line.find("more processes have sent help message") !=
+               std::string::npos ||
+           line.find("orte_base_help_aggregate") != std::string::npos;
+  }
+  /// Blocks pipec replaces by its own line: a lost daemon (recorded), and
+  /// the consequences of a failure already known (peers hanging up).
+  bool explained(const std::string &text) {
+    if (text.find("ORTE has lost communication with a remote daemon") !=
+        std::string::npos) {
+      size_t at = text.find("Remote daemon:");
+      size_t on = at == std::string::npos ? at : text.find(" on node ", at);
+      if (report && on != std::string::npos) {
+        size_t end = text.find_first_of(" \r\n", on + 9);
+        report->lostHosts.push_back(text.substr(on + 9, end - on - 9));
+        return true;
+      }
+      return false;
+    }
+    // A rank's death: recorded (line()), reported by pipec train.
+    if (report && text.find("mpirun noticed that process rank ") !=
+                      std::string::npos)
+      return true;
+    // Peers hanging up are the consequence of a failure that may be
+    // reported only after them: held until the end, shown only if pipec
+    // has no explanation of its own.
+    static const char *const consequences[] = {
+        "peer process has unexpectedly disconnected", "peer hung up",
+        "failed to TCP connect to a peer MPI process"};
+    if (std::any_of(std::begin(consequences), std::end(consequences),
+                    [&](const char *phrase) {
+                      return text.find(phrase) != std::string::npos;
+                    })) {
+      held.push_back(text);
+      return true;
+    }
+    return false;
+  }
+  std::vector<std::string> held;
   static void emit(const std::string &text) {
     std::fwrite(text.data(), 1, text.size(), stderr);
     std::fflush(stderr);
   }
 
   std::string pending, block;
-  bool inBlock = false;
-  std::vector<RankDeath> *deaths;
+  bool inBlock = false, sawWatchdog = false, muted = false;
+  LauncherReport *report;
 };
 
 } // namespace
@@ -374,11 +452,13 @@ bool pipec::driver::parseRankDeath(const std::string &line, RankDeath &death) {
   death.how = first == std::string::npos ? "" : rest.substr(first);
   if (!death.how.empty() && death.how.back() == '.')
     death.how.pop_back();
+  if (size_t sig = death.how.find("signal "); sig != std::string::npos)
+    death.signal = std::atoi(death.how.c_str() + sig + 7);
   return true;
 }
 
 int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
-                               std::vector<RankDeath> *deaths) {
+                               LauncherReport *report, double graceSeconds) {
   std::fflush(stdout);
   std::fflush(stderr);
   int fds[2];
@@ -409,24 +489,119 @@ int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
     ::_exit(127);
   }
   ::close(fds[1]);
-  StderrFilter filter(deaths);
+  StderrFilter filter(report);
   char buffer[4096];
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> stopAt, killAt, drainUntil;
+  int status = 0;
+  bool exited = false;
   for (;;) {
-    ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
+    struct pollfd pfd = {fds[0], POLLIN, 0};
+    int ready = ::poll(&pfd, 1, 200);
+    if (ready < 0 && errno != EINTR)
       break;
-    filter.feed(buffer, size_t(n));
+    if (ready > 0) {
+      ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        break; // every writer closed its end
+      filter.feed(buffer, size_t(n));
+    }
+    Clock::time_point now = Clock::now();
+    if (!exited && ::waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      // Ranks orphaned on this host may hold the pipe; read what is left.
+      drainUntil = now + std::chrono::seconds(2);
+    }
+    if (drainUntil && now > *drainUntil)
+      break;
+    if (exited)
+      continue;
+    // A watchdog fired: the ranks end on their own; a launcher that waits
+    // for a host it cannot reach is stopped after the grace period.
+    if (filter.watchdogSeen() && !stopAt)
+      stopAt = now + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(graceSeconds));
+    if (stopAt && !killAt && now > *stopAt) {
+      filter.mute();
+      ::kill(pid, SIGTERM);
+      killAt = now + std::chrono::seconds(3);
+      if (report)
+        report->stopped = true;
+    }
+    if (killAt && now > *killAt)
+      ::kill(pid, SIGKILL);
   }
   filter.finish();
   ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  if (!exited)
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  if (report && report->stopped)
+    return kWatchdogStatus;
   if (WIFEXITED(status))
     return WEXITSTATUS(status);
   if (WIFSIGNALED(status))
     return 128 + WTERMSIG(status);
   return -1;
+}
+
+std::string
+pipec::driver::summarizeWatchdog(const std::vector<std::string> &lines) {
+  if (lines.empty())
+    return "";
+  // "... watchdog: rank X (stage S, host H) made no progress for N s in step
+  // T, waiting for rank Y (stage S2, host H2) to send ...; the last
+  // complete checkpoint is C; ..."
+  auto rankAfter = [](const std::string &line, const std::string &lead,
+                      std::string &desc) -> int {
+    size_t at = line.find(lead);
+    if (at == std::string::npos)
+      return -1;
+    at += lead.size();
+    size_t close = line.find(')', at);
+    desc = line.substr(at, close == std::string::npos ? 0 : close + 1 - at);
+    return std::atoi(line.c_str() + at + 5); // after "rank "
+  };
+  std::map<int, std::string> reporters, waitedFor;
+  std::map<int, std::vector<int>> waiters;
+  std::string step, seconds, checkpoint;
+  for (const std::string &line : lines) {
+    std::string me, them;
+    int x = rankAfter(line, "watchdog: ", me);
+    if (x < 0)
+      continue;
+    reporters[x] = me;
+    int y = rankAfter(line, "waiting for ", them);
+    if (y >= 0 && them.rfind("rank ", 0) == 0) {
+      waitedFor[y] = them;
+      waiters[y].push_back(x);
+    }
+    auto field = [&](const std::string &lead, const std::string &end,
+                     std::string &out) {
+      size_t at = line.find(lead);
+      if (at == std::string::npos || !out.empty())
+        return;
+      at += lead.size();
+      out = line.substr(at, line.find(end, at) - at);
+    };
+    field("made no progress for ", " s", seconds);
+    field(" in step ", ",", step);
+    field("the last complete checkpoint is ", ";", checkpoint);
+  }
+  for (auto &[y, desc] : waitedFor) {
+    if (reporters.count(y))
+      continue;
+    std::string who;
+    std::sort(waiters[y].begin(), waiters[y].end());
+    for (int x : waiters[y])
+      who += (who.empty() ? "" : ", ") + std::to_string(x);
+    return "pipec: error: " + desc + " stopped answering in step " + step +
+           ": rank" + (waiters[y].size() > 1 ? "s " : " ") + who +
+           " waited " + seconds + " s for it (the rank, its host or the "
+           "link to it is lost); the last complete checkpoint is " +
+           checkpoint + "; the job was stopped (--watchdog-s)";
+  }
+  return lines.front();
 }

@@ -82,9 +82,32 @@ std::vector<std::string> srunCommand(const std::string &srun,
 struct RankDeath {
   int rank = -1;
   std::string host, how;
+  int signal = 0; ///< the signal that ended it, when it says one
+};
+/// The exit status of a job a watchdog stopped (the runtime's too).
+constexpr int kWatchdogStatus = 4;
+
+struct LauncherReport {
+  std::vector<RankDeath> deaths;
+  /// Hosts whose MPI daemon the launcher lost ("ORTE has lost
+  /// communication with a remote daemon": the host died or its link).
+  std::vector<std::string> lostHosts;
+  /// The ranks' watchdog lines (runtime core/watchdog.h), held back from
+  /// the output: summarizeWatchdog makes one line of them.
+  std::vector<std::string> watchdog;
+  /// The launcher had not ended the job `graceSeconds` after a watchdog
+  /// line (mpirun waits for daemons on a host it cannot reach); pipec
+  /// stopped it.
+  bool stopped = false;
 };
 int runLauncher(const std::vector<std::string> &cmd,
-                std::vector<RankDeath> *deaths = nullptr);
+                LauncherReport *report = nullptr, double graceSeconds = 5);
+
+/// One line from the ranks' watchdog lines: the rank that the others wait
+/// for and that reported nothing itself (lost, or on a lost host or link),
+/// with who waited, the step and the last complete checkpoint; else the
+/// first line as it is.
+std::string summarizeWatchdog(const std::vector<std::string> &lines);
 
 /// The death OpenMPI reports in `line`, if it reports one.
 bool parseRankDeath(const std::string &line, RankDeath &death);

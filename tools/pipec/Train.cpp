@@ -311,6 +311,10 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
       .opt("--launcher-args", "more arguments for the launcher, as one "
                               "shell-quoted string (e.g. \"--mca btl "
                               "tcp,self\")")
+      .opt("--watchdog-s", "a rank that makes no progress for this many "
+                           "seconds (or 4x its longest step) stops the job "
+                           "naming what it waits for; 0: off (default 20: the job ends "
+                           "within about 30 s)")
       .flag("--resume", "continue from the latest checkpoint up to step "
                         "--steps (synchronous schedules: bit-identical to an "
                         "uninterrupted run)")
@@ -383,6 +387,7 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     stageArgs.push_back("--prefetch");
   if (a.has("--quiet"))
     stageArgs.push_back("--quiet");
+  pass("--watchdog-s", false);
   LaunchPlan plan;
   plan.bins = bins;
   plan.stageArgs = stageArgs;
@@ -471,10 +476,10 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   if (!writeSrunFiles())
     return fail("train", error);
   // The ranks print their own error line; pass their exit status through
-  // (1 error, 2 usage, 3 non-finite loss; the launcher's code for a killed
-  // rank).
-  std::vector<RankDeath> deaths;
-  int rc = runLauncher(cmd, &deaths);
+  // (1 error, 2 usage, 3 non-finite loss, 4 a watchdog stopped the job; the
+  // launcher's code for a killed rank).
+  LauncherReport report;
+  int rc = runLauncher(cmd, &report);
   // On this machine only: a launch that failed before any rank started
   // (OpenMPI's launcher can fail to start its daemons on a loaded machine:
   // "Returned value Error (-1) instead of ORTE_SUCCESS") ran nothing:
@@ -485,14 +490,47 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   if (rc != 0 && rc != 2 && !started && plan.hostOfRank.empty() && !useSrun) {
     llvm::errs() << "pipec: note: mpirun failed before any rank started (exit "
                  << rc << "); launching once more\n";
-    rc = runLauncher(cmd, &deaths);
+    report = LauncherReport();
+    rc = runLauncher(cmd, &report);
   }
-  if (!statusDir.empty()) {
-    if (rc != 0)
-      reportSilentRanks(statusDir.str().str(), plan.hostOfRank, bins.size(),
-                        deaths);
+  // A watchdog stopped the job: one line for all the ranks that reported.
+  if (!report.watchdog.empty()) {
+    llvm::errs() << summarizeWatchdog(report.watchdog) << "\n";
+    if (report.stopped)
+      llvm::errs() << "pipec: note: the launcher had not ended the job 5 s "
+                      "later (it waits for a host it cannot reach); pipec "
+                      "stopped it. Ranks on that host end by their own "
+                      "watchdog.\n";
+    rc = kWatchdogStatus;
+  } else if (!report.lostHosts.empty()) {
+    // A host's daemon is gone: the host died or its link did.
+    for (const std::string &host : report.lostHosts) {
+      std::vector<std::string> there;
+      for (size_t r = 0; r < plan.hostOfRank.size(); ++r)
+        if (plan.hostOfRank[r] == host)
+          there.push_back(std::to_string(r));
+      std::string ranks =
+          there.empty() ? ""
+                        : (there.size() == 1 ? " (rank " : " (ranks ") +
+                              llvm::join(there, ", ") + ")";
+      llvm::errs() << "pipec: error: host " << host << " was lost" << ranks
+                   << ": the launcher lost its MPI daemon (the machine or "
+                      "its link went down); the job was stopped\n";
+    }
+    rc = kWatchdogStatus;
+  } else if (!statusDir.empty() && rc != 0) {
+    reportSilentRanks(statusDir.str().str(), plan.hostOfRank, bins.size(),
+                      report.deaths);
+    // A rank killed by a signal: 128 + the signal, whatever the launcher
+    // made of it (OpenMPI returns the signal number, or 205, on other hosts).
+    for (const RankDeath &d : report.deaths)
+      if (d.signal > 0) {
+        rc = 128 + d.signal;
+        break;
+      }
+  }
+  if (!statusDir.empty())
     llvm::sys::fs::remove_directories(statusDir);
-  }
   if (rc == 0 && a.has("--trace")) {
     std::string error;
     if (!mergeTraces(absolute(a.get("--trace")), bins.size(), error))

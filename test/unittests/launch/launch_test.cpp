@@ -179,3 +179,35 @@ TEST(LauncherOutput, RankDeathsAreRead) {
   EXPECT_FALSE(parseRankDeath("mpirun noticed that the job aborted", d));
   EXPECT_FALSE(parseRankDeath("pipec-rt: error: rank 2", d));
 }
+
+TEST(Watchdog, SummaryNamesTheRankNobodyHearsFrom) {
+  // Rank 0 waits for 1, ranks 1 and 3 wait for 2; 2 said nothing.
+  std::vector<std::string> lines = {
+      "pipec-rt: error: watchdog: rank 0 (stage 0, host h0) made no progress "
+      "for 5 s in step 7, waiting for rank 1 (stage 1, host h1) to send "
+      "microbatch 0 on channel 1: that rank, its host or the link to it is "
+      "lost or stopped; the last complete checkpoint is /r/step-000004; "
+      "stopping the job (--watchdog-s) (rank 0, stage 0, step 7)",
+      "pipec-rt: error: watchdog: rank 3 (stage 3, host h3) made no progress "
+      "for 5 s in step 7, waiting for rank 2 (stage 2, host h2) to send "
+      "microbatch 1 on channel 4: ...; the last complete checkpoint is "
+      "/r/step-000004; stopping the job (--watchdog-s) (rank 3, stage 3, "
+      "step 7)",
+      "pipec-rt: error: watchdog: rank 1 (stage 1, host h1) made no progress "
+      "for 6 s in step 7, waiting for rank 2 (stage 2, host h2) to send "
+      "microbatch 1 on channel 3: ...; the last complete checkpoint is "
+      "/r/step-000004; stopping the job (--watchdog-s) (rank 1, stage 1, "
+      "step 7)"};
+  std::string line = summarizeWatchdog(lines);
+  EXPECT_EQ(line, "pipec: error: rank 2 (stage 2, host h2) stopped answering "
+                  "in step 7: ranks 1, 3 waited 5 s for it (the rank, its "
+                  "host or the link to it is lost); the last complete "
+                  "checkpoint is /r/step-000004; the job was stopped "
+                  "(--watchdog-s)");
+  // A collective: nobody names a peer; the first line as it is.
+  std::vector<std::string> collective = {
+      "pipec-rt: error: watchdog: rank 0 (stage 0, host h0) made no progress "
+      "for 5 s in step 2, waiting in a collective (...)"};
+  EXPECT_EQ(summarizeWatchdog(collective), collective[0]);
+  EXPECT_EQ(summarizeWatchdog({}), "");
+}
