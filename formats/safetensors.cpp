@@ -171,8 +171,13 @@ bool writeFileAtomic(
     const std::function<bool(std::FILE *, std::string &)> &body,
     std::string &error) {
   std::string dir = dirName(path);
-  std::string tmp =
-      dir + "/." + baseName(path) + ".tmp." + std::to_string(long(::getpid()));
+  // Unique per process and host: ranks of several machines may write the
+  // same file on a shared filesystem (identical contents; last rename wins).
+  char host[64] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0)
+    host[0] = '\0';
+  std::string tmp = dir + "/." + baseName(path) + ".tmp." + host + "." +
+                    std::to_string(long(::getpid()));
   std::FILE *f = std::fopen(tmp.c_str(), "wb");
   if (!f) {
     error = "cannot create '" + tmp + "': " + std::strerror(errno);

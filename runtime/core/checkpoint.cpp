@@ -9,6 +9,9 @@
 #include "core/error.h"
 #include "pipec/formats/safetensors.h"
 
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -108,6 +111,105 @@ std::string writeStageCheckpoint(const std::string &dir, int64_t step,
   if (!safetensors::writeFile(path, tensors, meta, error))
     throw RtError("checkpoint: " + error);
   return folder.string();
+}
+
+std::string fileChecksum(const std::string &path, int64_t &bytes) {
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    throw RtError("cannot read '" + path + "': " + std::strerror(errno));
+  uint64_t hash = 1469598103934665603ull;
+  std::vector<unsigned char> buffer(size_t(1) << 20);
+  bytes = 0;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0) {
+    for (size_t i = 0; i < n; ++i)
+      hash = (hash ^ buffer[i]) * 1099511628211ull;
+    bytes += int64_t(n);
+  }
+  bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed)
+    throw RtError("cannot read '" + path + "'");
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(hash));
+  return hex;
+}
+
+void writeCheckpointManifest(const std::string &dir, int64_t step,
+                             const std::string &buildId,
+                             const std::vector<CheckpointEntry> &stages) {
+  nlohmann::ordered_json doc;
+  doc["format"] = "pipec.checkpoint-manifest/1";
+  doc["step"] = step;
+  doc["build_id"] = buildId;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const CheckpointEntry &e : stages)
+    list.push_back({{"stage", e.stage},
+                    {"file", e.file},
+                    {"hosts", e.hosts},
+                    {"bytes", e.bytes},
+                    {"fnv1a64", e.checksum}});
+  doc["stages"] = list;
+  std::string text = doc.dump(2) + "\n";
+  std::string path = (std::filesystem::path(dir) /
+                      checkpointFolderName(step) / "checkpoint.json")
+                         .string();
+  std::string error;
+  if (!safetensors::writeFileAtomic(
+          path,
+          [&](std::FILE *f, std::string &why) {
+            if (std::fwrite(text.data(), 1, text.size(), f) == text.size())
+              return true;
+            why = "short write";
+            return false;
+          },
+          error))
+    throw RtError("checkpoint: " + error);
+}
+
+void verifyStageCheckpoint(const std::string &dir, int64_t step,
+                           const StageDesc &desc) {
+  std::filesystem::path folder =
+      std::filesystem::path(dir) / checkpointFolderName(step);
+  std::string listPath = (folder / "checkpoint.json").string();
+  std::ifstream in(listPath);
+  if (!in)
+    return; // written before checkpoint manifests existed
+  nlohmann::json doc;
+  try {
+    in >> doc;
+  } catch (const std::exception &e) {
+    throw RtError("cannot resume: '" + listPath + "' is not valid JSON (" +
+                  e.what() + ")");
+  }
+  const std::string file = "stage" + std::to_string(desc.stage) +
+                           ".safetensors";
+  for (const nlohmann::json &e : doc.value("stages", nlohmann::json::array())) {
+    if (e.value("stage", int64_t(-1)) != desc.stage)
+      continue;
+    std::string path = (folder / file).string();
+    std::string host;
+    for (const nlohmann::json &h : e.value("hosts", nlohmann::json::array()))
+      host += (host.empty() ? "" : ", ") + h.get<std::string>();
+    if (!std::filesystem::exists(path))
+      throw RtError("cannot resume: " + path + " is missing on this host (" +
+                    listPath + " lists it as written on " + host + ")");
+    int64_t bytes = 0;
+    std::string sum = fileChecksum(path, bytes);
+    if (bytes != e.value("bytes", int64_t(-1)) ||
+        sum != e.value("fnv1a64", std::string()))
+      throw RtError("cannot resume: " + path + " is corrupt (" +
+                    std::to_string(bytes) + " bytes, checksum " + sum +
+                    "; " + listPath + " says " +
+                    std::to_string(e.value("bytes", int64_t(-1))) +
+                    " bytes, checksum " +
+                    e.value("fnv1a64", std::string("?")) + ", written on " +
+                    host + ")");
+    return;
+  }
+  throw RtError("cannot resume: " + listPath + " does not list stage " +
+                std::to_string(desc.stage));
 }
 
 void writeLatest(const std::string &dir, int64_t step) {

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pipec {
 namespace rt {
@@ -37,6 +38,32 @@ std::string checkpointFolderName(int64_t step);
 /// __metadata__ records format "pipec.checkpoint/1", build_id, stage, step.
 std::string writeStageCheckpoint(const std::string &dir, int64_t step,
                                  const StageDesc &desc, const char *arena);
+
+/// FNV-1a (64 bit) of a file's bytes as 16 hex digits, and its size;
+/// throws RtError when it cannot be read.
+std::string fileChecksum(const std::string &path, int64_t &bytes);
+
+/// One stage file of a checkpoint as `checkpoint.json` lists it.
+struct CheckpointEntry {
+  int64_t stage = 0;
+  std::string file, checksum;
+  std::vector<std::string> hosts; ///< every host holding a copy
+  int64_t bytes = 0;
+};
+
+/// `<dir>/step-NNNNNN/checkpoint.json` (format pipec.checkpoint-manifest/1:
+/// step, build_id, and per stage its file, the hosts that hold it, its
+/// size and checksum), written atomically.
+void writeCheckpointManifest(const std::string &dir, int64_t step,
+                             const std::string &buildId,
+                             const std::vector<CheckpointEntry> &stages);
+
+/// Checks this stage's file of checkpoint `step` against the folder's
+/// checkpoint.json when there is one (a checkpoint written before it has
+/// none): present, of the listed size and checksum. Throws RtError naming
+/// the file and the host that wrote it.
+void verifyStageCheckpoint(const std::string &dir, int64_t step,
+                           const StageDesc &desc);
 
 /// Atomically points `<dir>/latest` at the step folder of `step`.
 void writeLatest(const std::string &dir, int64_t step);

@@ -30,6 +30,9 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <map>
+#include <set>
 #include <memory>
 #include <dlfcn.h>
 #include <sys/resource.h>
@@ -246,7 +249,8 @@ void startMpi(pipec_ctx &ctx, int &argc, char **&argv, int &alreadyInitialised) 
 }
 
 /// Start-up refusals are agreed on before anyone stops: every rank runs
-/// `phase` (local work, no communication), keeping its error; then the
+/// `phase` (local work, or collectives that every rank reaches before it
+/// can fail), keeping its error; then the
 /// lowest rank that failed prints its one line and every rank ends with
 /// status 1 after MPI_Finalize. No MPI_Abort: the job says one line, not
 /// one per rank and the launcher's abort banner.
@@ -340,7 +344,7 @@ void setUpWeightVersions(pipec_ctx &ctx) {
 
 /// --resume: the step the latest checkpoint reached, its weights loaded
 /// into `arena`; 0 without --resume.
-int64_t resumeStep(pipec_ctx &ctx, char *arena, bool isLossRank) {
+int64_t resumeStep(pipec_ctx &ctx, char *arena, bool reports) {
   const Options &o = ctx.options;
   if (!o.resume)
     return 0;
@@ -357,9 +361,10 @@ int64_t resumeStep(pipec_ctx &ctx, char *arena, bool isLossRank) {
                   o.checkpointDir + "' is at step " + std::to_string(first) +
                   " and --steps " + std::to_string(o.steps) +
                   " asks for no more (--steps is the step to reach)");
+  verifyStageCheckpoint(o.checkpointDir, first, ctx.desc);
   loadStageCheckpoint(o.checkpointDir, first, ctx.desc, arena);
   ctx.versions.resumeAt(first);
-  if (isLossRank && !o.quiet) {
+  if (reports && !o.quiet) {
     std::printf(
         "resuming from %s (step %lld of %lld)\n",
         (std::filesystem::path(o.checkpointDir) / checkpointFolderName(first))
@@ -373,10 +378,10 @@ int64_t resumeStep(pipec_ctx &ctx, char *arena, bool isLossRank) {
 
 using MetricsFile = std::unique_ptr<std::FILE, int (*)(std::FILE *)>;
 
-/// metrics.jsonl on the loss rank (kept up to `first` on --resume).
-MetricsFile openMetrics(const Options &o, bool isLossRank, int64_t first) {
+/// metrics.jsonl on the reporting rank (kept up to `first` on --resume).
+MetricsFile openMetrics(const Options &o, bool reports, int64_t first) {
   std::FILE *metrics = nullptr;
-  if (isLossRank) {
+  if (reports) {
     std::error_code ec;
     std::filesystem::path parent =
         std::filesystem::path(o.metrics).parent_path();
@@ -440,23 +445,64 @@ void reportStep(const Options &o, std::FILE *metrics, int64_t t, double loss,
                   "': " + std::strerror(errno));
 }
 
-/// The checkpoint of step t (replica 0 writes the stage's file; `latest`
-/// moves once every stage's file is in place). Returns its folder.
+/// The checkpoint of step t. Every rank writes its stage's file where it
+/// runs (the replicas of a stage hold the same weights; on a shared
+/// filesystem they write the same bytes), so that each machine keeps what
+/// it needs to resume; then every rank learns every file's host, size and
+/// checksum and writes the step's checkpoint.json, and, once all are in
+/// place, `latest`. Returns the step folder.
 std::string checkpointStep(pipec_ctx &ctx, char *arena, int64_t t) {
   const Options &o = ctx.options;
-  std::string folder =
-      (std::filesystem::path(o.checkpointDir) / checkpointFolderName(t + 1))
-          .string();
-  if (ctx.desc.replica == 0) {
+  struct Record {
+    int64_t stage, bytes;
+    char checksum[24];
+    char host[64];
+  } mine = {};
+  std::string folder;
+  {
     WatchdogPause writing; // a large file may take long; no peer involved
     folder = writeStageCheckpoint(o.checkpointDir, t + 1, ctx.desc, arena);
+    std::string file = (std::filesystem::path(folder) /
+                        ("stage" + std::to_string(ctx.desc.stage) +
+                         ".safetensors"))
+                           .string();
+    std::string sum = fileChecksum(file, mine.bytes);
+    std::snprintf(mine.checksum, sizeof(mine.checksum), "%s", sum.c_str());
   }
+  mine.stage = ctx.desc.stage;
+  if (::gethostname(mine.host, sizeof(mine.host) - 1) != 0)
+    std::snprintf(mine.host, sizeof(mine.host), "?");
+  std::vector<Record> all(size_t(ctx.worldSize));
+  {
+    BlockedOn wait(WaitKind::Collective);
+    mpiCheck(MPI_Allgather(&mine, int(sizeof(Record)), MPI_BYTE, all.data(),
+                           int(sizeof(Record)), MPI_BYTE, MPI_COMM_WORLD),
+             "MPI_Allgather of the checkpoint's files");
+  }
+  std::map<int64_t, CheckpointEntry> byStage;
+  for (const Record &r : all) {
+    CheckpointEntry &e = byStage[r.stage];
+    e.stage = r.stage;
+    e.file = "stage" + std::to_string(r.stage) + ".safetensors";
+    e.bytes = r.bytes;
+    e.checksum = r.checksum;
+    if (std::find(e.hosts.begin(), e.hosts.end(), r.host) == e.hosts.end())
+      e.hosts.push_back(r.host);
+  }
+  std::vector<CheckpointEntry> entries;
+  for (auto &[stage, e] : byStage)
+    entries.push_back(e);
+  writeCheckpointManifest(o.checkpointDir, t + 1, ctx.desc.buildId, entries);
   BlockedOn wait(WaitKind::Collective);
   mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier after checkpoint");
-  if (ctx.rank == 0)
-    writeLatest(o.checkpointDir, t + 1);
+  writeLatest(o.checkpointDir, t + 1);
   return folder;
 }
+
+void writeOnRankZero(pipec_ctx &ctx,
+                     const std::vector<std::pair<std::string, std::string>>
+                         &files);
+std::string rankSummary(pipec_ctx &ctx);
 
 /// After the last step: the weight-version bound, the profile, the trace
 /// and the rank summary.
@@ -471,12 +517,74 @@ void writeRunOutputs(pipec_ctx &ctx) {
                   " weight versions; the compiler planned at most " +
                   std::to_string(desc.policy.versionsKept) +
                   " (policy.versions_kept): a schedule and runtime mismatch");
+  std::vector<std::pair<std::string, std::string>> files;
   if (ctx.profiler.enabled())
-    writeText(profilePath(o.profileOut, desc), ctx.profiler.toJson(desc));
+    files.push_back(
+        {profilePath(o.profileOut, desc), ctx.profiler.toJson(desc)});
   if (ctx.timeline.enabled())
-    writeText(rankPath(o.trace, ctx.rank), ctx.timeline.toJson() + "\n");
-  if (o.summaryOut.empty())
+    files.push_back({rankPath(o.trace, ctx.rank), ctx.timeline.toJson() + "\n"});
+  if (!o.summaryOut.empty())
+    files.push_back({profilePath(o.summaryOut, desc), rankSummary(ctx)});
+  writeOnRankZero(ctx, files);
+}
+
+/// Every rank's output files written by rank 0, which gathers them: the
+/// launching machine gets them all even when the machines share no files
+/// (several replicas of a stage name one profile path: the first wins).
+void writeOnRankZero(pipec_ctx &ctx,
+                     const std::vector<std::pair<std::string, std::string>>
+                         &files) {
+  std::string mine;
+  for (const auto &[path, text] : files) {
+    uint64_t sizes[2] = {path.size(), text.size()};
+    mine.append(reinterpret_cast<const char *>(sizes), sizeof(sizes));
+    mine += path;
+    mine += text;
+  }
+  if (mine.size() > size_t(std::numeric_limits<int>::max() / 2))
+    throw RtError("this rank's output files are too large to gather (" +
+                  std::to_string(mine.size()) + " bytes)");
+  int length = int(mine.size());
+  std::vector<int> lengths(size_t(ctx.worldSize), 0), offsets;
+  BlockedOn wait(WaitKind::Collective);
+  mpiCheck(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0,
+                      MPI_COMM_WORLD),
+           "MPI_Gather of the output sizes");
+  std::string all;
+  if (ctx.rank == 0) {
+    int64_t total = 0;
+    for (int n : lengths) {
+      offsets.push_back(int(total));
+      total += n;
+    }
+    if (total > std::numeric_limits<int>::max())
+      throw RtError("the ranks' output files are too large to gather (" +
+                    std::to_string(total) + " bytes)");
+    all.resize(size_t(total));
+  }
+  mpiCheck(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(),
+                       lengths.data(), offsets.data(), MPI_CHAR, 0,
+                       MPI_COMM_WORLD),
+           "MPI_Gatherv of the output files");
+  if (ctx.rank != 0)
     return;
+  std::set<std::string> written;
+  for (size_t at = 0; at + 16 <= all.size();) {
+    uint64_t sizes[2];
+    std::memcpy(sizes, all.data() + at, sizeof(sizes));
+    at += sizeof(sizes);
+    std::string path = all.substr(at, sizes[0]);
+    at += sizes[0];
+    if (written.insert(path).second)
+      writeText(path, all.substr(at, sizes[1]));
+    at += sizes[1];
+  }
+}
+
+/// This rank's JSON summary (--summary-out).
+std::string rankSummary(pipec_ctx &ctx) {
+  const StageDesc &desc = ctx.desc;
+  const Options &o = ctx.options;
   nlohmann::ordered_json summary;
   summary["format"] = "pipec.rank-summary/1";
   summary["rank"] = ctx.rank;
@@ -493,7 +601,7 @@ void writeRunOutputs(pipec_ctx &ctx) {
   struct rusage usage;
   if (getrusage(RUSAGE_SELF, &usage) == 0)
     summary["max_rss_bytes"] = int64_t(usage.ru_maxrss) * 1024;
-  writeText(profilePath(o.summaryOut, desc), summary.dump(2) + "\n");
+  return summary.dump(2) + "\n";
 }
 
 /// Communicators freed, status Finished, MPI finalised (when this process
@@ -545,7 +653,10 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   int alreadyInitialised = 0;
   startMpi(ctx, argc, argv, alreadyInitialised);
   joinPipeline(ctx);
-  const bool isLossRank = ctx.rank == ctx.lossRank;
+  // Rank 0 reports: progress lines, metrics.jsonl and the summary line
+  // (every rank knows the step's loss; the launching machine runs rank 0,
+  // so it gets the metrics even when the machines share no files).
+  const bool reports = ctx.rank == 0;
 
   // Arena, weights, data: every rank's refusal is agreed on first.
   std::unique_ptr<char, FreeDeleter> arena;
@@ -558,9 +669,25 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
     ctx.arena = arena.get();
     ctx.steps = o.steps;
     setUpWeightVersions(ctx);
-    first = resumeStep(ctx, arena.get(), isLossRank);
+    first = resumeStep(ctx, arena.get(), reports);
     setUpFeeds(ctx);
-    metrics = openMetrics(o, isLossRank, first);
+  });
+  // Every machine resumes from the same step, and only then is anything
+  // written (metrics kept up to that step).
+  agreeOnStartup(ctx, [&] {
+    int64_t lowest = first, highest = first;
+    mpiCheck(MPI_Allreduce(&first, &lowest, 1, MPI_INT64_T, MPI_MIN,
+                           MPI_COMM_WORLD),
+             "MPI_Allreduce of the resume step");
+    mpiCheck(MPI_Allreduce(&first, &highest, 1, MPI_INT64_T, MPI_MAX,
+                           MPI_COMM_WORLD),
+             "MPI_Allreduce of the resume step");
+    if (lowest != highest)
+      throw RtError("cannot resume: the machines' latest checkpoints differ "
+                    "(steps " + std::to_string(lowest) + " to " +
+                    std::to_string(highest) + " in " + o.checkpointDir +
+                    "); point every machine's latest at one step");
+    metrics = openMetrics(o, reports, first);
   });
   if (!o.profileOut.empty())
     ctx.profiler.enable(desc.ops.size());
@@ -620,7 +747,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
         MPI_Finalize();
       return 3;
     }
-    if (isLossRank) {
+    if (reports) {
       reportStep(o, metrics.get(), t, loss,
                  double(desc.globalBatch) / std::max(wall, 1e-12), wall);
       lastLoss = loss;
@@ -647,7 +774,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   }
 
   writeRunOutputs(ctx);
-  if (isLossRank) {
+  if (reports) {
     int64_t ran = o.steps - first;
     int64_t timed = ran > 1 ? ran - 1 : 1;
     double meanRate =

@@ -171,10 +171,13 @@ def run_tests(pipec, work, args):
             if rc != 0:
                 problems.append(f"exit {rc}: {out[-600:]}")
             else:
-                loss_host = host_of_stage[3]
-                got = losses(h.outside(loss_host, run + "/metrics.jsonl"))
+                # Rank 0 writes the metrics: on the launching machine.
+                got = losses(h.outside(0, run + "/metrics.jsonl"))
                 if got != want:
                     problems.append(f"losses {got} != one-host {want}")
+                for j in range(1, h.n):
+                    if os.path.exists(h.outside(j, run + "/metrics.jsonl")):
+                        problems.append(f"metrics.jsonl also on host {j}")
                 for stage, i in enumerate(host_of_stage):
                     mine = checkpoint_of(i, stage)
                     if not os.path.exists(mine):
@@ -192,11 +195,86 @@ def run_tests(pipec, work, args):
         hf = os.path.join(h.dir(0), "hosts.txt")
         with open(hf, "w") as f:
             f.write("# emulated hosts\n" + "".join(f"{h.addrs[i]}\n" for i in range(h.n)))
-        check_run("hostfile one rank per host", ["--hostfile", h.run_path + "/hosts.txt"],
+        check_run("hostfile one rank per host", ["--hostfile", h.run_path + "/hosts.txt",
+                                                 "--trace", h.run_path + "/trace.json"],
                   [0, 1, 2, 3])
+        # The trace: every rank's events gathered to rank 0, merged by the
+        # launcher on the launching machine.
+        problems = []
+        try:
+            with open(h.outside(0, h.run_path + "/trace.json")) as f:
+                events = json.load(f)["traceEvents"]
+            ranks = sorted({e.get("pid") for e in events if "pid" in e})
+            if len(ranks) != 4:
+                problems.append(f"trace has the events of processes {ranks}, expected 4 ranks")
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"no merged trace on host 0: {e}")
+        R.report("trace of every host merged on the launching host", problems,
+                 f"{len(events) if not problems else 0} events")
 
         # Two ranks per host, in order.
         check_run("hosts two ranks per host", ["--hosts", f"{h.addrs[0]}:2,{h.addrs[1]}:2"], [0, 0, 1, 1])
+
+        # --resume where each host kept only its own stages' files: 3 steps
+        # with a checkpoint at step 2, the run "dies" after step 3 (latest
+        # set back to step 2 on every host), resumed to step 5: equal to an
+        # uninterrupted 5-step run, losses and checkpoints.
+        ref5 = os.path.join(work, "reference5")
+        shutil.copytree(build, ref5)
+        subprocess.run([pipec, "train", ref5, "--steps", "5", "--quiet",
+                        "--inputs", os.path.join(work, "x.npy"),
+                        "--labels", os.path.join(work, "y.npy")], env=env1, check=True)
+        want5 = losses(os.path.join(ref5, "metrics.jsonl"))
+        hosts4 = ["--hosts", ",".join(h.addrs)]
+        fresh_copies()
+        rc, out, _ = train(*hosts4, "--checkpoint-every", "2")
+        problems = [] if rc == 0 else [f"first part: exit {rc}: {out[-400:]}"]
+        for i in range(h.n):
+            with open(h.outside(i, run + "/checkpoints/latest"), "w") as f:
+                f.write("step-000002\n")
+            shutil.rmtree(h.outside(i, run + "/checkpoints/step-000003"))
+        # A missing stage file on its host: refused, one line, nothing touched.
+        moved = h.outside(2, run + "/checkpoints/step-000002/stage2.safetensors")
+        os.rename(moved, moved + ".away")
+        before = open(h.outside(0, run + "/metrics.jsonl")).read()
+        rc, out, _ = train(*hosts4, "--resume", "--steps", "5")
+        errs = error_lines(out)
+        missing = []
+        if rc in (0, None):
+            missing.append(f"exit {rc}")
+        if len(errs) != 1 or "stage2.safetensors is missing" not in errs[0] or "rank 2" not in errs[0]:
+            missing.append(f"error lines {errs}")
+        if open(h.outside(0, run + "/metrics.jsonl")).read() != before:
+            missing.append("metrics.jsonl was changed")
+        R.report("resume with a stage file missing on its host: refused", missing,
+                 errs[0] if errs else "")
+        # Corrupt: one byte flipped.
+        os.rename(moved + ".away", moved)
+        data = bytearray(open(moved, "rb").read())
+        data[-1] ^= 0xFF
+        open(moved, "wb").write(bytes(data))
+        rc, out, _ = train(*hosts4, "--resume", "--steps", "5")
+        errs = error_lines(out)
+        corrupt = [] if rc not in (0, None) else [f"exit {rc}"]
+        if len(errs) != 1 or "stage2.safetensors is corrupt" not in errs[0]:
+            corrupt.append(f"error lines {errs}")
+        R.report("resume with a corrupt stage file: refused", corrupt, errs[0] if errs else "")
+        data[-1] ^= 0xFF
+        open(moved, "wb").write(bytes(data))
+        rc, out, _ = train(*hosts4, "--resume", "--steps", "5")
+        if rc != 0:
+            problems.append(f"resumed run: exit {rc}: {out[-400:]}")
+        else:
+            got = losses(h.outside(0, run + "/metrics.jsonl"))
+            if got != want5:
+                problems.append(f"losses {got} != uninterrupted {want5}")
+            for stage in range(4):
+                mine = h.outside(stage, f"{run}/checkpoints/step-000005/stage{stage}.safetensors")
+                theirs = os.path.join(ref5, f"checkpoints/step-000005/stage{stage}.safetensors")
+                if not os.path.exists(mine) or not same_file(mine, theirs):
+                    problems.append(f"stage {stage}'s step-5 checkpoint differs from the uninterrupted run's")
+        R.report("resume across hosts without a shared filesystem", problems,
+                 "3 steps, back to step 2, resumed to 5 == 5 uninterrupted steps")
 
         # Too few slots: refused before launch.
         fresh_copies()
@@ -244,7 +322,7 @@ def run_tests(pipec, work, args):
                                   "--hosts", ",".join(h.addrs)],
                               env=h.mpi_env(env1), stdout=log, stderr=subprocess.STDOUT, text=True)
             problems = []
-            metrics = h.outside(3, run + "/metrics.jsonl")
+            metrics = h.outside(0, run + "/metrics.jsonl")
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.5)

@@ -258,8 +258,22 @@ def check_training(job, proc, steps, expected_losses, expected_weights,
     check(sorted(os.listdir(ckpt)) == sorted(folders + ["latest"]),
           "stray files in checkpoints/: %s" % os.listdir(ckpt))
     last = os.path.join(ckpt, "step-%06d" % steps)
-    check(sorted(os.listdir(last)) == ["stage0.safetensors", "stage1.safetensors"],
+    check(sorted(os.listdir(last)) == ["checkpoint.json", "stage0.safetensors",
+                                       "stage1.safetensors"],
           "files in the last checkpoint: %s" % os.listdir(last))
+    # checkpoint.json lists every stage file with its size and FNV-1a 64.
+    with open(os.path.join(last, "checkpoint.json")) as f:
+        listing = json.load(f)
+    check(listing["format"] == "pipec.checkpoint-manifest/1" and listing["step"] == steps,
+          "checkpoint.json header %r" % {k: listing.get(k) for k in ("format", "step")})
+    for entry in listing["stages"]:
+        path = os.path.join(last, entry["file"])
+        data = open(path, "rb").read()
+        h = 1469598103934665603
+        for byte in data:
+            h = ((h ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+        check(entry["bytes"] == len(data) and entry["fnv1a64"] == "%016x" % h and entry["hosts"],
+              "checkpoint.json entry %r vs the file (%d bytes, %016x)" % (entry, len(data), h))
     got = read_safetensors(os.path.join(last, "stage0.safetensors"))
     got.update(read_safetensors(os.path.join(last, "stage1.safetensors")))
     check(got["scale"][0] == [D] and got["fc.weight"][0] == [D, C],
