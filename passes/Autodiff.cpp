@@ -64,9 +64,9 @@ class StageDifferentiator {
 public:
   StageDifferentiator(ModuleOp module, func::FuncOp fwd,
                       ArrayRef<func::FuncOp> allFwd, int64_t stage,
-                      const OptimizerConfig &opt)
+                      const OptimizerConfig &opt, ArrayRef<bool> needsGrad)
       : module(module), fwd(fwd), allFwd(allFwd), stage(stage), opt(opt),
-        b(module.getContext()) {}
+        needsGrad(needsGrad), b(module.getContext()) {}
 
   LogicalResult run();
 
@@ -93,6 +93,9 @@ private:
   ArrayRef<func::FuncOp> allFwd;
   int64_t stage;
   const OptimizerConfig &opt;
+  /// Per stage: it or a stage before it trains a weight, so gradients
+  /// flowing back into it are used (else none are computed or sent).
+  ArrayRef<bool> needsGrad;
   OpBuilder b;
   func::FuncOp bwd;
   Block *entry = nullptr;
@@ -358,6 +361,8 @@ void StageDifferentiator::seedGradients(func::ReturnOp ret) {
       addGrad(v, seed);
       continue;
     }
+    if (!needsGrad[size_t(stage)])
+      continue; // nothing here or upstream trains: no gradient comes back
     for (auto [k, consumerConst] : llvm::enumerate(allFwd)) {
       func::FuncOp consumer = consumerConst;
       if (static_cast<int64_t>(k) <= stage)
@@ -421,8 +426,10 @@ StageDifferentiator::boundaryGradients(Block &body,
                                        SmallVector<DictionaryAttr> &attrs) {
   SmallVector<Value> results;
   for (BlockArgument arg : body.getArguments()) {
-    if (!fwd.getArgAttr(arg.getArgNumber(), "pipe.from") ||
-        !isFloatTensor(arg.getType()))
+    auto from = fwd.getArgAttrOfType<DenseI64ArrayAttr>(arg.getArgNumber(),
+                                                         "pipe.from");
+    if (!from || !isFloatTensor(arg.getType()) ||
+        !needsGrad[size_t(from[0])])
       continue;
     Value g = grads.lookup(arg);
     if (!g)
@@ -513,6 +520,34 @@ void StageDifferentiator::emitStep() {
 }
 
 namespace {
+
+/// Per stage: whether it, or a stage it receives from (transitively),
+/// reads a trainable weight (a mutable global). Only such stages receive
+/// gradients: a first stage that only flattens its input gets none.
+SmallVector<bool> stagesNeedingGradients(ModuleOp module,
+                                         ArrayRef<func::FuncOp> stages) {
+  SmallVector<bool> needs(stages.size(), false);
+  for (auto [s, constFn] : llvm::enumerate(stages)) {
+    func::FuncOp fn = constFn;
+    // Trained weights: mutable float globals the forward reads and never
+    // writes (BatchNorm's running statistics are written, not trained).
+    llvm::DenseSet<StringRef> stored;
+    fn.walk([&](ml_program::GlobalStoreOp store) {
+      stored.insert(store.getGlobal().getLeafReference().getValue());
+    });
+    fn.walk([&](ml_program::GlobalLoadOp load) {
+      auto global = module.lookupSymbol<ml_program::GlobalOp>(load.getGlobal());
+      if (global && global.getIsMutable() && isFloatTensor(load.getType()) &&
+          !stored.contains(load.getGlobal().getLeafReference().getValue()))
+        needs[s] = true;
+    });
+    for (unsigned a = 0; a < fn.getNumArguments(); ++a)
+      if (auto from = fn.getArgAttrOfType<DenseI64ArrayAttr>(a, "pipe.from"))
+        if (from[0] >= 0 && size_t(from[0]) < s && needs[size_t(from[0])])
+          needs[s] = true;
+  }
+  return needs;
+}
 
 struct NNAutodiffPass
     : public pipec::impl::NNAutodiffPassBase<NNAutodiffPass> {
@@ -637,8 +672,9 @@ struct NNAutodiffPass
     }
     if (failed(addLoss(stages.back())))
       return signalPassFailure();
+    SmallVector<bool> needsGrad = stagesNeedingGradients(module, stages);
     for (auto [s, fwd] : llvm::enumerate(stages)) {
-      StageDifferentiator diff(module, fwd, stages, s, opt);
+      StageDifferentiator diff(module, fwd, stages, s, opt, needsGrad);
       if (failed(diff.run()))
         return signalPassFailure();
     }

@@ -112,12 +112,15 @@ module {
 // -----
 
 // The gradient that stage 1 sends back reaches an op of another dialect in
-// stage 0.
+// stage 0 (which trains a weight, so gradients flow back into it).
 module {
+  ml_program.global private mutable @w(dense<1.0> : tensor<4x3xf32>) : tensor<4x3xf32>
   func.func private @helper(tensor<4x3xf32>) -> tensor<4x3xf32>
   func.func @s0_fwd(%x: tensor<4x3xf32> {pipe.feed = 0 : i64}) -> tensor<4x3xf32> attributes {pipe.stage = 0 : i64} {
+    %w = ml_program.global_load @w : tensor<4x3xf32>
+    %a = nn.mul %x, %w : tensor<4x3xf32>, tensor<4x3xf32> -> tensor<4x3xf32>
     // expected-error @+1 {{'func.call' has no gradient (DifferentiableOpInterface)}}
-    %0 = func.call @helper(%x) : (tensor<4x3xf32>) -> tensor<4x3xf32>
+    %0 = func.call @helper(%a) : (tensor<4x3xf32>) -> tensor<4x3xf32>
     return %0 : tensor<4x3xf32>
   }
   func.func @s1_fwd(%a: tensor<4x3xf32> {pipe.from = array<i64: 0, 0>}) -> (tensor<4x3xf32> {pipe.output = 0 : i64}) attributes {pipe.stage = 1 : i64} {

@@ -339,6 +339,8 @@ private:
       return;
     if (RankDeath death; report && parseRankDeath(bare, death))
       report->deaths.push_back(death);
+    if (report && bare.find("pipec-rt: error: ") != std::string::npos)
+      report->rankReported = true;
     if (isDashes(bare)) {
       if (!inBlock) {
         inBlock = true;

@@ -95,6 +95,8 @@ struct LauncherReport {
   /// The ranks' watchdog lines (runtime core/watchdog.h), held back from
   /// the output: summarizeWatchdog makes one line of them.
   std::vector<std::string> watchdog;
+  /// Some rank printed its own error line (pipec-rt: error: ...).
+  bool rankReported = false;
   /// The launcher had not ended the job `graceSeconds` after a watchdog
   /// line (mpirun waits for daemons on a host it cannot reach); pipec
   /// stopped it.

@@ -145,7 +145,8 @@ bool anyRankStarted(const std::string &statusDir, size_t ranks) {
 /// (a record is created, then filled) and are not blamed.
 void reportSilentRanks(const std::string &statusDir,
                        const std::vector<std::string> &hostOfRank,
-                       size_t ranks, const std::vector<RankDeath> &deaths) {
+                       size_t ranks, const LauncherReport &report) {
+  const std::vector<RankDeath> &deaths = report.deaths;
   struct Record {
     bool complete = false;
     int32_t stage = 0, state = 0;
@@ -153,7 +154,10 @@ void reportSilentRanks(const std::string &statusDir,
     std::string path;
   };
   std::vector<Record> records(ranks);
-  bool someoneReported = false;
+  // A rank that printed its own error line explains the failure (its
+  // record may be on another host, or overwritten when the launcher ended
+  // the ranks that were still finishing).
+  bool someoneReported = report.rankReported;
   for (size_t r = 0; r < ranks; ++r) {
     Record &rec = records[r];
     rec.path = statusDir + "/rank-" + std::to_string(r) + ".status";
@@ -520,7 +524,7 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     rc = kWatchdogStatus;
   } else if (!statusDir.empty() && rc != 0) {
     reportSilentRanks(statusDir.str().str(), plan.hostOfRank, bins.size(),
-                      report.deaths);
+                      report);
     // A rank killed by a signal: 128 + the signal, whatever the launcher
     // made of it (OpenMPI returns the signal number, or 205, on other hosts).
     for (const RankDeath &d : report.deaths)
