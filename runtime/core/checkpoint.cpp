@@ -29,6 +29,21 @@ std::string shapeString(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
+/// `text` into `path`, atomically (temporary name, fsync, rename).
+void writeTextAtomic(const std::string &path, const std::string &text) {
+  std::string error;
+  if (!safetensors::writeFileAtomic(
+          path,
+          [&](std::FILE *f, std::string &why) {
+            if (std::fwrite(text.data(), 1, text.size(), f) == text.size())
+              return true;
+            why = "short write";
+            return false;
+          },
+          error))
+    throw RtError("checkpoint: " + error);
+}
+
 } // namespace
 
 void loadWeights(const StageDesc &desc, const std::string &path, char *arena) {
@@ -155,17 +170,7 @@ void writeCheckpointManifest(const std::string &dir, int64_t step,
   std::string path = (std::filesystem::path(dir) /
                       checkpointFolderName(step) / "checkpoint.json")
                          .string();
-  std::string error;
-  if (!safetensors::writeFileAtomic(
-          path,
-          [&](std::FILE *f, std::string &why) {
-            if (std::fwrite(text.data(), 1, text.size(), f) == text.size())
-              return true;
-            why = "short write";
-            return false;
-          },
-          error))
-    throw RtError("checkpoint: " + error);
+  writeTextAtomic(path, text);
 }
 
 void verifyStageCheckpoint(const std::string &dir, int64_t step,
@@ -213,20 +218,8 @@ void verifyStageCheckpoint(const std::string &dir, int64_t step,
 }
 
 void writeLatest(const std::string &dir, int64_t step) {
-  std::string text = checkpointFolderName(step) + "\n";
-  std::string path = (std::filesystem::path(dir) / "latest").string();
-  std::string error;
-  bool ok = safetensors::writeFileAtomic(
-      path,
-      [&](std::FILE *f, std::string &why) {
-        if (std::fwrite(text.data(), 1, text.size(), f) == text.size())
-          return true;
-        why = "short write";
-        return false;
-      },
-      error);
-  if (!ok)
-    throw RtError("checkpoint: " + error);
+  writeTextAtomic((std::filesystem::path(dir) / "latest").string(),
+                  checkpointFolderName(step) + "\n");
 }
 
 int64_t readLatest(const std::string &dir) {

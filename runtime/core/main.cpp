@@ -34,6 +34,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <optional>
 #include <dlfcn.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -376,6 +377,24 @@ int64_t resumeStep(pipec_ctx &ctx, char *arena, bool reports) {
   return first;
 }
 
+/// Every rank resumes from the same step (each machine has its own
+/// `latest`); throws on every rank otherwise. Collective.
+void checkSameResumeStep(const pipec_ctx &ctx, int64_t first) {
+  int64_t lowest = first, highest = first;
+  mpiCheck(MPI_Allreduce(&first, &lowest, 1, MPI_INT64_T, MPI_MIN,
+                         MPI_COMM_WORLD),
+           "MPI_Allreduce of the resume step");
+  mpiCheck(MPI_Allreduce(&first, &highest, 1, MPI_INT64_T, MPI_MAX,
+                         MPI_COMM_WORLD),
+           "MPI_Allreduce of the resume step");
+  if (lowest != highest)
+    throw RtError("cannot resume: the machines' latest checkpoints differ "
+                  "(steps " + std::to_string(lowest) + " to " +
+                  std::to_string(highest) + " in " +
+                  ctx.options.checkpointDir +
+                  "); point every machine's latest at one step");
+}
+
 using MetricsFile = std::unique_ptr<std::FILE, int (*)(std::FILE *)>;
 
 /// metrics.jsonl on the reporting rank (kept up to `first` on --resume).
@@ -619,13 +638,10 @@ void finish(pipec_ctx &ctx, int alreadyInitialised, RankState state) {
     MPI_Finalize();
 }
 
-int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
-  ErrorLocation &loc = errorLocation();
-  if (!meta || !program)
-    throw RtError("pipec_rt_main called without a stage description or "
-                  "program");
-  auto ctxOwner = std::make_unique<pipec_ctx>();
-  pipec_ctx &ctx = *ctxOwner;
+/// The compiled-in stage description and the command line; a value when
+/// the process ends here (usage error 2, --help 0).
+std::optional<int> readDescriptionAndOptions(pipec_ctx &ctx, int argc,
+                                             char **argv, const char *meta) {
   try {
     ctx.desc = parseStageDesc(meta);
   } catch (const RtError &e) {
@@ -633,8 +649,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
                               "binary: ") +
                   e.what());
   }
-  const StageDesc &desc = ctx.desc;
-  loc.stage = desc.stage;
+  errorLocation().stage = ctx.desc.stage;
   const char *argv0 = argc > 0 ? argv[0] : nullptr;
   try {
     ctx.options = parseOptions(argc, argv);
@@ -643,12 +658,26 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
                  usageText(argv0).c_str());
     return 2;
   }
-  Options &o = ctx.options;
-  if (o.help) {
+  if (ctx.options.help) {
     std::printf("%s", usageText(argv0).c_str());
     return 0;
   }
-  resolveDefaultPaths(o, argv0);
+  resolveDefaultPaths(ctx.options, argv0);
+  return std::nullopt;
+}
+
+int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
+  ErrorLocation &loc = errorLocation();
+  if (!meta || !program)
+    throw RtError("pipec_rt_main called without a stage description or "
+                  "program");
+  auto ctxOwner = std::make_unique<pipec_ctx>();
+  pipec_ctx &ctx = *ctxOwner;
+  if (std::optional<int> early = readDescriptionAndOptions(ctx, argc, argv,
+                                                           meta))
+    return *early;
+  const StageDesc &desc = ctx.desc;
+  Options &o = ctx.options;
 
   int alreadyInitialised = 0;
   startMpi(ctx, argc, argv, alreadyInitialised);
@@ -675,18 +704,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   // Every machine resumes from the same step, and only then is anything
   // written (metrics kept up to that step).
   agreeOnStartup(ctx, [&] {
-    int64_t lowest = first, highest = first;
-    mpiCheck(MPI_Allreduce(&first, &lowest, 1, MPI_INT64_T, MPI_MIN,
-                           MPI_COMM_WORLD),
-             "MPI_Allreduce of the resume step");
-    mpiCheck(MPI_Allreduce(&first, &highest, 1, MPI_INT64_T, MPI_MAX,
-                           MPI_COMM_WORLD),
-             "MPI_Allreduce of the resume step");
-    if (lowest != highest)
-      throw RtError("cannot resume: the machines' latest checkpoints differ "
-                    "(steps " + std::to_string(lowest) + " to " +
-                    std::to_string(highest) + " in " + o.checkpointDir +
-                    "); point every machine's latest at one step");
+    checkSameResumeStep(ctx, first);
     metrics = openMetrics(o, reports, first);
   });
   if (!o.profileOut.empty())

@@ -181,6 +181,8 @@ extern "C" void pipec_rt_span_end(pipec_ctx *ctx, int64_t kind) {
 }
 
 extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {
+  watchdogProgress(); // every layer op: only one op longer than the
+                      // watchdog's limit looks like a hang
   if (!ctx || !ctx->profiler.enabled())
     return;
   guarded([&] { ctx->profiler.begin(op, phase); });

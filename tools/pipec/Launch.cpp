@@ -294,8 +294,11 @@ bool isDashes(const std::string &line) {
          line.find_first_not_of('-') == std::string::npos;
 }
 
-/// Error-log lines an abort leaves behind (show_help racing the teardown).
+/// Error-log lines an abort leaves behind (show_help racing the teardown;
+/// the rsh launcher's setpgid on a daemon that already ended).
 bool isAbortLogLine(const std::string &line) {
+  if (line.find("plm:rsh: Warning: setpgid(") != std::string::npos)
+    return true;
   return line.find("ORTE_ERROR_LOG") != std::string::npos &&
          (line.find("show_help") != std::string::npos ||
           line.find("Data unpack would read past end of buffer") !=

@@ -284,11 +284,8 @@ bool mergeTraces(const std::string &path, size_t ranks, std::string &error) {
   return true;
 }
 
-} // namespace
-
-int pipec::driver::runTrain(const std::vector<std::string> &argv,
-                            const char *argv0) {
-  Args a("train", argv);
+/// The options of `pipec train` (and pipec-run).
+void declareTrainOptions(Args &a) {
   a.positional("OUT", "a folder written by `pipec compile`")
       .opt("--steps", "training steps (with --resume: the step to reach)", "10")
       .opt("--lr", "SGD learning rate", "0.01")
@@ -331,28 +328,13 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
                           "receiving each message where it is used")
       .flag("--dry-run", "print the launcher's command instead of running it")
       .flag("--quiet", "no per-step lines");
-  if (!a.parse())
-    return a.helpShown ? 0 : 2;
-  if (a.positionals().size() != 1)
-    return fail("train", "expected the OUT folder of `pipec compile`", 2);
-  std::string out = absolute(a.positionals()[0]);
-  std::string manifest = out + "/manifest.json";
-  std::vector<std::string> bins;
-  std::string error;
-  bool replicated = false;
-  if (!readStages(manifest, bins, error, replicated))
-    return fail("train", error);
-  if (a.has("--vertical-sync") && replicated)
-    return fail("train", "--vertical-sync is not defined for replicated "
-                         "stages: a replicated stage updates once per round "
-                         "of its replicas' minibatches, so the version "
-                         "numbers of its stages differ",
-                2);
-  int64_t steps, every, seed;
-  double lr;
-  if (!a.getInt("--steps", steps, 1) || !a.getDouble("--lr", lr) ||
-      !a.getInt("--checkpoint-every", every, 0) || !a.getInt("--seed", seed, 0))
-    return 2;
+}
+
+/// The arguments every stage executable gets (paths made absolute).
+std::vector<std::string> stageArguments(const Args &a,
+                                        const std::string &manifest,
+                                        int64_t steps, int64_t every,
+                                        int64_t seed) {
   std::vector<std::string> stageArgs = {
       "--manifest", manifest, "--steps", std::to_string(steps), "--lr",
       a.get("--lr"), "--seed", std::to_string(seed), "--checkpoint-every",
@@ -392,111 +374,85 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   if (a.has("--quiet"))
     stageArgs.push_back("--quiet");
   pass("--watchdog-s", false);
-  LaunchPlan plan;
-  plan.bins = bins;
-  plan.stageArgs = stageArgs;
-  plan.exportEnv = exportedEnv();
-  if (a.has("--hostfile") && a.has("--hosts"))
-    return fail("train", "give --hostfile or --hosts, not both", 2);
+  return stageArgs;
+}
+
+/// Where the ranks go and what the launcher gets besides (hosts, slots,
+/// --launcher-args). False with `error` (a usage error).
+bool planLaunch(const Args &a, LaunchPlan &plan, std::string &error) {
+  if (a.has("--hostfile") && a.has("--hosts")) {
+    error = "give --hostfile or --hosts, not both";
+    return false;
+  }
   if ((a.has("--hostfile") &&
        !readHostfile(absolute(a.get("--hostfile")), plan.hosts, error)) ||
       (a.has("--hosts") && !parseHostList(a.get("--hosts"), plan.hosts, error)))
-    return fail("train", error, 2);
+    return false;
   if (!plan.hosts.empty() &&
-      !placeRanks(plan.hosts, bins.size(), plan.hostOfRank, error))
-    return fail("train", error, 2);
-  if (!splitWords(a.get("--launcher-args"), plan.launcherArgs, error))
-    return fail("train", "--launcher-args: " + error, 2);
-  const std::string launcherKind = a.get("--launcher");
-  if (launcherKind != "mpirun" && launcherKind != "srun")
-    return fail("train", "--launcher must be mpirun or srun, not '" +
-                             launcherKind + "'", 2);
-  const bool useSrun = launcherKind == "srun";
-  std::string launcher = findLauncher(
-      useSrun ? std::string("srun") : a.get("--mpirun"), error);
-  if (launcher.empty() && !a.has("--dry-run"))
-    return fail("train", error);
-  if (launcher.empty())
-    launcher = useSrun ? "srun" : a.get("--mpirun");
-  // srun: the tasks' programs in a --multi-prog file, their hosts (when
-  // placed) in SLURM_HOSTFILE, one line per task; both kept in OUT.
-  std::string srunConfig, srunHostfile;
-  auto buildCommand = [&](const LaunchPlan &p) {
-    if (!useSrun)
-      return mpirunCommand(launcher, p, geteuid() == 0);
-    return srunCommand(launcher, p, out + "/srun.multi-prog", srunConfig);
-  };
-  std::vector<std::string> cmd = buildCommand(plan);
-  if (useSrun && !plan.hostOfRank.empty())
-    srunHostfile = out + "/srun.hosts";
-  auto writeSrunFiles = [&]() -> bool {
-    if (!useSrun)
+      !placeRanks(plan.hosts, plan.bins.size(), plan.hostOfRank, error))
+    return false;
+  if (!splitWords(a.get("--launcher-args"), plan.launcherArgs, error)) {
+    error = "--launcher-args: " + error;
+    return false;
+  }
+  return true;
+}
+
+/// The launcher program and its files: mpirun's MPMD line, or srun with
+/// the tasks' programs in a --multi-prog file and (when placed) their hosts
+/// in SLURM_HOSTFILE, one line per task; both kept in OUT.
+struct Launcher {
+  bool srun = false;
+  std::string path, out, srunConfig, srunHostfile;
+
+  std::vector<std::string> command(const LaunchPlan &p) {
+    if (!srun)
+      return mpirunCommand(path, p, geteuid() == 0);
+    srunHostfile = p.hostOfRank.empty() ? "" : out + "/srun.hosts";
+    return srunCommand(path, p, out + "/srun.multi-prog", srunConfig);
+  }
+
+  bool writeFiles(const LaunchPlan &plan, std::string &error) {
+    if (!srun)
       return true;
     std::string hosts;
     for (const std::string &h : plan.hostOfRank)
       hosts += h + "\n";
-    for (auto [path, text] : {std::pair{out + "/srun.multi-prog", srunConfig},
+    for (auto [file, text] : {std::pair{out + "/srun.multi-prog", srunConfig},
                               std::pair{srunHostfile, hosts}}) {
-      if (path.empty())
+      if (file.empty())
         continue;
       std::error_code ec;
-      llvm::raw_fd_ostream os(path, ec);
+      llvm::raw_fd_ostream os(file, ec);
       if (!ec)
         os << text;
       if (ec || os.has_error()) {
-        error = "cannot write '" + path + "'";
+        error = "cannot write '" + file + "'";
         return false;
       }
     }
     if (!srunHostfile.empty())
       setenv("SLURM_HOSTFILE", srunHostfile.c_str(), 1);
     return true;
-  };
-  if (a.has("--dry-run")) {
-    if (!writeSrunFiles())
-      return fail("train", error);
+  }
+
+  /// The command as a shell line (--dry-run).
+  std::string line(const std::vector<std::string> &cmd) const {
+    std::string text;
     if (const char *threads = std::getenv("OPENBLAS_NUM_THREADS"))
-      llvm::outs() << "OPENBLAS_NUM_THREADS=" << threads << " ";
+      text += std::string("OPENBLAS_NUM_THREADS=") + threads + " ";
     if (!srunHostfile.empty())
-      llvm::outs() << "SLURM_HOSTFILE=" << shellQuote(srunHostfile) << " ";
+      text += "SLURM_HOSTFILE=" + shellQuote(srunHostfile) + " ";
     for (size_t i = 0; i < cmd.size(); ++i)
-      llvm::outs() << (i ? " " : "") << shellQuote(cmd[i]);
-    llvm::outs() << "\n";
-    return 0;
+      text += (i ? " " : "") + shellQuote(cmd[i]);
+    return text;
   }
-  (void)argv0;
-  // Each rank keeps a status record there (ranks on other hosts make the
-  // same folder on their own host), so that a rank that is killed or
-  // crashes can still be named with its stage and step afterwards.
-  llvm::SmallString<128> statusDir;
-  if (!llvm::sys::fs::createUniqueDirectory("pipec-status", statusDir)) {
-    LaunchPlan withStatus = plan;
-    withStatus.stageArgs.push_back("--status-dir");
-    withStatus.stageArgs.push_back(statusDir.str().str());
-    cmd = buildCommand(withStatus);
-  } else {
-    statusDir.clear();
-  }
-  if (!writeSrunFiles())
-    return fail("train", error);
-  // The ranks print their own error line; pass their exit status through
-  // (1 error, 2 usage, 3 non-finite loss, 4 a watchdog stopped the job; the
-  // launcher's code for a killed rank).
-  LauncherReport report;
-  int rc = runLauncher(cmd, &report);
-  // On this machine only: a launch that failed before any rank started
-  // (OpenMPI's launcher can fail to start its daemons on a loaded machine:
-  // "Returned value Error (-1) instead of ORTE_SUCCESS") ran nothing:
-  // launch once more. Usage errors (2) are not retried, nor a launch onto
-  // other hosts (an unreachable host is reported, not retried).
-  const bool started = statusDir.empty() ||
-                       anyRankStarted(statusDir.str().str(), bins.size());
-  if (rc != 0 && rc != 2 && !started && plan.hostOfRank.empty() && !useSrun) {
-    llvm::errs() << "pipec: note: mpirun failed before any rank started (exit "
-                 << rc << "); launching once more\n";
-    report = LauncherReport();
-    rc = runLauncher(cmd, &report);
-  }
+};
+
+/// After the job: one line for what ended it (a watchdog, a lost host, a
+/// rank that died), and the exit status pipec train returns.
+int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
+                  const std::string &statusDir) {
   // A watchdog stopped the job: one line for all the ranks that reported.
   if (!report.watchdog.empty()) {
     llvm::errs() << summarizeWatchdog(report.watchdog) << "\n";
@@ -523,7 +479,7 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     }
     rc = kWatchdogStatus;
   } else if (!statusDir.empty() && rc != 0) {
-    reportSilentRanks(statusDir.str().str(), plan.hostOfRank, bins.size(),
+    reportSilentRanks(statusDir, plan.hostOfRank, plan.bins.size(),
                       report);
     // A rank killed by a signal: 128 + the signal, whatever the launcher
     // made of it (OpenMPI returns the signal number, or 205, on other hosts).
@@ -533,6 +489,98 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
         break;
       }
   }
+  return rc;
+}
+
+} // namespace
+
+int pipec::driver::runTrain(const std::vector<std::string> &argv,
+                            const char *argv0) {
+  Args a("train", argv);
+  declareTrainOptions(a);
+  if (!a.parse())
+    return a.helpShown ? 0 : 2;
+  if (a.positionals().size() != 1)
+    return fail("train", "expected the OUT folder of `pipec compile`", 2);
+  std::string out = absolute(a.positionals()[0]);
+  std::string manifest = out + "/manifest.json";
+  std::vector<std::string> bins;
+  std::string error;
+  bool replicated = false;
+  if (!readStages(manifest, bins, error, replicated))
+    return fail("train", error);
+  if (a.has("--vertical-sync") && replicated)
+    return fail("train", "--vertical-sync is not defined for replicated "
+                         "stages: a replicated stage updates once per round "
+                         "of its replicas' minibatches, so the version "
+                         "numbers of its stages differ",
+                2);
+  int64_t steps, every, seed;
+  double lr;
+  if (!a.getInt("--steps", steps, 1) || !a.getDouble("--lr", lr) ||
+      !a.getInt("--checkpoint-every", every, 0) || !a.getInt("--seed", seed, 0))
+    return 2;
+  LaunchPlan plan;
+  plan.bins = bins;
+  plan.stageArgs = stageArguments(a, manifest, steps, every, seed);
+  plan.exportEnv = exportedEnv();
+  if (!planLaunch(a, plan, error))
+    return fail("train", error, 2);
+  Launcher launcher;
+  launcher.out = out;
+  const std::string launcherKind = a.get("--launcher");
+  if (launcherKind != "mpirun" && launcherKind != "srun")
+    return fail("train", "--launcher must be mpirun or srun, not '" +
+                             launcherKind + "'", 2);
+  launcher.srun = launcherKind == "srun";
+  const std::string wanted = launcher.srun ? "srun" : a.get("--mpirun");
+  launcher.path = findLauncher(wanted, error);
+  if (launcher.path.empty() && !a.has("--dry-run"))
+    return fail("train", error);
+  if (launcher.path.empty())
+    launcher.path = wanted;
+  std::vector<std::string> cmd = launcher.command(plan);
+  if (a.has("--dry-run")) {
+    if (!launcher.writeFiles(plan, error))
+      return fail("train", error);
+    llvm::outs() << launcher.line(cmd) << "\n";
+    return 0;
+  }
+  (void)argv0;
+  // Each rank keeps a status record there (ranks on other hosts make the
+  // same folder on their own host), so that a rank that is killed or
+  // crashes can still be named with its stage and step afterwards.
+  llvm::SmallString<128> statusDir;
+  if (!llvm::sys::fs::createUniqueDirectory("pipec-status", statusDir)) {
+    LaunchPlan withStatus = plan;
+    withStatus.stageArgs.push_back("--status-dir");
+    withStatus.stageArgs.push_back(statusDir.str().str());
+    cmd = launcher.command(withStatus);
+  } else {
+    statusDir.clear();
+  }
+  if (!launcher.writeFiles(plan, error))
+    return fail("train", error);
+  // The ranks print their own error line; pass their exit status through
+  // (1 error, 2 usage, 3 non-finite loss, 4 a watchdog stopped the job; the
+  // launcher's code for a killed rank).
+  LauncherReport report;
+  int rc = runLauncher(cmd, &report);
+  // On this machine only: a launch that failed before any rank started
+  // (OpenMPI's launcher can fail to start its daemons on a loaded machine:
+  // "Returned value Error (-1) instead of ORTE_SUCCESS") ran nothing:
+  // launch once more. Usage errors (2) are not retried, nor a launch onto
+  // other hosts (an unreachable host is reported, not retried).
+  const bool started = statusDir.empty() ||
+                       anyRankStarted(statusDir.str().str(), bins.size());
+  if (rc != 0 && rc != 2 && !started && plan.hostOfRank.empty() &&
+      !launcher.srun) {
+    llvm::errs() << "pipec: note: mpirun failed before any rank started (exit "
+                 << rc << "); launching once more\n";
+    report = LauncherReport();
+    rc = runLauncher(cmd, &report);
+  }
+  rc = reportOutcome(rc, report, plan, statusDir.str().str());
   if (!statusDir.empty())
     llvm::sys::fs::remove_directories(statusDir);
   if (rc == 0 && a.has("--trace")) {
