@@ -48,6 +48,7 @@ bool splitWords(const std::string &text, std::vector<std::string> &words,
 /// What the launcher runs: one binary per rank with the same arguments.
 struct LaunchPlan {
   std::vector<std::string> bins;      ///< in rank order
+  std::vector<int> stageOfRank;       ///< the stage each rank runs
   std::vector<std::string> stageArgs; ///< appended to every binary
   std::vector<HostSlots> hosts;       ///< empty: this machine only
   std::vector<std::string> hostOfRank; ///< from placeRanks, or empty

@@ -49,7 +49,8 @@ std::string absolute(const std::string &path) {
 /// Stage binaries of a build folder, from its manifest, and whether some
 /// stage has several replicas.
 bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
-                std::string &error, bool &replicated) {
+                std::vector<int> &stageOfRank, std::string &error,
+                bool &replicated) {
   replicated = false;
   auto buffer = llvm::MemoryBuffer::getFile(manifestPath);
   if (!buffer) {
@@ -69,6 +70,7 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
   // Binaries in MPI rank order: each stage lists its replicas' ranks and,
   // when it has several, one binary per replica ("binaries").
   std::map<int64_t, std::string> byRank;
+  std::map<int64_t, int> stageOfByRank;
   for (const pipec::formats::ManifestStage &s : manifest.stages) {
     if ((s.binary.empty() && s.binaries.empty()) || s.ranks.empty() ||
         (!s.binaries.empty() && s.binaries.size() != s.ranks.size())) {
@@ -91,6 +93,7 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
         return false;
       }
       byRank[rank] = path;
+      stageOfByRank[rank] = int(s.stage);
     }
   }
   int64_t expect = 0;
@@ -101,6 +104,7 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
       return false;
     }
     bins.push_back(path);
+    stageOfRank.push_back(stageOfByRank[rank]);
   }
   return true;
 }
@@ -145,7 +149,8 @@ bool anyRankStarted(const std::string &statusDir, size_t ranks) {
 /// (a record is created, then filled) and are not blamed.
 void reportSilentRanks(const std::string &statusDir,
                        const std::vector<std::string> &hostOfRank,
-                       size_t ranks, const LauncherReport &report) {
+                       const std::vector<int> &stageOfRank, size_t ranks,
+                       const LauncherReport &report) {
   const std::vector<RankDeath> &deaths = report.deaths;
   struct Record {
     bool complete = false;
@@ -184,8 +189,12 @@ void reportSilentRanks(const std::string &statusDir,
         records[size_t(d.rank)].complete ||
         !seenDead.insert(size_t(d.rank)).second)
       continue;
-    llvm::errs() << "pipec: error: rank " << d.rank << " on " << d.host
-                 << " died without a report (" << d.how
+    llvm::errs() << "pipec: error: rank " << d.rank
+                 << (size_t(d.rank) < stageOfRank.size()
+                         ? " (stage " + std::to_string(stageOfRank[d.rank]) +
+                               ")"
+                         : std::string())
+                 << " on " << d.host << " died without a report (" << d.how
                  << "); the job was stopped\n";
     someoneReported = true;
   }
@@ -479,7 +488,8 @@ int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
     }
     rc = kWatchdogStatus;
   } else if (!statusDir.empty() && rc != 0) {
-    reportSilentRanks(statusDir, plan.hostOfRank, plan.bins.size(),
+    reportSilentRanks(statusDir, plan.hostOfRank, plan.stageOfRank,
+                      plan.bins.size(),
                       report);
     // A rank killed by a signal: 128 + the signal, whatever the launcher
     // made of it (OpenMPI returns the signal number, or 205, on other hosts).
@@ -505,9 +515,10 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   std::string out = absolute(a.positionals()[0]);
   std::string manifest = out + "/manifest.json";
   std::vector<std::string> bins;
+  std::vector<int> stageOfRank;
   std::string error;
   bool replicated = false;
-  if (!readStages(manifest, bins, error, replicated))
+  if (!readStages(manifest, bins, stageOfRank, error, replicated))
     return fail("train", error);
   if (a.has("--vertical-sync") && replicated)
     return fail("train", "--vertical-sync is not defined for replicated "
@@ -522,6 +533,7 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     return 2;
   LaunchPlan plan;
   plan.bins = bins;
+  plan.stageOfRank = stageOfRank;
   plan.stageArgs = stageArguments(a, manifest, steps, every, seed);
   plan.exportEnv = exportedEnv();
   if (!planLaunch(a, plan, error))
