@@ -11,8 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -46,22 +48,25 @@ void writeTextAtomic(const std::string &path, const std::string &text) {
 
 } // namespace
 
-void loadWeights(const StageDesc &desc, const std::string &path, char *arena) {
-  if (desc.weights.empty())
-    return;
-  if (path.empty())
-    throw RtError("the manifest names no weights file for stage " +
-                  std::to_string(desc.stage) + ", which has " +
-                  std::to_string(desc.weights.size()) + " weights");
-  safetensors::File file;
+namespace {
+
+/// Copies the stage's weights from `files` (each weight from the first
+/// file that has it) into the arena, checking dtype (F32/F64, converted)
+/// and shape; `where` names the files in errors.
+void loadWeightsFrom(const StageDesc &desc,
+                     std::vector<safetensors::File> &files,
+                     const std::vector<std::string> &paths,
+                     const std::string &where, char *arena) {
   std::string error;
-  if (!file.open(path, error))
-    throw RtError(error);
   for (const WeightSpec &w : desc.weights) {
-    const safetensors::TensorInfo *t = file.find(w.name);
+    const safetensors::TensorInfo *t = nullptr;
+    size_t k = 0;
+    for (; k < files.size() && !t; ++k)
+      t = files[k].find(w.name);
     if (!t)
-      throw RtError("weights file '" + path + "' has no tensor '" + w.name +
-                    "'");
+      throw RtError(where + " has no tensor '" + w.name + "'");
+    safetensors::File &file = files[k - 1];
+    const std::string &path = paths[k - 1];
     const std::string want = desc.isF64() ? "F64" : "F32";
     if ((t->dtype != "F32" && t->dtype != "F64") || t->shape != w.shape)
       throw RtError("weights file '" + path + "': tensor '" + w.name + "' is " +
@@ -93,6 +98,71 @@ void loadWeights(const StageDesc &desc, const std::string &path, char *arena) {
       }
     }
   }
+}
+
+} // namespace
+
+void loadWeights(const StageDesc &desc, const std::string &path, char *arena) {
+  if (desc.weights.empty())
+    return;
+  if (path.empty())
+    throw RtError("the manifest names no weights file for stage " +
+                  std::to_string(desc.stage) + ", which has " +
+                  std::to_string(desc.weights.size()) + " weights");
+  std::vector<safetensors::File> files(1);
+  std::string error;
+  if (!files[0].open(path, error))
+    throw RtError(error);
+  loadWeightsFrom(desc, files, {path}, "weights file '" + path + "'", arena);
+}
+
+int64_t loadCheckpointOfAnotherPlan(const std::string &from,
+                                    const StageDesc &desc, char *arena) {
+  namespace fs = std::filesystem;
+  fs::path folder = from;
+  // A checkpoints folder: the step its `latest` names.
+  if (fs::exists(folder / "latest"))
+    folder /= checkpointFolderName(readLatest(folder.string()));
+  std::vector<std::string> paths;
+  std::error_code ec;
+  for (const fs::directory_entry &e : fs::directory_iterator(folder, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("stage", 0) == 0 && e.path().extension() == ".safetensors")
+      paths.push_back(e.path().string());
+  }
+  if (ec || paths.empty())
+    throw RtError("cannot resume from '" + folder.string() +
+                  "': no stage files there (a checkpoint step folder, or a "
+                  "checkpoints folder with `latest`)");
+  std::sort(paths.begin(), paths.end());
+  std::vector<safetensors::File> files(paths.size());
+  int64_t step = -1;
+  std::string error;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (!files[i].open(paths[i], error))
+      throw RtError("cannot resume: " + error);
+    std::string format, stepText;
+    for (const auto &[k, v] : files[i].metadata()) {
+      if (k == "format")
+        format = v;
+      if (k == "step")
+        stepText = v;
+    }
+    if (format != "pipec.checkpoint/1")
+      throw RtError("cannot resume: '" + paths[i] +
+                    "' is not a pipec checkpoint (format '" + format + "')");
+    int64_t s = std::atoll(stepText.c_str());
+    if (step >= 0 && s != step)
+      throw RtError("cannot resume: the stage files in '" + folder.string() +
+                    "' are of different steps (" + std::to_string(step) +
+                    " and " + std::to_string(s) + ")");
+    step = s;
+  }
+  loadWeightsFrom(desc, files, paths,
+                  "checkpoint '" + folder.string() +
+                      "' (another model, or trained with another optimizer?)",
+                  arena);
+  return step;
 }
 
 std::string checkpointFolderName(int64_t step) {

@@ -30,6 +30,14 @@ namespace rt {
 /// of the file that the stage does not use are ignored.
 void loadWeights(const StageDesc &desc, const std::string &path, char *arena);
 
+/// Loads this stage's weights (and optimizer state) by name from the stage
+/// files of a checkpoint written by another build of the same model (other
+/// stage count, schedule or replicas): `from` is a step folder, or a
+/// checkpoints folder whose `latest` names one. Returns its step. Throws
+/// RtError naming a tensor the checkpoint lacks or holds in another shape.
+int64_t loadCheckpointOfAnotherPlan(const std::string &from,
+                                    const StageDesc &desc, char *arena);
+
 /// "step-000042" for step 42 (the number of completed steps).
 std::string checkpointFolderName(int64_t step);
 

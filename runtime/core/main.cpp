@@ -347,7 +347,7 @@ void setUpWeightVersions(pipec_ctx &ctx) {
 /// into `arena`; 0 without --resume.
 int64_t resumeStep(pipec_ctx &ctx, char *arena, bool reports) {
   const Options &o = ctx.options;
-  if (!o.resume)
+  if (!o.resume && o.resumeFrom.empty())
     return 0;
   if (ctx.continuous)
     throw RtError("--resume is supported for the synchronous schedules "
@@ -356,21 +356,31 @@ int64_t resumeStep(pipec_ctx &ctx, char *arena, bool reports) {
                   " checkpoint holds the live weights while microbatches "
                   "are in flight, so a resumed run would not equal an "
                   "uninterrupted one");
-  int64_t first = readLatest(o.checkpointDir);
+  const bool otherPlan = !o.resumeFrom.empty();
+  int64_t first = otherPlan
+                      ? loadCheckpointOfAnotherPlan(o.resumeFrom, ctx.desc,
+                                                    arena)
+                      : readLatest(o.checkpointDir);
   if (first >= o.steps)
-    throw RtError("cannot resume: the latest checkpoint in '" +
-                  o.checkpointDir + "' is at step " + std::to_string(first) +
-                  " and --steps " + std::to_string(o.steps) +
+    throw RtError("cannot resume: the checkpoint in '" +
+                  (otherPlan ? o.resumeFrom : o.checkpointDir) +
+                  "' is at step " + std::to_string(first) + " and --steps " +
+                  std::to_string(o.steps) +
                   " asks for no more (--steps is the step to reach)");
-  verifyStageCheckpoint(o.checkpointDir, first, ctx.desc);
-  loadStageCheckpoint(o.checkpointDir, first, ctx.desc, arena);
+  if (!otherPlan) {
+    verifyStageCheckpoint(o.checkpointDir, first, ctx.desc);
+    loadStageCheckpoint(o.checkpointDir, first, ctx.desc, arena);
+  }
   ctx.versions.resumeAt(first);
   if (reports && !o.quiet) {
     std::printf(
         "resuming from %s (step %lld of %lld)\n",
-        (std::filesystem::path(o.checkpointDir) / checkpointFolderName(first))
-            .string()
-            .c_str(),
+        otherPlan
+            ? o.resumeFrom.c_str()
+            : (std::filesystem::path(o.checkpointDir) /
+               checkpointFolderName(first))
+                  .string()
+                  .c_str(),
         static_cast<long long>(first), static_cast<long long>(o.steps));
     std::fflush(stdout);
   }
@@ -716,10 +726,12 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   startRankWatchdog(ctx);
 
   std::string lastCheckpoint =
-      o.resume ? (std::filesystem::path(o.checkpointDir) /
-                  checkpointFolderName(first))
-                     .string()
-               : "none";
+      !o.resumeFrom.empty()
+          ? o.resumeFrom
+          : o.resume ? (std::filesystem::path(o.checkpointDir) /
+                        checkpointFolderName(first))
+                           .string()
+                     : "none";
   double lastLoss = 0, laterWall = 0;
   using Clock = std::chrono::steady_clock;
   if (ctx.timeline.enabled()) {

@@ -85,8 +85,10 @@ std::string usageText(const char *argv0) {
          "[--checkpoint-dir DIR]\n"
          "       [--checkpoint-every N] [--profile-out PATH] "
          "[--profile-warmup N] [--status-dir DIR]\n"
-         "       [--trace PATH] [--summary-out PATH] [--resume] [--no-weight-stashing] "
-         "[--vertical-sync] [--prefetch] [--quiet] [--watchdog-s S]\n"
+         "       [--trace PATH] [--summary-out PATH] [--resume] "
+         "[--resume-from DIR]\n"
+         "       [--no-weight-stashing] [--vertical-sync] [--prefetch] "
+         "[--quiet] [--watchdog-s S]\n"
          "  --manifest PATH        the build's manifest (default: "
          "manifest.json "
          "beside the executable)\n"
@@ -115,6 +117,10 @@ std::string usageText(const char *argv0) {
          "summary (JSON)\n"
          "  --resume               continue from the checkpoint named by "
          "<checkpoint-dir>/latest\n"
+         "  --resume-from DIR      continue from a checkpoint of another "
+         "build of the model (a step\n"
+         "                         folder, or a checkpoints folder with "
+         "latest)\n"
          "  --no-weight-stashing   1f1b only: backwards read the live weights "
          "(the ablation\n"
          "                         PipeDream compares against; not a valid "
@@ -194,6 +200,8 @@ Options parseOptions(int argc, char **argv) {
       o.summaryOut = needPath();
     else if (flag == "--resume")
       noValue(), o.resume = true;
+    else if (flag == "--resume-from")
+      o.resumeFrom = needPath();
     else if (flag == "--no-weight-stashing")
       noValue(), o.noWeightStashing = true;
     else if (flag == "--prefetch")
@@ -212,6 +220,8 @@ Options parseOptions(int argc, char **argv) {
     else
       throw UsageError("unknown flag '" + arg + "'");
   }
+  if (o.resume && !o.resumeFrom.empty())
+    throw UsageError("give --resume or --resume-from, not both");
   return o;
 }
 

@@ -54,6 +54,10 @@ struct Options {
   /// step `steps` (synchronous schedules: bit-identical to an
   /// uninterrupted run).
   bool resume = false;
+  /// Continue from a checkpoint of another build of the same model (a step
+  /// folder, or a checkpoints folder with `latest`): weights and optimizer
+  /// state by name, the step count from the checkpoint.
+  std::string resumeFrom;
   /// PipeDream ablation: 1f1b backwards read the live weights.
   bool noWeightStashing = false;
   /// Post the step's receives at its start (synchronous schedules).

@@ -485,6 +485,61 @@ def main():
         problems, line, _, _ = check_failure(cmd, facts, only_error_line=True)
         R.report(f"train {case}", problems, line)
 
+    # --resume-from a checkpoint of another plan of the same model: 4 stages
+    # for 2 steps, 2 stages to step 4, 3 stages with replicas 2,1,1 to step
+    # 6, against 6 uninterrupted steps on 1 stage (float32 summation order
+    # differs between plans: 1e-6).
+    plans = {"plan4": ["--stages", "4"], "plan2": ["--stages", "2"],
+             "plan3r": ["--stages", "3", "--replicas", "2,1,1"], "plan1": ["--stages", "1"],
+             "plan2mom": ["--stages", "2", "--optimizer", "momentum"]}
+    problems = []
+    for name, cargs in plans.items():
+        rc, out, _ = run([pipec, "compile", p("mlp.onnx"), "--microbatches", "4", "--quiet",
+                          "-o", p(name)] + cargs, timeout=300)
+        if rc != 0:
+            problems.append(f"compile {name}: exit {rc}: {short(out)}")
+    data = ["--inputs", xs, "--labels", ys, "--lr", "0.05", "--quiet"]
+    if not problems:
+        legs = [(p("plan1"), ["--steps", "6"]), (p("plan4"), ["--steps", "2"]),
+                (p("plan2"), ["--steps", "4", "--resume-from", os.path.join(p("plan4"), "checkpoints")]),
+                (p("plan3r"), ["--steps", "6", "--resume-from",
+                               os.path.join(p("plan2"), "checkpoints", "step-000004")])]
+        for build, targs in legs:
+            rc, out, _ = run([pipec, "train", build] + data + targs)
+            if rc != 0:
+                problems.append(f"train {os.path.basename(build)}: exit {rc}: {short(out)}")
+    if not problems:
+        def losses_of(build):
+            with open(os.path.join(build, "metrics.jsonl")) as f:
+                return [(j["step"], j["loss"]) for j in map(json.loads, f)]
+        want = losses_of(p("plan1"))
+        got = losses_of(p("plan4")) + losses_of(p("plan2")) + losses_of(p("plan3r"))
+        if [s for s, _ in got] != [1, 2, 3, 4, 5, 6]:
+            problems.append(f"steps {[s for s, _ in got]}")
+        for (s, a), (_, b) in zip(got, want):
+            if abs(a - b) > 1e-6 * abs(b):
+                problems.append(f"step {s}: loss {a} vs uninterrupted {b}")
+        final = {}
+        for stage in range(3):
+            final.update(read_safetensors(os.path.join(
+                p("plan3r"), "checkpoints", "step-000006", f"stage{stage}.safetensors"))[0])
+        ref = read_safetensors(os.path.join(p("plan1"), "checkpoints", "step-000006",
+                                            "stage0.safetensors"))[0]
+        for k, v in ref.items():
+            if k not in final or not np.allclose(final[k], v, rtol=1e-5, atol=1e-6):
+                problems.append(f"weight {k} differs from the uninterrupted run")
+    R.report("train resume-from-another-plan", problems,
+             "4 stages -> 2 stages -> 3 stages (replicas 2,1,1) == 6 steps on 1 stage")
+    # Another optimizer: its state is not in the checkpoint; refused by name.
+    if os.path.isdir(os.path.join(p("plan4"), "checkpoints")):
+        problems, line, _, _ = check_failure(
+            [pipec, "train", p("plan2mom")] + data +
+            ["--steps", "4", "--resume-from", os.path.join(p("plan4"), "checkpoints")],
+            [r"cannot|no tensor", r"momentum"], only_error_line=True)
+        if os.path.exists(os.path.join(p("plan2mom"), "checkpoints")):
+            problems.append("the refused run wrote checkpoints")
+        R.report("train resume-from-other-optimizer", problems, line)
+
     # Reference for the NaN cases: one clean step.
     rc, out, _ = run(train(A, "--steps", "1", "--inputs", xs, "--labels", ys, tag="one-step"))
     clean1 = None

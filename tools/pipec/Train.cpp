@@ -325,6 +325,10 @@ void declareTrainOptions(Args &a) {
                            "seconds (or 4x its longest step) stops the job "
                            "naming what it waits for; 0: off (default 20: the job ends "
                            "within about 30 s)")
+      .opt("--resume-from", "continue from a checkpoint of another build "
+                            "of the same model (other stages, schedule, "
+                            "replicas): a step folder, or a checkpoints "
+                            "folder with `latest`")
       .flag("--resume", "continue from the latest checkpoint up to step "
                         "--steps (synchronous schedules: bit-identical to an "
                         "uninterrupted run)")
@@ -367,6 +371,7 @@ std::vector<std::string> stageArguments(const Args &a,
   pass("--metrics", true);
   pass("--profile-out", true);
   pass("--summary-out", true);
+  pass("--resume-from", true);
   if (a.has("--trace")) {
     // Each rank writes OUT.rank{R}.json; merged into OUT after the run.
     stageArgs.push_back("--trace");
@@ -526,6 +531,8 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
                          "of its replicas' minibatches, so the version "
                          "numbers of its stages differ",
                 2);
+  if (a.has("--resume") && a.has("--resume-from"))
+    return fail("train", "give --resume or --resume-from, not both", 2);
   int64_t steps, every, seed;
   double lr;
   if (!a.getInt("--steps", steps, 1) || !a.getDouble("--lr", lr) ||
