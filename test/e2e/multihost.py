@@ -300,6 +300,18 @@ def run_tests(pipec, work, args):
             problems.append("something ran")
         R.report("too few slots refused", problems, errs[0] if errs else "")
 
+        # A host that cannot be reached at start-up: reported as such, once
+        # (no second launch, no blame on ranks that never started).
+        fresh_copies()
+        rc, out, _ = train("--hosts", f"{h.addrs[0]}:2,{h.addrs[1]},10.213.250.9")
+        errs = error_lines(out)
+        problems = [] if rc not in (0, None) else [f"exit {rc}"]
+        if len(errs) != 1 or "could not start its daemon" not in errs[0]:
+            problems.append(f"error lines {errs}")
+        if "launching once more" in out or "died" in out:
+            problems.append(f"relaunched or blamed ranks: {out[-300:]!r}")
+        R.report("unreachable host at start-up: one line", problems, errs[0] if errs else "")
+
         # A start-up refusal on another host: the labels file only on host 0.
         fresh_copies()
         for i in range(1, h.n):

@@ -406,6 +406,13 @@ private:
       }
       return false;
     }
+    // Daemons that did not start: pipec train says so in one line (the
+    // launcher's own message about the host, e.g. ssh's, is above it).
+    if (report && text.find("ORTE was unable to reliably start one or more "
+                            "daemons") != std::string::npos) {
+      report->daemonsFailed = true;
+      return true;
+    }
     // A rank's death: recorded (line()), reported by pipec train.
     if (report && text.find("mpirun noticed that process rank ") !=
                       std::string::npos)

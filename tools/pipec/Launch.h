@@ -96,6 +96,9 @@ struct LauncherReport {
   /// The ranks' watchdog lines (runtime core/watchdog.h), held back from
   /// the output: summarizeWatchdog makes one line of them.
   std::vector<std::string> watchdog;
+  /// OpenMPI could not start its daemon on some host (unreachable, no such
+  /// host, no MPI there): no rank started.
+  bool daemonsFailed = false;
   /// Some rank printed its own error line (pipec-rt: error: ...).
   bool rankReported = false;
   /// The launcher had not ended the job `graceSeconds` after a watchdog

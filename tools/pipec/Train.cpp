@@ -467,6 +467,13 @@ struct Launcher {
 /// rank that died), and the exit status pipec train returns.
 int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
                   const std::string &statusDir) {
+  if (report.daemonsFailed) {
+    llvm::errs() << "pipec: error: the launcher could not start its daemon on "
+                    "every host (the line above names the host: unreachable, "
+                    "unknown, or without MPI); no rank started and nothing "
+                    "was written\n";
+    return rc == 0 ? 1 : rc;
+  }
   // A watchdog stopped the job: one line for all the ranks that reported.
   if (!report.watchdog.empty()) {
     llvm::errs() << summarizeWatchdog(report.watchdog) << "\n";
