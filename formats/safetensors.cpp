@@ -211,26 +211,44 @@ bool writeFileAtomic(
   return true;
 }
 
+uint64_t fnv1a64(uint64_t hash, const void *data, size_t n) {
+  const auto *p = static_cast<const unsigned char *>(data);
+  for (size_t i = 0; i < n; ++i)
+    hash = (hash ^ p[i]) * 1099511628211ull;
+  return hash;
+}
+
 bool writeFile(const std::string &path, const std::vector<TensorRef> &tensors,
-               const Metadata &metadata, std::string &error) {
+               const Metadata &metadata, std::string &error,
+               FileDigest *digest) {
   std::string header;
   std::vector<uint64_t> sizes;
   if (!buildHeader(tensors, metadata, header, sizes, error)) {
     error = "cannot write '" + path + "': " + error;
     return false;
   }
-  return writeFileAtomic(
+  FileDigest written;
+  auto put = [&](std::FILE *f, const void *data, size_t n) {
+    if (digest) {
+      written.fnv1a = fnv1a64(written.fnv1a, data, n);
+      written.bytes += n;
+    }
+    return std::fwrite(data, 1, n, f) == n;
+  };
+  bool ok = writeFileAtomic(
       path,
       [&](std::FILE *f, std::string &why) {
-        bool ok =
-            std::fwrite(header.data(), 1, header.size(), f) == header.size();
+        bool ok = put(f, header.data(), header.size());
         for (size_t i = 0; ok && i < tensors.size(); ++i)
-          ok = std::fwrite(tensors[i].data, 1, sizes[i], f) == sizes[i];
+          ok = put(f, tensors[i].data, sizes[i]);
         if (!ok)
           why = std::strerror(errno);
         return ok;
       },
       error);
+  if (ok && digest)
+    *digest = written;
+  return ok;
 }
 
 bool parseHeader(const std::string &json, uint64_t dataBytes,

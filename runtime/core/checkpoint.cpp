@@ -173,7 +173,8 @@ std::string checkpointFolderName(int64_t step) {
 }
 
 std::string writeStageCheckpoint(const std::string &dir, int64_t step,
-                                 const StageDesc &desc, const char *arena) {
+                                 const StageDesc &desc, const char *arena,
+                                 safetensors::FileDigest *digest) {
   namespace fs = std::filesystem;
   fs::path folder = fs::path(dir) / checkpointFolderName(step);
   std::error_code ec;
@@ -193,32 +194,35 @@ std::string writeStageCheckpoint(const std::string &dir, int64_t step,
       (folder / ("stage" + std::to_string(desc.stage) + ".safetensors"))
           .string();
   std::string error;
-  if (!safetensors::writeFile(path, tensors, meta, error))
+  if (!safetensors::writeFile(path, tensors, meta, error, digest))
     throw RtError("checkpoint: " + error);
   return folder.string();
+}
+
+std::string checksumText(const safetensors::FileDigest &digest) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(digest.fnv1a));
+  return hex;
 }
 
 std::string fileChecksum(const std::string &path, int64_t &bytes) {
   std::FILE *f = std::fopen(path.c_str(), "rb");
   if (!f)
     throw RtError("cannot read '" + path + "': " + std::strerror(errno));
-  uint64_t hash = 1469598103934665603ull;
+  safetensors::FileDigest digest;
   std::vector<unsigned char> buffer(size_t(1) << 20);
-  bytes = 0;
   size_t n;
   while ((n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0) {
-    for (size_t i = 0; i < n; ++i)
-      hash = (hash ^ buffer[i]) * 1099511628211ull;
-    bytes += int64_t(n);
+    digest.fnv1a = safetensors::fnv1a64(digest.fnv1a, buffer.data(), n);
+    digest.bytes += n;
   }
   bool failed = std::ferror(f) != 0;
   std::fclose(f);
   if (failed)
     throw RtError("cannot read '" + path + "'");
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx",
-                static_cast<unsigned long long>(hash));
-  return hex;
+  bytes = int64_t(digest.bytes);
+  return checksumText(digest);
 }
 
 void writeCheckpointManifest(const std::string &dir, int64_t step,

@@ -17,6 +17,7 @@
 #define PIPEC_RUNTIME_CORE_CHECKPOINT_H
 
 #include "core/stage.h"
+#include "pipec/formats/safetensors.h"
 
 #include <cstdint>
 #include <string>
@@ -45,7 +46,11 @@ std::string checkpointFolderName(int64_t step);
 /// the folders) and returns the step folder's path. The file's
 /// __metadata__ records format "pipec.checkpoint/1", build_id, stage, step.
 std::string writeStageCheckpoint(const std::string &dir, int64_t step,
-                                 const StageDesc &desc, const char *arena);
+                                 const StageDesc &desc, const char *arena,
+                                 safetensors::FileDigest *digest = nullptr);
+
+/// A digest's checksum as checkpoint.json writes it (16 hex digits).
+std::string checksumText(const safetensors::FileDigest &digest);
 
 /// FNV-1a (64 bit) of a file's bytes as 16 hex digits, and its size;
 /// throws RtError when it cannot be read.

@@ -490,13 +490,12 @@ std::string checkpointStep(pipec_ctx &ctx, char *arena, int64_t t) {
   std::string folder;
   {
     WatchdogPause writing; // a large file may take long; no peer involved
-    folder = writeStageCheckpoint(o.checkpointDir, t + 1, ctx.desc, arena);
-    std::string file = (std::filesystem::path(folder) /
-                        ("stage" + std::to_string(ctx.desc.stage) +
-                         ".safetensors"))
-                           .string();
-    std::string sum = fileChecksum(file, mine.bytes);
-    std::snprintf(mine.checksum, sizeof(mine.checksum), "%s", sum.c_str());
+    pipec::safetensors::FileDigest digest; // of the bytes as written
+    folder =
+        writeStageCheckpoint(o.checkpointDir, t + 1, ctx.desc, arena, &digest);
+    mine.bytes = int64_t(digest.bytes);
+    std::snprintf(mine.checksum, sizeof(mine.checksum), "%s",
+                  checksumText(digest).c_str());
   }
   mine.stage = ctx.desc.stage;
   if (::gethostname(mine.host, sizeof(mine.host) - 1) != 0)

@@ -69,13 +69,26 @@ struct TensorInfo {
 bool serialize(const std::vector<TensorRef> &tensors, const Metadata &metadata,
                std::string &out, std::string &error);
 
+/// FNV-1a (64 bit) of `n` bytes, continuing from `hash` (start from
+/// kFnv1aOffset): the checksum of pipec's checkpoint manifests.
+constexpr uint64_t kFnv1aOffset = 1469598103934665603ull;
+uint64_t fnv1a64(uint64_t hash, const void *data, size_t n);
+
+/// A written file's size and FNV-1a 64 checksum.
+struct FileDigest {
+  uint64_t bytes = 0;
+  uint64_t fnv1a = kFnv1aOffset;
+};
+
 /// Writes a safetensors file atomically (see writeFileAtomic), streaming the
-/// tensors' data from where it lies.
+/// tensors' data from where it lies; `digest`, when given, receives the
+/// size and checksum of what was written.
 bool writeFile(const std::string &path, const std::vector<TensorRef> &tensors,
-               const Metadata &metadata, std::string &error);
+               const Metadata &metadata, std::string &error,
+               FileDigest *digest = nullptr);
 
 /// Atomically replaces `path` by what `body` writes: the body writes to a
-/// temporary file `.<name>.tmp.<pid>` in the same folder; on success the
+/// temporary file `.<name>.tmp.<host>.<pid>` in the same folder; on success the
 /// file is flushed, fsync'ed and renamed over `path` and the folder is
 /// fsync'ed. If the body returns false (setting `error`) or any step fails,
 /// the temporary file is removed and `path` is left untouched.
