@@ -105,10 +105,14 @@ std::string describeRank(const State &s, int r) {
   std::fprintf(stderr, "%s\n", formatError(message).c_str());
   std::fflush(stderr);
   setStatusState(RankState::Error);
-  // Linger a little so that the other stalled ranks say what they wait
-  // for too (the launcher finds the rank everybody waits for and nobody
-  // hears from); then end without MPI, which may be what is blocked.
-  double linger = 2 + std::min(s.longestStep.load(), s.seconds);
+  // Linger so that the other stalled ranks say what they wait for too (the
+  // launcher finds the rank everybody waits for and nobody hears from, and
+  // stops the job 5 s after the first line; a rank that exited at once
+  // would make mpirun end the others before they report, as seen under
+  // load). Then end without MPI, which may be what is blocked: the exit is
+  // what ends a job started without pipec train, or a rank cut off from it.
+  double linger = std::max(2.0, s.seconds) +
+                  std::min(s.longestStep.load(), s.seconds);
   std::this_thread::sleep_for(std::chrono::duration<double>(linger));
   ::_exit(kWatchdogExit);
 }

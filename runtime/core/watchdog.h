@@ -12,10 +12,10 @@
 /// second, and after `seconds` (or 4x the longest step so far, if longer)
 /// without progress prints one error line naming what the rank waits for
 /// (peer rank, its stage and host, the step) and ends the process with
-/// status 4 a moment later (so that the other stalled ranks report too),
-/// without MPI (which may itself be blocked). The launcher (pipec train)
-/// reads those lines, names the rank that everybody waits for and nobody
-/// hears from, and stops the job if mpirun does not. Checkpoints are
+/// status 4 after about `seconds` more (so that the other stalled ranks
+/// report too), without MPI (which may itself be blocked). The launcher
+/// (pipec train) reads those lines, names the rank that everybody waits
+/// for and nobody hears from, and stops the job 5 s after the first one. Checkpoints are
 /// written whole or not at all, so the last complete one stays intact.
 ///
 //===----------------------------------------------------------------------===//

@@ -478,10 +478,9 @@ int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
   if (!report.watchdog.empty()) {
     llvm::errs() << summarizeWatchdog(report.watchdog) << "\n";
     if (report.stopped)
-      llvm::errs() << "pipec: note: the launcher had not ended the job 5 s "
-                      "later (it waits for a host it cannot reach); pipec "
-                      "stopped it. Ranks on that host end by their own "
-                      "watchdog.\n";
+      llvm::errs() << "pipec: note: pipec stopped the launcher 5 s after "
+                      "the first watchdog line; ranks it cannot reach end by "
+                      "their own watchdog.\n";
     rc = kWatchdogStatus;
   } else if (!report.lostHosts.empty()) {
     // A host's daemon is gone: the host died or its link did.
