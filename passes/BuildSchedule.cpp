@@ -16,6 +16,8 @@
 #include "passes/Passes.h"
 #include "pipec/Schedule.h"
 
+#include "llvm/Support/MemoryBuffer.h"
+
 namespace pipec {
 #define GEN_PASS_DEF_PIPEBUILDSCHEDULEPASS
 #include "passes/Passes.h.inc"
@@ -217,7 +219,8 @@ struct PipeBuildSchedulePass
     if (!kind) {
       module.emitError("unknown schedule '")
           << schedule
-          << "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, zb-h1)";
+          << "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, zb-h1, "
+             "custom)";
       return signalPassFailure();
     }
     const bool continuous = !isFlushSchedule(*kind);
@@ -272,8 +275,11 @@ struct PipeBuildSchedulePass
       return signalPassFailure();
     // Device positions p; with chunks, stage c*p + r runs on device r.
     const int64_t devices = numStages / chunks;
+    CsvSchedule csv;
+    if (*kind == ScheduleKind::Custom && failed(readCsv(numStages, csv)))
+      return signalPassFailure();
     // Zero bubble: every backward in an input half and a weight half.
-    if (*kind == ScheduleKind::ZeroBubbleH1)
+    if (*kind == ScheduleKind::ZeroBubbleH1 || csv.splitBackward)
       for (int64_t q = 0; q < numStages; ++q)
         if (failed(splitBackward(module, q)))
           return signalPassFailure();
@@ -294,9 +300,14 @@ struct PipeBuildSchedulePass
     // slice of every microbatch.
     std::vector<int> replicaCounts = request.replicas;
     std::vector<RankProgram> rankPrograms;
-    if (failed(buildRankPrograms(*kind, numStages, devices, replicaCounts,
-                                 rankPrograms)))
+    if (*kind == ScheduleKind::Custom) {
+      replicaCounts.assign(size_t(devices), 1);
+      for (const RankSchedule &r : csv.schedule.ranks)
+        rankPrograms.push_back({r.stage, 0, r.schedule});
+    } else if (failed(buildRankPrograms(*kind, numStages, devices,
+                                        replicaCounts, rankPrograms))) {
       return signalPassFailure();
+    }
     recordPlanReplicas(numStages, devices, replicaCounts);
 
     // The continuous schedules' in-flight depth per stage replica
@@ -333,6 +344,35 @@ struct PipeBuildSchedulePass
       else
         emit.flushSchedule(rp.schedule, tieGroups, steps, chunks);
     }
+  }
+
+  /// The custom schedule's file, read and checked (lib/Schedule's
+  /// parseScheduleCsv), and its shape against the module's and the pass's.
+  LogicalResult readCsv(int64_t numStages, CsvSchedule &csv) {
+    ModuleOp module = getOperation();
+    if (scheduleCsv.empty())
+      return module.emitError("the custom schedule runs the order of a file: "
+                              "give schedule-csv=FILE (a compute-only CSV, "
+                              "one row of actions such as 0F0,0B0 per rank)");
+    auto buffer = llvm::MemoryBuffer::getFile(scheduleCsv);
+    if (!buffer)
+      return module.emitError("cannot read the schedule '")
+             << scheduleCsv << "': " << buffer.getError().message();
+    csv = parseScheduleCsv((*buffer)->getBuffer().str());
+    if (!csv.ok)
+      return module.emitError("the schedule '")
+             << scheduleCsv << "' cannot run: " << csv.error;
+    const ScheduleResult &s = csv.schedule;
+    const int64_t fileStages = int64_t(s.stages) * s.chunks;
+    const int64_t v = chunks, m = microbatches;
+    if (fileStages != numStages || s.chunks != v || s.microbatches != m)
+      return module.emitError("the schedule '")
+             << scheduleCsv << "' runs " << fileStages << " stages ("
+             << s.stages << " ranks x " << s.chunks << " chunks) and "
+             << s.microbatches << " microbatches, but the pipeline has "
+             << numStages << " stages (" << numStages / v << " x " << v
+             << " chunks) and " << m << " microbatches";
+    return success();
   }
 
   /// Every boundary tensor, from the forwards' pipe.from argument marks.

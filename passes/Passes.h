@@ -27,6 +27,8 @@ struct TrainingPipelineOptions {
   int stages = 1;
   std::string loss = "cross-entropy";
   std::string schedule = "1f1b-flush";
+  /// The custom schedule's compute-only CSV (schedule "custom").
+  std::string scheduleCsv;
   int microbatches = 1;
   std::string optimizer = "sgd";
   double momentum = 0.9, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;

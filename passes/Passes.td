@@ -102,12 +102,17 @@ def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
     device (stage c*p + r on device r, `chunks=v`; m % p == 0). `zb-h1`
     (zero bubble) splits every backward into an input-gradient half
     (`@sK_bwd`) and a weight-gradient half (`@sK_bwdw`, run by
-    `pipe.backward_weight`, deferred into the cool-down).
+    `pipe.backward_weight`, deferred into the cool-down). `custom` runs the
+    order of a compute-only CSV (`schedule-csv=FILE`, torch's format: one row
+    per rank of actions such as `2F0`, `1B3`, `0I1`, `0W1`) as a synchronous
+    schedule; a file with I/W actions splits every backward as zb-h1 does.
     The pipe.pipeline verifier then checks matching, deadlock freedom and
     weight versions across all programs.
   }];
   let options = [
-    Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved or zb-h1">,
+    Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, zb-h1, or custom (with schedule-csv)">,
+    Option<"scheduleCsv", "schedule-csv", "std::string", "\"\"",
+           "custom: the order per rank from a torch.distributed.pipelining compute-only CSV (stage q on rank q mod p; its stages, chunks and microbatches must match)">,
     Option<"microbatches", "microbatches", "int", "1", "microbatches per step">,
     Option<"chunks", "chunks", "int", "1",
            "interleaved: model chunks v per device (the plan has p*v stages)">,

@@ -38,6 +38,7 @@ void pipec::buildSchedulingPipeline(OpPassManager &pm,
                                     const TrainingPipelineOptions &o) {
   PipeBuildSchedulePassOptions schedule;
   schedule.schedule = o.schedule;
+  schedule.scheduleCsv = o.scheduleCsv;
   schedule.microbatches = o.microbatches;
   schedule.warmup = o.warmup;
   schedule.chunks = o.chunks;

@@ -10,6 +10,7 @@
 #define PIPEC_SCHEDULE_H
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,25 +30,32 @@ namespace pipec {
 ///   ZeroBubbleH1   "zb-h1"       1F1B with the backward split into B (input
 ///                                gradient) and W (weight gradient); W is
 ///                                deferred into the cool-down (Qi et al. 2023)
+///   Custom         "custom"      synchronous (one flush per step), with the
+///                                per-rank order read from a file: a
+///                                torch.distributed.pipelining compute-only
+///                                CSV (parseScheduleCsv, `pipec compile
+///                                --schedule-csv`); no generator, no closed
+///                                forms
 enum class ScheduleKind {
   GPipe,
   OneFOneBFlush,
   OneFOneB,
   TwoBW,
   Interleaved,
-  ZeroBubbleH1
+  ZeroBubbleH1,
+  Custom
 };
 
-/// Parses "gpipe" / "1f1b-flush" / "1f1b" / "2bw" / "interleaved" / "zb-h1";
-/// nullopt for anything else.
+/// Parses "gpipe" / "1f1b-flush" / "1f1b" / "2bw" / "interleaved" / "zb-h1"
+/// / "custom"; nullopt for anything else.
 std::optional<ScheduleKind> parseScheduleKind(const std::string &name);
 const char *scheduleKindName(ScheduleKind kind);
 /// Every accepted name, in declaration order, e.g. for "available: ..."
 /// messages.
 std::vector<std::string> scheduleKindNames();
 /// True for the synchronous schedules that end each step with a flush
-/// (gpipe, 1f1b-flush, interleaved, zb-h1); false for 1f1b and 2bw, which
-/// run batches back to back.
+/// (gpipe, 1f1b-flush, interleaved, zb-h1, custom); false for 1f1b and 2bw,
+/// which run batches back to back.
 bool isFlushSchedule(ScheduleKind kind);
 
 /// Forward, backward and, for zero-bubble schedules, the weight-gradient half
@@ -213,7 +221,8 @@ struct RuleViolation {
 
 /// Every rule `request` breaks, in a fixed order (empty when it is valid):
 ///   microbatches      m >= 1
-///   chunks            v >= 1; v > 1 only with the interleaved schedule
+///   chunks            v >= 1; v > 1 only with the interleaved (or a
+///                     custom) schedule
 ///   chunks-divide     p*v stages divide into v chunks per device
 ///   replica-count     one count >= 1 per device position
 ///   interleaved       m a multiple of p (times the round-robin replica
@@ -222,6 +231,7 @@ struct RuleViolation {
 /// programs); checkPipelineRules adds what the compiler requires:
 ///   split-samples     split samples >= 0; split replicas need a synchronous
 ///                     schedule; interleaved + replicas needs split mode
+///   custom            a custom schedule (from a file) has no replicas
 ///   replica-range     r <= m (round robin) or <= the split samples: every
 ///                     replica gets work
 ///   round-robin       continuous schedules with replicas: r divides m
@@ -318,15 +328,61 @@ CommCheckResult checkCommunication(
     const std::vector<std::vector<CommEvent>> &programs);
 
 /// The send/receive programs of a generated schedule, one per rank in
-/// `schedule.ranks` order, for a chain of p*v virtual stages: the forward of
+/// `schedule.ranks` order, for a chain of p*v virtual stages (`where(rank,
+/// op)` names op `op` of rank `rank` in messages; by default "stage S
+/// replica R op I"): the forward of
 /// virtual stage q receives the activation from q-1 and sends its output to
 /// q+1; the backward (input gradient) receives the gradient from q+1 and
 /// sends one to q-1; W ops communicate nothing. Channels: activation
 /// q -> q+1 is 2q, gradient q+1 -> q is 2q+1. The peer replica of
 /// microbatch k is k mod r. Feed the result to checkCommunication. A
 /// schedule that failed to generate (ok false) has no programs.
-std::vector<std::vector<CommEvent>>
-scheduleCommPrograms(const ScheduleResult &schedule);
+std::vector<std::vector<CommEvent>> scheduleCommPrograms(
+    const ScheduleResult &schedule,
+    const std::function<std::string(size_t rank, int op)> &where = {});
+
+//===----------------------------------------------------------------------===//
+// Schedules in and out: torch.distributed.pipelining's compute-only CSV
+// (lib/Schedule/ScheduleCsv.cpp).
+//===----------------------------------------------------------------------===//
+
+/// A schedule read from a compute-only CSV: one row per rank, one action per
+/// cell in the rank's order, `<stage><F|B|I|W><microbatch>` (as torch's
+/// `_Action.from_str` reads them: `2F0` is the forward of microbatch 0 on
+/// stage 2; `B` a full backward, `I` its input-gradient half, `W` its
+/// weight-gradient half); empty cells are idle slots and are skipped.
+struct CsvSchedule {
+  bool ok = false;
+  /// Why the file cannot run, naming the rank and the step (CSV column,
+  /// 0-based) where it can, e.g. "deadlock: rank 0 waits for rank 1 ...".
+  std::string error;
+  /// kind Custom, stages p (rows), chunks v (stages / p), microbatches m,
+  /// one replica per rank; rank r runs virtual stages c*p + r as chunk c.
+  ScheduleResult schedule;
+  /// Whether the backwards are split into I and W (then a `B` cell stands
+  /// for I followed by W, and every stage gets a weight-gradient half).
+  bool splitBackward = false;
+  /// The CSV column of every op of rank r, in flatten() order.
+  std::vector<std::vector<int>> columns;
+};
+
+/// Parses and checks a compute-only CSV: actions well formed (a
+/// communication action such as SEND_F is refused: the compute-only format
+/// has none), every virtual stage q on rank q mod p (the loop placement of
+/// Megatron and of torch's interleaved schedules; V-shaped placements are
+/// refused by name), one forward and one backward (B, or I and W) of every
+/// (stage, microbatch), each after its forward on its rank (W after I), and
+/// the message-level check of the programs (matching, per-link order,
+/// deadlock freedom).
+CsvSchedule parseScheduleCsv(const std::string &text);
+
+/// The compute-only CSV of a synchronous schedule without replicas (every
+/// rank program of `schedule`, in rank order; a zero-bubble schedule's
+/// backwards as I and W). Returns "" and sets `error` for a continuous
+/// schedule (1f1b, 2bw: no flush, which torch's schedules always have) or a
+/// replicated stage (torch's pipelines have one rank per stage; data
+/// parallelism is outside the schedule).
+std::string scheduleToCsv(const ScheduleResult &schedule, std::string &error);
 
 } // namespace pipec
 

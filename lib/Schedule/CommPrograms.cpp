@@ -11,8 +11,9 @@
 
 namespace pipec {
 
-std::vector<std::vector<CommEvent>>
-scheduleCommPrograms(const ScheduleResult &schedule) {
+std::vector<std::vector<CommEvent>> scheduleCommPrograms(
+    const ScheduleResult &schedule,
+    const std::function<std::string(size_t rank, int op)> &where) {
   if (!schedule.ok ||
       int(schedule.replicas.size()) < schedule.stages) // nothing to read
     return {};
@@ -32,9 +33,12 @@ scheduleCommPrograms(const ScheduleResult &schedule) {
     std::vector<CommEvent> &events = programs[rank];
     int opIndex = 0;
     for (const SchedOp &op : program.schedule.flatten()) {
-      std::string where = "stage " + std::to_string(program.stage) +
-                          " replica " + std::to_string(program.replica) +
-                          " op " + std::to_string(opIndex++);
+      std::string at = where
+                           ? where(rank, opIndex)
+                           : "stage " + std::to_string(program.stage) +
+                                 " replica " + std::to_string(program.replica) +
+                                 " op " + std::to_string(opIndex);
+      ++opIndex;
       const int q = op.chunk * p + program.stage;
       const int64_t k = op.microbatch;
       // A message between two chunks of the same rank is a local hand-off.
@@ -42,7 +46,7 @@ scheduleCommPrograms(const ScheduleResult &schedule) {
                      const char *type) {
         int peer = peerOf(peerStage, k);
         if (peer != static_cast<int>(rank))
-          events.push_back({kind, peer, channel, k, type, where});
+          events.push_back({kind, peer, channel, k, type, at});
       };
       switch (op.kind) {
       case PassKind::Forward:

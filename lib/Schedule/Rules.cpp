@@ -38,7 +38,8 @@ struct Checker {
     if (q.chunks < 1)
       add("chunks", "the number of chunks per device must be at least 1 (got " +
                         str(q.chunks) + ")");
-    else if (q.chunks > 1 && q.kind != ScheduleKind::Interleaved)
+    else if (q.chunks > 1 && q.kind != ScheduleKind::Interleaved &&
+             q.kind != ScheduleKind::Custom)
       add("chunks", "only the interleaved schedule runs several chunks per "
                     "device; got v = " + str(q.chunks) + " for " + name);
     else if (q.stages % q.chunks != 0)
@@ -78,6 +79,11 @@ struct Checker {
           "split replica mode only (pipec compile --replica-mode split, pass "
           "option split-samples=N: every replica runs a slice of every "
           "microbatch); 1F1B-RR's round robin is not interleaved");
+    if (q.kind == ScheduleKind::Custom && (replicated() || split))
+      add("custom",
+          "a schedule read from a file (the custom schedule) runs one rank "
+          "per stage: its order names no replicas; drop the replicas or "
+          "use a generated schedule");
     if (continuous && split)
       add("split-samples",
           "split replicas (every replica runs a slice of every microbatch) "

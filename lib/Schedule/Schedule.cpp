@@ -40,6 +40,7 @@ constexpr KindName kKindNames[] = {
     {ScheduleKind::TwoBW, "2bw"},
     {ScheduleKind::Interleaved, "interleaved"},
     {ScheduleKind::ZeroBubbleH1, "zb-h1"},
+    {ScheduleKind::Custom, "custom"},
 };
 
 } // namespace
@@ -273,6 +274,9 @@ std::string checkRequest(ScheduleKind kind, int stages, int64_t microbatches,
                          const ScheduleOptions &options,
                          std::vector<int> &replicas) {
   const char *name = scheduleKindName(kind);
+  if (kind == ScheduleKind::Custom)
+    return "the custom schedule has no generator: its order per rank comes "
+           "from a file (a compute-only CSV, pipec compile --schedule-csv)";
   if (stages < 1)
     return "a pipeline needs at least one stage (got " + str(stages) + ")";
   if (options.steps < 1)
@@ -341,6 +345,8 @@ ScheduleResult generateSchedule(ScheduleKind kind, int stages,
         break;
       case ScheduleKind::Interleaved:
         local = interleavedStage(p, options.chunks, s, n);
+        break;
+      case ScheduleKind::Custom: // refused by checkRequest
         break;
       }
       result.ranks.push_back({s, j, mapToReplica(std::move(local), j, r)});
@@ -501,6 +507,9 @@ int64_t closedFormInflight(ScheduleKind kind, int stages, int stage,
     return std::min(interleavedWarmup(stages, options.chunks, stage, n) + 1,
                     totalOps);
   }
+  case ScheduleKind::Custom:
+    // Whatever the file says: no closed form.
+    return -1;
   }
   return 0;
 }

@@ -319,7 +319,9 @@ private:
   bool needsUpdateGate() const {
     return kind == ScheduleKind::OneFOneB || kind == ScheduleKind::TwoBW;
   }
-  bool splitBackward() const { return kind == ScheduleKind::ZeroBubbleH1; }
+  /// zb-h1, or a custom schedule with W ops: B is the input gradient and W
+  /// the weight gradient (set once the programs are known).
+  bool splitBackward() const { return weightOps; }
 
   const Profile &profile;
   const Topology &topology;
@@ -329,6 +331,7 @@ private:
 
   ScheduleKind kind = ScheduleKind::GPipe;
   bool interleaved = false;
+  bool weightOps = false;
   int p = 1;     ///< device positions
   int v = 1;     ///< chunks
   int numQ = 0;  ///< virtual stages p*v
@@ -411,6 +414,10 @@ std::string Simulator::setup() {
   error = given ? useGivenPrograms(totalRanks) : generatePrograms();
   if (!error.empty())
     return error;
+  weightOps = kind == ScheduleKind::ZeroBubbleH1;
+  for (const RankSchedule &program : schedule.ranks)
+    for (const SchedOp &op : program.schedule.flatten())
+      weightOps |= op.kind == PassKind::BackwardWeight;
   numMicrobatches = m * steps;
 
   error = buildStages();
@@ -459,7 +466,9 @@ std::string Simulator::checkInputs() {
 }
 
 std::string Simulator::setShape() {
-  interleaved = kind == ScheduleKind::Interleaved;
+  // A custom schedule (from a CSV) places chunks as interleaving does.
+  interleaved = kind == ScheduleKind::Interleaved ||
+                (kind == ScheduleKind::Custom && plan.chunks > 1);
   v = plan.chunks;
   numQ = plan.numStages();
   if (v > 1 && !interleaved)

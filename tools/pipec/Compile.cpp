@@ -399,6 +399,7 @@ bool Compilation::check() {
   tpo.chunks = o.chunks;
   tpo.loss = o.loss;
   tpo.schedule = o.schedule;
+  tpo.scheduleCsv = o.scheduleCsv;
   tpo.microbatches = o.microbatches;
   tpo.optimizer = o.optimizer;
   tpo.momentum = o.momentum;
@@ -759,53 +760,119 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   return Compilation(o).run();
 }
 
+/// --schedule-csv FILE: read and check the file now (one clear error before
+/// any work) and take the stages, chunks and microbatches from it; an
+/// explicit option that disagrees is refused naming both.
+static bool applyScheduleCsv(const Args &a, CompileOptions &o) {
+  const std::string path = a.get("--schedule-csv");
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer) {
+    fail("compile", "cannot read --schedule-csv '" + path +
+                        "': " + buffer.getError().message());
+    return false;
+  }
+  CsvSchedule csv = parseScheduleCsv((*buffer)->getBuffer().str());
+  if (!csv.ok) {
+    fail("compile", "--schedule-csv '" + path + "' cannot run: " + csv.error);
+    return false;
+  }
+  if (a.has("--schedule") && a.get("--schedule") != "custom") {
+    fail("compile", "--schedule-csv runs the file's order; drop --schedule " +
+                        a.get("--schedule"));
+    return false;
+  }
+  const ScheduleResult &s = csv.schedule;
+  const std::pair<const char *, std::pair<int64_t, int64_t>> given[] = {
+      {"--stages", {o.stages, s.stages}},
+      {"--chunks", {o.chunks, s.chunks}},
+      {"--microbatches", {o.microbatches, s.microbatches}}};
+  for (const auto &[option, values] : given)
+    if (a.has(option) && values.first != values.second) {
+      fail("compile", std::string(option) + " " + std::to_string(values.first) +
+                          " disagrees with '" + path + "', which has " +
+                          std::to_string(values.second) +
+                          " (ranks, stages per rank and microbatches come "
+                          "from the file; drop the option)");
+      return false;
+    }
+  o.schedule = "custom";
+  o.stages = s.stages;
+  o.chunks = s.chunks;
+  o.microbatches = int(s.microbatches);
+  llvm::SmallString<256> absolute(path);
+  llvm::sys::fs::make_absolute(absolute);
+  o.scheduleCsv = absolute.str().str();
+  return true;
+}
+
 int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   Args a("compile", argv);
   a.positional("MODEL.onnx", "the model to compile")
       .opt("-o", "output folder", "out")
       .opt("--stages", "pipeline stages (one process each)", "1")
-      .opt("--microbatches", "microbatches per step (the global batch is "
-                             "split into them)", "1")
+      .opt("--microbatches",
+           "microbatches per step (the global batch is "
+           "split into them)",
+           "1")
       .opt("--batch", "global batch (default: the model's batch dimension)")
-      .opt("--schedule", "gpipe, 1f1b-flush (synchronous), 1f1b (PipeDream, "
-                         "weight stashing), 2bw (PipeDream-2BW), interleaved "
-                         "(Megatron, with --chunks) or zb-h1 (zero bubble)",
+      .opt("--schedule",
+           "gpipe, 1f1b-flush (synchronous), 1f1b (PipeDream, "
+           "weight stashing), 2bw (PipeDream-2BW), interleaved "
+           "(Megatron, with --chunks) or zb-h1 (zero bubble)",
            "1f1b-flush")
+      .opt("--schedule-csv", "run the order of a torch.distributed.pipelining "
+                             "compute-only CSV (one row of actions such as "
+                             "0F0,1B3,0I1,0W1 per rank; stage q on rank q mod "
+                             "p); the file gives the stages, chunks and "
+                             "microbatches, and is refused naming the rank "
+                             "and step if it cannot run")
       .opt("--profile", "pipec.profile/1 with measured op times for planning")
       .opt("--cuts", "a fixed cut instead of the planner's: the last layer of "
                      "every stage but the last, comma-separated layer "
                      "indices (as the progress lines and plan.json number "
                      "them), stages x chunks - 1 of them")
-      .opt("--device", "analytic cost model when no profile: cpu, v100, a100, "
-                       "h100", "cpu")
+      .opt("--device",
+           "analytic cost model when no profile: cpu, v100, a100, "
+           "h100",
+           "cpu")
       .opt("--replicas", "replicas per stage, comma-separated (with a "
                          "gradient all-reduce; every schedule: interleaved "
                          "with --replica-mode split, 1f1b/2bw round robin), "
                          "e.g. 2,1; one number applies to every stage")
-      .opt("--replica-mode", "rr: replica j of r runs microbatches j, j+r, "
-                             "... (PipeDream 1F1B-RR); split: every replica "
-                             "runs its slice of the samples of every "
-                             "microbatch (DAPPLE; uneven counts such as 3,1)",
+      .opt("--replica-mode",
+           "rr: replica j of r runs microbatches j, j+r, "
+           "... (PipeDream 1F1B-RR); split: every replica "
+           "runs its slice of the samples of every "
+           "microbatch (DAPPLE; uneven counts such as 3,1)",
            "rr")
-      .opt("--chunks", "interleaved: model chunks per device (v); the model "
-                       "is split into stages x chunks pipeline stages", "1")
-      .opt("--warmup", "1f1b-flush warm-up policy (DAPPLE): A = p-s-1 "
-                       "forwards, B = 2(p-s-1), which hides communication "
-                       "comparable to compute", "A")
-      .opt("--loss", "cross-entropy (against integer labels) or model (output "
-                     "0 is the loss)", "cross-entropy")
-      .opt("--optimizer", "sgd, momentum, nesterov, adam, adagrad (ONNX "
-                          "training-operator semantics)", "sgd")
+      .opt("--chunks",
+           "interleaved: model chunks per device (v); the model "
+           "is split into stages x chunks pipeline stages",
+           "1")
+      .opt("--warmup",
+           "1f1b-flush warm-up policy (DAPPLE): A = p-s-1 "
+           "forwards, B = 2(p-s-1), which hides communication "
+           "comparable to compute",
+           "A")
+      .opt("--loss",
+           "cross-entropy (against integer labels) or model (output "
+           "0 is the loss)",
+           "cross-entropy")
+      .opt("--optimizer",
+           "sgd, momentum, nesterov, adam, adagrad (ONNX "
+           "training-operator semantics)",
+           "sgd")
       .opt("--momentum", "momentum coefficient", "0.9")
       .opt("--beta1", "Adam beta1", "0.9")
       .opt("--beta2", "Adam beta2", "0.999")
       .opt("--epsilon", "Adam/Adagrad epsilon", "1e-8")
       .opt("--weight-decay", "L2 weight decay", "0")
       .opt("--input-shape", "static shapes NAME=D0xD1..., comma-separated")
-      .opt("--precision", "f32, or f64: the exact reference mode (every "
-                          "kernel, buffer, message and checkpoint in double, "
-                          "the float32 weights widened exactly), to compare "
-                          "with a float64 framework or finite differences",
+      .opt("--precision",
+           "f32, or f64: the exact reference mode (every "
+           "kernel, buffer, message and checkpoint in double, "
+           "the float32 weights widened exactly), to compare "
+           "with a float64 framework or finite differences",
            "f32")
       .opt("--freeze", "float initializers to keep constant instead of "
                        "training them (buffers such as masks), "
@@ -835,9 +902,11 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   o.schedule = a.get("--schedule");
   auto kind = parseScheduleKind(o.schedule);
   if (!kind)
-    return fail("compile", "unknown --schedule '" + o.schedule +
-                               "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
-                               "interleaved, zb-h1)", 2);
+    return fail("compile",
+                "unknown --schedule '" + o.schedule +
+                    "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
+                    "interleaved, zb-h1, or --schedule-csv FILE)",
+                2);
   if (a.has("--replicas")) {
     std::string list = a.get("--replicas");
     for (llvm::StringRef part : llvm::split(list, ',')) {
@@ -859,6 +928,13 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   if (!a.getInt("--chunks", chunks, 1))
     return 2;
   o.chunks = int(chunks);
+  if (a.has("--schedule-csv") && !applyScheduleCsv(a, o))
+    return 2;
+  if (*kind == ScheduleKind::Custom && o.scheduleCsv.empty())
+    return fail("compile",
+                "the custom schedule runs the order of a file: "
+                "give --schedule-csv FILE",
+                2);
   o.profile = a.get("--profile");
   if (a.has("--cuts")) {
     std::string list = a.get("--cuts");

@@ -68,6 +68,9 @@ struct CompileOptions {
   int microbatches = 1;
   int64_t batch = 0; // 0: the file's
   std::string schedule = "1f1b-flush";
+  /// --schedule-csv: the custom schedule's compute-only CSV (schedule
+  /// "custom"; stages, chunks and microbatches come from the file).
+  std::string scheduleCsv;
   std::string profile;
   std::string device = "cpu";
   std::string loss = "cross-entropy";

@@ -549,7 +549,7 @@ TEST(SimErrors, BadInput) {
   Plan plan = straightPlan(4, "pipedream-2", 4);
   EXPECT_NE(error(plan).find("unknown schedule 'pipedream-2' (available: "
                              "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, "
-                             "zb-h1)"),
+                             "zb-h1, custom)"),
             std::string::npos);
   plan = interleavedPlan(2, 2, 3);
   EXPECT_NE(error(plan).find("multiple of the pipeline depth"),
