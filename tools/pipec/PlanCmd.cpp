@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
 
+#include "pipec/Export.h"
 #include "pipec/Planners.h"
 #include "pipec/Schedule.h"
 #include "pipec/Sim.h"
@@ -138,14 +139,46 @@ void printSim(const SimResult &sim) {
     llvm::outs() << "  does NOT fit in device memory\n";
 }
 
+/// --export megatron|torch: the plan for another runtime, next to the plan
+/// unless --export-file says where.
+int exportPlan(const Args &a, const Profile &profile, const Plan &plan) {
+  const std::string to = a.get("--export");
+  ExportResult result = to == "megatron" ? exportMegatronLayout(profile, plan)
+                                         : exportTorchSchedule(plan);
+  if (!result.ok)
+    return fail("plan", "--export " + to + ": " + result.error +
+                            " (the plan itself was written)");
+  std::string path = a.get("--export-file");
+  if (path.empty()) {
+    path = a.get("-o");
+    if (llvm::StringRef(path).ends_with(".json"))
+      path.resize(path.size() - 5);
+    path += to == "megatron" ? ".megatron.txt" : ".torch.csv";
+  }
+  std::string error;
+  if (!writeFile(path, result.text, error))
+    return fail("plan", error);
+  for (const std::string &note : result.notes)
+    llvm::outs() << "note: " << note << "\n";
+  if (to == "megatron")
+    llvm::outs() << result.text;
+  llvm::outs() << "pipec plan: "
+               << (to == "megatron" ? "Megatron-Core layout"
+                                    : "torch.distributed.pipelining schedule")
+               << " -> " << path << "\n";
+  return 0;
+}
+
 } // namespace
 
 int pipec::driver::runPlan(const std::vector<std::string> &argv) {
   Args a("plan", argv);
   a.opt("--profile", "pipec.profile/1 (measured or from examples/profiles)")
       .opt("--topology", "pipec.topology/1 (examples/topologies)")
-      .opt("--algorithm", "auto, balanced, pipedream, dapple, madpipe, twobw, "
-                          "interleaved, exhaustive", "auto")
+      .opt("--algorithm",
+           "auto, balanced, pipedream, dapple, madpipe, twobw, "
+           "interleaved, exhaustive",
+           "auto")
       .opt("--schedule", "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved (default: "
                          "the planner's)")
       .opt("--microbatches", "microbatches per iteration (default: the "
@@ -154,9 +187,18 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
       .opt("--microbatch", "samples per microbatch (default: the profile's)")
       .opt("--stages", "pipeline depth (default: the planner's choice)")
       .opt("--chunks", "virtual chunks per device (interleaved)")
-      .opt("--optimizer", "sgd, momentum or adam (optimizer state in the "
-                          "memory model)", "sgd")
+      .opt("--optimizer",
+           "sgd, momentum or adam (optimizer state in the "
+           "memory model)",
+           "sgd")
       .flag("--recompute", "recompute activations in the backward")
+      .opt("--export", "also write the plan for another runtime: megatron "
+                       "(Megatron-Core's --pipeline-model-parallel-layout "
+                       "and flags, transformer profiles) or torch "
+                       "(torch.distributed.pipelining compute-only schedule "
+                       "CSV, which pipec compile --schedule-csv reads)")
+      .opt("--export-file", "where --export writes (default: next to -o, "
+                            "PLAN.megatron.txt or PLAN.torch.csv)")
       .opt("-o", "output plan", "plan.json");
   if (!a.parse())
     return a.helpShown ? 0 : 2;
@@ -193,6 +235,10 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
   if (!simOptions(a, "plan", options.sim))
     return 2;
 
+  const std::string exportTo = a.get("--export");
+  if (a.has("--export") && exportTo != "megatron" && exportTo != "torch")
+    return fail("plan", "unknown --export '" + exportTo + "' (megatron, torch)",
+                2);
   std::string algorithm = a.get("--algorithm");
   Plan plan;
   if (algorithm == "auto") {
@@ -225,6 +271,8 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
                << plan.numStages() << " stages, " << plan.microbatches
                << " microbatches of " << plan.microbatchSize << ", "
                << plan.schedule << " -> " << a.get("-o") << "\n";
+  if (a.has("--export"))
+    return exportPlan(a, profile, plan);
   return 0;
 }
 
@@ -235,6 +283,10 @@ int pipec::driver::runSimulate(const std::vector<std::string> &argv) {
       .opt("--topology", "pipec.topology/1")
       .opt("--trace", "write a Chrome trace (open in Perfetto)")
       .opt("--optimizer", "sgd, momentum or adam", "sgd")
+      .opt("--schedule-csv", "simulate the order of a compute-only schedule "
+                             "CSV (torch.distributed.pipelining's format, as "
+                             "pipec compile --schedule-csv reads it) on the "
+                             "plan's stages instead of the plan's schedule")
       .flag("--recompute", "recompute activations in the backward");
   if (!a.parse())
     return a.helpShown ? 0 : 2;
@@ -258,7 +310,27 @@ int pipec::driver::runSimulate(const std::vector<std::string> &argv) {
     return 2;
   options.trace = a.has("--trace");
   options.splitReplicas = options.splitReplicas || plan.plan.splitReplicas;
-  SimResult sim = simulatePlan(profile, topology, plan.plan, options);
+  SimResult sim;
+  if (a.has("--schedule-csv")) {
+    if (!readFile(a.get("--schedule-csv"), text, error))
+      return fail("simulate", error);
+    CsvSchedule csv = parseScheduleCsv(text);
+    if (!csv.ok)
+      return fail("simulate", "--schedule-csv '" + a.get("--schedule-csv") +
+                                  "' cannot run: " + csv.error);
+    const ScheduleResult &s = csv.schedule;
+    if (int64_t(s.stages) * s.chunks != plan.plan.numStages())
+      return fail("simulate", "--schedule-csv runs " +
+                                  std::to_string(s.stages * s.chunks) +
+                                  " stages; the plan has " +
+                                  std::to_string(plan.plan.numStages()));
+    plan.plan.schedule = "custom";
+    plan.plan.chunks = s.chunks;
+    plan.plan.microbatches = int(s.microbatches);
+    sim = simulateSchedule(profile, topology, plan.plan, s, options);
+  } else {
+    sim = simulatePlan(profile, topology, plan.plan, options);
+  }
   if (!sim.ok)
     return fail("simulate", sim.error);
   printSim(sim);
