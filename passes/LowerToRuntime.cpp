@@ -18,7 +18,9 @@
 //   - io: backward inputs that arrive from the next stage or the loss seed,
 //     backward results sent to the previous stage, the learning rate;
 //   - scratch: intermediates of whichever stage function runs (functions
-//     never overlap, so they share it).
+//     never overlap, so they share it); within a function two
+//     intermediates share bytes when their lifetimes (first to last kernel
+//     step naming them) are disjoint.
 //
 // Every nn op becomes a call `pipec_k_*(bufs, ints, reals)` (KernelCalls.h)
 // bracketed by profiler hooks; view ops (reshape/flatten/identity) alias
@@ -146,6 +148,7 @@ private:
   LogicalResult collect();
   LogicalResult collectChunk(Chunk &c);
   LogicalResult planFunction(Chunk &c, FunctionPlan &fp);
+  int64_t assignScratch(FunctionPlan &fp, ArrayRef<int64_t> bytes);
   Buffer weightBuffer(Chunk &c, StringRef global, Type type);
   Buffer constBuffer(nn::ConstantOp op);
   Buffer allocate(int64_t &regionSize, Buffer::Region region, Type type);
@@ -282,7 +285,10 @@ LogicalResult StageLowering::planFunction(Chunk &c, FunctionPlan &fp) {
           c, store.getGlobal().getLeafReference().getValue(), v.getType());
   }
 
-  int64_t scratch = 0;
+  // Scratch buffers get a placeholder offset (their index in
+  // `scratchBytes`) until every step is known; assignScratch then packs
+  // them by lifetime.
+  SmallVector<int64_t> scratchBytes;
   auto addCopy = [&](Value from, Buffer to, Location loc) {
     Step s{{"pipec_k_copy", {}, {nn::tensorBytes(from.getType())}, {}},
            {fp.buffers[from], to}, -1, loc};
@@ -324,8 +330,12 @@ LogicalResult StageLowering::planFunction(Chunk &c, FunctionPlan &fp) {
       return op.emitError("cannot lower '") << op.getName()
                                             << "' inside a stage function";
     for (Value r : op.getResults())
-      if (!fp.buffers.count(r))
-        fp.buffers[r] = allocate(scratch, Buffer::Scratch, r.getType());
+      if (!fp.buffers.count(r)) {
+        fp.buffers[r] =
+            Buffer{Buffer::Scratch, int64_t(scratchBytes.size()), ""};
+        scratchBytes.push_back(
+            alignUp(std::max<int64_t>(nn::tensorBytes(r.getType()), 4)));
+      }
     auto calls = getKernelCalls(&op);
     if (failed(calls))
       return failure();
@@ -339,8 +349,65 @@ LogicalResult StageLowering::planFunction(Chunk &c, FunctionPlan &fp) {
       fp.steps.push_back(std::move(s));
     }
   }
-  c.regions.scratch = std::max(c.regions.scratch, scratch);
+  c.regions.scratch =
+      std::max(c.regions.scratch, assignScratch(fp, scratchBytes));
   return success();
+}
+
+/// Offsets for the scratch buffers of one function: buffer i lives from
+/// the first to the last step that names it (inclusive, so a kernel's
+/// output never shares memory with its inputs), and two buffers share
+/// bytes only when their lifetimes are disjoint. Largest first, each at the
+/// lowest offset free for its whole lifetime. Returns the bytes needed.
+int64_t StageLowering::assignScratch(FunctionPlan &fp,
+                                     ArrayRef<int64_t> bytes) {
+  const size_t n = bytes.size();
+  std::vector<int64_t> first(n, -1), last(n, -1);
+  for (auto [i, step] : llvm::enumerate(fp.steps))
+    for (const Buffer &b : step.buffers)
+      if (b.region == Buffer::Scratch) {
+        size_t id = size_t(b.offset);
+        if (first[id] < 0)
+          first[id] = int64_t(i);
+        last[id] = int64_t(i);
+      }
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i)
+    order[i] = i;
+  llvm::stable_sort(order, [&](size_t a, size_t b) {
+    return bytes[a] != bytes[b] ? bytes[a] > bytes[b] : first[a] < first[b];
+  });
+  std::vector<int64_t> offset(n, 0);
+  std::vector<size_t> placed;
+  int64_t total = 0;
+  for (size_t id : order) {
+    if (first[id] < 0)
+      continue; // never touched by a step (e.g. a dead result): no bytes
+    std::vector<std::pair<int64_t, int64_t>> busy; // [begin, end) in bytes
+    for (size_t other : placed)
+      if (first[other] <= last[id] && first[id] <= last[other])
+        busy.push_back({offset[other], offset[other] + bytes[other]});
+    llvm::sort(busy);
+    int64_t at = 0;
+    for (auto [begin, end] : busy) {
+      if (at + bytes[id] <= begin)
+        break;
+      at = std::max(at, end);
+    }
+    offset[id] = at;
+    placed.push_back(id);
+    total = std::max(total, at + bytes[id]);
+  }
+  auto fix = [&](Buffer &b) {
+    if (b.region == Buffer::Scratch)
+      b.offset = offset[size_t(b.offset)];
+  };
+  for (Step &step : fp.steps)
+    for (Buffer &b : step.buffers)
+      fix(b);
+  for (auto &entry : fp.buffers)
+    fix(entry.second);
+  return total;
 }
 
 /// The groups of device positions that share tied weights (the stages

@@ -29,6 +29,9 @@ struct TrainingPipelineOptions {
   std::string schedule = "1f1b-flush";
   /// The custom schedule's compute-only CSV (schedule "custom").
   std::string scheduleCsv;
+  /// Activation recomputation per stage (none, full, selective): one mode
+  /// for every stage, or one per stage; empty = none.
+  std::vector<std::string> recompute;
   int microbatches = 1;
   std::string optimizer = "sgd";
   double momentum = 0.9, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;

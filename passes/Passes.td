@@ -88,6 +88,33 @@ def NNAutodiffPass : Pass<"nn-autodiff", "mlir::ModuleOp"> {
   let dependentDialects = ["::pipec::nn::NNDialect", "::mlir::ml_program::MLProgramDialect"];
 }
 
+def PipeRecomputePass : Pass<"pipe-recompute", "mlir::ModuleOp"> {
+  let summary = "Activation recomputation: stash less per microbatch, recompute it in the backward.";
+  let description = [{
+    Runs after `--nn-autodiff`. Per stage, `mode`:
+    - `none`: unchanged (the forward's saved results are stashed).
+    - `full`: `@sK_fwd` keeps only its outputs; the stash slot holds the
+      stage's inputs (and outputs), and `@sK_bwd` starts by re-running the
+      forward from the stashed inputs (writes to globals, such as batch-norm
+      running statistics, are not repeated; dropout redraws the same mask
+      from the stashed random state).
+    - `selective`: the outputs of the expensive ops (gemm, matmul, conv) the
+      backward needs are still stashed; the cheap, memory-heavy rest
+      (elementwise, softmax, normalisation, dropout, reshapes) is recomputed
+      from them and the stage inputs.
+    The forward the backward re-runs reads the backward's weights: the
+    forward's version under weight stashing and for every synchronous
+    schedule, so the numbers equal those without recomputation.
+    Each changed `@sK_fwd` records `pipe.recompute` (the mode) and
+    `pipe.recompute_saved_bytes` (stash bytes per microbatch before).
+  }];
+  let options = [
+    ListOption<"mode", "mode", "std::string",
+               "none, full or selective: one for every stage, or one per stage">,
+  ];
+  let dependentDialects = ["::pipec::nn::NNDialect", "::mlir::ml_program::MLProgramDialect"];
+}
+
 def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
   let summary = "Materialises the pipeline schedule as one pipe.program per rank.";
   let description = [{

@@ -32,6 +32,12 @@ void pipec::buildDifferentiationPipeline(OpPassManager &pm,
   pm.addPass(createPipeSplitStagesPass());
   pm.addPass(createNNAutodiffPass({o.loss, o.optimizer, o.momentum, o.beta1,
                                    o.beta2, o.epsilon, o.weightDecay}));
+  if (llvm::any_of(o.recompute,
+                   [](const std::string &m) { return m != "none"; })) {
+    PipeRecomputePassOptions recompute;
+    recompute.mode.assign(o.recompute.begin(), o.recompute.end());
+    pm.addPass(createPipeRecomputePass(recompute));
+  }
 }
 
 void pipec::buildSchedulingPipeline(OpPassManager &pm,

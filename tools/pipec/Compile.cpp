@@ -400,6 +400,7 @@ bool Compilation::check() {
   tpo.loss = o.loss;
   tpo.schedule = o.schedule;
   tpo.scheduleCsv = o.scheduleCsv;
+  tpo.recompute = o.recompute;
   tpo.microbatches = o.microbatches;
   tpo.optimizer = o.optimizer;
   tpo.momentum = o.momentum;
@@ -826,6 +827,14 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
                              "p); the file gives the stages, chunks and "
                              "microbatches, and is refused naming the rank "
                              "and step if it cannot run")
+      .opt("--recompute",
+           "activation recomputation: none, full (stash each "
+           "stage's inputs only, re-run its forward at the "
+           "start of its backward) or selective (stash the "
+           "gemm/matmul/conv outputs, recompute the rest); "
+           "one mode, or one per pipeline stage, "
+           "comma-separated",
+           "none")
       .opt("--profile", "pipec.profile/1 with measured op times for planning")
       .opt("--cuts", "a fixed cut instead of the planner's: the last layer of "
                      "every stage but the last, comma-separated layer "
@@ -930,6 +939,24 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   o.chunks = int(chunks);
   if (a.has("--schedule-csv") && !applyScheduleCsv(a, o))
     return 2;
+  const std::string recompute = a.get("--recompute");
+  for (llvm::StringRef m : llvm::split(recompute, ',')) {
+    m = m.trim();
+    if (m != "none" && m != "full" && m != "selective")
+      return fail("compile",
+                  "--recompute takes none, full or selective (one "
+                  "for every stage, or one per stage), got '" +
+                      a.get("--recompute") + "'",
+                  2);
+    o.recompute.push_back(m.str());
+  }
+  if (o.recompute.size() != 1 &&
+      int64_t(o.recompute.size()) != int64_t(o.stages) * o.chunks)
+    return fail("compile",
+                "--recompute lists " + std::to_string(o.recompute.size()) +
+                    " modes for " + std::to_string(o.stages * o.chunks) +
+                    " pipeline stages (give one, or one per stage)",
+                2);
   if (*kind == ScheduleKind::Custom && o.scheduleCsv.empty())
     return fail("compile",
                 "the custom schedule runs the order of a file: "

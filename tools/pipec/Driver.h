@@ -71,6 +71,9 @@ struct CompileOptions {
   /// --schedule-csv: the custom schedule's compute-only CSV (schedule
   /// "custom"; stages, chunks and microbatches come from the file).
   std::string scheduleCsv;
+  /// --recompute: activation recomputation per stage (none, full,
+  /// selective), one for all stages or one per stage.
+  std::vector<std::string> recompute;
   std::string profile;
   std::string device = "cpu";
   std::string loss = "cross-entropy";
