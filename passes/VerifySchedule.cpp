@@ -185,6 +185,29 @@ struct PipePlanMemoryPass
     for (Operation &op : pipeline.getBody().front())
       if (auto p = dyn_cast<pipe::ProgramOp>(op))
         programs.push_back(p);
+    // Stash bytes per microbatch that recomputation removed, per device
+    // position (an interleaved rank runs stages c*p + r).
+    const int64_t positions = shapeOf(pipeline).positions;
+    std::map<int64_t, int64_t> removed;
+    std::map<int64_t, std::string> modes;
+    for (auto [q, fwd] : llvm::enumerate(getStageFuncs(module, "fwd"))) {
+      auto before =
+          fwd ? fwd->getAttrOfType<IntegerAttr>("pipe.recompute_saved_bytes")
+              : IntegerAttr();
+      auto mode =
+          fwd ? fwd->getAttrOfType<StringAttr>("pipe.recompute") : StringAttr();
+      if (!before || !mode)
+        continue;
+      int64_t after = 0;
+      for (unsigned i = 0; i < fwd.getNumResults(); ++i)
+        if (fwd.getResultAttr(i, "pipe.saved"))
+          after += nn::tensorBytes(fwd.getResultTypes()[i]);
+      const int64_t position = positions > 0 ? int64_t(q) % positions : 0;
+      removed[position] += before.getInt() - after;
+      std::string &m = modes[position];
+      if (m.find(mode.getValue().str()) == std::string::npos)
+        m += (m.empty() ? "" : "/") + mode.getValue().str();
+    }
     for (pipe::ProgramOp program : programs) {
       FailureOr<ArenaPlan> plan =
           planStageArena(module, program.getStage(), program.getReplica());
@@ -192,13 +215,19 @@ struct PipePlanMemoryPass
         return signalPassFailure();
       Builder b(module.getContext());
       program->setAttr("pipe.arena_bytes", b.getI64IntegerAttr(plan->total));
-      if (report)
-        program.emitRemark()
-            << program.getRankName() << " (stage " << program.getStage()
-            << "): arena " << plan->total << " bytes = weights "
-            << plan->weights << " + " << plan->slots << " slots x "
-            << plan->slotBytes << " + io " << plan->io << " + scratch "
-            << plan->scratch;
+      if (!report)
+        continue;
+      InFlightDiagnostic d = program.emitRemark();
+      d << program.getRankName() << " (stage " << program.getStage()
+        << "): arena " << plan->total << " bytes = weights " << plan->weights
+        << " + " << plan->slots << " slots x " << plan->slotBytes << " + io "
+        << plan->io << " + scratch " << plan->scratch;
+      auto it = removed.find(program.getStage());
+      if (it != removed.end())
+        d << "; recompute " << modes[program.getStage()] << ": without it "
+          << plan->slots << " slots x " << plan->slotBytes + it->second << " ("
+          << plan->slots * it->second
+          << " bytes more, before the backward's larger scratch)";
     }
   }
 };
