@@ -36,6 +36,10 @@ struct StagePlan {
   int lastLayer = 0;
   int replicas = 1;
   std::vector<int> devices;
+  /// Activation recomputation of the stage (plan.json "recompute"): "" or
+  /// "none", "full", "selective". The simulator models "full" (inputs
+  /// stashed, the forward run again in the backward).
+  std::string recompute;
 };
 
 /// What the simulator / cost model predicts for a plan.

@@ -1,7 +1,8 @@
 //===- PlanJson.cpp - plan.json (pipec.plan/1) reader and writer ----------===//
 //
 // `pipec.plan/1` (DESIGN.md §7): algorithm, schedule, microbatches,
-// microbatch, chunks, replica_mode ("split" or absent), stages [{first_op, last_op, replicas, devices}],
+// microbatch, chunks, replica_mode ("split" or absent), stages [{first_op,
+// last_op, replicas, devices, recompute ("full"/"selective", absent = none)}],
 // predicted {iteration_s, samples_per_s, bubble_fraction,
 // stage_memory_bytes} and candidates (the same summary per scored plan).
 //
@@ -45,6 +46,8 @@ ordered_json planBody(const Plan &plan) {
     entry["last_op"] = stage.lastLayer;
     entry["replicas"] = stage.replicas;
     entry["devices"] = stage.devices;
+    if (!stage.recompute.empty() && stage.recompute != "none")
+      entry["recompute"] = stage.recompute;
     stages.push_back(std::move(entry));
   }
   body["stages"] = std::move(stages);
@@ -225,6 +228,15 @@ bool parsePlanBody(const json &obj, const std::string &path, Plan &plan,
         }
         stage.devices.push_back(static_cast<int>(*id));
       }
+    }
+    if (auto r = entry.find("recompute"); r != entry.end()) {
+      if (!r->is_string() ||
+          (*r != "none" && *r != "full" && *r != "selective")) {
+        reader.error = where + ": 'recompute' must be \"none\", \"full\" "
+                               "or \"selective\"";
+        return false;
+      }
+      stage.recompute = r->get<std::string>();
     }
     plan.stages.push_back(std::move(stage));
   }

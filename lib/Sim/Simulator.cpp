@@ -102,6 +102,9 @@ struct VStage {
   int chunk = 0;
   double fwd = 0, bwd = 0, bwdWeight = 0; ///< op durations per microbatch
   int64_t paramBytes = 0, savedBytes = 0, inputBytes = 0;
+  /// Full recomputation (SimOptions::recompute, or the plan stage's
+  /// "recompute": "full"): stash the inputs, re-run the forward in B.
+  bool recompute = false;
   std::vector<int> inEdges, outEdges;
 };
 
@@ -671,7 +674,6 @@ std::string Simulator::assignDevices() {
 
 std::string Simulator::buildStages() {
   const int numLayers = static_cast<int>(profile.ops.size());
-  const bool recompute = options.recompute;
   const double alpha = options.weightGradFraction;
   std::vector<int> stageOfLayer(numLayers, 0);
   stages.assign(numQ, {});
@@ -691,7 +693,8 @@ std::string Simulator::buildStages() {
     }
     stage.fwd = sigma * fwd;
     double backward = sigma * bwd;
-    double recomputeForward = recompute ? stage.fwd : 0;
+    stage.recompute = options.recompute || plan_.recompute == "full";
+    double recomputeForward = stage.recompute ? stage.fwd : 0;
     if (splitBackward()) {
       stage.bwd = (1 - alpha) * backward + recomputeForward;
       stage.bwdWeight = alpha * backward;
@@ -1290,7 +1293,7 @@ Simulator::activationPeak(const std::vector<std::pair<int, size_t>> &run,
     const SchedOp &op = ranks[r].ops[i];
     const VStage &stage = stages[op.chunk * p + ranks[r].group];
     int64_t perMicrobatch =
-        options.recompute ? stage.inputBytes : stage.savedBytes;
+        stage.recompute ? stage.inputBytes : stage.savedBytes;
     if (op.kind == PassKind::Forward) {
       liveBytes += perMicrobatch;
       peakBytes = std::max(peakBytes, liveBytes);
@@ -1307,7 +1310,6 @@ void Simulator::accountStageMemory(SimResult &result,
                                    std::vector<int64_t> &rankMaxSaved) const {
   result.memory.assign(numQ, {});
   result.peakInflight.assign(numQ, 0);
-  const bool recompute = options.recompute;
   // Per rank: weights x versions, gradients and optimizer state of its
   // chunks, and the largest saved bytes (one microbatch with recompute).
   rankStatic.assign(ranks.size(), 0);
@@ -1326,14 +1328,15 @@ void Simulator::accountStageMemory(SimResult &result,
     for (int c = 0; c < v; ++c) {
       const int q = c * p + rank.group;
       const VStage &stage = stages[q];
-      rankMaxSaved[r] = std::max(rankMaxSaved[r], stage.savedBytes);
+      if (stage.recompute)
+        rankMaxSaved[r] = std::max(rankMaxSaved[r], stage.savedBytes);
       StageMemory memory;
       memory.weightVersions = static_cast<int>(std::max<int64_t>(versions, 1));
       memory.weights = stage.paramBytes * memory.weightVersions;
       memory.gradients = stage.paramBytes;
       memory.optimizer = std::llround(options.optimizerStateFactor *
                                       static_cast<double>(stage.paramBytes));
-      memory.activations = recompute
+      memory.activations = stage.recompute
                                ? peak[c] * stage.inputBytes + stage.savedBytes
                                : peak[c] * stage.savedBytes;
       memory.buffers = peakOf(buffers[r * v + c]);
@@ -1381,8 +1384,7 @@ void Simulator::accountDevices(SimResult &result, LastBackward &lastBackward,
         usage.busySeconds += static_cast<double>(m) * work(c * p + rank.group) /
                              (split ? 1 : replicas[rank.group]);
     }
-    usage.peakBytes =
-        deviceBytes + (options.recompute ? maxSaved : 0) + peakOf(held);
+    usage.peakBytes = deviceBytes + maxSaved + peakOf(held);
     result.devices.push_back(usage);
   }
   std::sort(result.devices.begin(), result.devices.end(),

@@ -57,6 +57,57 @@ def run(cmd, timeout=300):
     return p.returncode, p.stdout
 
 
+def auto_checks(args, d, onnx_path, data, lr, report):
+    """--recompute auto --memory-limit: a limit between stage 0's arena with
+    full recomputation and without it makes stage 0 recompute and stage 1
+    (one slot) not; the run equals the one without recomputation; a limit
+    below everything is refused naming the bytes, with nothing written."""
+    base = ["--stages", "2", "--microbatches", "4"]
+    o_none = os.path.join(d, "s2-1f1b-flush-none")
+    o_full = os.path.join(d, "s2-1f1b-flush-full")
+    try:
+        none0 = rank_arena(o_none, 0)
+        full0 = rank_arena(o_full, 0)
+        none1 = rank_arena(o_none, 1)
+    except (OSError, KeyError, ValueError) as e:
+        report(False, "gpt auto", f"no arenas from the earlier runs: {e}")
+        return
+    limit = max((none0 + full0) // 2, none1)
+    o = os.path.join(d, "auto")
+    rc, out = run([args.pipec, "compile", onnx_path, "-o", o, *base, "--recompute", "auto",
+                   "--memory-limit", str(limit)])
+    if rc != 0:
+        report(False, "gpt auto", out[-500:])
+        return
+    modes = [s.get("recompute", "none") for s in json.load(open(os.path.join(o, "plan.json")))["stages"]]
+    rc, out2 = run([args.pipec, "train", o, "--steps", str(STEPS), "--lr", str(lr), "--quiet", *data])
+    same = rc == 0 and ([json.loads(l)["loss"] for l in open(os.path.join(o, "metrics.jsonl"))] ==
+                        [json.loads(l)["loss"] for l in open(os.path.join(o_none, "metrics.jsonl"))])
+    lines = [l for l in out.splitlines() if "recompute auto" in l]
+    report(modes == ["full", "none"] and same and len(lines) == 2, "gpt auto",
+           f"limit {limit} between {full0} and {none0}: {modes}, losses {'identical' if same else 'DIFFER'}; "
+           + (lines[0][:120] if lines else "no choice printed"))
+    o = os.path.join(d, "auto-too-small")
+    rc, out = run([args.pipec, "compile", onnx_path, "-o", o, *base, "--recompute", "auto",
+                   "--memory-limit", str(full0 // 2)])
+    report(rc != 0 and "even with full recomputation" in out and f"({full0} bytes)" in out
+           and not os.path.exists(o), "gpt auto refuses an impossible limit",
+           next((l for l in out.splitlines() if "error" in l), f"rc {rc}")[:200])
+    rc, out = run([args.pipec, "compile", onnx_path, "-o", o, *base, "--memory-limit", str(full0)])
+    report(rc != 0 and f"({none0} bytes of arena" in out and "--recompute full or auto" in out
+           and not os.path.exists(o), "gpt limit without recomputation refused",
+           next((l for l in out.splitlines() if "error" in l), f"rc {rc}")[:200])
+
+
+def rank_arena(out_dir, stage):
+    """arena_bytes of `stage`'s rank summary (rank = stage: no replicas)."""
+    for f in glob.glob(os.path.join(out_dir, "summary*.json")):
+        s = json.load(open(f))
+        if s.get("stage") == stage:
+            return int(s["arena_bytes"])
+    raise KeyError(f"no summary of stage {stage} in {out_dir}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pipec", required=True)
@@ -136,6 +187,9 @@ def main():
                         detail += f", stage 0 arena {a0[0]} -> {r0[0]} bytes"
                         same_losses = same_losses and smaller
                 report(same_losses and not diff, f"{model} {tag} {mode}", detail)
+
+        if model == "gpt":
+            auto_checks(args, d, onnx_path, data, lr, report)
 
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

@@ -223,16 +223,19 @@ public:
 
   int run() {
     auto t0 = std::chrono::steady_clock::now();
-    bool ok = timed("check", &Compilation::check) &&
-              timed("import", &Compilation::import) &&
-              timed("plan", &Compilation::plan) &&
-              timed("split and differentiate",
-                    &Compilation::splitAndDifferentiate) &&
-              timed("schedule and verify", &Compilation::scheduleAndVerify) &&
-              (!split || timed("split replicas", &Compilation::sliceReplicas)) &&
-              timed("write outputs", &Compilation::prepareOutputs) &&
-              lowerAndLinkStages() &&
-              timed("write outputs", &Compilation::writeManifest);
+    bool ok =
+        timed("check", &Compilation::check) &&
+        timed("import", &Compilation::import) &&
+        timed("plan", &Compilation::plan) &&
+        (!autoRecompute() ||
+         timed("choose recomputation", &Compilation::chooseRecompute)) &&
+        timed("split and differentiate", &Compilation::splitAndDifferentiate) &&
+        timed("schedule and verify", &Compilation::scheduleAndVerify) &&
+        checkMemoryLimit() &&
+        (!split || timed("split replicas", &Compilation::sliceReplicas)) &&
+        timed("write outputs", &Compilation::prepareOutputs) &&
+        lowerAndLinkStages() &&
+        timed("write outputs", &Compilation::writeManifest);
     if (o.timings)
       printTimings();
     if (!ok)
@@ -323,6 +326,11 @@ private:
   bool scheduleAndVerify() {
     return runPasses(*module, buildSchedulingPipeline);
   }
+  bool autoRecompute() const {
+    return o.recompute.size() == 1 && o.recompute[0] == "auto";
+  }
+  bool chooseRecompute();
+  bool checkMemoryLimit();
   bool sliceReplicas();
   bool checkSampleMajor(ModuleOp sliced, int64_t n);
   int64_t sliceOf(int s, int j) const {
@@ -598,6 +606,85 @@ bool Compilation::prepareOutputs() {
 }
 
 /// plan.json from the module's plan: stages, replicas, devices.
+/// The arena of every device position (the largest of its ranks), from
+/// the programs' pipe.arena_bytes (--pipe-plan-memory).
+static std::map<int64_t, int64_t> positionArenas(ModuleOp m) {
+  std::map<int64_t, int64_t> arenas;
+  m.walk([&](pipe::ProgramOp program) {
+    if (auto bytes = program->getAttrOfType<IntegerAttr>("pipe.arena_bytes")) {
+      int64_t &a = arenas[program.getStage()];
+      a = std::max(a, bytes.getInt());
+    }
+  });
+  return arenas;
+}
+
+/// --recompute auto: the planned module is differentiated and scheduled
+/// once per mode (none, selective, full), and every device position takes
+/// the first mode whose arena fits --memory-limit (a position's arena
+/// depends on its own stages' modes only). Nothing fits: the error says what
+/// full recomputation would need.
+bool Compilation::chooseRecompute() {
+  const char *const modes[] = {"none", "selective", "full"};
+  std::map<std::string, std::map<int64_t, int64_t>> arenas;
+  const std::vector<std::string> asked = tpo.recompute;
+  for (const char *mode : modes) {
+    OwningOpRef<ModuleOp> trial = module->clone();
+    tpo.recompute = {mode};
+    bool ok = runPasses(*trial, buildDifferentiationPipeline) &&
+              runPasses(*trial, buildSchedulingPipeline);
+    tpo.recompute = asked;
+    if (!ok)
+      return false;
+    arenas[mode] = positionArenas(*trial);
+  }
+  std::vector<std::string> chosen(size_t(o.stages));
+  for (int64_t r = 0; r < o.stages; ++r) {
+    std::string line = "recompute auto: stage " + std::to_string(r) + ":";
+    for (const char *mode : modes) {
+      int64_t bytes = arenas[mode][r];
+      line += std::string(mode == modes[0] ? " " : ", ") + mode + " " +
+              humanBytes(bytes);
+      if (chosen[size_t(r)].empty() && bytes <= o.memoryLimit)
+        chosen[size_t(r)] = mode;
+    }
+    if (chosen[size_t(r)].empty())
+      return failWith(
+          "stage " + std::to_string(r) + " needs " +
+          humanBytes(arenas["full"][r]) + " (" +
+          std::to_string(arenas["full"][r]) +
+          " bytes) even with full recomputation, over --memory-limit " +
+          humanBytes(o.memoryLimit) +
+          "; use more stages, more microbatches (smaller ones) or a larger "
+          "limit");
+    say(line + " -> " + chosen[size_t(r)] + " (limit " +
+        humanBytes(o.memoryLimit) + ")");
+  }
+  // Pipeline stage q runs on device position q mod p.
+  tpo.recompute.clear();
+  for (int64_t q = 0; q < int64_t(o.stages) * o.chunks; ++q)
+    tpo.recompute.push_back(chosen[size_t(q % o.stages)]);
+  return true;
+}
+
+/// Every rank's arena within --memory-limit, else one error naming the
+/// stage, its bytes and what would help.
+bool Compilation::checkMemoryLimit() {
+  if (o.memoryLimit <= 0)
+    return true;
+  for (auto [position, bytes] : positionArenas(*module))
+    if (bytes > o.memoryLimit)
+      return failWith(
+          "stage " + std::to_string(position) + " needs " + humanBytes(bytes) +
+          " (" + std::to_string(bytes) +
+          " bytes of arena: weights, gradients, optimizer state, stash "
+          "slots, io and scratch), over --memory-limit " +
+          humanBytes(o.memoryLimit) +
+          (autoRecompute() ? std::string() : "; try --recompute full or auto") +
+          ", more stages or more microbatches (smaller ones)");
+  return true;
+}
+
 void Compilation::fillPlan() {
   auto planAttr = (*module)->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
   planOut.algorithm = planAttr.getAlgorithm().str();
@@ -628,6 +715,11 @@ void Compilation::fillPlan() {
         layersNow += isLayer(&op) ? 1 : 0;
   if (!planOut.stages.empty() && layersNow > planOut.stages.back().lastLayer + 1)
     planOut.stages.back().lastLayer = layersNow - 1;
+  // Recomputation per stage, as the recompute pass recorded it.
+  for (size_t s = 0; s < planOut.stages.size(); ++s)
+    if (auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd")))
+      if (auto mode = fwd->getAttrOfType<StringAttr>("pipe.recompute"))
+        planOut.stages[s].recompute = mode.getValue().str();
 }
 
 bool Compilation::lowerAndLinkStages() {
@@ -761,6 +853,25 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   return Compilation(o).run();
 }
 
+/// "123", "64K", "512M", "2G" (powers of 1024) as bytes > 0.
+static bool parseBytes(llvm::StringRef text, int64_t &bytes) {
+  text = text.trim();
+  int64_t scale = 1;
+  if (!text.empty()) {
+    char unit = char(std::toupper(static_cast<unsigned char>(text.back())));
+    if (unit == 'K' || unit == 'M' || unit == 'G') {
+      scale = unit == 'K' ? 1LL << 10 : unit == 'M' ? 1LL << 20 : 1LL << 30;
+      text = text.drop_back();
+    }
+  }
+  uint64_t value = 0;
+  if (text.getAsInteger(10, value) || value == 0 ||
+      value > uint64_t(INT64_MAX / scale))
+    return false;
+  bytes = int64_t(value) * scale;
+  return true;
+}
+
 /// --schedule-csv FILE: read and check the file now (one clear error before
 /// any work) and take the stages, chunks and microbatches from it; an
 /// explicit option that disagrees is refused naming both.
@@ -835,6 +946,11 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
            "one mode, or one per pipeline stage, "
            "comma-separated",
            "none")
+      .opt("--memory-limit", "bytes one rank's arena may take (K, M, G "
+                             "suffixes: KiB, MiB, GiB); a plan over it is "
+                             "refused with what it needs, and --recompute "
+                             "auto picks per stage the least recomputation "
+                             "that fits")
       .opt("--profile", "pipec.profile/1 with measured op times for planning")
       .opt("--cuts", "a fixed cut instead of the planner's: the last layer of "
                      "every stage but the last, comma-separated layer "
@@ -942,14 +1058,29 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   const std::string recompute = a.get("--recompute");
   for (llvm::StringRef m : llvm::split(recompute, ',')) {
     m = m.trim();
-    if (m != "none" && m != "full" && m != "selective")
+    if (m != "none" && m != "full" && m != "selective" && m != "auto")
       return fail("compile",
-                  "--recompute takes none, full or selective (one "
-                  "for every stage, or one per stage), got '" +
+                  "--recompute takes none, full, selective (one "
+                  "for every stage, or one per stage) or auto, "
+                  "got '" +
                       a.get("--recompute") + "'",
                   2);
     o.recompute.push_back(m.str());
   }
+  if (a.has("--memory-limit") &&
+      !parseBytes(a.get("--memory-limit"), o.memoryLimit))
+    return fail("compile",
+                "--memory-limit takes bytes, optionally with K, M "
+                "or G (KiB, MiB, GiB), got '" +
+                    a.get("--memory-limit") + "'",
+                2);
+  if (llvm::is_contained(o.recompute, "auto") &&
+      (o.recompute.size() != 1 || o.memoryLimit <= 0))
+    return fail("compile",
+                "--recompute auto chooses every stage's mode from "
+                "the memory budget: give it alone, with "
+                "--memory-limit BYTES",
+                2);
   if (o.recompute.size() != 1 &&
       int64_t(o.recompute.size()) != int64_t(o.stages) * o.chunks)
     return fail("compile",

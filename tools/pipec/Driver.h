@@ -74,6 +74,9 @@ struct CompileOptions {
   /// --recompute: activation recomputation per stage (none, full,
   /// selective), one for all stages or one per stage.
   std::vector<std::string> recompute;
+  /// --memory-limit: bytes a rank's arena may take (0: no limit); with
+  /// --recompute auto, the budget recomputation is chosen for.
+  int64_t memoryLimit = 0;
   std::string profile;
   std::string device = "cpu";
   std::string loss = "cross-entropy";
