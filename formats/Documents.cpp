@@ -280,6 +280,18 @@ StageDesc parseStageDesc(const std::string &json) {
   d.arenaBytes = r.integer("arena_bytes");
   d.replica = r.has("replica") ? r.integer("replica") : 0;
   d.chunks = r.has("chunks") ? r.integer("chunks", 1) : 1;
+  if (r.has("placement")) {
+    std::string placement = r.str("placement");
+    if (placement != "loop" && placement != "v")
+      throw FormatError(what + ": unknown placement '" + placement +
+                        "' (loop, v)");
+    d.vPlacement = placement == "v";
+    if (d.vPlacement && d.chunks != 2)
+      throw FormatError(what +
+                        ": the v placement runs 2 chunks per rank, "
+                        "not " +
+                        std::to_string(d.chunks));
+  }
   d.replicas = r.has("replicas") ? r.integer("replicas", 1) : 1;
   if (d.replica >= d.replicas)
     throw FormatError(what + ": replica " + std::to_string(d.replica) +
@@ -417,6 +429,8 @@ std::string writeStageDesc(const StageDesc &d) {
   j["replicas"] = d.replicas;
   j["replica_split"] = d.replicaSplit;
   j["chunks"] = d.chunks;
+  if (d.vPlacement)
+    j["placement"] = "v";
   j["microbatches"] = d.microbatches;
   j["microbatch"] = d.microbatch;
   j["global_batch"] = d.globalBatch;

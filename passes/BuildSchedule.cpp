@@ -43,13 +43,13 @@ struct RankProgram {
 /// Emits the ops of one rank's pipe.program (device position `s`).
 class ProgramEmitter {
 public:
-  ProgramEmitter(ModuleOp module, ScheduleKind kind, ArrayRef<func::FuncOp> fwds,
-                 ArrayRef<func::FuncOp> bwds, ArrayRef<Edge> edges,
-                 int64_t devices, int64_t s, int64_t replicas,
-                 func::FuncOp step, OpBuilder pb)
+  ProgramEmitter(ModuleOp module, ScheduleKind kind,
+                 ArrayRef<func::FuncOp> fwds, ArrayRef<func::FuncOp> bwds,
+                 ArrayRef<Edge> edges, int64_t devices, Placement placement,
+                 int64_t s, int64_t replicas, func::FuncOp step, OpBuilder pb)
       : module(module), kind(kind), fwds(fwds), bwds(bwds), edges(edges),
-        devices(devices), s(s), r(replicas), step(step), pb(pb),
-        loc(module.getLoc()) {}
+        devices(devices), placement(placement), s(s), r(replicas), step(step),
+        pb(pb), loc(module.getLoc()) {}
 
   /// Segments of a synchronous schedule, then the flush, the all-reduce of
   /// a replicated stage, the tied weights' reductions and the updates of
@@ -70,7 +70,9 @@ public:
     for (int64_t c = 0; c < chunks; ++c)
       pipe::StepOp::create(
           pb, loc,
-          FlatSymbolRefAttr::get(func::FuncOp(steps[c * devices + s]).getSymNameAttr()),
+          FlatSymbolRefAttr::get(
+              func::FuncOp(steps[stageOfChunk(placement, devices, s, c)])
+                  .getSymNameAttr()),
           Value());
   }
 
@@ -106,7 +108,9 @@ private:
   ScheduleKind kind;
   ArrayRef<func::FuncOp> fwds, bwds;
   ArrayRef<Edge> edges;
-  int64_t devices, s, r;
+  int64_t devices;
+  Placement placement;
+  int64_t s, r;
   func::FuncOp step;
   OpBuilder pb;
   Location loc;
@@ -167,7 +171,7 @@ private:
         Value base = arith::ConstantIndexOp::create(pb, loc, op.microbatch);
         mb = iv ? arith::AddIOp::create(pb, loc, iv, base).getResult() : base;
       }
-      const int64_t q = int64_t(op.chunk) * devices + s;
+      const int64_t q = stageOfChunk(placement, devices, s, op.chunk);
       if (op.kind == PassKind::Forward) {
         forward(mb, q);
       } else if (op.kind == PassKind::BackwardWeight) {
@@ -267,19 +271,26 @@ struct PipeBuildSchedulePass
                                            stages.asArrayRef().end())
                     : std::vector<int64_t>{}});
       }
+    // A custom schedule's file says where its stages run.
+    CsvSchedule csv;
+    if (*kind == ScheduleKind::Custom && failed(readCsv(numStages, csv)))
+      return signalPassFailure();
+    const Placement placement = *kind == ScheduleKind::Custom
+                                    ? csv.schedule.placement
+                                    : placementOf(*kind);
+    request.placement = placement;
     // Every schedule and replica rule (lib/Schedule/Rules.cpp).
     std::vector<RuleViolation> violations = checkPipelineRules(request);
     for (const RuleViolation &v : violations)
       module.emitError(v.message);
     if (!violations.empty())
       return signalPassFailure();
-    // Device positions p; with chunks, stage c*p + r runs on device r.
+    // Device positions p; with chunks, stage c*p + r runs on device r (a V:
+    // stages r and 2p-1-r).
     const int64_t devices = numStages / chunks;
-    CsvSchedule csv;
-    if (*kind == ScheduleKind::Custom && failed(readCsv(numStages, csv)))
-      return signalPassFailure();
     // Zero bubble: every backward in an input half and a weight half.
-    if (*kind == ScheduleKind::ZeroBubbleH1 || csv.splitBackward)
+    if (*kind == ScheduleKind::ZeroBubbleH1 ||
+        *kind == ScheduleKind::ZeroBubbleV || csv.splitBackward)
       for (int64_t q = 0; q < numStages; ++q)
         if (failed(splitBackward(module, q)))
           return signalPassFailure();
@@ -291,7 +302,7 @@ struct PipeBuildSchedulePass
       for (NamedAttribute entry : tied) {
         std::set<int64_t> positions;
         for (int64_t q : cast<DenseI64ArrayAttr>(entry.getValue()).asArrayRef())
-          positions.insert(q % devices);
+          positions.insert(positionOfStage(placement, devices, q));
         tieGroups[std::vector<int64_t>(positions.begin(), positions.end())]
             .push_back(FlatSymbolRefAttr::get(entry.getName()));
       }
@@ -308,7 +319,7 @@ struct PipeBuildSchedulePass
                                         replicaCounts, rankPrograms))) {
       return signalPassFailure();
     }
-    recordPlanReplicas(numStages, devices, replicaCounts);
+    recordPlanReplicas(numStages, devices, placement, replicaCounts);
 
     // The continuous schedules' in-flight depth per stage replica
     // (1F1B-RR): K_s = ceil(W_s / r_s), p - s without replicas.
@@ -320,7 +331,9 @@ struct PipeBuildSchedulePass
     auto pipeline = pipe::PipelineOp::create(
         b, loc, b.getI64IntegerAttr(microbatches),
         b.getStringAttr(scheduleKindName(*kind)),
-        split ? b.getI64IntegerAttr(splitSamples) : IntegerAttr());
+        split ? b.getI64IntegerAttr(splitSamples) : IntegerAttr(),
+        placement == Placement::V ? b.getStringAttr(placementName(placement))
+                                  : StringAttr());
     pipeline.getBody().emplaceBlock();
     b.setInsertionPointToEnd(&pipeline.getBody().front());
     for (auto [rankIndex, rp] : llvm::enumerate(rankPrograms)) {
@@ -336,8 +349,8 @@ struct PipeBuildSchedulePass
           b.getI64IntegerAttr(s), b.getI64IntegerAttr(rp.replica),
           b.getI64IntegerAttr(std::max<int64_t>(slots, 1)));
       program.getBody().emplaceBlock();
-      ProgramEmitter emit(module, *kind, fwds, bwds, edges, devices, s,
-                          replicaCounts[size_t(s)], steps[s],
+      ProgramEmitter emit(module, *kind, fwds, bwds, edges, devices, placement,
+                          s, replicaCounts[size_t(s)], steps[s],
                           OpBuilder::atBlockEnd(&program.getBody().front()));
       if (continuous)
         emit.continuousWindow(rp.replica, warmupForwards, microbatches);
@@ -427,6 +440,7 @@ struct PipeBuildSchedulePass
   /// The plan records the replica counts it is built with (stage c*p + s of
   /// an interleaved plan has the replicas of device position s).
   void recordPlanReplicas(int64_t numStages, int64_t devices,
+                          Placement placement,
                           const std::vector<int> &replicaCounts) {
     ModuleOp module = getOperation();
     auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
@@ -434,7 +448,8 @@ struct PipeBuildSchedulePass
       return;
     SmallVector<int64_t> perStage;
     for (int64_t q = 0; q < numStages; ++q)
-      perStage.push_back(replicaCounts[size_t(q % devices)]);
+      perStage.push_back(
+          replicaCounts[size_t(positionOfStage(placement, devices, q))]);
     module->setAttr(pipe::attrs::kPlan,
                     pipe::PlanAttr::get(
                         module.getContext(), plan.getAlgorithm(),

@@ -1208,6 +1208,7 @@ std::string StageLowering::stageMeta() {
   d.replicas = replicas;
   d.numStages = int(devices);
   d.chunks = int64_t(chunks.size());
+  d.vPlacement = pipeline.getPlacement() && *pipeline.getPlacement() == "v";
   d.microbatches = pipeline.getMicrobatches();
   d.windowReach = pipe::windowReach(pipeline);
   // Every rank creates one communicator per group, in this order.

@@ -141,7 +141,7 @@ struct PipeVerifySchedulePass
                             ? closed(WarmupPolicy::B)
                             : closedA;
       // A custom schedule's order comes from a file: no closed form.
-      const bool custom = *kind == ScheduleKind::Custom;
+      const bool custom = closedA < 0; // custom (a file's order), zb-v
       if (!custom && peak != closedA && peak != closedB) {
         program.emitError("peak stashed microbatches ")
             << peak << " differ from the closed form " << closedA
@@ -157,7 +157,7 @@ struct PipeVerifySchedulePass
         if (shape.replicas[program.getStage()] > 1)
           d << ", replica " << program.getReplica();
         d << "): peak stashed microbatches " << peak
-          << (custom ? " (the file's order)" : " = closed form") << ", slots "
+          << (custom ? " (no closed form)" : " = closed form") << ", slots "
           << program.getSlots();
         if (chunks.size() > 1)
           d << ", " << chunks.size() << " chunks";

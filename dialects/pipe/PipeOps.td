@@ -61,8 +61,11 @@ def Pipe_PipelineOp : Pipe_Op<"pipeline", [NoTerminator, SingleBlock,
   let summary = "The set of rank programs of one pipeline.";
   let description = [{
     Holds one `pipe.program` per rank. `microbatches` is the number of
-    microbatches per step. Its verifier symbolically executes all programs
-    together (loops expanded) and checks the communication.
+    microbatches per step. `placement "v"` places the 2p stages of a
+    p-position pipeline in a V (position r runs stages r and 2p-1-r: zb-v);
+    without it stage q runs on position q mod p. Its verifier symbolically
+    executes all programs together (loops expanded) and checks the
+    communication.
 
     ```mlir
     pipe.pipeline microbatches 4 {
@@ -72,9 +75,10 @@ def Pipe_PipelineOp : Pipe_Op<"pipeline", [NoTerminator, SingleBlock,
     ```
   }];
   let arguments = (ins I64Attr:$microbatches, StrAttr:$schedule,
-                       OptionalAttr<I64Attr>:$split_samples);
+                       OptionalAttr<I64Attr>:$split_samples,
+                       OptionalAttr<StrAttr>:$placement);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "`microbatches` $microbatches `schedule` $schedule (`split_samples` $split_samples^)? attr-dict-with-keyword $body";
+  let assemblyFormat = "`microbatches` $microbatches `schedule` $schedule (`split_samples` $split_samples^)? (`placement` $placement^)? attr-dict-with-keyword $body";
   let hasRegionVerifier = 1;
 }
 

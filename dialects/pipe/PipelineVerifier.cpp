@@ -254,7 +254,8 @@ struct PipelineChecker {
   std::map<std::pair<int64_t, int64_t>, int> rankOf;
   std::map<int64_t, int64_t> replicasOf;
   std::vector<int> replicaCounts;
-  int64_t numStages = 0;
+  int64_t numStages = 0; ///< device positions
+  pipec::Placement placement = pipec::Placement::Loop;
 
   /// Programs only, one per (stage, replica), replicas numbered 0..r-1.
   LogicalResult collectPrograms() {
@@ -294,6 +295,11 @@ struct PipelineChecker {
     pipec::PipelineRequest request;
     request.kind = *kind;
     request.stages = numStages;
+    request.placement = placement;
+    if (*kind == pipec::ScheduleKind::ZeroBubbleV) {
+      request.stages = 2 * numStages;
+      request.chunks = 2;
+    }
     request.microbatches = m;
     request.replicas = replicaCounts;
     request.splitSamples = split;
@@ -353,7 +359,7 @@ struct PipelineChecker {
                         std::vector<pipec::CommEvent> &out) {
     // The peer is a pipeline stage; with chunks, stage q runs on device
     // position q mod p.
-    int64_t device = e.stage % numStages;
+    int64_t device = pipec::positionOfStage(placement, numStages, e.stage);
     auto peerReplicas = replicasOf.find(device);
     if (e.stage < 0 || peerReplicas == replicasOf.end())
       return e.op->emitOpError("peer stage ")
@@ -494,6 +500,13 @@ struct PipelineChecker {
   LogicalResult run() {
     m = pipeline.getMicrobatches();
     kind = pipec::parseScheduleKind(pipeline.getSchedule().str());
+    if (auto name = pipeline.getPlacement()) {
+      auto parsed = pipec::parsePlacement(name->str());
+      if (!parsed)
+        return pipeline.emitOpError("unknown placement '")
+               << *name << "' (loop, v)";
+      placement = *parsed;
+    }
     continuous = kind && !pipec::isFlushSchedule(*kind);
     if (failed(collectPrograms()))
       return failure();

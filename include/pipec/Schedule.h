@@ -30,6 +30,10 @@ namespace pipec {
 ///   ZeroBubbleH1   "zb-h1"       1F1B with the backward split into B (input
 ///                                gradient) and W (weight gradient); W is
 ///                                deferred into the cool-down (Qi et al. 2023)
+///   ZeroBubbleV    "zb-v"        zero bubble in a V (Qi et al. 2024): two
+///                                chunks per device placed as a V (device r
+///                                holds stages r and 2p-1-r), backwards split
+///                                into B and W, 1F1B-like memory
 ///   Custom         "custom"      synchronous (one flush per step), with the
 ///                                per-rank order read from a file: a
 ///                                torch.distributed.pipelining compute-only
@@ -43,11 +47,12 @@ enum class ScheduleKind {
   TwoBW,
   Interleaved,
   ZeroBubbleH1,
-  Custom
+  Custom,
+  ZeroBubbleV
 };
 
 /// Parses "gpipe" / "1f1b-flush" / "1f1b" / "2bw" / "interleaved" / "zb-h1"
-/// / "custom"; nullopt for anything else.
+/// / "custom" / "zb-v"; nullopt for anything else.
 std::optional<ScheduleKind> parseScheduleKind(const std::string &name);
 const char *scheduleKindName(ScheduleKind kind);
 /// Every accepted name, in declaration order, e.g. for "available: ..."
@@ -57,6 +62,27 @@ std::vector<std::string> scheduleKindNames();
 /// (gpipe, 1f1b-flush, interleaved, zb-h1, custom); false for 1f1b and 2bw,
 /// which run batches back to back.
 bool isFlushSchedule(ScheduleKind kind);
+
+/// Where virtual stage q of a pipeline of p device positions and v chunks
+/// runs:
+///   Loop  on position q mod p, as chunk q div p (Megatron's interleaving;
+///         every schedule but zb-v)
+///   V     v = 2: position r holds stage r (chunk 0) and stage 2p-1-r
+///         (chunk 1), so the last stage shares the first one's device
+///         (zb-v, DualPipeV, torch's ZBVZeroBubble)
+enum class Placement { Loop, V };
+
+/// "loop" / "v".
+const char *placementName(Placement placement);
+std::optional<Placement> parsePlacement(const std::string &name);
+/// The placement a generated schedule uses (V for zb-v).
+Placement placementOf(ScheduleKind kind);
+/// Device position of virtual stage q.
+int64_t positionOfStage(Placement placement, int64_t p, int64_t q);
+/// Chunk index of virtual stage q on its device.
+int64_t chunkOfStage(Placement placement, int64_t p, int64_t q);
+/// The virtual stage that chunk c of device position r runs.
+int64_t stageOfChunk(Placement placement, int64_t p, int64_t r, int64_t c);
 
 /// Forward, backward and, for zero-bubble schedules, the weight-gradient half
 /// of the backward. Without BackwardWeight ops, Backward computes both input
@@ -159,6 +185,9 @@ struct ScheduleResult {
   ScheduleKind kind = ScheduleKind::GPipe;
   int stages = 0;           ///< p (devices per pipeline, not p*v)
   int chunks = 1;           ///< v
+  /// How chunks map to virtual stages (SchedOp::chunk c of rank position r
+  /// is stage stageOfChunk(placement, p, r, c)).
+  Placement placement = Placement::Loop;
   int64_t microbatches = 0; ///< m per step
   int64_t steps = 1;
   std::vector<int> replicas; ///< per stage, always filled
@@ -210,6 +239,8 @@ struct PipelineRequest {
   WarmupPolicy warmup = WarmupPolicy::A;
   /// Tied weights: (weight, the pipeline stages that read it).
   std::vector<std::pair<std::string, std::vector<int64_t>>> tied;
+  /// Where the stages run (V for zb-v, or a V-shaped custom schedule).
+  Placement placement = Placement::Loop;
 };
 
 /// One broken rule: a short name (for tests and grouping) and the message
@@ -232,6 +263,7 @@ struct RuleViolation {
 ///   split-samples     split samples >= 0; split replicas need a synchronous
 ///                     schedule; interleaved + replicas needs split mode
 ///   custom            a custom schedule (from a file) has no replicas
+///   zb-v              zb-v: chunks = 2 (rule "chunks"), no replicas
 ///   replica-range     r <= m (round robin) or <= the split samples: every
 ///                     replica gets work
 ///   round-robin       continuous schedules with replicas: r divides m
@@ -266,6 +298,9 @@ int64_t peakInflight(const std::vector<SchedOp> &ops);
 ///   zb-h1        min(p, m) on every stage (a microbatch stays until its W)
 ///   interleaved  chunk-microbatches: 2(p-s-1) + (v-1)p + 1 when m > p,
 ///                m*v when m == p (thesis.md §5.4)
+///   zb-v         chunk-microbatches: min(m + 1 + s, 2m, 2p), i.e. 2p
+///                (1F1B's activation memory) once m >= 2p - 1
+///   custom       -1 (a file's order: count it with peakInflight)
 /// For replicated stages the same forms per replica with K_s as in
 /// generateSchedule and the replica's own microbatch count.
 int64_t closedFormInflight(ScheduleKind kind, int stages, int stage,
@@ -322,8 +357,9 @@ struct CommCheckResult {
 
 /// Symbolically executes the rank programs: checks that every send has
 /// exactly one matching receive (same peer pair, channel, microbatch and
-/// type), that each directed link's send order equals its receive order,
-/// and that execution terminates.
+/// type), that on each directed link every channel's send order equals its
+/// receive order (an in-order connection per channel; across channels the
+/// order is free, as MPI's tags allow), and that execution terminates.
 CommCheckResult checkCommunication(
     const std::vector<std::vector<CommEvent>> &programs);
 
@@ -357,7 +393,8 @@ struct CsvSchedule {
   /// 0-based) where it can, e.g. "deadlock: rank 0 waits for rank 1 ...".
   std::string error;
   /// kind Custom, stages p (rows), chunks v (stages / p), microbatches m,
-  /// one replica per rank; rank r runs virtual stages c*p + r as chunk c.
+  /// one replica per rank; rank r runs virtual stages stageOfChunk(
+  /// placement, p, r, c) as chunk c.
   ScheduleResult schedule;
   /// Whether the backwards are split into I and W (then a `B` cell stands
   /// for I followed by W, and every stage gets a weight-gradient half).
@@ -369,11 +406,11 @@ struct CsvSchedule {
 /// Parses and checks a compute-only CSV: actions well formed (a
 /// communication action such as SEND_F is refused: the compute-only format
 /// has none), every virtual stage q on rank q mod p (the loop placement of
-/// Megatron and of torch's interleaved schedules; V-shaped placements are
-/// refused by name), one forward and one backward (B, or I and W) of every
-/// (stage, microbatch), each after its forward on its rank (W after I), and
-/// the message-level check of the programs (matching, per-link order,
-/// deadlock freedom).
+/// Megatron and of torch's interleaved schedules) or, with two stages per
+/// rank, on rank r = q or 2p-1-q (the V of ZB-V and DualPipeV), one forward and
+/// one backward (B, or I and W) of every (stage, microbatch), each after its
+/// forward on its rank (W after I), and the message-level check of the programs
+/// (matching, per-link order, deadlock freedom).
 CsvSchedule parseScheduleCsv(const std::string &text);
 
 /// The compute-only CSV of a synchronous schedule without replicas (every

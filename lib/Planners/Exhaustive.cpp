@@ -135,18 +135,18 @@ int64_t binomial(int n, int k) {
 }
 
 /// Device sets per stage of one placement.
-using Placement = std::vector<std::vector<int>>;
+using DeviceSets = std::vector<std::vector<int>>;
 
 /// The canonical assignments of the topology's devices to `stages` stages
 /// (ExhaustivePlacements::All) as placements; false when there are more
 /// than `limit`.
 bool canonicalPlacements(const TopologyInfo &topo, int stages, bool idle,
-                         int64_t limit, std::vector<Placement> &placements) {
+                         int64_t limit, std::vector<DeviceSets> &placements) {
   CanonicalAssignments assignments(topo, stages, idle, limit);
   if (!assignments.enumerate())
     return false;
   for (const std::vector<int> &labels : assignments.result()) {
-    Placement sets(stages);
+    DeviceSets sets(stages);
     for (int d = 0; d < topo.numDevices; ++d)
       if (labels[d] >= 0)
         sets[labels[d]].push_back(d);
@@ -160,7 +160,7 @@ bool canonicalPlacements(const TopologyInfo &topo, int stages, bool idle,
 void policyPlacements(const Topology &topology, int g,
                       const std::vector<int> &replicas,
                       const std::vector<DapplePolicy> &policies,
-                      std::vector<Placement> &placements) {
+                      std::vector<DeviceSets> &placements) {
   const int stages = static_cast<int>(replicas.size());
   int choices = static_cast<int>(policies.size());
   int64_t combos = 1;
@@ -168,7 +168,7 @@ void policyPlacements(const Topology &topology, int g,
     combos *= choices;
   for (int64_t code = 0; code < combos; ++code) {
     std::vector<bool> used(g, false);
-    Placement sets(stages);
+    DeviceSets sets(stages);
     int64_t rest = code;
     for (int s = 0; s < stages; ++s) {
       sets[s] =
@@ -187,7 +187,7 @@ void policyPlacements(const Topology &topology, int g,
 bool enumeratePlacements(const Topology &topology, const TopologyInfo &topo,
                          int stages, bool idle, int64_t partitions,
                          const ExhaustiveOptions &eo,
-                         std::vector<Placement> &placements) {
+                         std::vector<DeviceSets> &placements) {
   if (eo.placements == ExhaustivePlacements::All)
     return canonicalPlacements(topo, stages, idle,
                                eo.maxCandidates / partitions + 1, placements);
@@ -196,7 +196,7 @@ bool enumeratePlacements(const Topology &topology, const TopologyInfo &topo,
   compositions(g, stages, idle, vectors);
   for (const std::vector<int> &replicas : vectors) {
     if (eo.placements == ExhaustivePlacements::InOrder) {
-      Placement sets(stages);
+      DeviceSets sets(stages);
       int next = 0;
       for (int s = 0; s < stages; ++s)
         for (int r = 0; r < replicas[s]; ++r)
@@ -225,7 +225,7 @@ int candidateMicrobatches(const PlannerOptions &options,
 }
 
 /// The candidate plan of one layer partition (stage sizes) and placement.
-Plan candidatePlan(const std::vector<int> &sizes, const Placement &sets,
+Plan candidatePlan(const std::vector<int> &sizes, const DeviceSets &sets,
                    int64_t microbatchSize, int microbatches,
                    const std::string &schedule) {
   Plan plan;
@@ -357,7 +357,7 @@ ExhaustiveResult pipec::searchExhaustive(const Profile &profile,
   for (int stages = minStages; stages <= maxStages && !overflow; ++stages) {
     int microbatches =
         candidateMicrobatches(options, eo, microbatchSize, stages);
-    std::vector<Placement> placements;
+    std::vector<DeviceSets> placements;
     int64_t partitions = binomial(n - 1, stages - 1);
     if (!enumeratePlacements(topology, topo, stages, idle, partitions, eo,
                              placements) ||
@@ -370,7 +370,7 @@ ExhaustiveResult pipec::searchExhaustive(const Profile &profile,
     std::vector<std::vector<int>> splits;
     compositions(n, stages, /*atMost=*/false, splits);
     for (const std::vector<int> &sizes : splits)
-      for (const Placement &sets : placements) {
+      for (const DeviceSets &sets : placements) {
         Plan plan =
             candidatePlan(sizes, sets, microbatchSize, microbatches, schedule);
         scorer.score(plan);

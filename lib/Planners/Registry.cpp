@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "pipec/Planners.h"
+#include "pipec/Schedule.h"
 
 #include <algorithm>
 #include <set>
@@ -21,17 +22,33 @@ std::vector<std::string> pipec::plannerNames() {
 
 namespace {
 
-/// Balanced contiguous split over all devices, one stage per device.
+/// Balanced contiguous split over all devices, one stage per device (or
+/// `chunks` per device for interleaved, two in a V for zb-v).
 PlanResult balancedPlan(const Profile &profile, const Topology &topology,
                         const PlannerOptions &options) {
+  const std::string schedule =
+      options.schedule.empty() ? "1f1b-flush" : options.schedule;
+  const int chunks = schedule == "zb-v" ? 2
+                     : schedule == "interleaved" && options.chunks > 1
+                         ? options.chunks
+                         : 1;
   int stages = options.stages;
   if (stages <= 0)
-    stages = std::min<int>(topology.numDevices(), profile.ops.size());
-  PlanResult result = planBalanced(profile, stages);
+    stages =
+        std::min<int>(topology.numDevices(), int(profile.ops.size()) / chunks);
+  PlanResult result = planBalanced(profile, stages * chunks);
   if (!result.ok)
     return result;
   Plan &plan = result.plan;
-  plan.schedule = options.schedule.empty() ? "1f1b-flush" : options.schedule;
+  plan.schedule = schedule;
+  plan.chunks = chunks;
+  if (chunks > 1) {
+    auto kind = parseScheduleKind(schedule);
+    const Placement placement = kind ? placementOf(*kind) : Placement::Loop;
+    for (int q = 0; q < stages * chunks; ++q)
+      plan.stages[size_t(q)].devices = {
+          int(positionOfStage(placement, stages, q))};
+  }
   plan.microbatchSize =
       options.microbatchSize ? options.microbatchSize : profile.microbatch;
   plan.microbatches = options.microbatches

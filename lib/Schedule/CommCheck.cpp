@@ -6,7 +6,13 @@
 // microbatch) was issued. All ranks run until they finish or none can make
 // progress. Matching is by key with FIFO order among equal keys; the
 // per-link order check then says whether untagged in-order transports
-// (NCCL p2p) would match the same pairs.
+// (NCCL p2p) would match the same pairs. A link is a (sender, receiver)
+// pair and a channel (one boundary tensor and direction): messages of one
+// channel must be received in the order they were sent, as an in-order
+// connection per channel would deliver them; across channels the order is
+// free (MPI matches by tag). A V placement (zb-v) sends several channels
+// over one rank pair in different orders on the two sides (activations of
+// chunk 0 and gradients of chunk 1, skip connections from both chunks).
 //
 // Cost: O(E) hash-map operations for E events in total, plus a linear pass
 // per link, so ~100 ranks x thousands of events check instantly.
@@ -167,11 +173,13 @@ public:
         // Every matched send appears exactly once in `received`.
         const auto &[receivedId, recvEvent] = linkLog.received[position];
         if (receivedId != id) {
-          const CommEvent &sent = programs[link.first][sends[id].event];
-          const CommEvent &recv = programs[link.second][recvEvent];
+          const auto &[src, dst, channel] = link;
+          const CommEvent &sent = programs[src][sends[id].event];
+          const CommEvent &recv = programs[dst][recvEvent];
           log.add("link order",
-                  "link order mismatch on rank " + std::to_string(link.first) +
-                      " -> rank " + std::to_string(link.second) + ": message " +
+                  "link order mismatch on rank " + std::to_string(src) +
+                      " -> rank " + std::to_string(dst) + " channel " +
+                      std::to_string(channel) + ": message " +
                       std::to_string(position) + " sent is (" +
                       describeMessage(sent) + ") but message " +
                       std::to_string(position) + " received is (" +
@@ -254,7 +262,7 @@ private:
       sends[slot->second.tail].next = id;
       slot->second.tail = id;
     }
-    links[{key.src, key.dst}].sent.push_back(id);
+    links[{key.src, key.dst, key.channel}].sent.push_back(id);
     ++pc[rank];
     // Wake the receiver if it waits for exactly this message.
     int dst = key.dst;
@@ -285,7 +293,7 @@ private:
                   sendEvent.type + "' to rank " + std::to_string(key.dst) +
                   " (" + describeMessage(sendEvent) +
                   ") but the receive expects '" + event.type + "'" + at(event));
-    links[{key.src, key.dst}].received.push_back({id, pc[rank]});
+    links[{key.src, key.dst, key.channel}].received.push_back({id, pc[rank]});
     ++pc[rank];
     return true;
   }
@@ -339,7 +347,8 @@ private:
   std::vector<SendRecord> sends;
   // Only messages in flight live here, so the map stays small.
   std::unordered_map<MessageKey, PendingQueue, MessageKeyHash> pending;
-  std::map<std::pair<int, int>, LinkLog> links;
+  /// Per (sender, receiver, channel).
+  std::map<std::tuple<int, int, int64_t>, LinkLog> links;
 };
 
 } // namespace

@@ -2,8 +2,9 @@
 //
 // Derives the message-level rank programs of a ScheduleResult for
 // checkCommunication (thesis.md §7 invariant 10): a chain of p*v virtual
-// stages, virtual stage q = c*p + r on device position r, microbatch k on
-// replica k mod r_s of every stage (1F1B-RR).
+// stages, virtual stage q = c*p + r on device position r (or in a V:
+// stageOfChunk), microbatch k on replica k mod r_s of every stage
+// (1F1B-RR).
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,7 +26,7 @@ std::vector<std::vector<CommEvent>> scheduleCommPrograms(
     firstRank[s] = firstRank[s - 1] + schedule.replicas[s - 1];
   // Rank of virtual stage q for microbatch k.
   auto peerOf = [&](int q, int64_t k) {
-    int stage = q % p;
+    int stage = int(positionOfStage(schedule.placement, p, q));
     return firstRank[stage] + static_cast<int>(k % schedule.replicas[stage]);
   };
   for (size_t rank = 0; rank < schedule.ranks.size(); ++rank) {
@@ -39,7 +40,8 @@ std::vector<std::vector<CommEvent>> scheduleCommPrograms(
                                  " replica " + std::to_string(program.replica) +
                                  " op " + std::to_string(opIndex);
       ++opIndex;
-      const int q = op.chunk * p + program.stage;
+      const int q =
+          int(stageOfChunk(schedule.placement, p, program.stage, op.chunk));
       const int64_t k = op.microbatch;
       // A message between two chunks of the same rank is a local hand-off.
       auto add = [&](CommEvent::Kind kind, int peerStage, int64_t channel,

@@ -38,8 +38,13 @@ struct Checker {
     if (q.chunks < 1)
       add("chunks", "the number of chunks per device must be at least 1 (got " +
                         str(q.chunks) + ")");
+    else if (q.kind == ScheduleKind::ZeroBubbleV && q.chunks != 2)
+      add("chunks", "zb-v places exactly two chunks per device in a V "
+                    "(chunks 2: device r runs stages r and 2p-1-r); got v = " +
+                        str(q.chunks));
     else if (q.chunks > 1 && q.kind != ScheduleKind::Interleaved &&
-             q.kind != ScheduleKind::Custom)
+             q.kind != ScheduleKind::Custom &&
+             q.kind != ScheduleKind::ZeroBubbleV)
       add("chunks", "only the interleaved schedule runs several chunks per "
                     "device; got v = " + str(q.chunks) + " for " + name);
     else if (q.stages % q.chunks != 0)
@@ -79,6 +84,9 @@ struct Checker {
           "split replica mode only (pipec compile --replica-mode split, pass "
           "option split-samples=N: every replica runs a slice of every "
           "microbatch); 1F1B-RR's round robin is not interleaved");
+    if (q.kind == ScheduleKind::ZeroBubbleV && (replicated() || split))
+      add("zb-v", "zb-v runs one rank per device position: drop the "
+                  "replicas or use zb-h1 / 1f1b-flush");
     if (q.kind == ScheduleKind::Custom && (replicated() || split))
       add("custom",
           "a schedule read from a file (the custom schedule) runs one rank "
@@ -194,18 +202,19 @@ struct Checker {
                         "the tied layers in one stage");
         continue;
       }
-      // Stage q runs on device q mod p (interleaved); two tied stages on
-      // one device would make it hold two copies.
+      // Stage q runs on device q mod p (interleaved) or in a V (zb-v); two
+      // tied stages on one device would make it hold two copies.
       std::set<int64_t> positions;
-      for (int64_t st : stages)
-        if (devices > 0 && !positions.insert(st % devices).second) {
-          add("tied", where + " (tied weights), and the interleaved schedule "
-                              "places two of those stages on device " +
-                          str(st % devices) +
+      for (int64_t st : stages) {
+        const int64_t at = positionOfStage(q.placement, devices, st);
+        if (devices > 0 && !positions.insert(at).second) {
+          add("tied", where + " (tied weights), and schedule '" + name +
+                          "' places two of those stages on device " + str(at) +
                           "; choose --stages and --chunks so that they land "
                           "on different devices");
           break;
         }
+      }
     }
   }
 

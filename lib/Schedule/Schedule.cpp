@@ -41,6 +41,7 @@ constexpr KindName kKindNames[] = {
     {ScheduleKind::Interleaved, "interleaved"},
     {ScheduleKind::ZeroBubbleH1, "zb-h1"},
     {ScheduleKind::Custom, "custom"},
+    {ScheduleKind::ZeroBubbleV, "zb-v"},
 };
 
 } // namespace
@@ -64,6 +65,40 @@ std::vector<std::string> scheduleKindNames() {
   for (const KindName &entry : kKindNames)
     names.push_back(entry.name);
   return names;
+}
+
+const char *placementName(Placement placement) {
+  return placement == Placement::V ? "v" : "loop";
+}
+
+std::optional<Placement> parsePlacement(const std::string &name) {
+  if (name == "loop")
+    return Placement::Loop;
+  if (name == "v")
+    return Placement::V;
+  return std::nullopt;
+}
+
+Placement placementOf(ScheduleKind kind) {
+  return kind == ScheduleKind::ZeroBubbleV ? Placement::V : Placement::Loop;
+}
+
+int64_t positionOfStage(Placement placement, int64_t p, int64_t q) {
+  if (placement == Placement::V && q >= p)
+    return 2 * p - 1 - q;
+  return q % p;
+}
+
+int64_t chunkOfStage(Placement placement, int64_t p, int64_t q) {
+  if (placement == Placement::V)
+    return q >= p ? 1 : 0;
+  return q / p;
+}
+
+int64_t stageOfChunk(Placement placement, int64_t p, int64_t r, int64_t c) {
+  if (placement == Placement::V)
+    return c == 0 ? r : 2 * p - 1 - r;
+  return c * p + r;
 }
 
 bool isFlushSchedule(ScheduleKind kind) {
@@ -191,6 +226,63 @@ int64_t interleavedWarmup(int p, int v, int r, int64_t n) {
 ///   c_F(k) = (k mod pv) div p,  c_B(k) = v-1-c_F(k),
 ///   mb(k)  = (k div pv) p + (k mod p);
 /// W_r warm-up forwards, N_v - W_r pairs {F(k+W_r), B(k)}, W_r backwards.
+/// ZB-V (Qi et al. 2024, §6 of arXiv 2401.10241; the order torch's
+/// ScheduleZBVZeroBubble documents): device r holds chunk 0 (stage r) and
+/// chunk 1 (stage 2p-1-r). With n = max(2p-1, m) microbatches per chunk:
+///   warm-up  2(p-r)-1 forwards of chunk 0; r times {F1, F0}; p-r times
+///            {F1, B1, W1}
+///   steady   while chunk 1 trails chunk 0 or chunk 0 has forwards left:
+///            {F0 (while any left), B0, W0, F1, B1, W1}
+///   cool-down r times {B0, B1}; p-r times {B0, W0 of the oldest pending};
+///            then the pending W1s, then the pending W0s
+/// and the ops of microbatches >= m (when m < 2p-1) are left out. B is the
+/// input gradient, W the weight gradient.
+StageSchedule zbVStage(int64_t p, int64_t r, int64_t m) {
+  const int64_t n = std::max(2 * p - 1, m);
+  std::vector<SchedOp> ops;
+  int64_t f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+  auto add = [&](PassKind kind, int64_t mb, int chunk) {
+    if (mb < m)
+      ops.push_back({kind, mb, chunk});
+  };
+  for (int64_t i = 0; i < 2 * (p - r) - 1; ++i)
+    add(K::Forward, f0++, 0);
+  for (int64_t i = 0; i < r; ++i) {
+    add(K::Forward, f1++, 1);
+    add(K::Forward, f0++, 0);
+  }
+  for (int64_t i = 0; i < p - r; ++i) {
+    add(K::Forward, f1++, 1);
+    add(K::Backward, b1, 1);
+    add(K::BackwardWeight, b1++, 1);
+  }
+  while (f1 < f0 || f0 < n) {
+    if (f0 < n)
+      add(K::Forward, f0++, 0);
+    add(K::Backward, b0, 0);
+    add(K::BackwardWeight, b0++, 0);
+    add(K::Forward, f1++, 1);
+    add(K::Backward, b1, 1);
+    add(K::BackwardWeight, b1++, 1);
+  }
+  int64_t w0 = b0, w1 = b1;
+  for (int64_t i = 0; i < r; ++i) {
+    add(K::Backward, b0++, 0);
+    add(K::Backward, b1++, 1);
+  }
+  for (int64_t i = 0; i < p - r; ++i) {
+    add(K::Backward, b0++, 0);
+    add(K::BackwardWeight, w0++, 0);
+  }
+  while (w1 < b1)
+    add(K::BackwardWeight, w1++, 1);
+  while (w0 < b0)
+    add(K::BackwardWeight, w0++, 0);
+  StageSchedule schedule;
+  schedule.segments.push_back({ops, 1, 1});
+  return schedule;
+}
+
 StageSchedule interleavedStage(int p, int v, int r, int64_t n) {
   const int64_t pv = static_cast<int64_t>(p) * v;
   const int64_t total = n * v;
@@ -277,6 +369,12 @@ std::string checkRequest(ScheduleKind kind, int stages, int64_t microbatches,
   if (kind == ScheduleKind::Custom)
     return "the custom schedule has no generator: its order per rank comes "
            "from a file (a compute-only CSV, pipec compile --schedule-csv)";
+  if (kind == ScheduleKind::ZeroBubbleV &&
+      (options.chunks != 2 ||
+       std::any_of(options.replicas.begin(), options.replicas.end(),
+                   [](int r) { return r != 1; })))
+    return "zb-v runs exactly two chunks per device (chunks = 2: 2p "
+           "pipeline stages in a V) and no replicas";
   if (stages < 1)
     return "a pipeline needs at least one stage (got " + str(stages) + ")";
   if (options.steps < 1)
@@ -312,6 +410,7 @@ ScheduleResult generateSchedule(ScheduleKind kind, int stages,
   result.kind = kind;
   result.stages = stages;
   result.chunks = options.chunks;
+  result.placement = placementOf(kind);
   result.microbatches = microbatches;
   result.steps = options.steps;
   result.error =
@@ -347,6 +446,9 @@ ScheduleResult generateSchedule(ScheduleKind kind, int stages,
         local = interleavedStage(p, options.chunks, s, n);
         break;
       case ScheduleKind::Custom: // refused by checkRequest
+        break;
+      case ScheduleKind::ZeroBubbleV:
+        local = zbVStage(p, s, n);
         break;
       }
       result.ranks.push_back({s, j, mapToReplica(std::move(local), j, r)});
@@ -507,6 +609,13 @@ int64_t closedFormInflight(ScheduleKind kind, int stages, int stage,
     return std::min(interleavedWarmup(stages, options.chunks, stage, n) + 1,
                     totalOps);
   }
+  case ScheduleKind::ZeroBubbleV:
+    // Chunk-microbatches: 2p (p microbatches of a whole device's layers,
+    // 1F1B's activation memory) once m >= 2p - 1; with fewer microbatches
+    // device r holds m + 1 + r (its chunk-0 warm-up plus the chunk-1
+    // microbatches it started), at most all 2m. Checked against the
+    // generator's programs for p <= 16, m <= 40 (schedule_test).
+    return std::min({n + 1 + stage, 2 * n, int64_t(2) * stages});
   case ScheduleKind::Custom:
     // Whatever the file says: no closed form.
     return -1;

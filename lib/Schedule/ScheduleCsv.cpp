@@ -9,11 +9,12 @@
 // synchronous schedules in the same form.
 //
 // Decisions (README "Schedules from torch"):
-// - Placement is the loop placement: virtual stage q runs on rank q mod p,
-//   as chunk q / p (Megatron's interleaving, torch's Interleaved1F1B,
-//   LoopedBFS and InterleavedZeroBubble). A V-shaped placement (torch's
-//   ZBVZeroBubble, DualPipeV: rank r holds stages r and 2p-1-r) is refused
-//   naming the first stage that breaks the rule.
+// - Placement is read from the file: the loop (virtual stage q on rank
+//   q mod p as chunk q / p: Megatron's interleaving, torch's
+//   Interleaved1F1B, LoopedBFS and InterleavedZeroBubble) or, with two
+//   stages per rank, the V (rank r holds stages r and 2p-1-r: torch's
+//   ZBVZeroBubble and DualPipeV, pipec's zb-v). Anything else is refused
+//   naming the first action off the loop.
 // - When any I or W appears, every stage's backward is split (pipec splits
 //   them all or none) and a B cell stands for I immediately followed by W.
 // - Every error names the rank and the step, the CSV column counted from 0
@@ -165,19 +166,26 @@ private:
         numStages = std::max(numStages, a.stage + 1);
         m = std::max(m, a.microbatch + 1);
       }
-    for (size_t r = 0; r < rows.size(); ++r) {
+    for (size_t r = 0; r < rows.size(); ++r)
       if (rows[r].empty())
         return fail("rank " + str(int64_t(r)) +
                     " has no actions; every rank runs at least one stage");
-      for (const Action &a : rows[r])
-        if (a.stage % p != int64_t(r))
-          return fail(at(r, a.column) + ": " + name(a) + " runs stage " +
-                      str(a.stage) + " on rank " + str(int64_t(r)) +
-                      ", but pipec places stage q on rank q mod p (rank " +
-                      str(a.stage % p) + " of " + str(p) +
-                      "), as Megatron's and torch's interleaved schedules "
-                      "do; V-shaped placements (ZB-V, DualPipeV) are not "
-                      "supported");
+    // The loop placement, or with two stages per rank the V.
+    std::optional<std::pair<size_t, Action>> offLoop =
+        misplaced(Placement::Loop);
+    if (!offLoop) {
+      out.schedule.placement = Placement::Loop;
+    } else if (numStages == 2 * p && !misplaced(Placement::V)) {
+      out.schedule.placement = Placement::V;
+    } else {
+      const auto &[r, a] = *offLoop;
+      return fail(at(r, a.column) + ": " + name(a) + " runs stage " +
+                  str(a.stage) + " on rank " + str(int64_t(r)) +
+                  ", but the stages must be placed in a loop (stage q on "
+                  "rank q mod p, as Megatron's and torch's interleaved "
+                  "schedules do) or, with two stages per rank, in a V "
+                  "(rank r runs stages r and 2p-1-r, as ZB-V and DualPipeV "
+                  "do)");
     }
     if (numStages % p != 0)
       return fail("the schedule has " + str(numStages) + " stages on " +
@@ -187,6 +195,17 @@ private:
       for (const Action &a : row)
         out.splitBackward |= a.type == 'I' || a.type == 'W';
     return true;
+  }
+
+  /// The first action (with its rank) that `placement` puts on another
+  /// rank, if any.
+  std::optional<std::pair<size_t, Action>>
+  misplaced(Placement placement) const {
+    for (size_t r = 0; r < rows.size(); ++r)
+      for (const Action &a : rows[r])
+        if (positionOfStage(placement, p, a.stage) != int64_t(r))
+          return std::make_pair(r, a);
+    return std::nullopt;
   }
 
   /// One F and one backward (B, or I and W) of every (stage, microbatch),
@@ -221,8 +240,10 @@ private:
                       " microbatch " + str(a.microbatch) +
                       " has both a full backward (B) and a split one (I/W)");
       }
-      for (int64_t q = int64_t(r); q < numStages; q += p)
+      for (int64_t c = 0; c < numStages / p; ++c)
         for (int64_t k = 0; k < m; ++k) {
+          const int64_t q =
+              stageOfChunk(out.schedule.placement, p, int64_t(r), c);
           auto it = seen.find({q, k});
           std::string what = "stage " + str(q) + " microbatch " + str(k);
           if (it == seen.end() || it->second.f < 0)
@@ -248,6 +269,7 @@ private:
     ScheduleResult &s = out.schedule;
     s.ok = true;
     s.kind = ScheduleKind::Custom;
+    // (placement set by shape())
     s.stages = int(p);
     s.chunks = int(numStages / p);
     s.microbatches = m;
@@ -258,7 +280,7 @@ private:
       Segment segment;
       segment.trips = 1;
       for (const Action &a : rows[r]) {
-        const int chunk = int(a.stage / p);
+        const int chunk = int(chunkOfStage(s.placement, p, a.stage));
         auto add = [&](PassKind kind) {
           segment.body.push_back({kind, a.microbatch, chunk});
           out.columns[r].push_back(a.column);
@@ -282,7 +304,8 @@ private:
     auto where = [&](size_t rank, int op) {
       const RankSchedule &program = out.schedule.ranks[rank];
       const SchedOp &o = program.schedule.segments[0].body[size_t(op)];
-      const int64_t q = int64_t(o.chunk) * p + int64_t(rank);
+      const int64_t q =
+          stageOfChunk(out.schedule.placement, p, int64_t(rank), o.chunk);
       const char type = o.kind == PassKind::Forward          ? 'F'
                         : o.kind == PassKind::BackwardWeight ? 'W'
                         : out.splitBackward                  ? 'I'
@@ -345,7 +368,8 @@ std::string scheduleToCsv(const ScheduleResult &schedule, std::string &error) {
   for (const RankSchedule &rank : schedule.ranks) {
     std::string row;
     for (const SchedOp &op : rank.schedule.flatten()) {
-      const int64_t q = int64_t(op.chunk) * schedule.stages + rank.stage;
+      const int64_t q = stageOfChunk(schedule.placement, schedule.stages,
+                                     rank.stage, op.chunk);
       const char type = op.kind == PassKind::Forward          ? 'F'
                         : op.kind == PassKind::BackwardWeight ? 'W'
                         : split                               ? 'I'

@@ -301,14 +301,20 @@ private:
                   int64_t k, bool gradient);
   std::string describeWait(int rank) const;
 
-  int groupOf(int q) const { return interleaved ? q % p : q; }
+  int groupOf(int q) const {
+    return interleaved ? int(positionOfStage(placement, p, q)) : q;
+  }
+  /// The virtual stage of chunk c on device position g.
+  int stageOf(int c, int g) const {
+    return int(stageOfChunk(placement, p, g, c));
+  }
   /// 1F1B-RR: the rank of virtual stage q that runs microbatch k.
   int rankFor(int q, int64_t k) const {
     int g = groupOf(q);
     return firstRank[g] + static_cast<int>(k % replicas[g]);
   }
   int virtualStage(int rank, const SchedOp &op) const {
-    return op.chunk * p + ranks[rank].group;
+    return stageOf(op.chunk, ranks[rank].group);
   }
   /// Mailbox slot of a rank: its replica with split replicas, else 0.
   int slotOf(int rank) const { return split ? ranks[rank].replica : 0; }
@@ -335,6 +341,8 @@ private:
   ScheduleKind kind = ScheduleKind::GPipe;
   bool interleaved = false;
   bool weightOps = false;
+  /// Where chunks run (V for zb-v and V-shaped custom schedules).
+  Placement placement = Placement::Loop;
   int p = 1;     ///< device positions
   int v = 1;     ///< chunks
   int numQ = 0;  ///< virtual stages p*v
@@ -469,9 +477,12 @@ std::string Simulator::checkInputs() {
 }
 
 std::string Simulator::setShape() {
-  // A custom schedule (from a CSV) places chunks as interleaving does.
+  // Several chunks per device: interleaved, zb-v, or a custom schedule
+  // (from a CSV) in a loop or a V.
   interleaved = kind == ScheduleKind::Interleaved ||
+                kind == ScheduleKind::ZeroBubbleV ||
                 (kind == ScheduleKind::Custom && plan.chunks > 1);
+  placement = given ? given->placement : placementOf(kind);
   v = plan.chunks;
   numQ = plan.numStages();
   if (v > 1 && !interleaved)
@@ -488,11 +499,11 @@ std::string Simulator::setShape() {
   for (int g = 0; g < p; ++g)
     replicas[g] = plan.stages[g].replicas;
   for (int q = p; q < numQ; ++q)
-    if (plan.stages[q].replicas != replicas[q % p])
+    if (plan.stages[q].replicas != replicas[groupOf(q)])
       return "virtual stage " + str(q) + " has " +
              str(plan.stages[q].replicas) + " replicas but runs on the " +
-             "devices of stage " + str(q % p) + ", which has " +
-             str(replicas[q % p]);
+             "devices of stage " + str(groupOf(q)) + ", which has " +
+             str(replicas[groupOf(q)]);
   return "";
 }
 
@@ -651,9 +662,10 @@ std::string Simulator::assignDevices() {
     }
   for (int q = p; q < numQ; ++q)
     if (!plan.stages[q].devices.empty() &&
-        plan.stages[q].devices != plan.stages[q % p].devices)
-      return "virtual stage " + str(q) + " (chunk " + str(q / p) +
-             ") must run on the devices of stage " + str(q % p);
+        plan.stages[q].devices != plan.stages[groupOf(q)].devices)
+      return "virtual stage " + str(q) + " (chunk " +
+             str(chunkOfStage(placement, p, q)) +
+             ") must run on the devices of stage " + str(groupOf(q));
   // Stages without devices get the lowest unused ids.
   int next = 0;
   for (int g = 0; g < p; ++g) {
@@ -681,7 +693,7 @@ std::string Simulator::buildStages() {
     const StagePlan &plan_ = plan.stages[q];
     VStage &stage = stages[q];
     stage.group = groupOf(q);
-    stage.chunk = q / p;
+    stage.chunk = int(chunkOfStage(placement, p, q));
     double fwd = 0, bwd = 0;
     int64_t saved = 0;
     for (int l = plan_.firstLayer; l <= plan_.lastLayer; ++l) {
@@ -1141,7 +1153,7 @@ std::string Simulator::simulate() {
   for (size_t r = 0; r < ranks.size(); ++r)
     for (int c = 0; c < v; ++c)
       if (ranks[r].remaining[c] == 0 && isFlushSchedule(kind))
-        ++replicasDone[c * p + ranks[r].group];
+        ++replicasDone[stageOf(c, ranks[r].group)];
 
   const size_t numDevices = deviceRanks.size();
   deviceBusy.assign(numDevices, 0);
@@ -1214,7 +1226,7 @@ double Simulator::iterationTime() {
       for (int r : onDevice) {
         finish = std::max(finish, ranks[r].freeAt);
         for (int c = 0; c < v; ++c) {
-          int q = c * p + ranks[r].group;
+          int q = stageOf(c, ranks[r].group);
           finish = std::max(finish, stageReduced[q]);
           params += stages[q].paramBytes;
         }
@@ -1238,7 +1250,7 @@ double Simulator::iterationTime() {
         double deviceWork = 0;
         for (int r : onDevice)
           for (int c = 0; c < v; ++c) {
-            const VStage &stage = stages[c * p + ranks[r].group];
+            const VStage &stage = stages[stageOf(c, ranks[r].group)];
             deviceWork += static_cast<double>(m) *
                           (stage.fwd + stage.bwd + stage.bwdWeight) /
                           (split ? 1 : replicas[ranks[r].group]);
@@ -1291,7 +1303,7 @@ Simulator::activationPeak(const std::vector<std::pair<int, size_t>> &run,
   int64_t liveBytes = 0, peakBytes = 0;
   for (const auto &[r, i] : run) {
     const SchedOp &op = ranks[r].ops[i];
-    const VStage &stage = stages[op.chunk * p + ranks[r].group];
+    const VStage &stage = stages[stageOf(op.chunk, ranks[r].group)];
     int64_t perMicrobatch =
         stage.recompute ? stage.inputBytes : stage.savedBytes;
     if (op.kind == PassKind::Forward) {
@@ -1326,7 +1338,7 @@ void Simulator::accountStageMemory(SimResult &result,
     }
     int64_t versions = peakWeightVersions(kind, rank.ops, m);
     for (int c = 0; c < v; ++c) {
-      const int q = c * p + rank.group;
+      const int q = stageOf(c, rank.group);
       const VStage &stage = stages[q];
       if (stage.recompute)
         rankMaxSaved[r] = std::max(rankMaxSaved[r], stage.savedBytes);
@@ -1381,7 +1393,8 @@ void Simulator::accountDevices(SimResult &result, LastBackward &lastBackward,
         continue;
       }
       for (int c = 0; c < v; ++c)
-        usage.busySeconds += static_cast<double>(m) * work(c * p + rank.group) /
+        usage.busySeconds += static_cast<double>(m) *
+                             work(stageOf(c, rank.group)) /
                              (split ? 1 : replicas[rank.group]);
     }
     usage.peakBytes = deviceBytes + maxSaved + peakOf(held);

@@ -44,14 +44,15 @@ std::string linkName(int64_t peer, int64_t channel, int64_t mb) {
 /// and the MPI tag.
 std::pair<int, int> route(const pipec_ctx &ctx, const char *fn, int64_t peer,
                           int64_t channel, int64_t mb, int64_t bytes) {
-  // Stages are numbered over all chunks; stage q runs on position q mod p.
+  // Stages are numbered over all chunks; stage q runs on position q mod p
+  // (or in a V: StageDesc::positionOf).
   const int64_t p = ctx.desc.numStages, stages = p * ctx.desc.chunks;
   if (peer < 0 || peer >= stages ||
       (ctx.desc.chunks == 1 && peer == ctx.desc.stage))
     throw RtError(std::string(fn) + ": peer stage " + std::to_string(peer) +
                   " is not another stage of the " + std::to_string(stages) +
                   "-stage pipeline");
-  const int64_t position = peer % p;
+  const int64_t position = ctx.desc.positionOf(peer);
   if (channel < 0 || mb < 0 || bytes < 0)
     throw RtError(std::string(fn) + ": negative channel, microbatch or size (" +
                   linkName(peer, channel, mb) + ", " + std::to_string(bytes) +
@@ -91,8 +92,7 @@ std::vector<Fragment> fragments(const pipec_ctx &ctx, const char *fn,
                   " do not divide into the " + std::to_string(d.sliceSize) +
                   " samples of this replica's slice");
   const int64_t perSample = bytes / d.sliceSize;
-  const std::vector<int> &ranks =
-      ctx.stageRanks[size_t(peer % d.numStages)];
+  const std::vector<int> &ranks = ctx.stageRanks[size_t(d.positionOf(peer))];
   const int64_t r = int64_t(ranks.size());
   std::vector<Fragment> out;
   for (int64_t j = 0; j < r; ++j) {

@@ -3,8 +3,8 @@
 //
 // RUN: printf '0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n' > %t.gpipe.csv
 // RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-build-schedule="schedule=custom schedule-csv=%t.gpipe.csv microbatches=2" --pipe-verify-schedule=report 2>&1 | FileCheck %s
-// CHECK: remark: rank0 (stage 0): peak stashed microbatches 2 (the file's order), slots 2
-// CHECK: remark: rank1 (stage 1): peak stashed microbatches 2 (the file's order), slots 2
+// CHECK: remark: rank0 (stage 0): peak stashed microbatches 2 (no closed form), slots 2
+// CHECK: remark: rank1 (stage 1): peak stashed microbatches 2 (no closed form), slots 2
 // CHECK: pipe.pipeline microbatches 2 schedule "custom" {
 // CHECK: pipe.program "rank0" stage 0 slots 2 {
 // CHECK:   pipe.forward @s0_fwd mb %[[A:.*]]

@@ -139,4 +139,4 @@
 // RUN: not pipec-opt %S/Inputs/tied.mlir --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=1f1b microbatches=2" 2>&1 | FileCheck %s --check-prefix=TIECONT
 // TIECONT: error: weight 'tied' is read by stages 0 and 1 (tied weights); schedule '1f1b' updates stages at different times
 // RUN: not pipec-opt %S/Inputs/tied.mlir --pipe-split-stages --nn-autodiff --pipe-build-schedule="schedule=interleaved microbatches=2 chunks=2" 2>&1 | FileCheck %s --check-prefix=TIEIL
-// TIEIL: error: weight 'tied' is read by stages 0 and 1 (tied weights), and the interleaved schedule places two of those stages on device 0
+// TIEIL: error: weight 'tied' is read by stages 0 and 1 (tied weights), and schedule 'interleaved' places two of those stages on device 0

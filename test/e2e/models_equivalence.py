@@ -4,7 +4,8 @@ its checked-in script) is trained 5 steps with 1F1B-flush and 4
 microbatches on 1, 2 and 4 stages, with zero bubble (zb-h1) and with
 interleaved 1F1B (2 chunks per device) on 2; the final weights (and
 BatchNorm running statistics) of the pipelined runs must equal the 1-stage
-run to 1e-4 relative, every tensor must have moved, and the loss must be
+run to 1e-4 relative (also zb-v on 2 devices: four stages in a V), every
+tensor must have moved, and the loss must be
 finite.
 
 The 1-stage result is itself checked against an independent oracle:
@@ -117,7 +118,7 @@ def main():
         # 1F1B-flush on 1, 2, 4 stages; zero bubble (backward split into
         # input and weight halves) and interleaved (2 chunks per device) on 2.
         runs = [(1, "1f1b-flush", ()), (2, "1f1b-flush", ()), (4, "1f1b-flush", ()),
-                (2, "zb-h1", ()), (2, "interleaved", ("--chunks", "2"))]
+                (2, "zb-h1", ()), (2, "interleaved", ("--chunks", "2")), (2, "zb-v", ())]
         for stages, sched, more in runs:
             name = f"{model} s{stages}-{sched}{'-v2' if more else ''}-mb4"
             res, err = train(stages, sched, more)

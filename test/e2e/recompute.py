@@ -17,7 +17,7 @@ weight version other than the forward's).
 Runs: 1f1b-flush on 1, 2 and 4 stages for every model; on 2 stages every
 other schedule (gpipe, 1f1b with weight stashing, 2bw, interleaved with 2
 chunks per device, zb-h1, whose split backward carries recomputed values to
-its weight half) for gpt and resnet. Also checks that full recomputation
+its weight half, zb-v) for gpt and resnet. Also checks that full recomputation
 shrinks the planned arena (`arena_bytes` of the rank summary) of a stage
 that stashes more than one microbatch.
 
@@ -162,7 +162,8 @@ def main():
                      ("s2-2bw", ["--stages", "2", "--microbatches", "4", "--schedule", "2bw"]),
                      ("s2-interleaved", ["--stages", "2", "--chunks", "2", "--microbatches", "4",
                                          "--schedule", "interleaved"]),
-                     ("s2-zb-h1", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-h1"])]
+                     ("s2-zb-h1", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-h1"]),
+                     ("s2-zb-v", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-v"])]
         for tag, compile_args in runs:
             base, err = train(tag, compile_args, "none")
             if base is None:

@@ -6,8 +6,9 @@ Megatron-Core layouts, end to end.
 
 1. Writes a small GPT (examples/gpt/make_gpt.py) and profiles it with
    `pipec profile`.
-2. For 1f1b-flush (2 stages), gpipe (4), zb-h1 (4, backwards as I and W)
-   and interleaved (2 devices x 2 chunks): `pipec plan --export torch`
+2. For 1f1b-flush (2 stages), gpipe (4), zb-h1 (4, backwards as I and W),
+   interleaved (2 devices x 2 chunks) and zb-v (2 devices, two chunks in a
+   V: rank 0 runs the first and the last stage): `pipec plan --export torch`
    writes the schedule as a compute-only CSV; `pipec compile --schedule-csv`
    builds it and `pipec train` runs it. Losses and every checkpoint tensor
    must be bit-identical to the same compile with --schedule (same cut,
@@ -15,8 +16,8 @@ Megatron-Core layouts, end to end.
 3. A hand-written order that no generator makes (stage 0 runs GPipe's
    order, stage 1 alternates) trains to the 1-stage run's losses within
    1e-5 relative (a synchronous schedule: the same gradient sums).
-4. A CSV that deadlocks, one with a V placement and one with a
-   communication action are refused by `pipec compile` with the rank and
+4. A CSV that deadlocks, one that places stages in blocks (neither a loop
+   nor a V) and one with a communication action are refused by `pipec compile` with the rank and
    step named and no output folder written.
 5. `pipec plan --export megatron` on the GPT-3 paper profile: the layout,
    read back with an independent parser of Megatron-Core's syntax, has one
@@ -117,7 +118,8 @@ def main():
 
     # 2. Exported schedules run bit-identically to the generated ones.
     cases = [("1f1b-flush", 2, 1, 4, "balanced"), ("gpipe", 4, 1, 8, "balanced"),
-             ("zb-h1", 4, 1, 4, "balanced"), ("interleaved", 2, 2, 4, "interleaved")]
+             ("zb-h1", 4, 1, 4, "balanced"), ("interleaved", 2, 2, 4, "interleaved"),
+             ("zb-v", 2, 2, 4, "balanced")]
     for schedule, stages, chunks, m, algorithm in cases:
         name = f"{schedule} p{stages} v{chunks} m{m}"
         write_topology(stages)
@@ -134,10 +136,15 @@ def main():
             continue
         rows = open(csv).read().split()
         actions = ",".join(rows)
-        want_types = set("IW") if schedule == "zb-h1" else set("B")
+        want_types = set("IW") if schedule.startswith("zb") else set("B")
         types = set(re.findall(r"\d+([FBIW])\d+", actions)) - {"F"}
-        report(len(rows) == stages and types == want_types, f"{name} export",
-               f"{len(rows)} rows, backward actions {sorted(types)}: {rows[0][:60]}")
+        # zb-v's V: rank 0 runs the first and the last stage.
+        rank0_stages = set(int(x) for x in re.findall(r"(\d+)[FBIW]\d+", rows[0]))
+        want_rank0 = {0, 2 * stages - 1} if schedule == "zb-v" else set(range(0, stages * chunks, stages))
+        report(len(rows) == stages and types == want_types and rank0_stages == want_rank0,
+               f"{name} export",
+               f"{len(rows)} rows, backward actions {sorted(types)}, rank 0 stages {sorted(rank0_stages)}: "
+               f"{rows[0][:60]}")
         native_args = ["--stages", str(stages), "--microbatches", str(m), "--schedule", schedule]
         if chunks > 1:
             native_args += ["--chunks", str(chunks)]
@@ -176,7 +183,7 @@ def main():
     bad = {
         "deadlock": ("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n",
                      "deadlock: rank 0 waits for rank 1 (channel 1, mb 0, at 'rank 0 step 1 (0B0)')"),
-        "v-shape": ("0F0,3F0,3B0,0B0\n1F0,2F0,2B0,1B0\n", "rank 0 step 1: 3F0 runs stage 3 on rank 0"),
+        "blocks": ("0F0,1F0,1B0,0B0\n2F0,3F0,3B0,2B0\n", "rank 0 step 1: 1F0 runs stage 1 on rank 0"),
         "comms": ("0F0,0SEND_F0,0B0\n1F0,1B0\n", "rank 0 step 1: '0SEND_F0' is a SEND_F action"),
     }
     for name, (text, want) in bad.items():

@@ -147,8 +147,8 @@ TEST(CommCheckTest, SwappedOrderOnOneLink) {
   EXPECT_FALSE(result.ok);
   ASSERT_EQ(result.errors.size(), 1u) << joined(result);
   EXPECT_TRUE(contains(result.errors[0],
-                       "link order mismatch on rank 0 -> rank 1: message 0 "
-                       "sent is (channel 0, mb 0"))
+                       "link order mismatch on rank 0 -> rank 1 channel 0: "
+                       "message 0 sent is (channel 0, mb 0"))
       << result.errors[0];
   EXPECT_TRUE(contains(result.errors[0], "message 0 received is (channel 0, "
                                          "mb 1"))

@@ -281,3 +281,44 @@ TEST(ScheduleTest, UniformMakespanClosedForm) {
               << " tf=" << tf << " tb=" << tb;
         }
 }
+
+TEST(ScheduleTest, ZeroBubbleVInvariants) {
+  // Every (chunk, microbatch) once as F, B and W on its device, in that
+  // order; deadlock free with every channel in order; the in-flight peak
+  // equals the closed form min(m + 1 + r, 2m, 2p) for p <= 16, m <= 40.
+  for (int p = 1; p <= 16; ++p)
+    for (int64_t m = 1; m <= 40; ++m) {
+      ScheduleOptions options;
+      options.chunks = 2;
+      ScheduleResult r =
+          generateSchedule(ScheduleKind::ZeroBubbleV, p, m, options);
+      ASSERT_TRUE(r.ok) << r.error;
+      EXPECT_EQ(r.placement, Placement::V);
+      CommCheckResult check = checkCommunication(scheduleCommPrograms(r));
+      ASSERT_TRUE(check.ok)
+          << "p " << p << " m " << m << ": " << check.errors.front();
+      for (const RankSchedule &rank : r.ranks) {
+        std::map<std::pair<int, int64_t>, std::vector<PassKind>> seen;
+        for (const SchedOp &op : rank.schedule.flatten())
+          seen[{op.chunk, op.microbatch}].push_back(op.kind);
+        ASSERT_EQ(seen.size(), size_t(2 * m)) << "p " << p << " m " << m;
+        for (const auto &[key, kinds] : seen)
+          EXPECT_EQ(kinds, (std::vector<PassKind>{PassKind::Forward,
+                                                  PassKind::Backward,
+                                                  PassKind::BackwardWeight}))
+              << "p " << p << " m " << m << " rank " << rank.stage;
+        EXPECT_EQ(peakInflight(rank.schedule.flatten()),
+                  closedFormInflight(ScheduleKind::ZeroBubbleV, p, rank.stage,
+                                     m, options))
+            << "p " << p << " m " << m << " rank " << rank.stage;
+      }
+    }
+  ScheduleOptions one;
+  EXPECT_FALSE(generateSchedule(ScheduleKind::ZeroBubbleV, 4, 8, one).ok);
+  // The V: device 0 runs the first and the last of the 2p stages.
+  EXPECT_EQ(positionOfStage(Placement::V, 4, 7), 0);
+  EXPECT_EQ(positionOfStage(Placement::V, 4, 4), 3);
+  EXPECT_EQ(stageOfChunk(Placement::V, 4, 1, 1), 6);
+  EXPECT_EQ(chunkOfStage(Placement::V, 4, 5), 1);
+  EXPECT_EQ(stageOfChunk(Placement::Loop, 4, 1, 1), 5);
+}

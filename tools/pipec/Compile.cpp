@@ -606,6 +606,16 @@ bool Compilation::prepareOutputs() {
 }
 
 /// plan.json from the module's plan: stages, replicas, devices.
+/// Where the module's pipeline places its stages (after scheduling).
+static Placement placementOfModule(ModuleOp m) {
+  Placement placement = Placement::Loop;
+  m.walk([&](pipe::PipelineOp pipeline) {
+    if (auto name = pipeline.getPlacement())
+      placement = parsePlacement(name->str()).value_or(Placement::Loop);
+  });
+  return placement;
+}
+
 /// The arena of every device position (the largest of its ranks), from
 /// the programs' pipe.arena_bytes (--pipe-plan-memory).
 static std::map<int64_t, int64_t> positionArenas(ModuleOp m) {
@@ -628,6 +638,7 @@ bool Compilation::chooseRecompute() {
   const char *const modes[] = {"none", "selective", "full"};
   std::map<std::string, std::map<int64_t, int64_t>> arenas;
   const std::vector<std::string> asked = tpo.recompute;
+  Placement placement = Placement::Loop;
   for (const char *mode : modes) {
     OwningOpRef<ModuleOp> trial = module->clone();
     tpo.recompute = {mode};
@@ -637,6 +648,7 @@ bool Compilation::chooseRecompute() {
     if (!ok)
       return false;
     arenas[mode] = positionArenas(*trial);
+    placement = placementOfModule(*trial);
   }
   std::vector<std::string> chosen(size_t(o.stages));
   for (int64_t r = 0; r < o.stages; ++r) {
@@ -660,10 +672,11 @@ bool Compilation::chooseRecompute() {
     say(line + " -> " + chosen[size_t(r)] + " (limit " +
         humanBytes(o.memoryLimit) + ")");
   }
-  // Pipeline stage q runs on device position q mod p.
+  // Pipeline stage q runs on device position q mod p (or in a V).
   tpo.recompute.clear();
   for (int64_t q = 0; q < int64_t(o.stages) * o.chunks; ++q)
-    tpo.recompute.push_back(chosen[size_t(q % o.stages)]);
+    tpo.recompute.push_back(
+        chosen[size_t(positionOfStage(placement, o.stages, q))]);
   return true;
 }
 
@@ -701,7 +714,8 @@ void Compilation::fillPlan() {
     for (int j = 0; j < planAttr.getReplicas()[r]; ++j)
       positionDevices[size_t(r)].push_back(device++);
   for (int64_t s = 0; s < static_cast<int64_t>(planAttr.getFirst().size()); ++s) {
-    const std::vector<int> &devices = positionDevices[size_t(s % o.stages)];
+    const std::vector<int> &devices = positionDevices[size_t(
+        positionOfStage(placementOfModule(*module), o.stages, s))];
     planOut.stages.push_back({static_cast<int>(planAttr.getFirst()[s]),
                               static_cast<int>(planAttr.getLast()[s]),
                               static_cast<int>(devices.size()), devices});
@@ -735,10 +749,13 @@ bool Compilation::lowerAndLinkStage(int s) {
   auto stageStart = std::chrono::steady_clock::now();
   auto phaseStart = stageStart;
   std::string weightsRel = "weights/stage" + std::to_string(s) + ".safetensors";
-  // Device position s holds stage s, or the chunks c*p + s.
+  // Device position s holds stage s, or the chunks c*p + s (a V: s and
+  // 2p-1-s).
+  const Placement placement = placementOfModule(*module);
   std::vector<ml_program::GlobalOp> weights;
   for (int c = 0; c < o.chunks; ++c)
-    for (auto g : stageWeights(*module, c * o.stages + s))
+    for (auto g :
+         stageWeights(*module, stageOfChunk(placement, o.stages, s, c)))
       weights.push_back(g);
   int64_t weightBytes = 0;
   for (auto g : weights)
@@ -784,7 +801,8 @@ bool Compilation::lowerAndLinkStage(int s) {
   }
   std::string layers;
   for (int c = 0; c < o.chunks; ++c) {
-    const auto &st = planOut.stages[size_t(c * o.stages + s)];
+    const auto &st =
+        planOut.stages[size_t(stageOfChunk(placement, o.stages, s, c))];
     layers += (c ? ", " : "") + std::to_string(st.firstLayer) + "-" +
               std::to_string(st.lastLayer);
   }
@@ -930,7 +948,8 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .opt("--schedule",
            "gpipe, 1f1b-flush (synchronous), 1f1b (PipeDream, "
            "weight stashing), 2bw (PipeDream-2BW), interleaved "
-           "(Megatron, with --chunks) or zb-h1 (zero bubble)",
+           "(Megatron, with --chunks), zb-h1 (zero bubble) or zb-v (zero "
+           "bubble, two chunks per device in a V)",
            "1f1b-flush")
       .opt("--schedule-csv", "run the order of a torch.distributed.pipelining "
                              "compute-only CSV (one row of actions such as "
@@ -1030,7 +1049,7 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
     return fail("compile",
                 "unknown --schedule '" + o.schedule +
                     "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
-                    "interleaved, zb-h1, or --schedule-csv FILE)",
+                    "interleaved, zb-h1, zb-v, or --schedule-csv FILE)",
                 2);
   if (a.has("--replicas")) {
     std::string list = a.get("--replicas");
@@ -1053,6 +1072,10 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   if (!a.getInt("--chunks", chunks, 1))
     return 2;
   o.chunks = int(chunks);
+  // zb-v: two chunks per device in a V, unless --chunks says otherwise
+  // (which the schedule rules then refuse).
+  if (*kind == ScheduleKind::ZeroBubbleV && !a.has("--chunks"))
+    o.chunks = 2;
   if (a.has("--schedule-csv") && !applyScheduleCsv(a, o))
     return 2;
   const std::string recompute = a.get("--recompute");

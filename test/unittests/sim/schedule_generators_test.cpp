@@ -192,7 +192,7 @@ const ScheduleKind kAllKinds[] = {
 //===----------------------------------------------------------------------===//
 
 TEST(ScheduleGenerators, NamesRoundTrip) {
-  EXPECT_EQ(scheduleKindNames().size(), 7u);
+  EXPECT_EQ(scheduleKindNames().size(), 8u);
   for (ScheduleKind kind : kAllKinds)
     EXPECT_EQ(parseScheduleKind(scheduleKindName(kind)), kind);
   EXPECT_TRUE(isFlushSchedule(ScheduleKind::ZeroBubbleH1));

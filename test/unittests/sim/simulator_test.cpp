@@ -182,6 +182,34 @@ TEST(SimUniform, ZeroBubbleH1) {
     }
 }
 
+TEST(SimUniform, ZeroBubbleV) {
+  // 2p one-layer stages in a V (device r holds stages r and 2p-1-r), each
+  // chunk T_F = T_B = T_W = 1 (backward 2, half of it W): a device works
+  // 6m, and the V halves ZB-H1's bubble to (p-1) T: makespan 6m + p - 1
+  // once m >= 2p - 1 (ZB-V needs that many to fill the V). It beats zb-h1
+  // and interleaved on the same devices and layers (its in-flight peak is
+  // checked in schedule_test).
+  for (int p = 1; p <= 6; ++p)
+    for (int m : {2 * p - 1, 2 * p, 3 * p + 2}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      Plan plan = straightPlan(2 * p, "zb-v", m);
+      plan.chunks = 2;
+      for (int q = 0; q < 2 * p; ++q)
+        plan.stages[q].devices = {int(positionOfStage(Placement::V, p, q))};
+      SimResult v = simulate(uniformProfile(2 * p, 1, 2), plan);
+      EXPECT_DOUBLE_EQ(v.iterationSeconds, 6.0 * m + (p - 1));
+      SimResult h1 =
+          simulate(uniformProfile(p, 2, 4), straightPlan(p, "zb-h1", m));
+      SimResult il = simulate(uniformProfile(2 * p, 1, 2),
+                              interleavedPlan(p, 2, m % p == 0 ? m : m * p));
+      if (p > 1) {
+        EXPECT_LT(v.iterationSeconds, h1.iterationSeconds);
+        if (m % p == 0)
+          EXPECT_LT(v.iterationSeconds, il.iterationSeconds);
+      }
+    }
+}
+
 //===----------------------------------------------------------------------===//
 // Cost model: scaling, recompute, communication
 //===----------------------------------------------------------------------===//
@@ -549,7 +577,7 @@ TEST(SimErrors, BadInput) {
   Plan plan = straightPlan(4, "pipedream-2", 4);
   EXPECT_NE(error(plan).find("unknown schedule 'pipedream-2' (available: "
                              "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, "
-                             "zb-h1, custom)"),
+                             "zb-h1, custom, zb-v)"),
             std::string::npos);
   plan = interleavedPlan(2, 2, 3);
   EXPECT_NE(error(plan).find("multiple of the pipeline depth"),

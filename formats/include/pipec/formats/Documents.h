@@ -120,8 +120,16 @@ struct StageDesc {
   int64_t sliceFirst = 0, sliceSize = 0;
   /// Pipeline stages this rank runs (interleaved: v chunks, stage c*p + r
   /// on device position r); messages name stages, which live on position
-  /// stage mod num_stages.
+  /// stage mod num_stages, or with `vPlacement` (zb-v, "placement": "v") in
+  /// a V: stage q < p on position q, stage q >= p on 2p-1-q.
   int64_t chunks = 1;
+  bool vPlacement = false;
+  /// The device position of pipeline stage q.
+  int64_t positionOf(int64_t q) const {
+    if (vPlacement && q >= numStages)
+      return 2 * int64_t(numStages) - 1 - q;
+    return q % numStages;
+  }
   std::vector<WeightSpec> weights;
   std::vector<FeedSpec> feeds;
   bool loss = false;

@@ -1,6 +1,6 @@
 // Input of build-schedule-errors.mlir, run with --pipe-build-schedule="schedule=interleaved microbatches=2 chunks=2"
 // Rule "tied": the interleaved schedule puts tied stages 0 and 2 on one device (p = 2, v = 2).
-// expected-error @+1 {{weight 'w' is read by stages 0 and 2 (tied weights), and the interleaved schedule places two of those stages on device 0; choose --stages and --chunks so that they land on different devices}}
+// expected-error @+1 {{weight 'w' is read by stages 0 and 2 (tied weights), and schedule 'interleaved' places two of those stages on device 0; choose --stages and --chunks so that they land on different devices}}
 module attributes {pipe.tied = {w = array<i64: 0, 2>}} {
   func.func @s0_fwd(%x: tensor<2xf32> {pipe.feed = 0 : i64}) -> tensor<2xf32> attributes {pipe.stage = 0 : i64} {
     return %x : tensor<2xf32>
