@@ -116,6 +116,137 @@ PlanResult pipec::runPlanner(const std::string &name, const Profile &profile,
   return result;
 }
 
+namespace {
+
+/// Simulates `plan` (named `name` in the table) and fills its prediction.
+PlanCandidate scoreCandidate(const Profile &profile, const Topology &topology,
+                             const PlannerOptions &options, Plan plan,
+                             const std::string &name, bool splitReplicas) {
+  PlanCandidate candidate;
+  candidate.plan = std::move(plan);
+  candidate.plan.algorithm = name;
+  SimOptions sim = options.sim;
+  sim.splitReplicas = splitReplicas;
+  candidate.sim = simulatePlan(profile, topology, candidate.plan, sim);
+  if (!candidate.sim.ok) {
+    candidate.note = "simulation failed: " + candidate.sim.error;
+  } else if (!candidate.sim.fitsMemory) {
+    candidate.note = "needs " + gib(peakStageMemory(candidate.sim)) +
+                     " on its busiest device";
+  } else {
+    candidate.feasible = true;
+    candidate.plan.predicted.iterationSeconds = candidate.sim.iterationSeconds;
+    candidate.plan.predicted.samplesPerSecond = candidate.sim.samplesPerSecond;
+    candidate.plan.predicted.bubbleFraction = candidate.sim.bubbleFraction;
+    candidate.plan.predicted.stageMemoryBytes.clear();
+    for (const StageMemory &m : candidate.sim.memory)
+      candidate.plan.predicted.stageMemoryBytes.push_back(m.total());
+  }
+  return candidate;
+}
+
+/// Simulated ops of a plan's programs, roughly: stages x microbatches x 3
+/// (x steps for the continuous schedules). Variants are scored only below
+/// kVariantOps, so that the search stays cheap on paper-scale instances.
+constexpr int64_t kVariantOps = 4000000;
+int64_t simulatedOps(const Plan &plan) {
+  return int64_t(plan.numStages()) * plan.microbatches * 3;
+}
+
+/// The schedule rules (lib/Schedule/Rules.cpp) broken by `plan`, as text
+/// ("" when it can run): a changed microbatch count must still suit the
+/// schedule (interleaved: m a multiple of p; replicas <= m).
+std::string checkPlanSchedule(const Plan &plan) {
+  auto kind = parseScheduleKind(plan.schedule);
+  if (!kind)
+    return "unknown schedule '" + plan.schedule + "'";
+  PipelineRequest request;
+  request.kind = *kind;
+  request.stages = plan.numStages();
+  request.chunks = std::max(plan.chunks, 1);
+  request.microbatches = plan.microbatches;
+  request.placement = placementOf(*kind);
+  const int p = plan.numStages() / request.chunks;
+  for (int g = 0; g < p; ++g)
+    request.replicas.push_back(plan.stages[size_t(g)].replicas);
+  if (plan.splitReplicas)
+    request.splitSamples = plan.microbatchSize;
+  return describeViolations(checkPipelineRules(request));
+}
+
+bool straightFlush(const Plan &plan) {
+  auto kind = parseScheduleKind(plan.schedule);
+  if (!kind || !isFlushSchedule(*kind) || plan.chunks != 1 ||
+      plan.splitReplicas)
+    return false;
+  for (const StagePlan &s : plan.stages)
+    if (s.replicas != 1)
+      return false;
+  return true;
+}
+
+/// The variants of one planner's plan that `auto` scores beside it
+/// (partition x schedule x recomputation x microbatch count):
+///   NAME+rc      full recomputation on the stages over the memory limit
+///                (when the plan does not fit)
+///   NAME/zb-h1   a straight synchronous plan with zero bubble's B/W split
+///   NAME/m2M     twice the microbatches of half the size (and /mM/2 half
+///                as many of twice the size), synchronous plans
+/// and, once per search, balanced/zb-v: the balanced split into 2p stages
+/// in a V on the balanced plan's p devices.
+void addVariants(const Profile &profile, const Topology &topology,
+                 const PlannerOptions &options, PlanCandidate base,
+                 bool splitReplicas, std::vector<PlanCandidate> &out) {
+  // (A copy: `out` grows while the variants are added.)
+  const Plan &plan = base.plan;
+  const std::string name = plan.algorithm;
+  if (!base.sim.ok || simulatedOps(plan) > kVariantOps)
+    return;
+  auto add = [&](Plan variant, const std::string &suffix) {
+    variant.candidates.clear();
+    out.push_back(scoreCandidate(profile, topology, options, std::move(variant),
+                                 name + suffix, splitReplicas));
+  };
+  if (!base.sim.fitsMemory && topology.deviceMemoryBytes > 0) {
+    Plan rc = plan;
+    bool any = false;
+    for (size_t q = 0; q < rc.stages.size() && q < base.sim.memory.size(); ++q)
+      if (base.sim.memory[q].total() > topology.deviceMemoryBytes) {
+        rc.stages[q].recompute = "full";
+        any = true;
+      }
+    if (!any) // over the limit only on a shared device: recompute all
+      for (StagePlan &s : rc.stages)
+        s.recompute = "full";
+    add(rc, "+rc");
+  }
+  if (straightFlush(plan) && plan.numStages() > 1 && plan.schedule != "zb-h1" &&
+      options.schedule.empty()) {
+    Plan zb = plan;
+    zb.schedule = "zb-h1";
+    add(zb, "/zb-h1");
+  }
+  auto kind = parseScheduleKind(plan.schedule);
+  if (kind && isFlushSchedule(*kind) && options.microbatches == 0) {
+    if (plan.microbatchSize % 2 == 0) {
+      Plan more = plan;
+      more.microbatches *= 2;
+      more.microbatchSize /= 2;
+      if (checkPlanSchedule(more).empty())
+        add(more, "/m" + std::to_string(more.microbatches));
+    }
+    if (plan.microbatches % 2 == 0 && plan.microbatches / 2 >= 1) {
+      Plan fewer = plan;
+      fewer.microbatches /= 2;
+      fewer.microbatchSize *= 2;
+      if (checkPlanSchedule(fewer).empty())
+        add(fewer, "/m" + std::to_string(fewer.microbatches));
+    }
+  }
+}
+
+} // namespace
+
 AutoPlanResult pipec::planAuto(const Profile &profile, const Topology &topology,
                                const PlannerOptions &options) {
   AutoPlanResult result;
@@ -124,35 +255,31 @@ AutoPlanResult pipec::planAuto(const Profile &profile, const Topology &topology,
   if (smallInstance(profile, topology))
     names.push_back("exhaustive");
   for (const std::string &name : names) {
-    PlanCandidate candidate;
     PlanResult planned = runPlanner(name, profile, topology, options);
-    candidate.plan = planned.plan;
-    candidate.plan.algorithm = name;
     if (!planned.ok) {
+      PlanCandidate candidate;
+      candidate.plan = planned.plan;
+      candidate.plan.algorithm = name;
       candidate.note = planned.error;
       result.candidates.push_back(std::move(candidate));
       continue;
     }
-    SimOptions sim = options.sim;
     // DAPPLE splits each microbatch across a stage's replicas (dapple.md §4)
     // rather than sending whole microbatches round-robin.
-    sim.splitReplicas = name == "dapple";
-    candidate.sim = simulatePlan(profile, topology, planned.plan, sim);
-    if (!candidate.sim.ok) {
-      candidate.note = "simulation failed: " + candidate.sim.error;
-    } else if (!candidate.sim.fitsMemory) {
-      candidate.note = "needs " + gib(peakStageMemory(candidate.sim)) +
-                       " on its busiest device";
-    } else {
-      candidate.feasible = true;
-      candidate.plan.predicted.iterationSeconds = candidate.sim.iterationSeconds;
-      candidate.plan.predicted.samplesPerSecond = candidate.sim.samplesPerSecond;
-      candidate.plan.predicted.bubbleFraction = candidate.sim.bubbleFraction;
-      candidate.plan.predicted.stageMemoryBytes.clear();
-      for (const StageMemory &m : candidate.sim.memory)
-        candidate.plan.predicted.stageMemoryBytes.push_back(m.total());
-    }
-    result.candidates.push_back(std::move(candidate));
+    const bool split = name == "dapple";
+    result.candidates.push_back(
+        scoreCandidate(profile, topology, options, planned.plan, name, split));
+    addVariants(profile, topology, options, result.candidates.back(), split,
+                result.candidates);
+  }
+  // Zero bubble in a V on the balanced plan's devices.
+  if (options.schedule.empty() || options.schedule == "zb-v") {
+    PlannerOptions v = options;
+    v.schedule = "zb-v";
+    PlanResult planned = runPlanner("balanced", profile, topology, v);
+    if (planned.ok && simulatedOps(planned.plan) <= kVariantOps)
+      result.candidates.push_back(scoreCandidate(
+          profile, topology, options, planned.plan, "balanced/zb-v", false));
   }
   const PlanCandidate *best = nullptr;
   for (const PlanCandidate &c : result.candidates)
@@ -194,7 +321,7 @@ std::string pipec::candidateTable(const std::vector<PlanCandidate> &candidates) 
   std::ostringstream os;
   char line[512];
   std::snprintf(line, sizeof line,
-                "%-12s %6s %-16s %7s %4s %-12s %12s %12s %8s %12s  %s\n",
+                "%-16s %6s %-16s %7s %4s %-12s %12s %12s %8s %12s  %s\n",
                 "planner", "stages", "replicas", "devices", "m", "schedule",
                 "iter (ms)", "samples/s", "bubble", "peak mem", "feasible");
   os << line;
@@ -219,11 +346,12 @@ std::string pipec::candidateTable(const std::vector<PlanCandidate> &candidates) 
     }
     std::snprintf(
         line, sizeof line,
-        "%-12s %6d %-16s %7d %4d %-12s %12s %12s %7s%% %12s  %s\n",
-        c.plan.algorithm.c_str(), c.plan.numStages(), replicas.c_str(),
-        devices, c.plan.microbatches, c.plan.schedule.c_str(), iter, rate,
-        simulated ? std::to_string(c.sim.bubbleFraction * 100).substr(0, 5).c_str()
-                  : "-",
+        "%-16s %6d %-16s %7d %4d %-12s %12s %12s %7s%% %12s  %s\n",
+        c.plan.algorithm.c_str(), c.plan.numStages(), replicas.c_str(), devices,
+        c.plan.microbatches, c.plan.schedule.c_str(), iter, rate,
+        simulated
+            ? std::to_string(c.sim.bubbleFraction * 100).substr(0, 5).c_str()
+            : "-",
         simulated ? gib(peakStageMemory(c.sim)).c_str() : "-",
         c.feasible ? "yes" : ("no: " + c.note).c_str());
     os << line;
