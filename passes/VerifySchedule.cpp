@@ -13,7 +13,9 @@
 // --pipe-plan-memory: lays out every rank's static arena exactly as
 //   --pipe-lower-to-runtime will, records it on the program
 //   (`pipe.arena_bytes`) and reports the regions per rank; the runtime
-//   allocates that many bytes (rank summary: `arena_bytes`).
+//   allocates that many bytes (rank summary: `arena_bytes`); and the bytes
+//   of one stash slot (`pipe.slot_bytes`: what one more microbatch in
+//   flight costs, which `--schedule synth` budgets with).
 //
 //===----------------------------------------------------------------------===//
 #include "passes/PassUtils.h"
@@ -215,6 +217,9 @@ struct PipePlanMemoryPass
         return signalPassFailure();
       Builder b(module.getContext());
       program->setAttr("pipe.arena_bytes", b.getI64IntegerAttr(plan->total));
+      program->setAttr(
+          "pipe.slot_bytes",
+          b.getI64IntegerAttr(plan->slots > 0 ? plan->slotBytes : 0));
       if (!report)
         continue;
       InFlightDiagnostic d = program.emitRemark();

@@ -169,6 +169,37 @@ SimResult simulateSchedule(const Profile &profile, const Topology &topology,
                            const Plan &plan, const ScheduleResult &schedule,
                            const SimOptions &options = {});
 
+/// One schedule the synthesiser compared.
+struct SynthCandidate {
+  std::string name; ///< "list(K=p-s+1)", "zb-h1", ...
+  ScheduleResult schedule;
+  std::vector<int64_t> peakInflight; ///< per stage
+  bool feasible = false;
+  double iterationSeconds = 0;
+  std::string note; ///< why not feasible
+};
+
+struct SynthResult {
+  bool ok = false;
+  std::string error;
+  SynthCandidate best; ///< its schedule: kind Custom, backwards split
+  std::vector<SynthCandidate> candidates;
+};
+
+/// `--schedule synth` (lib/Sim/Synth.cpp): an order of F, B and W per stage
+/// of a straight synchronous pipeline (`plan`: one chunk, no replicas) for
+/// its stages' times and a memory limit given as `caps`, the microbatches
+/// each stage may hold in flight (forward run, W not yet). Greedy list
+/// scheduling (B before F before W, W filling the gaps, F capped) over a
+/// range of warm-up caps, plus the fixed schedules (gpipe, 1f1b-flush A/B,
+/// zb-h1) that fit; each candidate is checked for deadlock freedom and
+/// scored with simulateSchedule, and the fastest wins, so it never loses to
+/// a fixed schedule within the same limit.
+SynthResult synthesizeSchedule(const Profile &profile, const Topology &topology,
+                               const Plan &plan,
+                               const std::vector<int64_t> &caps,
+                               const SimOptions &options = {});
+
 /// Whether the simulator lets several stages of `plan` share a device: with
 /// options.allowSharedDevices, or for a plan of the madpipe planner
 /// (algorithm "madpipe" or "auto:madpipe"), whose special processor holds

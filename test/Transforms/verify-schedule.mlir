@@ -8,7 +8,7 @@
 // CHECK: remark: rank1 (stage 1): peak stashed microbatches 1 = closed form, slots 1
 // CHECK: remark: rank0 (stage 0): arena [[A0:[0-9]+]] bytes = weights {{[0-9]+}} + 2 slots x {{[0-9]+}} + io {{[0-9]+}} + scratch {{[0-9]+}}
 // CHECK: remark: rank1 (stage 1): arena {{[0-9]+}} bytes
-// ATTR: pipe.program "rank0" stage 0 slots 2 attributes {pipe.arena_bytes = [[A:[0-9]+]] : i64}
+// ATTR: pipe.program "rank0" stage 0 slots 2 attributes {pipe.arena_bytes = [[A:[0-9]+]] : i64, pipe.slot_bytes = {{[0-9]+}} : i64}
 
 // PipeDream: p - s stashed microbatches across steps, p - s weight versions.
 // PD: remark: rank0 (stage 0): peak stashed microbatches 2 = closed form, slots 2, weight versions <= 2

@@ -19,7 +19,11 @@ Megatron-Core layouts, end to end.
 4. A CSV that deadlocks, one that places stages in blocks (neither a loop
    nor a V) and one with a communication action are refused by `pipec compile` with the rank and
    step named and no output folder written.
-5. `pipec plan --export megatron` on the GPT-3 paper profile: the layout,
+5. `pipec compile --schedule synth --memory-limit` below what gpipe,
+   1f1b-flush and zb-h1 need: the synthesised order compiles, stays within
+   the limit, trains to zb-h1's losses (1e-6) and is kept in
+   OUT/schedule.csv.
+6. `pipec plan --export megatron` on the GPT-3 paper profile: the layout,
    read back with an independent parser of Megatron-Core's syntax, has one
    stage per plan stage with the plan's layer counts, E first, L last.
 
@@ -178,6 +182,31 @@ def main():
                    for k in one[1])
         report(worst <= 1e-5 and wrel <= 1e-5 and len(mixed[0]) == STEPS, "hybrid order == 1 stage",
                f"losses {worst:.2e}, weights {wrel:.2e} relative")
+
+    # 3b. The synthesiser: an order for this model's stage times within a
+    # memory limit that no fixed schedule meets (a limit between the
+    # smallest and the largest trial arena), trained like any other.
+    zb, err = compile_and_train("native-zb-h1-4", ["--stages", "4", "--microbatches", "8",
+                                                   "--schedule", "zb-h1"])
+    if zb is None:
+        report(False, "synth", err)
+    else:
+        o = os.path.join(d, "synth")
+        limit = "360K"
+        rc, out = run([args.pipec, "compile", model, "-o", o, "--stages", "4", "--microbatches", "8",
+                       "--schedule", "synth", "--memory-limit", limit])
+        line = next((l for l in out.splitlines() if "schedule synth:" in l), out[-300:])
+        if rc != 0:
+            report(False, "synth", line)
+        else:
+            rc, tout = run([args.pipec, "train", o, "--steps", str(STEPS), "--lr", str(LR),
+                            "--inputs", x, "--labels", y, "--quiet"])
+            losses = losses_of(o) if rc == 0 else []
+            worst = max((abs(a - b) / abs(b) for a, b in zip(losses, zb[0])), default=1.0)
+            csv_ok = os.path.exists(os.path.join(o, "schedule.csv"))
+            report(rc == 0 and len(losses) == STEPS and worst <= 1e-6 and csv_ok and "chose" in line,
+                   "synth within --memory-limit", f"{line[len('pipec compile: '):][:150]}; losses vs zb-h1 "
+                   f"{worst:.1e}, schedule.csv {'kept' if csv_ok else 'MISSING'}")
 
     # 4. Refusals: one clear line naming rank and step, nothing written.
     bad = {

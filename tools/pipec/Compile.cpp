@@ -14,6 +14,7 @@
 #include "pipec/Import.h"
 #include "pipec/Plan.h"
 #include "pipec/Schedule.h"
+#include "pipec/Sim.h"
 
 #include "pipec/formats/Documents.h"
 #include "pipec/formats/safetensors.h"
@@ -230,6 +231,8 @@ public:
         (!autoRecompute() ||
          timed("choose recomputation", &Compilation::chooseRecompute)) &&
         timed("split and differentiate", &Compilation::splitAndDifferentiate) &&
+        (!o.synthesize ||
+         timed("synthesise schedule", &Compilation::synthesize)) &&
         timed("schedule and verify", &Compilation::scheduleAndVerify) &&
         checkMemoryLimit() &&
         (!split || timed("split replicas", &Compilation::sliceReplicas)) &&
@@ -331,6 +334,10 @@ private:
   }
   bool chooseRecompute();
   bool checkMemoryLimit();
+  bool synthesize();
+  /// --schedule synth: the chosen order (compute-only CSV) and the
+  /// temporary file the schedule pass reads it from.
+  std::string synthCsv, synthPath;
   bool sliceReplicas();
   bool checkSampleMajor(ModuleOp sliced, int64_t n);
   int64_t sliceOf(int s, int j) const {
@@ -592,6 +599,13 @@ bool Compilation::prepareOutputs() {
     return failWith("cannot read '" + o.model + "'");
   buildId = hex64(llvm::xxh3_64bits(llvm::StringRef(buildKey((*bytes)->getBuffer()))));
   modelHash = hex64(llvm::xxh3_64bits((*bytes)->getBuffer()));
+  if (!synthCsv.empty()) {
+    // The synthesised order, reusable with --schedule-csv and readable by
+    // pipec simulate --schedule-csv.
+    if (!writeText(o.outDir + "/schedule.csv", synthCsv, error))
+      return failWith(error);
+    llvm::sys::fs::remove(synthPath);
+  }
   if (o.emitMlir) {
     std::string text;
     llvm::raw_string_ostream os(text);
@@ -698,10 +712,105 @@ bool Compilation::checkMemoryLimit() {
   return true;
 }
 
+/// --schedule synth: the synthesiser's order (lib/Sim/Synth.cpp) for this
+/// model's stage times (the ops' nn.cost) and --memory-limit. The limit
+/// becomes a cap on each stage's microbatches in flight: a trial zb-h1
+/// schedule (the same split stage functions and slot layout) gives each
+/// position's fixed bytes and the bytes of one stash slot. The chosen order
+/// runs as a custom schedule and is kept in OUT/schedule.csv.
+bool Compilation::synthesize() {
+  const int p = o.stages;
+  const int64_t m = o.microbatches;
+  std::vector<int64_t> caps(size_t(p), m);
+  if (o.memoryLimit > 0) {
+    OwningOpRef<ModuleOp> trial = module->clone();
+    if (!runPasses(*trial, buildSchedulingPipeline))
+      return false;
+    std::map<int64_t, std::pair<int64_t, int64_t>> perPosition; // fixed, slot
+    trial->walk([&](pipe::ProgramOp program) {
+      auto arena = program->getAttrOfType<IntegerAttr>("pipe.arena_bytes");
+      auto slot = program->getAttrOfType<IntegerAttr>("pipe.slot_bytes");
+      if (arena && slot)
+        perPosition[program.getStage()] = {
+            arena.getInt() - program.getSlots() * slot.getInt(), slot.getInt()};
+    });
+    for (int s = 0; s < p; ++s) {
+      auto [fixed, slot] = perPosition[s];
+      int64_t room = o.memoryLimit - fixed;
+      caps[size_t(s)] = slot > 0 ? std::min(m, room / slot) : m;
+      if (room <= 0 || caps[size_t(s)] < 1)
+        return failWith("stage " + std::to_string(s) + " needs " +
+                        humanBytes(fixed + slot) + " (" +
+                        std::to_string(fixed + slot) +
+                        " bytes) with one microbatch in flight, over "
+                        "--memory-limit " +
+                        humanBytes(o.memoryLimit) +
+                        "; use more stages, more microbatches (smaller "
+                        "ones), --recompute or a larger limit");
+    }
+  }
+  // Stage times from the ops' costs: one profile op per stage.
+  Profile profile;
+  profile.microbatch = microbatch;
+  Plan plan;
+  plan.schedule = "custom";
+  plan.microbatches = int(m);
+  plan.microbatchSize = microbatch;
+  for (int s = 0; s < p; ++s) {
+    ProfileOp op;
+    op.name = "stage" + std::to_string(s);
+    if (auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd")))
+      fwd.walk([&](Operation *inner) {
+        if (auto cost = inner->getAttrOfType<nn::CostAttr>("nn.cost")) {
+          op.fwdSeconds += cost.getFwd().convertToDouble();
+          op.bwdSeconds += cost.getBwd().convertToDouble();
+        }
+      });
+    profile.ops.push_back(op);
+    plan.stages.push_back({s, s, 1, {s}});
+  }
+  // Messages between CPU processes on one host: no link model here.
+  Topology topology = Topology::flat(p, 1e15, 0);
+  SynthResult synth = synthesizeSchedule(profile, topology, plan, caps);
+  if (!synth.ok)
+    return failWith("--schedule synth: " + synth.error);
+  std::string compared;
+  for (const SynthCandidate &c : synth.candidates)
+    if (c.name == synth.best.name || c.name == "1f1b-flush" ||
+        c.name == "zb-h1" || c.name == "gpipe")
+      compared +=
+          (compared.empty() ? "" : ", ") + c.name + " " +
+          (c.feasible
+               ? llvm::formatv("{0:f2} ms", c.iterationSeconds * 1e3).str()
+               : c.note);
+  std::string caps_;
+  for (int64_t c : caps)
+    caps_ += (caps_.empty() ? "" : ",") + std::to_string(c);
+  say("schedule synth: " + std::to_string(synth.candidates.size()) +
+      " orders compared within in-flight caps " + caps_ + "; chose " +
+      synth.best.name + " (predicted; " + compared + ")");
+  synthCsv = scheduleToCsv(synth.best.schedule, error);
+  if (synthCsv.empty())
+    return failWith("--schedule synth: " + error);
+  // The schedule pass reads the order from a file.
+  llvm::SmallString<128> path;
+  int fd = -1;
+  if (llvm::sys::fs::createTemporaryFile("pipec-synth", "csv", fd, path))
+    return failWith("cannot write a temporary schedule file");
+  {
+    llvm::raw_fd_ostream out(fd, /*shouldClose=*/true);
+    out << synthCsv;
+  }
+  synthPath = path.str().str();
+  tpo.schedule = "custom";
+  tpo.scheduleCsv = synthPath;
+  return true;
+}
+
 void Compilation::fillPlan() {
   auto planAttr = (*module)->getAttrOfType<pipe::PlanAttr>(pipe::attrs::kPlan);
   planOut.algorithm = planAttr.getAlgorithm().str();
-  planOut.schedule = o.schedule;
+  planOut.schedule = tpo.schedule;
   planOut.microbatches = o.microbatches;
   planOut.microbatchSize = microbatch;
   planOut.chunks = o.chunks;
@@ -853,7 +962,7 @@ bool Compilation::writeManifest() {
   manifest.buildId = buildId;
   manifest.model = llvm::sys::path::filename(o.model).str();
   manifest.modelHash = modelHash;
-  manifest.schedule = o.schedule;
+  manifest.schedule = tpo.schedule;
   manifest.precision = o.precision;
   manifest.microbatches = o.microbatches;
   manifest.microbatch = microbatch;
@@ -948,8 +1057,10 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .opt("--schedule",
            "gpipe, 1f1b-flush (synchronous), 1f1b (PipeDream, "
            "weight stashing), 2bw (PipeDream-2BW), interleaved "
-           "(Megatron, with --chunks), zb-h1 (zero bubble) or zb-v (zero "
-           "bubble, two chunks per device in a V)",
+           "(Megatron, with --chunks), zb-h1 (zero bubble), zb-v (zero "
+           "bubble, two chunks per device in a V) or synth (an order "
+           "synthesised for this model's stage times within "
+           "--memory-limit)",
            "1f1b-flush")
       .opt("--schedule-csv", "run the order of a torch.distributed.pipelining "
                              "compute-only CSV (one row of actions such as "
@@ -1044,12 +1155,25 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   o.microbatches = micro;
   o.batch = batch;
   o.schedule = a.get("--schedule");
+  if (o.schedule == "synth") {
+    // Checked and budgeted as zb-h1 (split backwards, synchronous), run as
+    // the synthesiser's custom order.
+    o.synthesize = true;
+    o.schedule = "zb-h1";
+    if (a.has("--replicas") || a.has("--chunks"))
+      return fail("compile",
+                  "--schedule synth plans a straight pipeline: "
+                  "one rank per stage, one chunk (drop --replicas "
+                  "and --chunks)",
+                  2);
+  }
   auto kind = parseScheduleKind(o.schedule);
   if (!kind)
     return fail("compile",
                 "unknown --schedule '" + o.schedule +
                     "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
-                    "interleaved, zb-h1, zb-v, or --schedule-csv FILE)",
+                    "interleaved, zb-h1, zb-v, synth, or --schedule-csv "
+                    "FILE)",
                 2);
   if (a.has("--replicas")) {
     std::string list = a.get("--replicas");

@@ -77,6 +77,11 @@ struct CompileOptions {
   /// --memory-limit: bytes a rank's arena may take (0: no limit); with
   /// --recompute auto, the budget recomputation is chosen for.
   int64_t memoryLimit = 0;
+  /// --schedule synth: the order of F/B/W per stage comes from the
+  /// synthesiser (lib/Sim/Synth.cpp) for this model's stage times and
+  /// --memory-limit; `schedule` is then "zb-h1" for the rules and the
+  /// memory trial, and the result runs as a custom schedule.
+  bool synthesize = false;
   std::string profile;
   std::string device = "cpu";
   std::string loss = "cross-entropy";
