@@ -340,8 +340,23 @@ private:
     std::string bare = text.substr(0, text.find_last_not_of("\r\n") + 1);
     if (muted && bare.find("pipec-rt: ") == std::string::npos)
       return;
-    if (RankDeath death; report && parseRankDeath(bare, death))
+    // srun cancels the step after a task's death and reports every task
+    // it kills: those deaths are consequences.
+    if (bare.find("CANCELLED AT") != std::string::npos &&
+        bare.find("*** STEP ") != std::string::npos)
+      stepCancelled = true;
+    if (RankDeath death; report && parseRankDeath(bare, death)) {
+      death.consequence = stepCancelled && !report->deaths.empty();
       report->deaths.push_back(death);
+      if (isSrunLine(bare)) {
+        held.push_back(text);
+        return;
+      }
+    }
+    if (isSrunCleanup(bare)) {
+      held.push_back(text);
+      return;
+    }
     if (report && bare.find("pipec-rt: error: ") != std::string::npos)
       report->rankReported = true;
     if (isDashes(bare)) {
@@ -376,6 +391,20 @@ private:
     }
     if (!isAbortLogLine(bare))
       emit(text);
+  }
+  static bool isSrunLine(const std::string &line) {
+    return line.rfind("srun: ", 0) == 0;
+  }
+  /// What srun and slurmstepd print while cancelling a step after a task
+  /// died: held back like OpenMPI's consequences.
+  static bool isSrunCleanup(const std::string &line) {
+    return line.find("srun: Job step aborted") != std::string::npos ||
+           (line.rfind("slurmstepd", 0) == 0 &&
+            (line.find("CANCELLED AT") != std::string::npos ||
+             line.find("_errhandler") != std::string::npos)) ||
+           line.find("srun: launch/slurm: _step_signal") != std::string::npos ||
+           // OpenMPI's shared-memory transport on a rank whose peer died.
+           line.find("] Read -1, expected ") != std::string::npos;
   }
   /// A failure pipec reports itself (a rank death, a lost host) is known.
   bool knownFailure() const {
@@ -439,13 +468,46 @@ private:
   }
 
   std::string pending, block;
-  bool inBlock = false, sawWatchdog = false, muted = false;
+  bool inBlock = false, sawWatchdog = false, muted = false,
+       stepCancelled = false;
   LauncherReport *report;
 };
 
 } // namespace
 
+/// srun's "srun: error: HOST: task N: REASON" (Killed, Segmentation
+/// fault, Aborted, Terminated, Exited with exit code X).
+static bool parseSrunTaskDeath(const std::string &line, RankDeath &death) {
+  const std::string lead = "srun: error: ";
+  if (line.rfind(lead, 0) != 0)
+    return false;
+  size_t task = line.find(": task ", lead.size());
+  if (task == std::string::npos)
+    return false;
+  death.host = line.substr(lead.size(), task - lead.size());
+  const char *digits = line.c_str() + task + 7;
+  char *end = nullptr;
+  long rank = std::strtol(digits, &end, 10);
+  if (end == digits || *end != ':')
+    return false;
+  death.rank = int(rank);
+  death.how = std::string(end + 1);
+  death.how.erase(0, death.how.find_first_not_of(' '));
+  static const std::pair<const char *, int> signals[] = {
+      {"Killed", 9},
+      {"Segmentation fault", 11},
+      {"Aborted", 6},
+      {"Terminated", 15},
+      {"Bus error", 7}};
+  for (auto [name, number] : signals)
+    if (death.how.rfind(name, 0) == 0)
+      death.signal = number;
+  return true;
+}
+
 bool pipec::driver::parseRankDeath(const std::string &line, RankDeath &death) {
+  if (parseSrunTaskDeath(line, death))
+    return true;
   // mpirun noticed that process rank 2 with PID 4892 on node 10.0.0.3
   // exited on signal 9 (Killed).
   const std::string lead = "mpirun noticed that process rank ";

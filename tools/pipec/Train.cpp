@@ -182,8 +182,13 @@ void reportSilentRanks(const std::string &statusDir,
   // Ranks on other hosts keep their records there (no shared filesystem):
   // a death the launcher saw is named from its report, the others are
   // listed with their host, not blamed.
-  std::set<size_t> seenDead;
+  std::set<size_t> seenDead, stoppedByLauncher;
+  for (const RankDeath &d : deaths)
+    if (d.consequence && d.rank >= 0)
+      stoppedByLauncher.insert(size_t(d.rank));
   for (const RankDeath &d : deaths) {
+    if (d.consequence)
+      continue;
     // A rank whose record is here is reported from its record below.
     if (d.rank < 0 || size_t(d.rank) >= ranks ||
         records[size_t(d.rank)].complete ||
@@ -232,6 +237,10 @@ void reportSilentRanks(const std::string &statusDir,
     }
     if (rec.state != 0) // finished, reported its error, or stopped by mpirun
       continue;
+    if (stoppedByLauncher.count(r) && !deaths.empty() &&
+        !(deaths.front().rank >= 0 && size_t(deaths.front().rank) == r))
+      continue; // srun killed it while cancelling the step
+
     if (someoneReported && rec.step == 0)
       continue; // still starting when the reported failure ended the job
     llvm::errs() << "pipec: error: rank " << r << " (stage " << rec.stage
@@ -505,7 +514,7 @@ int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
     // A rank killed by a signal: 128 + the signal, whatever the launcher
     // made of it (OpenMPI returns the signal number, or 205, on other hosts).
     for (const RankDeath &d : report.deaths)
-      if (d.signal > 0) {
+      if (d.signal > 0 && !d.consequence) {
         rc = 128 + d.signal;
         break;
       }
