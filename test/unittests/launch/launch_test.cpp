@@ -178,6 +178,24 @@ TEST(LauncherOutput, RankDeathsAreRead) {
   EXPECT_EQ(d.how, "exited on signal 9 (Killed)");
   EXPECT_FALSE(parseRankDeath("mpirun noticed that the job aborted", d));
   EXPECT_FALSE(parseRankDeath("pipec-rt: error: rank 2", d));
+  // srun (slurm 22.05).
+  RankDeath s;
+  ASSERT_TRUE(parseRankDeath("srun: error: node-7: task 3: Killed", s));
+  EXPECT_EQ(s.rank, 3);
+  EXPECT_EQ(s.host, "node-7");
+  EXPECT_EQ(s.how, "Killed");
+  EXPECT_EQ(s.signal, 9);
+  RankDeath e;
+  ASSERT_TRUE(
+      parseRankDeath("srun: error: vm: task 0: Exited with exit code 1", e));
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.signal, 0);
+  RankDeath g;
+  ASSERT_TRUE(
+      parseRankDeath("srun: error: vm: task 12: Segmentation fault", g));
+  EXPECT_EQ(g.signal, 11);
+  EXPECT_FALSE(parseRankDeath("srun: error: Unable to allocate resources", g));
+  EXPECT_FALSE(parseRankDeath("srun: error: vm: task x: Killed", g));
 }
 
 TEST(Watchdog, SummaryNamesTheRankNobodyHearsFrom) {
