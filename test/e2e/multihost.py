@@ -408,7 +408,8 @@ def run_tests(pipec, work, args):
 
         host2 = re.escape(h.addrs[2])
         failure("stage process killed on another host", kill_stage2, 137,
-                rf"rank 2 \(stage 2\) on {host2} died without a report \(exited on signal 9", 20)
+                rf"rank 2 \(stage 2\) on {host2} died without a report \(exited on signal 9.* during "
+                r"step \d+", 20)
         failure("whole host lost", lose_host2, 4,
                 rf"host {host2} was lost \(rank 2\)", 20)
         failure("link to a host cut", cut_link2, 4,

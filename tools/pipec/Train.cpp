@@ -182,6 +182,12 @@ void reportSilentRanks(const std::string &statusDir,
   // Ranks on other hosts keep their records there (no shared filesystem):
   // a death the launcher saw is named from its report, the others are
   // listed with their host, not blamed.
+  // The step the job was in, as this host's ranks recorded it: a rank that
+  // died on another host left its own record there.
+  int64_t localStep = 0;
+  for (const Record &rec : records)
+    if (rec.complete)
+      localStep = std::max(localStep, rec.step);
   std::set<size_t> seenDead, stoppedByLauncher;
   for (const RankDeath &d : deaths)
     if (d.consequence && d.rank >= 0)
@@ -200,7 +206,10 @@ void reportSilentRanks(const std::string &statusDir,
                                ")"
                          : std::string())
                  << " on " << d.host << " died without a report (" << d.how
-                 << "); the job was stopped\n";
+                 << ")"
+                 << (localStep > 0 ? " during step " + std::to_string(localStep)
+                                   : std::string())
+                 << "; the job was stopped\n";
     someoneReported = true;
   }
   std::vector<std::string> elsewhere;
