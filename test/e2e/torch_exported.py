@@ -101,6 +101,40 @@ def check_f64(name, out, ref, src, losses):
     return not problems, name, "; ".join(problems) if problems else detail
 
 
+def resume_tied(args, src, ref):
+    """Tied weights through --resume-from: 2 stages (the tied embedding has
+    a copy on the first and the last stage) for 2 steps, 4 stages to step 4,
+    1 stage (one copy) to step 6, against 6 uninterrupted steps on 1 stage."""
+    d = os.path.join(args.workdir, "gpt_tied-resume")
+    os.makedirs(d, exist_ok=True)
+    data = ["--inputs", os.path.join(src, "x.npy"), "--labels", os.path.join(src, "y.npy"),
+            "--lr", str(ref["lr"]), "--quiet"]
+    for s in (1, 2, 4):
+        rc, log = run([args.pipec, "compile", os.path.join(src, "model.onnx"), "--batch", str(ref["batch"]),
+                       "--microbatches", str(ref["microbatches"]), "--stages", str(s),
+                       "-o", os.path.join(d, f"s{s}"), "--quiet"])
+        if rc != 0:
+            return False, f"compile {s} stages: {log[-400:]}"
+    legs = [("s1", ["--steps", "6"]), ("s2", ["--steps", "2"]),
+            ("s4", ["--steps", "4", "--resume-from", os.path.join(d, "s2", "checkpoints")]),
+            ("s1", ["--steps", "6", "--resume-from", os.path.join(d, "s4", "checkpoints"),
+                    "--checkpoint-dir", os.path.join(d, "s1-resumed"),
+                    "--metrics", os.path.join(d, "s1-resumed.jsonl")])]
+    for build, targs in legs:
+        rc, log = run([args.pipec, "train", os.path.join(d, build)] + data + targs)
+        if rc != 0:
+            return False, f"train {build} {' '.join(targs[:2])}: {log[-400:]}"
+
+    def losses(path):
+        return [json.loads(line)["loss"] for line in open(path)]
+    want = losses(os.path.join(d, "s1", "metrics.jsonl"))
+    got = (losses(os.path.join(d, "s2", "metrics.jsonl")) + losses(os.path.join(d, "s4", "metrics.jsonl"))
+           + losses(os.path.join(d, "s1-resumed.jsonl")))
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    ok = len(got) == 6 and worst <= 1e-6
+    return ok, f"2 -> 4 -> 1 stages, 6 steps: losses within {worst:.1e} of the uninterrupted run"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pipec", required=True)
@@ -225,6 +259,9 @@ def main():
                       f"within {worst:.2f} x tolerance (widened per step: "
                       f"{', '.join(str(w) for w in widened)})")
             report(not problems, name, "; ".join(problems) if problems else detail)
+        if model == "gpt_tied":
+            ok, detail = resume_tied(args, src, ref)
+            report(ok, "gpt_tied --resume-from across plans", detail)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
