@@ -225,7 +225,8 @@ void startRankWatchdog(const pipec_ctx &ctx) {
     for (int r : ctx.stageRanks[s])
       if (r >= 0 && r < ctx.worldSize)
         peers.stageOfRank[size_t(r)] = int(s);
-  startWatchdog(ctx.options.watchdogSeconds, ctx.rank, std::move(peers));
+  startWatchdog(ctx.options.watchdogSeconds, ctx.rank, std::move(peers),
+                ctx.options.watchdogFirstStepSeconds);
 }
 
 /// MPI up, this rank's place in the job, its status record.

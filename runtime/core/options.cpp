@@ -88,11 +88,12 @@ std::string usageText(const char *argv0) {
          "       [--trace PATH] [--summary-out PATH] [--resume] "
          "[--resume-from DIR]\n"
          "       [--no-weight-stashing] [--vertical-sync] [--prefetch] "
-         "[--quiet] [--watchdog-s S]\n"
+         "[--quiet] [--watchdog-s S] [--watchdog-first-step-s S]\n"
          "  --manifest PATH        the build's manifest (default: "
          "manifest.json "
          "beside the executable)\n"
-         "  --steps N              training steps (default 10); with --resume, the "
+         "  --steps N              training steps (default 10); with --resume, "
+         "the "
          "step to reach\n"
          "  --lr F                 SGD learning rate (default 0.01)\n"
          "  --inputs A.npy,...     one .npy per model input (default: "
@@ -109,7 +110,8 @@ std::string usageText(const char *argv0) {
          "  --profile-warmup N     steps the profiler skips (default 1)\n"
          "  --status-dir DIR       keep rank-R.status progress records there "
          "(for pipec train's report when a rank dies)\n"
-         "  --trace PATH           write this rank's timeline as a Chrome trace "
+         "  --trace PATH           write this rank's timeline as a Chrome "
+         "trace "
          "({rank} is\n"
          "                         replaced; default: .rankR before the "
          "extension)\n"
@@ -129,7 +131,8 @@ std::string usageText(const char *argv0) {
          "receives at its start\n"
          "                         (staging buffers) instead of receiving "
          "at the point of use\n"
-         "  --vertical-sync        1f1b only: every stage uses the input stage's "
+         "  --vertical-sync        1f1b only: every stage uses the input "
+         "stage's "
          "weight version\n"
          "                         for a minibatch (PipeDream's vertical "
          "sync)\n"
@@ -138,7 +141,10 @@ std::string usageText(const char *argv0) {
          "progress for S seconds\n"
          "                         (or 4x its longest step), naming what it "
          "waits for (default 20;\n"
-         "                         0: off)\n";
+         "                         0: off)\n"
+         "  --watchdog-first-step-s S  the first step (not yet timed) may "
+         "take this long\n"
+         "                         without progress (default 300)\n";
 }
 
 Options parseOptions(int argc, char **argv) {
@@ -210,12 +216,15 @@ Options parseOptions(int argc, char **argv) {
       noValue(), o.verticalSync = true;
     else if (flag == "--quiet")
       noValue(), o.quiet = true;
-    else if (flag == "--watchdog-s") {
+    else if (flag == "--watchdog-first-step-s") {
+      o.watchdogFirstStepSeconds = parseReal(flag, needValue());
+      if (!(o.watchdogFirstStepSeconds >= 0))
+        throw UsageError("--watchdog-first-step-s must be >= 0");
+    } else if (flag == "--watchdog-s") {
       o.watchdogSeconds = parseReal(flag, needValue());
       if (!(o.watchdogSeconds >= 0))
         throw UsageError("--watchdog-s must be >= 0 (0: off)");
-    }
-    else if (flag == "--help" || flag == "-h")
+    } else if (flag == "--help" || flag == "-h")
       noValue(), o.help = true;
     else
       throw UsageError("unknown flag '" + arg + "'");

@@ -69,6 +69,12 @@ struct Options {
   /// Seconds without progress after which a rank stops the job naming what
   /// it waits for (core/watchdog.h); 0 = no watchdog.
   double watchdogSeconds = 20;
+  /// The first step has no measured step time and includes start-up work
+  /// (first touches of the arena, thread pools): it is allowed
+  /// max(watchdogSeconds, this); later steps max(watchdogSeconds, 4x the
+  /// longest step), so a long operation is not taken for a hang once a step
+  /// has been timed.
+  double watchdogFirstStepSeconds = 300;
 };
 
 /// Parses argv[1..argc); throws UsageError.

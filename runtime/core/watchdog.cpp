@@ -40,7 +40,7 @@ struct State {
   std::atomic<int> paused{0};
   std::mutex textMutex; ///< guards lastCheckpoint
   std::string lastCheckpoint = "none";
-  double seconds = 0;
+  double seconds = 0, firstStepSeconds = 0;
   int rank = 0;
   WatchdogPeers peers;
   std::thread thread;
@@ -126,7 +126,9 @@ void check(State &s) {
     if (s.paused.load() > 0)
       continue;
     double idle = double(nowNs() - s.lastProgressNs.load()) * 1e-9;
-    double deadline = std::max(s.seconds, 4 * s.longestStep.load());
+    const double longest = s.longestStep.load();
+    double deadline = longest > 0 ? std::max(s.seconds, 4 * longest)
+                                  : std::max(s.seconds, s.firstStepSeconds);
     if (idle > deadline)
       fire(s, idle);
   }
@@ -134,11 +136,13 @@ void check(State &s) {
 
 } // namespace
 
-void startWatchdog(double seconds, int rank, WatchdogPeers peers) {
+void startWatchdog(double seconds, int rank, WatchdogPeers peers,
+                   double firstStepSeconds) {
   State &s = state();
   if (seconds <= 0 || s.thread.joinable())
     return;
   s.seconds = seconds;
+  s.firstStepSeconds = firstStepSeconds;
   s.rank = rank;
   s.peers = std::move(peers);
   s.lastProgressNs = nowNs();

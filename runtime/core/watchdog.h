@@ -9,14 +9,16 @@
 /// until the transport gives up (OpenMPI over TCP: minutes). Each rank keeps
 /// a note of what it is blocked on (a receive from a peer, the sends of a
 /// step, a collective) and of its last progress; a thread checks once a
-/// second, and after `seconds` (or 4x the longest step so far, if longer)
+/// second, and after `seconds` (or 4x the longest step so far, if longer;
+/// during the first, untimed step the first-step allowance)
 /// without progress prints one error line naming what the rank waits for
 /// (peer rank, its stage and host, the step) and ends the process with
 /// status 4 after about `seconds` more (so that the other stalled ranks
 /// report too), without MPI (which may itself be blocked). The launcher
 /// (pipec train) reads those lines, names the rank that everybody waits
-/// for and nobody hears from, and stops the job 5 s after the first one. Checkpoints are
-/// written whole or not at all, so the last complete one stays intact.
+/// for and nobody hears from, and stops the job 5 s after the first one.
+/// Checkpoints are written whole or not at all, so the last complete one stays
+/// intact.
 ///
 //===----------------------------------------------------------------------===//
 
@@ -47,8 +49,10 @@ struct WatchdogPeers {
   std::vector<std::string> hostOfRank;
 };
 
-/// Starts the checking thread (no-op for seconds <= 0).
-void startWatchdog(double seconds, int rank, WatchdogPeers peers);
+/// Starts the checking thread (no-op for seconds <= 0). Until a step has
+/// been timed the deadline is max(seconds, firstStepSeconds).
+void startWatchdog(double seconds, int rank, WatchdogPeers peers,
+                   double firstStepSeconds = 0);
 /// Stops it (the run ended normally or reported its own error).
 void stopWatchdog();
 

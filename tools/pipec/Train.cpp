@@ -334,15 +334,22 @@ void declareTrainOptions(Args &a) {
                          "(a host without slots= runs one rank); ranks fill "
                          "the hosts in order, one per slot")
       .opt("--hosts", "hosts to run on: host[:slots],... (as --hostfile)")
-      .opt("--launcher", "mpirun, or srun (SLURM: a --multi-prog file in "
-                         "OUT)", "mpirun")
+      .opt("--launcher",
+           "mpirun, or srun (SLURM: a --multi-prog file in "
+           "OUT)",
+           "mpirun")
       .opt("--launcher-args", "more arguments for the launcher, as one "
                               "shell-quoted string (e.g. \"--mca btl "
                               "tcp,self\")")
-      .opt("--watchdog-s", "a rank that makes no progress for this many "
-                           "seconds (or 4x its longest step) stops the job "
-                           "naming what it waits for; 0: off (default 20: the job ends "
-                           "within about 30 s)")
+      .opt("--watchdog-s",
+           "a rank that makes no progress for this many "
+           "seconds (or 4x its longest step) stops the job "
+           "naming what it waits for; 0: off (default 20: the job ends "
+           "within about 30 s)")
+      .opt("--watchdog-first-step-s", "the first step, not yet timed, may "
+                                      "make no progress this long (default "
+                                      "300: a long first operation is not a "
+                                      "hang)")
       .opt("--resume-from", "continue from a checkpoint of another build "
                             "of the same model (other stages, schedule, "
                             "replicas): a step folder, or a checkpoints "
@@ -406,6 +413,7 @@ std::vector<std::string> stageArguments(const Args &a,
   if (a.has("--quiet"))
     stageArgs.push_back("--quiet");
   pass("--watchdog-s", false);
+  pass("--watchdog-first-step-s", false);
   return stageArgs;
 }
 
