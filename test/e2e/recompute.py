@@ -36,6 +36,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+from e2e_common import Checks, losses_of  # noqa: E402
 from safetensors_io import latest_checkpoint, load_checkpoint  # noqa: E402
 
 STEPS = 3
@@ -81,8 +82,7 @@ def auto_checks(args, d, onnx_path, data, lr, report):
         return
     modes = [s.get("recompute", "none") for s in json.load(open(os.path.join(o, "plan.json")))["stages"]]
     rc, out2 = run([args.pipec, "train", o, "--steps", str(STEPS), "--lr", str(lr), "--quiet", *data])
-    same = rc == 0 and ([json.loads(l)["loss"] for l in open(os.path.join(o, "metrics.jsonl"))] ==
-                        [json.loads(l)["loss"] for l in open(os.path.join(o_none, "metrics.jsonl"))])
+    same = rc == 0 and losses_of(o) == losses_of(o_none)
     lines = [l for l in out.splitlines() if "recompute auto" in l]
     report(modes == ["full", "none"] and same and len(lines) == 2, "gpt auto",
            f"limit {limit} between {full0} and {none0}: {modes}, losses {'identical' if same else 'DIFFER'}; "
@@ -116,13 +116,8 @@ def main():
     args = ap.parse_args()
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
-    passed = failed = 0
-
-    def report(ok, name, detail):
-        nonlocal passed, failed
-        print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
-        passed += ok
-        failed += not ok
+    checks = Checks()
+    report = checks.report
 
     for model in args.models.split(","):
         script, extra, lr = GEN[model]
@@ -147,7 +142,7 @@ def main():
                            "--summary-out", os.path.join(o, "summary.json"), *data])
             if rc != 0:
                 return None, "train: " + out[-500:]
-            losses = [json.loads(line)["loss"] for line in open(os.path.join(o, "metrics.jsonl"))]
+            losses = losses_of(o)
             weights = load_checkpoint(latest_checkpoint(os.path.join(o, "checkpoints")))
             arenas = {}
             for f in glob.glob(os.path.join(o, "summary*.json")):
@@ -192,8 +187,7 @@ def main():
         if model == "gpt":
             auto_checks(args, d, onnx_path, data, lr, report)
 
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return checks.summary()
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from e2e_common import Checks, losses_of  # noqa: E402
 from safetensors_io import latest_checkpoint, load_checkpoint  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -52,9 +53,6 @@ def run(cmd, timeout=300):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return p.returncode, p.stdout
 
-
-def losses_of(out_dir):
-    return [json.loads(line)["loss"] for line in open(os.path.join(out_dir, "metrics.jsonl"))]
 
 
 def megatron_stages(layout):
@@ -81,13 +79,8 @@ def main():
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     d = args.workdir
-    passed = failed = 0
-
-    def report(ok, name, detail):
-        nonlocal passed, failed
-        print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
-        passed += ok
-        failed += not ok
+    checks = Checks()
+    report = checks.report
 
     model = os.path.join(d, "gpt.onnx")
     rc, out = run(["/usr/bin/python3", os.path.join(REPO, "examples/gpt/make_gpt.py"), "-o", model,
@@ -252,8 +245,7 @@ def main():
         line = next((l for l in out.splitlines() if "error:" in l), f"rc {rc}")
         report(rc != 0 and "no transformer layers" in line, "megatron refuses a CNN", line[:160])
 
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return checks.summary()
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+from e2e_common import Checks, losses_of  # noqa: E402
 from safetensors_io import latest_checkpoint, load_checkpoint  # noqa: E402
 
 BINARIES = ["/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/srun",
@@ -136,9 +137,6 @@ def run(cmd, env, timeout=180):
     return p.returncode, p.stdout
 
 
-def losses_of(out_dir):
-    return [json.loads(line)["loss"] for line in open(os.path.join(out_dir, "metrics.jsonl"))]
-
 
 def main():
     ap = argparse.ArgumentParser()
@@ -153,13 +151,8 @@ def main():
         return 0
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
-    passed = failed = 0
-
-    def report(ok, name, detail):
-        nonlocal passed, failed
-        print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
-        passed += ok
-        failed += not ok
+    checks = Checks()
+    report = checks.report
 
     cluster = Cluster(os.path.join(args.workdir, "cluster"))
     try:
@@ -231,8 +224,7 @@ def main():
                    f"exit {rc} after {took:.1f} s; " + " | ".join(errors)[:300])
     finally:
         cluster.stop()
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return checks.summary()
 
 
 if __name__ == "__main__":
