@@ -51,9 +51,13 @@ PlanResult balancedPlan(const Profile &profile, const Topology &topology,
   }
   plan.microbatchSize =
       options.microbatchSize ? options.microbatchSize : profile.microbatch;
-  plan.microbatches = options.microbatches
-                          ? options.microbatches
-                          : std::max<int>(4 * stages, 1);
+  // The caller's count, else the global batch in microbatches of the
+  // profile's size, else 4 per stage.
+  plan.microbatches =
+      options.microbatches ? options.microbatches
+      : options.globalBatch > 0
+          ? int(std::max<int64_t>(options.globalBatch / plan.microbatchSize, 1))
+          : std::max<int>(4 * stages, 1);
   return result;
 }
 
