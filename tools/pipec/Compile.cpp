@@ -1044,8 +1044,8 @@ static bool applyScheduleCsv(const Args &a, CompileOptions &o) {
   return true;
 }
 
-int pipec::driver::runCompile(const std::vector<std::string> &argv) {
-  Args a("compile", argv);
+/// The options of `pipec compile`.
+static void declareCompileOptions(Args &a) {
   a.positional("MODEL.onnx", "the model to compile")
       .opt("-o", "output folder", "out")
       .opt("--stages", "pipeline stages (one process each)", "1")
@@ -1139,6 +1139,164 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
       .flag("--emit-mlir", "also write OUT/pipeline.mlir")
       .flag("--quiet", "no progress lines")
       .flag("--timings", "print the seconds of every compile phase");
+}
+
+/// --schedule, --replicas, --replica-mode, --warmup, --chunks,
+/// --schedule-csv, --recompute and --memory-limit into `o`; false after
+/// printing the usage error.
+static bool parseScheduleOptions(const Args &a, CompileOptions &o) {
+  o.schedule = a.get("--schedule");
+  if (o.schedule == "synth") {
+    // Checked and budgeted as zb-h1 (split backwards, synchronous), run as
+    // the synthesiser's custom order.
+    o.synthesize = true;
+    o.schedule = "zb-h1";
+    if (a.has("--replicas") || a.has("--chunks"))
+      return !fail("compile",
+                   "--schedule synth plans a straight pipeline: "
+                   "one rank per stage, one chunk (drop --replicas "
+                   "and --chunks)",
+                   2);
+  }
+  auto kind = parseScheduleKind(o.schedule);
+  if (!kind)
+    return !fail("compile",
+                 "unknown --schedule '" + o.schedule +
+                     "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
+                     "interleaved, zb-h1, zb-v, synth, or --schedule-csv "
+                     "FILE)",
+                 2);
+  if (a.has("--replicas")) {
+    std::string list = a.get("--replicas");
+    for (llvm::StringRef part : llvm::split(list, ',')) {
+      int r = 0;
+      if (part.trim().getAsInteger(10, r) || r < 1)
+        return !fail("compile",
+                     "--replicas takes positive integers separated "
+                     "by commas, got '" +
+                         a.get("--replicas") + "'",
+                     2);
+      o.replicas.push_back(r);
+    }
+    if (o.replicas.size() == 1)
+      o.replicas.assign(o.stages, o.replicas[0]);
+  }
+  o.replicaMode = a.get("--replica-mode");
+  if (o.replicaMode != "rr" && o.replicaMode != "split")
+    return !fail("compile",
+                 "--replica-mode is rr or split, got '" + o.replicaMode + "'",
+                 2);
+  o.warmup = a.get("--warmup");
+  int64_t chunks = 1;
+  if (!a.getInt("--chunks", chunks, 1))
+    return false;
+  o.chunks = int(chunks);
+  // zb-v: two chunks per device in a V, unless --chunks says otherwise
+  // (which the schedule rules then refuse).
+  if (*kind == ScheduleKind::ZeroBubbleV && !a.has("--chunks"))
+    o.chunks = 2;
+  if (a.has("--schedule-csv") && !applyScheduleCsv(a, o))
+    return false;
+  const std::string recompute = a.get("--recompute");
+  for (llvm::StringRef m : llvm::split(recompute, ',')) {
+    m = m.trim();
+    if (m != "none" && m != "full" && m != "selective" && m != "auto")
+      return !fail("compile",
+                   "--recompute takes none, full, selective (one "
+                   "for every stage, or one per stage) or auto, "
+                   "got '" +
+                       a.get("--recompute") + "'",
+                   2);
+    o.recompute.push_back(m.str());
+  }
+  if (a.has("--memory-limit") &&
+      !parseBytes(a.get("--memory-limit"), o.memoryLimit))
+    return !fail("compile",
+                 "--memory-limit takes bytes, optionally with K, M "
+                 "or G (KiB, MiB, GiB), got '" +
+                     a.get("--memory-limit") + "'",
+                 2);
+  if (llvm::is_contained(o.recompute, "auto") &&
+      (o.recompute.size() != 1 || o.memoryLimit <= 0))
+    return !fail("compile",
+                 "--recompute auto chooses every stage's mode from "
+                 "the memory budget: give it alone, with "
+                 "--memory-limit BYTES",
+                 2);
+  if (o.recompute.size() != 1 &&
+      int64_t(o.recompute.size()) != int64_t(o.stages) * o.chunks)
+    return !fail("compile",
+                 "--recompute lists " + std::to_string(o.recompute.size()) +
+                     " modes for " + std::to_string(o.stages * o.chunks) +
+                     " pipeline stages (give one, or one per stage)",
+                 2);
+  if (*kind == ScheduleKind::Custom && o.scheduleCsv.empty())
+    return !fail("compile",
+                 "the custom schedule runs the order of a file: "
+                 "give --schedule-csv FILE",
+                 2);
+  return true;
+}
+
+/// --profile, --cuts, the optimizer, precision and the remaining flags
+/// into `o`; false after printing the usage error.
+static bool parseModelOptions(const Args &a, CompileOptions &o) {
+  o.profile = a.get("--profile");
+  if (a.has("--cuts")) {
+    std::string list = a.get("--cuts");
+    for (llvm::StringRef part : llvm::split(list, ',')) {
+      int l = 0;
+      if (part.trim().getAsInteger(10, l) || l < 0 ||
+          (!o.cuts.empty() && l <= o.cuts.back()))
+        return !fail("compile",
+                     "--cuts takes increasing layer indices "
+                     "separated by commas, got '" +
+                         list + "'",
+                     2);
+      o.cuts.push_back(l);
+    }
+    if (int(o.cuts.size()) != o.stages * o.chunks - 1)
+      return !fail("compile",
+                   "--cuts lists " + std::to_string(o.cuts.size()) +
+                       " cut(s) for " + std::to_string(o.stages * o.chunks) +
+                       " pipeline stages (needs " +
+                       std::to_string(o.stages * o.chunks - 1) + ")",
+                   2);
+    if (!o.profile.empty())
+      return !fail("compile",
+                   "--cuts and --profile both choose the cut; give "
+                   "one",
+                   2);
+  }
+  o.device = a.get("--device");
+  o.loss = a.get("--loss");
+  o.optimizer = a.get("--optimizer");
+  if (!a.getDouble("--momentum", o.momentum) || !a.getDouble("--beta1", o.beta1) ||
+      !a.getDouble("--beta2", o.beta2) || !a.getDouble("--epsilon", o.epsilon) ||
+      !a.getDouble("--weight-decay", o.weightDecay))
+    return false;
+  o.precision = a.get("--precision");
+  if (o.precision != "f32" && o.precision != "f64")
+    return !fail("compile",
+                 "--precision is f32 or f64, got '" + o.precision + "'", 2);
+  o.emitMlir = a.has("--emit-mlir");
+  o.untieWeights = a.has("--untie-weights");
+  o.quiet = a.has("--quiet");
+  o.timings = a.has("--timings");
+  if (a.has("--freeze")) {
+    std::string list = a.get("--freeze");
+    for (llvm::StringRef name : llvm::split(list, ','))
+      if (!name.trim().empty())
+        o.frozen.insert(name.trim().str());
+  }
+  if (!parseShapes(a, o.inputShapes, "compile"))
+    return false;
+  return true;
+}
+
+int pipec::driver::runCompile(const std::vector<std::string> &argv) {
+  Args a("compile", argv);
+  declareCompileOptions(a);
   if (!a.parse())
     return a.helpShown ? 0 : 2;
   if (a.positionals().size() != 1)
@@ -1154,136 +1312,7 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   o.stages = stages;
   o.microbatches = micro;
   o.batch = batch;
-  o.schedule = a.get("--schedule");
-  if (o.schedule == "synth") {
-    // Checked and budgeted as zb-h1 (split backwards, synchronous), run as
-    // the synthesiser's custom order.
-    o.synthesize = true;
-    o.schedule = "zb-h1";
-    if (a.has("--replicas") || a.has("--chunks"))
-      return fail("compile",
-                  "--schedule synth plans a straight pipeline: "
-                  "one rank per stage, one chunk (drop --replicas "
-                  "and --chunks)",
-                  2);
-  }
-  auto kind = parseScheduleKind(o.schedule);
-  if (!kind)
-    return fail("compile",
-                "unknown --schedule '" + o.schedule +
-                    "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
-                    "interleaved, zb-h1, zb-v, synth, or --schedule-csv "
-                    "FILE)",
-                2);
-  if (a.has("--replicas")) {
-    std::string list = a.get("--replicas");
-    for (llvm::StringRef part : llvm::split(list, ',')) {
-      int r = 0;
-      if (part.trim().getAsInteger(10, r) || r < 1)
-        return fail("compile", "--replicas takes positive integers separated "
-                               "by commas, got '" + a.get("--replicas") + "'", 2);
-      o.replicas.push_back(r);
-    }
-    if (o.replicas.size() == 1)
-      o.replicas.assign(o.stages, o.replicas[0]);
-  }
-  o.replicaMode = a.get("--replica-mode");
-  if (o.replicaMode != "rr" && o.replicaMode != "split")
-    return fail("compile", "--replica-mode is rr or split, got '" +
-                               o.replicaMode + "'", 2);
-  o.warmup = a.get("--warmup");
-  int64_t chunks = 1;
-  if (!a.getInt("--chunks", chunks, 1))
-    return 2;
-  o.chunks = int(chunks);
-  // zb-v: two chunks per device in a V, unless --chunks says otherwise
-  // (which the schedule rules then refuse).
-  if (*kind == ScheduleKind::ZeroBubbleV && !a.has("--chunks"))
-    o.chunks = 2;
-  if (a.has("--schedule-csv") && !applyScheduleCsv(a, o))
-    return 2;
-  const std::string recompute = a.get("--recompute");
-  for (llvm::StringRef m : llvm::split(recompute, ',')) {
-    m = m.trim();
-    if (m != "none" && m != "full" && m != "selective" && m != "auto")
-      return fail("compile",
-                  "--recompute takes none, full, selective (one "
-                  "for every stage, or one per stage) or auto, "
-                  "got '" +
-                      a.get("--recompute") + "'",
-                  2);
-    o.recompute.push_back(m.str());
-  }
-  if (a.has("--memory-limit") &&
-      !parseBytes(a.get("--memory-limit"), o.memoryLimit))
-    return fail("compile",
-                "--memory-limit takes bytes, optionally with K, M "
-                "or G (KiB, MiB, GiB), got '" +
-                    a.get("--memory-limit") + "'",
-                2);
-  if (llvm::is_contained(o.recompute, "auto") &&
-      (o.recompute.size() != 1 || o.memoryLimit <= 0))
-    return fail("compile",
-                "--recompute auto chooses every stage's mode from "
-                "the memory budget: give it alone, with "
-                "--memory-limit BYTES",
-                2);
-  if (o.recompute.size() != 1 &&
-      int64_t(o.recompute.size()) != int64_t(o.stages) * o.chunks)
-    return fail("compile",
-                "--recompute lists " + std::to_string(o.recompute.size()) +
-                    " modes for " + std::to_string(o.stages * o.chunks) +
-                    " pipeline stages (give one, or one per stage)",
-                2);
-  if (*kind == ScheduleKind::Custom && o.scheduleCsv.empty())
-    return fail("compile",
-                "the custom schedule runs the order of a file: "
-                "give --schedule-csv FILE",
-                2);
-  o.profile = a.get("--profile");
-  if (a.has("--cuts")) {
-    std::string list = a.get("--cuts");
-    for (llvm::StringRef part : llvm::split(list, ',')) {
-      int l = 0;
-      if (part.trim().getAsInteger(10, l) || l < 0 ||
-          (!o.cuts.empty() && l <= o.cuts.back()))
-        return fail("compile", "--cuts takes increasing layer indices "
-                               "separated by commas, got '" + list + "'", 2);
-      o.cuts.push_back(l);
-    }
-    if (int(o.cuts.size()) != o.stages * o.chunks - 1)
-      return fail("compile", "--cuts lists " + std::to_string(o.cuts.size()) +
-                                 " cut(s) for " +
-                                 std::to_string(o.stages * o.chunks) +
-                                 " pipeline stages (needs " +
-                                 std::to_string(o.stages * o.chunks - 1) + ")",
-                  2);
-    if (!o.profile.empty())
-      return fail("compile", "--cuts and --profile both choose the cut; give "
-                             "one", 2);
-  }
-  o.device = a.get("--device");
-  o.loss = a.get("--loss");
-  o.optimizer = a.get("--optimizer");
-  if (!a.getDouble("--momentum", o.momentum) || !a.getDouble("--beta1", o.beta1) ||
-      !a.getDouble("--beta2", o.beta2) || !a.getDouble("--epsilon", o.epsilon) ||
-      !a.getDouble("--weight-decay", o.weightDecay))
-    return 2;
-  o.precision = a.get("--precision");
-  if (o.precision != "f32" && o.precision != "f64")
-    return fail("compile", "--precision is f32 or f64, got '" + o.precision +
-                               "'", 2);
-  o.emitMlir = a.has("--emit-mlir");
-  o.untieWeights = a.has("--untie-weights");
-  o.quiet = a.has("--quiet");
-  o.timings = a.has("--timings");
-  if (a.has("--freeze")) {
-    std::string list = a.get("--freeze");
-    for (llvm::StringRef name : llvm::split(list, ','))
-      if (!name.trim().empty())
-        o.frozen.insert(name.trim().str());
-  }
-  if (!parseShapes(a, o.inputShapes, "compile"))
+  if (!parseScheduleOptions(a, o) || !parseModelOptions(a, o))
     return 2;
   return compileModel(o);
 }
