@@ -245,6 +245,25 @@ def main():
         line = next((l for l in out.splitlines() if "error:" in l), f"rc {rc}")
         report(rc != 0 and "no transformer layers" in line, "megatron refuses a CNN", line[:160])
 
+    # 7. pipec plan --schedule synth at paper scale: the order it writes
+    # simulates to the time it predicts.
+    bert = os.path.join(REPO, "examples/profiles/bert48.json")
+    topo8 = os.path.join(REPO, "examples/topologies/dapple-config-a-2x8.json")
+    plan = os.path.join(d, "bert-synth.json")
+    rc, out = run([args.pipec, "plan", "--profile", bert, "--topology", topo8, "--schedule", "synth",
+                   "--stages", "8", "--microbatches", "16", "-o", plan])
+    csv = os.path.join(d, "bert-synth.schedule.csv")
+    if rc != 0 or not os.path.exists(csv):
+        report(False, "plan --schedule synth", out[-400:])
+    else:
+        predicted = json.load(open(plan))["predicted"]["iteration_s"]
+        rc, sim = run([args.pipec, "simulate", plan, "--profile", bert, "--topology", topo8,
+                       "--schedule-csv", csv])
+        m = re.search(r"iteration ([0-9.]+) s", sim)
+        got = float(m.group(1)) if m else -1
+        chosen = next((l.strip() for l in out.splitlines() if "<- chosen" in l), "")
+        report(rc == 0 and abs(got - predicted) <= 1e-6 * max(predicted, 1e-9) + 1e-6 and chosen,
+               "plan --schedule synth", f"{chosen}; simulate --schedule-csv: {got} s vs predicted {predicted:.6f} s")
     return checks.summary()
 
 

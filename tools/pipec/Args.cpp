@@ -94,6 +94,29 @@ std::string Args::get(const std::string &name) const {
 
 bool Args::has(const std::string &name) const { return values.count(name); }
 
+bool Args::getBytes(const std::string &name, int64_t &out) const {
+  llvm::StringRef text = llvm::StringRef(get(name)).trim();
+  int64_t scale = 1;
+  if (!text.empty()) {
+    char unit = char(std::toupper(static_cast<unsigned char>(text.back())));
+    if (unit == 'K' || unit == 'M' || unit == 'G') {
+      scale = unit == 'K' ? 1LL << 10 : unit == 'M' ? 1LL << 20 : 1LL << 30;
+      text = text.drop_back();
+    }
+  }
+  uint64_t value = 0;
+  if (text.getAsInteger(10, value) || value == 0 ||
+      value > uint64_t(INT64_MAX / scale)) {
+    llvm::errs() << "pipec " << command << ": error: " << name
+                 << " takes bytes, optionally with K, M or G (KiB, MiB, "
+                    "GiB), got '"
+                 << get(name) << "'\n";
+    return false;
+  }
+  out = int64_t(value) * scale;
+  return true;
+}
+
 bool Args::getInt(const std::string &name, int64_t &out, int64_t min) const {
   std::string v = get(name);
   if (llvm::StringRef(v).getAsInteger(10, out) || out < min) {

@@ -980,25 +980,6 @@ int pipec::driver::compileModel(const CompileOptions &o) {
   return Compilation(o).run();
 }
 
-/// "123", "64K", "512M", "2G" (powers of 1024) as bytes > 0.
-static bool parseBytes(llvm::StringRef text, int64_t &bytes) {
-  text = text.trim();
-  int64_t scale = 1;
-  if (!text.empty()) {
-    char unit = char(std::toupper(static_cast<unsigned char>(text.back())));
-    if (unit == 'K' || unit == 'M' || unit == 'G') {
-      scale = unit == 'K' ? 1LL << 10 : unit == 'M' ? 1LL << 20 : 1LL << 30;
-      text = text.drop_back();
-    }
-  }
-  uint64_t value = 0;
-  if (text.getAsInteger(10, value) || value == 0 ||
-      value > uint64_t(INT64_MAX / scale))
-    return false;
-  bytes = int64_t(value) * scale;
-  return true;
-}
-
 /// --schedule-csv FILE: read and check the file now (one clear error before
 /// any work) and take the stages, chunks and microbatches from it; an
 /// explicit option that disagrees is refused naming both.
@@ -1209,13 +1190,8 @@ static bool parseScheduleOptions(const Args &a, CompileOptions &o) {
                    2);
     o.recompute.push_back(m.str());
   }
-  if (a.has("--memory-limit") &&
-      !parseBytes(a.get("--memory-limit"), o.memoryLimit))
-    return !fail("compile",
-                 "--memory-limit takes bytes, optionally with K, M "
-                 "or G (KiB, MiB, GiB), got '" +
-                     a.get("--memory-limit") + "'",
-                 2);
+  if (a.has("--memory-limit") && !a.getBytes("--memory-limit", o.memoryLimit))
+    return false;
   if (llvm::is_contained(o.recompute, "auto") &&
       (o.recompute.size() != 1 || o.memoryLimit <= 0))
     return !fail("compile",

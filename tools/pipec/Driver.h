@@ -34,6 +34,8 @@ public:
   bool has(const std::string &name) const;
   bool getInt(const std::string &name, int64_t &out, int64_t min) const;
   bool getDouble(const std::string &name, double &out) const;
+  /// Bytes > 0, optionally with K, M or G (KiB, MiB, GiB): "512M".
+  bool getBytes(const std::string &name, int64_t &out) const;
   const std::vector<std::string> &positionals() const { return pos; }
   void usage(bool toStdout) const;
 

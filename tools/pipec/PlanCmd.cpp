@@ -139,6 +139,68 @@ void printSim(const SimResult &sim) {
     llvm::outs() << "  does NOT fit in device memory\n";
 }
 
+/// --schedule synth: the synthesiser's order for `plan` (a straight
+/// pipeline) within `memoryLimit` bytes per device. The simulator's memory
+/// model of the plan under 1f1b-flush gives each stage's fixed bytes
+/// (weights, gradients, optimizer state, buffers) and its stash per
+/// microbatch; the limit becomes a cap on each stage's microbatches in
+/// flight. Prints the orders compared; the plan becomes "custom" and
+/// `csv` its order.
+int synthesizePlan(const Profile &profile, const Topology &topology,
+                   const PlannerOptions &options, int64_t memoryLimit,
+                   Plan &plan, std::string &csv) {
+  SimResult sim = simulatePlan(profile, topology, plan, options.sim);
+  if (!sim.ok)
+    return fail("plan", "the plan does not simulate: " + sim.error);
+  std::vector<int64_t> caps;
+  for (int s = 0; s < plan.numStages(); ++s) {
+    const StageMemory &mem = sim.memory[size_t(s)];
+    const int64_t inflight = std::max<int64_t>(sim.peakInflight[size_t(s)], 1);
+    const int64_t perMicrobatch = mem.activations / inflight;
+    const int64_t fixed = mem.total() - mem.activations;
+    int64_t cap = plan.microbatches;
+    if (memoryLimit > 0 && perMicrobatch > 0)
+      cap = std::min<int64_t>(cap, (memoryLimit - fixed) / perMicrobatch);
+    if (cap < 1)
+      return fail("plan", "stage " + std::to_string(s) + " needs " +
+                              std::to_string(fixed + perMicrobatch) +
+                              " bytes with one microbatch in flight, over "
+                              "the memory limit of " +
+                              std::to_string(memoryLimit));
+    caps.push_back(cap);
+  }
+  SynthResult synth =
+      synthesizeSchedule(profile, topology, plan, caps, options.sim);
+  if (!synth.ok)
+    return fail("plan", "--schedule synth: " + synth.error);
+  char line[256];
+  llvm::outs() << "synthesised orders (in-flight caps";
+  for (int64_t c : caps)
+    llvm::outs() << " " << c;
+  llvm::outs() << "):\n";
+  for (const SynthCandidate &c : synth.candidates) {
+    std::snprintf(line, sizeof line, "  %-28s %s\n", c.name.c_str(),
+                  c.feasible
+                      ? (std::to_string(c.iterationSeconds * 1e3) + " ms" +
+                         (c.name == synth.best.name ? "  <- chosen" : ""))
+                            .c_str()
+                      : c.note.c_str());
+    llvm::outs() << line;
+  }
+  std::string error;
+  csv = scheduleToCsv(synth.best.schedule, error);
+  if (csv.empty())
+    return fail("plan", "--schedule synth: " + error);
+  plan.schedule = "custom";
+  plan.predicted.iterationSeconds = synth.best.iterationSeconds;
+  plan.predicted.samplesPerSecond = synth.best.iterationSeconds > 0
+                                        ? double(plan.microbatches) *
+                                              double(plan.microbatchSize) /
+                                              synth.best.iterationSeconds
+                                        : 0;
+  return 0;
+}
+
 /// --export megatron|torch: the plan for another runtime, next to the plan
 /// unless --export-file says where.
 int exportPlan(const Args &a, const Profile &profile, const Plan &plan) {
@@ -192,6 +254,8 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
            "memory model)",
            "sgd")
       .flag("--recompute", "recompute activations in the backward")
+      .opt("--memory-limit", "synth: bytes per device the schedule must fit "
+                             "(default: the topology's device memory)")
       .opt("--export", "also write the plan for another runtime: megatron "
                        "(Megatron-Core's --pipeline-model-parallel-layout "
                        "and flags, transformer profiles) or torch "
@@ -208,10 +272,15 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
     return 1;
   PlannerOptions options;
   options.schedule = a.get("--schedule");
+  const bool synth = options.schedule == "synth";
+  if (synth)
+    options.schedule = "1f1b-flush"; // the straight plan the order is for
   if (!options.schedule.empty() && !parseScheduleKind(options.schedule))
-    return fail("plan", "unknown --schedule '" + options.schedule +
-                            "' (gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, "
-                            "zb-h1)", 2);
+    return fail("plan",
+                "unknown --schedule '" + options.schedule +
+                    "' (gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, "
+                    "zb-h1, zb-v, synth)",
+                2);
   int64_t v = 0;
   if ((a.has("--microbatches") && !a.getInt("--microbatches", v, 1)))
     return 2;
@@ -240,6 +309,11 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
     return fail("plan", "unknown --export '" + exportTo + "' (megatron, torch)",
                 2);
   std::string algorithm = a.get("--algorithm");
+  if (synth && algorithm == "auto")
+    algorithm = "balanced"; // a straight pipeline, one device per stage
+  int64_t memoryLimit = topology.deviceMemoryBytes;
+  if (a.has("--memory-limit") && !a.getBytes("--memory-limit", memoryLimit))
+    return 2;
   Plan plan;
   if (algorithm == "auto") {
     AutoPlanResult result = planAuto(profile, topology, options);
@@ -265,8 +339,26 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
     printSim(sim);
   }
   std::string error;
+  std::string synthCsv;
+  if (synth) {
+    int status =
+        synthesizePlan(profile, topology, options, memoryLimit, plan, synthCsv);
+    if (status != 0)
+      return status;
+  }
   if (!writeFile(a.get("-o"), planToJson(plan) + "\n", error))
     return fail("plan", error);
+  if (synth) {
+    std::string path = a.get("-o");
+    if (llvm::StringRef(path).ends_with(".json"))
+      path.resize(path.size() - 5);
+    path += ".schedule.csv";
+    if (!writeFile(path, synthCsv, error))
+      return fail("plan", error);
+    llvm::outs() << "pipec plan: synthesised schedule -> " << path
+                 << " (pipec simulate " << a.get("-o") << " --schedule-csv "
+                 << path << "; pipec compile --schedule-csv " << path << ")\n";
+  }
   llvm::outs() << "pipec plan: " << plan.algorithm << ": "
                << plan.numStages() << " stages, " << plan.microbatches
                << " microbatches of " << plan.microbatchSize << ", "
