@@ -344,6 +344,14 @@ struct PipeBuildSchedulePass
       const int64_t warmupForwards = depth[size_t(s)] - 1;
       int64_t slots = continuous ? warmupForwards + 1
                                  : peakInflight(rp.schedule.flatten());
+      // Nothing kept for the backward (no gradient flows into these
+      // stages): one slot, reused by every microbatch.
+      bool stash = false;
+      for (int64_t c = 0; c < chunks; ++c)
+        stash |=
+            stageReadsStash(module, stageOfChunk(placement, devices, s, c));
+      if (!stash)
+        slots = 1;
       auto program = pipe::ProgramOp::create(
           b, loc, b.getStringAttr("rank" + std::to_string(rankIndex)),
           b.getI64IntegerAttr(s), b.getI64IntegerAttr(rp.replica),

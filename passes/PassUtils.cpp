@@ -133,3 +133,20 @@ double pipec::literalValue(float f) {
   }
   return decimal;
 }
+
+bool pipec::stageReadsStash(ModuleOp module, int64_t stage) {
+  for (const char *kind : {"bwd", "bwdw"}) {
+    auto fn = module.lookupSymbol<func::FuncOp>(stageFuncName(stage, kind));
+    if (!fn)
+      continue;
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+      if (fn.getArgAttr(i, pipe::attrs::kFwdArg) ||
+          fn.getArgAttr(i, pipe::attrs::kFwdResult) ||
+          fn.getArgAttr(i, pipe::attrs::kCarried))
+        return true;
+    for (unsigned i = 0; i < fn.getNumResults(); ++i)
+      if (fn.getResultAttr(i, pipe::attrs::kCarry))
+        return true;
+  }
+  return false;
+}

@@ -39,6 +39,13 @@ mlir::LogicalResult requireBodies(llvm::ArrayRef<mlir::func::FuncOp> funcs);
 llvm::SmallVector<mlir::func::FuncOp> getStageFuncs(mlir::ModuleOp module,
                                                     llvm::StringRef kind);
 
+/// Whether the backward of `stage` (@sK_bwd, and @sK_bwdw with zero
+/// bubble) reads anything kept in the microbatch's stash slot: stashed
+/// forward arguments or results, or values carried to the weight half. A
+/// stage that reads none (no trained weight in or before it, so no
+/// gradient flows there) needs a single slot whatever the schedule.
+bool stageReadsStash(mlir::ModuleOp module, int64_t stage);
+
 /// Name of stage function `kind` ("fwd", "bwd", "step") of `stage`.
 std::string stageFuncName(int64_t stage, llvm::StringRef kind);
 

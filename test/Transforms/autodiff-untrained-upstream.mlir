@@ -1,8 +1,15 @@
 // RUN: pipec-opt %s --nn-autodiff | FileCheck %s
+// RUN: pipec-opt %s --nn-autodiff --pipe-build-schedule="schedule=1f1b-flush microbatches=4" --pipe-verify-schedule=report 2>&1 | FileCheck %s --check-prefix=SLOTS
 // Stage 0 trains nothing and receives from nobody that does (it only
 // flattens its input): stage 1 computes and sends no gradient for it, and
 // stage 0's backward receives none. Stage 2 trains nothing either but
 // receives from stage 1, which does: it sends stage 1 its gradient.
+
+// Stage 0's backward keeps nothing, so its 3 microbatches in flight share
+// one stash slot (stage 1 keeps its matmul input for each of its 2).
+// SLOTS: remark: rank0 (stage 0): peak stashed microbatches 3 = closed form, slots 1 (its backward keeps nothing: one slot)
+// SLOTS: remark: rank1 (stage 1): peak stashed microbatches 2 = closed form, slots 2
+// SLOTS-NOT: nothing
 
 // CHECK-LABEL: func.func @s0_bwd()
 // CHECK-NEXT: return
