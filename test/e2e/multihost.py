@@ -413,7 +413,10 @@ def run_tests(pipec, work, args):
         failure("whole host lost", lose_host2, 4,
                 rf"host {host2} was lost \(rank 2\)", 20)
         failure("link to a host cut", cut_link2, 4,
-                r"rank 2 \(stage 2, host \S+\) stopped answering.*ranks 1, 3 waited"
+                # Ranks 1 and 3 both wait for rank 2; under load the second
+                # may reach its own limit after the launcher stopped the job
+                # (5 s after the first report), so one waiter is enough.
+                r"rank 2 \(stage 2, host \S+\) stopped answering.*ranks? [13](, [13])? waited"
                 r".*checkpoint is \S+step-\d+", 20)
 
     print(f"total {time.monotonic() - t0:.1f}s")

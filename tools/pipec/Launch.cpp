@@ -295,9 +295,14 @@ bool isDashes(const std::string &line) {
 }
 
 /// Error-log lines an abort leaves behind (show_help racing the teardown;
-/// the rsh launcher's setpgid on a daemon that already ended).
+/// the rsh launcher's setpgid on a daemon that already ended; libevent's
+/// epoll warning about a closed descriptor).
 bool isAbortLogLine(const std::string &line) {
   if (line.find("plm:rsh: Warning: setpgid(") != std::string::npos)
+    return true;
+  // libevent (inside OpenMPI) on a descriptor the teardown already closed.
+  if (line.rfind("[warn] Epoll ", 0) == 0 &&
+      line.find("Bad file descriptor") != std::string::npos)
     return true;
   return line.find("ORTE_ERROR_LOG") != std::string::npos &&
          (line.find("show_help") != std::string::npos ||
