@@ -358,7 +358,7 @@ private:
         return;
       }
     }
-    if (isSrunCleanup(bare)) {
+    if (isSrunCleanup(bare) || isTransportConsequence(bare)) {
       held.push_back(text);
       return;
     }
@@ -396,6 +396,16 @@ private:
     }
     if (!isAbortLogLine(bare))
       emit(text);
+  }
+  /// OpenMPI's TCP transport on a surviving rank when a peer, its host or
+  /// the link went away ("mca_btl_tcp_frag_send: writev failed:
+  /// Connection reset by peer"): a consequence, held like the others.
+  static bool isTransportConsequence(const std::string &line) {
+    return line.find("btl_tcp") != std::string::npos &&
+           (line.find("writev failed") != std::string::npos ||
+            line.find("readv failed") != std::string::npos ||
+            line.find("recv failed") != std::string::npos ||
+            line.find("Connection reset by peer") != std::string::npos);
   }
   static bool isSrunLine(const std::string &line) {
     return line.rfind("srun: ", 0) == 0;
