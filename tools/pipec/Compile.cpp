@@ -221,6 +221,11 @@ public:
       : o(o), ctx(registryOf()), printer(ctx, cmd) {
     ctx.loadAllAvailableDialects();
   }
+  ~Compilation() {
+    // --schedule synth's temporary order, if a later phase failed.
+    if (!synthPath.empty())
+      llvm::sys::fs::remove(synthPath);
+  }
 
   int run() {
     auto t0 = std::chrono::steady_clock::now();
