@@ -32,6 +32,10 @@ struct Checker {
   }
 
   void shape() {
+    if (q.kind == ScheduleKind::ZeroBubbleV &&
+        (replicated() || q.splitSamples > 0))
+      add("zb-v", "zb-v runs one rank per device position: drop the "
+                  "replicas or use zb-h1 / 1f1b-flush");
     if (q.microbatches < 1)
       add("microbatches", "the number of microbatches must be at least 1 "
                           "(got " + str(q.microbatches) + ")");
@@ -84,9 +88,6 @@ struct Checker {
           "split replica mode only (pipec compile --replica-mode split, pass "
           "option split-samples=N: every replica runs a slice of every "
           "microbatch); 1F1B-RR's round robin is not interleaved");
-    if (q.kind == ScheduleKind::ZeroBubbleV && (replicated() || split))
-      add("zb-v", "zb-v runs one rank per device position: drop the "
-                  "replicas or use zb-h1 / 1f1b-flush");
     if (q.kind == ScheduleKind::Custom && (replicated() || split))
       add("custom",
           "a schedule read from a file (the custom schedule) runs one rank "

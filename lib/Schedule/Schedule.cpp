@@ -369,12 +369,6 @@ std::string checkRequest(ScheduleKind kind, int stages, int64_t microbatches,
   if (kind == ScheduleKind::Custom)
     return "the custom schedule has no generator: its order per rank comes "
            "from a file (a compute-only CSV, pipec compile --schedule-csv)";
-  if (kind == ScheduleKind::ZeroBubbleV &&
-      (options.chunks != 2 ||
-       std::any_of(options.replicas.begin(), options.replicas.end(),
-                   [](int r) { return r != 1; })))
-    return "zb-v runs exactly two chunks per device (chunks = 2: 2p "
-           "pipeline stages in a V) and no replicas";
   if (stages < 1)
     return "a pipeline needs at least one stage (got " + str(stages) + ")";
   if (options.steps < 1)

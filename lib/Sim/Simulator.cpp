@@ -434,9 +434,11 @@ std::string Simulator::setup() {
   if (!error.empty())
     return error;
   weightOps = kind == ScheduleKind::ZeroBubbleH1;
+  // (The loop bodies say it: no need to expand them.)
   for (const RankSchedule &program : schedule.ranks)
-    for (const SchedOp &op : program.schedule.flatten())
-      weightOps |= op.kind == PassKind::BackwardWeight;
+    for (const Segment &segment : program.schedule.segments)
+      for (const SchedOp &op : segment.body)
+        weightOps |= op.kind == PassKind::BackwardWeight;
   numMicrobatches = m * steps;
 
   error = buildStages();

@@ -37,19 +37,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from e2e_common import Checks, losses_of  # noqa: E402
+from models_equivalence import MODELS  # noqa: E402
 from safetensors_io import latest_checkpoint, load_checkpoint  # noqa: E402
 
 STEPS = 3
-GEN = {
-    "mlp": ("examples/mlp/make_mlp.py", ["--batch", "16"], 0.05),
-    "resnet": ("examples/resnet/make_resnet.py", ["--batch", "8", "--width", "8", "--blocks", "1"], 0.05),
-    "vgg": ("examples/vgg/make_vgg.py", ["--batch", "8"], 0.05),
-    "vgg-dropout": ("examples/vgg/make_vgg.py", ["--batch", "8", "--dropout-training"], 0.05),
-    "gpt": ("examples/gpt/make_gpt.py", ["--batch", "4", "--seq", "16", "--layers", "2", "--dim", "32",
-                                         "--heads", "2", "--vocab", "64"], 0.1),
-    "gpt-padmask": ("examples/gpt/make_gpt.py", ["--batch", "4", "--seq", "16", "--layers", "2", "--dim", "32",
-                                                 "--heads", "2", "--vocab", "64", "--padding-mask"], 0.1),
-}
+# The example models of models_equivalence.py (same generators and sizes),
+# and the MLP.
+GEN = {"mlp": ("examples/mlp/make_mlp.py", ["--batch", "16"], 0.05), **MODELS}
 ALL_SCHEDULES = {"gpt", "resnet"}
 
 

@@ -139,6 +139,13 @@ void printSim(const SimResult &sim) {
     llvm::outs() << "  does NOT fit in device memory\n";
 }
 
+/// A file next to the plan: PLAN.json -> PLAN<suffix>.
+std::string besidePlan(std::string planPath, const char *suffix) {
+  if (llvm::StringRef(planPath).ends_with(".json"))
+    planPath.resize(planPath.size() - 5);
+  return planPath + suffix;
+}
+
 /// --schedule synth: the synthesiser's order for `plan` (a straight
 /// pipeline) within `memoryLimit` bytes per device. The simulator's memory
 /// model of the plan under 1f1b-flush gives each stage's fixed bytes
@@ -211,12 +218,9 @@ int exportPlan(const Args &a, const Profile &profile, const Plan &plan) {
     return fail("plan", "--export " + to + ": " + result.error +
                             " (the plan itself was written)");
   std::string path = a.get("--export-file");
-  if (path.empty()) {
-    path = a.get("-o");
-    if (llvm::StringRef(path).ends_with(".json"))
-      path.resize(path.size() - 5);
-    path += to == "megatron" ? ".megatron.txt" : ".torch.csv";
-  }
+  if (path.empty())
+    path = besidePlan(a.get("-o"),
+                      to == "megatron" ? ".megatron.txt" : ".torch.csv");
   std::string error;
   if (!writeFile(path, result.text, error))
     return fail("plan", error);
@@ -349,10 +353,7 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
   if (!writeFile(a.get("-o"), planToJson(plan) + "\n", error))
     return fail("plan", error);
   if (synth) {
-    std::string path = a.get("-o");
-    if (llvm::StringRef(path).ends_with(".json"))
-      path.resize(path.size() - 5);
-    path += ".schedule.csv";
+    std::string path = besidePlan(a.get("-o"), ".schedule.csv");
     if (!writeFile(path, synthCsv, error))
       return fail("plan", error);
     llvm::outs() << "pipec plan: synthesised schedule -> " << path
