@@ -317,6 +317,10 @@ StageDesc parseStageDesc(const std::string &json) {
     throw FormatError(what + ": precision \"" + precision +
                       "\" (expected \"f32\" or \"f64\")");
   d.realBytes = precision == "f64" ? 8 : 4;
+  d.target = r.has("target") ? r.str("target") : "cpu";
+  if (d.target != "cpu" && d.target != "cuda")
+    throw FormatError(what + ": target \"" + d.target +
+                      "\" (expected \"cpu\" or \"cuda\")");
   if (r.has("tie_groups")) {
     for (const Json &g : r.list("tie_groups")) {
       std::vector<int64_t> stages;
@@ -363,6 +367,7 @@ Manifest readManifest(const std::string &path) {
   m.modelHash = r.has("model_hash") ? r.str("model_hash") : "";
   m.schedule = r.has("schedule") ? r.str("schedule") : "";
   m.precision = r.has("precision") ? r.str("precision") : "f32";
+  m.target = r.has("target") ? r.str("target") : "cpu";
   if (r.has("inputs")) {
     m.numInputs = int(r.list("inputs").size());
     for (const Json &in : r.list("inputs")) {
@@ -446,6 +451,7 @@ std::string writeStageDesc(const StageDesc &d) {
   j["versioned_bytes"] = d.versionedBytes;
   j["arena_bytes"] = d.arenaBytes;
   j["precision"] = real;
+  j["target"] = d.target;
   j["weights"] = Json::array();
   for (const WeightSpec &w : d.weights)
     j["weights"].push_back({{"name", w.name},
@@ -488,6 +494,7 @@ std::string writeManifest(const Manifest &m) {
   j["model_hash"] = m.modelHash;
   j["schedule"] = m.schedule;
   j["precision"] = m.precision;
+  j["target"] = m.target;
   j["microbatches"] = m.microbatches;
   j["microbatch"] = m.microbatch;
   j["global_batch"] = m.globalBatch;

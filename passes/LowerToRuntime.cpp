@@ -69,6 +69,7 @@ struct Buffer {
   enum Region { None, Weights, Slots, IO, Scratch, Const, Null } region = None;
   int64_t offset = 0;   ///< within the region (slots: within one slot)
   std::string symbol;   ///< Const: the llvm global holding the data
+  int64_t bytes = 0;    ///< Const: its size
   bool operator==(const Buffer &o) const {
     return region == o.region && offset == o.offset && symbol == o.symbol;
   }
@@ -135,9 +136,10 @@ struct Chunk {
 class StageLowering {
 public:
   StageLowering(ModuleOp module, int64_t stage, int64_t replica,
-                std::string buildId)
+                std::string buildId, std::string target = "cpu")
       : module(module), stage(stage), replica(replica),
-        buildId(std::move(buildId)), b(module.getContext()) {}
+        buildId(std::move(buildId)), target(std::move(target)),
+        b(module.getContext()) {}
 
   LogicalResult run();
   /// Plans the arena only (constants become globals of the module: run it
@@ -182,6 +184,12 @@ private:
   int64_t replicas = 1; ///< programs (replicas) of this stage
   int64_t devices = 1;  ///< stage positions of the pipeline (p)
   std::string buildId;
+  /// "cpu", or "cuda": kernels are the CUDA twins (pipec_cuda_k_*),
+  /// constants reach them through pipec_rt_constant, main is
+  /// pipec_rt_cuda_main.
+  std::string target;
+  bool cuda() const { return target == "cuda"; }
+  LogicalResult checkTarget();
   OpBuilder b;
 
   pipe::PipelineOp pipeline;
@@ -238,7 +246,7 @@ Buffer StageLowering::constBuffer(nn::ConstantOp op) {
   newGlobals.push_back(LLVM::GlobalOp::create(
       gb, op.getLoc(), arrayType, /*isConstant=*/true, LLVM::Linkage::Internal,
       name, value, /*alignment=*/kAlign));
-  return Buffer{Buffer::Const, 0, name};
+  return Buffer{Buffer::Const, 0, name, nn::tensorBytes(type)};
 }
 
 LogicalResult StageLowering::planFunction(Chunk &c, FunctionPlan &fp) {
@@ -632,6 +640,59 @@ LogicalResult StageLowering::collectChunk(Chunk &c) {
 
 static Type ptrType(MLIRContext *ctx) { return LLVM::LLVMPointerType::get(ctx); }
 
+/// The kernels with a CUDA twin (runtime/cuda/cuda_kernels.def, the list the
+/// CUDA runtime's registry is made from).
+static bool hasCudaKernel(StringRef kernel) {
+  static const char *const kCuda[] = {
+#define PIPEC_CUDA_KERNEL(sym) "pipec_k_" #sym,
+#include "../runtime/cuda/cuda_kernels.def"
+  };
+  for (const char *k : kCuda)
+    if (kernel == k)
+      return true;
+  return false;
+}
+
+/// The symbol generated code calls for `kernel` on `target`.
+static std::string kernelSymbol(StringRef kernel, StringRef target) {
+  if (target == "cuda" && kernel.starts_with("pipec_k_"))
+    return ("pipec_cuda_k_" + kernel.drop_front(8)).str();
+  return kernel.str();
+}
+
+LogicalResult StageLowering::checkTarget() {
+  if (!cuda())
+    return success();
+  if (module->getAttrOfType<StringAttr>("pipec.precision") &&
+      module->getAttrOfType<StringAttr>("pipec.precision").getValue() == "f64")
+    return module.emitError(
+        "--target cuda trains in float32 (--precision f64, the exact "
+        "reference mode, runs on the CPU target only)");
+  // Every kernel the stage calls must have a CUDA twin; name the ops that
+  // call one that has none.
+  std::map<std::string, std::vector<std::string>> missing;
+  for (auto &c : chunks)
+    for (FunctionPlan *fp : c->plans())
+      for (Step &st : fp->steps)
+        if (!hasCudaKernel(st.call.kernel)) {
+          auto &ops = missing[st.call.kernel];
+          std::string op = locationName(st.loc);
+          if (ops.size() < 3 && llvm::find(ops, op) == ops.end())
+            ops.push_back(op);
+        }
+  if (missing.empty())
+    return success();
+  std::string text;
+  for (auto &[kernel, ops] : missing) {
+    text += (text.empty() ? "" : "; ") + kernel + " (" + llvm::join(ops, ", ") +
+            ")";
+  }
+  return module.emitError("--target cuda: no CUDA kernel yet for ")
+         << text
+         << "; compile with --target cpu, or see runtime/README.md "
+            "(\"CUDA\") for the kernels that exist";
+}
+
 void StageLowering::emitDeclarations() {
   MLIRContext *ctx = module.getContext();
   Type ptr = ptrType(ctx), i64t = b.getI64Type(), i32t = b.getI32Type();
@@ -649,7 +710,8 @@ void StageLowering::emitDeclarations() {
       for (Step &s : fp->steps)
         kernels.insert(s.call.kernel);
   for (const std::string &k : kernels)
-    declare(k, {ptr, ptr, ptr}, {});
+    declare(kernelSymbol(k, target), {ptr, ptr, ptr}, {});
+  declare("pipec_rt_constant", {ptr, ptr, i64t}, {ptr});
   declare("pipec_rt_feed", {ptr, i64t, i64t, ptr}, {});
   declare("pipec_rt_send", {ptr, i64t, i64t, i64t, ptr, i64t}, {});
   declare("pipec_rt_recv", {ptr, i64t, i64t, i64t, ptr, i64t}, {});
@@ -672,7 +734,8 @@ void StageLowering::emitDeclarations() {
   declare("pipec_rt_span_end", {ptr, i64t}, {});
   declare("pipec_rt_op_end", {ptr, i64t, i64t}, {});
   auto programType = db.getFunctionType({ptr, ptr}, {});
-  declare("pipec_rt_main", {i32t, ptr, ptr, programType}, {i32t});
+  declare(cuda() ? "pipec_rt_cuda_main" : "pipec_rt_main",
+          {i32t, ptr, ptr, programType}, {i32t});
 }
 
 Value StageLowering::i64(OpBuilder &ob, Location loc, int64_t v) {
@@ -780,6 +843,10 @@ func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
     Value bufs = LLVM::AllocaOp::create(ob, loc, ptr, arrayType, one);
     for (auto [i, buf] : llvm::enumerate(s.buffers)) {
       Value p = pointer(ob, loc, c, buf, arena, slot, wbase);
+      if (buf.region == Buffer::Const && cuda())
+        p = func::CallOp::create(ob, loc, "pipec_rt_constant", TypeRange{ptr},
+                                 ValueRange{ctxArg, p, i64(ob, loc, buf.bytes)})
+                .getResult(0);
       Value elem = LLVM::GEPOp::create(
           ob, loc, ptr, arrayType, bufs,
           ArrayRef<LLVM::GEPArg>{0, static_cast<int32_t>(i)});
@@ -787,8 +854,8 @@ func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
     }
     Value ints = constArray(ob, loc, ArrayRef<int64_t>(s.call.ints));
     Value reals = constArray(ob, loc, ArrayRef<double>(s.call.reals));
-    func::CallOp::create(ob, loc, s.call.kernel, TypeRange{},
-                         ValueRange{bufs, ints, reals});
+    func::CallOp::create(ob, loc, kernelSymbol(s.call.kernel, target),
+                         TypeRange{}, ValueRange{bufs, ints, reals});
     if (s.opId >= 0)
       func::CallOp::create(ob, loc, "pipec_rt_op_end", TypeRange{},
                            ValueRange{ctxArg, i64(ob, loc, s.opId),
@@ -1222,6 +1289,7 @@ std::string StageLowering::stageMeta() {
   // The float type of every float tensor (--nn-convert-precision).
   auto precision = module->getAttrOfType<StringAttr>("pipec.precision");
   d.realBytes = precision && precision.getValue() == "f64" ? 8 : 4;
+  d.target = target;
   int64_t microbatch = 0;
   describeFeeds(d, microbatch);
   // The importer records the samples per microbatch; a stage's own
@@ -1278,7 +1346,8 @@ void StageLowering::emitMain() {
   Value programFn =
       func::ConstantOp::create(ob, loc, programType, "pipec_program");
   auto rc = func::CallOp::create(
-      ob, loc, "pipec_rt_main", TypeRange{ob.getI32Type()},
+      ob, loc, cuda() ? "pipec_rt_cuda_main" : "pipec_rt_main",
+      TypeRange{ob.getI32Type()},
       ValueRange{entry->getArgument(0), entry->getArgument(1), metaPtr,
                  programFn});
   func::ReturnOp::create(ob, loc, rc.getResult(0));
@@ -1315,7 +1384,7 @@ int64_t StageLowering::arenaBytes() const {
 }
 
 LogicalResult StageLowering::run() {
-  if (failed(collect()))
+  if (failed(collect()) || failed(checkTarget()))
     return failure();
   emitDeclarations();
   for (auto &c : chunks) {
@@ -1350,7 +1419,12 @@ struct PipeLowerToRuntimePass
     : public pipec::impl::PipeLowerToRuntimePassBase<PipeLowerToRuntimePass> {
   using Base::Base;
   void runOnOperation() override {
-    StageLowering lowering(getOperation(), stage, replica, buildId);
+    if (target != "cpu" && target != "cuda") {
+      getOperation().emitError("unknown target '")
+          << target << "' (expected cpu or cuda)";
+      return signalPassFailure();
+    }
+    StageLowering lowering(getOperation(), stage, replica, buildId, target);
     if (failed(lowering.run()))
       signalPassFailure();
   }

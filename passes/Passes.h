@@ -97,7 +97,8 @@ void buildSchedulingPipeline(mlir::OpPassManager &pm,
 /// Adds lower-to-runtime for `stage` and the upstream conversions to the
 /// LLVM dialect.
 void buildStageLoweringPipeline(mlir::OpPassManager &pm, int stage,
-                                const std::string &buildId, int replica = 0);
+                                const std::string &buildId, int replica = 0,
+                                const std::string &target = "cpu");
 
 /// Registers the pass pipelines (`--pipec-train-pipeline`).
 void registerPipecPipelines();

@@ -222,6 +222,7 @@ def PipeLowerToRuntimePass : Pass<"pipe-lower-to-runtime", "mlir::ModuleOp"> {
     Option<"stage", "stage", "int", "0", "the stage to lower">,
     Option<"replica", "replica", "int", "0", "the replica of the stage whose program to lower">,
     Option<"buildId", "build-id", "std::string", "\"dev\"", "build id recorded in the stage description">,
+    Option<"target", "target", "std::string", "\"cpu\"", "cpu, or cuda (CUDA kernels, arena in GPU memory)">,
   ];
   let dependentDialects = ["::mlir::LLVM::LLVMDialect", "::mlir::func::FuncDialect",
                            "::mlir::arith::ArithDialect", "::mlir::scf::SCFDialect"];

@@ -65,12 +65,13 @@ void pipec::buildTrainingPipeline(OpPassManager &pm,
 }
 
 void pipec::buildStageLoweringPipeline(OpPassManager &pm, int stage,
-                                       const std::string &buildId,
-                                       int replica) {
+                                       const std::string &buildId, int replica,
+                                       const std::string &target) {
   PipeLowerToRuntimePassOptions options;
   options.stage = stage;
   options.replica = replica;
   options.buildId = buildId;
+  options.target = target;
   pm.addPass(createPipeLowerToRuntimePass(options));
   pm.addPass(createSCFToControlFlowPass());
   pm.addPass(createArithToLLVMConversionPass());
@@ -95,6 +96,7 @@ struct LowerStageCLOptions : public PassPipelineOptions<LowerStageCLOptions> {
   Option<int> stage{*this, "stage", llvm::cl::init(0)};
   Option<int> replica{*this, "replica", llvm::cl::init(0)};
   Option<std::string> buildId{*this, "build-id", llvm::cl::init("dev")};
+  Option<std::string> target{*this, "target", llvm::cl::init("cpu")};
 };
 } // namespace
 
@@ -117,6 +119,6 @@ void pipec::registerPipecPipelines() {
   PassPipelineRegistration<LowerStageCLOptions>(
       "pipec-lower-stage", "Lower one stage to the LLVM dialect",
       [](OpPassManager &pm, const LowerStageCLOptions &o) {
-        buildStageLoweringPipeline(pm, o.stage, o.buildId, o.replica);
+        buildStageLoweringPipeline(pm, o.stage, o.buildId, o.replica, o.target);
       });
 }

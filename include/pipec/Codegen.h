@@ -19,11 +19,17 @@ bool emitObjectFile(mlir::ModuleOp module, const std::string &path,
 
 /// Links `objects` with libpipec_rt (and MPI, BLAS) into an executable,
 /// using the C++ compiler pipec was built with.
+/// `target` "cuda" links libpipec_rt_cuda, the CUDA runtime and cuBLAS.
 bool linkExecutable(const std::vector<std::string> &objects,
-                    const std::string &output, std::string &error);
+                    const std::string &output, std::string &error,
+                    const std::string &target = "cpu");
 
 /// The runtime library and link flags used by linkExecutable.
-std::vector<std::string> runtimeLinkArgs();
+std::vector<std::string> runtimeLinkArgs(const std::string &target = "cpu");
+
+/// True when this compiler was built with the CUDA runtime (the toolkit was
+/// found at build time).
+bool haveCudaRuntime();
 
 } // namespace pipec
 

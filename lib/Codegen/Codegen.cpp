@@ -97,9 +97,14 @@ bool pipec::emitObjectFile(ModuleOp module, const std::string &path,
   return true;
 }
 
-std::vector<std::string> pipec::runtimeLinkArgs() {
+bool pipec::haveCudaRuntime() {
+  return !llvm::StringRef(PIPEC_RT_CUDA_LINK_LIBS).empty();
+}
+
+std::vector<std::string> pipec::runtimeLinkArgs(const std::string &target) {
   std::vector<std::string> args;
-  llvm::StringRef libs = PIPEC_RT_LINK_LIBS;
+  llvm::StringRef libs =
+      target == "cuda" ? PIPEC_RT_CUDA_LINK_LIBS : PIPEC_RT_LINK_LIBS;
   while (!libs.empty()) {
     auto [head, tail] = libs.split(';');
     if (!head.empty())
@@ -116,13 +121,14 @@ std::vector<std::string> pipec::runtimeLinkArgs() {
 }
 
 bool pipec::linkExecutable(const std::vector<std::string> &objects,
-                           const std::string &output, std::string &error) {
+                           const std::string &output, std::string &error,
+                           const std::string &target) {
   std::string cxx = PIPEC_CXX_COMPILER;
   if (const char *env = std::getenv("PIPEC_CXX"))
     cxx = env;
   std::vector<std::string> args = {cxx, "-o", output};
   args.insert(args.end(), objects.begin(), objects.end());
-  for (std::string &a : runtimeLinkArgs())
+  for (std::string &a : runtimeLinkArgs(target))
     args.push_back(a);
   args.push_back("-lm");
   args.push_back("-lpthread");

@@ -143,8 +143,9 @@ extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
       throw RtError("pipec_rt_send: null source buffer");
     c.timeline.begin(Timeline::Send, mb, c.step);
     std::unique_ptr<char[]> copy(new char[size_t(std::max<int64_t>(bytes, 1))]);
-    if (bytes > 0)
-      std::memcpy(copy.get(), src, size_t(bytes));
+    // Host-staged: the message leaves from host memory (a device arena is
+    // copied out first, after the kernels that produced it).
+    c.device->toHost(copy.get(), src, bytes);
     pipec_ctx::PendingSend pending;
     for (const Fragment &f : pieces) {
       BlockedOn wait(WaitKind::Receive, f.rank, channel, mb);
@@ -236,12 +237,18 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
                       " bytes from " + linkName(peer, channel, mb) +
                       " but expected " + std::to_string(bytes) +
                       " (sender and receiver disagree on the tensor size)");
-      if (bytes > 0)
-        std::memcpy(dst, p.data.get(), size_t(bytes));
+      c.device->toDevice(dst, p.data.get(), bytes);
       c.postedBytes -= bytes;
       c.postedRecvs.erase(posted);
       c.timeline.end(Timeline::Recv);
       return;
+    }
+    // A device arena receives through host memory.
+    std::vector<char> staging;
+    char *into = static_cast<char *>(dst);
+    if (!c.device->hostAccessible()) {
+      staging.resize(size_t(std::max<int64_t>(bytes, 1)));
+      into = staging.data();
     }
     for (const Fragment &f : pieces) {
       BlockedOn wait(WaitKind::Receive, f.rank, channel, mb);
@@ -258,31 +265,58 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
                         " bytes from " + linkName(peer, channel, mb) +
                         " but expected " + std::to_string(expected) +
                         " (sender and receiver disagree on the tensor size)");
-        mpiCheck(MPI_Recv(static_cast<char *>(dst) + f.offset + offset, count,
-                          MPI_BYTE, f.rank, tag, MPI_COMM_WORLD,
-                          MPI_STATUS_IGNORE),
+        mpiCheck(MPI_Recv(into + f.offset + offset, count, MPI_BYTE, f.rank,
+                          tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
                  "MPI_Recv from " + linkName(peer, channel, mb));
         offset += count;
       } while (offset < f.bytes);
     }
+    if (!staging.empty())
+      c.device->toDevice(dst, staging.data(), bytes);
     c.timeline.end(Timeline::Recv);
   });
 }
 
 /// Sums `count` float elements (float32, or float64 in a float64 stage) at
-/// `data` in place over `comm`, in chunks (MPI counts are int).
+/// `data` in place over `comm`, in chunks (MPI counts are int), then
+/// multiplies them by `scale` unless it is 1. A device arena is reduced
+/// through host memory.
 static void allreduceSum(const pipec_ctx &c, void *data, int64_t count,
-                         MPI_Comm comm, const std::string &what) {
+                         MPI_Comm comm, const std::string &what,
+                         double scale = 1.0) {
   const bool f64 = c.desc.isF64();
+  const int64_t bytes = count * c.desc.realBytes;
+  std::vector<char> staging;
   char *p = static_cast<char *>(data);
-  BlockedOn wait(WaitKind::Collective);
-  for (int64_t done = 0; done < count;) {
-    int n = int(std::min<int64_t>(count - done, int64_t(1) << 30));
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p + done * c.desc.realBytes, n,
-                           f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, comm),
-             what);
-    done += n;
+  if (!c.device->hostAccessible()) {
+    staging.resize(size_t(std::max<int64_t>(bytes, 1)));
+    c.device->toHost(staging.data(), data, bytes);
+    p = staging.data();
   }
+  {
+    BlockedOn wait(WaitKind::Collective);
+    for (int64_t done = 0; done < count;) {
+      int n = int(std::min<int64_t>(count - done, int64_t(1) << 30));
+      mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p + done * c.desc.realBytes, n,
+                             f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, comm),
+               what);
+      done += n;
+    }
+  }
+  if (scale != 1.0) {
+    if (f64) {
+      double *d = reinterpret_cast<double *>(p);
+      for (int64_t i = 0; i < count; ++i)
+        d[i] *= scale;
+    } else {
+      float *f = reinterpret_cast<float *>(p);
+      const float s = float(scale);
+      for (int64_t i = 0; i < count; ++i)
+        f[i] *= s;
+    }
+  }
+  if (!staging.empty())
+    c.device->toDevice(data, staging.data(), bytes);
 }
 
 /// Sums `count` float elements at `data` over the stage's replicas; with
@@ -297,25 +331,14 @@ static void allreduceGradients(pipec_ctx *ctx, void *data, int64_t count,
                     std::to_string(count) + " elements)");
     if (c.stageComm == MPI_COMM_NULL || count == 0)
       return;
+    int size = 1;
+    if (mean)
+      mpiCheck(MPI_Comm_size(c.stageComm, &size), "MPI_Comm_size");
     c.timeline.begin(Timeline::AllReduce, -1, c.step);
     allreduceSum(c, data, count, c.stageComm,
                  "MPI_Allreduce of stage " + std::to_string(c.desc.stage) +
-                     "'s gradients over its replicas");
-    if (mean) {
-      int size = 1;
-      mpiCheck(MPI_Comm_size(c.stageComm, &size), "MPI_Comm_size");
-      if (c.desc.isF64()) {
-        double *p = static_cast<double *>(data);
-        const double scale = 1.0 / double(size);
-        for (int64_t i = 0; i < count; ++i)
-          p[i] *= scale;
-      } else {
-        float *p = static_cast<float *>(data);
-        const float scale = 1.0f / float(size);
-        for (int64_t i = 0; i < count; ++i)
-          p[i] *= scale;
-      }
-    }
+                     "'s gradients over its replicas",
+                 1.0 / double(size));
     c.timeline.end(Timeline::AllReduce);
   });
 }

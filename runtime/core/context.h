@@ -13,6 +13,7 @@
 #ifndef PIPEC_RUNTIME_CORE_CONTEXT_H
 #define PIPEC_RUNTIME_CORE_CONTEXT_H
 
+#include "core/device.h"
 #include "core/feed.h"
 #include "core/options.h"
 #include "core/profiler.h"
@@ -28,6 +29,9 @@
 #include <vector>
 
 struct pipec_ctx {
+  /// Owns the arena's memory; declared first so that it outlives the weight
+  /// versions and staging buffers below.
+  std::unique_ptr<pipec::rt::Device> device;
   pipec::rt::StageDesc desc;
   pipec::rt::Options options;
   pipec::rt::Manifest manifest;

@@ -13,10 +13,11 @@
 
 #include "core/checkpoint.h"
 #include "core/context.h"
+#include "core/device.h"
 #include "core/error.h"
-#include "pipec/formats/safetensors.h"
 #include "core/status.h"
 #include "core/watchdog.h"
+#include "pipec/formats/safetensors.h"
 #include "pipec_rt.h"
 
 #include <nlohmann/json.hpp>
@@ -53,20 +54,61 @@ void mpiCheck(int rc, const char *what) {
                 " failed: " + std::string(text, size_t(len)));
 }
 
-struct FreeDeleter {
-  void operator()(char *p) const { std::free(p); }
+/// The arena, owned by the device that allocated it.
+struct ArenaOwner {
+  Device *device = nullptr;
+  char *data = nullptr;
+  ArenaOwner() = default;
+  ArenaOwner(const ArenaOwner &) = delete;
+  ArenaOwner &operator=(const ArenaOwner &) = delete;
+  ~ArenaOwner() {
+    if (device && data)
+      device->release(data);
+  }
+  char *get() const { return data; }
 };
 
-/// The zeroed, 64-byte aligned arena.
-std::unique_ptr<char, FreeDeleter> allocateArena(int64_t bytes) {
-  size_t size = size_t((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
-  char *p = static_cast<char *>(std::aligned_alloc(64, size));
-  if (!p)
-    throw RtError("cannot allocate the arena of " + std::to_string(bytes) +
-                  " bytes");
-  std::memset(p, 0, size);
-  return std::unique_ptr<char, FreeDeleter>(p);
+/// The local rank: this rank's index among the ranks sharing its host.
+int localRank() {
+  MPI_Comm local = MPI_COMM_NULL;
+  int rank = 0;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
+                          MPI_INFO_NULL, &local) == MPI_SUCCESS &&
+      local != MPI_COMM_NULL) {
+    MPI_Comm_rank(local, &rank);
+    MPI_Comm_free(&local);
+  }
+  return rank;
 }
+
+/// Host bytes standing for the arena while weights and checkpoints are read
+/// or written: the arena itself on a host-accessible device, else a copy.
+class HostArena {
+public:
+  HostArena(Device &device, char *arena, int64_t bytes)
+      : device_(device), arena_(arena), bytes_(bytes) {
+    if (!device.hostAccessible())
+      copy_.assign(size_t(std::max<int64_t>(bytes, 1)), 0);
+  }
+  char *get() { return copy_.empty() ? arena_ : copy_.data(); }
+  /// The device's current bytes, for writing a checkpoint.
+  char *pull() {
+    if (!copy_.empty())
+      device_.toHost(copy_.data(), arena_, bytes_);
+    return get();
+  }
+  /// The host bytes to the device, after reading weights into them.
+  void push() {
+    if (!copy_.empty())
+      device_.toDevice(arena_, copy_.data(), bytes_);
+  }
+
+private:
+  Device &device_;
+  char *arena_;
+  int64_t bytes_;
+  std::vector<char> copy_;
+};
 
 /// Where this stage writes its profile: a "{stage}" in the path becomes the
 /// stage number (with "rJ" for replica J of a replicated stage); otherwise a
@@ -492,8 +534,9 @@ std::string checkpointStep(pipec_ctx &ctx, char *arena, int64_t t) {
   {
     WatchdogPause writing; // a large file may take long; no peer involved
     pipec::safetensors::FileDigest digest; // of the bytes as written
-    folder =
-        writeStageCheckpoint(o.checkpointDir, t + 1, ctx.desc, arena, &digest);
+    HostArena host(*ctx.device, arena, ctx.desc.arenaBytes);
+    folder = writeStageCheckpoint(o.checkpointDir, t + 1, ctx.desc, host.pull(),
+                                  &digest);
     mine.bytes = int64_t(digest.bytes);
     std::snprintf(mine.checksum, sizeof(mine.checksum), "%s",
                   checksumText(digest).c_str());
@@ -676,7 +719,8 @@ std::optional<int> readDescriptionAndOptions(pipec_ctx &ctx, int argc,
   return std::nullopt;
 }
 
-int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
+int run(int argc, char **argv, const char *meta, pipec_program_fn program,
+        DeviceFactory factory, const char *target) {
   ErrorLocation &loc = errorLocation();
   if (!meta || !program)
     throw RtError("pipec_rt_main called without a stage description or "
@@ -698,17 +742,29 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
   const bool reports = ctx.rank == 0;
 
   // Arena, weights, data: every rank's refusal is agreed on first.
-  std::unique_ptr<char, FreeDeleter> arena;
+  ArenaOwner arena;
   int64_t first = 0;
   MetricsFile metrics(nullptr, std::fclose);
   agreeOnStartup(ctx, [&] {
-    arena = allocateArena(desc.arenaBytes);
-    loadWeights(desc, manifestStage(ctx.manifest, desc.stage).weights,
-                arena.get());
+    if (desc.target != target)
+      throw RtError("this stage was compiled for --target " + desc.target +
+                    " but linked with the " + target + " runtime");
+    DeviceRequest request;
+    request.rank = ctx.rank;
+    request.localRank = localRank();
+    request.allowTf32 = o.allowTf32;
+    ctx.device = factory(request);
+    arena.device = ctx.device.get();
+    arena.data = ctx.device->allocate(desc.arenaBytes, "the arena");
     ctx.arena = arena.get();
+    ctx.versions.setDevice(ctx.device.get());
+    HostArena host(*ctx.device, arena.get(), desc.arenaBytes);
+    loadWeights(desc, manifestStage(ctx.manifest, desc.stage).weights,
+                host.get());
     ctx.steps = o.steps;
     setUpWeightVersions(ctx);
-    first = resumeStep(ctx, arena.get(), reports);
+    first = resumeStep(ctx, host.get(), reports);
+    host.push();
     setUpFeeds(ctx);
   });
   // Every machine resumes from the same step, and only then is anything
@@ -750,6 +806,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
 
     Clock::time_point start = Clock::now();
     program(&ctx, arena.get());
+    ctx.device->synchronize();
     // A continuous pipeline does not wait for its sends at a step boundary:
     // the receiver may take one in its next step.
     if (ctx.continuous)
@@ -796,6 +853,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
         ctx.step = o.steps + d;
         program(&ctx, arena.get());
       }
+      ctx.device->synchronize();
       pipec_rt_flush(&ctx);
       ctx.step = t;
     }
@@ -823,10 +881,22 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program) {
 
 } // namespace
 
+int pipec::rt::runStage(int argc, char **argv, const char *meta,
+                        pipec_program_fn program, DeviceFactory factory,
+                        const char *target) {
+  try {
+    return run(argc, argv, meta, program, factory, target);
+  } catch (const std::exception &e) {
+    fatal(e.what());
+  } catch (...) {
+    fatal("unknown internal error");
+  }
+}
+
 extern "C" int pipec_rt_main(int argc, char **argv, const char *stage_meta_json,
                              pipec_program_fn program) {
   try {
-    return run(argc, argv, stage_meta_json, program);
+    return run(argc, argv, stage_meta_json, program, makeCpuDevice, "cpu");
   } catch (const std::exception &e) {
     fatal(e.what());
   } catch (...) {

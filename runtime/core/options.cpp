@@ -131,6 +131,8 @@ std::string usageText(const char *argv0) {
          "receives at its start\n"
          "                         (staging buffers) instead of receiving "
          "at the point of use\n"
+         "  --allow-tf32           CUDA stages: TF32 tensor-core math in "
+         "float32 GEMMs\n"
          "  --vertical-sync        1f1b only: every stage uses the input "
          "stage's "
          "weight version\n"
@@ -212,6 +214,8 @@ Options parseOptions(int argc, char **argv) {
       noValue(), o.noWeightStashing = true;
     else if (flag == "--prefetch")
       noValue(), o.prefetch = true;
+    else if (flag == "--allow-tf32")
+      noValue(), o.allowTf32 = true;
     else if (flag == "--vertical-sync")
       noValue(), o.verticalSync = true;
     else if (flag == "--quiet")

@@ -62,6 +62,9 @@ struct Options {
   bool noWeightStashing = false;
   /// Post the step's receives at its start (synchronous schedules).
   bool prefetch = false;
+  /// TF32 tensor-core math for float32 GEMMs on a CUDA device (off: float32
+  /// results match the CPU kernels to rounding).
+  bool allowTf32 = false;
   /// PipeDream vertical sync for 1f1b.
   bool verticalSync = false;
   bool quiet = false;

@@ -38,17 +38,21 @@ extern "C" void pipec_rt_feed(pipec_ctx *ctx, int64_t feed, int64_t mb,
                     std::to_string(c.feeds.size()) + " feeds");
     checkMicrobatch(c, "pipec_rt_feed", mb);
     checkPointer(dst, "pipec_rt_feed");
-    c.feeds[size_t(feed)].fill(c.step, mb, dst);
+    const Feed &f = c.feeds[size_t(feed)];
+    writeArena(*c.device, dst, f.spec().bytes,
+               [&](void *p) { f.fill(c.step, mb, p); });
   });
 }
 
 namespace {
 /// Stores a scalar in the stage's float type (float32, or float64).
 void writeReal(const pipec_ctx &c, void *dst, double v) {
-  if (c.desc.isF64())
-    *static_cast<double *>(dst) = v;
-  else
-    *static_cast<float *>(dst) = float(v);
+  if (c.desc.isF64()) {
+    c.device->toDevice(dst, &v, 8);
+  } else {
+    float f = float(v);
+    c.device->toDevice(dst, &f, 4);
+  }
 }
 } // namespace
 
@@ -64,9 +68,15 @@ extern "C" void pipec_rt_loss(pipec_ctx *ctx, int64_t mb, const void *loss) {
     if (c.lossRecorded[size_t(mb)])
       throw RtError("pipec_rt_loss: the loss of microbatch " +
                     std::to_string(mb) + " was recorded twice in one step");
-    c.losses[size_t(mb)] = c.desc.isF64()
-                               ? *static_cast<const double *>(loss)
-                               : double(*static_cast<const float *>(loss));
+    if (c.desc.isF64()) {
+      double v = 0;
+      c.device->toHost(&v, loss, 8);
+      c.losses[size_t(mb)] = v;
+    } else {
+      float v = 0;
+      c.device->toHost(&v, loss, 4);
+      c.losses[size_t(mb)] = double(v);
+    }
     c.lossRecorded[size_t(mb)] = true;
   });
 }
@@ -103,10 +113,10 @@ extern "C" void pipec_rt_rng(pipec_ctx *ctx, int64_t mb, void *dst) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_rng");
     checkPointer(dst, "pipec_rt_rng");
-    int64_t *out = static_cast<int64_t *>(dst);
-    out[0] = int64_t(c.options.seed);
-    out[1] = c.step * c.desc.globalBatch + mb * c.desc.microbatch +
-             c.desc.sliceFirst;
+    int64_t out[2] = {int64_t(c.options.seed), c.step * c.desc.globalBatch +
+                                                   mb * c.desc.microbatch +
+                                                   c.desc.sliceFirst};
+    c.device->toDevice(dst, out, sizeof(out));
   });
 }
 
@@ -114,7 +124,8 @@ extern "C" void pipec_rt_step(pipec_ctx *ctx, void *dst) {
   guarded([&] {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_step");
     checkPointer(dst, "pipec_rt_step");
-    *static_cast<int64_t *>(dst) = c.versions.updates() - 1;
+    int64_t updates = c.versions.updates() - 1;
+    c.device->toDevice(dst, &updates, 8);
   });
 }
 
@@ -169,6 +180,7 @@ extern "C" void pipec_rt_span_begin(pipec_ctx *ctx, int64_t kind,
     int64_t global = mb < 0 || ctx->continuous
                          ? mb
                          : ctx->step * ctx->desc.microbatches + mb;
+    ctx->device->synchronize(); // spans show when the device ran them
     ctx->timeline.begin(int(kind), global, ctx->step);
   });
 }
@@ -177,7 +189,10 @@ extern "C" void pipec_rt_span_end(pipec_ctx *ctx, int64_t kind) {
   watchdogProgress();
   if (!ctx || !ctx->timeline.enabled())
     return;
-  guarded([&] { ctx->timeline.end(int(kind)); });
+  guarded([&] {
+    ctx->device->synchronize();
+    ctx->timeline.end(int(kind));
+  });
 }
 
 extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {
@@ -185,11 +200,28 @@ extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {
                       // watchdog's limit looks like a hang
   if (!ctx || !ctx->profiler.enabled())
     return;
-  guarded([&] { ctx->profiler.begin(op, phase); });
+  guarded([&] {
+    ctx->device->synchronize(); // time the op, not its launch
+    ctx->profiler.begin(op, phase);
+  });
 }
 
 extern "C" void pipec_rt_op_end(pipec_ctx *ctx, int64_t op, int64_t phase) {
   if (!ctx || !ctx->profiler.enabled())
     return;
-  guarded([&] { ctx->profiler.end(op, phase); });
+  guarded([&] {
+    ctx->device->synchronize();
+    ctx->profiler.end(op, phase);
+  });
+}
+
+extern "C" const void *pipec_rt_constant(pipec_ctx *ctx, const void *host,
+                                         int64_t bytes) {
+  const void *out = host;
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_constant");
+    checkPointer(host, "pipec_rt_constant");
+    out = c.device->constant(host, bytes);
+  });
+  return out;
 }

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "core/versions.h"
+#include "core/device.h"
 #include "core/error.h"
 
 #include <algorithm>
@@ -144,6 +145,13 @@ void WeightVersions::release(int64_t mb) {
       c.version = -1; // the buffer goes back to the pool
 }
 
+void WeightVersions::PoolDeleter::operator()(char *p) const {
+  if (device)
+    device->release(p);
+  else
+    delete[] p;
+}
+
 void WeightVersions::beforeUpdate(const char *live) {
   bool keep = false;
   if (policy_ == Policy::TwoBW) {
@@ -165,10 +173,15 @@ void WeightVersions::beforeUpdate(const char *live) {
         break;
       }
     if (slot == copies_.size()) {
-      pool_.emplace_back(new char[size_t(bytes_)]);
+      char *p = device_ ? device_->allocate(bytes_, "a weight version")
+                        : new char[size_t(bytes_)];
+      pool_.emplace_back(p, PoolDeleter{device_});
       copies_.push_back({});
     }
-    std::memcpy(pool_[slot].get(), live, size_t(bytes_));
+    if (device_)
+      device_->copy(pool_[slot].get(), live, bytes_);
+    else
+      std::memcpy(pool_[slot].get(), live, size_t(bytes_));
     copies_[slot].version = live_;
   }
   ++live_;

@@ -41,8 +41,13 @@
 namespace pipec {
 namespace rt {
 
+class Device;
+
 class WeightVersions {
 public:
+  /// Where the copies live: the arena's device (host memory when unset).
+  void setDevice(Device *device) { device_ = device; }
+
   enum class Policy { Live, Stash, TwoBW, NoStash, VerticalSync };
 
   /// `bytes`: size of the versioned prefix; `microbatches`: m (2BW's batch);
@@ -88,7 +93,12 @@ private:
   int64_t live_ = 0;
   int64_t liveUsers_ = 0;                 ///< in-flight microbatches on live
   std::map<int64_t, int64_t> versionOf_;  ///< in-flight mb -> version
-  std::vector<std::unique_ptr<char[]>> pool_;
+  struct PoolDeleter {
+    Device *device = nullptr;
+    void operator()(char *p) const;
+  };
+  Device *device_ = nullptr;
+  std::vector<std::unique_ptr<char, PoolDeleter>> pool_;
   std::vector<Copy> copies_;              ///< parallel to pool_
   int64_t peak_ = 1;
 };

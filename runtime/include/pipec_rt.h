@@ -368,6 +368,17 @@ typedef void (*pipec_program_fn)(pipec_ctx *ctx, char *arena);
 int pipec_rt_main(int argc, char **argv, const char *stage_meta_json,
                   pipec_program_fn program);
 
+/// Entry point of a stage executable compiled with `--target cuda` (defined
+/// by libpipec_rt_cuda): pipec_rt_main with the arena in GPU memory and the
+/// CUDA kernels (pipec_cuda_k_*) on the rank's GPU.
+int pipec_rt_cuda_main(int argc, char **argv, const char *stage_meta_json,
+                       pipec_program_fn program);
+
+/// The device copy of a constant tensor of the generated code (`bytes`
+/// bytes of host memory that live as long as the process), made once; the
+/// host pointer itself where the arena is host memory.
+const void *pipec_rt_constant(pipec_ctx *ctx, const void *host, int64_t bytes);
+
 /// Copies microbatch `mb` of feed `feed` (an index into the stage
 /// description's "feeds" list: model inputs or labels) into dst.
 void pipec_rt_feed(pipec_ctx *ctx, int64_t feed, int64_t mb, void *dst);

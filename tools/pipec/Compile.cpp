@@ -588,6 +588,8 @@ std::string Compilation::buildKey(llvm::StringRef modelBytes) const {
   for (int l : o.cuts)
     key += "|c" + std::to_string(l);
   key += "|p" + o.precision;
+  if (o.target != "cpu")
+    key += "|t" + o.target;
   return key;
 }
 
@@ -889,7 +891,7 @@ bool Compilation::lowerAndLinkStage(int s) {
     OwningOpRef<ModuleOp> stageModule =
         samples == microbatch ? module->clone() : sliceModules.at(samples)->clone();
     PassManager lower(&ctx);
-    buildStageLoweringPipeline(lower, s, buildId, j);
+    buildStageLoweringPipeline(lower, s, buildId, j, o.target);
     if (failed(lower.run(*stageModule)))
       return false; // the diagnostics said why
     if (auto a = (*stageModule)->getAttrOfType<IntegerAttr>("pipec.arena_bytes"))
@@ -903,7 +905,7 @@ bool Compilation::lowerAndLinkStage(int s) {
     if (!emitted)
       return failWith(error);
     phaseStart = std::chrono::steady_clock::now();
-    bool linked = linkExecutable({obj}, exe, error);
+    bool linked = linkExecutable({obj}, exe, error, o.target);
     addTime("link", since(phaseStart));
     if (!linked)
       return failWith(error);
@@ -969,6 +971,7 @@ bool Compilation::writeManifest() {
   manifest.modelHash = modelHash;
   manifest.schedule = tpo.schedule;
   manifest.precision = o.precision;
+  manifest.target = o.target;
   manifest.microbatches = o.microbatches;
   manifest.microbatch = microbatch;
   manifest.globalBatch = batch;
@@ -1115,6 +1118,11 @@ static void declareCompileOptions(Args &a) {
            "the float32 weights widened exactly), to compare "
            "with a float64 framework or finite differences",
            "f32")
+      .opt("--target",
+           "cpu, or cuda: stage executables that train on NVIDIA GPUs (rank "
+           "r on GPU local_rank mod visible GPUs; needs a compiler built "
+           "with the CUDA toolkit)",
+           "cpu")
       .opt("--freeze", "float initializers to keep constant instead of "
                        "training them (buffers such as masks), "
                        "comma-separated")
@@ -1260,6 +1268,21 @@ static bool parseModelOptions(const Args &a, CompileOptions &o) {
   if (o.precision != "f32" && o.precision != "f64")
     return !fail("compile",
                  "--precision is f32 or f64, got '" + o.precision + "'", 2);
+  o.target = a.get("--target");
+  if (o.target != "cpu" && o.target != "cuda")
+    return !fail("compile", "--target is cpu or cuda, got '" + o.target + "'",
+                 2);
+  if (o.target == "cuda" && !haveCudaRuntime())
+    return !fail("compile",
+                 "--target cuda: this pipec was built without the CUDA "
+                 "toolkit (no nvcc found at build time); rebuild on a machine "
+                 "with /usr/local/cuda, or compile with --target cpu",
+                 2);
+  if (o.target == "cuda" && o.precision == "f64")
+    return !fail("compile",
+                 "--target cuda trains in float32; --precision f64 (the "
+                 "exact reference mode) runs on --target cpu",
+                 2);
   o.emitMlir = a.has("--emit-mlir");
   o.untieWeights = a.has("--untie-weights");
   o.quiet = a.has("--quiet");

@@ -139,6 +139,9 @@ struct StageDesc {
   /// message, loss and checkpoint is a double.
   int realBytes = 4;
   bool isF64() const { return realBytes == 8; }
+  /// "cpu" or "cuda": the runtime the stage was compiled for (`pipec
+  /// compile --target`); a runtime of another target refuses it.
+  std::string target = "cpu";
 };
 
 /// Split replicas: the first sample and the sample count of replica `j` of
@@ -187,6 +190,8 @@ struct Manifest {
   /// The model file's name and content hash, the schedule's name and the
   /// float precision (for users and tools; the runtime checks the build id).
   std::string model, modelHash, schedule, precision = "f32";
+  /// The target the stages were compiled for ("cpu", "cuda").
+  std::string target = "cpu";
   int numRanks = 0;
   int64_t microbatches = 0, microbatch = 0, globalBatch = 0;
   std::vector<ManifestStage> stages;

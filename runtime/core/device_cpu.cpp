@@ -1,0 +1,65 @@
+//===- device_cpu.cpp - The host-memory device ----------------------------===//
+//
+// Part of pipec's runtime core. See device.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "core/device.h"
+#include "core/error.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace pipec {
+namespace rt {
+
+namespace {
+
+class CpuDevice final : public Device {
+public:
+  std::string name() const override { return "cpu"; }
+  bool hostAccessible() const override { return true; }
+  char *allocate(int64_t bytes, const char *what) override {
+    size_t size = size_t((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+    char *p = static_cast<char *>(std::aligned_alloc(64, size));
+    if (!p)
+      throw RtError(std::string("cannot allocate ") + what + " of " +
+                    std::to_string(bytes) + " bytes");
+    std::memset(p, 0, size);
+    return p;
+  }
+  void release(char *p) override { std::free(p); }
+  void toDevice(void *dst, const void *src, int64_t bytes) override {
+    if (bytes > 0)
+      std::memcpy(dst, src, size_t(bytes));
+  }
+  void toHost(void *dst, const void *src, int64_t bytes) override {
+    if (bytes > 0)
+      std::memcpy(dst, src, size_t(bytes));
+  }
+  void copy(void *dst, const void *src, int64_t bytes) override {
+    if (bytes > 0)
+      std::memmove(dst, src, size_t(bytes));
+  }
+  void synchronize() override {}
+  const void *constant(const void *host, int64_t) override { return host; }
+};
+
+} // namespace
+
+std::unique_ptr<Device> makeCpuDevice(const DeviceRequest &) {
+  return std::make_unique<CpuDevice>();
+}
+
+const void *readArena(Device &device, const void *src, int64_t bytes,
+                      std::vector<char> &staging) {
+  if (device.hostAccessible())
+    return src;
+  staging.resize(size_t(bytes > 0 ? bytes : 1));
+  device.toHost(staging.data(), src, bytes);
+  return staging.data();
+}
+
+} // namespace rt
+} // namespace pipec

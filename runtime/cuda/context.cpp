@@ -1,0 +1,93 @@
+//===- context.cpp - The CUDA kernels' process context --------------------===//
+//
+// Part of pipec's CUDA runtime. See cuda_rt.h.
+//
+//===----------------------------------------------------------------------===//
+#include "cuda_rt.h"
+
+#include "core/error.h"
+
+#include <string>
+
+namespace pipec {
+namespace cuda {
+
+static Context gContext;
+
+Context &context() {
+  if (!gContext.stream)
+    throw rt::RtError("CUDA kernel called before the CUDA context exists");
+  return gContext;
+}
+
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    throw rt::RtError(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+void checkBlas(cublasStatus_t s, const char *what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw rt::RtError(std::string(what) + ": cuBLAS " + cublasGetStatusName(s) +
+                      " (" + cublasGetStatusString(s) + ")");
+}
+
+void fail(const char *what) { throw rt::RtError(what); }
+
+void checkLaunch(const char *kernel) { check(cudaGetLastError(), kernel); }
+
+void initContext(int device, bool allowTf32) {
+  if (gContext.stream) {
+    if (gContext.device != device)
+      throw rt::RtError("CUDA context already bound to device " +
+                        std::to_string(gContext.device));
+    return;
+  }
+  check(cudaSetDevice(device), "cudaSetDevice");
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+        "cudaStreamCreate");
+  cublasHandle_t blas = nullptr;
+  checkBlas(cublasCreate(&blas), "cublasCreate");
+  checkBlas(cublasSetStream(blas, stream), "cublasSetStream");
+  // Pointer mode host: alpha/beta come from the kernels' `reals`.
+  checkBlas(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST),
+            "cublasSetPointerMode");
+  checkBlas(cublasSetMathMode(blas, allowTf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                              : CUBLAS_PEDANTIC_MATH),
+            "cublasSetMathMode");
+  gContext.device = device;
+  gContext.stream = stream;
+  gContext.blas = blas;
+  gContext.allowTf32 = allowTf32;
+}
+
+void destroyContext() {
+  if (!gContext.stream)
+    return;
+  cudaStreamSynchronize(gContext.stream);
+  if (gContext.scratch)
+    cudaFree(gContext.scratch);
+  cublasDestroy(gContext.blas);
+  cudaStreamDestroy(gContext.stream);
+  gContext = Context();
+}
+
+void *scratch(size_t bytes) {
+  Context &c = context();
+  if (bytes <= c.scratchBytes)
+    return c.scratch;
+  if (c.scratch) {
+    // The old workspace may still be read by queued kernels.
+    check(cudaStreamSynchronize(c.stream), "scratch: synchronize");
+    check(cudaFree(c.scratch), "scratch: cudaFree");
+    c.scratch = nullptr;
+    c.scratchBytes = 0;
+  }
+  size_t size = bytes < (1u << 20) ? (1u << 20) : bytes;
+  check(cudaMalloc(&c.scratch, size), "scratch: cudaMalloc");
+  c.scratchBytes = size;
+  return c.scratch;
+}
+
+} // namespace cuda
+} // namespace pipec

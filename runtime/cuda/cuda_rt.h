@@ -1,0 +1,105 @@
+//===- cuda_rt.h - Shared state of the CUDA kernels -------------*- C++ -*-===//
+//
+// Part of pipec's CUDA runtime (runtime/cuda). Included by the .cu kernel
+// files and the CUDA device; never by generated code.
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// One stage process drives one GPU, so the CUDA kernels share one process
+/// context: the stream every kernel is launched on (in program order, so
+/// launches need no synchronisation among themselves), the cuBLAS handle
+/// bound to that stream, and a growable scratch buffer for kernels that need
+/// workspace. The CUDA device (device.cpp) creates it at start-up; a test
+/// creates it with `initContext`.
+///
+/// Kernels keep the C ABI of include/pipec_rt.h (`bufs`, `ints`, `reals`);
+/// every buffer pointer is a device pointer. The symbol of the CUDA twin of
+/// `pipec_k_NAME` is `pipec_cuda_k_NAME`; cuda_kernels.def lists the ones
+/// that exist. float32 only: `pipec compile --target cuda` refuses f64.
+///
+/// Failures (a CUDA or cuBLAS error, an unsupported parameter) throw
+/// pipec::rt::RtError with one line naming the kernel, so the runtime
+/// reports them like every other error.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEC_RUNTIME_CUDA_CUDA_RT_H
+#define PIPEC_RUNTIME_CUDA_CUDA_RT_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pipec {
+namespace cuda {
+
+struct Context {
+  int device = -1;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  /// Workspace of kernels that need one (grows, never shrinks; stream
+  /// ordered, so one kernel's workspace is free again for the next launch).
+  void *scratch = nullptr;
+  size_t scratchBytes = 0;
+  /// TF32 tensor-core math in cuBLAS (pipec train --allow-tf32); off by
+  /// default: float32 results then match the CPU kernels to rounding.
+  bool allowTf32 = false;
+};
+
+/// The process's context; throws unless initContext ran.
+Context &context();
+/// Selects `device`, creates the stream and the cuBLAS handle. Idempotent
+/// for the same device.
+void initContext(int device, bool allowTf32);
+/// Releases the handles (end of the process).
+void destroyContext();
+
+/// Throws RtError "<what>: <CUDA error string>" unless `e` is cudaSuccess.
+void check(cudaError_t e, const char *what);
+/// Throws RtError "<what>: cuBLAS status N" unless `s` is success.
+void checkBlas(cublasStatus_t s, const char *what);
+/// Throws RtError with `what` (an unsupported parameter, say).
+[[noreturn]] void fail(const char *what);
+
+/// Scratch of at least `bytes` bytes on the context's stream.
+void *scratch(size_t bytes);
+
+/// Grid size for `n` elements with `block` threads per block, capped so a
+/// grid-stride loop covers the rest.
+inline unsigned gridFor(int64_t n, int block = 256) {
+  int64_t blocks = (n + block - 1) / block;
+  if (blocks < 1)
+    blocks = 1;
+  if (blocks > 65535LL * 8)
+    blocks = 65535LL * 8;
+  return unsigned(blocks);
+}
+
+/// Launch check after a kernel launch (launch errors only; execution errors
+/// surface at the next synchronisation).
+void checkLaunch(const char *kernel);
+
+/// Most dimensions the strided kernels take (ONNX tensors here are smaller).
+constexpr int kMaxRank = 8;
+
+/// Dims and strides passed by value to a kernel (no device allocation).
+struct Strides {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t a[kMaxRank] = {};
+  int64_t b[kMaxRank] = {};
+  int64_t c[kMaxRank] = {};
+};
+
+} // namespace cuda
+} // namespace pipec
+
+#define PIPEC_CUDA_KERNEL(sym)                                                 \
+  extern "C" void pipec_cuda_k_##sym(void *const *bufs, const int64_t *ints,   \
+                                     const double *reals);
+#include "cuda_kernels.def"
+
+#endif // PIPEC_RUNTIME_CUDA_CUDA_RT_H

@@ -1,0 +1,144 @@
+//===- device.cpp - The CUDA device and pipec_rt_cuda_main ----------------===//
+//
+// Part of pipec's CUDA runtime.
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// A stage compiled with `--target cuda` keeps its whole arena (weights,
+/// gradients, optimizer state, stash slots, scratch) in GPU memory, one
+/// cudaMalloc at start-up. Kernels run on the context's stream in program
+/// order; the core's copies (feeds, the loss, learning rate, messages,
+/// checkpoints) are ordered with them on the same stream and wait where the
+/// host needs the bytes.
+///
+/// GPU choice: rank r uses GPU `local_rank mod visible GPUs` (the local rank
+/// from MPI's shared-memory split; CUDA_VISIBLE_DEVICES is honoured by the
+/// CUDA runtime itself), so several ranks may share one GPU.
+///
+/// Messages are host-staged MPI (core/comm.cpp): correct for ranks on one
+/// GPU, on several GPUs and across hosts; an NCCL communicator is future
+/// work (runtime/README.md, "CUDA").
+///
+//===----------------------------------------------------------------------===//
+
+#include "cuda_rt.h"
+
+#include "core/device.h"
+#include "core/error.h"
+
+#include <map>
+#include <string>
+
+namespace pipec {
+namespace cuda {
+namespace {
+
+class CudaDevice final : public rt::Device {
+public:
+  explicit CudaDevice(const rt::DeviceRequest &request) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+      throw rt::RtError(
+          std::string("this stage was compiled for --target cuda but no "
+                      "CUDA GPU is visible (") +
+          (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") +
+          "); compile with --target cpu to train on CPUs");
+    ordinal_ = request.localRank % count;
+    initContext(ordinal_, request.allowTf32);
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
+    name_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ")";
+  }
+  ~CudaDevice() override {
+    for (auto &[host, dev] : constants_)
+      cudaFree(dev);
+    destroyContext();
+  }
+
+  std::string name() const override { return name_; }
+  bool hostAccessible() const override { return false; }
+
+  char *allocate(int64_t bytes, const char *what) override {
+    void *p = nullptr;
+    size_t size = size_t((bytes > 0 ? bytes : 1) + 63) / 64 * 64;
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e != cudaSuccess) {
+      size_t freeBytes = 0, total = 0;
+      cudaMemGetInfo(&freeBytes, &total);
+      throw rt::RtError(std::string("cannot allocate ") + what + " of " +
+                        std::to_string(bytes) + " bytes on " + name_ + " (" +
+                        std::to_string(freeBytes) + " of " +
+                        std::to_string(total) +
+                        " bytes free): " + cudaGetErrorString(e));
+    }
+    check(cudaMemsetAsync(p, 0, size, context().stream), "cudaMemset");
+    check(cudaStreamSynchronize(context().stream), "cudaMemset");
+    return static_cast<char *>(p);
+  }
+  void release(char *p) override {
+    if (p) {
+      cudaStreamSynchronize(context().stream);
+      cudaFree(p);
+    }
+  }
+  void toDevice(void *dst, const void *src, int64_t bytes) override {
+    if (bytes <= 0)
+      return;
+    // Pageable source: cudaMemcpyAsync returns once the bytes are staged,
+    // so src may be reused; the copy is ordered with the kernels.
+    check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice,
+                          context().stream),
+          "copy to the GPU");
+    // A pageable copy may return before it is staged for small sizes on
+    // some drivers; wait so the caller may free `src` at once.
+    check(cudaStreamSynchronize(context().stream), "copy to the GPU");
+  }
+  void toHost(void *dst, const void *src, int64_t bytes) override {
+    if (bytes <= 0)
+      return;
+    check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost,
+                          context().stream),
+          "copy from the GPU");
+    check(cudaStreamSynchronize(context().stream), "copy from the GPU");
+  }
+  void copy(void *dst, const void *src, int64_t bytes) override {
+    if (bytes > 0)
+      check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice,
+                            context().stream),
+            "copy on the GPU");
+  }
+  void synchronize() override {
+    check(cudaStreamSynchronize(context().stream), "GPU kernels");
+  }
+  const void *constant(const void *host, int64_t bytes) override {
+    auto it = constants_.find(host);
+    if (it != constants_.end())
+      return it->second;
+    char *dev = allocate(bytes, "a constant");
+    toDevice(dev, host, bytes);
+    constants_.emplace(host, dev);
+    return dev;
+  }
+
+private:
+  int ordinal_ = 0;
+  std::string name_;
+  std::map<const void *, char *> constants_;
+};
+
+std::unique_ptr<rt::Device> makeCudaDevice(const rt::DeviceRequest &request) {
+  return std::make_unique<CudaDevice>(request);
+}
+
+} // namespace
+} // namespace cuda
+} // namespace pipec
+
+extern "C" int pipec_rt_cuda_main(int argc, char **argv,
+                                  const char *stage_meta_json,
+                                  pipec_program_fn program) {
+  return pipec::rt::runStage(argc, argv, stage_meta_json, program,
+                             pipec::cuda::makeCudaDevice, "cuda");
+}

@@ -1,0 +1,234 @@
+//===- gemm.cu - GEMM and batched matmul on cuBLAS ------------------------===//
+//
+// Part of pipec's CUDA runtime. CUDA twins of pipec_k_gemm and
+// pipec_k_batch_matmul (see include/pipec_rt.h for the parameter layouts and
+// cpu/gemm.cpp for the reference).
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// The tensors are row-major and cuBLAS is column-major. A row-major M x N
+/// matrix is the column-major N x M matrix of its transpose, so
+///   Y = op(A) op(B)   (row-major)
+/// is computed as
+///   Y^T = op(B)^T op(A)^T   (column-major: m' = N, n' = M, k' = K)
+/// by passing B before A with the same transpose flags.
+///
+/// As on the CPU, Gemm's bias term is first materialised into Y (broadcast
+/// through its strides and scaled by beta), then cuBLAS accumulates
+/// alpha op(A) op(B) into it with beta = 1; beta == 0 (or no C) ignores C,
+/// so a NaN in C does not leak. K == 0 or alpha == 0 leaves just the bias
+/// (or zeros).
+///
+/// The batch dimensions of batch_matmul are canonicalised like the CPU
+/// kernel's (unit dimensions dropped, dimensions contiguous for both
+/// operands merged). The innermost remaining dimension is one
+/// cublasSgemmStridedBatched call (a stride of 0 broadcasts that operand);
+/// outer dimensions, left only by irregular broadcasts, loop on the host.
+///
+//===----------------------------------------------------------------------===//
+
+#include "cuda_rt.h"
+#include "pipec_rt.h"
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+namespace pipec {
+namespace cuda {
+namespace {
+
+/// Y[i, j] = beta * C[i * strideM + j * strideN] for an M x N Y. Each
+/// element of an exactly aliased C == Y (strides N, 1) is read by the
+/// thread that writes it.
+__global__ void broadcastBias(const float *c, float *y, int64_t m, int64_t n,
+                              int64_t strideM, int64_t strideN, float beta) {
+  const int64_t total = m * n;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e / n, j = e - i * n;
+    y[e] = __fmul_rn(beta, c[i * strideM + j * strideN]);
+  }
+}
+
+bool fitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+/// Row-major Y[MxN] = alpha op(A) op(B) + beta Y for one matrix; beta is 0
+/// or 1. Requires M, N, K > 0.
+void gemmOne(const float *a, const float *b, float *y, int64_t m, int64_t n,
+             int64_t k, bool transA, bool transB, float alpha, float beta,
+             const char *kernel) {
+  if (!fitsInt(m) || !fitsInt(n) || !fitsInt(k))
+    fail((std::string(kernel) +
+          ": a matrix dimension exceeds cuBLAS's 32-bit limit")
+             .c_str());
+  Context &ctx = context();
+  checkBlas(cublasSgemm(ctx.blas, op(transB), op(transA), int(n), int(m),
+                        int(k), &alpha, b, int(transB ? k : n), a,
+                        int(transA ? m : k), &beta, y, int(n)),
+            kernel);
+}
+
+/// Canonical batch loop nest of batch_matmul: extents >= 2, strides in
+/// elements for A and B (Y is contiguous in this order).
+struct BatchNest {
+  int rank = 0;
+  int64_t dims[64];
+  int64_t a[64];
+  int64_t b[64];
+};
+
+/// Returns false when some batch extent is <= 0 (nothing to compute). Fails
+/// on more than 64 surviving dimensions (more than 2^64 batches).
+bool canonicalize(int64_t nb, const int64_t *dims, const int64_t *as,
+                  const int64_t *bs, BatchNest &nest) {
+  nest.rank = 0;
+  for (int64_t i = 0; i < nb; ++i)
+    if (dims[i] <= 0)
+      return false;
+  for (int64_t i = 0; i < nb; ++i) {
+    const int64_t extent = dims[i];
+    if (extent == 1)
+      continue;
+    if (nest.rank > 0) {
+      const int last = nest.rank - 1;
+      if (nest.a[last] == as[i] * extent && nest.b[last] == bs[i] * extent) {
+        nest.dims[last] *= extent;
+        nest.a[last] = as[i];
+        nest.b[last] = bs[i];
+        continue;
+      }
+    }
+    if (nest.rank == 64)
+      fail("pipec_cuda_k_batch_matmul: too many batch dimensions");
+    nest.dims[nest.rank] = extent;
+    nest.a[nest.rank] = as[i];
+    nest.b[nest.rank] = bs[i];
+    ++nest.rank;
+  }
+  return true;
+}
+
+} // namespace
+} // namespace cuda
+} // namespace pipec
+
+using namespace pipec::cuda;
+
+extern "C" void pipec_cuda_k_gemm(void *const *bufs, const int64_t *ints,
+                                  const double *reals) {
+  const char *kName = "pipec_cuda_k_gemm";
+  const float *a = static_cast<const float *>(bufs[0]);
+  const float *b = static_cast<const float *>(bufs[1]);
+  const float *c = static_cast<const float *>(bufs[2]);
+  float *y = static_cast<float *>(bufs[3]);
+  const int64_t m = ints[0], n = ints[1], k = ints[2];
+  const bool transA = ints[3] != 0, transB = ints[4] != 0;
+  const bool hasC = ints[5] != 0 && c != nullptr;
+  const int64_t cStrideM = ints[6], cStrideN = ints[7];
+  const float alpha = reals ? float(reals[0]) : 1.0f;
+  const float beta = reals ? float(reals[1]) : 1.0f;
+  if (m <= 0 || n <= 0)
+    return;
+  Context &ctx = context();
+
+  // Following BLAS, beta == 0 means "ignore C".
+  const bool useC = hasC && beta != 0.0f;
+  if (useC) {
+    broadcastBias<<<gridFor(m * n), 256, 0, ctx.stream>>>(c, y, m, n, cStrideM,
+                                                          cStrideN, beta);
+    checkLaunch(kName);
+  }
+  if (k <= 0 || alpha == 0.0f) {
+    // op(A) op(B) is the zero matrix.
+    if (!useC)
+      check(cudaMemsetAsync(y, 0, sizeof(float) * size_t(m * n), ctx.stream),
+            kName);
+    return;
+  }
+  gemmOne(a, b, y, m, n, k, transA, transB, alpha, useC ? 1.0f : 0.0f, kName);
+}
+
+extern "C" void pipec_cuda_k_batch_matmul(void *const *bufs,
+                                          const int64_t *ints,
+                                          const double *reals) {
+  const char *kName = "pipec_cuda_k_batch_matmul";
+  const float *a = static_cast<const float *>(bufs[0]);
+  const float *b = static_cast<const float *>(bufs[1]);
+  float *y = static_cast<float *>(bufs[2]);
+  const int64_t nb = ints[0];
+  const int64_t *batchDims = ints + 1;
+  const int64_t *aStrides = ints + 1 + nb;
+  const int64_t *bStrides = ints + 1 + 2 * nb;
+  const int64_t *tail = ints + 1 + 3 * nb;
+  const int64_t m = tail[0], n = tail[1], k = tail[2];
+  const bool transA = tail[3] != 0, transB = tail[4] != 0;
+  const float alpha = reals ? float(reals[0]) : 1.0f;
+  if (m <= 0 || n <= 0)
+    return;
+
+  BatchNest nest;
+  if (!canonicalize(nb, batchDims, aStrides, bStrides, nest))
+    return;
+  int64_t batches = 1;
+  for (int d = 0; d < nest.rank; ++d)
+    batches *= nest.dims[d];
+  const int64_t yMatrix = m * n;
+  Context &ctx = context();
+  if (k <= 0 || alpha == 0.0f) {
+    check(cudaMemsetAsync(y, 0, sizeof(float) * size_t(batches * yMatrix),
+                          ctx.stream),
+          kName);
+    return;
+  }
+  if (nest.rank == 0) {
+    gemmOne(a, b, y, m, n, k, transA, transB, alpha, 0.0f, kName);
+    return;
+  }
+  // A stack of row-major A matrices against one shared B is one GEMM with
+  // batches * M rows (the common [batch, seq, K] x [K, N] MatMul), as on
+  // the CPU.
+  if (nest.rank == 1 && nest.b[0] == 0 && !transA && nest.a[0] == m * k &&
+      fitsInt(batches * m)) {
+    gemmOne(a, b, y, batches * m, n, k, transA, transB, alpha, 0.0f, kName);
+    return;
+  }
+  if (!fitsInt(m) || !fitsInt(n) || !fitsInt(k))
+    fail("pipec_cuda_k_batch_matmul: a matrix dimension exceeds cuBLAS's "
+         "32-bit limit");
+
+  // The innermost batch dimension is one strided-batched call; the outer
+  // ones (irregular broadcasts only) loop here.
+  const int inner = nest.rank - 1;
+  const int64_t innerCount = nest.dims[inner];
+  if (!fitsInt(innerCount))
+    fail("pipec_cuda_k_batch_matmul: too many batches for one cuBLAS call");
+  const float zero = 0.0f;
+  int64_t index[64] = {};
+  int64_t aOff = 0, bOff = 0, yOff = 0;
+  while (true) {
+    checkBlas(cublasSgemmStridedBatched(
+                  ctx.blas, op(transB), op(transA), int(n), int(m), int(k),
+                  &alpha, b + bOff, int(transB ? k : n), nest.b[inner],
+                  a + aOff, int(transA ? m : k), nest.a[inner], &zero, y + yOff,
+                  int(n), yMatrix, int(innerCount)),
+              kName);
+    yOff += innerCount * yMatrix;
+    int d = inner - 1;
+    for (; d >= 0; --d) {
+      ++index[d];
+      aOff += nest.a[d];
+      bOff += nest.b[d];
+      if (index[d] < nest.dims[d])
+        break;
+      aOff -= nest.a[d] * nest.dims[d];
+      bOff -= nest.b[d] * nest.dims[d];
+      index[d] = 0;
+    }
+    if (d < 0)
+      return;
+  }
+}

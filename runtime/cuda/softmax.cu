@@ -1,0 +1,208 @@
+//===- softmax.cu - Softmax / log-softmax and their backward --------------===//
+//
+// Part of pipec's CUDA runtime. CUDA twins of pipec_k_softmax and
+// pipec_k_softmax_grad (see include/pipec_rt.h for the parameter layouts and
+// cpu/softmax.cpp for the reference).
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// The tensor is viewed as [outer, dim, inner] and normalised along `dim`;
+/// each of the outer * inner "rows" (dim elements, `inner` apart) is
+/// independent. Two launch shapes compute the same arithmetic:
+///
+///  - one thread block per row (deterministic block reductions) for long
+///    rows (dim >= 64) that are contiguous (inner == 1) or too few to fill
+///    the GPU one per thread;
+///  - otherwise one thread per row, looping over dim: with inner > 1
+///    adjacent threads read adjacent inner positions (coalesced).
+///
+/// The arithmetic follows the CPU kernel: the maximum and x - max in float,
+/// exponentials in float, their sum in double; softmax multiplies each
+/// exponential by float(1 / sum), log-softmax writes float(x - lse) with
+/// lse = max + log(sum) in double. The CPU's polyExp is within 8.3e-8
+/// relative of exp, so the device uses expf (no fast-math intrinsics).
+/// Float products and sums are written with explicit round-to-nearest
+/// intrinsics where the compiler could otherwise contract them into an
+/// FMA (the CPU build has no FMA contraction).
+///
+/// Every output element is written by the thread that last reads the input
+/// element at that index, after the row's reductions: Y may alias X and dX
+/// may alias dY.
+///
+//===----------------------------------------------------------------------===//
+
+#include "block_reduce.cuh"
+#include "cuda_rt.h"
+#include "pipec_rt.h"
+
+#include <cstdint>
+
+namespace pipec {
+namespace cuda {
+namespace {
+
+/// Rows of at least kLongRow elements take one block each when contiguous
+/// or fewer than kFewRows.
+constexpr int64_t kFewRows = 2048;
+constexpr int64_t kLongRow = 64;
+
+/// First element of row r (o = r / inner, j = r % inner) of an
+/// [outer, dim, inner] tensor.
+__device__ inline int64_t rowBase(int64_t r, int64_t dim, int64_t inner) {
+  const int64_t o = r / inner;
+  return o * dim * inner + (r - o * inner);
+}
+
+__global__ void softmaxRowsBlock(const float *x, float *y, int64_t rows,
+                                 int64_t dim, int64_t inner, bool isLog) {
+  __shared__ float redF[32];
+  __shared__ double redD[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = rowBase(r, dim, inner);
+    const float *xr = x + base;
+    float *yr = y + base;
+    float mx = -INFINITY;
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
+      mx = fmaxf(mx, xr[d * inner]);
+    mx = blockReduce(mx, MaxOp(), -INFINITY, redF);
+    double sum = 0;
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
+      sum += double(expf(__fsub_rn(xr[d * inner], mx)));
+    sum = blockReduce(sum, SumOp(), 0.0, redD);
+    if (isLog) {
+      const double lse = double(mx) + log(sum);
+      for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
+        yr[d * inner] = float(double(xr[d * inner]) - lse);
+    } else {
+      const float inv = float(1.0 / sum);
+      for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
+        yr[d * inner] = __fmul_rn(expf(__fsub_rn(xr[d * inner], mx)), inv);
+    }
+  }
+}
+
+__global__ void softmaxRowsThread(const float *x, float *y, int64_t rows,
+                                  int64_t dim, int64_t inner, bool isLog) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = rowBase(r, dim, inner);
+    const float *xr = x + base;
+    float *yr = y + base;
+    float mx = xr[0];
+    for (int64_t d = 1; d < dim; ++d)
+      mx = fmaxf(mx, xr[d * inner]);
+    double sum = 0;
+    for (int64_t d = 0; d < dim; ++d)
+      sum += double(expf(__fsub_rn(xr[d * inner], mx)));
+    if (isLog) {
+      const double lse = double(mx) + log(sum);
+      for (int64_t d = 0; d < dim; ++d)
+        yr[d * inner] = float(double(xr[d * inner]) - lse);
+    } else {
+      const float inv = float(1.0 / sum);
+      for (int64_t d = 0; d < dim; ++d)
+        yr[d * inner] = __fmul_rn(expf(__fsub_rn(xr[d * inner], mx)), inv);
+    }
+  }
+}
+
+/// dX of one row from s = float(sum): log-softmax dY - exp(Y) s, softmax
+/// Y (dY - s).
+__device__ inline float gradElem(float y, float dy, float s, bool isLog) {
+  return isLog ? __fsub_rn(dy, __fmul_rn(expf(y), s))
+               : __fmul_rn(y, __fsub_rn(dy, s));
+}
+
+__global__ void softmaxGradRowsBlock(const float *y, const float *dy, float *dx,
+                                     int64_t rows, int64_t dim, int64_t inner,
+                                     bool isLog) {
+  __shared__ double redD[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = rowBase(r, dim, inner);
+    double acc = 0;
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+      const int64_t k = base + d * inner;
+      acc += isLog ? double(dy[k]) : double(dy[k]) * double(y[k]);
+    }
+    const float s = float(blockReduce(acc, SumOp(), 0.0, redD));
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+      const int64_t k = base + d * inner;
+      dx[k] = gradElem(y[k], dy[k], s, isLog);
+    }
+  }
+}
+
+__global__ void softmaxGradRowsThread(const float *y, const float *dy,
+                                      float *dx, int64_t rows, int64_t dim,
+                                      int64_t inner, bool isLog) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = rowBase(r, dim, inner);
+    double acc = 0;
+    for (int64_t d = 0; d < dim; ++d) {
+      const int64_t k = base + d * inner;
+      acc += isLog ? double(dy[k]) : double(dy[k]) * double(y[k]);
+    }
+    const float s = float(acc);
+    for (int64_t d = 0; d < dim; ++d) {
+      const int64_t k = base + d * inner;
+      dx[k] = gradElem(y[k], dy[k], s, isLog);
+    }
+  }
+}
+
+/// Decoded [outer, dim, inner, isLog].
+struct Shape {
+  int64_t outer, dim, inner;
+  bool isLog;
+  explicit Shape(const int64_t *ints)
+      : outer(ints[0]), dim(ints[1]), inner(ints[2]), isLog(ints[3] != 0) {}
+  bool empty() const { return outer <= 0 || dim <= 0 || inner <= 0; }
+  int64_t rows() const { return outer * inner; }
+  /// Whether one block per row is the better launch shape.
+  bool blockPerRow() const {
+    return dim >= kLongRow && (inner == 1 || rows() < kFewRows);
+  }
+};
+
+} // namespace
+} // namespace cuda
+} // namespace pipec
+
+using namespace pipec::cuda;
+
+extern "C" void pipec_cuda_k_softmax(void *const *bufs, const int64_t *ints,
+                                     const double *) {
+  const float *x = static_cast<const float *>(bufs[0]);
+  float *y = static_cast<float *>(bufs[1]);
+  const Shape s(ints);
+  if (s.empty())
+    return;
+  cudaStream_t stream = context().stream;
+  if (s.blockPerRow())
+    softmaxRowsBlock<<<rowGrid(s.rows()), rowBlock(s.dim), 0, stream>>>(
+        x, y, s.rows(), s.dim, s.inner, s.isLog);
+  else
+    softmaxRowsThread<<<gridFor(s.rows()), 256, 0, stream>>>(
+        x, y, s.rows(), s.dim, s.inner, s.isLog);
+  checkLaunch("pipec_cuda_k_softmax");
+}
+
+extern "C" void pipec_cuda_k_softmax_grad(void *const *bufs,
+                                          const int64_t *ints, const double *) {
+  const float *y = static_cast<const float *>(bufs[0]);
+  const float *dy = static_cast<const float *>(bufs[1]);
+  float *dx = static_cast<float *>(bufs[2]);
+  const Shape s(ints);
+  if (s.empty())
+    return;
+  cudaStream_t stream = context().stream;
+  if (s.blockPerRow())
+    softmaxGradRowsBlock<<<rowGrid(s.rows()), rowBlock(s.dim), 0, stream>>>(
+        y, dy, dx, s.rows(), s.dim, s.inner, s.isLog);
+  else
+    softmaxGradRowsThread<<<gridFor(s.rows()), 256, 0, stream>>>(
+        y, dy, dx, s.rows(), s.dim, s.inner, s.isLog);
+  checkLaunch("pipec_cuda_k_softmax_grad");
+}

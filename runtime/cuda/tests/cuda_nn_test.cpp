@@ -1,0 +1,566 @@
+//===- cuda_nn_test.cpp - CUDA GEMM, softmax, norm, loss, optimizers ------===//
+//
+// Part of pipec's GPU tests (ctest label `gpu`). Runs the CUDA twins of
+// gemm, batch_matmul, softmax(_grad), layernorm(_grad), sce_loss(_grad),
+// sgd, momentum, adam and adagrad against the CPU kernels on the same
+// inputs (cuda_test_util.h): every transpose and bias-broadcast form of
+// Gemm, broadcast and multi-dimensional batches, both launch shapes of the
+// row-wise kernels (one block per row, one thread per row), in-place
+// outputs, and the optimizers at several update counts T.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda_test_util.h"
+
+#include "pipec_rt.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+using namespace pipec::cudatest;
+
+namespace {
+
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+//===----------------------------------------------------------------------===//
+// Gemm
+//===----------------------------------------------------------------------===//
+
+/// How Gemm's C is given.
+enum class Bias { None, Full, Row, Column, Scalar, Transposed };
+
+/// Gemm of random A, B (and C) against the CPU; `cFill` (if not 0) is the
+/// value of every C element instead of random ones.
+void gemmCase(int64_t m, int64_t n, int64_t k, bool ta, bool tb, Bias bias,
+              double alpha, double beta, double rtol = 1e-5, double atol = 1e-6,
+              float cFill = 0, unsigned seed = 1) {
+  SCOPED_TRACE(::testing::Message()
+               << "gemm M=" << m << " N=" << n << " K=" << k << " tA=" << ta
+               << " tB=" << tb << " bias=" << int(bias) << " alpha=" << alpha
+               << " beta=" << beta);
+  int64_t cCount = 0, sm = 0, sn = 0;
+  switch (bias) {
+  case Bias::None:
+    break;
+  case Bias::Full:
+    cCount = m * n, sm = n, sn = 1;
+    break;
+  case Bias::Row: // C is [N], broadcast over the rows
+    cCount = n, sm = 0, sn = 1;
+    break;
+  case Bias::Column: // C is [M, 1]
+    cCount = m, sm = 1, sn = 0;
+    break;
+  case Bias::Scalar:
+    cCount = 1, sm = 0, sn = 0;
+    break;
+  case Bias::Transposed: // C read through strides (1, M)
+    cCount = m * n, sm = 1, sn = m;
+    break;
+  }
+  std::vector<float> c = randf(size_t(cCount), -1, 1, seed + 2);
+  if (cFill != 0)
+    c.assign(c.size(), cFill);
+  expectSameAsCpu("gemm",
+                  {in(randf(size_t(m * k), -1, 1, seed)),
+                   in(randf(size_t(k * n), -1, 1, seed + 1)),
+                   bias == Bias::None ? null() : in(c), out(size_t(m * n))},
+                  {m, n, k, ta, tb, bias != Bias::None, sm, sn}, {alpha, beta},
+                  rtol, atol);
+}
+
+TEST(CudaGemm, AllTransposeCombinations) {
+  PIPEC_REQUIRE_GPU();
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      gemmCase(37, 53, 29, ta, tb, Bias::None, 1, 0);
+      gemmCase(37, 53, 29, ta, tb, Bias::Full, 1, 1);
+      gemmCase(5, 3, 70, ta, tb, Bias::Row, 0.5, 2);
+      gemmCase(1, 1, 1, ta, tb, Bias::None, 1, 0);
+    }
+}
+
+TEST(CudaGemm, BiasBroadcastForms) {
+  PIPEC_REQUIRE_GPU();
+  for (Bias bias :
+       {Bias::Full, Bias::Row, Bias::Column, Bias::Scalar, Bias::Transposed}) {
+    gemmCase(37, 53, 29, false, false, bias, 1, 1);
+    gemmCase(37, 53, 29, true, false, bias, -0.75, 0.5);
+    gemmCase(19, 8, 31, false, true, bias, 2, -3);
+  }
+}
+
+TEST(CudaGemm, BetaZeroIgnoresC) {
+  PIPEC_REQUIRE_GPU();
+  // beta == 0 must not read C: a NaN there must not reach Y.
+  gemmCase(37, 53, 29, false, false, Bias::Full, 1, 0, 1e-5, 1e-6, kNaN);
+  gemmCase(16, 9, 4, true, true, Bias::Row, 0.5, 0, 1e-5, 1e-6, kNaN);
+  // hasC with random C and beta 0: Y is overwritten with alpha A B.
+  gemmCase(16, 9, 4, false, false, Bias::Scalar, 1.5, 0);
+}
+
+TEST(CudaGemm, DegenerateSizes) {
+  PIPEC_REQUIRE_GPU();
+  // K == 0: Y = beta C, or zeros without C.
+  expectSameAsCpu("gemm", {in({}), in({}), in(randf(12)), out(12)},
+                  {3, 4, 0, 0, 0, 1, 4, 1}, {1.0, 2.5});
+  expectSameAsCpu("gemm", {in({}), in({}), null(), out(12)},
+                  {3, 4, 0, 0, 0, 0, 0, 0}, {1.0, 0.0});
+  // alpha == 0: op(A) op(B) is zero.
+  gemmCase(7, 5, 3, false, false, Bias::Column, 0, 1);
+  gemmCase(7, 5, 3, false, false, Bias::None, 0, 1);
+  // Empty Y: nothing written (the output keeps its content on both sides).
+  expectSameAsCpu("gemm", {in(randf(6)), in({}), null(), out(1)},
+                  {3, 0, 2, 0, 0, 0, 0, 0}, {1.0, 0.0});
+}
+
+TEST(CudaGemm, InPlaceBias) {
+  PIPEC_REQUIRE_GPU();
+  // Y is C itself (strides N, 1): Y = alpha A B + beta Y.
+  for (int ta = 0; ta < 2; ++ta)
+    expectSameAsCpu("gemm",
+                    {in(randf(37 * 29, -1, 1, 5)), in(randf(29 * 53, -1, 1, 6)),
+                     in(randf(37 * 53, -1, 1, 7)), alias(2)},
+                    {37, 53, 29, ta, 0, 1, 53, 1}, {0.5, 1.5});
+}
+
+TEST(CudaGemm, Large) {
+  PIPEC_REQUIRE_GPU();
+  // K = 384: cuBLAS and OpenBLAS add the 384 products in different orders
+  // (blocking, split-K), so float results differ by a few ulp of the
+  // partial sums (|partial| up to ~10 here), which for outputs near zero
+  // exceeds 1e-5 relative + 1e-6 absolute; 1e-4 bounds it with margin.
+  gemmCase(256, 512, 384, false, false, Bias::Row, 1, 1, 1e-4, 1e-4);
+  gemmCase(256, 512, 384, true, true, Bias::Full, 0.5, 2, 1e-4, 1e-4);
+  gemmCase(256, 512, 384, false, true, Bias::None, 1, 0, 1e-4, 1e-4);
+}
+
+//===----------------------------------------------------------------------===//
+// Batched matmul
+//===----------------------------------------------------------------------===//
+
+/// batch_matmul with batch dims `dims` and batch strides `as` / `bs` (0 for
+/// a broadcast dimension). `aCount` / `bCount` are the operands' sizes.
+void bmmCase(std::vector<int64_t> dims, std::vector<int64_t> as,
+             std::vector<int64_t> bs, int64_t aCount, int64_t bCount, int64_t m,
+             int64_t n, int64_t k, bool ta, bool tb, double alpha = 1,
+             double rtol = 1e-5, double atol = 1e-6) {
+  SCOPED_TRACE(::testing::Message()
+               << "batch_matmul nb=" << dims.size() << " M=" << m << " N=" << n
+               << " K=" << k << " tA=" << ta << " tB=" << tb);
+  int64_t batches = 1;
+  for (int64_t d : dims)
+    batches *= d;
+  std::vector<int64_t> ints = {int64_t(dims.size())};
+  ints.insert(ints.end(), dims.begin(), dims.end());
+  ints.insert(ints.end(), as.begin(), as.end());
+  ints.insert(ints.end(), bs.begin(), bs.end());
+  ints.insert(ints.end(), {m, n, k, ta, tb});
+  expectSameAsCpu("batch_matmul",
+                  {in(randf(size_t(aCount), -1, 1, 11)),
+                   in(randf(size_t(bCount), -1, 1, 12)),
+                   out(size_t(batches * m * n))},
+                  ints, {alpha}, rtol, atol);
+}
+
+TEST(CudaBatchMatmul, OneBatchDim) {
+  PIPEC_REQUIRE_GPU();
+  const int64_t m = 13, n = 21, k = 17, b = 5;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      bmmCase({b}, {m * k}, {k * n}, b * m * k, b * k * n, m, n, k, ta, tb);
+      // B broadcast (stride 0): one GEMM of b*M rows when A is not
+      // transposed, a strided-batched call with stride 0 otherwise.
+      bmmCase({b}, {m * k}, {0}, b * m * k, k * n, m, n, k, ta, tb, 0.5);
+      // A broadcast.
+      bmmCase({b}, {0}, {k * n}, m * k, b * k * n, m, n, k, ta, tb, -2);
+    }
+  // No batch dimension at all, and unit batch dims only.
+  bmmCase({}, {}, {}, m * k, k * n, m, n, k, false, false);
+  bmmCase({1, 1}, {0, 0}, {0, 0}, m * k, k * n, m, n, k, true, false);
+}
+
+TEST(CudaBatchMatmul, TwoBatchDims) {
+  PIPEC_REQUIRE_GPU();
+  const int64_t m = 9, n = 14, k = 11, b0 = 3, b1 = 4, ma = m * k, mb = k * n;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      // Contiguous: merges into one batch dimension.
+      bmmCase({b0, b1}, {b1 * ma, ma}, {b1 * mb, mb}, b0 * b1 * ma,
+              b0 * b1 * mb, m, n, k, ta, tb);
+      // A [b0, 1] broadcast over the inner batch dim, B full: outer loop.
+      bmmCase({b0, b1}, {ma, 0}, {b1 * mb, mb}, b0 * ma, b0 * b1 * mb, m, n, k,
+              ta, tb);
+      // A [1, b1], B [b0, 1]: both broadcast, along different dims.
+      bmmCase({b0, b1}, {0, ma}, {mb, 0}, b1 * ma, b0 * mb, m, n, k, ta, tb,
+              1.5);
+    }
+  // Three batch dims with a unit one in the middle, B shared.
+  bmmCase({2, 1, 3}, {3 * ma, 0, ma}, {0, 0, 0}, 6 * ma, mb, m, n, k, false,
+          false);
+  // Permuted (non-contiguous) batch strides: A's batch dims swapped.
+  bmmCase({b0, b1}, {ma, b0 * ma}, {b1 * mb, mb}, b0 * b1 * ma, b0 * b1 * mb, m,
+          n, k, false, true);
+}
+
+TEST(CudaBatchMatmul, LargerAndDegenerate) {
+  PIPEC_REQUIRE_GPU();
+  // [8, 64, 96] x [96, 128] (the MatMul of a linear layer on a sequence).
+  // K = 96: as in CudaGemm.Large, summation order differs from OpenBLAS.
+  bmmCase({8}, {64 * 96}, {0}, 8 * 64 * 96, 96 * 128, 64, 128, 96, false, false,
+          1, 1e-4, 1e-5);
+  // K == 0 and alpha == 0 give zeros.
+  bmmCase({3}, {0}, {0}, 0, 0, 4, 5, 0, false, false);
+  bmmCase({3}, {6}, {6}, 18, 18, 2, 3, 3, false, false, 0);
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax
+//===----------------------------------------------------------------------===//
+
+void softmaxCase(int64_t outer, int64_t dim, int64_t inner, bool isLog,
+                 bool inPlace, float range = 8) {
+  SCOPED_TRACE(::testing::Message()
+               << "softmax [" << outer << ", " << dim << ", " << inner
+               << "] log=" << isLog << " inPlace=" << inPlace);
+  const size_t total = size_t(outer * dim * inner);
+  std::vector<float> x = randf(total, -range, range, 21);
+  expectSameAsCpu("softmax", {in(x), inPlace ? alias(0) : out(total)},
+                  {outer, dim, inner, isLog});
+}
+
+TEST(CudaSoftmax, LastAxis) {
+  PIPEC_REQUIRE_GPU();
+  for (int isLog = 0; isLog < 2; ++isLog) {
+    softmaxCase(16, 1000, 1, isLog, false);   // one block per row
+    softmaxCase(300, 10, 1, isLog, false);    // one thread per row
+    softmaxCase(3, 5000, 1, isLog, true, 40); // wide range, in place
+    softmaxCase(7, 1, 1, isLog, false);       // a single class
+  }
+}
+
+TEST(CudaSoftmax, MiddleAxis) {
+  PIPEC_REQUIRE_GPU();
+  for (int isLog = 0; isLog < 2; ++isLog) {
+    softmaxCase(3, 17, 50, isLog, false);  // short rows: thread per row
+    softmaxCase(2, 300, 5, isLog, false);  // few long rows: block per row
+    softmaxCase(4, 100, 600, isLog, true); // many long rows: thread per row
+  }
+}
+
+void softmaxGradCase(int64_t outer, int64_t dim, int64_t inner, bool isLog,
+                     bool inPlace) {
+  SCOPED_TRACE(::testing::Message()
+               << "softmax_grad [" << outer << ", " << dim << ", " << inner
+               << "] log=" << isLog << " inPlace=" << inPlace);
+  const size_t total = size_t(outer * dim * inner);
+  // Y from the forward kernel, so that it is a (log-)probability.
+  std::vector<float> x = randf(total, -4, 4, 31), y(total);
+  void *fwd[] = {x.data(), y.data()};
+  const int64_t fwdInts[] = {outer, dim, inner, isLog};
+  pipec_k_softmax(fwd, fwdInts, nullptr);
+  expectSameAsCpu(
+      "softmax_grad",
+      {in(y), in(randf(total, -1, 1, 32)), inPlace ? alias(1) : out(total)},
+      {outer, dim, inner, isLog});
+}
+
+TEST(CudaSoftmaxGrad, AllShapes) {
+  PIPEC_REQUIRE_GPU();
+  for (int isLog = 0; isLog < 2; ++isLog) {
+    softmaxGradCase(16, 1000, 1, isLog, false);
+    softmaxGradCase(300, 10, 1, isLog, true);
+    softmaxGradCase(3, 17, 50, isLog, false);
+    softmaxGradCase(2, 300, 5, isLog, true);
+    softmaxGradCase(4, 100, 600, isLog, false);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Layer normalization
+//===----------------------------------------------------------------------===//
+
+void layerNormCase(int64_t outer, int64_t inner, bool withBias, bool inPlace,
+                   float offset, double eps = 1e-5) {
+  SCOPED_TRACE(::testing::Message()
+               << "layernorm [" << outer << ", " << inner << "] bias="
+               << withBias << " inPlace=" << inPlace << " offset=" << offset);
+  const size_t total = size_t(outer * inner);
+  std::vector<float> x = randf(total, offset - 1, offset + 1, 41);
+  expectSameAsCpu("layernorm",
+                  {in(x), in(randf(size_t(inner), 0.5f, 1.5f, 42)),
+                   withBias ? in(randf(size_t(inner), -1, 1, 43)) : null(),
+                   inPlace ? alias(0) : out(total), out(size_t(outer)),
+                   out(size_t(outer))},
+                  {outer, inner}, {eps});
+}
+
+TEST(CudaLayerNorm, Forward) {
+  PIPEC_REQUIRE_GPU();
+  for (int withBias = 0; withBias < 2; ++withBias) {
+    layerNormCase(7, 10, withBias, false, 0);
+    layerNormCase(300, 768, withBias, false, 0);
+    layerNormCase(5, 3000, withBias, true, 0);     // rows longer than a block
+    layerNormCase(33, 64, withBias, false, 100);   // |mean| >> std
+    layerNormCase(4, 1, withBias, false, 0, 1e-2); // one element per row
+  }
+}
+
+TEST(CudaLayerNorm, NullStatistics) {
+  PIPEC_REQUIRE_GPU();
+  // mean and invStd outputs are optional.
+  expectSameAsCpu("layernorm",
+                  {in(randf(6 * 40, -1, 1, 44)), in(randf(40, 0.5f, 1.5f, 45)),
+                   in(randf(40)), out(6 * 40), null(), null()},
+                  {6, 40}, {1e-5});
+}
+
+/// layernorm_grad with the mean and invStd of the CPU forward.
+void layerNormGradCase(int64_t outer, int64_t inner, bool withDx,
+                       bool withScale, bool withBias, bool inPlace,
+                       float offset = 0) {
+  SCOPED_TRACE(::testing::Message()
+               << "layernorm_grad [" << outer << ", " << inner
+               << "] dX=" << withDx << " dScale=" << withScale
+               << " dBias=" << withBias << " inPlace=" << inPlace);
+  const size_t total = size_t(outer * inner);
+  std::vector<float> x = randf(total, offset - 1, offset + 1, 51);
+  std::vector<float> scale = randf(size_t(inner), 0.5f, 1.5f, 52);
+  std::vector<float> y(total), mean(static_cast<size_t>(outer)),
+      invStd(static_cast<size_t>(outer));
+  void *fwd[] = {x.data(), scale.data(), nullptr,
+                 y.data(), mean.data(),  invStd.data()};
+  const int64_t fwdInts[] = {outer, inner};
+  const double eps[] = {1e-5};
+  pipec_k_layernorm(fwd, fwdInts, eps);
+  expectSameAsCpu("layernorm_grad",
+                  {in(x), in(scale), in(mean), in(invStd),
+                   in(randf(total, -1, 1, 53)),
+                   !withDx   ? null()
+                   : inPlace ? alias(4)
+                             : out(total),
+                   withScale ? out(size_t(inner)) : null(),
+                   withBias ? out(size_t(inner)) : null()},
+                  {outer, inner});
+}
+
+TEST(CudaLayerNormGrad, AllOutputs) {
+  PIPEC_REQUIRE_GPU();
+  for (int withBias = 0; withBias < 2; ++withBias) {
+    layerNormGradCase(7, 10, true, true, withBias, false);
+    layerNormGradCase(300, 768, true, true, withBias, false);
+    layerNormGradCase(5, 3000, true, true, withBias, true);
+    layerNormGradCase(1000, 33, true, true, withBias, true); // many chunks
+    layerNormGradCase(33, 64, true, true, withBias, false, 100);
+  }
+}
+
+TEST(CudaLayerNormGrad, OptionalOutputs) {
+  PIPEC_REQUIRE_GPU();
+  layerNormGradCase(50, 40, false, true, true, false);
+  layerNormGradCase(50, 40, true, false, false, false);
+  layerNormGradCase(50, 40, false, false, true, false);
+  layerNormGradCase(50, 40, true, false, true, true);
+}
+
+//===----------------------------------------------------------------------===//
+// SoftmaxCrossEntropyLoss
+//===----------------------------------------------------------------------===//
+
+struct SceCase {
+  int64_t n, c, d;
+  int64_t reduction; ///< 0 none, 1 mean, 2 sum
+  bool weights = false;
+  bool ignore = false;
+  int64_t ignoreIndex = -100;
+};
+
+/// Labels in [0, C), every fifth one the ignore index when `ignore`, and
+/// one out-of-range label (skipped like an ignored one) when `outOfRange`.
+std::vector<int64_t> sceLabels(const SceCase &s, bool outOfRange = false) {
+  std::vector<float> r = randf(size_t(s.n * s.d), 0, float(s.c), 61);
+  std::vector<int64_t> labels(r.size());
+  for (size_t i = 0; i < r.size(); ++i) {
+    labels[i] = std::min<int64_t>(int64_t(r[i]), s.c - 1);
+    if (s.ignore && i % 5 == 2)
+      labels[i] = s.ignoreIndex;
+  }
+  if (outOfRange && labels.size() > 3)
+    labels[3] = s.c + 3;
+  return labels;
+}
+
+std::vector<int64_t> sceInts(const SceCase &s) {
+  return {s.n, s.c, s.d, s.reduction, s.weights, s.ignore, s.ignoreIndex};
+}
+
+void sceLossCase(const SceCase &s, bool withLogProb, bool outOfRange = false) {
+  SCOPED_TRACE(::testing::Message()
+               << "sce_loss N=" << s.n << " C=" << s.c << " D=" << s.d
+               << " reduction=" << s.reduction << " weights=" << s.weights
+               << " ignore=" << s.ignore << " logProb=" << withLogProb);
+  const size_t total = size_t(s.n * s.c * s.d);
+  expectSameAsCpu("sce_loss",
+                  {in(randf(total, -5, 5, 62)), inI64(sceLabels(s, outOfRange)),
+                   s.weights ? in(randf(size_t(s.c), 0.1f, 2, 63)) : null(),
+                   out(s.reduction == 0 ? size_t(s.n * s.d) : 1),
+                   withLogProb ? out(total) : null()},
+                  sceInts(s));
+}
+
+void sceGradCase(const SceCase &s, bool inPlace, bool outOfRange = false) {
+  SCOPED_TRACE(::testing::Message()
+               << "sce_loss_grad N=" << s.n << " C=" << s.c << " D=" << s.d
+               << " reduction=" << s.reduction << " weights=" << s.weights
+               << " ignore=" << s.ignore << " inPlace=" << inPlace);
+  const size_t total = size_t(s.n * s.c * s.d);
+  expectSameAsCpu("sce_loss_grad",
+                  {in(randf(total, -5, 5, 64)), inI64(sceLabels(s, outOfRange)),
+                   s.weights ? in(randf(size_t(s.c), 0.1f, 2, 65)) : null(),
+                   in(s.reduction == 0 ? randf(size_t(s.n * s.d), -1, 1, 66)
+                                       : std::vector<float>{0.37f}),
+                   inPlace ? alias(0) : out(total)},
+                  sceInts(s));
+}
+
+/// Shapes covering both launch shapes: thread per position (C < 64, or
+/// many strided positions) and block per position (long rows).
+const SceCase kSceShapes[] = {{8, 10, 1, 0},
+                              {4, 5, 7, 0},
+                              {16, 1000, 1, 0},
+                              {3, 100, 6, 0},
+                              {40, 70, 60, 0}};
+
+TEST(CudaSceLoss, AllReductionsAndOptions) {
+  PIPEC_REQUIRE_GPU();
+  for (SceCase s : kSceShapes)
+    for (int64_t reduction = 0; reduction < 3; ++reduction)
+      for (int opts = 0; opts < 4; ++opts) {
+        s.reduction = reduction;
+        s.weights = opts & 1;
+        s.ignore = opts & 2;
+        s.ignoreIndex = opts == 2 ? 1 : -100; // a real class, or -100
+        sceLossCase(s, opts % 2 == 0);
+        sceLossCase(s, opts % 2 == 1, /*outOfRange=*/opts == 3);
+      }
+}
+
+TEST(CudaSceLoss, EveryTargetIgnored) {
+  PIPEC_REQUIRE_GPU();
+  // mean with W == 0 gives 0 (not NaN).
+  for (int64_t reduction = 0; reduction < 3; ++reduction) {
+    SceCase s{4, 6, 2, reduction, true, true, 3};
+    std::vector<int64_t> labels(8, 3);
+    expectSameAsCpu("sce_loss",
+                    {in(randf(48)), inI64(labels), in(randf(6, 0.1f, 2)),
+                     out(reduction == 0 ? 8 : 1), out(48)},
+                    sceInts(s));
+    expectSameAsCpu("sce_loss_grad",
+                    {in(randf(48)), inI64(labels), in(randf(6, 0.1f, 2)),
+                     in(reduction == 0 ? randf(8) : std::vector<float>{1}),
+                     out(48)},
+                    sceInts(s));
+  }
+}
+
+TEST(CudaSceLossGrad, AllReductionsAndOptions) {
+  PIPEC_REQUIRE_GPU();
+  for (SceCase s : kSceShapes)
+    for (int64_t reduction = 0; reduction < 3; ++reduction)
+      for (int opts = 0; opts < 4; ++opts) {
+        s.reduction = reduction;
+        s.weights = opts & 1;
+        s.ignore = opts & 2;
+        s.ignoreIndex = opts == 2 ? 1 : -100;
+        sceGradCase(s, opts % 2 == 0, /*outOfRange=*/opts == 1);
+      }
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizers
+//===----------------------------------------------------------------------===//
+
+constexpr size_t kSmall = 1000, kLarge = 300007;
+
+TEST(CudaOptimizer, Sgd) {
+  PIPEC_REQUIRE_GPU();
+  for (size_t n : {kSmall, kLarge}) {
+    expectSameAsCpu("sgd",
+                    {in(randf(n, -1, 1, 71)), in(randf(n, -1, 1, 72)),
+                     in({0.05f}), alias(0)},
+                    {int64_t(n)});
+    expectSameAsCpu(
+        "sgd",
+        {in(randf(n, -1, 1, 73)), in(randf(n, -1, 1, 74)), in({0.3f}), out(n)},
+        {int64_t(n)});
+  }
+}
+
+TEST(CudaOptimizer, Momentum) {
+  PIPEC_REQUIRE_GPU();
+  for (size_t n : {kSmall, kLarge})
+    for (int64_t t : {0, 1, 7})
+      for (int nesterov = 0; nesterov < 2; ++nesterov)
+        for (double norm : {0.0, 0.01}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "momentum T=" << t << " nesterov=" << nesterov
+                       << " norm=" << norm);
+          // In place: Xnew aliases X, Vnew aliases V.
+          expectSameAsCpu("momentum",
+                          {in({0.1f}), inI64({t}), in(randf(n, -1, 1, 81)),
+                           in(randf(n, -1, 1, 82)), in(randf(n, -1, 1, 83)),
+                           alias(2), alias(4)},
+                          {int64_t(n), nesterov}, {0.9, 0.8, norm});
+          expectSameAsCpu("momentum",
+                          {in({0.02f}), inI64({t}), in(randf(n, -1, 1, 84)),
+                           in(randf(n, -1, 1, 85)), in(randf(n, -1, 1, 86)),
+                           out(n), out(n)},
+                          {int64_t(n), nesterov}, {0.5, 0.25, norm});
+        }
+}
+
+TEST(CudaOptimizer, Adam) {
+  PIPEC_REQUIRE_GPU();
+  for (size_t n : {kSmall, kLarge})
+    for (int64_t t : {0, 1, 10, 1000})
+      for (double norm : {0.0, 0.01}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "adam T=" << t << " norm=" << norm);
+        // H is a second moment: non-negative.
+        expectSameAsCpu("adam",
+                        {in({0.001f}), inI64({t}), in(randf(n, -1, 1, 91)),
+                         in(randf(n, -1, 1, 92)), in(randf(n, -1, 1, 93)),
+                         in(randf(n, 0, 1, 94)), alias(2), alias(4), alias(5)},
+                        {int64_t(n)}, {0.9, 0.999, norm, 0.0, 1e-8});
+        expectSameAsCpu("adam",
+                        {in({0.01f}), inI64({t}), in(randf(n, -1, 1, 95)),
+                         in(randf(n, -1, 1, 96)), in(randf(n, -1, 1, 97)),
+                         in(randf(n, 0, 0.01f, 98)), out(n), out(n), out(n)},
+                        {int64_t(n)}, {0.8, 0.95, norm, 0.01, 1e-6});
+      }
+}
+
+TEST(CudaOptimizer, Adagrad) {
+  PIPEC_REQUIRE_GPU();
+  for (size_t n : {kSmall, kLarge})
+    for (int64_t t : {0, 1, 10, 12345})
+      for (double norm : {0.0, 0.01}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "adagrad T=" << t << " norm=" << norm);
+        expectSameAsCpu("adagrad",
+                        {in({0.1f}), inI64({t}), in(randf(n, -1, 1, 101)),
+                         in(randf(n, -1, 1, 102)), in(randf(n, 0, 1, 103)),
+                         alias(2), alias(4)},
+                        {int64_t(n)}, {0.01, 1e-6, norm});
+        expectSameAsCpu("adagrad",
+                        {in({0.5f}), inI64({t}), in(randf(n, -1, 1, 104)),
+                         in(randf(n, -1, 1, 105)), in(randf(n, 0, 1, 106)),
+                         out(n), out(n)},
+                        {int64_t(n)}, {0.0, 1e-10, norm});
+      }
+}
+
+} // namespace

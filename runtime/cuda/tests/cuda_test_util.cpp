@@ -1,0 +1,168 @@
+//===- cuda_test_util.cpp - CUDA kernels against the CPU kernels ----------===//
+#include "cuda_test_util.h"
+
+#include "cuda_rt.h"
+#include "pipec_rt.h"
+
+extern "C" pipec_kernel_fn pipec_cuda_find_kernel(const char *name);
+
+#include <cmath>
+#include <cstring>
+
+namespace pipec {
+namespace cudatest {
+
+Arg in(std::vector<float> v) {
+  Arg a;
+  a.f = std::move(v);
+  return a;
+}
+Arg out(std::vector<float> v) {
+  Arg a = in(std::move(v));
+  a.output = true;
+  return a;
+}
+Arg out(size_t n) {
+  static unsigned seed = 1000;
+  return out(randf(n, -1.f, 1.f, seed++));
+}
+Arg inI64(std::vector<int64_t> v) {
+  Arg a;
+  a.kind = Arg::I64;
+  a.i = std::move(v);
+  return a;
+}
+Arg outI64(size_t n) {
+  Arg a = inI64(std::vector<int64_t>(n, 12345));
+  a.output = true;
+  return a;
+}
+Arg null() {
+  Arg a;
+  a.kind = Arg::Null;
+  return a;
+}
+Arg alias(int k) {
+  Arg a;
+  a.kind = Arg::Alias;
+  a.aliasOf = k;
+  return a;
+}
+
+std::vector<float> randf(size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = d(gen);
+  return v;
+}
+
+bool haveGpu() {
+  static int state = -1;
+  if (state < 0) {
+    int n = 0;
+    state = cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 1 : 0;
+    if (state) {
+      try {
+        cuda::initContext(0, false);
+      } catch (const std::exception &e) {
+        ADD_FAILURE() << "a GPU is present but the CUDA context failed: "
+                      << e.what();
+        state = 0;
+      }
+    }
+  }
+  return state == 1;
+}
+
+static size_t bytesOf(const Arg &a) {
+  return a.kind == Arg::F32 ? a.f.size() * 4 : a.i.size() * 8;
+}
+
+void expectSameAsCpu(const std::string &name, std::vector<Arg> args,
+                     std::vector<int64_t> ints, std::vector<double> reals,
+                     double rtol, double atol) {
+  pipec_kernel_fn cpu = pipec_rt_find_kernel(("pipec_k_" + name).c_str());
+  pipec_kernel_fn gpu = pipec_cuda_find_kernel(name.c_str());
+  ASSERT_NE(cpu, nullptr) << "no CPU kernel pipec_k_" << name;
+  ASSERT_NE(gpu, nullptr) << "no CUDA kernel pipec_cuda_k_" << name;
+
+  // CPU side: host copies (outputs start with the same content as on GPU).
+  std::vector<Arg> host = args;
+  std::vector<void *> cpuBufs(args.size(), nullptr),
+      gpuBufs(args.size(), nullptr);
+  for (size_t k = 0; k < host.size(); ++k) {
+    Arg &a = host[k];
+    if (a.kind == Arg::F32)
+      cpuBufs[k] = a.f.data();
+    else if (a.kind == Arg::I64)
+      cpuBufs[k] = a.i.data();
+  }
+  for (size_t k = 0; k < host.size(); ++k)
+    if (host[k].kind == Arg::Alias)
+      cpuBufs[k] = cpuBufs[host[k].aliasOf];
+
+  for (size_t k = 0; k < args.size(); ++k) {
+    const Arg &a = args[k];
+    if (a.kind != Arg::F32 && a.kind != Arg::I64)
+      continue;
+    size_t n = bytesOf(a);
+    ASSERT_EQ(cudaMalloc(&gpuBufs[k], n ? n : 1), cudaSuccess);
+    const void *src = a.kind == Arg::F32 ? (const void *)a.f.data()
+                                         : (const void *)a.i.data();
+    ASSERT_EQ(cudaMemcpy(gpuBufs[k], src, n, cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  for (size_t k = 0; k < args.size(); ++k)
+    if (args[k].kind == Arg::Alias)
+      gpuBufs[k] = gpuBufs[args[k].aliasOf];
+
+  cpu(cpuBufs.data(), ints.data(), reals.data());
+  try {
+    gpu(gpuBufs.data(), ints.data(), reals.data());
+    cuda::check(cudaStreamSynchronize(cuda::context().stream), name.c_str());
+  } catch (const std::exception &e) {
+    ADD_FAILURE() << name << ": " << e.what();
+  }
+
+  for (size_t k = 0; k < args.size(); ++k) {
+    const Arg &a = args[k];
+    bool compared = a.output;
+    for (const Arg &other : args)
+      if (other.kind == Arg::Alias && other.aliasOf == int(k))
+        compared = true;
+    if (!compared || (a.kind != Arg::F32 && a.kind != Arg::I64))
+      continue;
+    size_t n = bytesOf(a);
+    std::vector<char> back(n);
+    ASSERT_EQ(cudaMemcpy(back.data(), gpuBufs[k], n, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    if (a.kind == Arg::I64) {
+      const int64_t *g = reinterpret_cast<const int64_t *>(back.data());
+      for (size_t e = 0; e < host[k].i.size(); ++e)
+        ASSERT_EQ(g[e], host[k].i[e])
+            << name << " buffer " << k << " element " << e;
+      continue;
+    }
+    double rt = a.rtol >= 0 ? a.rtol : rtol, at = a.atol >= 0 ? a.atol : atol;
+    const float *g = reinterpret_cast<const float *>(back.data());
+    int bad = 0;
+    for (size_t e = 0; e < host[k].f.size(); ++e) {
+      double c = host[k].f[e], v = g[e];
+      bool same = (std::isnan(c) && std::isnan(v)) || v == c ||
+                  std::fabs(v - c) <= at + rt * std::fabs(c);
+      if (!same && bad++ < 5)
+        ADD_FAILURE() << name << " buffer " << k << " element " << e
+                      << ": cuda " << v << ", cpu " << c;
+    }
+    EXPECT_EQ(bad, 0) << name << " buffer " << k << ": " << bad << " of "
+                      << host[k].f.size() << " elements differ";
+  }
+  for (size_t k = 0; k < args.size(); ++k)
+    if (args[k].kind == Arg::F32 || args[k].kind == Arg::I64)
+      cudaFree(gpuBufs[k]);
+}
+
+} // namespace cudatest
+} // namespace pipec

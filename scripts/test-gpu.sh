@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU suite, in two halves (the GPU machine has neither the compiler's
+# MLIR/LLVM nor a package registry; the build machine has no GPU):
+#
+#   scripts/test-gpu.sh prepare   on the build machine, after scripts/build.sh:
+#       downloads the Debian packages the stage executables need there
+#       (OpenMPI and its libraries, OpenBLAS) with apt-get download, and
+#       writes .gpu-bundle/: those packages, libpipec_rt_cuda.so, the kernel
+#       test binary and the e2e cases (CUDA run folders plus the CPU run's
+#       losses and final weights; test/gpu/gpu_e2e.py).
+#   scripts/test-gpu.sh run       on the GPU machine, in a copy of the
+#       repository with .gpu-bundle/ beside it: unpacks the packages into a
+#       private prefix, runs every CUDA kernel against its CPU twin
+#       (pipec_cuda_tests), then the e2e cases; the last line is the
+#       summary `N passed, M failed`.
+#
+# With the device tool: run(command="scripts/test-gpu.sh run",
+# carry=[".gpu-bundle"]). Results also go to $OUT (or .gpu-bundle/results).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUNDLE=$ROOT/.gpu-bundle
+
+prepare() {
+  local build=${PIPEC_BUILD:-$ROOT/build}
+  [ -x "$build/bin/pipec" ] || { echo "test-gpu: build first (scripts/build.sh)"; exit 1; }
+  [ -f "$build/runtime/libpipec_rt_cuda.so" ] || {
+    echo "test-gpu: this build has no CUDA runtime (no CUDA toolkit found at configure time)"; exit 1; }
+  rm -rf "$BUNDLE"
+  mkdir -p "$BUNDLE/debs" "$BUNDLE/lib" "$BUNDLE/bin"
+  (cd "$BUNDLE/debs" && apt-get download -q \
+    openmpi-bin libopenmpi3 openmpi-common libpmix2 libhwloc15 libevent-2.1-7 \
+    libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libibverbs1 libnl-3-200 \
+    libnl-route-3-200 librdmacm1 libpsm-infinipath1 libpsm2-2 libucx0 libmunge2 \
+    libnuma1 libopenblas0-pthread libgfortran5 libudev1 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+  cp "$build/runtime/libpipec_rt_cuda.so" "$BUNDLE/lib/"
+  cp "$build/runtime/cuda/tests/pipec_cuda_tests" "$BUNDLE/bin/"
+  /usr/bin/python3 test/gpu/gpu_e2e.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
+  du -sh "$BUNDLE"
+}
+
+run() {
+  [ -d "$BUNDLE/debs" ] || { echo "test-gpu: no $BUNDLE (scripts/test-gpu.sh prepare, then carry it)"; exit 1; }
+  local P=/tmp/pipec-gpu-deps
+  rm -rf "$P"; mkdir -p "$P"
+  for f in "$BUNDLE"/debs/*.deb; do dpkg -x "$f" "$P"; done
+  export OPAL_PREFIX=$P/usr
+  export PMIX_INSTALL_PREFIX=$P/usr/lib/x86_64-linux-gnu/pmix2
+  export PMIX_MCA_pcompress_base_silence_warning=1
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mca_base_component_show_load_errors=0
+  local cublas
+  cublas=$(dirname "$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")
+  export LD_LIBRARY_PATH=$BUNDLE/lib:$cublas:$P/usr/lib/x86_64-linux-gnu:$P/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
+  export PATH=$P/usr/bin:$PATH
+  local out=${OUT:-$BUNDLE/results}
+  mkdir -p "$out"
+  nvidia-smi -L || true
+  echo "cuBLAS from $cublas"
+  local rc=0
+  "$BUNDLE/bin/pipec_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/kernels.log" | tail -40 || rc=1
+  grep -q "FAILED" "$out/kernels.log" && rc=1
+  PYTHONUNBUFFERED=1 python3 test/gpu/gpu_e2e.py run --bundle "$BUNDLE" --mpirun "$P/usr/bin/orterun" \
+    ${PIPEC_GPU_ONLY:+--only "$PIPEC_GPU_ONLY"} 2>&1 | tee "$out/e2e.log" || rc=1
+  tail -1 "$out/e2e.log" | grep -q " 0 failed" || rc=1
+  return $rc
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run) run ;;
+  *) echo "usage: scripts/test-gpu.sh prepare|run"; exit 2 ;;
+esac

@@ -1,0 +1,369 @@
+#!/usr/bin/python3
+"""GPU end-to-end suite: models trained by `--target cuda` stage executables
+against the CPU run of the same compile.
+
+Two halves, because the GPU machine has no compiler (no MLIR/LLVM) and the
+build machine has no GPU:
+
+  gpu_e2e.py prepare --pipec build/bin/pipec --bundle .gpu-bundle
+      (build machine) compiles every case twice (--target cpu and cuda),
+      trains the CPU build here and keeps its losses and final weights, and
+      puts the CUDA run folders (stage executables, manifest, weights, data)
+      and cases.json into the bundle.
+  gpu_e2e.py run --bundle .gpu-bundle --mpirun mpirun
+      (GPU machine) launches every CUDA case with mpirun (all ranks share
+      the machine's GPUs: rank r uses GPU local_rank mod visible GPUs) and
+      checks: every step's loss within 1e-4 (relative) of the CPU run, the
+      final weights within 1e-4 (relative norm per tensor), a CPU
+      checkpoint resumed on the GPU, a NaN loss stopping the job with
+      pipec's message, and a killed rank ending the job with the rank named.
+      Prints one PASS/FAIL line per check and `N passed, M failed`.
+
+scripts/test-gpu.sh runs both halves.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+from e2e_common import Checks  # noqa: E402
+
+TOL = 1e-4
+STEPS = 5
+
+GPT_SMALL = ["--batch", "4", "--seq", "16", "--layers", "2", "--dim", "32", "--heads", "2", "--vocab", "64"]
+GPT_MID = ["--batch", "8", "--seq", "64", "--layers", "4", "--dim", "128", "--heads", "4", "--vocab", "256"]
+MODELS = {
+    # name: (generator, its flags, lr, uses data files)
+    "mlp": ("examples/mlp/make_mlp.py", ["--hidden", "64,32,16"], 0.1, False),
+    "gpt": ("examples/gpt/make_gpt.py", GPT_SMALL, 0.1, True),
+    "gpt-padmask": ("examples/gpt/make_gpt.py", GPT_SMALL + ["--padding-mask"], 0.1, True),
+    "gpt-mid": ("examples/gpt/make_gpt.py", GPT_MID, 0.05, True),
+}
+
+# (case name, model, compile flags)
+CASES = [
+    ("mlp-s1-gpipe", "mlp", ["--stages", "1", "--microbatches", "4", "--schedule", "gpipe"]),
+    ("mlp-s2-1f1b-flush", "mlp", ["--stages", "2", "--microbatches", "4"]),
+    ("mlp-s4-gpipe", "mlp", ["--stages", "4", "--microbatches", "4", "--schedule", "gpipe"]),
+    ("mlp-s4-1f1b-flush-B", "mlp", ["--stages", "4", "--microbatches", "8", "--warmup", "B"]),
+    ("mlp-s4-1f1b", "mlp", ["--stages", "4", "--microbatches", "4", "--schedule", "1f1b"]),
+    ("mlp-s4-2bw", "mlp", ["--stages", "4", "--microbatches", "4", "--schedule", "2bw"]),
+    ("mlp-s4-zb-h1", "mlp", ["--stages", "4", "--microbatches", "4", "--schedule", "zb-h1"]),
+    ("mlp-s2-interleaved", "mlp", ["--stages", "2", "--microbatches", "4", "--schedule", "interleaved",
+                                   "--chunks", "2"]),
+    ("mlp-s2-zb-v", "mlp", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-v"]),
+    ("mlp-s2-rr-replicas", "mlp", ["--stages", "2", "--microbatches", "4", "--replicas", "2,1"]),
+    ("mlp-s2-split-replicas", "mlp", ["--stages", "2", "--microbatches", "4", "--replicas", "2,1",
+                                      "--replica-mode", "split"]),
+    ("mlp-s2-adam", "mlp", ["--stages", "2", "--microbatches", "4", "--optimizer", "adam"]),
+    ("mlp-s2-momentum", "mlp", ["--stages", "2", "--microbatches", "4", "--optimizer", "momentum"]),
+    ("mlp-s2-adagrad", "mlp", ["--stages", "2", "--microbatches", "4", "--optimizer", "adagrad"]),
+    ("gpt-s1", "gpt", ["--stages", "1", "--microbatches", "2"]),
+    ("gpt-s2-1f1b-flush", "gpt", ["--stages", "2", "--microbatches", "4"]),
+    ("gpt-s4-1f1b-flush", "gpt", ["--stages", "4", "--microbatches", "4"]),
+    ("gpt-s2-zb-h1", "gpt", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-h1"]),
+    ("gpt-s2-1f1b", "gpt", ["--stages", "2", "--microbatches", "4", "--schedule", "1f1b"]),
+    ("gpt-s2-2bw", "gpt", ["--stages", "2", "--microbatches", "4", "--schedule", "2bw"]),
+    ("gpt-s2-adam", "gpt", ["--stages", "2", "--microbatches", "4", "--optimizer", "adam"]),
+    ("gpt-padmask-s2", "gpt-padmask", ["--stages", "2", "--microbatches", "4"]),
+    ("gpt-mid-s4", "gpt-mid", ["--stages", "4", "--microbatches", "4"]),
+]
+# The cases whose final weights (and optimizer state) are compared too; the
+# others compare every step's loss (what a call may carry to the GPU
+# machine is limited to 64 MiB).
+WEIGHT_CHECKS = {"mlp-s2-1f1b-flush", "mlp-s4-1f1b", "mlp-s4-2bw", "mlp-s2-adam", "mlp-s2-rr-replicas",
+                 "gpt-s2-1f1b-flush", "gpt-s2-adam", "gpt-s4-1f1b-flush"}
+# A CPU checkpoint resumed by the CUDA build (the same safetensors files).
+RESUME_CASE = "mlp-s2-1f1b-flush"
+RESUME_AT = 3
+# Training stopped by a NaN loss, and by a killed rank.
+NAN_CASE = "mlp-s2-1f1b-flush"
+KILL_CASE = "gpt-mid-s4"
+
+
+def run(cmd, timeout=600, env=None):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=timeout, env=env)
+    return p.returncode, p.stdout
+
+
+def losses(path):
+    with open(path) as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+# Adam at a learning rate fit for it: at the SGD rates above it diverges,
+# and a diverging run amplifies float rounding (m / sqrt(v) is +-1 for
+# gradients near zero, whatever their rounding), so CPU and GPU would part
+# for reasons that are not errors.
+ADAM_LR = 0.001
+
+
+def case_lr(name):
+    model = dict((n, m) for n, m, _ in CASES)[name]
+    flags = dict((n, f) for n, _, f in CASES)[name]
+    return ADAM_LR if "adam" in flags else MODELS[model][2]
+
+
+def train_args(model, data_dir, steps=STEPS, lr=None):
+    _, _, model_lr, data = MODELS[model]
+    args = ["--steps", str(steps), "--lr", str(lr if lr is not None else model_lr)]
+    if data:
+        args += ["--inputs", os.path.join(data_dir, "x.npy"), "--labels", os.path.join(data_dir, "y.npy")]
+    return args
+
+
+def prepare(args):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    bundle = os.path.abspath(args.bundle)
+    cases_dir = os.path.join(bundle, "cases")
+    shutil.rmtree(cases_dir, ignore_errors=True)
+    os.makedirs(cases_dir)
+    work = os.path.join(bundle, "work")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    for model, (script, flags, _, data) in MODELS.items():
+        d = os.path.join(cases_dir, "data-" + model)
+        os.makedirs(d)
+        cmd = ["/usr/bin/python3", os.path.join(ROOT, script), "-o", os.path.join(d, "model.onnx")] + flags
+        if data:
+            cmd += ["--data-steps", "2"]
+        rc, out = run(cmd)
+        if rc != 0:
+            sys.exit(f"prepare: {model}: {out[-800:]}")
+        if data:  # the data files live beside the model
+            for f in ("x.npy", "y.npy"):
+                if not os.path.exists(os.path.join(d, f)):
+                    shutil.move(f, os.path.join(d, f))
+    manifest = []
+    for name, model, flags in CASES:
+        data_dir = os.path.join(cases_dir, "data-" + model)
+        onnx = os.path.join(data_dir, "model.onnx")
+        for target in ("cpu", "cuda"):
+            out = os.path.join(work if target == "cpu" else cases_dir, name + ("-cpu" if target == "cpu" else ""))
+            rc, text = run([args.pipec, "compile", onnx, "-o", out, "--quiet", "--target", target] + flags)
+            if rc != 0:
+                sys.exit(f"prepare: compile {name} --target {target}: {text[-800:]}")
+        cpu = os.path.join(work, name + "-cpu")
+        rc, text = run([args.pipec, "train", cpu, "--quiet"] + train_args(model, data_dir, lr=case_lr(name)),
+                       env=env)
+        if rc != 0:
+            sys.exit(f"prepare: CPU run of {name}: {text[-800:]}")
+        shutil.copy(os.path.join(cpu, "metrics.jsonl"), os.path.join(cases_dir, name, "cpu_metrics.jsonl"))
+        ckpt = os.path.join(cpu, "checkpoints")
+        latest = open(os.path.join(ckpt, "latest")).read().strip()
+        if name in WEIGHT_CHECKS:
+            shutil.copytree(os.path.join(ckpt, latest), os.path.join(cases_dir, name, "cpu_final"))
+        shutil.rmtree(os.path.join(cases_dir, name, "obj"), ignore_errors=True)
+        manifest.append({"name": name, "model": model})
+        print(f"prepared {name}", flush=True)
+    # The CPU checkpoint the CUDA build resumes from, and the CPU losses of
+    # the uninterrupted run it must continue.
+    model = dict((n, m) for n, m, _ in CASES)[RESUME_CASE]
+    data_dir = os.path.join(cases_dir, "data-" + model)
+    cpu = os.path.join(work, RESUME_CASE + "-cpu")
+    shutil.rmtree(os.path.join(cpu, "checkpoints"))
+    os.remove(os.path.join(cpu, "metrics.jsonl"))
+    rc, text = run([args.pipec, "train", cpu, "--quiet"] + train_args(model, data_dir, RESUME_AT), env=env)
+    if rc != 0:
+        sys.exit(f"prepare: CPU run to step {RESUME_AT}: {text[-800:]}")
+    shutil.copytree(os.path.join(cpu, "checkpoints"), os.path.join(cases_dir, "resume-cpu-checkpoints"))
+    shutil.rmtree(work)
+    for model in MODELS:  # compiled already; the GPU machine needs the data only
+        os.remove(os.path.join(cases_dir, "data-" + model, "model.onnx"))
+    with open(os.path.join(bundle, "cases.json"), "w") as f:
+        json.dump({"cases": manifest}, f, indent=1)
+    print(f"bundle: {len(manifest)} cases in {bundle}")
+
+
+def launch_cmd(mpirun, run_dir, extra):
+    """mpirun's MPMD line for a run folder: one process per rank, in rank
+    order (manifest stages[].ranks), each with the run's flags."""
+    with open(os.path.join(run_dir, "manifest.json")) as f:
+        m = json.load(f)
+    ranks = {}
+    for st in m["stages"]:
+        binaries = st.get("binaries") or [st["binary"]]
+        for j, r in enumerate(st["ranks"]):
+            ranks[r] = binaries[j] if j < len(binaries) else binaries[0]
+    cmd = [mpirun, "--oversubscribe", "--bind-to", "none"]
+    for i, r in enumerate(sorted(ranks)):
+        if i:
+            cmd.append(":")
+        cmd += ["-np", "1", os.path.join(run_dir, ranks[r]),
+                "--manifest", os.path.join(run_dir, "manifest.json")] + extra
+    return cmd
+
+
+def read_weights(step_dir):
+    from safetensors_io import load_checkpoint
+    return load_checkpoint(step_dir)
+
+
+def rel_err(a, b):
+    import numpy as np
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    n = np.linalg.norm(b)
+    return float(np.linalg.norm(a - b) / (n if n > 0 else 1.0))
+
+
+def compare_losses(got, want):
+    if len(got) != len(want):
+        return False, f"{len(got)} steps, CPU {len(want)}"
+    worst = max(abs(g - w) / max(abs(w), 1e-12) for g, w in zip(got, want))
+    return worst <= TOL, f"max rel loss diff {worst:.2e} over {len(got)} steps (losses {got[0]:.6f} .. {got[-1]:.6f})"
+
+
+def run_cases(args):
+    bundle = os.path.abspath(args.bundle)
+    cases_dir = os.path.join(bundle, "cases")
+    with open(os.path.join(bundle, "cases.json")) as f:
+        cases = json.load(f)["cases"]
+    only = set(args.only.split(",")) if args.only else None
+    checks = Checks()
+    for c in cases:
+        name, model = c["name"], c["model"]
+        if only and name not in only:
+            continue
+        d = os.path.join(cases_dir, name)
+        data_dir = os.path.join(cases_dir, "data-" + model)
+        shutil.rmtree(os.path.join(d, "checkpoints"), ignore_errors=True)
+        metrics = os.path.join(d, "metrics.jsonl")
+        if os.path.exists(metrics):
+            os.remove(metrics)
+        t0 = time.time()
+        try:
+            rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, lr=case_lr(name)) + ["--quiet"]),
+                          timeout=300)
+        except subprocess.TimeoutExpired:
+            checks.report(False, name, "timed out after 300 s")
+            continue
+        wall = time.time() - t0
+        if rc != 0:
+            checks.report(False, name, f"exit {rc}: {out[-1500:]}")
+            continue
+        ok, detail = compare_losses(losses(metrics), losses(os.path.join(d, "cpu_metrics.jsonl")))
+        checks.report(ok, name + " losses", detail + f", {wall:.1f} s")
+        if name not in WEIGHT_CHECKS:
+            continue
+        try:
+            ckpt = os.path.join(d, "checkpoints")
+            latest = open(os.path.join(ckpt, "latest")).read().strip()
+            got = read_weights(os.path.join(ckpt, latest))
+            want = read_weights(os.path.join(d, "cpu_final"))
+            worst, where = 0.0, ""
+            for k, w in want.items():
+                if k not in got:
+                    worst, where = float("inf"), k + " missing"
+                    break
+                e = rel_err(got[k], w)
+                if e > worst:
+                    worst, where = e, k
+            checks.report(worst <= TOL, name + " weights",
+                          f"{len(want)} tensors, max rel error {worst:.2e} ({where})")
+        except Exception as e:  # noqa: BLE001
+            checks.report(False, name + " weights", f"{type(e).__name__}: {e}")
+    if not only or RESUME_CASE in only:
+        resume_check(args, checks, cases_dir)
+        nan_check(args, checks, cases_dir)
+    if not only or KILL_CASE in only:
+        kill_check(args, checks, cases_dir)
+    return checks.summary()
+
+
+def resume_check(args, checks, cases_dir):
+    model = dict((c[0], c[1]) for c in CASES)[RESUME_CASE]
+    d = os.path.join(cases_dir, RESUME_CASE)
+    data_dir = os.path.join(cases_dir, "data-" + model)
+    metrics = os.path.join(d, "resume_metrics.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    src = os.path.join(cases_dir, "resume-cpu-checkpoints")
+    rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir) +
+                             ["--quiet", "--resume-from", src, "--metrics", metrics,
+                              "--checkpoint-dir", os.path.join(d, "resume_ckpt")]), timeout=300)
+    if rc != 0:
+        checks.report(False, "resume a CPU checkpoint on the GPU", f"exit {rc}: {out[-1500:]}")
+        return
+    got = losses(metrics)[-(STEPS - RESUME_AT):]
+    want = losses(os.path.join(d, "cpu_metrics.jsonl"))[RESUME_AT:]
+    ok, detail = compare_losses(got, want)
+    checks.report(ok, "resume a CPU checkpoint on the GPU",
+                  f"steps {RESUME_AT + 1}..{STEPS} against the uninterrupted CPU run: {detail}")
+
+
+def nan_check(args, checks, cases_dir):
+    model = dict((c[0], c[1]) for c in CASES)[NAN_CASE]
+    d = os.path.join(cases_dir, NAN_CASE)
+    data_dir = os.path.join(cases_dir, "data-" + model)
+    extra = train_args(model, data_dir)
+    extra[extra.index("--lr") + 1] = "1e30"
+    rc, out = run(launch_cmd(args.mpirun, d, extra + ["--quiet", "--metrics", os.path.join(d, "nan.jsonl"),
+                                                      "--checkpoint-dir", os.path.join(d, "nan_ckpt")]),
+                  timeout=120)
+    ok = rc != 0 and "loss is" in out and ("nan" in out or "inf" in out)
+    checks.report(ok, "NaN loss stops the GPU job", f"exit {rc}; " + " | ".join(
+        l for l in out.splitlines() if "pipec" in l)[:400])
+
+
+def kill_check(args, checks, cases_dir):
+    model = dict((c[0], c[1]) for c in CASES)[KILL_CASE]
+    d = os.path.join(cases_dir, KILL_CASE)
+    data_dir = os.path.join(cases_dir, "data-" + model)
+    cmd = launch_cmd(args.mpirun, d, train_args(model, data_dir, 100000) +
+                     ["--metrics", os.path.join(d, "kill.jsonl"), "--checkpoint-dir", os.path.join(d, "kill_ckpt"),
+                      "--watchdog-s", "20"])
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    victim = os.path.join(d, "stage1")
+    killed_at = None
+    deadline = time.time() + 120
+    try:
+        for line in p.stdout:
+            lines.append(line.rstrip())
+            if killed_at is None and line.startswith("step 3/"):
+                pids = subprocess.run(["pgrep", "-f", "^" + victim + " "], stdout=subprocess.PIPE,
+                                      text=True).stdout.split()
+                for pid in pids:
+                    os.kill(int(pid), signal.SIGKILL)
+                killed_at = time.time()
+            if time.time() > deadline:
+                break
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    took = time.time() - killed_at if killed_at else -1
+    text = "\n".join(lines)
+    ok = killed_at is not None and p.returncode not in (0, None) and took < 30 and "rank 1" in text
+    checks.report(ok, "killed GPU rank named", f"exit {p.returncode} {took:.1f} s after the kill; " +
+                  " | ".join(l for l in lines if "pipec" in l or "rank" in l)[-600:])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--pipec", required=True)
+    p.add_argument("--bundle", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--bundle", required=True)
+    r.add_argument("--mpirun", default="mpirun")
+    r.add_argument("--only", default="")
+    args = ap.parse_args()
+    if args.cmd == "prepare":
+        prepare(args)
+        return 0
+    return run_cases(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
