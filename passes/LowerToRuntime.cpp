@@ -142,6 +142,10 @@ public:
         b(module.getContext()) {}
 
   LogicalResult run();
+  /// Only checks that `target` has a kernel for every call of the stage.
+  LogicalResult checkTargetOnly() {
+    return failure(failed(collect()) || failed(checkTarget()));
+  }
   /// Plans the arena only (constants become globals of the module: run it
   /// on a copy).
   FailureOr<ArenaPlan> planArena();
@@ -711,7 +715,8 @@ void StageLowering::emitDeclarations() {
         kernels.insert(s.call.kernel);
   for (const std::string &k : kernels)
     declare(kernelSymbol(k, target), {ptr, ptr, ptr}, {});
-  declare("pipec_rt_constant", {ptr, ptr, i64t}, {ptr});
+  if (cuda())
+    declare("pipec_rt_constant", {ptr, ptr, i64t}, {ptr});
   declare("pipec_rt_feed", {ptr, i64t, i64t, ptr}, {});
   declare("pipec_rt_send", {ptr, i64t, i64t, i64t, ptr, i64t}, {});
   declare("pipec_rt_recv", {ptr, i64t, i64t, i64t, ptr, i64t}, {});
@@ -1374,6 +1379,13 @@ FailureOr<ArenaPlan> pipec::planStageArena(ModuleOp module, int64_t stage,
   OwningOpRef<ModuleOp> copy = module.clone();
   StageLowering lowering(*copy, stage, replica, "plan");
   return lowering.planArena();
+}
+
+LogicalResult pipec::checkStageTarget(ModuleOp module, int64_t stage,
+                                      const std::string &target) {
+  OwningOpRef<ModuleOp> copy = module.clone();
+  StageLowering lowering(*copy, stage, 0, "check", target);
+  return lowering.checkTargetOnly();
 }
 
 int64_t StageLowering::arenaBytes() const {

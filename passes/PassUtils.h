@@ -84,6 +84,12 @@ mlir::LogicalResult splitBackward(mlir::ModuleOp module, int64_t stage);
 /// pipe.pipeline, on a copy of the module.
 mlir::FailureOr<ArenaPlan> planStageArena(mlir::ModuleOp module, int64_t stage,
                                           int64_t replica);
+
+/// Fails, with one error naming the kernels and ops, when `target` ("cpu",
+/// "cuda") cannot run some kernel call of the rank at device position
+/// `stage` (on a copy of the module).
+mlir::LogicalResult checkStageTarget(mlir::ModuleOp module, int64_t stage,
+                                     const std::string &target);
 } // namespace pipec
 
 #endif // PIPEC_PASSES_PASSUTILS_H

@@ -12,7 +12,8 @@
 #       repository with .gpu-bundle/ beside it: unpacks the packages into a
 #       private prefix, runs every CUDA kernel against its CPU twin
 #       (pipec_cuda_tests), then the e2e cases; the last line is the
-#       summary `N passed, M failed`.
+#       summary of the checks `N passed, M failed`, then the benchmark
+#       bench/gpu_compare.py (pipec against PyTorch on the same GPU).
 #
 # With the device tool: run(command="scripts/test-gpu.sh run",
 # carry=[".gpu-bundle"]). Results also go to $OUT (or .gpu-bundle/results).
@@ -36,6 +37,7 @@ prepare() {
   cp "$build/runtime/libpipec_rt_cuda.so" "$BUNDLE/lib/"
   cp "$build/runtime/cuda/tests/pipec_cuda_tests" "$BUNDLE/bin/"
   /usr/bin/python3 test/gpu/gpu_e2e.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
+  /usr/bin/python3 bench/gpu_compare.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
   du -sh "$BUNDLE"
 }
 
@@ -58,16 +60,25 @@ run() {
   nvidia-smi -L || true
   echo "cuBLAS from $cublas"
   local rc=0
+  if [ -z "${PIPEC_GPU_BENCH_ONLY:-}" ]; then
   "$BUNDLE/bin/pipec_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/kernels.log" | tail -40 || rc=1
   grep -q "FAILED" "$out/kernels.log" && rc=1
   PYTHONUNBUFFERED=1 python3 test/gpu/gpu_e2e.py run --bundle "$BUNDLE" --mpirun "$P/usr/bin/orterun" \
     ${PIPEC_GPU_ONLY:+--only "$PIPEC_GPU_ONLY"} 2>&1 | tee "$out/e2e.log" || rc=1
   tail -1 "$out/e2e.log" | grep -q " 0 failed" || rc=1
+  fi
+  # The benchmark (figures, not checks): PIPEC_GPU_BENCH=0 skips it.
+  if [ "${PIPEC_GPU_BENCH:-1}" != 0 ]; then
+    PYTHONUNBUFFERED=1 python3 bench/gpu_compare.py run --bundle "$BUNDLE" \
+      --mpirun "$P/usr/bin/orterun" --out "$out/gpu_compare.json" 2>&1 | tee "$out/bench.log" || true
+  fi
   return $rc
 }
 
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
-  *) echo "usage: scripts/test-gpu.sh prepare|run"; exit 2 ;;
+  # The benchmark alone (carry .gpu-bundle/debs, lib, bin and bench only).
+  bench) PIPEC_GPU_BENCH_ONLY=1 run ;;
+  *) echo "usage: scripts/test-gpu.sh prepare|run|bench"; exit 2 ;;
 esac

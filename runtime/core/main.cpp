@@ -719,6 +719,35 @@ std::optional<int> readDescriptionAndOptions(pipec_ctx &ctx, int argc,
   return std::nullopt;
 }
 
+/// The device, the arena with the weights (and a resumed checkpoint) in it,
+/// weight versions and feeds; returns the step to start from.
+int64_t setUpStage(pipec_ctx &ctx, ArenaOwner &arena, DeviceFactory factory,
+                   const char *target, int localRank, bool reports) {
+  const StageDesc &desc = ctx.desc;
+  const Options &o = ctx.options;
+  if (desc.target != target)
+    throw RtError("this stage was compiled for --target " + desc.target +
+                  " but linked with the " + target + " runtime");
+  DeviceRequest request;
+  request.rank = ctx.rank;
+  request.localRank = localRank;
+  request.allowTf32 = o.allowTf32;
+  ctx.device = factory(request);
+  arena.device = ctx.device.get();
+  arena.data = ctx.device->allocate(desc.arenaBytes, "the arena");
+  ctx.arena = arena.get();
+  ctx.versions.setDevice(ctx.device.get());
+  HostArena host(*ctx.device, arena.get(), desc.arenaBytes);
+  loadWeights(desc, manifestStage(ctx.manifest, desc.stage).weights,
+              host.get());
+  ctx.steps = o.steps;
+  setUpWeightVersions(ctx);
+  int64_t first = resumeStep(ctx, host.get(), reports);
+  host.push();
+  setUpFeeds(ctx);
+  return first;
+}
+
 int run(int argc, char **argv, const char *meta, pipec_program_fn program,
         DeviceFactory factory, const char *target) {
   ErrorLocation &loc = errorLocation();
@@ -745,27 +774,10 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
   ArenaOwner arena;
   int64_t first = 0;
   MetricsFile metrics(nullptr, std::fclose);
+  // Collective: every rank, before anything on a rank may throw.
+  const int local = localRank();
   agreeOnStartup(ctx, [&] {
-    if (desc.target != target)
-      throw RtError("this stage was compiled for --target " + desc.target +
-                    " but linked with the " + target + " runtime");
-    DeviceRequest request;
-    request.rank = ctx.rank;
-    request.localRank = localRank();
-    request.allowTf32 = o.allowTf32;
-    ctx.device = factory(request);
-    arena.device = ctx.device.get();
-    arena.data = ctx.device->allocate(desc.arenaBytes, "the arena");
-    ctx.arena = arena.get();
-    ctx.versions.setDevice(ctx.device.get());
-    HostArena host(*ctx.device, arena.get(), desc.arenaBytes);
-    loadWeights(desc, manifestStage(ctx.manifest, desc.stage).weights,
-                host.get());
-    ctx.steps = o.steps;
-    setUpWeightVersions(ctx);
-    first = resumeStep(ctx, host.get(), reports);
-    host.push();
-    setUpFeeds(ctx);
+    first = setUpStage(ctx, arena, factory, target, local, reports);
   });
   // Every machine resumes from the same step, and only then is anything
   // written (metrics kept up to that step).

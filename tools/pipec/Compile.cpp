@@ -239,7 +239,7 @@ public:
         (!o.synthesize ||
          timed("synthesise schedule", &Compilation::synthesize)) &&
         timed("schedule and verify", &Compilation::scheduleAndVerify) &&
-        checkMemoryLimit() &&
+        checkMemoryLimit() && checkTarget() &&
         (!split || timed("split replicas", &Compilation::sliceReplicas)) &&
         timed("write outputs", &Compilation::prepareOutputs) &&
         lowerAndLinkStages() &&
@@ -339,6 +339,7 @@ private:
   }
   bool chooseRecompute();
   bool checkMemoryLimit();
+  bool checkTarget();
   bool synthesize();
   /// --schedule synth: the chosen order (compute-only CSV) and the
   /// temporary file the schedule pass reads it from.
@@ -716,6 +717,17 @@ bool Compilation::checkMemoryLimit() {
           humanBytes(o.memoryLimit) +
           (autoRecompute() ? std::string() : "; try --recompute full or auto") +
           ", more stages or more microbatches (smaller ones)");
+  return true;
+}
+
+/// --target cuda: every kernel the stages call has a CUDA twin, checked
+/// before anything is written (the error names the kernels and their ops).
+bool Compilation::checkTarget() {
+  if (o.target == "cpu")
+    return true;
+  for (int s = 0; s < o.stages; ++s)
+    if (failed(checkStageTarget(*module, s, o.target)))
+      return false; // the diagnostic said why
   return true;
 }
 

@@ -1,0 +1,237 @@
+#!/usr/bin/python3
+"""pipec --target cuda against PyTorch on the same GPU, same model and data.
+
+    bench/gpu_compare.py prepare --pipec build/bin/pipec --bundle .gpu-bundle
+        (build machine) writes a GPT (examples/gpt/make_gpt.py with the sizes
+        below) and compiles it for --target cuda on 1 stage and on 4 stages
+        (the 4 stages share the one GPU), both with the same global batch
+        split into the same microbatches.
+    bench/gpu_compare.py run --bundle .gpu-bundle --mpirun mpirun
+        (GPU machine) trains each for STEPS steps and reads the runtime's
+        mean samples/s (first step excluded); trains the same architecture
+        in PyTorch, eager and torch.compile, float32 with TF32 off, SGD,
+        the same microbatches accumulated; prints one table with step
+        time, samples/s, the ratios and MFU against the float32 (non-tensor
+        core) peak of the GPU.
+
+scripts/test-gpu.sh runs the `run` half after the GPU suite.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# Sizes that a call to the GPU machine can carry (weights travel from the
+# build machine): 4 layers, d=256, sequence 256, global batch 32 in 4
+# microbatches of 8.
+LAYERS, DIM, HEADS, SEQ, VOCAB = 4, 256, 4, 256, 256
+BATCH, MICROBATCHES = 32, 4
+STEPS = 12
+LR = 0.05
+# Float32 FMA peaks (no tensor cores: TF32 is off in both systems).
+FP32_PEAK = {"H200": 67e12, "H100": 67e12, "A100": 19.5e12}
+
+
+def flops_per_step():
+    """Training FLOPs of one step: 6 per parameter per token for the
+    matrix products, plus attention's QK^T and AV (forward 4 T^2 d per
+    layer per sequence, times 3 for training)."""
+    params = LAYERS * 12 * DIM * DIM + VOCAB * DIM  # blocks + LM head
+    tokens = BATCH * SEQ
+    return 6 * params * tokens + 3 * 4 * LAYERS * BATCH * SEQ * SEQ * DIM
+
+
+def prepare(args):
+    b = os.path.join(os.path.abspath(args.bundle), "bench")
+    shutil.rmtree(b, ignore_errors=True)
+    os.makedirs(b)
+    onnx = os.path.join(b, "gpt.onnx")
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "examples/gpt/make_gpt.py"), "-o", onnx,
+                    "--batch", str(BATCH), "--seq", str(SEQ), "--layers", str(LAYERS), "--dim", str(DIM),
+                    "--heads", str(HEADS), "--vocab", str(VOCAB), "--data-steps", "2"], check=True)
+    for stages in (1, 4):
+        subprocess.run([args.pipec, "compile", onnx, "--target", "cuda", "--stages", str(stages),
+                        "--microbatches", str(MICROBATCHES), "-o", os.path.join(b, f"s{stages}"), "--quiet"],
+                       check=True)
+        shutil.rmtree(os.path.join(b, f"s{stages}", "obj"), ignore_errors=True)
+    # The 4-stage weights are the 1-stage tensors split by stage: keep their
+    # names only and rebuild the files on the GPU machine (what one call
+    # carries is limited).
+    wdir = os.path.join(b, "s4", "weights")
+    for f in sorted(os.listdir(wdir)):
+        tensors, _ = read_st(os.path.join(wdir, f))
+        with open(os.path.join(wdir, f + ".names"), "w") as out:
+            json.dump(sorted(tensors), out)
+        os.remove(os.path.join(wdir, f))
+    os.remove(onnx)
+    print("bench prepared in", b)
+
+
+def read_st(path):
+    sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+    from safetensors_io import read_safetensors
+    return read_safetensors(path)
+
+
+def write_st(path, tensors):
+    """A float32 safetensors file (the format: 8-byte header length, JSON
+    header with dtype, shape and data_offsets, then the raw bytes)."""
+    header, blobs, at = {}, [], 0
+    for name in sorted(tensors):
+        raw = tensors[name].astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+def rebuild_split_weights(b):
+    whole, _ = read_st(os.path.join(b, "s1", "weights", "stage0.safetensors"))
+    wdir = os.path.join(b, "s4", "weights")
+    for f in sorted(os.listdir(wdir)):
+        if f.endswith(".names"):
+            names = json.load(open(os.path.join(wdir, f)))
+            write_st(os.path.join(wdir, f[:-len(".names")]), {n: whole[n] for n in names})
+
+
+def run_pipec(args, b, stages):
+    sys.path.insert(0, os.path.join(ROOT, "test", "gpu"))
+    from gpu_e2e import launch_cmd
+    d = os.path.join(b, f"s{stages}")
+    shutil.rmtree(os.path.join(d, "checkpoints"), ignore_errors=True)
+    cmd = launch_cmd(args.mpirun, d, ["--steps", str(STEPS), "--lr", str(LR),
+                                      "--inputs", os.path.join(b, "x.npy"), "--labels", os.path.join(b, "y.npy")])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    m = re.search(r"done: .* final loss ([0-9.]+)\s+([0-9.]+) samples/s", p.stdout)
+    if p.returncode != 0 or not m:
+        print(p.stdout[-2000:])
+        return None, None
+    return float(m.group(2)), float(m.group(1))
+
+
+def run_torch(compiled):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = "cuda"
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(DIM), nn.LayerNorm(DIM)
+            self.qkv, self.proj = nn.Linear(DIM, 3 * DIM), nn.Linear(DIM, DIM)
+            self.fc, self.out = nn.Linear(DIM, 4 * DIM), nn.Linear(4 * DIM, DIM)
+
+        def forward(self, x, mask):
+            B, T, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(DIM, dim=2)
+            q, k, v = (t.view(B, T, HEADS, DIM // HEADS).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) / (DIM // HEADS) ** 0.5 + mask
+            y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, DIM)
+            x = x + self.proj(y)
+            return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(VOCAB, DIM), nn.Embedding(SEQ, DIM)
+            self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+            self.ln, self.head = nn.LayerNorm(DIM), nn.Linear(DIM, VOCAB, bias=False)
+            self.register_buffer("mask", torch.triu(torch.full((SEQ, SEQ), -1e9), 1))
+
+        def forward(self, idx):
+            x = self.wte(idx) + self.wpe(torch.arange(SEQ, device=idx.device))
+            for blk in self.blocks:
+                x = blk(x, self.mask)
+            return self.head(self.ln(x))
+
+    model = GPT().to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    fwd = torch.compile(model) if compiled else model
+    mb = BATCH // MICROBATCHES
+    x = torch.randint(0, VOCAB, (BATCH, SEQ), device=dev)
+    y = torch.randint(0, VOCAB, (BATCH, SEQ), device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        for i in range(MICROBATCHES):
+            logits = fwd(x[i * mb:(i + 1) * mb])
+            loss = F.cross_entropy(logits.view(-1, VOCAB), y[i * mb:(i + 1) * mb].reshape(-1)) / MICROBATCHES
+            loss.backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(STEPS - 1):
+        step()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / (STEPS - 1)
+    return BATCH / wall
+
+
+def run(args):
+    b = os.path.join(os.path.abspath(args.bundle), "bench")
+    import torch
+    name = torch.cuda.get_device_name(0)
+    peak = next((v for k, v in FP32_PEAK.items() if k in name), 67e12)
+    rows = []
+    rebuild_split_weights(b)
+    s1, loss1 = run_pipec(args, b, 1)
+    s4, loss4 = run_pipec(args, b, 4)
+    rows.append(("pipec --target cuda, 1 stage", s1))
+    rows.append(("pipec --target cuda, 4 stages on the one GPU", s4))
+    rows.append(("PyTorch eager", run_torch(False)))
+    try:
+        rows.append(("PyTorch torch.compile", run_torch(True)))
+    except Exception as e:  # noqa: BLE001
+        print("torch.compile failed:", type(e).__name__, str(e)[:300])
+    eager = rows[2][1]
+    print(f"\nGPT {LAYERS} layers d={DIM} seq {SEQ}, global batch {BATCH} in {MICROBATCHES} microbatches, "
+          f"float32 (TF32 off), SGD; {name}; {flops_per_step() / 1e9:.1f} GFLOP per step; "
+          f"final losses pipec {loss1} (1 stage) {loss4} (4 stages)")
+    print(f"{'system':48s} {'step ms':>9s} {'samples/s':>10s} {'vs eager':>9s} {'MFU fp32':>9s}")
+    result = {}
+    for label, sps in rows:
+        if not sps:
+            print(f"{label:48s} failed")
+            continue
+        step_s = BATCH / sps
+        mfu = flops_per_step() / step_s / peak
+        print(f"{label:48s} {step_s * 1e3:9.2f} {sps:10.1f} {sps / eager:9.2f} {mfu * 100:8.1f}%")
+        result[label] = {"samples_per_s": sps, "step_ms": step_s * 1e3, "mfu_fp32": mfu}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--pipec", required=True)
+    p.add_argument("--bundle", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--bundle", required=True)
+    r.add_argument("--mpirun", default="mpirun")
+    r.add_argument("--out", default="")
+    args = ap.parse_args()
+    return prepare(args) if args.cmd == "prepare" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main() or 0)

@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""What the CUDA target does on a machine without a GPU (CI): the compiler
+builds --target cuda stage executables against libpipec_rt_cuda.so, refuses
+what the CUDA runtime cannot run, and such an executable started without a
+GPU stops with one clear line.
+
+    /usr/bin/python3 test/gpu/cuda_build.py --pipec build/bin/pipec --workdir DIR
+
+Prints one line per check and `N passed, M failed`. (Training on a GPU is
+test/gpu/gpu_e2e.py, run by scripts/test-gpu.sh on a GPU machine.)
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+from e2e_common import Checks  # noqa: E402
+
+
+def run(cmd, timeout=300):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return p.returncode, p.stdout
+
+
+def error_lines(text):
+    return sorted({l for l in text.splitlines() if "error:" in l})
+
+
+def have_gpu():
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipec", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    w = args.workdir
+    checks = Checks()
+
+    mlp = os.path.join(w, "mlp.onnx")
+    resnet = os.path.join(w, "resnet.onnx")
+    for script, out, extra in (("examples/mlp/make_mlp.py", mlp, ["--hidden", "32,16"]),
+                               ("examples/resnet/make_resnet.py", resnet, ["--batch", "4", "--width", "4",
+                                                                           "--blocks", "1"])):
+        rc, text = run(["/usr/bin/python3", os.path.join(ROOT, script), "-o", out] + extra)
+        if rc != 0:
+            checks.report(False, "generate " + os.path.basename(out), text[-400:])
+            return checks.summary()
+
+    # A two-stage CUDA build: small executables linked to the CUDA runtime.
+    out = os.path.join(w, "mlp-cuda")
+    rc, text = run([args.pipec, "compile", mlp, "--target", "cuda", "--stages", "2", "--microbatches", "2",
+                    "-o", out, "--quiet"])
+    ok = rc == 0 and all(os.path.exists(os.path.join(out, f"stage{k}")) for k in (0, 1))
+    detail = f"exit {rc}"
+    if ok:
+        manifest = json.load(open(os.path.join(out, "manifest.json")))
+        _, ldd = run(["ldd", os.path.join(out, "stage0")])
+        ok = manifest.get("target") == "cuda" and "libpipec_rt_cuda.so" in ldd
+        detail = (f"manifest target {manifest.get('target')!r}, stage0 "
+                  f"{os.path.getsize(os.path.join(out, 'stage0'))} bytes, "
+                  f"{'links' if 'libpipec_rt_cuda.so' in ldd else 'does not link'} libpipec_rt_cuda.so")
+    else:
+        detail += ": " + text[-600:]
+    checks.report(ok, "compile --target cuda (2 stages)", detail)
+
+    # Without a GPU the stages stop at start-up with one line saying so.
+    if ok and not have_gpu():
+        rc, text = run([args.pipec, "train", out, "--steps", "2"], timeout=120)
+        errs = error_lines(text)
+        good = rc != 0 and errs and all("compiled for --target cuda but no CUDA GPU is visible" in e for e in errs)
+        checks.report(good, "a CUDA stage without a GPU", f"exit {rc}: {' | '.join(errs)[:400]}")
+
+    # The CPU build of the same model still says cpu.
+    out_cpu = os.path.join(w, "mlp-cpu")
+    rc, text = run([args.pipec, "compile", mlp, "--stages", "2", "--microbatches", "2", "-o", out_cpu, "--quiet"])
+    target = json.load(open(os.path.join(out_cpu, "manifest.json"))).get("target") if rc == 0 else None
+    checks.report(rc == 0 and target == "cpu", "compile --target cpu (default)", f"exit {rc}, target {target!r}")
+
+    # Refusals: one error line, nothing written.
+    cases = [
+        ("ops without a CUDA kernel", [resnet, "--target", "cuda"],
+         ["no CUDA kernel yet for", "pipec_k_conv2d (", "Conv"]),
+        ("float64 on cuda", [mlp, "--target", "cuda", "--precision", "f64"],
+         ["--target cuda trains in float32"]),
+        ("unknown target", [mlp, "--target", "tpu"], ["--target is cpu or cuda, got 'tpu'"]),
+    ]
+    for name, cmd, wants in cases:
+        o = os.path.join(w, "refused-" + name.replace(" ", "-"))
+        rc, text = run([args.pipec, "compile"] + cmd + ["-o", o, "--quiet"])
+        errs = error_lines(text)
+        stages = [f for f in (os.listdir(o) if os.path.isdir(o) else []) if f.startswith("stage")]
+        good = rc not in (0,) and 0 < rc < 128 and len(errs) == 1 and all(x in errs[0] for x in wants) \
+            and not stages
+        checks.report(good, "refused: " + name, f"exit {rc}: {' | '.join(errs)[:500]}"
+                      + (f"; wrote {stages}" if stages else ""))
+    return checks.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
