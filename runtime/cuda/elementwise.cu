@@ -558,6 +558,41 @@ using namespace pipec::cuda;
 // Entry points
 //===----------------------------------------------------------------------===//
 
+/// Calls `fn` with the functor of binary opcode `opcode` (POW squares when
+/// `powSquare`: a broadcast exponent of 2, as the CPU kernel does); false
+/// for an unknown opcode.
+template <class Fn>
+static bool withBinaryOp(int64_t opcode, bool powSquare, Fn &&fn) {
+  switch (opcode) {
+  case PIPEC_BIN_ADD:
+    fn(AddOp());
+    return true;
+  case PIPEC_BIN_SUB:
+    fn(SubOp());
+    return true;
+  case PIPEC_BIN_MUL:
+    fn(MulOp());
+    return true;
+  case PIPEC_BIN_DIV:
+    fn(DivOp());
+    return true;
+  case PIPEC_BIN_POW: {
+    PowOp op;
+    op.square = powSquare;
+    fn(op);
+    return true;
+  }
+  case PIPEC_BIN_MAX:
+    fn(MaxOp());
+    return true;
+  case PIPEC_BIN_MIN:
+    fn(MinOp());
+    return true;
+  default:
+    return false;
+  }
+}
+
 extern "C" void pipec_cuda_k_binary(void *const *bufs, const int64_t *ints,
                                     const double *) {
   const float *a = static_cast<const float *>(bufs[0]);
@@ -567,35 +602,9 @@ extern "C" void pipec_cuda_k_binary(void *const *bufs, const int64_t *ints,
   if (!binaryNest(ints, nest, "pipec_cuda_k_binary"))
     return;
   const int64_t n = numelOf(nest);
-  switch (ints[0]) {
-  case PIPEC_BIN_ADD:
-    launchBinary(a, b, y, nest, n, AddOp());
-    break;
-  case PIPEC_BIN_SUB:
-    launchBinary(a, b, y, nest, n, SubOp());
-    break;
-  case PIPEC_BIN_MUL:
-    launchBinary(a, b, y, nest, n, MulOp());
-    break;
-  case PIPEC_BIN_DIV:
-    launchBinary(a, b, y, nest, n, DivOp());
-    break;
-  case PIPEC_BIN_POW: {
-    PowOp op;
-    op.square = bIsScalar(ints);
-    launchBinary(a, b, y, nest, n, op);
-    break;
-  }
-  case PIPEC_BIN_MAX:
-    launchBinary(a, b, y, nest, n, MaxOp());
-    break;
-  case PIPEC_BIN_MIN:
-    launchBinary(a, b, y, nest, n, MinOp());
-    break;
-  default:
+  if (!withBinaryOp(ints[0], bIsScalar(ints),
+                    [&](auto op) { launchBinary(a, b, y, nest, n, op); }))
     launchFill(y, n, kNaN, "pipec_cuda_k_binary");
-    break;
-  }
 }
 
 extern "C" void pipec_cuda_k_binary_grad(void *const *bufs, const int64_t *ints,
@@ -609,34 +618,13 @@ extern "C" void pipec_cuda_k_binary_grad(void *const *bufs, const int64_t *ints,
   if (!binaryNest(ints, nest, "pipec_cuda_k_binary_grad") || (!da && !db))
     return;
   const int64_t n = numelOf(nest);
-  switch (ints[0]) {
-  case PIPEC_BIN_ADD:
-    launchBinaryGrad(a, b, dy, da, db, nest, n, AddOp());
-    break;
-  case PIPEC_BIN_SUB:
-    launchBinaryGrad(a, b, dy, da, db, nest, n, SubOp());
-    break;
-  case PIPEC_BIN_MUL:
-    launchBinaryGrad(a, b, dy, da, db, nest, n, MulOp());
-    break;
-  case PIPEC_BIN_DIV:
-    launchBinaryGrad(a, b, dy, da, db, nest, n, DivOp());
-    break;
-  case PIPEC_BIN_POW:
-    launchBinaryGrad(a, b, dy, da, db, nest, n, PowOp());
-    break;
-  case PIPEC_BIN_MAX:
-    launchBinaryGrad(a, b, dy, da, db, nest, n, MaxOp());
-    break;
-  case PIPEC_BIN_MIN:
-    launchBinaryGrad(a, b, dy, da, db, nest, n, MinOp());
-    break;
-  default:
+  if (!withBinaryOp(ints[0], false, [&](auto op) {
+        launchBinaryGrad(a, b, dy, da, db, nest, n, op);
+      })) {
     if (da)
       launchFill(da, n, kNaN, "pipec_cuda_k_binary_grad");
     if (db)
       launchFill(db, n, kNaN, "pipec_cuda_k_binary_grad");
-    break;
   }
 }
 
