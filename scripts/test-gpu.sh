@@ -37,7 +37,8 @@ prepare() {
   cp "$build/runtime/libpipec_rt_cuda.so" "$BUNDLE/lib/"
   cp "$build/runtime/cuda/tests/pipec_cuda_tests" "$BUNDLE/bin/"
   /usr/bin/python3 test/gpu/gpu_e2e.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
-  /usr/bin/python3 bench/gpu_compare.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
+  /usr/bin/python3 bench/gpu_compare.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE" \
+    --config "${PIPEC_GPU_BENCH_CONFIG:-small}"
   du -sh "$BUNDLE"
 }
 

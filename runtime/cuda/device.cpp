@@ -27,6 +27,9 @@
 #include "core/device.h"
 #include "core/error.h"
 
+#include <algorithm>
+#include <cstring>
+#include <deque>
 #include <map>
 #include <string>
 
@@ -52,6 +55,11 @@ public:
     name_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ")";
   }
   ~CudaDevice() override {
+    cudaStreamSynchronize(context().stream);
+    for (UploadSlot &s : uploads_) {
+      cudaEventDestroy(s.done);
+      cudaFreeHost(s.host);
+    }
     for (auto &[host, dev] : constants_)
       cudaFree(dev);
     destroyContext();
@@ -86,14 +94,24 @@ public:
   void toDevice(void *dst, const void *src, int64_t bytes) override {
     if (bytes <= 0)
       return;
-    // Pageable source: cudaMemcpyAsync returns once the bytes are staged,
-    // so src may be reused; the copy is ordered with the kernels.
-    check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice,
+    if (bytes > kUploadSlotMax) {
+      // Large (weights at start-up): straight from pageable memory, waited
+      // for so that the caller may free `src` at once.
+      check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice,
+                            context().stream),
+            "copy to the GPU");
+      check(cudaStreamSynchronize(context().stream), "copy to the GPU");
+      return;
+    }
+    // Small and frequent (feeds, received messages, lr, rng, step): the
+    // bytes go to a pinned slot and the copy is queued behind the kernels
+    // without waiting; the slot is reused once its copy has run.
+    UploadSlot &slot = uploadSlot(bytes);
+    std::memcpy(slot.host, src, size_t(bytes));
+    check(cudaMemcpyAsync(dst, slot.host, size_t(bytes), cudaMemcpyHostToDevice,
                           context().stream),
           "copy to the GPU");
-    // A pageable copy may return before it is staged for small sizes on
-    // some drivers; wait so the caller may free `src` at once.
-    check(cudaStreamSynchronize(context().stream), "copy to the GPU");
+    check(cudaEventRecord(slot.done, context().stream), "copy to the GPU");
   }
   void toHost(void *dst, const void *src, int64_t bytes) override {
     if (bytes <= 0)
@@ -123,9 +141,33 @@ public:
   }
 
 private:
+  /// Pinned staging for uploads of at most kUploadSlotMax bytes.
+  static constexpr int64_t kUploadSlotMax = 64 << 20;
+  struct UploadSlot {
+    char *host = nullptr;
+    int64_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
+  /// A free slot of at least `bytes` (its last copy has run), else a new
+  /// one; the pool grows only while uploads are in flight.
+  UploadSlot &uploadSlot(int64_t bytes) {
+    for (UploadSlot &s : uploads_)
+      if (s.bytes >= bytes && cudaEventQuery(s.done) == cudaSuccess)
+        return s;
+    UploadSlot s;
+    s.bytes = std::max<int64_t>(bytes, 4096);
+    check(cudaMallocHost(reinterpret_cast<void **>(&s.host), size_t(s.bytes)),
+          "pinned staging memory");
+    check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming),
+          "cudaEventCreate");
+    uploads_.push_back(s);
+    return uploads_.back();
+  }
+
   int ordinal_ = 0;
   std::string name_;
   std::map<const void *, char *> constants_;
+  std::deque<UploadSlot> uploads_;
 };
 
 std::unique_ptr<rt::Device> makeCudaDevice(const rt::DeviceRequest &request) {
