@@ -32,6 +32,9 @@ struct pipec_ctx {
   /// Owns the arena's memory; declared first so that it outlives the weight
   /// versions and staging buffers below.
   std::unique_ptr<pipec::rt::Device> device;
+  /// A device stage's microbatch losses, copied there by pipec_rt_loss and
+  /// read once per step (no wait per microbatch); empty on the CPU.
+  pipec::rt::DeviceBuffer lossBuffer;
   pipec::rt::StageDesc desc;
   pipec::rt::Options options;
   pipec::rt::Manifest manifest;

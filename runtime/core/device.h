@@ -56,6 +56,24 @@ public:
   virtual const void *constant(const void *host, int64_t bytes) = 0;
 };
 
+/// Device memory with an owner: released through its device.
+struct DeviceBuffer {
+  Device *device = nullptr;
+  char *data = nullptr;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  ~DeviceBuffer() {
+    if (device && data)
+      device->release(data);
+  }
+  void allocate(Device &d, int64_t bytes, const char *what) {
+    device = &d;
+    data = d.allocate(bytes, what);
+  }
+  char *get() const { return data; }
+};
+
 /// What a factory gets to choose its device.
 struct DeviceRequest {
   /// The rank's index among the ranks on its host (OpenMPI's local rank).

@@ -54,20 +54,6 @@ void mpiCheck(int rc, const char *what) {
                 " failed: " + std::string(text, size_t(len)));
 }
 
-/// The arena, owned by the device that allocated it.
-struct ArenaOwner {
-  Device *device = nullptr;
-  char *data = nullptr;
-  ArenaOwner() = default;
-  ArenaOwner(const ArenaOwner &) = delete;
-  ArenaOwner &operator=(const ArenaOwner &) = delete;
-  ~ArenaOwner() {
-    if (device && data)
-      device->release(data);
-  }
-  char *get() const { return data; }
-};
-
 /// The local rank: this rank's index among the ranks sharing its host.
 int localRank() {
   MPI_Comm local = MPI_COMM_NULL;
@@ -477,6 +463,25 @@ MetricsFile openMetrics(const Options &o, bool reports, int64_t first) {
 double stepLoss(pipec_ctx &ctx) {
   const StageDesc &desc = ctx.desc;
   double partial = 0, loss = 0;
+  if (desc.loss && ctx.lossBuffer.get()) {
+    // A device stage kept its microbatch losses on the device: one copy.
+    std::vector<char> bytes(size_t(desc.microbatches * desc.realBytes));
+    ctx.device->toHost(bytes.data(), ctx.lossBuffer.get(),
+                       int64_t(bytes.size()));
+    for (int64_t mb = 0; mb < desc.microbatches; ++mb) {
+      if (!ctx.lossRecorded[size_t(mb)])
+        continue;
+      if (desc.isF64()) {
+        double v;
+        std::memcpy(&v, bytes.data() + 8 * mb, 8);
+        ctx.losses[size_t(mb)] = v;
+      } else {
+        float v;
+        std::memcpy(&v, bytes.data() + 4 * mb, 4);
+        ctx.losses[size_t(mb)] = double(v);
+      }
+    }
+  }
   if (desc.loss) {
     const double share =
         double(desc.sliceSize) / double(std::max<int64_t>(desc.microbatch, 1));
@@ -721,7 +726,7 @@ std::optional<int> readDescriptionAndOptions(pipec_ctx &ctx, int argc,
 
 /// The device, the arena with the weights (and a resumed checkpoint) in it,
 /// weight versions and feeds; returns the step to start from.
-int64_t setUpStage(pipec_ctx &ctx, ArenaOwner &arena, DeviceFactory factory,
+int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
                    const char *target, int localRank, bool reports) {
   const StageDesc &desc = ctx.desc;
   const Options &o = ctx.options;
@@ -733,8 +738,10 @@ int64_t setUpStage(pipec_ctx &ctx, ArenaOwner &arena, DeviceFactory factory,
   request.localRank = localRank;
   request.allowTf32 = o.allowTf32;
   ctx.device = factory(request);
-  arena.device = ctx.device.get();
-  arena.data = ctx.device->allocate(desc.arenaBytes, "the arena");
+  arena.allocate(*ctx.device, desc.arenaBytes, "the arena");
+  if (desc.loss && !ctx.device->hostAccessible())
+    ctx.lossBuffer.allocate(*ctx.device, desc.microbatches * desc.realBytes,
+                            "the microbatch losses");
   ctx.arena = arena.get();
   ctx.versions.setDevice(ctx.device.get());
   HostArena host(*ctx.device, arena.get(), desc.arenaBytes);
@@ -771,7 +778,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
   const bool reports = ctx.rank == 0;
 
   // Arena, weights, data: every rank's refusal is agreed on first.
-  ArenaOwner arena;
+  DeviceBuffer arena;
   int64_t first = 0;
   MetricsFile metrics(nullptr, std::fclose);
   // Collective: every rank, before anything on a rank may throw.

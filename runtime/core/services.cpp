@@ -68,7 +68,11 @@ extern "C" void pipec_rt_loss(pipec_ctx *ctx, int64_t mb, const void *loss) {
     if (c.lossRecorded[size_t(mb)])
       throw RtError("pipec_rt_loss: the loss of microbatch " +
                     std::to_string(mb) + " was recorded twice in one step");
-    if (c.desc.isF64()) {
+    if (c.lossBuffer.get()) {
+      // Read at the step's end (stepLoss), with the other microbatches'.
+      c.device->copy(c.lossBuffer.get() + mb * c.desc.realBytes, loss,
+                     c.desc.realBytes);
+    } else if (c.desc.isF64()) {
       double v = 0;
       c.device->toHost(&v, loss, 8);
       c.losses[size_t(mb)] = v;
