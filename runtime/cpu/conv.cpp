@@ -397,12 +397,15 @@ void conv2dGradInputKernel(void *const *bufs, const int64_t *ints,
     return;
   }
   const bool pointwise = s.pointwise();
-  const int64_t block = imageBlock(s);
   const bool empty = s.m == 0 || s.p == 0;
-  if (empty || !pointwise || block > 1)
-    std::fill(dx, dx + s.xCount(), T(0)); // Paths below accumulate.
+  // dX is overwritten: zeroed first wherever the path below accumulates
+  // (the depthwise planes always do; a pointwise GEMM of one image at a
+  // time writes it whole).
+  if (empty || !pointwise || s.cg == 1 || imageBlock(s) > 1)
+    std::fill(dx, dx + s.xCount(), T(0));
   if (empty)
     return;
+  const int64_t block = imageBlock(s);
 
   if (s.cg == 1) {
     for (int64_t in = 0; in < s.n; ++in)

@@ -287,3 +287,36 @@ TEST(KernelConv2dGrad, MatchesFiniteDifferences) {
 }
 
 } // namespace
+
+// A depthwise 1x1 convolution (one input channel per group) of one image:
+// dX is overwritten, not added to what the buffer held (the depthwise path
+// accumulates, so it must start from zero even when the pointwise GEMM path
+// would not need it). Found by the CUDA conv tests' emulation.
+TEST(KernelConv2dGrad, DepthwisePointwiseOverwritesDx) {
+  const int64_t n = 1, c = 3, h = 2, w = 2;
+  // ints: N C H W M kH kW oH oW strideH strideW padTop padLeft dilH dilW
+  //       groups hasBias
+  const int64_t ints[] = {n, c, h, w, c, 1, 1, h, w, 1, 1, 0, 0, 1, 1, c, 0};
+  std::vector<float> dy(size_t(n * c * h * w)), wt = {2.f, -1.f, 0.5f};
+  for (size_t i = 0; i < dy.size(); ++i)
+    dy[i] = float(i) - 5.f;
+  std::vector<float> dx(dy.size(), 7.f); // stale contents
+  void *bufs[] = {dy.data(), wt.data(), dx.data()};
+  pipec_k_conv2d_grad_input(bufs, ints, nullptr);
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t i = 0; i < h * w; ++i)
+      EXPECT_FLOAT_EQ(dx[size_t(ch * h * w + i)],
+                      wt[size_t(ch)] * dy[size_t(ch * h * w + i)])
+          << "channel " << ch << " pixel " << i;
+}
+
+// An empty output (oH = 0) leaves nothing to do and must not divide by the
+// output's pixel count.
+TEST(KernelConv2dGrad, EmptyOutputZeroesDx) {
+  const int64_t ints[] = {1, 2, 3, 3, 2, 3, 3, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0};
+  std::vector<float> dy(1), wt(2 * 2 * 9, 1.f), dx(18, 7.f);
+  void *bufs[] = {dy.data(), wt.data(), dx.data()};
+  pipec_k_conv2d_grad_input(bufs, ints, nullptr);
+  for (float v : dx)
+    EXPECT_EQ(v, 0.f);
+}
