@@ -136,7 +136,7 @@ def run_pipec(args, b, stages):
     shutil.rmtree(os.path.join(d, "checkpoints"), ignore_errors=True)
     cmd = launch_cmd(args.mpirun, d, ["--steps", str(STEPS), "--lr", str(LR),
                                       "--inputs", os.path.join(b, "x.npy"), "--labels", os.path.join(b, "y.npy")])
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     m = re.search(r"done: .* final loss ([0-9.]+)\s+([0-9.]+) samples/s", p.stdout)
     if p.returncode != 0 or not m:
         print(p.stdout[-2000:])

@@ -16,7 +16,7 @@
 #       bench/gpu_compare.py (pipec against PyTorch on the same GPU).
 #
 # With the device tool: run(command="scripts/test-gpu.sh run",
-# carry=[".gpu-bundle"]). Results also go to $OUT (or .gpu-bundle/results).
+# carry=[".gpu-bundle/debs", ".gpu-bundle/packed.tar.gz"]). Results also go to $OUT (or .gpu-bundle/results).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,11 +39,18 @@ prepare() {
   /usr/bin/python3 test/gpu/gpu_e2e.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
   /usr/bin/python3 bench/gpu_compare.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE" \
     --config "${PIPEC_GPU_BENCH_CONFIG:-small}"
-  du -sh "$BUNDLE"
+  # What a call to the GPU machine carries is limited (64 MiB with the
+  # repository): everything but the packages also goes into one archive
+  # (the stage executables' constants compress well).
+  (cd "$BUNDLE" && tar czf packed.tar.gz bin lib cases cases.json bench)
+  du -sh "$BUNDLE" "$BUNDLE/packed.tar.gz"
 }
 
 run() {
   [ -d "$BUNDLE/debs" ] || { echo "test-gpu: no $BUNDLE (scripts/test-gpu.sh prepare, then carry it)"; exit 1; }
+  if [ -f "$BUNDLE/packed.tar.gz" ]; then
+    tar xzf "$BUNDLE/packed.tar.gz" -C "$BUNDLE"
+  fi
   local P=/tmp/pipec-gpu-deps
   rm -rf "$P"; mkdir -p "$P"
   for f in "$BUNDLE"/debs/*.deb; do dpkg -x "$f" "$P"; done

@@ -47,10 +47,6 @@ MODELS = {
     "gpt-padmask": ("examples/gpt/make_gpt.py", GPT_SMALL + ["--padding-mask"], 0.1, True),
     "gpt-mid": ("examples/gpt/make_gpt.py", GPT_MID, 0.05, True),
     "resnet": ("examples/resnet/make_resnet.py", ["--batch", "8", "--width", "8", "--blocks", "1"], 0.05, True),
-    "vgg": ("examples/vgg/make_vgg.py", ["--batch", "8"], 0.05, True),
-    # Training-mode dropout: the masks are a function of (seed, sample,
-    # element), the same on both targets.
-    "vgg-dropout": ("examples/vgg/make_vgg.py", ["--batch", "8", "--dropout-training"], 0.05, True),
 }
 
 # (case name, model, compile flags)
@@ -85,16 +81,14 @@ CASES = [
     ("resnet-s4-1f1b-flush", "resnet", ["--stages", "4", "--microbatches", "4"]),
     ("resnet-s2-zb-h1", "resnet", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-h1"]),
     ("resnet-s2-adam", "resnet", ["--stages", "2", "--microbatches", "4", "--optimizer", "adam"]),
-    ("vgg-s2-1f1b-flush", "vgg", ["--stages", "2", "--microbatches", "4"]),
-    ("vgg-s4-gpipe", "vgg", ["--stages", "4", "--microbatches", "4", "--schedule", "gpipe"]),
-    ("vgg-dropout-s2", "vgg-dropout", ["--stages", "2", "--microbatches", "4"]),
+    # VGG (max pooling) is refused on cuda for now: see cuda_kernels.def.
 ]
 # The cases whose final weights (and optimizer state) are compared too; the
 # others compare every step's loss (what a call may carry to the GPU
 # machine is limited to 64 MiB).
 WEIGHT_CHECKS = {"mlp-s2-1f1b-flush", "mlp-s4-1f1b", "mlp-s4-2bw", "mlp-s2-adam", "mlp-s2-rr-replicas",
                  "gpt-s2-1f1b-flush", "gpt-s2-adam", "gpt-s4-1f1b-flush", "resnet-s2-1f1b-flush",
-                 "resnet-s2-adam", "vgg-s2-1f1b-flush", "vgg-dropout-s2"}
+                 "resnet-s2-adam"}
 # A CPU checkpoint resumed by the CUDA build (the same safetensors files).
 RESUME_CASE = "mlp-s2-1f1b-flush"
 RESUME_AT = 3

@@ -1,0 +1,265 @@
+//===- batchnorm.cu - Batch normalization and its backward ----------------===//
+//
+// Part of pipec's CUDA runtime. CUDA twins of pipec_k_batchnorm_train,
+// pipec_k_batchnorm_infer and pipec_k_batchnorm_grad (see
+// include/pipec_rt.h for the parameter layouts and cpu/norm.cpp for the
+// reference and the formulas).
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// Training forward and backward: one thread block per channel, reducing
+/// the channel's N * S values (rows of S at stride C * S) with the
+/// deterministic block reduction of block_reduce.cuh, in double as on the
+/// CPU:
+///
+///  - train: mean, then the centred sum of squares (biased variance, /
+///    count); invStd = 1 / sqrt(var + eps) in double; the mean is split into
+///    hi + lo floats and y = ((x - hi) - lo) * float(scale * invStd) + bias
+///    in float. savedMean = float(mean), savedInvStd = float(invStd); the
+///    running statistics follow ONNX with the biased batch variance:
+///    runOut = momentum * run + (1 - momentum) * stat, in double. Each is
+///    read before it is written, by the same thread, so runMeanOut /
+///    runVarOut may alias runMean / runVar. The four statistics outputs may
+///    each be NULL.
+///  - grad: the mean is recomputed in double (savedMean is not read), with
+///    invStd = double(savedInvStd); sums of dY and dY * xhat in double;
+///    dX = float(scale invStd (dY - sumDy / R - xhat sumDyXhat / R)) in
+///    double per element; dScale = float(sumDyXhat), dBias = float(sumDy).
+///    dX, dScale and dBias may each be NULL.
+///
+/// Inference: one thread per channel computes float(scale / sqrt(var +
+/// eps)) in double into the scratch buffer, then one thread per element
+/// applies ((x - mean) - lo) * a + bias in float (lo = 0 for a float mean).
+///
+/// Y may alias X and dX may alias dY: the reductions finish (the block
+/// synchronises) before any element is written, and each element is read
+/// and written by one thread. Sums run in a different order than the CPU's
+/// eight-lane ones, so double results may differ in their last bits, which
+/// changes a float result only on a rounding tie. Float products and sums
+/// use round-to-nearest intrinsics (no FMA contraction); so do the double
+/// formulas that the CPU evaluates per element.
+///
+//===----------------------------------------------------------------------===//
+
+#include "block_reduce.cuh"
+#include "cuda_rt.h"
+#include "pipec_rt.h"
+
+#include <cstdint>
+
+namespace pipec {
+namespace cuda {
+namespace {
+
+constexpr double kDefaultEpsilon = 1e-5;
+constexpr double kDefaultMomentum = 0.9;
+constexpr int kBlock = 256;
+
+/// Offset of the e-th value (row-major over [N, S]) of channel ch.
+__device__ __forceinline__ int64_t channelOffset(int64_t e, int64_t ch,
+                                                 int64_t c, int64_t s) {
+  const int64_t i = e / s;
+  return (i * c + ch) * s + (e - i * s);
+}
+
+__global__ void __launch_bounds__(1024)
+    batchNormTrainChannels(const float *x, const float *scale,
+                           const float *bias, const float *runMean,
+                           const float *runVar, float *y, float *savedMean,
+                           float *savedInvStd, float *runMeanOut,
+                           float *runVarOut, int64_t n, int64_t c, int64_t s,
+                           double eps, double momentum) {
+  __shared__ double red[32];
+  const int64_t count = n * s;
+  const double countD = double(n) * double(s);
+  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    double acc = 0;
+    for (int64_t e = threadIdx.x; e < count; e += blockDim.x)
+      acc += double(x[channelOffset(e, ch, c, s)]);
+    const double mean = blockReduce(acc, SumOp(), 0.0, red) / countD;
+    acc = 0;
+    for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
+      const double d = double(x[channelOffset(e, ch, c, s)]) - mean;
+      acc = __dadd_rn(acc, __dmul_rn(d, d));
+    }
+    const double var = blockReduce(acc, SumOp(), 0.0, red) / countD;
+    const double invStd = 1.0 / sqrt(var + eps);
+    const float hi = float(mean);
+    const float lo = float(mean - double(hi));
+    const float a = float(double(scale[ch]) * invStd);
+    const float b = bias[ch];
+    for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
+      const int64_t at = channelOffset(e, ch, c, s);
+      y[at] = __fadd_rn(__fmul_rn(__fsub_rn(__fsub_rn(x[at], hi), lo), a), b);
+    }
+    if (threadIdx.x == 0) {
+      if (savedMean)
+        savedMean[ch] = float(mean);
+      if (savedInvStd)
+        savedInvStd[ch] = float(invStd);
+      // In the CPU's order: runMean is read before runMeanOut is written,
+      // runVar before runVarOut.
+      if (runMeanOut)
+        runMeanOut[ch] =
+            float(__dadd_rn(__dmul_rn(momentum, double(runMean[ch])),
+                            __dmul_rn(1.0 - momentum, mean)));
+      if (runVarOut)
+        runVarOut[ch] = float(__dadd_rn(__dmul_rn(momentum, double(runVar[ch])),
+                                        __dmul_rn(1.0 - momentum, var)));
+    }
+  }
+}
+
+/// coef[ch] = float(scale / sqrt(var + eps)), in double as on the CPU.
+__global__ void batchNormInferCoef(const float *scale, const float *var,
+                                   float *coef, int64_t c, double eps) {
+  for (int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; ch < c;
+       ch += int64_t(gridDim.x) * blockDim.x)
+    coef[ch] = float(double(scale[ch]) / sqrt(double(var[ch]) + eps));
+}
+
+__global__ void batchNormInferApply(const float *x, const float *coef,
+                                    const float *bias, const float *mean,
+                                    float *y, int64_t total, int64_t c,
+                                    int64_t s) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ch = (e / s) % c;
+    // cpu/norm.cpp's SplitMean of a float mean: hi = mean, lo = 0.
+    const float hi = mean[ch];
+    const float lo = float(double(mean[ch]) - double(hi));
+    y[e] = __fadd_rn(__fmul_rn(__fsub_rn(__fsub_rn(x[e], hi), lo), coef[ch]),
+                     bias[ch]);
+  }
+}
+
+__global__ void __launch_bounds__(1024)
+    batchNormGradChannels(const float *x, const float *scale,
+                          const float *savedInvStd, const float *dy, float *dx,
+                          float *dScale, float *dBias, int64_t n, int64_t c,
+                          int64_t s) {
+  __shared__ double red[32];
+  const int64_t count = n * s;
+  const double countD = double(n) * double(s);
+  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    double acc = 0;
+    for (int64_t e = threadIdx.x; e < count; e += blockDim.x)
+      acc += double(x[channelOffset(e, ch, c, s)]);
+    const double meanD = blockReduce(acc, SumOp(), 0.0, red) / countD;
+    const double invStd = double(savedInvStd[ch]);
+    double sumDy = 0, sumDyXhat = 0;
+    for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
+      const int64_t at = channelOffset(e, ch, c, s);
+      const double g = double(dy[at]);
+      const double xhat = __dmul_rn(double(x[at]) - meanD, invStd);
+      sumDy += g;
+      sumDyXhat = __dadd_rn(sumDyXhat, __dmul_rn(g, xhat));
+    }
+    sumDy = blockReduce(sumDy, SumOp(), 0.0, red);
+    sumDyXhat = blockReduce(sumDyXhat, SumOp(), 0.0, red);
+    if (dx) {
+      const double k = double(scale[ch]) * invStd;
+      const double meanDy = sumDy / countD;
+      const double meanDyXhat = sumDyXhat / countD;
+      for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
+        const int64_t at = channelOffset(e, ch, c, s);
+        const double xhat = __dmul_rn(double(x[at]) - meanD, invStd);
+        const double inner =
+            __dsub_rn(double(dy[at]) - meanDy, __dmul_rn(xhat, meanDyXhat));
+        dx[at] = float(__dmul_rn(k, inner));
+      }
+    }
+    if (threadIdx.x == 0) {
+      if (dScale)
+        dScale[ch] = float(sumDyXhat);
+      if (dBias)
+        dBias[ch] = float(sumDy);
+    }
+  }
+}
+
+} // namespace
+} // namespace cuda
+} // namespace pipec
+
+using namespace pipec::cuda;
+
+extern "C" void pipec_cuda_k_batchnorm_train(void *const *bufs,
+                                             const int64_t *ints,
+                                             const double *reals) {
+  const float *x = static_cast<const float *>(bufs[0]);
+  const float *scale = static_cast<const float *>(bufs[1]);
+  const float *bias = static_cast<const float *>(bufs[2]);
+  const float *runMean = static_cast<const float *>(bufs[3]);
+  const float *runVar = static_cast<const float *>(bufs[4]);
+  float *y = static_cast<float *>(bufs[5]);
+  float *savedMean = static_cast<float *>(bufs[6]);
+  float *savedInvStd = static_cast<float *>(bufs[7]);
+  float *runMeanOut = static_cast<float *>(bufs[8]);
+  float *runVarOut = static_cast<float *>(bufs[9]);
+  const int64_t n = ints[0], c = ints[1], s = ints[2];
+  const double eps = reals ? reals[0] : kDefaultEpsilon;
+  const double momentum = reals ? reals[1] : kDefaultMomentum;
+  if (n <= 0 || c <= 0 || s <= 0)
+    return;
+  batchNormTrainChannels<<<rowGrid(c), rowBlock(n * s, 1024), 0,
+                           context().stream>>>(
+      x, scale, bias, runMean, runVar, y, savedMean, savedInvStd, runMeanOut,
+      runVarOut, n, c, s, eps, momentum);
+  checkLaunch("pipec_cuda_k_batchnorm_train");
+}
+
+extern "C" void pipec_cuda_k_batchnorm_infer(void *const *bufs,
+                                             const int64_t *ints,
+                                             const double *reals) {
+  const char *kernel = "pipec_cuda_k_batchnorm_infer";
+  const float *x = static_cast<const float *>(bufs[0]);
+  const float *scale = static_cast<const float *>(bufs[1]);
+  const float *bias = static_cast<const float *>(bufs[2]);
+  const float *mean = static_cast<const float *>(bufs[3]);
+  const float *var = static_cast<const float *>(bufs[4]);
+  float *y = static_cast<float *>(bufs[5]);
+  const int64_t n = ints[0], c = ints[1], s = ints[2];
+  const double eps = reals ? reals[0] : kDefaultEpsilon;
+  if (n <= 0 || c <= 0 || s <= 0)
+    return;
+  cudaStream_t st = context().stream;
+  float *coef = static_cast<float *>(scratch(size_t(c) * sizeof(float)));
+  batchNormInferCoef<<<gridFor(c, kBlock), kBlock, 0, st>>>(scale, var, coef, c,
+                                                            eps);
+  checkLaunch(kernel);
+  const int64_t total = n * c * s;
+  batchNormInferApply<<<gridFor(total, kBlock), kBlock, 0, st>>>(
+      x, coef, bias, mean, y, total, c, s);
+  checkLaunch(kernel);
+}
+
+extern "C" void pipec_cuda_k_batchnorm_grad(void *const *bufs,
+                                            const int64_t *ints,
+                                            const double *) {
+  const char *kernel = "pipec_cuda_k_batchnorm_grad";
+  const float *x = static_cast<const float *>(bufs[0]);
+  const float *scale = static_cast<const float *>(bufs[1]);
+  // bufs[2], savedMean, is not read: the mean is recomputed in double.
+  const float *savedInvStd = static_cast<const float *>(bufs[3]);
+  const float *dy = static_cast<const float *>(bufs[4]);
+  float *dx = static_cast<float *>(bufs[5]);
+  float *dScale = static_cast<float *>(bufs[6]);
+  float *dBias = static_cast<float *>(bufs[7]);
+  const int64_t n = ints[0], c = ints[1], s = ints[2];
+  if (c <= 0)
+    return;
+  cudaStream_t st = context().stream;
+  if (n <= 0 || s <= 0) {
+    // No elements: zero parameter gradients (dX is empty).
+    if (dScale)
+      check(cudaMemsetAsync(dScale, 0, size_t(c) * sizeof(float), st), kernel);
+    if (dBias)
+      check(cudaMemsetAsync(dBias, 0, size_t(c) * sizeof(float), st), kernel);
+    return;
+  }
+  batchNormGradChannels<<<rowGrid(c), rowBlock(n * s, 1024), 0, st>>>(
+      x, scale, savedInvStd, dy, dx, dScale, dBias, n, c, s);
+  checkLaunch(kernel);
+}
