@@ -244,12 +244,7 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
       return;
     }
     // A device arena receives through host memory.
-    std::vector<char> staging;
-    char *into = static_cast<char *>(dst);
-    if (!c.device->hostAccessible()) {
-      staging.resize(size_t(std::max<int64_t>(bytes, 1)));
-      into = staging.data();
-    }
+    HostView into(*c.device, dst, bytes);
     for (const Fragment &f : pieces) {
       BlockedOn wait(WaitKind::Receive, f.rank, channel, mb);
       int64_t offset = 0;
@@ -265,14 +260,14 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
                         " bytes from " + linkName(peer, channel, mb) +
                         " but expected " + std::to_string(expected) +
                         " (sender and receiver disagree on the tensor size)");
-        mpiCheck(MPI_Recv(into + f.offset + offset, count, MPI_BYTE, f.rank,
+        mpiCheck(MPI_Recv(into.get() + f.offset + offset, count, MPI_BYTE,
+                          f.rank,
                           tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
                  "MPI_Recv from " + linkName(peer, channel, mb));
         offset += count;
       } while (offset < f.bytes);
     }
-    if (!staging.empty())
-      c.device->toDevice(dst, staging.data(), bytes);
+    into.push();
     c.timeline.end(Timeline::Recv);
   });
 }
@@ -285,14 +280,8 @@ static void allreduceSum(const pipec_ctx &c, void *data, int64_t count,
                          MPI_Comm comm, const std::string &what,
                          double scale = 1.0) {
   const bool f64 = c.desc.isF64();
-  const int64_t bytes = count * c.desc.realBytes;
-  std::vector<char> staging;
-  char *p = static_cast<char *>(data);
-  if (!c.device->hostAccessible()) {
-    staging.resize(size_t(std::max<int64_t>(bytes, 1)));
-    c.device->toHost(staging.data(), data, bytes);
-    p = staging.data();
-  }
+  HostView view(*c.device, data, count * c.desc.realBytes);
+  char *p = view.pull();
   {
     BlockedOn wait(WaitKind::Collective);
     for (int64_t done = 0; done < count;) {
@@ -315,8 +304,7 @@ static void allreduceSum(const pipec_ctx &c, void *data, int64_t count,
         f[i] *= s;
     }
   }
-  if (!staging.empty())
-    c.device->toDevice(data, staging.data(), bytes);
+  view.push();
 }
 
 /// Sums `count` float elements at `data` over the stage's replicas; with

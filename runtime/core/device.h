@@ -78,7 +78,6 @@ struct DeviceBuffer {
 struct DeviceRequest {
   /// The rank's index among the ranks on its host (OpenMPI's local rank).
   int localRank = 0;
-  int rank = 0;
   bool allowTf32 = false;
 };
 
@@ -92,23 +91,35 @@ std::unique_ptr<Device> makeCpuDevice(const DeviceRequest &);
 int runStage(int argc, char **argv, const char *meta, pipec_program_fn program,
              DeviceFactory factory, const char *target);
 
-/// Bytes at `dst` (arena) written by `fill` on the host: directly when the
-/// device is host accessible, else through a staging buffer.
-template <typename Fill>
-void writeArena(Device &device, void *dst, int64_t bytes, Fill &&fill) {
-  if (device.hostAccessible()) {
-    fill(dst);
-    return;
+/// Host bytes standing for the device range [data, data + bytes) while host
+/// code reads or writes it: the range itself on a host-accessible device,
+/// else a host copy, filled by `pull` and written back by `push`.
+class HostView {
+public:
+  HostView(Device &device, void *data, int64_t bytes)
+      : device_(device), data_(static_cast<char *>(data)), bytes_(bytes) {
+    if (!device.hostAccessible())
+      copy_.assign(size_t(bytes > 0 ? bytes : 1), 0);
   }
-  std::vector<char> staging(size_t(bytes > 0 ? bytes : 1));
-  fill(static_cast<void *>(staging.data()));
-  device.toDevice(dst, staging.data(), bytes);
-}
+  char *get() { return copy_.empty() ? data_ : copy_.data(); }
+  /// The device's current bytes.
+  char *pull() {
+    if (!copy_.empty())
+      device_.toHost(copy_.data(), data_, bytes_);
+    return get();
+  }
+  /// The host bytes to the device.
+  void push() {
+    if (!copy_.empty())
+      device_.toDevice(data_, copy_.data(), bytes_);
+  }
 
-/// Host-visible bytes of the arena range [src, src + bytes): `src` itself on
-/// a host-accessible device, else a copy in `staging`.
-const void *readArena(Device &device, const void *src, int64_t bytes,
-                      std::vector<char> &staging);
+private:
+  Device &device_;
+  char *data_;
+  int64_t bytes_;
+  std::vector<char> copy_;
+};
 
 } // namespace rt
 } // namespace pipec

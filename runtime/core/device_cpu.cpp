@@ -52,14 +52,5 @@ std::unique_ptr<Device> makeCpuDevice(const DeviceRequest &) {
   return std::make_unique<CpuDevice>();
 }
 
-const void *readArena(Device &device, const void *src, int64_t bytes,
-                      std::vector<char> &staging) {
-  if (device.hostAccessible())
-    return src;
-  staging.resize(size_t(bytes > 0 ? bytes : 1));
-  device.toHost(staging.data(), src, bytes);
-  return staging.data();
-}
-
 } // namespace rt
 } // namespace pipec

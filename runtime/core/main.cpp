@@ -67,35 +67,6 @@ int localRank() {
   return rank;
 }
 
-/// Host bytes standing for the arena while weights and checkpoints are read
-/// or written: the arena itself on a host-accessible device, else a copy.
-class HostArena {
-public:
-  HostArena(Device &device, char *arena, int64_t bytes)
-      : device_(device), arena_(arena), bytes_(bytes) {
-    if (!device.hostAccessible())
-      copy_.assign(size_t(std::max<int64_t>(bytes, 1)), 0);
-  }
-  char *get() { return copy_.empty() ? arena_ : copy_.data(); }
-  /// The device's current bytes, for writing a checkpoint.
-  char *pull() {
-    if (!copy_.empty())
-      device_.toHost(copy_.data(), arena_, bytes_);
-    return get();
-  }
-  /// The host bytes to the device, after reading weights into them.
-  void push() {
-    if (!copy_.empty())
-      device_.toDevice(arena_, copy_.data(), bytes_);
-  }
-
-private:
-  Device &device_;
-  char *arena_;
-  int64_t bytes_;
-  std::vector<char> copy_;
-};
-
 /// Where this stage writes its profile: a "{stage}" in the path becomes the
 /// stage number (with "rJ" for replica J of a replicated stage); otherwise a
 /// multi-stage build inserts ".stageK" (".stageKrJ") before the extension so
@@ -465,19 +436,19 @@ double stepLoss(pipec_ctx &ctx) {
   double partial = 0, loss = 0;
   if (desc.loss && ctx.lossBuffer.get()) {
     // A device stage kept its microbatch losses on the device: one copy.
-    std::vector<char> bytes(size_t(desc.microbatches * desc.realBytes));
-    ctx.device->toHost(bytes.data(), ctx.lossBuffer.get(),
-                       int64_t(bytes.size()));
+    HostView losses(*ctx.device, ctx.lossBuffer.get(),
+                    desc.microbatches * desc.realBytes);
+    const char *bytes = losses.pull();
     for (int64_t mb = 0; mb < desc.microbatches; ++mb) {
       if (!ctx.lossRecorded[size_t(mb)])
         continue;
       if (desc.isF64()) {
         double v;
-        std::memcpy(&v, bytes.data() + 8 * mb, 8);
+        std::memcpy(&v, bytes + 8 * mb, 8);
         ctx.losses[size_t(mb)] = v;
       } else {
         float v;
-        std::memcpy(&v, bytes.data() + 4 * mb, 4);
+        std::memcpy(&v, bytes + 4 * mb, 4);
         ctx.losses[size_t(mb)] = double(v);
       }
     }
@@ -539,7 +510,7 @@ std::string checkpointStep(pipec_ctx &ctx, char *arena, int64_t t) {
   {
     WatchdogPause writing; // a large file may take long; no peer involved
     pipec::safetensors::FileDigest digest; // of the bytes as written
-    HostArena host(*ctx.device, arena, ctx.desc.arenaBytes);
+    HostView host(*ctx.device, arena, ctx.desc.arenaBytes);
     folder = writeStageCheckpoint(o.checkpointDir, t + 1, ctx.desc, host.pull(),
                                   &digest);
     mine.bytes = int64_t(digest.bytes);
@@ -734,7 +705,6 @@ int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
     throw RtError("this stage was compiled for --target " + desc.target +
                   " but linked with the " + target + " runtime");
   DeviceRequest request;
-  request.rank = ctx.rank;
   request.localRank = localRank;
   request.allowTf32 = o.allowTf32;
   ctx.device = factory(request);
@@ -744,7 +714,7 @@ int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
                             "the microbatch losses");
   ctx.arena = arena.get();
   ctx.versions.setDevice(ctx.device.get());
-  HostArena host(*ctx.device, arena.get(), desc.arenaBytes);
+  HostView host(*ctx.device, arena.get(), desc.arenaBytes);
   loadWeights(desc, manifestStage(ctx.manifest, desc.stage).weights,
               host.get());
   ctx.steps = o.steps;

@@ -39,8 +39,9 @@ extern "C" void pipec_rt_feed(pipec_ctx *ctx, int64_t feed, int64_t mb,
     checkMicrobatch(c, "pipec_rt_feed", mb);
     checkPointer(dst, "pipec_rt_feed");
     const Feed &f = c.feeds[size_t(feed)];
-    writeArena(*c.device, dst, f.spec().bytes,
-               [&](void *p) { f.fill(c.step, mb, p); });
+    HostView view(*c.device, dst, f.spec().bytes);
+    f.fill(c.step, mb, view.get());
+    view.push();
   });
 }
 
