@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "pipec/Planners.h"
+#include "pipec/Sim.h"
 
 #include <algorithm>
 
@@ -83,6 +84,40 @@ void runOne(benchmark::State &state, const std::string &planner, int layers,
   state.counters["samples_per_s"] = result.plan.predicted.samplesPerSecond;
 }
 
+/// `pipec plan --algorithm NAME` on the shape (see registerAll);
+/// `baseline`: auto without lane collapsing and without skipping.
+void runCommand(benchmark::State &state, const std::string &name,
+                bool baseline) {
+  Profile profile = chainProfile(1000);
+  Topology topology = cluster(128, 8);
+  PlannerOptions options;
+  double rate = 0;
+  for (auto _ : state) {
+    rate = 0;
+    if (name == "auto" && !baseline) {
+      AutoPlanResult result = planAuto(profile, topology, options);
+      rate = result.ok ? result.best.predicted.samplesPerSecond : 0;
+      continue;
+    }
+    std::vector<std::string> names = {name};
+    if (baseline)
+      names = {"balanced", "pipedream", "dapple",
+               "madpipe",  "twobw",     "interleaved"};
+    for (const std::string &planner : names) {
+      PlanResult planned = runPlanner(planner, profile, topology, options);
+      if (!planned.ok)
+        continue;
+      SimOptions sim;
+      sim.splitReplicas = planner == "dapple";
+      sim.collapseLanes = !baseline;
+      SimResult result = simulatePlan(profile, topology, planned.plan, sim);
+      if (result.ok && result.fitsMemory)
+        rate = std::max(rate, result.samplesPerSecond);
+    }
+  }
+  state.counters["samples_per_s"] = rate;
+}
+
 void registerAll() {
   // The shape, every planner.
   for (const std::string &name : plannerNames()) {
@@ -96,6 +131,27 @@ void registerAll() {
         ->Repetitions(3)
         ->ReportAggregatesOnly(true);
   }
+  // What `pipec plan --algorithm NAME` computes: the planner, then one
+  // simulation of its plan (for auto, the search over every planner's plan
+  // and variants, skipping the flush plans that cannot win).
+  for (const std::string &name : plannerNames()) {
+    if (name == "exhaustive")
+      continue;
+    benchmark::RegisterBenchmark(
+        ("command/" + name + "/1000x(128x8)").c_str(),
+        [name](benchmark::State &state) { runCommand(state, name, false); })
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(1)
+        ->Repetitions(3)
+        ->ReportAggregatesOnly(true);
+  }
+  // The baseline of the ratio: every planner's plan simulated in full,
+  // every lane of every replicated stage (SimOptions::collapseLanes off).
+  benchmark::RegisterBenchmark(
+      "command/auto-baseline-every-plan-every-lane/1000x(128x8)",
+      [](benchmark::State &state) { runCommand(state, "auto", true); })
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(1);
   // Growth of pipedream and dapple with the instance.
   for (const char *name : {"pipedream", "dapple"})
     for (auto [layers, nodes] : {std::pair{100, 16}, std::pair{300, 32},

@@ -57,6 +57,9 @@ struct PlanCandidate {
   SimResult sim;
   bool feasible = false;
   std::string note; ///< why infeasible, or which planner failed and why
+  /// Not simulated: its throughput bound (flushIterationLowerBound) is
+  /// below a feasible candidate's simulated throughput, so it cannot win.
+  bool skipped = false;
 };
 
 struct AutoPlanResult {

@@ -61,6 +61,16 @@ struct SimOptions {
   /// need no flag; see sharedDevicesAllowed(). Interleaved plans never do
   /// (their chunks share devices through plan.chunks instead).
   bool allowSharedDevices = false;
+  /// Simulate one lane of a plan whose stages are replicated alike (every
+  /// stage has the same replica count r, on devices of its own, and lane j
+  /// = replica j of every stage crosses the same topology levels as lane
+  /// 0; 1F1B-RR needs m a multiple of r): lane j then runs microbatches
+  /// k = j mod r (a 1/r slice of every microbatch with split replicas)
+  /// exactly as lane 0 does, so simulatePlan runs lane 0 alone, with the
+  /// allreduces still over all r devices, and copies its per-device
+  /// figures to the other lanes. Same results, 1/r of the work. Off only
+  /// to check that claim (tests) or with `trace`, which shows every rank.
+  bool collapseLanes = true;
 };
 
 /// Peak memory of one stage replica, by kind (bytes).
@@ -168,6 +178,21 @@ SimResult simulatePlan(const Profile &profile, const Topology &topology,
 SimResult simulateSchedule(const Profile &profile, const Topology &topology,
                            const Plan &plan, const ScheduleResult &schedule,
                            const SimOptions &options = {});
+
+/// A lower bound on the iteration time simulatePlan reports for a plan
+/// with a flush schedule (gpipe, 1f1b-flush, zb-h1, zb-v, interleaved): the
+/// compute of its busiest device over one step, which runs its ops one at
+/// a time (every stage and chunk on it; with round robin the replica that
+/// gets ceil(m / r) microbatches, with split replicas a 1/r slice of all
+/// m), with the simulator's stage times (sigma x the profile's sums, plus a
+/// forward with recomputation). Communication, the bubble and the optimizer
+/// only add to it. 0 when there is none to give: a continuous schedule
+/// (1f1b, 2bw), whose steady state is measured over a window that need not
+/// hold a whole step of every device's work, or a stage without devices.
+/// `pipec plan --algorithm auto` skips simulating a candidate whose
+/// throughput at this bound cannot beat a plan it already has.
+double flushIterationLowerBound(const Profile &profile, const Plan &plan,
+                                const SimOptions &options = {});
 
 /// One schedule the synthesiser compared.
 struct SynthCandidate {

@@ -153,8 +153,17 @@ PlanCandidate scoreCandidate(const Profile &profile, const Topology &topology,
 /// (x steps for the continuous schedules). Variants are scored only below
 /// kVariantOps, so that the search stays cheap on paper-scale instances.
 constexpr int64_t kVariantOps = 4000000;
-int64_t simulatedOps(const Plan &plan) {
-  return int64_t(plan.numStages()) * plan.microbatches * 3;
+/// `auto` skips a flush plan that cannot win (see planAuto) only above
+/// kSkipOps, about 50 ms of simulation: smaller ones are all simulated so
+/// that the table compares them.
+constexpr int64_t kSkipOps = 200000;
+int64_t simulatedOps(const Plan &plan, bool splitReplicas = false) {
+  if (!splitReplicas)
+    return int64_t(plan.numStages()) * plan.microbatches * 3;
+  int64_t ops = 0; // every replica runs every microbatch
+  for (const StagePlan &stage : plan.stages)
+    ops += int64_t(stage.replicas) * plan.microbatches * 3;
+  return ops;
 }
 
 /// The schedule rules (lib/Schedule/Rules.cpp) broken by `plan`, as text
@@ -258,33 +267,99 @@ AutoPlanResult pipec::planAuto(const Profile &profile, const Topology &topology,
                                     "madpipe",  "twobw",     "interleaved"};
   if (smallInstance(profile, topology))
     names.push_back("exhaustive");
+  // Every planner's plan (cheap), then the simulations (not always): the
+  // plans that a simulation must measure first (continuous schedules), then
+  // the flush plans by falling throughput bound. A flush plan whose bound
+  // (the busiest device's compute, flushIterationLowerBound) is below the
+  // best feasible throughput found so far is skipped with its variants
+  // (which have no higher bound: same work per sample, or more with
+  // recomputation), so the choice is the one a full search makes. Only
+  // large simulations are skipped (kSkipOps).
+  struct Base {
+    std::string name;
+    PlanResult planned;
+    bool split = false;
+    double bound = 0; ///< samples/s no simulation can beat (0: none known)
+    std::vector<PlanCandidate> scored;
+  };
+  std::vector<Base> bases;
   for (const std::string &name : names) {
-    PlanResult planned = runPlanner(name, profile, topology, options);
-    if (!planned.ok) {
-      PlanCandidate candidate;
-      candidate.plan = planned.plan;
-      candidate.plan.algorithm = name;
-      candidate.note = planned.error;
-      result.candidates.push_back(std::move(candidate));
-      continue;
-    }
+    Base base;
+    base.name = name;
+    base.planned = runPlanner(name, profile, topology, options);
     // DAPPLE splits each microbatch across a stage's replicas (dapple.md §4)
     // rather than sending whole microbatches round-robin.
-    const bool split = name == "dapple";
-    result.candidates.push_back(
-        scoreCandidate(profile, topology, options, planned.plan, name, split));
-    addVariants(profile, topology, options, result.candidates.back(), split,
-                result.candidates);
+    base.split = name == "dapple";
+    bases.push_back(std::move(base));
   }
   // Zero bubble in a V on the balanced plan's devices.
   if (options.schedule.empty() || options.schedule == "zb-v") {
     PlannerOptions v = options;
     v.schedule = "zb-v";
-    PlanResult planned = runPlanner("balanced", profile, topology, v);
-    if (planned.ok && simulatedOps(planned.plan) <= kVariantOps)
-      result.candidates.push_back(scoreCandidate(
-          profile, topology, options, planned.plan, "balanced/zb-v", false));
+    Base base;
+    base.name = "balanced/zb-v";
+    base.planned = runPlanner("balanced", profile, topology, v);
+    if (base.planned.ok && simulatedOps(base.planned.plan) <= kVariantOps)
+      bases.push_back(std::move(base));
   }
+  std::vector<size_t> order;
+  for (size_t i = 0; i < bases.size(); ++i) {
+    Base &base = bases[i];
+    order.push_back(i);
+    if (!base.planned.ok)
+      continue;
+    SimOptions sim = options.sim;
+    sim.splitReplicas = base.split;
+    const Plan &plan = base.planned.plan;
+    const double lower = flushIterationLowerBound(profile, plan, sim);
+    if (lower > 0)
+      base.bound =
+          double(plan.microbatches) * double(plan.microbatchSize) / lower;
+  }
+  auto unbounded = [&](size_t i) { return bases[i].bound <= 0; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (unbounded(a) != unbounded(b))
+      return unbounded(a);
+    return bases[a].bound > bases[b].bound;
+  });
+  double bestRate = 0;
+  for (size_t i : order) {
+    Base &base = bases[i];
+    if (!base.planned.ok) {
+      PlanCandidate candidate;
+      candidate.plan = base.planned.plan;
+      candidate.plan.algorithm = base.name;
+      candidate.note = base.planned.error;
+      base.scored.push_back(std::move(candidate));
+      continue;
+    }
+    if (!unbounded(i) && base.bound < bestRate &&
+        simulatedOps(base.planned.plan, base.split) > kSkipOps) {
+      PlanCandidate candidate;
+      candidate.plan = base.planned.plan;
+      candidate.plan.algorithm = base.name;
+      candidate.skipped = true;
+      char note[160];
+      std::snprintf(note, sizeof note,
+                    "at most %.1f samples/s (its busiest device's "
+                    "compute) < %.1f simulated",
+                    base.bound, bestRate);
+      candidate.note = note;
+      base.scored.push_back(std::move(candidate));
+      continue;
+    }
+    base.scored.push_back(scoreCandidate(
+        profile, topology, options, base.planned.plan, base.name, base.split));
+    if (base.name != "balanced/zb-v")
+      addVariants(profile, topology, options, base.scored.back(), base.split,
+                  base.scored);
+    for (const PlanCandidate &c : base.scored)
+      if (c.feasible)
+        bestRate = std::max(bestRate, c.sim.samplesPerSecond);
+  }
+  for (Base &base : bases)
+    for (PlanCandidate &c : base.scored)
+      result.candidates.push_back(std::move(c));
   const PlanCandidate *best = nullptr;
   for (const PlanCandidate &c : result.candidates)
     if (c.feasible &&
@@ -350,14 +425,17 @@ std::string pipec::candidateTable(const std::vector<PlanCandidate> &candidates) 
     }
     std::snprintf(
         line, sizeof line,
-        "%-16s %6d %-16s %7d %4d %-12s %12s %12s %7s%% %12s  %s\n",
+        "%-16s %6d %-16s %7d %4d %-12s %12s %12s %8s %12s  %s\n",
         c.plan.algorithm.c_str(), c.plan.numStages(), replicas.c_str(), devices,
         c.plan.microbatches, c.plan.schedule.c_str(), iter, rate,
         simulated
-            ? std::to_string(c.sim.bubbleFraction * 100).substr(0, 5).c_str()
+            ? (std::to_string(c.sim.bubbleFraction * 100).substr(0, 5) + "%")
+                  .c_str()
             : "-",
         simulated ? gib(peakStageMemory(c.sim)).c_str() : "-",
-        c.feasible ? "yes" : ("no: " + c.note).c_str());
+        c.feasible
+            ? "yes"
+            : ((c.skipped ? "not simulated: " : "no: ") + c.note).c_str());
     os << line;
   }
   return os.str();

@@ -132,19 +132,52 @@ struct BufferInterval {
   int64_t bytes;
 };
 
-/// Peak of the summed bytes of a set of intervals.
-int64_t peakOf(const std::vector<BufferInterval> &intervals) {
-  std::vector<std::pair<double, int64_t>> points;
-  for (const BufferInterval &i : intervals) {
-    if (i.to <= i.from || i.bytes == 0)
-      continue;
-    points.push_back({i.from, i.bytes});
-    points.push_back({i.to, -i.bytes});
+/// The communication buffers of one rank and chunk: what it sent (from the
+/// end of the sending op to the delivery) and what it received (from the
+/// delivery to the start of the op that consumes it). Kept apart because
+/// each list is appended in the rank's program order, so its start times
+/// (sent) or end times (held) come sorted, and peakOf() need not sort them.
+struct Buffers {
+  std::vector<BufferInterval> sent, held;
+};
+
+/// Peak of the summed bytes of every interval of `lists`: a sweep over the
+/// (time, +bytes) starts and (time, -bytes) ends in (time, delta) order,
+/// releases before acquisitions at equal times. Each list's starts and its
+/// ends are one run, sorted only when they are not already; the runs are
+/// then merged.
+int64_t peakOf(const std::vector<const std::vector<BufferInterval> *> &lists) {
+  using Point = std::pair<double, int64_t>;
+  std::vector<Point> points;
+  std::vector<size_t> runEnds;
+  for (const std::vector<BufferInterval> *intervals : lists)
+    for (int side = 0; side < 2; ++side) {
+      const size_t begin = points.size();
+      for (const BufferInterval &i : *intervals)
+        if (i.to > i.from && i.bytes != 0)
+          points.push_back(side == 0 ? Point{i.from, i.bytes}
+                                     : Point{i.to, -i.bytes});
+      if (!std::is_sorted(points.begin() + begin, points.end()))
+        std::sort(points.begin() + begin, points.end());
+      if (points.size() > begin)
+        runEnds.push_back(points.size());
+    }
+  // Merge neighbouring runs until one is left.
+  while (runEnds.size() > 1) {
+    std::vector<size_t> merged;
+    size_t begin = 0;
+    for (size_t i = 0; i < runEnds.size(); i += 2) {
+      const size_t end = runEnds[std::min(i + 1, runEnds.size() - 1)];
+      if (i + 1 < runEnds.size())
+        std::inplace_merge(points.begin() + begin, points.begin() + runEnds[i],
+                           points.begin() + end);
+      merged.push_back(end);
+      begin = end;
+    }
+    runEnds = std::move(merged);
   }
-  // Releases before acquisitions at equal times.
-  std::sort(points.begin(), points.end());
   int64_t live = 0, peak = 0;
-  for (const auto &point : points) {
+  for (const Point &point : points) {
     live += point.second;
     peak = std::max(peak, live);
   }
@@ -212,12 +245,25 @@ struct Mailbox {
   }
 };
 
+/// Lane 0 of a plan replicated alike (SimOptions::collapseLanes): the
+/// simulator runs the one-replica plan of lane 0's devices and this says
+/// what it stands for.
+struct Lanes {
+  int count = 1;      ///< r, the replicas of every stage (1: no collapse)
+  bool split = false; ///< split replicas: lane j runs a 1/r slice of all
+  /// Per device position, the devices of all r replicas (the allreduce's).
+  std::vector<std::vector<int>> devices;
+
+  bool roundRobin() const { return count > 1 && !split; }
+};
+
 class Simulator {
 public:
   Simulator(const Profile &profile, const Topology &topology, const Plan &plan,
-            const SimOptions &options, const ScheduleResult *given)
+            const SimOptions &options, const ScheduleResult *given,
+            const Lanes &lanes = Lanes())
       : profile(profile), topology(topology), plan(plan), options(options),
-        given(given) {}
+        given(given), lanes(lanes) {}
 
   SimResult run();
 
@@ -245,9 +291,9 @@ private:
   void account(SimResult &result);
 
   // Results (account() in pieces).
-  /// Per rank: the op index of each (microbatch, chunk)'s last backward op,
-  /// where its stashed activations leave.
-  using LastBackward = std::vector<std::map<std::pair<int64_t, int>, size_t>>;
+  /// Per rank and op: 1 when the op is the last backward op (B, or W after
+  /// it) of its (microbatch, chunk), where its stashed activations leave.
+  using LastBackward = std::vector<std::vector<char>>;
   /// Iteration time: for flush schedules the makespan of the step with the
   /// optimizer (traced), else the steady state measured between the fill
   /// and the drain.
@@ -264,13 +310,16 @@ private:
   /// Memory per plan stage (its largest replica) and peak in-flight counts;
   /// per rank its static bytes (weights x versions, gradients, optimizer
   /// state) and largest saved bytes.
+  /// (rankBuffers: the buffers' peak per rank when v = 1.)
   void accountStageMemory(SimResult &result, LastBackward &lastBackward,
                           std::vector<int64_t> &rankStatic,
-                          std::vector<int64_t> &rankMaxSaved) const;
+                          std::vector<int64_t> &rankMaxSaved,
+                          std::vector<int64_t> &rankBuffers) const;
   /// Peak memory and busy time per device, and whether every device fits.
   void accountDevices(SimResult &result, LastBackward &lastBackward,
                       const std::vector<int64_t> &rankStatic,
-                      const std::vector<int64_t> &rankMaxSaved) const;
+                      const std::vector<int64_t> &rankMaxSaved,
+                      const std::vector<int64_t> &rankBuffers) const;
   /// F + B + W of virtual stage q per microbatch.
   double work(int q) const {
     return stages[q].fwd + stages[q].bwd + stages[q].bwdWeight;
@@ -292,6 +341,11 @@ private:
   bool sharedRank(int r) const { return deviceRanks[rankDevice[r]].size() > 1; }
   void complete(int rank, double time);
   void lastBackwardDone(int q, int rank, int64_t k, double time);
+  /// A new weight version of group g's stage: its forwards may start.
+  void wakeReplicas(int g) {
+    for (int j = 0; j < replicas[g]; ++j)
+      woken.push_back(firstRank[g] + j);
+  }
   /// Schedules an allreduce + optimizer on group g's collective lane after
   /// `ready`; returns its end.
   double update(int q, double ready, int64_t round);
@@ -337,6 +391,7 @@ private:
   const Plan &plan;
   const SimOptions &options;
   const ScheduleResult *given; ///< caller's programs, or null
+  const Lanes lanes;           ///< what lane 0 stands for (count 1: itself)
 
   ScheduleKind kind = ScheduleKind::GPipe;
   bool interleaved = false;
@@ -377,7 +432,7 @@ private:
   std::unordered_map<uint64_t, double> linkFree;
   std::vector<int> woken; ///< ranks to retry after an event
   /// Buffer intervals per rank x chunk.
-  std::vector<std::vector<BufferInterval>> buffers;
+  std::vector<Buffers> buffers;
 
   /// Devices the ranks run on, in order of first use: deviceRanks[d] lists
   /// the ranks of device d (several for a shared device), rankDevice[r] is
@@ -540,16 +595,20 @@ int Simulator::chooseSteps() {
     if (period <= 4096 && !split)
       period = period / std::gcd<int64_t>(period, r) * r;
   }
-  const int64_t depth = split ? p : totalRanks;
+  // A collapsed plan takes the steps of the plan it stands for: m and the
+  // ranks of all lanes (its period, r, divides m).
+  const int64_t mAll = lanes.roundRobin() ? m * lanes.count : m;
+  const int64_t depth =
+      split ? p : totalRanks * (lanes.roundRobin() ? lanes.count : 1);
   if (isFlushSchedule(kind)) {
     steps = 1;
   } else {
-    const int64_t periodSteps = period / std::gcd<int64_t>(period, m);
-    const int64_t fill = (2 * depth + m - 1) / m + 1;
+    const int64_t periodSteps = period / std::gcd<int64_t>(period, mAll);
+    const int64_t fill = (2 * depth + mAll - 1) / mAll + 1;
     const int64_t drain = fill;
-    const int64_t minWindow = sharedPlan
-                                  ? std::max<int64_t>(16, (64 + m - 1) / m)
-                                  : std::max<int64_t>(8, (32 + m - 1) / m);
+    const int64_t minWindow =
+        sharedPlan ? std::max<int64_t>(16, (64 + mAll - 1) / mAll)
+                   : std::max<int64_t>(8, (32 + mAll - 1) / mAll);
     int64_t window =
         ((minWindow + periodSteps - 1) / periodSteps) * periodSteps;
     steps = std::max<int64_t>(options.steps, fill + window + drain + 1);
@@ -748,11 +807,11 @@ std::string Simulator::buildStages() {
     stages[link.second].inEdges.push_back(e);
     stages[link.second].inputBytes += bytes;
   }
-  if (split) {
+  if (split || lanes.split) {
     // Replica j of r runs a 1/r slice of every microbatch: time and
     // activation bytes scale with the slice (dapple.md §4, pitfall 5).
     for (VStage &stage : stages) {
-      const double r = replicas[stage.group];
+      const double r = split ? replicas[stage.group] : lanes.count;
       stage.fwd /= r;
       stage.bwd /= r;
       stage.bwdWeight /= r;
@@ -792,16 +851,18 @@ double Simulator::transfer(int64_t bytes, int sender, int receiver,
                      stages[q].chunk, q});
   }
   // The sender holds the tensor until it is delivered.
-  buffers[static_cast<size_t>(sender) * v + stages[q].chunk].push_back(
+  buffers[static_cast<size_t>(sender) * v + stages[q].chunk].sent.push_back(
       {ready, end, bytes});
   return end;
 }
 
 double Simulator::update(int q, double ready, int64_t round) {
   const int g = groupOf(q);
+  const std::vector<int> &reducing =
+      lanes.count > 1 ? lanes.devices[g] : groupDevices[g];
   double allreduce =
-      replicas[g] > 1
-          ? topology.allreduceSeconds(stages[q].paramBytes, groupDevices[g])
+      reducing.size() > 1
+          ? topology.allreduceSeconds(stages[q].paramBytes, reducing)
           : 0;
   if (!std::isfinite(allreduce) || allreduce < 0) {
     failure = "the allreduce of stage " + str(q) +
@@ -958,8 +1019,10 @@ void Simulator::start(int r, double ready, double duration) {
   const int slot = slotOf(r);
   // Delivered inputs (this replica's slice) wait in a receive buffer until
   // this op starts.
-  auto &held = buffers[static_cast<size_t>(r) * v + stage.chunk];
-  const int64_t share = split ? replicas[rank.group] : 1;
+  auto &held = buffers[static_cast<size_t>(r) * v + stage.chunk].held;
+  const int64_t share = split         ? replicas[rank.group]
+                        : lanes.split ? lanes.count
+                                      : 1;
   if (op.kind == PassKind::Forward)
     for (int e : stage.inEdges)
       held.push_back(
@@ -1020,9 +1083,6 @@ void Simulator::complete(int r, double time) {
     lastBackwardDone(q, r, k, time);
     break;
   }
-  if (needsUpdateGate())
-    for (int j = 0; j < replicas[rank.group]; ++j)
-      woken.push_back(firstRank[rank.group] + j);
   // tryStart never re-enters complete(), so `woken` stays intact.
   for (int w : woken)
     tryStart(w);
@@ -1037,8 +1097,14 @@ void Simulator::send(int r, int q, int64_t k, double time, bool gradient) {
     Mailbox &mailbox = gradient ? gradients : activations;
     if (!split) {
       int receiver = rankFor(peer, k);
+      // A collapsed split plan's lane sends the slice that overlaps its own
+      // (as forEachOverlap measures it for r:r).
+      const int64_t bytes = lanes.split
+                                ? std::llround(static_cast<double>(edge.bytes) *
+                                               (1.0 / lanes.count))
+                                : edge.bytes;
       mailbox.deliver(e, k, 0,
-                      transfer(edge.bytes, r, receiver, time, q, k, gradient));
+                      transfer(bytes, r, receiver, time, q, k, gradient));
       woken.push_back(receiver);
       continue;
     }
@@ -1072,8 +1138,10 @@ void Simulator::lastBackwardDone(int q, int r, int64_t k, double time) {
         ++participants;
     double &latest = updateLatest[q][round];
     latest = std::max(latest, time);
-    if (++updateCount[q][round] == participants)
+    if (++updateCount[q][round] == participants) {
       updateReady[q][round] = update(q, latest, round);
+      wakeReplicas(g);
+    }
     break;
   }
   case ScheduleKind::TwoBW: {
@@ -1081,8 +1149,10 @@ void Simulator::lastBackwardDone(int q, int r, int64_t k, double time) {
     // with split replicas).
     double &latest = updateLatest[q][step];
     latest = std::max(latest, time);
-    if (++updateCount[q][step] == (split ? m * replicas[g] : m))
+    if (++updateCount[q][step] == (split ? m * replicas[g] : m)) {
       updateReady[q][step] = update(q, latest, step);
+      wakeReplicas(g);
+    }
     break;
   }
   default: {
@@ -1226,9 +1296,10 @@ void Simulator::account(SimResult &result) {
   // Memory, per rank and chunk, then per plan stage (largest replica) and
   // per device.
   LastBackward lastBackward = lastBackwardOps();
-  std::vector<int64_t> rankStatic, rankMaxSaved;
-  accountStageMemory(result, lastBackward, rankStatic, rankMaxSaved);
-  accountDevices(result, lastBackward, rankStatic, rankMaxSaved);
+  std::vector<int64_t> rankStatic, rankMaxSaved, rankBuffers;
+  accountStageMemory(result, lastBackward, rankStatic, rankMaxSaved,
+                     rankBuffers);
+  accountDevices(result, lastBackward, rankStatic, rankMaxSaved, rankBuffers);
   if (options.trace) {
     std::stable_sort(trace.begin(), trace.end(),
                      [](const sim::TraceEvent &a, const sim::TraceEvent &b) {
@@ -1301,23 +1372,44 @@ void Simulator::accountTime(SimResult &result, double iteration) const {
       busy +=
           static_cast<double>(m) * work(q) * (split ? replicas[groupOf(q)] : 1);
   }
-  const double deviceTime = static_cast<double>(deviceRanks.size()) * iteration;
+  // Every lane of a collapsed plan is busy as lane 0 is, and runs its share
+  // of the microbatches.
+  busy *= lanes.count;
+  const int64_t mAll = lanes.roundRobin() ? m * lanes.count : m;
+  const double deviceTime =
+      static_cast<double>(deviceRanks.size() * lanes.count) * iteration;
   const double idle = std::max(0.0, deviceTime - busy);
   result.iterationSeconds = iteration;
   result.samplesPerSecond =
-      iteration > 0 ? static_cast<double>(m * plan.microbatchSize) / iteration
-                    : 0;
+      iteration > 0
+          ? static_cast<double>(mAll * plan.microbatchSize) / iteration
+          : 0;
   result.bubbleFraction = busy > 0 ? idle / busy : 0;
   result.idleFraction = deviceTime > 0 ? idle / deviceTime : 0;
 }
 
 Simulator::LastBackward Simulator::lastBackwardOps() const {
   LastBackward lastBackward(ranks.size());
-  for (size_t r = 0; r < ranks.size(); ++r)
-    for (size_t i = 0; i < ranks[r].ops.size(); ++i)
-      if (ranks[r].ops[i].kind != PassKind::Forward)
-        lastBackward[r][{ranks[r].ops[i].microbatch, ranks[r].ops[i].chunk}] =
-            i;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::vector<SchedOp> &ops = ranks[r].ops;
+    lastBackward[r].assign(ops.size(), 0);
+    // The rank's microbatches, densely: its local index (k / r_g with
+    // round robin) times the chunks.
+    std::vector<char> seen;
+    for (size_t i = ops.size(); i-- > 0;) {
+      if (ops[i].kind == PassKind::Forward)
+        continue;
+      const size_t key =
+          size_t(localIndex(ranks[r].group, ops[i].microbatch)) * v +
+          size_t(ops[i].chunk);
+      if (key >= seen.size())
+        seen.resize(std::max(key + 1, 2 * seen.size()), 0);
+      if (!seen[key]) {
+        seen[key] = 1;
+        lastBackward[r][i] = 1;
+      }
+    }
+  }
   return lastBackward;
 }
 
@@ -1333,7 +1425,7 @@ Simulator::activationPeak(const std::vector<std::pair<int, size_t>> &run,
     if (op.kind == PassKind::Forward) {
       liveBytes += perMicrobatch;
       peakBytes = std::max(peakBytes, liveBytes);
-    } else if (lastBackward[r][{op.microbatch, op.chunk}] == i) {
+    } else if (lastBackward[r][i]) {
       liveBytes -= perMicrobatch;
     }
   }
@@ -1343,13 +1435,15 @@ Simulator::activationPeak(const std::vector<std::pair<int, size_t>> &run,
 void Simulator::accountStageMemory(SimResult &result,
                                    LastBackward &lastBackward,
                                    std::vector<int64_t> &rankStatic,
-                                   std::vector<int64_t> &rankMaxSaved) const {
+                                   std::vector<int64_t> &rankMaxSaved,
+                                   std::vector<int64_t> &rankBuffers) const {
   result.memory.assign(numQ, {});
   result.peakInflight.assign(numQ, 0);
   // Per rank: weights x versions, gradients and optimizer state of its
   // chunks, and the largest saved bytes (one microbatch with recompute).
   rankStatic.assign(ranks.size(), 0);
   rankMaxSaved.assign(ranks.size(), 0);
+  rankBuffers.assign(ranks.size(), 0);
   for (size_t r = 0; r < ranks.size(); ++r) {
     const Rank &rank = ranks[r];
     std::vector<int64_t> inflight(v, 0), peak(v, 0);
@@ -1357,7 +1451,7 @@ void Simulator::accountStageMemory(SimResult &result,
       const SchedOp &op = rank.ops[i];
       if (op.kind == PassKind::Forward)
         peak[op.chunk] = std::max(peak[op.chunk], ++inflight[op.chunk]);
-      else if (lastBackward[r][{op.microbatch, op.chunk}] == i)
+      else if (lastBackward[r][i])
         --inflight[op.chunk];
     }
     int64_t versions = peakWeightVersions(kind, rank.ops, m);
@@ -1375,7 +1469,10 @@ void Simulator::accountStageMemory(SimResult &result,
       memory.activations = stage.recompute
                                ? peak[c] * stage.inputBytes + stage.savedBytes
                                : peak[c] * stage.savedBytes;
-      memory.buffers = peakOf(buffers[r * v + c]);
+      const Buffers &b = buffers[r * v + c];
+      memory.buffers = peakOf({&b.sent, &b.held});
+      if (v == 1)
+        rankBuffers[r] = memory.buffers;
       rankStatic[r] += memory.weights + memory.gradients + memory.optimizer;
       if (memory.total() > result.memory[q].total() ||
           result.memory[q].total() == 0)
@@ -1387,7 +1484,8 @@ void Simulator::accountStageMemory(SimResult &result,
 
 void Simulator::accountDevices(SimResult &result, LastBackward &lastBackward,
                                const std::vector<int64_t> &rankStatic,
-                               const std::vector<int64_t> &rankMaxSaved) const {
+                               const std::vector<int64_t> &rankMaxSaved,
+                               const std::vector<int64_t> &rankBuffers) const {
   const bool flush = isFlushSchedule(kind);
   // Per device: the sum over its ranks (one, or several on a shared
   // device) of the static bytes, plus the peak over time of the stashed
@@ -1401,16 +1499,17 @@ void Simulator::accountDevices(SimResult &result, LastBackward &lastBackward,
     } else {
       run = deviceLog[d];
     }
-    std::vector<BufferInterval> held;
+    std::vector<const std::vector<BufferInterval> *> held;
     int64_t deviceBytes = activationPeak(run, lastBackward), maxSaved = 0;
     DeviceUsage usage;
     usage.device = ranks[onDevice.front()].device;
     for (int r : onDevice) {
       deviceBytes += rankStatic[r];
       maxSaved = std::max(maxSaved, rankMaxSaved[r]);
-      for (int c = 0; c < v; ++c)
-        held.insert(held.end(), buffers[r * v + c].begin(),
-                    buffers[r * v + c].end());
+      for (int c = 0; c < v; ++c) {
+        held.push_back(&buffers[r * v + c].sent);
+        held.push_back(&buffers[r * v + c].held);
+      }
       const Rank &rank = ranks[r];
       if (flush) {
         usage.busySeconds += rank.busySeconds;
@@ -1421,8 +1520,17 @@ void Simulator::accountDevices(SimResult &result, LastBackward &lastBackward,
                              work(stageOf(c, rank.group)) /
                              (split ? 1 : replicas[rank.group]);
     }
-    usage.peakBytes = deviceBytes + maxSaved + peakOf(held);
+    // One rank of one chunk: its stage's figure.
+    usage.peakBytes = deviceBytes + maxSaved +
+                      (onDevice.size() == 1 && v == 1 ? rankBuffers[onDevice[0]]
+                                                      : peakOf(held));
     result.devices.push_back(usage);
+    // The same figures on the devices of the other lanes.
+    const int g = ranks[onDevice.front()].group;
+    for (int j = 1; j < lanes.count; ++j) {
+      usage.device = lanes.devices[g][j];
+      result.devices.push_back(usage);
+    }
   }
   std::sort(result.devices.begin(), result.devices.end(),
             [](const DeviceUsage &a, const DeviceUsage &b) {
@@ -1470,8 +1578,97 @@ std::vector<int> devicesSharedByStages(const Plan &plan) {
   return shared;
 }
 
+namespace {
+
+/// Whether `plan` is replicated alike (SimOptions::collapseLanes): every
+/// stage has r >= 2 replicas on devices of its own, virtual stages (chunks)
+/// run on their position's devices, 1F1B-RR has m a multiple of r, and lane
+/// j's devices of any two positions are as far apart (topology level) as
+/// lane 0's, so every lane sees lane 0's message times. Then `lane` is
+/// lane 0's one-replica plan and `lanes` what it stands for.
+bool alikeLanes(const Topology &topology, const Plan &plan,
+                const SimOptions &options, Plan &lane, Lanes &lanes) {
+  auto kind = parseScheduleKind(plan.schedule);
+  if (!options.collapseLanes || options.trace || !kind || plan.stages.empty() ||
+      plan.chunks < 1 || plan.numStages() % plan.chunks != 0 ||
+      (kind == ScheduleKind::Custom && plan.chunks > 1))
+    return false;
+  const int r = plan.stages[0].replicas;
+  const int p = plan.numStages() / plan.chunks;
+  if (r < 2 || (!options.splitReplicas && plan.microbatches % r != 0))
+    return false;
+  const int numDevices = topology.numDevices();
+  std::set<int> used;
+  for (int q = 0; q < plan.numStages(); ++q) {
+    const StagePlan &stage = plan.stages[size_t(q)];
+    if (stage.replicas != r || int(stage.devices.size()) != r)
+      return false;
+    if (q >= p)
+      continue; // chunks: the simulator checks they reuse their position's
+    for (int device : stage.devices)
+      if (device < 0 || device >= numDevices || !used.insert(device).second)
+        return false;
+  }
+  // Interleaved and V placements put chunk c of position g on stage q's
+  // devices for some q < p; the simulator refuses any other list.
+  std::set<std::vector<int>> positions;
+  for (int g = 0; g < p; ++g)
+    positions.insert(plan.stages[size_t(g)].devices);
+  for (int q = p; q < plan.numStages(); ++q)
+    if (!positions.count(plan.stages[size_t(q)].devices))
+      return false;
+  for (int a = 0; a < p; ++a)
+    for (int b = a + 1; b < p; ++b) {
+      const std::vector<int> &da = plan.stages[size_t(a)].devices,
+                             &db = plan.stages[size_t(b)].devices;
+      const int level = topology.levelBetween(da[0], db[0]);
+      for (int j = 1; j < r; ++j)
+        if (topology.levelBetween(da[size_t(j)], db[size_t(j)]) != level)
+          return false;
+    }
+  // A plan the generator refuses keeps its own error (the full simulation
+  // reports it).
+  PipelineRequest request;
+  request.kind = *kind;
+  request.stages = plan.numStages();
+  request.chunks = plan.chunks;
+  request.microbatches = plan.microbatches;
+  request.replicas.assign(size_t(p), r);
+  request.placement = placementOf(*kind);
+  if (!checkScheduleShape(request).empty())
+    return false;
+  lanes.count = r;
+  lanes.split = options.splitReplicas;
+  lanes.devices.clear();
+  lane = plan;
+  for (size_t q = 0; q < lane.stages.size(); ++q) {
+    StagePlan &stage = lane.stages[q];
+    if (int(q) < p)
+      lanes.devices.push_back(stage.devices);
+    stage.replicas = 1;
+    stage.devices = {stage.devices[0]};
+  }
+  if (!lanes.split)
+    lane.microbatches = plan.microbatches / r;
+  return true;
+}
+
+} // namespace
+
 SimResult simulatePlan(const Profile &profile, const Topology &topology,
                        const Plan &plan, const SimOptions &options) {
+  Plan lane;
+  Lanes lanes;
+  if (alikeLanes(topology, plan, options, lane, lanes)) {
+    SimOptions laneOptions = options;
+    laneOptions.splitReplicas = false;
+    Simulator simulator(profile, topology, lane, laneOptions, nullptr, lanes);
+    SimResult result = simulator.run();
+    // An error is reported for the plan as given (its microbatch count and
+    // replicas), by the full simulation.
+    if (result.ok)
+      return result;
+  }
   Simulator simulator(profile, topology, plan, options, nullptr);
   return simulator.run();
 }

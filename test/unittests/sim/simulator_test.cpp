@@ -643,7 +643,7 @@ TEST(SimRandom, EverySchedulesRunsWithinItsBounds) {
   Lcg rng{12345};
   const char *kinds[] = {"gpipe", "1f1b-flush",  "1f1b",
                          "2bw",   "interleaved", "zb-h1"};
-  int simulated = 0;
+  int simulated = 0, bounded = 0;
   for (int trial = 0; trial < 300; ++trial) {
     const std::string schedule = kinds[trial % 6];
     const bool interleaved = schedule == "interleaved";
@@ -715,6 +715,17 @@ TEST(SimRandom, EverySchedulesRunsWithinItsBounds) {
       busy += usage.busySeconds;
     }
     EXPECT_GE(result.iterationSeconds, busiest * (1 - 1e-6));
+    // The bound `auto` prunes with never exceeds the simulated iteration
+    // (flush schedules), and is the busiest device's compute.
+    const double bound = flushIterationLowerBound(profile, plan, options);
+    if (isFlushSchedule(*parseScheduleKind(schedule))) {
+      EXPECT_GT(bound, 0);
+      EXPECT_LE(bound, result.iterationSeconds);
+      EXPECT_NEAR(bound, busiest, 1e-6 * busiest);
+      ++bounded;
+    } else {
+      EXPECT_EQ(bound, 0);
+    }
     EXPECT_GE(result.bubbleFraction, 0);
     EXPECT_GE(result.idleFraction, 0);
     EXPECT_LT(result.idleFraction, 1);
@@ -729,6 +740,7 @@ TEST(SimRandom, EverySchedulesRunsWithinItsBounds) {
     }
   }
   EXPECT_GT(simulated, 250);
+  EXPECT_GT(bounded, 150);
 }
 
 TEST(SimRandom, ContinuousSteadyStateDoesNotDependOnSteps) {

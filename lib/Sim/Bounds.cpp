@@ -1,0 +1,55 @@
+//===- Bounds.cpp - what no simulation of a plan can beat -----------------===//
+//
+// Part of pipec's simulator library: flushIterationLowerBound (see
+// include/pipec/Sim.h), with the stage times the simulator uses
+// (Simulator.cpp, buildStages).
+//
+//===----------------------------------------------------------------------===//
+
+#include "pipec/Sim.h"
+
+#include <algorithm>
+#include <map>
+
+namespace pipec {
+
+double flushIterationLowerBound(const Profile &profile, const Plan &plan,
+                                const SimOptions &options) {
+  auto kind = parseScheduleKind(plan.schedule);
+  if (!kind || !isFlushSchedule(*kind) || profile.microbatch < 1 ||
+      plan.microbatches < 1 ||
+      !validatePlan(plan, int(profile.ops.size())).empty())
+    return 0;
+  const double sigma = double(plan.microbatchSize) / profile.microbatch;
+  const int64_t m = plan.microbatches;
+  std::map<int, double> deviceWork;
+  for (const StagePlan &stage : plan.stages) {
+    if (stage.devices.empty() || stage.replicas < 1)
+      return 0;
+    double fwd = 0, bwd = 0;
+    for (int l = stage.firstLayer; l <= stage.lastLayer; ++l) {
+      fwd += profile.ops[size_t(l)].fwdSeconds;
+      bwd += profile.ops[size_t(l)].bwdSeconds;
+    }
+    const bool recompute = options.recompute || stage.recompute == "full";
+    const double perMicrobatch =
+        sigma * fwd + sigma * bwd + (recompute ? sigma * fwd : 0);
+    const int r = stage.replicas;
+    for (size_t j = 0; j < stage.devices.size(); ++j) {
+      // Round robin: replica j runs microbatches j, j + r, ...
+      const double share =
+          options.splitReplicas
+              ? double(m) * perMicrobatch / r
+              : double((m - int64_t(j) + r - 1) / r) * perMicrobatch;
+      deviceWork[stage.devices[j]] += std::max(share, 0.0);
+    }
+  }
+  double busiest = 0;
+  for (const auto &[device, work] : deviceWork)
+    busiest = std::max(busiest, work);
+  // The simulator adds the same terms in another order: leave room for
+  // rounding so that the bound never exceeds what it reports.
+  return busiest * (1 - 1e-9);
+}
+
+} // namespace pipec
