@@ -3,15 +3,16 @@
 //   pipec-run OUT/ [--steps N] [--lr F] [--inputs x.npy] [--labels y.npy] ...
 //
 // The same as `pipec train`: starts every stage executable of a
-// `pipec compile` output folder as one MPMD mpirun job.
+// `pipec compile` output folder as one MPMD mpirun job. Links no LLVM and
+// no MLIR (tools/pipec/CMakeLists.txt, PipecLaunch).
 //
 //===----------------------------------------------------------------------===//
-#include "../pipec/Driver.h"
+#include "Driver.h"
 
-#include "llvm/Support/InitLLVM.h"
+#include <string>
+#include <vector>
 
 int main(int argc, char **argv) {
-  llvm::InitLLVM y(argc, argv);
   return pipec::driver::runTrain(std::vector<std::string>(argv + 1, argv + argc),
                                  argv[0]);
 }

@@ -1,10 +1,38 @@
 //===- Args.cpp - option parsing of the pipec driver ----------------------===//
+//
+// Plain C++ (pipec-run links no LLVM): errors on stderr, usage on stdout
+// for --help.
+//
+//===----------------------------------------------------------------------===//
 #include "Driver.h"
 
-#include "llvm/ADT/StringRef.h"
-#include "llvm/Support/raw_ostream.h"
-
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
+#include <iostream>
+
+namespace {
+
+/// The whole of `text` as a base-10 integer (no sign for unsigned types,
+/// no spaces, no '+').
+template <typename T> bool parseInteger(const std::string &text, T &out) {
+  const char *end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, out);
+  return !text.empty() && ec == std::errc() && ptr == end;
+}
+
+std::string trim(const std::string &text) {
+  size_t a = 0, b = text.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(text[a])))
+    ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(text[b - 1])))
+    --b;
+  return text.substr(a, b - a);
+}
+
+} // namespace
 
 using namespace pipec::driver;
 
@@ -26,7 +54,7 @@ Args &Args::positional(const std::string &name, const std::string &help) {
 }
 
 void Args::usage(bool toStdout) const {
-  llvm::raw_ostream &os = toStdout ? llvm::outs() : llvm::errs();
+  std::ostream &os = toStdout ? std::cout : std::cerr;
   os << "usage: pipec " << command << (posName.empty() ? "" : " " + posName)
      << " [options]\n";
   if (!posHelp.empty())
@@ -46,37 +74,39 @@ void Args::usage(bool toStdout) const {
 
 bool Args::parse() {
   for (size_t i = 0; i < raw.size(); ++i) {
-    llvm::StringRef a = raw[i];
+    const std::string &a = raw[i];
     if (a == "-h" || a == "--help") {
       usage(true);
       helpShown = true;
       return false;
     }
-    if (!a.starts_with("-") || a == "-") {
-      pos.push_back(a.str());
+    if (a.empty() || a[0] != '-' || a == "-") {
+      pos.push_back(a);
       continue;
     }
-    auto [name, inlineValue] = a.split('=');
-    bool hasInline = a.contains('=');
+    const size_t eq = a.find('=');
+    const bool hasInline = eq != std::string::npos;
+    const std::string name = a.substr(0, eq);
+    const std::string inlineValue = hasInline ? a.substr(eq + 1) : "";
     auto it = std::find_if(specs.begin(), specs.end(),
                            [&](auto &s) { return s.first == name; });
     if (it == specs.end()) {
-      llvm::errs() << "pipec " << command << ": error: unknown option '"
-                   << name << "'\n";
+      std::cerr << "pipec " << command << ": error: unknown option '" << name
+                << "'\n";
       usage(false);
       return false;
     }
     if (it->second.isFlag) {
-      values[name.str()] = "1";
+      values[name] = "1";
       continue;
     }
     if (hasInline) {
-      values[name.str()] = inlineValue.str();
+      values[name] = inlineValue;
     } else if (i + 1 < raw.size()) {
-      values[name.str()] = raw[++i];
+      values[name] = raw[++i];
     } else {
-      llvm::errs() << "pipec " << command << ": error: option '" << name
-                   << "' needs a value\n";
+      std::cerr << "pipec " << command << ": error: option '" << name
+                << "' needs a value\n";
       return false;
     }
   }
@@ -95,22 +125,22 @@ std::string Args::get(const std::string &name) const {
 bool Args::has(const std::string &name) const { return values.count(name); }
 
 bool Args::getBytes(const std::string &name, int64_t &out) const {
-  llvm::StringRef text = llvm::StringRef(get(name)).trim();
+  std::string text = trim(get(name));
   int64_t scale = 1;
   if (!text.empty()) {
     char unit = char(std::toupper(static_cast<unsigned char>(text.back())));
     if (unit == 'K' || unit == 'M' || unit == 'G') {
       scale = unit == 'K' ? 1LL << 10 : unit == 'M' ? 1LL << 20 : 1LL << 30;
-      text = text.drop_back();
+      text.pop_back();
     }
   }
   uint64_t value = 0;
-  if (text.getAsInteger(10, value) || value == 0 ||
+  if (!parseInteger(text, value) || value == 0 ||
       value > uint64_t(INT64_MAX / scale)) {
-    llvm::errs() << "pipec " << command << ": error: " << name
-                 << " takes bytes, optionally with K, M or G (KiB, MiB, "
-                    "GiB), got '"
-                 << get(name) << "'\n";
+    std::cerr << "pipec " << command << ": error: " << name
+              << " takes bytes, optionally with K, M or G (KiB, MiB, "
+                 "GiB), got '"
+              << get(name) << "'\n";
     return false;
   }
   out = int64_t(value) * scale;
@@ -119,10 +149,9 @@ bool Args::getBytes(const std::string &name, int64_t &out) const {
 
 bool Args::getInt(const std::string &name, int64_t &out, int64_t min) const {
   std::string v = get(name);
-  if (llvm::StringRef(v).getAsInteger(10, out) || out < min) {
-    llvm::errs() << "pipec " << command << ": error: " << name
-                 << " must be an integer >= " << min << ", got '" << v
-                 << "'\n";
+  if (!parseInteger(v, out) || out < min) {
+    std::cerr << "pipec " << command << ": error: " << name
+              << " must be an integer >= " << min << ", got '" << v << "'\n";
     return false;
   }
   return true;
@@ -130,9 +159,11 @@ bool Args::getInt(const std::string &name, int64_t &out, int64_t min) const {
 
 bool Args::getDouble(const std::string &name, double &out) const {
   std::string v = get(name);
-  if (llvm::StringRef(v).getAsDouble(out) || !std::isfinite(out)) {
-    llvm::errs() << "pipec " << command << ": error: " << name
-                 << " must be a number, got '" << v << "'\n";
+  char *end = nullptr;
+  out = v.empty() ? 0 : std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(out)) {
+    std::cerr << "pipec " << command << ": error: " << name
+              << " must be a number, got '" << v << "'\n";
     return false;
   }
   return true;
@@ -140,6 +171,6 @@ bool Args::getDouble(const std::string &name, double &out) const {
 
 int pipec::driver::fail(const std::string &command, const std::string &message,
                         int rc) {
-  llvm::errs() << "pipec " << command << ": error: " << message << "\n";
+  std::cerr << "pipec " << command << ": error: " << message << "\n";
   return rc;
 }

@@ -128,6 +128,14 @@ bool isLauncherNoise(const std::string &block);
 /// One word quoted for a POSIX shell (as is when it needs no quotes).
 std::string shellQuote(const std::string &s);
 
+/// The environment variables every rank must see (exported by the
+/// launcher): OPENBLAS_NUM_THREADS when the user set it.
+std::vector<std::string> exportedEnv();
+
+/// The launcher program `requested` (mpirun, srun or a path) found on
+/// PATH; "" with `error` saying what to install when there is none.
+std::string findLauncher(const std::string &requested, std::string &error);
+
 } // namespace pipec::driver
 
 #endif // PIPEC_TOOLS_PIPEC_LAUNCH_H

@@ -1,4 +1,4 @@
-//===- Train.cpp - pipec train / profile ----------------------------------===//
+//===- Train.cpp - pipec train / pipec-run --------------------------------===//
 //
 // `pipec train OUT/` launches the stage executables as one MPMD job:
 //   mpirun --oversubscribe --bind-to none -np 1 OUT/stage0 ARGS : -np 1 ...
@@ -6,45 +6,54 @@
 // hosts (`-np 1 --host H:SLOTS OUT/stageK ARGS`, Launch.h), or through srun
 // with a --multi-prog file (--launcher srun). `--dry-run` prints that line;
 // running it by hand is equivalent.
-// `pipec profile` compiles a one-stage program at the requested microbatch
-// and runs it with the runtime's per-op profiler.
+// Plain C++ and POSIX: pipec-run links this file without LLVM or MLIR
+// (`pipec profile`, which compiles, is in Profile.cpp).
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
 #include "Launch.h"
+#include "SysUtil.h"
 #include "pipec/formats/Documents.h"
 
-#include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/JSON.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
-#include "llvm/Support/Program.h"
-#include "llvm/Support/raw_ostream.h"
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 #include <map>
 #include <set>
-#include <cstring>
 #include <thread>
 #include <unistd.h>
 
 using namespace pipec::driver;
 
 std::string pipec::driver::selfDir(const char *argv0) {
-  static int anchor;
-  std::string exe = llvm::sys::fs::getMainExecutable(argv0, &anchor);
-  return llvm::sys::path::parent_path(exe).str();
+  return sys::selfDir(argv0);
+}
+
+std::vector<std::string> pipec::driver::exportedEnv() {
+  // OPENBLAS_NUM_THREADS when the user set it (else each rank shares its
+  // own host's cores among the ranks on that host: runtime core/main.cpp).
+  if (std::getenv("OPENBLAS_NUM_THREADS"))
+    return {"OPENBLAS_NUM_THREADS"};
+  return {};
+}
+
+std::string pipec::driver::findLauncher(const std::string &requested,
+                                        std::string &error) {
+  std::string path = sys::findProgram(requested);
+  if (path.empty())
+    error = "cannot find '" + requested + "' (" +
+            (requested.find("srun") != std::string::npos
+                 ? "srun comes with SLURM (slurm-client)"
+                 : "install openmpi-bin, or pass --mpirun PATH") +
+            ")";
+  return path;
 }
 
 namespace {
 
-std::string absolute(const std::string &path) {
-  llvm::SmallString<256> p(path);
-  llvm::sys::fs::make_absolute(p);
-  llvm::sys::path::remove_dots(p, /*remove_dot_dot=*/true);
-  return p.str().str();
-}
+using sys::absolute;
 
 /// Stage binaries of a build folder, from its manifest, and whether some
 /// stage has several replicas.
@@ -52,8 +61,7 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
                 std::vector<int> &stageOfRank, std::string &error,
                 bool &replicated) {
   replicated = false;
-  auto buffer = llvm::MemoryBuffer::getFile(manifestPath);
-  if (!buffer) {
+  if (!sys::exists(manifestPath)) {
     error = "cannot read '" + manifestPath + "' (is this a `pipec compile` "
             "output folder?)";
     return false;
@@ -66,7 +74,7 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
     error = "'" + manifestPath + "' lists no stages";
     return false;
   }
-  std::string dir = llvm::sys::path::parent_path(manifestPath).str();
+  std::string dir = sys::parentPath(manifestPath);
   // Binaries in MPI rank order: each stage lists its replicas' ranks and,
   // when it has several, one binary per replica ("binaries").
   std::map<int64_t, std::string> byRank;
@@ -88,7 +96,7 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
         return false;
       }
       std::string path = dir + "/" + name;
-      if (!llvm::sys::fs::can_execute(path)) {
+      if (!sys::canExecute(path)) {
         error = "stage executable '" + path + "' is missing";
         return false;
       }
@@ -109,34 +117,10 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
   return true;
 }
 
-/// The variables the ranks must see: OPENBLAS_NUM_THREADS when the user
-/// set it (else each rank shares its own host's cores among the ranks on
-/// that host: runtime core/main.cpp).
-std::vector<std::string> exportedEnv() {
-  if (std::getenv("OPENBLAS_NUM_THREADS"))
-    return {"OPENBLAS_NUM_THREADS"};
-  return {};
-}
-
-std::string findLauncher(const std::string &requested, std::string &error) {
-  auto path = llvm::sys::findProgramByName(requested);
-  if (!path) {
-    error = "cannot find '" + requested + "' (" +
-            (llvm::StringRef(requested).contains("srun")
-                 ? "srun comes with SLURM (slurm-client)"
-                 : "install openmpi-bin, or pass --mpirun PATH") +
-            ")";
-    return "";
-  }
-  return *path;
-}
-
-
 /// True when some rank created its status record (it got past MPI_Init).
 bool anyRankStarted(const std::string &statusDir, size_t ranks) {
   for (size_t r = 0; r < ranks; ++r)
-    if (llvm::sys::fs::exists(statusDir + "/rank-" + std::to_string(r) +
-                              ".status"))
+    if (sys::exists(statusDir + "/rank-" + std::to_string(r) + ".status"))
       return true;
   return false;
 }
@@ -166,12 +150,10 @@ void reportSilentRanks(const std::string &statusDir,
   for (size_t r = 0; r < ranks; ++r) {
     Record &rec = records[r];
     rec.path = statusDir + "/rank-" + std::to_string(r) + ".status";
-    auto buf = llvm::MemoryBuffer::getFile(rec.path, /*IsText=*/false,
-                                           /*RequiresNullTerminator=*/false);
-    if (!buf)
+    std::string data;
+    if (!sys::readFile(rec.path, data))
       continue;
-    llvm::StringRef data = (*buf)->getBuffer();
-    if (data.size() < 32 || !data.starts_with("pipecst1"))
+    if (data.size() < 32 || data.compare(0, 8, "pipecst1") != 0)
       continue;
     rec.complete = true;
     std::memcpy(&rec.stage, data.data() + 12, 4);
@@ -200,16 +182,14 @@ void reportSilentRanks(const std::string &statusDir,
         records[size_t(d.rank)].complete ||
         !seenDead.insert(size_t(d.rank)).second)
       continue;
-    llvm::errs() << "pipec: error: rank " << d.rank
-                 << (size_t(d.rank) < stageOfRank.size()
-                         ? " (stage " + std::to_string(stageOfRank[d.rank]) +
-                               ")"
-                         : std::string())
-                 << " on " << d.host << " died without a report (" << d.how
-                 << ")"
-                 << (localStep > 0 ? " during step " + std::to_string(localStep)
-                                   : std::string())
-                 << "; the job was stopped\n";
+    std::cerr << "pipec: error: rank " << d.rank
+              << (size_t(d.rank) < stageOfRank.size()
+                      ? " (stage " + std::to_string(stageOfRank[d.rank]) + ")"
+                      : std::string())
+              << " on " << d.host << " died without a report (" << d.how << ")"
+              << (localStep > 0 ? " during step " + std::to_string(localStep)
+                                : std::string())
+              << "; the job was stopped\n";
     someoneReported = true;
   }
   std::vector<std::string> elsewhere;
@@ -219,17 +199,17 @@ void reportSilentRanks(const std::string &statusDir,
       elsewhere.push_back("rank " + std::to_string(r) + " on " +
                           hostOfRank[r]);
   if (!elsewhere.empty() && !someoneReported && seenDead.empty())
-    llvm::errs() << "pipec: note: no status record here of "
-                 << llvm::join(elsewhere, ", ")
-                 << " (each host keeps its ranks' records in " << statusDir
-                 << ")\n";
+    std::cerr << "pipec: note: no status record here of "
+              << sys::join(elsewhere, ", ")
+              << " (each host keeps its ranks' records in " << statusDir
+              << ")\n";
   bool noneStarted = true;
   for (const Record &rec : records)
     noneStarted &= !rec.complete;
   if (noneStarted && elsewhere.size() < ranks && !someoneReported) {
-    llvm::errs() << "pipec: error: the job ended before any rank on this "
-                    "host started training (see the launcher's message "
-                    "above)\n";
+    std::cerr << "pipec: error: the job ended before any rank on this "
+                 "host started training (see the launcher's message "
+                 "above)\n";
     return;
   }
   for (size_t r = 0; r < ranks; ++r) {
@@ -239,9 +219,10 @@ void reportSilentRanks(const std::string &statusDir,
       continue;
     if (!rec.complete) {
       if (!someoneReported)
-        llvm::errs() << "pipec: error: rank " << r
-                     << " ended before it started training (no complete "
-                        "status record " << rec.path << ")\n";
+        std::cerr << "pipec: error: rank " << r
+                  << " ended before it started training (no complete "
+                     "status record "
+                  << rec.path << ")\n";
       continue;
     }
     if (rec.state != 0) // finished, reported its error, or stopped by mpirun
@@ -252,62 +233,54 @@ void reportSilentRanks(const std::string &statusDir,
 
     if (someoneReported && rec.step == 0)
       continue; // still starting when the reported failure ended the job
-    llvm::errs() << "pipec: error: rank " << r << " (stage " << rec.stage
-                 << ") died without a report "
-                 << (rec.step == 0 ? std::string("during start-up")
-                                   : "during step " + std::to_string(rec.step))
-                 << " (killed or crashed); the job was stopped\n";
+    std::cerr << "pipec: error: rank " << r << " (stage " << rec.stage
+              << ") died without a report "
+              << (rec.step == 0 ? std::string("during start-up")
+                                : "during step " + std::to_string(rec.step))
+              << " (killed or crashed); the job was stopped\n";
   }
 }
 
 /// "dir/trace.json" -> "dir/trace.rank{rank}.json" (the runtime's pattern).
 std::string rankTracePattern(const std::string &path) {
-  llvm::SmallString<256> p(path);
-  std::string ext = llvm::sys::path::extension(p).str();
-  llvm::sys::path::replace_extension(p, "");
-  return p.str().str() + ".rank{rank}" + ext;
+  // The extension of the file name (not of a folder): ".json".
+  const size_t slash = path.rfind('/');
+  size_t dot = path.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash) ||
+      dot == (slash == std::string::npos ? 0 : slash + 1))
+    dot = path.size();
+  return path.substr(0, dot) + ".rank{rank}" + path.substr(dot);
 }
 
 /// Concatenates the ranks' trace arrays into `path` and removes them.
 bool mergeTraces(const std::string &path, size_t ranks, std::string &error) {
-  llvm::json::Array all;
+  nlohmann::json all = nlohmann::json::array();
   std::string pattern = rankTracePattern(path);
   std::vector<std::string> parts;
   for (size_t r = 0; r < ranks; ++r) {
     std::string part = pattern;
     part.replace(part.find("{rank}"), 6, std::to_string(r));
-    auto buffer = llvm::MemoryBuffer::getFile(part);
-    if (!buffer) {
+    std::string text;
+    if (!sys::readFile(part, text)) {
       error = "rank " + std::to_string(r) + " wrote no trace '" + part + "'";
       return false;
     }
-    auto json = llvm::json::parse((*buffer)->getBuffer());
-    if (!json || !json->getAsArray()) {
+    nlohmann::json events =
+        nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!events.is_array()) {
       error = "trace '" + part + "' is not a JSON array";
-      if (!json)
-        llvm::consumeError(json.takeError());
       return false;
     }
-    for (llvm::json::Value &v : *json->getAsArray())
-      all.push_back(std::move(v));
+    for (nlohmann::json &event : events)
+      all.push_back(std::move(event));
     parts.push_back(part);
   }
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec);
-  if (ec) {
-    error = "cannot write '" + path + "': " + ec.message();
+  nlohmann::json merged = {{"traceEvents", std::move(all)},
+                           {"displayTimeUnit", "ms"}};
+  if (!sys::writeFile(path, merged.dump() + "\n", error))
     return false;
-  }
-  os << llvm::json::Value(llvm::json::Object{
-            {"traceEvents", std::move(all)}, {"displayTimeUnit", "ms"}})
-     << "\n";
-  os.close();
-  if (os.has_error()) {
-    error = "cannot write '" + path + "'";
-    return false;
-  }
   for (const std::string &part : parts)
-    llvm::sys::fs::remove(part);
+    sys::removeAll(part);
   return true;
 }
 
@@ -383,8 +356,8 @@ std::vector<std::string> stageArguments(const Args &a,
       std::string v = a.get(flag);
       if (isPath) {
         std::string joined;
-        for (llvm::StringRef p : llvm::split(v, ','))
-          joined += (joined.empty() ? "" : ",") + absolute(p.str());
+        for (const std::string &p : sys::split(v, ','))
+          joined += (joined.empty() ? "" : ",") + absolute(p);
         v = joined;
       }
       stageArgs.push_back(v);
@@ -462,14 +435,8 @@ struct Launcher {
                               std::pair{srunHostfile, hosts}}) {
       if (file.empty())
         continue;
-      std::error_code ec;
-      llvm::raw_fd_ostream os(file, ec);
-      if (!ec)
-        os << text;
-      if (ec || os.has_error()) {
-        error = "cannot write '" + file + "'";
+      if (!sys::writeFile(file, text, error))
         return false;
-      }
     }
     if (!srunHostfile.empty())
       setenv("SLURM_HOSTFILE", srunHostfile.c_str(), 1);
@@ -494,19 +461,19 @@ struct Launcher {
 int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
                   const std::string &statusDir) {
   if (report.daemonsFailed) {
-    llvm::errs() << "pipec: error: the launcher could not start its daemon on "
-                    "every host (the line above names the host: unreachable, "
-                    "unknown, or without MPI); no rank started and nothing "
-                    "was written\n";
+    std::cerr << "pipec: error: the launcher could not start its daemon on "
+                 "every host (the line above names the host: unreachable, "
+                 "unknown, or without MPI); no rank started and nothing "
+                 "was written\n";
     return rc == 0 ? 1 : rc;
   }
   // A watchdog stopped the job: one line for all the ranks that reported.
   if (!report.watchdog.empty()) {
-    llvm::errs() << summarizeWatchdog(report.watchdog) << "\n";
+    std::cerr << summarizeWatchdog(report.watchdog) << "\n";
     if (report.stopped)
-      llvm::errs() << "pipec: note: pipec stopped the launcher 5 s after "
-                      "the first watchdog line; ranks it cannot reach end by "
-                      "their own watchdog.\n";
+      std::cerr << "pipec: note: pipec stopped the launcher 5 s after "
+                   "the first watchdog line; ranks it cannot reach end by "
+                   "their own watchdog.\n";
     rc = kWatchdogStatus;
   } else if (!report.lostHosts.empty()) {
     // A host's daemon is gone: the host died or its link did.
@@ -515,13 +482,13 @@ int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
       for (size_t r = 0; r < plan.hostOfRank.size(); ++r)
         if (plan.hostOfRank[r] == host)
           there.push_back(std::to_string(r));
-      std::string ranks =
-          there.empty() ? ""
-                        : (there.size() == 1 ? " (rank " : " (ranks ") +
-                              llvm::join(there, ", ") + ")";
-      llvm::errs() << "pipec: error: host " << host << " was lost" << ranks
-                   << ": the launcher lost its MPI daemon (the machine or "
-                      "its link went down); the job was stopped\n";
+      std::string ranks = there.empty()
+                              ? ""
+                              : (there.size() == 1 ? " (rank " : " (ranks ") +
+                                    sys::join(there, ", ") + ")";
+      std::cerr << "pipec: error: host " << host << " was lost" << ranks
+                << ": the launcher lost its MPI daemon (the machine or "
+                   "its link went down); the job was stopped\n";
     }
     rc = kWatchdogStatus;
   } else if (!statusDir.empty() && rc != 0) {
@@ -594,21 +561,20 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   if (a.has("--dry-run")) {
     if (!launcher.writeFiles(plan, error))
       return fail("train", error);
-    llvm::outs() << launcher.line(cmd) << "\n";
+    std::cout << launcher.line(cmd) << "\n";
     return 0;
   }
   (void)argv0;
   // Each rank keeps a status record there (ranks on other hosts make the
   // same folder on their own host), so that a rank that is killed or
   // crashes can still be named with its stage and step afterwards.
-  llvm::SmallString<128> statusDir;
-  if (!llvm::sys::fs::createUniqueDirectory("pipec-status", statusDir)) {
+  std::string statusError;
+  const std::string statusDir = sys::makeTempDir("pipec-status", statusError);
+  if (!statusDir.empty()) {
     LaunchPlan withStatus = plan;
     withStatus.stageArgs.push_back("--status-dir");
-    withStatus.stageArgs.push_back(statusDir.str().str());
+    withStatus.stageArgs.push_back(statusDir);
     cmd = launcher.command(withStatus);
-  } else {
-    statusDir.clear();
   }
   if (!launcher.writeFiles(plan, error))
     return fail("train", error);
@@ -622,98 +588,25 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   // "Returned value Error (-1) instead of ORTE_SUCCESS") ran nothing:
   // launch once more. Usage errors (2) are not retried, nor a launch onto
   // other hosts (an unreachable host is reported, not retried).
-  const bool started = statusDir.empty() ||
-                       anyRankStarted(statusDir.str().str(), bins.size());
+  const bool started =
+      statusDir.empty() || anyRankStarted(statusDir, bins.size());
   if (rc != 0 && rc != 2 && !started && plan.hostOfRank.empty() &&
       !launcher.srun) {
-    llvm::errs() << "pipec: note: mpirun failed before any rank started (exit "
-                 << rc << "); launching once more\n";
+    std::cerr << "pipec: note: mpirun failed before any rank started (exit "
+              << rc << "); launching once more\n";
     report = LauncherReport();
     rc = runLauncher(cmd, &report);
   }
-  rc = reportOutcome(rc, report, plan, statusDir.str().str());
+  rc = reportOutcome(rc, report, plan, statusDir);
   if (!statusDir.empty())
-    llvm::sys::fs::remove_directories(statusDir);
+    sys::removeAll(statusDir);
   if (rc == 0 && a.has("--trace")) {
     std::string error;
     if (!mergeTraces(absolute(a.get("--trace")), bins.size(), error))
       return fail("train", error);
     if (!a.has("--quiet"))
-      llvm::outs() << "pipec train: wrote the trace of " << bins.size()
-                   << " ranks to " << a.get("--trace") << "\n";
+      std::cout << "pipec train: wrote the trace of " << bins.size()
+                << " ranks to " << a.get("--trace") << "\n";
   }
   return rc < 0 ? 1 : rc;
-}
-
-int pipec::driver::runProfile(const std::vector<std::string> &argv,
-                              const char *argv0) {
-  Args a("profile", argv);
-  a.positional("MODEL.onnx", "the model to measure")
-      .opt("-o", "output profile", "profile.json")
-      .opt("--microbatch", "batch size the ops are measured at (default: the "
-                           "model's batch)")
-      .opt("--steps", "measured steps", "20")
-      .opt("--warmup", "unmeasured first steps", "3")
-      .opt("--input-shape", "static shapes NAME=D0xD1..., comma-separated")
-      .opt("--mpirun", "MPI launcher", "mpirun");
-  if (!a.parse())
-    return a.helpShown ? 0 : 2;
-  if (a.positionals().size() != 1)
-    return fail("profile", "expected one MODEL.onnx", 2);
-  int64_t steps, warmup, micro = 0;
-  if (!a.getInt("--steps", steps, 1) || !a.getInt("--warmup", warmup, 0) ||
-      (a.has("--microbatch") && !a.getInt("--microbatch", micro, 1)))
-    return 2;
-  llvm::SmallString<128> tmp;
-  if (std::error_code ec =
-          llvm::sys::fs::createUniqueDirectory("pipec-profile", tmp))
-    return fail("profile", "cannot create a temporary folder: " + ec.message());
-  CompileOptions o;
-  o.model = a.positionals()[0];
-  o.outDir = tmp.str().str();
-  o.batch = micro;
-  o.quiet = true;
-  if (a.has("--input-shape")) {
-    for (llvm::StringRef item : llvm::split(a.get("--input-shape"), ',')) {
-      auto [name, dims] = item.rsplit('=');
-      std::vector<int64_t> shape;
-      for (llvm::StringRef d : llvm::split(dims, 'x')) {
-        int64_t v;
-        if (d.getAsInteger(10, v) || v <= 0)
-          return fail("profile", "bad --input-shape '" + item.str() + "'", 2);
-        shape.push_back(v);
-      }
-      o.inputShapes[name.str()] = shape;
-    }
-  }
-  llvm::outs() << "pipec profile: compiling " << o.model << " (one stage)\n";
-  int rc = compileModel(o);
-  if (rc != 0) {
-    llvm::sys::fs::remove_directories(o.outDir);
-    return rc;
-  }
-  std::string error;
-  std::string mpirun = findLauncher(a.get("--mpirun"), error);
-  if (mpirun.empty())
-    return fail("profile", error);
-  std::string outPath = absolute(a.get("-o"));
-  std::vector<std::string> stageArgs = {
-      "--manifest", o.outDir + "/manifest.json", "--steps",
-      std::to_string(steps + warmup), "--lr", "0", "--profile-out", outPath,
-      "--profile-warmup", std::to_string(warmup), "--quiet",
-      "--checkpoint-dir", o.outDir + "/checkpoints"};
-  llvm::outs() << "pipec profile: measuring " << steps << " steps after "
-               << warmup << " warm-up steps\n";
-  LaunchPlan plan;
-  plan.bins = {o.outDir + "/stage0"};
-  plan.stageArgs = stageArgs;
-  plan.exportEnv = exportedEnv();
-  rc = runLauncher(mpirunCommand(mpirun, plan, geteuid() == 0));
-  llvm::sys::fs::remove_directories(o.outDir);
-  if (rc != 0)
-    return fail("profile", "the profiling run failed (exit status " +
-                               std::to_string(rc) + ")");
-  llvm::outs() << "pipec profile: wrote " << outPath << "\n";
-  (void)argv0;
-  return 0;
 }

@@ -1,0 +1,100 @@
+//===- Profile.cpp - pipec profile ----------------------------------------===//
+//
+// `pipec profile` compiles a one-stage program at the requested microbatch
+// and runs it with the runtime's per-op profiler. Part of the compiler
+// driver (it compiles); the launch itself is the launcher's (Launch.h).
+//
+//===----------------------------------------------------------------------===//
+#include "Driver.h"
+#include "Launch.h"
+#include "SysUtil.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <unistd.h>
+
+using namespace pipec::driver;
+
+int pipec::driver::runProfile(const std::vector<std::string> &argv,
+                              const char *argv0) {
+  Args a("profile", argv);
+  a.positional("MODEL.onnx", "the model to measure")
+      .opt("-o", "output profile", "profile.json")
+      .opt("--microbatch", "batch size the ops are measured at (default: the "
+                           "model's batch)")
+      .opt("--steps", "measured steps", "20")
+      .opt("--warmup", "unmeasured first steps", "3")
+      .opt("--input-shape", "static shapes NAME=D0xD1..., comma-separated")
+      .opt("--mpirun", "MPI launcher", "mpirun");
+  if (!a.parse())
+    return a.helpShown ? 0 : 2;
+  if (a.positionals().size() != 1)
+    return fail("profile", "expected one MODEL.onnx", 2);
+  int64_t steps, warmup, micro = 0;
+  if (!a.getInt("--steps", steps, 1) || !a.getInt("--warmup", warmup, 0) ||
+      (a.has("--microbatch") && !a.getInt("--microbatch", micro, 1)))
+    return 2;
+  llvm::SmallString<128> tmp;
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueDirectory("pipec-profile", tmp))
+    return fail("profile", "cannot create a temporary folder: " + ec.message());
+  CompileOptions o;
+  o.model = a.positionals()[0];
+  o.outDir = tmp.str().str();
+  o.batch = micro;
+  o.quiet = true;
+  if (a.has("--input-shape")) {
+    for (llvm::StringRef item : llvm::split(a.get("--input-shape"), ',')) {
+      auto [name, dims] = item.rsplit('=');
+      std::vector<int64_t> shape;
+      for (llvm::StringRef d : llvm::split(dims, 'x')) {
+        int64_t v;
+        if (d.getAsInteger(10, v) || v <= 0)
+          return fail("profile", "bad --input-shape '" + item.str() + "'", 2);
+        shape.push_back(v);
+      }
+      o.inputShapes[name.str()] = shape;
+    }
+  }
+  llvm::outs() << "pipec profile: compiling " << o.model << " (one stage)\n";
+  int rc = compileModel(o);
+  if (rc != 0) {
+    llvm::sys::fs::remove_directories(o.outDir);
+    return rc;
+  }
+  std::string error;
+  std::string mpirun = findLauncher(a.get("--mpirun"), error);
+  if (mpirun.empty())
+    return fail("profile", error);
+  std::string outPath = sys::absolute(a.get("-o"));
+  std::vector<std::string> stageArgs = {"--manifest",
+                                        o.outDir + "/manifest.json",
+                                        "--steps",
+                                        std::to_string(steps + warmup),
+                                        "--lr",
+                                        "0",
+                                        "--profile-out",
+                                        outPath,
+                                        "--profile-warmup",
+                                        std::to_string(warmup),
+                                        "--quiet",
+                                        "--checkpoint-dir",
+                                        o.outDir + "/checkpoints"};
+  llvm::outs() << "pipec profile: measuring " << steps << " steps after "
+               << warmup << " warm-up steps\n";
+  LaunchPlan plan;
+  plan.bins = {o.outDir + "/stage0"};
+  plan.stageArgs = stageArgs;
+  plan.exportEnv = exportedEnv();
+  llvm::outs().flush();
+  rc = runLauncher(mpirunCommand(mpirun, plan, geteuid() == 0));
+  llvm::sys::fs::remove_directories(o.outDir);
+  if (rc != 0)
+    return fail("profile", "the profiling run failed (exit status " +
+                               std::to_string(rc) + ")");
+  llvm::outs() << "pipec profile: wrote " << outPath << "\n";
+  (void)argv0;
+  return 0;
+}
