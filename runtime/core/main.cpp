@@ -26,17 +26,18 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dlfcn.h>
 #include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
-#include <set>
 #include <memory>
 #include <optional>
-#include <dlfcn.h>
+#include <set>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -231,6 +232,12 @@ void startRankWatchdog(const pipec_ctx &ctx) {
 /// MPI up, this rank's place in the job, its status record.
 void startMpi(pipec_ctx &ctx, int &argc, char **&argv, int &alreadyInitialised) {
   ErrorLocation &loc = errorLocation();
+  // A write to a socket or pipe whose other end is gone (a peer rank that
+  // was killed, a closed stdout) returns EPIPE instead of killing this rank
+  // with SIGPIPE: the launcher then names the rank that died first, not its
+  // neighbour that wrote to it (OpenMPI's TCP transport writes with writev,
+  // which raises SIGPIPE).
+  std::signal(SIGPIPE, SIG_IGN);
   MPI_Initialized(&alreadyInitialised);
   if (!alreadyInitialised && MPI_Init(&argc, &argv) != MPI_SUCCESS)
     throw RtError("MPI_Init failed");

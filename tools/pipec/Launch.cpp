@@ -399,13 +399,18 @@ private:
   }
   /// OpenMPI's TCP transport on a surviving rank when a peer, its host or
   /// the link went away ("mca_btl_tcp_frag_send: writev failed:
-  /// Connection reset by peer"): a consequence, held like the others.
+  /// Connection reset by peer", or "mca_btl_tcp_endpoint_send_handler]
+  /// invalid connection state" from a rank that wrote to the socket of a
+  /// killed peer: ranks ignore SIGPIPE, runtime core/main.cpp): a
+  /// consequence, held like the others.
   static bool isTransportConsequence(const std::string &line) {
     return line.find("btl_tcp") != std::string::npos &&
            (line.find("writev failed") != std::string::npos ||
             line.find("readv failed") != std::string::npos ||
             line.find("recv failed") != std::string::npos ||
-            line.find("Connection reset by peer") != std::string::npos);
+            line.find("Connection reset by peer") != std::string::npos ||
+            line.find("Broken pipe") != std::string::npos ||
+            line.find("invalid connection state") != std::string::npos);
   }
   static bool isSrunLine(const std::string &line) {
     return line.rfind("srun: ", 0) == 0;
