@@ -126,7 +126,6 @@ struct CompileOptions {
 int compileModel(const CompileOptions &options);
 
 /// Directory of the running executable (to find sibling tools).
-std::string selfDir(const char *argv0);
 
 } // namespace pipec::driver
 

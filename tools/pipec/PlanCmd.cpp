@@ -10,49 +10,24 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
+#include "SysUtil.h"
 
 #include "pipec/Export.h"
 #include "pipec/Planners.h"
 #include "pipec/Schedule.h"
 #include "pipec/Sim.h"
 
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdio>
-#include <fstream>
 
 using namespace pipec;
 using namespace pipec::driver;
 
 namespace {
 
-bool readFile(const std::string &path, std::string &text, std::string &error) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  if (!buffer) {
-    error = "cannot read '" + path + "': " + buffer.getError().message();
-    return false;
-  }
-  text = (*buffer)->getBuffer().str();
-  return true;
-}
-
-bool writeFile(const std::string &path, const std::string &text,
-               std::string &error) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out || !(out << text) || !out.flush()) {
-      error = "cannot write '" + path + "'";
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    error = "cannot write '" + path + "'";
-    return false;
-  }
-  return true;
-}
+using sys::readFile;
+using sys::writeFile;
 
 /// Loads and checks the profile and topology named by the options.
 bool loadInputs(const Args &a, const std::string &cmd, Profile &profile,

@@ -6,6 +6,7 @@
 #include "SysUtil.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -59,26 +60,36 @@ std::string findProgram(const std::string &name) {
   return "";
 }
 
-bool readFile(const std::string &path, std::string &text) {
+bool readFile(const std::string &path, std::string &text, std::string &error) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
   std::ostringstream os;
-  os << in.rdbuf();
-  if (in.bad())
+  if (in)
+    os << in.rdbuf();
+  if (!in || in.bad()) {
+    error = "cannot read '" + path + "': " + std::strerror(errno ? errno : EIO);
     return false;
+  }
   text = os.str();
   return true;
 }
 
 bool writeFile(const std::string &path, const std::string &text,
                std::string &error) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (out)
-    out << text;
-  out.close();
-  if (!out) {
+  const std::string tmp = path + ".tmp";
+  errno = 0;
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out || !(out << text) || !out.flush()) {
+      error =
+          "cannot write '" + path + "': " + std::strerror(errno ? errno : EIO);
+      std::remove(tmp.c_str());
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     error = "cannot write '" + path + "': " + std::strerror(errno);
+    std::remove(tmp.c_str());
     return false;
   }
   return true;
@@ -121,16 +132,6 @@ std::string join(const std::vector<std::string> &pieces,
   for (size_t i = 0; i < pieces.size(); ++i)
     text += (i ? separator : "") + pieces[i];
   return text;
-}
-
-std::string selfDir(const char *argv0) {
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec || exe.empty()) {
-    std::string found = argv0 ? findProgram(argv0) : "";
-    exe = absolute(found.empty() && argv0 ? argv0 : found);
-  }
-  return exe.parent_path().string();
 }
 
 } // namespace pipec::driver::sys

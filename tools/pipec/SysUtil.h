@@ -24,9 +24,11 @@ bool canExecute(const std::string &path);
 /// `name` itself when it holds a '/', else the first executable `name` on
 /// PATH; "" when there is none.
 std::string findProgram(const std::string &name);
-/// The whole file; false when it cannot be read.
-bool readFile(const std::string &path, std::string &text);
-/// Writes `text` to `path` (replacing it); false with `error` on failure.
+/// The whole file; false with `error` ("cannot read 'PATH': reason") when
+/// it cannot be read.
+bool readFile(const std::string &path, std::string &text, std::string &error);
+/// Writes `text` to PATH.tmp and renames it to `path`, so that `path` is
+/// never half-written; false with `error` on failure.
 bool writeFile(const std::string &path, const std::string &text,
                std::string &error);
 /// A new folder "$TMPDIR/PREFIX-XXXXXX" (/tmp without TMPDIR); "" with
@@ -38,9 +40,6 @@ void removeAll(const std::string &path);
 std::vector<std::string> split(const std::string &text, char separator);
 std::string join(const std::vector<std::string> &pieces,
                  const std::string &separator);
-/// The folder of the running executable (/proc/self/exe, else argv0's).
-std::string selfDir(const char *argv0);
-
 } // namespace pipec::driver::sys
 
 #endif // PIPEC_TOOLS_PIPEC_SYSUTIL_H

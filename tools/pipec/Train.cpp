@@ -27,10 +27,6 @@
 
 using namespace pipec::driver;
 
-std::string pipec::driver::selfDir(const char *argv0) {
-  return sys::selfDir(argv0);
-}
-
 std::vector<std::string> pipec::driver::exportedEnv() {
   // OPENBLAS_NUM_THREADS when the user set it (else each rank shares its
   // own host's cores among the ranks on that host: runtime core/main.cpp).
@@ -150,8 +146,8 @@ void reportSilentRanks(const std::string &statusDir,
   for (size_t r = 0; r < ranks; ++r) {
     Record &rec = records[r];
     rec.path = statusDir + "/rank-" + std::to_string(r) + ".status";
-    std::string data;
-    if (!sys::readFile(rec.path, data))
+    std::string data, unreadable;
+    if (!sys::readFile(rec.path, data, unreadable))
       continue;
     if (data.size() < 32 || data.compare(0, 8, "pipecst1") != 0)
       continue;
@@ -260,8 +256,8 @@ bool mergeTraces(const std::string &path, size_t ranks, std::string &error) {
   for (size_t r = 0; r < ranks; ++r) {
     std::string part = pattern;
     part.replace(part.find("{rank}"), 6, std::to_string(r));
-    std::string text;
-    if (!sys::readFile(part, text)) {
+    std::string text, unreadable;
+    if (!sys::readFile(part, text, unreadable)) {
       error = "rank " + std::to_string(r) + " wrote no trace '" + part + "'";
       return false;
     }
