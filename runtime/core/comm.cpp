@@ -1,14 +1,16 @@
-//===- comm.cpp - Point-to-point transport between stages (MPI) -----------===//
+//===- comm.cpp - Point-to-point transport between stages
+//------------------===//
 //
-// Part of pipec's runtime core. Implements pipec_rt_send / _recv / _flush.
+// Part of pipec's runtime core. Implements pipec_rt_send / _recv / _flush
+// and the all-reduces on the process's Communicator (communicator.h).
 //
 //===----------------------------------------------------------------------===//
 ///
-/// A message of `bytes` bytes between two stages travels as one MPI message
-/// per chunk of at most kChunkBytes (MPI counts are int), all with the tag
-/// channel * 1024 + mb mod 1024; MPI's non-overtaking rule keeps the chunks
-/// in order. The receiver probes each chunk first so that a size mismatch
-/// is reported as such instead of as an MPI truncation error.
+/// A message between two stages carries the tag channel * 1024 + mb mod
+/// 1024 (the transport keeps messages of one tag in order). Routing (which
+/// rank holds the peer stage, which replica owns a microbatch, which rows
+/// of a split replica's slice go where) is decided here, for every
+/// transport.
 ///
 //===----------------------------------------------------------------------===//
 
@@ -24,24 +26,13 @@ namespace pipec {
 namespace rt {
 namespace {
 
-constexpr int64_t kChunkBytes = int64_t(1) << 30;
-
-void mpiCheck(int rc, const std::string &what) {
-  if (rc == MPI_SUCCESS)
-    return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  throw RtError(what + " failed: " + std::string(text, size_t(len)));
-}
-
 std::string linkName(int64_t peer, int64_t channel, int64_t mb) {
   return "stage " + std::to_string(peer) + ", channel " +
          std::to_string(channel) + ", microbatch " + std::to_string(mb);
 }
 
 /// Validates the arguments shared by send and recv; returns the peer's rank
-/// and the MPI tag.
+/// and the message tag.
 std::pair<int, int> route(const pipec_ctx &ctx, const char *fn, int64_t peer,
                           int64_t channel, int64_t mb, int64_t bytes) {
   // Stages are numbered over all chunks; stage q runs on position q mod p
@@ -58,10 +49,11 @@ std::pair<int, int> route(const pipec_ctx &ctx, const char *fn, int64_t peer,
                   linkName(peer, channel, mb) + ", " + std::to_string(bytes) +
                   " bytes)");
   int64_t tag = channel * 1024 + mb % 1024;
-  if (channel > int64_t(ctx.tagUpperBound) / 1024 || tag > ctx.tagUpperBound)
+  const int64_t tagUb = ctx.comm->tagUpperBound();
+  if (channel > tagUb / 1024 || tag > tagUb)
     throw RtError(std::string(fn) + ": channel " + std::to_string(channel) +
-                  " gives MPI tag " + std::to_string(tag) +
-                  " above MPI_TAG_UB " + std::to_string(ctx.tagUpperBound));
+                  " gives message tag " + std::to_string(tag) +
+                  " above the transport's largest, " + std::to_string(tagUb));
   // A replicated peer: the replica that owns the microbatch (1F1B-RR).
   const std::vector<int> &ranks = ctx.stageRanks[size_t(position)];
   return {ranks[size_t(mb) % ranks.size()], int(tag)};
@@ -115,13 +107,7 @@ pipec_ctx &checkedContext(pipec_ctx *ctx, const char *function) {
 }
 
 void reapSends(pipec_ctx &ctx) {
-  auto done = [](pipec_ctx::PendingSend &p) {
-    int flag = 0;
-    mpiCheck(MPI_Testall(int(p.requests.size()), p.requests.data(), &flag,
-                         MPI_STATUSES_IGNORE),
-             "MPI_Testall on outstanding sends");
-    return flag != 0;
-  };
+  auto done = [](std::unique_ptr<Transfer> &t) { return t->test(); };
   ctx.pendingSends.erase(std::remove_if(ctx.pendingSends.begin(),
                                         ctx.pendingSends.end(), done),
                          ctx.pendingSends.end());
@@ -131,6 +117,13 @@ void reapSends(pipec_ctx &ctx) {
 } // namespace pipec
 
 using namespace pipec::rt;
+
+/// "stage 2, channel 1, microbatch 3" as the communicator's `what`.
+static std::string messageName(const char *fn, const char *direction,
+                               int64_t peer, int64_t channel, int64_t mb) {
+  return std::string(fn) + ": the message " + direction + " " +
+         linkName(peer, channel, mb);
+}
 
 extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
                               int64_t mb, const void *src, int64_t bytes) {
@@ -142,26 +135,14 @@ extern "C" void pipec_rt_send(pipec_ctx *ctx, int64_t peer, int64_t channel,
     if (bytes > 0 && !src)
       throw RtError("pipec_rt_send: null source buffer");
     c.timeline.begin(Timeline::Send, mb, c.step);
-    std::unique_ptr<char[]> copy(new char[size_t(std::max<int64_t>(bytes, 1))]);
-    // Host-staged: the message leaves from host memory (a device arena is
-    // copied out first, after the kernels that produced it).
-    c.device->toHost(copy.get(), src, bytes);
-    pipec_ctx::PendingSend pending;
+    const std::string what =
+        messageName("pipec_rt_send", "to", peer, channel, mb);
     for (const Fragment &f : pieces) {
       BlockedOn wait(WaitKind::Receive, f.rank, channel, mb);
-      int64_t offset = 0;
-      do {
-        int count = int(std::min(f.bytes - offset, kChunkBytes));
-        MPI_Request request;
-        mpiCheck(MPI_Isend(copy.get() + f.offset + offset, count, MPI_BYTE,
-                           f.rank, tag, MPI_COMM_WORLD, &request),
-                 "MPI_Isend to " + linkName(peer, channel, mb));
-        pending.requests.push_back(request);
-        offset += count;
-      } while (offset < f.bytes);
+      c.pendingSends.push_back(
+          c.comm->send(static_cast<const char *>(src) + f.offset, f.bytes,
+                       f.rank, tag, what));
     }
-    pending.data = std::move(copy);
-    c.pendingSends.push_back(std::move(pending));
     c.timeline.end(Timeline::Send);
   });
 }
@@ -180,17 +161,9 @@ extern "C" void pipec_rt_recv_post(pipec_ctx *ctx, int64_t peer,
                     linkName(peer, channel, mb) + " is already posted");
     pipec_ctx::PostedRecv posted;
     posted.bytes = bytes;
-    posted.data.reset(new char[size_t(std::max<int64_t>(bytes, 1))]);
-    int64_t offset = 0;
-    do {
-      int count = int(std::min(bytes - offset, kChunkBytes));
-      MPI_Request request;
-      mpiCheck(MPI_Irecv(posted.data.get() + offset, count, MPI_BYTE, rank, tag,
-                         MPI_COMM_WORLD, &request),
-               "MPI_Irecv from " + linkName(peer, channel, mb));
-      posted.requests.push_back(request);
-      offset += count;
-    } while (offset < bytes);
+    posted.receive =
+        c.comm->post(bytes, rank, tag,
+                     messageName("pipec_rt_recv", "from", peer, channel, mb));
     c.postedRecvs.emplace(key, std::move(posted));
     c.postedBytes += bytes;
     c.postedBytesPeak = std::max(c.postedBytesPeak, c.postedBytes);
@@ -214,97 +187,34 @@ extern "C" void pipec_rt_recv(pipec_ctx *ctx, int64_t peer, int64_t channel,
         throw RtError("pipec_rt_recv: " + std::to_string(bytes) +
                       " bytes expected from " + linkName(peer, channel, mb) +
                       " but " + std::to_string(p.bytes) + " were posted");
-      std::vector<MPI_Status> statuses(p.requests.size());
-      BlockedOn wait(WaitKind::Receive,
-                     pieces.empty() ? -1 : pieces.front().rank, channel, mb);
-      int rc = MPI_Waitall(int(p.requests.size()), p.requests.data(),
-                           statuses.data());
-      if (rc != MPI_SUCCESS)
-        throw RtError("pipec_rt_recv: receiving from " +
-                      linkName(peer, channel, mb) +
-                      " failed (a message larger than the " +
-                      std::to_string(bytes) +
-                      " bytes expected? sender and receiver disagree on the "
-                      "tensor size)");
-      int64_t got = 0;
-      for (MPI_Status &st : statuses) {
-        int count = 0;
-        MPI_Get_count(&st, MPI_BYTE, &count);
-        got += count;
+      {
+        BlockedOn wait(WaitKind::Receive,
+                       pieces.empty() ? -1 : pieces.front().rank, channel, mb);
+        p.receive->finish(dst);
       }
-      if (got != bytes)
-        throw RtError("pipec_rt_recv: received " + std::to_string(got) +
-                      " bytes from " + linkName(peer, channel, mb) +
-                      " but expected " + std::to_string(bytes) +
-                      " (sender and receiver disagree on the tensor size)");
-      c.device->toDevice(dst, p.data.get(), bytes);
       c.postedBytes -= bytes;
       c.postedRecvs.erase(posted);
       c.timeline.end(Timeline::Recv);
       return;
     }
-    // A device arena receives through host memory.
-    HostView into(*c.device, dst, bytes);
+    const std::string what =
+        messageName("pipec_rt_recv", "from", peer, channel, mb);
     for (const Fragment &f : pieces) {
       BlockedOn wait(WaitKind::Receive, f.rank, channel, mb);
-      int64_t offset = 0;
-      do {
-        int expected = int(std::min(f.bytes - offset, kChunkBytes));
-        MPI_Status status;
-        mpiCheck(MPI_Probe(f.rank, tag, MPI_COMM_WORLD, &status),
-                 "MPI_Probe from " + linkName(peer, channel, mb));
-        int count = 0;
-        MPI_Get_count(&status, MPI_BYTE, &count);
-        if (count != expected)
-          throw RtError("pipec_rt_recv: received " + std::to_string(count) +
-                        " bytes from " + linkName(peer, channel, mb) +
-                        " but expected " + std::to_string(expected) +
-                        " (sender and receiver disagree on the tensor size)");
-        mpiCheck(MPI_Recv(into.get() + f.offset + offset, count, MPI_BYTE,
-                          f.rank,
-                          tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-                 "MPI_Recv from " + linkName(peer, channel, mb));
-        offset += count;
-      } while (offset < f.bytes);
+      c.comm->receive(static_cast<char *>(dst) + f.offset, f.bytes, f.rank, tag,
+                      what);
     }
-    into.push();
     c.timeline.end(Timeline::Recv);
   });
 }
 
 /// Sums `count` float elements (float32, or float64 in a float64 stage) at
-/// `data` in place over `comm`, in chunks (MPI counts are int), then
-/// multiplies them by `scale` unless it is 1. A device arena is reduced
-/// through host memory.
+/// `data` in place over `group`, then multiplies them by `scale`.
 static void allreduceSum(const pipec_ctx &c, void *data, int64_t count,
-                         MPI_Comm comm, const std::string &what,
+                         CommGroup &group, const std::string &what,
                          double scale = 1.0) {
-  const bool f64 = c.desc.isF64();
-  HostView view(*c.device, data, count * c.desc.realBytes);
-  char *p = view.pull();
-  {
-    BlockedOn wait(WaitKind::Collective);
-    for (int64_t done = 0; done < count;) {
-      int n = int(std::min<int64_t>(count - done, int64_t(1) << 30));
-      mpiCheck(MPI_Allreduce(MPI_IN_PLACE, p + done * c.desc.realBytes, n,
-                             f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, comm),
-               what);
-      done += n;
-    }
-  }
-  if (scale != 1.0) {
-    if (f64) {
-      double *d = reinterpret_cast<double *>(p);
-      for (int64_t i = 0; i < count; ++i)
-        d[i] *= scale;
-    } else {
-      float *f = reinterpret_cast<float *>(p);
-      const float s = float(scale);
-      for (int64_t i = 0; i < count; ++i)
-        f[i] *= s;
-    }
-  }
-  view.push();
+  BlockedOn wait(WaitKind::Collective);
+  c.comm->allreduceSum(group, data, count, c.desc.isF64(), scale, what);
 }
 
 /// Sums `count` float elements at `data` over the stage's replicas; with
@@ -317,14 +227,13 @@ static void allreduceGradients(pipec_ctx *ctx, void *data, int64_t count,
     if (count < 0 || (count > 0 && !data))
       throw RtError(std::string(fn) + ": bad buffer (" +
                     std::to_string(count) + " elements)");
-    if (c.stageComm == MPI_COMM_NULL || count == 0)
+    if (!c.stageGroup || count == 0)
       return;
-    int size = 1;
-    if (mean)
-      mpiCheck(MPI_Comm_size(c.stageComm, &size), "MPI_Comm_size");
+    const int size = mean ? c.stageGroup->size() : 1;
     c.timeline.begin(Timeline::AllReduce, -1, c.step);
-    allreduceSum(c, data, count, c.stageComm,
-                 "MPI_Allreduce of stage " + std::to_string(c.desc.stage) +
+    allreduceSum(c, data, count, *c.stageGroup,
+                 std::string(fn) + ": the sum of stage " +
+                     std::to_string(c.desc.stage) +
                      "'s gradients over its replicas",
                  1.0 / double(size));
     c.timeline.end(Timeline::AllReduce);
@@ -338,14 +247,15 @@ extern "C" void pipec_rt_allreduce_group(pipec_ctx *ctx, int64_t group,
     if (count < 0 || (count > 0 && !data))
       throw RtError("pipec_rt_allreduce_group: bad buffer (" +
                     std::to_string(count) + " elements)");
-    if (group < 0 || group >= int64_t(c.tieComms.size()) ||
-        c.tieComms[size_t(group)] == MPI_COMM_NULL)
+    if (group < 0 || group >= int64_t(c.tieGroups.size()) ||
+        !c.tieGroups[size_t(group)])
       throw RtError("pipec_rt_allreduce_group: stage " +
                     std::to_string(c.desc.stage) + " is not in tie group " +
                     std::to_string(group));
     c.timeline.begin(Timeline::AllReduce, -1, c.step);
-    allreduceSum(c, data, count, c.tieComms[size_t(group)],
-                 "MPI_Allreduce of tied weights' gradients (group " +
+    allreduceSum(c, data, count, *c.tieGroups[size_t(group)],
+                 "pipec_rt_allreduce_group: the sum of tied weights' "
+                 "gradients (group " +
                      std::to_string(group) + ")");
     c.timeline.end(Timeline::AllReduce);
   });
@@ -365,10 +275,8 @@ extern "C" void pipec_rt_flush(pipec_ctx *ctx) {
     pipec_ctx &c = checkedContext(ctx, "pipec_rt_flush");
     c.timeline.begin(Timeline::Flush, -1, c.step);
     BlockedOn wait(WaitKind::Sends);
-    for (pipec_ctx::PendingSend &p : c.pendingSends)
-      mpiCheck(MPI_Waitall(int(p.requests.size()), p.requests.data(),
-                           MPI_STATUSES_IGNORE),
-               "MPI_Waitall on this step's sends");
+    for (std::unique_ptr<Transfer> &t : c.pendingSends)
+      t->wait();
     c.pendingSends.clear();
     c.timeline.end(Timeline::Flush);
   });

@@ -13,6 +13,7 @@
 #ifndef PIPEC_RUNTIME_CORE_CONTEXT_H
 #define PIPEC_RUNTIME_CORE_CONTEXT_H
 
+#include "core/communicator.h"
 #include "core/device.h"
 #include "core/feed.h"
 #include "core/options.h"
@@ -21,14 +22,15 @@
 #include "core/timeline.h"
 #include "core/versions.h"
 
-#include "core/mpi_c.h"
-
 #include <map>
 #include <memory>
 #include <tuple>
 #include <vector>
 
 struct pipec_ctx {
+  /// How this rank talks to the others (communicator.h); declared first so
+  /// that it outlives the groups and transfers below.
+  std::unique_ptr<pipec::rt::Communicator> comm;
   /// Owns the arena's memory; declared first so that it outlives the weight
   /// versions and staging buffers below.
   std::unique_ptr<pipec::rt::Device> device;
@@ -43,16 +45,14 @@ struct pipec_ctx {
   int worldSize = 1;
   /// MPI ranks of every stage's replicas (index: stage number, replica).
   std::vector<std::vector<int>> stageRanks;
-  /// The replicas of this rank's stage (MPI_COMM_NULL when it has one).
-  MPI_Comm stageComm = MPI_COMM_NULL;
+  /// The replicas of this rank's stage (null when it has one).
+  std::unique_ptr<pipec::rt::CommGroup> stageGroup;
   /// Per tie group (desc.tieGroups): every rank of the group's stages, or
-  /// MPI_COMM_NULL where this rank's stage is not in it.
-  std::vector<MPI_Comm> tieComms;
+  /// null where this rank's stage is not in it.
+  std::vector<std::unique_ptr<pipec::rt::CommGroup>> tieGroups;
   /// The lowest rank of the stage whose description has "loss": true; it
   /// writes the metrics.
   int lossRank = 0;
-  /// Largest tag value MPI allows (MPI_TAG_UB).
-  int tagUpperBound = 32767;
 
   /// Current step, 0-based. The continuous schedules' draining window runs
   /// with step == steps.
@@ -74,17 +74,13 @@ struct pipec_ctx {
   std::vector<double> losses; ///< float32 losses widened exactly
   std::vector<bool> lossRecorded;
 
-  /// Outstanding sends: the owned copy and the MPI requests reading it.
-  struct PendingSend {
-    std::vector<MPI_Request> requests;
-    std::unique_ptr<char[]> data;
-  };
-  std::vector<PendingSend> pendingSends;
+  /// Outstanding sends (each owns what it sends).
+  std::vector<std::unique_ptr<pipec::rt::Transfer>> pendingSends;
 
-  /// Receives posted ahead (pipec_rt_recv_post), by (peer, channel, mb).
+  /// Receives posted ahead (pipec_rt_recv_post), by (peer, channel, mb),
+  /// with their size.
   struct PostedRecv {
-    std::vector<MPI_Request> requests;
-    std::unique_ptr<char[]> data;
+    std::unique_ptr<pipec::rt::PostedReceive> receive;
     int64_t bytes = 0;
   };
   std::map<std::tuple<int64_t, int64_t, int64_t>, PostedRecv> postedRecvs;

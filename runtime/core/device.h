@@ -25,6 +25,7 @@
 #ifndef PIPEC_RUNTIME_CORE_DEVICE_H
 #define PIPEC_RUNTIME_CORE_DEVICE_H
 
+#include "core/communicator.h"
 #include "pipec_rt.h"
 
 #include <cstdint>
@@ -86,10 +87,12 @@ using DeviceFactory = std::unique_ptr<Device> (*)(const DeviceRequest &);
 /// The host-memory device of the CPU runtime.
 std::unique_ptr<Device> makeCpuDevice(const DeviceRequest &);
 
-/// pipec_rt_main's body with the device chosen by `factory`; `target` is
-/// the stage description's "target" this runtime serves ("cpu", "cuda").
+/// pipec_rt_main's body with the device chosen by `factory` and the
+/// communicator made by `commFactory` (communicator.h); `target` is the
+/// stage description's "target" this runtime serves ("cpu", "cuda").
 int runStage(int argc, char **argv, const char *meta, pipec_program_fn program,
-             DeviceFactory factory, const char *target);
+             DeviceFactory factory, CommunicatorFactory commFactory,
+             const char *target);
 
 /// Host bytes standing for the device range [data, data + bytes) while host
 /// code reads or writes it: the range itself on a host-accessible device,

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-#include "core/mpi_c.h"
+#include "core/communicator.h"
 #include "core/status.h"
 
 #include <cstdio>
@@ -41,10 +41,10 @@ void fatal(const std::string &message) {
   std::fflush(stderr);
   setStatusState(RankState::Error);
   const ErrorLocation &loc = errorLocation();
-  if (loc.mpiActive && loc.worldSize == 1)
-    MPI_Finalize(); // no peer to end; avoids mpirun's abort banner
-  else if (loc.mpiActive)
-    MPI_Abort(MPI_COMM_WORLD, 1);
+  if (loc.comm && loc.worldSize == 1)
+    loc.comm->finalize(); // no peer to end; avoids mpirun's abort banner
+  else if (loc.comm)
+    loc.comm->abort(1);
   std::exit(1);
 }
 

@@ -25,6 +25,8 @@
 namespace pipec {
 namespace rt {
 
+class Communicator;
+
 /// A runtime failure; what() is the one-line message (without prefix and
 /// location, which `fatal` adds). The formats library's error, so that a
 /// document that cannot be read is reported like every runtime failure.
@@ -36,9 +38,10 @@ struct ErrorLocation {
   int stage = -1;
   /// 1-based step being executed; 0 before the first step (start-up).
   int64_t step = 0;
-  /// Set between MPI_Init and MPI_Finalize.
-  bool mpiActive = false;
-  /// Size of MPI_COMM_WORLD once known.
+  /// The job's communicator while this rank is part of the job (between
+  /// its start and finalize).
+  Communicator *comm = nullptr;
+  /// The job's number of ranks once known.
   int worldSize = 0;
 };
 
@@ -50,8 +53,8 @@ ErrorLocation &errorLocation();
 std::string formatError(const std::string &message);
 
 /// Prints the error line on stderr and ends the job with exit code 1:
-/// MPI_Abort when MPI is active and other ranks may be waiting, a plain
-/// MPI_Finalize and exit for a one-rank job, exit before MPI starts.
+/// the communicator's abort when other ranks may be waiting, a plain
+/// finalize and exit for a one-rank job, exit before the job starts.
 [[noreturn]] void fatal(const std::string &message);
 
 /// Runs `fn`, turning any exception into `fatal`. Used at every C ABI entry

@@ -45,29 +45,6 @@ using namespace pipec::rt;
 
 namespace {
 
-void mpiCheck(int rc, const char *what) {
-  if (rc == MPI_SUCCESS)
-    return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  throw RtError(std::string(what) +
-                " failed: " + std::string(text, size_t(len)));
-}
-
-/// The local rank: this rank's index among the ranks sharing its host.
-int localRank() {
-  MPI_Comm local = MPI_COMM_NULL;
-  int rank = 0;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
-                          MPI_INFO_NULL, &local) == MPI_SUCCESS &&
-      local != MPI_COMM_NULL) {
-    MPI_Comm_rank(local, &rank);
-    MPI_Comm_free(&local);
-  }
-  return rank;
-}
-
 /// Where this stage writes its profile: a "{stage}" in the path becomes the
 /// stage number (with "rJ" for replica J of a replicated stage); otherwise a
 /// multi-stage build inserts ".stageK" (".stageKrJ") before the extension so
@@ -174,18 +151,14 @@ void setUpFeeds(pipec_ctx &ctx) {
 /// Finds the rank of replica 0 of the single stage that computes the loss.
 int findLossRank(const pipec_ctx &ctx) {
   bool first = ctx.desc.loss && ctx.desc.replica == 0;
-  int mine = first ? 1 : 0, count = 0;
-  int candidate = first ? ctx.rank : -1, lossRank = -1;
-  mpiCheck(MPI_Allreduce(&mine, &count, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD),
-           "MPI_Allreduce");
-  mpiCheck(
-      MPI_Allreduce(&candidate, &lossRank, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
-      "MPI_Allreduce");
+  int64_t count = first ? 1 : 0, lossRank = first ? ctx.rank : -1;
+  ctx.comm->allreduce(&count, 1, ReduceOp::Sum, "counting the loss stages");
+  ctx.comm->allreduce(&lossRank, 1, ReduceOp::Max, "finding the loss stage");
   if (count != 1)
     throw RtError(std::to_string(count) +
                   " stages of this build compute the loss (\"loss\": true); "
                   "exactly one must");
-  return lossRank;
+  return int(lossRank);
 }
 
 const char *nonFiniteName(double v) {
@@ -196,14 +169,7 @@ const char *nonFiniteName(double v) {
 /// ranks on this host (MPI's shared-memory split tells them, whatever
 /// launched the job), unless OPENBLAS_NUM_THREADS says otherwise. Each host
 /// decides for itself; a launcher cannot know another machine's cores.
-void setBlasThreadsPerHost() {
-  int local = 1;
-  MPI_Comm node;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
-                          MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-    MPI_Comm_size(node, &local);
-    MPI_Comm_free(&node);
-  }
+void setBlasThreadsPerHost(int local) {
   if (std::getenv("OPENBLAS_NUM_THREADS"))
     return;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -219,7 +185,7 @@ void setBlasThreadsPerHost() {
 /// message; collective (the host names are gathered).
 void startRankWatchdog(const pipec_ctx &ctx) {
   WatchdogPeers peers;
-  peers.hostOfRank = gatherHostNames();
+  peers.hostOfRank = gatherHostNames(*ctx.comm);
   peers.stageOfRank.assign(size_t(ctx.worldSize), -1);
   for (size_t s = 0; s < ctx.stageRanks.size(); ++s)
     for (int r : ctx.stageRanks[s])
@@ -229,8 +195,10 @@ void startRankWatchdog(const pipec_ctx &ctx) {
                 ctx.options.watchdogFirstStepSeconds);
 }
 
-/// MPI up, this rank's place in the job, its status record.
-void startMpi(pipec_ctx &ctx, int &argc, char **&argv, int &alreadyInitialised) {
+/// The transport up (MPI_Init), this rank's place in the job, its status
+/// record.
+void startCommunicator(pipec_ctx &ctx, int &argc, char **&argv,
+                       CommunicatorFactory factory) {
   ErrorLocation &loc = errorLocation();
   // A write to a socket or pipe whose other end is gone (a peer rank that
   // was killed, a closed stdout) returns EPIPE instead of killing this rank
@@ -238,29 +206,33 @@ void startMpi(pipec_ctx &ctx, int &argc, char **&argv, int &alreadyInitialised) 
   // neighbour that wrote to it (OpenMPI's TCP transport writes with writev,
   // which raises SIGPIPE).
   std::signal(SIGPIPE, SIG_IGN);
-  MPI_Initialized(&alreadyInitialised);
-  if (!alreadyInitialised && MPI_Init(&argc, &argv) != MPI_SUCCESS)
-    throw RtError("MPI_Init failed");
-  loc.mpiActive = true;
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(MPI_COMM_WORLD, &ctx.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ctx.worldSize);
+  ctx.comm = factory(argc, argv);
+  loc.comm = ctx.comm.get();
+  ctx.rank = ctx.comm->rank();
+  ctx.worldSize = ctx.comm->size();
   loc.rank = ctx.rank;
   loc.worldSize = ctx.worldSize;
   if (!ctx.options.statusDir.empty())
     openRankStatus(ctx.options.statusDir, ctx.rank, ctx.desc.stage);
-  setBlasThreadsPerHost();
-  int *tagUb = nullptr, hasTagUb = 0;
-  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &hasTagUb);
-  if (hasTagUb && tagUb)
-    ctx.tagUpperBound = *tagUb;
+  setBlasThreadsPerHost(ctx.comm->localSize());
+}
+
+/// This rank's part in the job ended (after a clean end or an agreed
+/// refusal): the watchdog stopped, the groups freed, the transport closed.
+void leaveJob(pipec_ctx &ctx, RankState state) {
+  stopWatchdog();
+  ctx.stageGroup.reset();
+  ctx.tieGroups.clear();
+  setStatusState(state);
+  errorLocation().comm = nullptr;
+  ctx.comm->finalize();
 }
 
 /// Start-up refusals are agreed on before anyone stops: every rank runs
 /// `phase` (local work, or collectives that every rank reaches before it
 /// can fail), keeping its error; then the
 /// lowest rank that failed prints its one line and every rank ends with
-/// status 1 after MPI_Finalize. No MPI_Abort: the job says one line, not
+/// status 1 after leaving the job. No abort: the job says one line, not
 /// one per rank and the launcher's abort banner.
 void agreeOnStartup(pipec_ctx &ctx, const std::function<void()> &phase) {
   std::string error;
@@ -271,17 +243,16 @@ void agreeOnStartup(pipec_ctx &ctx, const std::function<void()> &phase) {
     if (error.empty())
       error = "start-up failed";
   }
-  int mine = error.empty() ? ctx.worldSize : ctx.rank, first = mine;
-  mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD),
-           "MPI_Allreduce of the start-up checks");
+  int64_t first = error.empty() ? ctx.worldSize : ctx.rank;
+  ctx.comm->allreduce(&first, 1, ReduceOp::Min,
+                      "agreeing on the start-up checks");
   if (first == ctx.worldSize)
     return;
   std::fflush(stdout);
   if (first == ctx.rank)
     std::fprintf(stderr, "%s\n", formatError(error).c_str());
   std::fflush(stderr);
-  setStatusState(RankState::Error);
-  MPI_Finalize();
+  leaveJob(ctx, RankState::Error);
   std::exit(1);
 }
 
@@ -298,24 +269,18 @@ void joinPipeline(pipec_ctx &ctx) {
   for (const ManifestStage &s : ctx.manifest.stages)
     ctx.stageRanks[size_t(s.stage)] = s.ranks;
   // Every rank takes part in the split (collective); ranks of one stage
-  // share a communicator for the gradient all-reduce.
-  MPI_Comm comm = MPI_COMM_NULL;
-  mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, desc.stage, int(desc.replica), &comm),
-           "MPI_Comm_split by stage");
+  // share a group for the gradient all-reduce.
+  std::unique_ptr<CommGroup> replicas = ctx.comm->split(
+      int(desc.stage), int(desc.replica), "grouping each stage's replicas");
   if (desc.replicas > 1)
-    ctx.stageComm = comm;
-  else
-    MPI_Comm_free(&comm);
-  // One communicator per group of stages sharing tied weights; every rank
-  // takes part in each split, in the description's order.
+    ctx.stageGroup = std::move(replicas);
+  // One group per set of stages sharing tied weights; every rank takes part
+  // in each split, in the description's order.
   for (const std::vector<int64_t> &group : desc.tieGroups) {
     bool member = std::find(group.begin(), group.end(), int64_t(desc.stage)) !=
                   group.end();
-    MPI_Comm tie = MPI_COMM_NULL;
-    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, member ? 1 : MPI_UNDEFINED,
-                            ctx.rank, &tie),
-             "MPI_Comm_split for tied weights");
-    ctx.tieComms.push_back(tie);
+    ctx.tieGroups.push_back(ctx.comm->split(
+        member ? 1 : -1, ctx.rank, "grouping the stages of tied weights"));
   }
   ctx.lossRank = findLossRank(ctx);
 }
@@ -398,12 +363,9 @@ int64_t resumeStep(pipec_ctx &ctx, char *arena, bool reports) {
 /// `latest`); throws on every rank otherwise. Collective.
 void checkSameResumeStep(const pipec_ctx &ctx, int64_t first) {
   int64_t lowest = first, highest = first;
-  mpiCheck(MPI_Allreduce(&first, &lowest, 1, MPI_INT64_T, MPI_MIN,
-                         MPI_COMM_WORLD),
-           "MPI_Allreduce of the resume step");
-  mpiCheck(MPI_Allreduce(&first, &highest, 1, MPI_INT64_T, MPI_MAX,
-                         MPI_COMM_WORLD),
-           "MPI_Allreduce of the resume step");
+  ctx.comm->allreduce(&lowest, 1, ReduceOp::Min, "agreeing on the resume step");
+  ctx.comm->allreduce(&highest, 1, ReduceOp::Max,
+                      "agreeing on the resume step");
   if (lowest != highest)
     throw RtError("cannot resume: the machines' latest checkpoints differ "
                   "(steps " + std::to_string(lowest) + " to " +
@@ -440,7 +402,7 @@ MetricsFile openMetrics(const Options &o, bool reports, int64_t first) {
 /// slice's share of the samples.
 double stepLoss(pipec_ctx &ctx) {
   const StageDesc &desc = ctx.desc;
-  double partial = 0, loss = 0;
+  double partial = 0;
   if (desc.loss && ctx.lossBuffer.get()) {
     // A device stage kept its microbatch losses on the device: one copy.
     HostView losses(*ctx.device, ctx.lossBuffer.get(),
@@ -474,10 +436,8 @@ double stepLoss(pipec_ctx &ctx) {
     }
   }
   BlockedOn wait(WaitKind::Collective);
-  mpiCheck(MPI_Allreduce(&partial, &loss, 1, MPI_DOUBLE, MPI_SUM,
-                         MPI_COMM_WORLD),
-           "MPI_Allreduce of the step loss");
-  return loss / double(desc.microbatches);
+  ctx.comm->allreduce(&partial, 1, ReduceOp::Sum, "summing the step loss");
+  return partial / double(desc.microbatches);
 }
 
 /// The progress line and the metrics.jsonl record of step t (loss rank).
@@ -530,9 +490,8 @@ std::string checkpointStep(pipec_ctx &ctx, char *arena, int64_t t) {
   std::vector<Record> all(size_t(ctx.worldSize));
   {
     BlockedOn wait(WaitKind::Collective);
-    mpiCheck(MPI_Allgather(&mine, int(sizeof(Record)), MPI_BYTE, all.data(),
-                           int(sizeof(Record)), MPI_BYTE, MPI_COMM_WORLD),
-             "MPI_Allgather of the checkpoint's files");
+    ctx.comm->allgather(&mine, int(sizeof(Record)), all.data(),
+                        "gathering the checkpoint's files");
   }
   std::map<int64_t, CheckpointEntry> byStage;
   for (const Record &r : all) {
@@ -549,7 +508,7 @@ std::string checkpointStep(pipec_ctx &ctx, char *arena, int64_t t) {
     entries.push_back(e);
   writeCheckpointManifest(o.checkpointDir, t + 1, ctx.desc.buildId, entries);
   BlockedOn wait(WaitKind::Collective);
-  mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier after checkpoint");
+  ctx.comm->barrier("waiting for every stage's checkpoint");
   writeLatest(o.checkpointDir, t + 1);
   return folder;
 }
@@ -596,44 +555,25 @@ void writeOnRankZero(pipec_ctx &ctx,
     mine += path;
     mine += text;
   }
-  if (mine.size() > size_t(std::numeric_limits<int>::max() / 2))
-    throw RtError("this rank's output files are too large to gather (" +
-                  std::to_string(mine.size()) + " bytes)");
-  int length = int(mine.size());
-  std::vector<int> lengths(size_t(ctx.worldSize), 0), offsets;
-  BlockedOn wait(WaitKind::Collective);
-  mpiCheck(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0,
-                      MPI_COMM_WORLD),
-           "MPI_Gather of the output sizes");
-  std::string all;
-  if (ctx.rank == 0) {
-    int64_t total = 0;
-    for (int n : lengths) {
-      offsets.push_back(int(total));
-      total += n;
-    }
-    if (total > std::numeric_limits<int>::max())
-      throw RtError("the ranks' output files are too large to gather (" +
-                    std::to_string(total) + " bytes)");
-    all.resize(size_t(total));
+  std::vector<std::string> all;
+  {
+    BlockedOn wait(WaitKind::Collective);
+    all = ctx.comm->gather(mine, 0, "gathering the output files on rank 0");
   }
-  mpiCheck(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(),
-                       lengths.data(), offsets.data(), MPI_CHAR, 0,
-                       MPI_COMM_WORLD),
-           "MPI_Gatherv of the output files");
   if (ctx.rank != 0)
     return;
   std::set<std::string> written;
-  for (size_t at = 0; at + 16 <= all.size();) {
-    uint64_t sizes[2];
-    std::memcpy(sizes, all.data() + at, sizeof(sizes));
-    at += sizeof(sizes);
-    std::string path = all.substr(at, sizes[0]);
-    at += sizes[0];
-    if (written.insert(path).second)
-      writeText(path, all.substr(at, sizes[1]));
-    at += sizes[1];
-  }
+  for (const std::string &files : all)
+    for (size_t at = 0; at + 16 <= files.size();) {
+      uint64_t sizes[2];
+      std::memcpy(sizes, files.data() + at, sizeof(sizes));
+      at += sizeof(sizes);
+      std::string path = files.substr(at, sizes[0]);
+      at += sizes[0];
+      if (written.insert(path).second)
+        writeText(path, files.substr(at, sizes[1]));
+      at += sizes[1];
+    }
 }
 
 /// This rank's JSON summary (--summary-out).
@@ -657,21 +597,6 @@ std::string rankSummary(pipec_ctx &ctx) {
   if (getrusage(RUSAGE_SELF, &usage) == 0)
     summary["max_rss_bytes"] = int64_t(usage.ru_maxrss) * 1024;
   return summary.dump(2) + "\n";
-}
-
-/// Communicators freed, status Finished, MPI finalised (when this process
-/// initialised it).
-void finish(pipec_ctx &ctx, int alreadyInitialised, RankState state) {
-  stopWatchdog();
-  if (ctx.stageComm != MPI_COMM_NULL)
-    MPI_Comm_free(&ctx.stageComm);
-  for (MPI_Comm &comm : ctx.tieComms)
-    if (comm != MPI_COMM_NULL)
-      MPI_Comm_free(&comm);
-  setStatusState(state);
-  errorLocation().mpiActive = false;
-  if (!alreadyInitialised)
-    MPI_Finalize();
 }
 
 /// The compiled-in stage description and the command line; a value when
@@ -705,16 +630,17 @@ std::optional<int> readDescriptionAndOptions(pipec_ctx &ctx, int argc,
 /// The device, the arena with the weights (and a resumed checkpoint) in it,
 /// weight versions and feeds; returns the step to start from.
 int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
-                   const char *target, int localRank, bool reports) {
+                   const char *target, bool reports) {
   const StageDesc &desc = ctx.desc;
   const Options &o = ctx.options;
   if (desc.target != target)
     throw RtError("this stage was compiled for --target " + desc.target +
                   " but linked with the " + target + " runtime");
   DeviceRequest request;
-  request.localRank = localRank;
+  request.localRank = ctx.comm->localRank();
   request.allowTf32 = o.allowTf32;
   ctx.device = factory(request);
+  ctx.comm->useDevice(*ctx.device);
   arena.allocate(*ctx.device, desc.arenaBytes, "the arena");
   if (desc.loss && !ctx.device->hostAccessible())
     ctx.lossBuffer.allocate(*ctx.device, desc.microbatches * desc.realBytes,
@@ -733,7 +659,8 @@ int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
 }
 
 int run(int argc, char **argv, const char *meta, pipec_program_fn program,
-        DeviceFactory factory, const char *target) {
+        DeviceFactory factory, CommunicatorFactory commFactory,
+        const char *target) {
   ErrorLocation &loc = errorLocation();
   if (!meta || !program)
     throw RtError("pipec_rt_main called without a stage description or "
@@ -746,8 +673,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
   const StageDesc &desc = ctx.desc;
   Options &o = ctx.options;
 
-  int alreadyInitialised = 0;
-  startMpi(ctx, argc, argv, alreadyInitialised);
+  startCommunicator(ctx, argc, argv, commFactory);
   joinPipeline(ctx);
   // Rank 0 reports: progress lines, metrics.jsonl and the summary line
   // (every rank knows the step's loss; the launching machine runs rank 0,
@@ -758,11 +684,8 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
   DeviceBuffer arena;
   int64_t first = 0;
   MetricsFile metrics(nullptr, std::fclose);
-  // Collective: every rank, before anything on a rank may throw.
-  const int local = localRank();
-  agreeOnStartup(ctx, [&] {
-    first = setUpStage(ctx, arena, factory, target, local, reports);
-  });
+  agreeOnStartup(
+      ctx, [&] { first = setUpStage(ctx, arena, factory, target, reports); });
   // Every machine resumes from the same step, and only then is anything
   // written (metrics kept up to that step).
   agreeOnStartup(ctx, [&] {
@@ -788,7 +711,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
   using Clock = std::chrono::steady_clock;
   if (ctx.timeline.enabled()) {
     // A common time zero for every rank's timeline.
-    mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier before the timeline");
+    ctx.comm->barrier("starting the timeline");
     ctx.timeline.start();
   }
   for (int64_t t = first; t < o.steps; ++t) {
@@ -823,11 +746,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
                                ")")
                        .c_str());
       std::fflush(stderr);
-      setStatusState(RankState::Error);
-      stopWatchdog();
-      loc.mpiActive = false;
-      if (!alreadyInitialised)
-        MPI_Finalize();
+      leaveJob(ctx, RankState::Error);
       return 3;
     }
     if (reports) {
@@ -871,7 +790,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
     std::fflush(stdout);
   }
   loc.step = o.steps;
-  finish(ctx, alreadyInitialised, RankState::Finished);
+  leaveJob(ctx, RankState::Finished);
   return 0;
 }
 
@@ -879,9 +798,9 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
 
 int pipec::rt::runStage(int argc, char **argv, const char *meta,
                         pipec_program_fn program, DeviceFactory factory,
-                        const char *target) {
+                        CommunicatorFactory commFactory, const char *target) {
   try {
-    return run(argc, argv, meta, program, factory, target);
+    return run(argc, argv, meta, program, factory, commFactory, target);
   } catch (const std::exception &e) {
     fatal(e.what());
   } catch (...) {
@@ -892,7 +811,8 @@ int pipec::rt::runStage(int argc, char **argv, const char *meta,
 extern "C" int pipec_rt_main(int argc, char **argv, const char *stage_meta_json,
                              pipec_program_fn program) {
   try {
-    return run(argc, argv, stage_meta_json, program, makeCpuDevice, "cpu");
+    return run(argc, argv, stage_meta_json, program, makeCpuDevice,
+               makeMpiCommunicator, "cpu");
   } catch (const std::exception &e) {
     fatal(e.what());
   } catch (...) {

@@ -6,8 +6,8 @@
 
 #include "core/watchdog.h"
 
+#include "core/communicator.h"
 #include "core/error.h"
-#include "core/mpi_c.h"
 #include "core/status.h"
 
 #include <algorithm>
@@ -201,18 +201,19 @@ WatchdogPause::~WatchdogPause() {
   --s.paused;
 }
 
-std::vector<std::string> gatherHostNames() {
+std::vector<std::string> gatherHostNames(Communicator &comm) {
   constexpr int kLen = 64;
   char mine[kLen] = {};
   if (::gethostname(mine, kLen - 1) != 0)
     std::snprintf(mine, kLen, "?");
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int size = comm.size();
   std::vector<char> all(size_t(size) * kLen, 0);
   std::vector<std::string> names(static_cast<size_t>(size));
-  if (MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR,
-                    MPI_COMM_WORLD) != MPI_SUCCESS)
-    return names;
+  try {
+    comm.allgather(mine, kLen, all.data(), "gathering the host names");
+  } catch (const std::exception &) {
+    return names; // the watchdog's messages then name no hosts
+  }
   for (int r = 0; r < size; ++r)
     names[size_t(r)] = std::string(all.data() + size_t(r) * kLen);
   return names;

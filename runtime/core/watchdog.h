@@ -32,6 +32,8 @@
 namespace pipec {
 namespace rt {
 
+class Communicator;
+
 /// The exit status of a rank the watchdog stopped.
 constexpr int kWatchdogExit = 4;
 
@@ -83,8 +85,8 @@ public:
   WatchdogPause &operator=(const WatchdogPause &) = delete;
 };
 
-/// The host name of every rank (collective over MPI_COMM_WORLD).
-std::vector<std::string> gatherHostNames();
+/// The host name of every rank (collective over every rank of `comm`).
+std::vector<std::string> gatherHostNames(Communicator &comm);
 
 } // namespace rt
 } // namespace pipec

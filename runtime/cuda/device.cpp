@@ -182,5 +182,6 @@ extern "C" int pipec_rt_cuda_main(int argc, char **argv,
                                   const char *stage_meta_json,
                                   pipec_program_fn program) {
   return pipec::rt::runStage(argc, argv, stage_meta_json, program,
-                             pipec::cuda::makeCudaDevice, "cuda");
+                             pipec::cuda::makeCudaDevice,
+                             pipec::rt::makeMpiCommunicator, "cuda");
 }
