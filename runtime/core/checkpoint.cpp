@@ -48,55 +48,71 @@ void writeTextAtomic(const std::string &path, const std::string &text) {
 
 } // namespace
 
+void storeWeight(const StageDesc &desc, const WeightSpec &w,
+                 const std::string &dtype, const char *raw, char *arena) {
+  const std::string want = desc.isF64() ? "F64" : "F32";
+  if (dtype == want) {
+    std::memcpy(arena + w.offset, raw, size_t(w.bytes));
+    return;
+  }
+  // The other float type: float32 widens exactly into a float64 stage,
+  // float64 rounds to nearest into a float32 one.
+  const int64_t n = w.bytes / (desc.isF64() ? 8 : 4);
+  for (int64_t i = 0; i < n; ++i) {
+    if (dtype == "F64") {
+      double v;
+      std::memcpy(&v, raw + 8 * i, 8);
+      float f = float(v);
+      std::memcpy(arena + w.offset + 4 * i, &f, 4);
+    } else {
+      float f;
+      std::memcpy(&f, raw + 4 * i, 4);
+      double v = f;
+      std::memcpy(arena + w.offset + 8 * i, &v, 8);
+    }
+  }
+}
+
+std::string weightMismatch(const StageDesc &desc, const WeightSpec &w,
+                           const std::string &dtype,
+                           const std::vector<int64_t> &shape) {
+  if ((dtype == "F32" || dtype == "F64") && shape == w.shape)
+    return "";
+  return "tensor '" + w.name + "' is " + dtype + " " + shapeString(shape) +
+         " but the stage needs " + (desc.isF64() ? "F64 " : "F32 ") +
+         shapeString(w.shape);
+}
+
 namespace {
 
 /// Copies the stage's weights from `files` (each weight from the first
 /// file that has it) into the arena, checking dtype (F32/F64, converted)
-/// and shape; `where` names the files in errors.
+/// and shape; `where` names the files in errors. A weight no file has is
+/// an error, or with `missing` added to it.
 void loadWeightsFrom(const StageDesc &desc,
                      std::vector<safetensors::File> &files,
-                     const std::vector<std::string> &paths,
-                     const std::string &where, char *arena) {
+                     const std::string &where, char *arena,
+                     std::vector<WeightSpec> *missing = nullptr) {
   std::string error;
   for (const WeightSpec &w : desc.weights) {
     const safetensors::TensorInfo *t = nullptr;
     size_t k = 0;
     for (; k < files.size() && !t; ++k)
       t = files[k].find(w.name);
+    if (!t && missing) {
+      missing->push_back(w);
+      continue;
+    }
     if (!t)
       throw RtError(where + " has no tensor '" + w.name + "'");
     safetensors::File &file = files[k - 1];
-    const std::string &path = paths[k - 1];
-    const std::string want = desc.isF64() ? "F64" : "F32";
-    if ((t->dtype != "F32" && t->dtype != "F64") || t->shape != w.shape)
-      throw RtError("weights file '" + path + "': tensor '" + w.name + "' is " +
-                    t->dtype + " " + shapeString(t->shape) +
-                    " but the stage needs " + want + " " +
-                    shapeString(w.shape));
-    if (t->dtype == want) {
-      if (!file.read(*t, arena + w.offset, error))
-        throw RtError(error);
-      continue;
-    }
-    // The other float type: float32 widens exactly into a float64 stage,
-    // float64 rounds to nearest into a float32 one.
-    std::vector<char> raw(size_t(t->end - t->begin));
+    std::string bad = weightMismatch(desc, w, t->dtype, t->shape);
+    if (!bad.empty())
+      throw RtError("weights file '" + file.path() + "': " + bad);
+    std::vector<char> raw(size_t(t->bytes()));
     if (!file.read(*t, raw.data(), error))
       throw RtError(error);
-    const size_t n = raw.size() / (t->dtype == "F64" ? 8 : 4);
-    for (size_t i = 0; i < n; ++i) {
-      if (t->dtype == "F64") {
-        double v;
-        std::memcpy(&v, raw.data() + 8 * i, 8);
-        float f = float(v);
-        std::memcpy(arena + w.offset + 4 * i, &f, 4);
-      } else {
-        float f;
-        std::memcpy(&f, raw.data() + 4 * i, 4);
-        double v = f;
-        std::memcpy(arena + w.offset + 8 * i, &v, 8);
-      }
-    }
+    storeWeight(desc, w, t->dtype, raw.data(), arena);
   }
 }
 
@@ -113,56 +129,109 @@ void loadWeights(const StageDesc &desc, const std::string &path, char *arena) {
   std::string error;
   if (!files[0].open(path, error))
     throw RtError(error);
-  loadWeightsFrom(desc, files, {path}, "weights file '" + path + "'", arena);
+  loadWeightsFrom(desc, files, "weights file '" + path + "'", arena);
 }
 
-int64_t loadCheckpointOfAnotherPlan(const std::string &from,
-                                    const StageDesc &desc, char *arena) {
+HeldCheckpoint openHeldCheckpoint(const std::string &from) {
   namespace fs = std::filesystem;
+  HeldCheckpoint held;
   fs::path folder = from;
-  // A checkpoints folder: the step its `latest` names.
+  // A checkpoints folder: the step its `latest` names (on this host).
   if (fs::exists(folder / "latest"))
     folder /= checkpointFolderName(readLatest(folder.string()));
-  std::vector<std::string> paths;
+  held.folder = folder.string();
   std::error_code ec;
   for (const fs::directory_entry &e : fs::directory_iterator(folder, ec)) {
     std::string name = e.path().filename().string();
     if (name.rfind("stage", 0) == 0 && e.path().extension() == ".safetensors")
-      paths.push_back(e.path().string());
+      held.paths.push_back(e.path().string());
   }
-  if (ec || paths.empty())
-    throw RtError("cannot resume from '" + folder.string() +
-                  "': no stage files there (a checkpoint step folder, or a "
-                  "checkpoints folder with `latest`)");
-  std::sort(paths.begin(), paths.end());
-  std::vector<safetensors::File> files(paths.size());
-  int64_t step = -1;
+  if (held.paths.empty())
+    return held; // another host may hold them
+  std::sort(held.paths.begin(), held.paths.end());
+  // checkpoint.json (when the folder has one) lists each file's size and
+  // checksum: a file that differs is refused by name.
+  nlohmann::json list;
+  std::string listPath = (folder / "checkpoint.json").string();
+  if (std::ifstream in{listPath}) {
+    try {
+      in >> list;
+    } catch (const std::exception &e) {
+      throw RtError("cannot resume: '" + listPath + "' is not valid JSON (" +
+                    e.what() + ")");
+    }
+  }
+  held.files.resize(held.paths.size());
   std::string error;
-  for (size_t i = 0; i < paths.size(); ++i) {
-    if (!files[i].open(paths[i], error))
+  for (size_t i = 0; i < held.paths.size(); ++i) {
+    const std::string &path = held.paths[i];
+    const std::string file = fs::path(path).filename().string();
+    for (const nlohmann::json &e :
+         list.value("stages", nlohmann::json::array())) {
+      if (e.value("file", std::string()) != file)
+        continue;
+      int64_t bytes = 0;
+      std::string sum = fileChecksum(path, bytes);
+      if (bytes != e.value("bytes", int64_t(-1)) ||
+          sum != e.value("fnv1a64", std::string()))
+        throw RtError(
+            "cannot resume: " + path + " is corrupt (" + std::to_string(bytes) +
+            " bytes, checksum " + sum + "; " + listPath + " says " +
+            std::to_string(e.value("bytes", int64_t(-1))) +
+            " bytes, checksum " + e.value("fnv1a64", std::string("?")) + ")");
+    }
+    if (!held.files[i].open(path, error))
       throw RtError("cannot resume: " + error);
     std::string format, stepText;
-    for (const auto &[k, v] : files[i].metadata()) {
+    for (const auto &[k, v] : held.files[i].metadata()) {
       if (k == "format")
         format = v;
       if (k == "step")
         stepText = v;
     }
     if (format != "pipec.checkpoint/1")
-      throw RtError("cannot resume: '" + paths[i] +
+      throw RtError("cannot resume: '" + path +
                     "' is not a pipec checkpoint (format '" + format + "')");
-    int64_t s = std::atoll(stepText.c_str());
-    if (step >= 0 && s != step)
-      throw RtError("cannot resume: the stage files in '" + folder.string() +
-                    "' are of different steps (" + std::to_string(step) +
-                    " and " + std::to_string(s) + ")");
-    step = s;
+    int64_t step = std::atoll(stepText.c_str());
+    if (held.step >= 0 && step != held.step)
+      throw RtError("cannot resume: the stage files in '" + held.folder +
+                    "' are of different steps (" + std::to_string(held.step) +
+                    " and " + std::to_string(step) + ")");
+    held.step = step;
   }
-  loadWeightsFrom(desc, files, paths,
-                  "checkpoint '" + folder.string() +
-                      "' (another model, or trained with another optimizer?)",
-                  arena);
-  return step;
+  return held;
+}
+
+std::vector<WeightSpec> loadHeldWeights(HeldCheckpoint &held,
+                                        const StageDesc &desc, char *arena) {
+  std::vector<WeightSpec> missing;
+  loadWeightsFrom(desc, held.files, "checkpoint '" + held.folder + "'", arena,
+                  &missing);
+  return missing;
+}
+
+const safetensors::TensorInfo *HeldCheckpoint::find(const std::string &name,
+                                                    size_t *file) const {
+  for (size_t k = 0; k < files.size(); ++k)
+    if (const safetensors::TensorInfo *t = files[k].find(name)) {
+      if (file)
+        *file = k;
+      return t;
+    }
+  return nullptr;
+}
+
+std::vector<char> HeldCheckpoint::read(const std::string &name) const {
+  size_t k = 0;
+  const safetensors::TensorInfo *t = find(name, &k);
+  if (!t)
+    throw RtError("internal error: checkpoint '" + folder +
+                  "' on this host has no tensor '" + name + "'");
+  std::vector<char> raw(size_t(std::max<uint64_t>(t->bytes(), 1)));
+  std::string error;
+  if (!files[k].read(*t, raw.data(), error))
+    throw RtError("cannot resume: " + error);
+  return raw;
 }
 
 std::string checkpointFolderName(int64_t step) {

@@ -31,13 +31,50 @@ namespace rt {
 /// of the file that the stage does not use are ignored.
 void loadWeights(const StageDesc &desc, const std::string &path, char *arena);
 
-/// Loads this stage's weights (and optimizer state) by name from the stage
-/// files of a checkpoint written by another build of the same model (other
-/// stage count, schedule or replicas): `from` is a step folder, or a
-/// checkpoints folder whose `latest` names one. Returns its step. Throws
-/// RtError naming a tensor the checkpoint lacks or holds in another shape.
-int64_t loadCheckpointOfAnotherPlan(const std::string &from,
-                                    const StageDesc &desc, char *arena);
+/// The stage files of a checkpoint written by another build of the same
+/// model (other stage count, schedule, replicas or hosts) that this host
+/// holds: `--resume-from` loads each weight (and optimizer state) by name,
+/// from these files or, through the communicator, from another host's
+/// (core/resume.cpp).
+struct HeldCheckpoint {
+  /// The step folder as found on this host.
+  std::string folder;
+  /// The files' step; -1 when this host holds none of them.
+  int64_t step = -1;
+  /// The stage files here, sorted, and opened.
+  std::vector<std::string> paths;
+  std::vector<safetensors::File> files;
+
+  /// The first file's entry named `name` (its index in `file`), or null.
+  const safetensors::TensorInfo *find(const std::string &name,
+                                      size_t *file = nullptr) const;
+  /// The bytes of the tensor named `name` (which `find` finds).
+  std::vector<char> read(const std::string &name) const;
+};
+
+/// Opens the stage files of `from` (a step folder, or a checkpoints folder
+/// whose `latest` names one) that this host holds, each checked against
+/// the folder's checkpoint.json (size and checksum, when listed). A host
+/// with none gives step -1. Throws RtError naming a corrupt file, one that
+/// is not a pipec checkpoint, or files of different steps.
+HeldCheckpoint openHeldCheckpoint(const std::string &from);
+
+/// Copies the weights of `desc` that `held` has into the arena (checking
+/// dtype and shape); returns those it lacks.
+std::vector<WeightSpec> loadHeldWeights(HeldCheckpoint &held,
+                                        const StageDesc &desc, char *arena);
+
+/// "" when a tensor of `dtype` and `shape` can fill `w` (F32 or F64 of its
+/// shape), else why not.
+std::string weightMismatch(const StageDesc &desc, const WeightSpec &w,
+                           const std::string &dtype,
+                           const std::vector<int64_t> &shape);
+
+/// Writes a tensor of `dtype` (F32 or F64, `w`'s shape) at `w`'s place in
+/// the arena, converted to the stage's precision (F32 widens exactly, F64
+/// rounds to nearest).
+void storeWeight(const StageDesc &desc, const WeightSpec &w,
+                 const std::string &dtype, const char *raw, char *arena);
 
 /// "step-000042" for step 42 (the number of completed steps).
 std::string checkpointFolderName(int64_t step);

@@ -248,8 +248,56 @@ public:
             all.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
     return out;
   }
+  std::vector<std::string> allgather(const std::string &mine,
+                                     const std::string &what) override {
+    if (mine.size() > size_t(std::numeric_limits<int>::max() / 2))
+      throw RtError(what + ": this rank's " + std::to_string(mine.size()) +
+                    " bytes are too many to gather");
+    int length = int(mine.size());
+    std::vector<int> lengths(size_t(size_), 0), offsets(size_t(size_), 0);
+    mpiCheck(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT,
+                           MPI_COMM_WORLD),
+             "MPI_Allgather", what);
+    int64_t total = 0;
+    for (int r = 0; r < size_; ++r) {
+      offsets[size_t(r)] = int(total);
+      total += lengths[size_t(r)];
+    }
+    if (total > std::numeric_limits<int>::max())
+      throw RtError(what + ": the ranks' " + std::to_string(total) +
+                    " bytes are too many to gather");
+    std::string all(size_t(total), '\0');
+    mpiCheck(MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(),
+                            lengths.data(), offsets.data(), MPI_CHAR,
+                            MPI_COMM_WORLD),
+             "MPI_Allgatherv", what);
+    std::vector<std::string> out;
+    for (int r = 0; r < size_; ++r)
+      out.push_back(
+          all.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
+    return out;
+  }
   void barrier(const std::string &what) override {
     mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", what);
+  }
+
+  std::unique_ptr<Transfer> sendHost(const void *data, int64_t bytes, int peer,
+                                     int tag,
+                                     const std::string &what) override {
+    auto transfer = std::make_unique<MpiTransfer>(nullptr, what);
+    const char *p = static_cast<const char *>(data);
+    forEachChunk(bytes, [&](int64_t offset, int count) {
+      MPI_Request request;
+      mpiCheck(MPI_Isend(p + offset, count, MPI_BYTE, peer, tag, MPI_COMM_WORLD,
+                         &request),
+               "MPI_Isend", what);
+      transfer->requests.push_back(request);
+    });
+    return transfer;
+  }
+  void receiveHost(void *data, int64_t bytes, int peer, int tag,
+                   const std::string &what) override {
+    receiveChunks(static_cast<char *>(data), bytes, peer, tag, what);
   }
 
   std::unique_ptr<CommGroup> split(int color, int key,
@@ -295,18 +343,7 @@ public:
   void receive(void *dst, int64_t bytes, int peer, int tag,
                const std::string &what) override {
     HostView into(device(), dst, bytes);
-    forEachChunk(bytes, [&](int64_t offset, int expected) {
-      MPI_Status status;
-      mpiCheck(MPI_Probe(peer, tag, MPI_COMM_WORLD, &status), "MPI_Probe",
-               what);
-      int count = 0;
-      MPI_Get_count(&status, MPI_BYTE, &count);
-      if (count != expected)
-        throw RtError(sizeMismatch(what, offset + count, bytes));
-      mpiCheck(MPI_Recv(into.get() + offset, count, MPI_BYTE, peer, tag,
-                        MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-               "MPI_Recv", what);
-    });
+    receiveChunks(into.get(), bytes, peer, tag, what);
     into.push();
   }
 
@@ -339,6 +376,24 @@ public:
   }
 
 private:
+  /// Receives a message of `bytes` bytes into host memory, each chunk
+  /// probed first so that another size is reported as such.
+  void receiveChunks(char *into, int64_t bytes, int peer, int tag,
+                     const std::string &what) {
+    forEachChunk(bytes, [&](int64_t offset, int expected) {
+      MPI_Status status;
+      mpiCheck(MPI_Probe(peer, tag, MPI_COMM_WORLD, &status), "MPI_Probe",
+               what);
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      if (count != expected)
+        throw RtError(sizeMismatch(what, offset + count, bytes));
+      mpiCheck(MPI_Recv(into + offset, count, MPI_BYTE, peer, tag,
+                        MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+               "MPI_Recv", what);
+    });
+  }
+
   Device &device() {
     if (!device_)
       throw RtError("internal error: a tensor sent before the device exists");

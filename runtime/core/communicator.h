@@ -115,10 +115,21 @@ public:
   /// `all` receives size() records of `bytes` bytes, rank order.
   virtual void allgather(const void *mine, int bytes, void *all,
                          const std::string &what) = 0;
+  /// Every rank gets every rank's bytes (any length; rank order).
+  virtual std::vector<std::string> allgather(const std::string &mine,
+                                             const std::string &what) = 0;
   /// Rank `root` gets every rank's bytes (rank order); others get nothing.
   virtual std::vector<std::string> gather(const std::string &mine, int root,
                                           const std::string &what) = 0;
   virtual void barrier(const std::string &what) = 0;
+  /// Host bytes to one rank (start-up data such as another host's
+  /// checkpoint tensors): `data` must stay valid until the transfer
+  /// completes. Received, in the order sent, by `receiveHost`.
+  virtual std::unique_ptr<Transfer> sendHost(const void *data, int64_t bytes,
+                                             int peer, int tag,
+                                             const std::string &what) = 0;
+  virtual void receiveHost(void *data, int64_t bytes, int peer, int tag,
+                           const std::string &what) = 0;
 
   // Tensors in the device's memory.
   /// The ranks that pass the same `color` (>= 0) form a group ordered by

@@ -15,6 +15,7 @@
 #include "core/context.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/resume.h"
 #include "core/status.h"
 #include "core/watchdog.h"
 #include "pipec/formats/safetensors.h"
@@ -315,34 +316,17 @@ void setUpWeightVersions(pipec_ctx &ctx) {
                     desc.versionedBytes, desc.microbatches, desc.numStages);
 }
 
-/// --resume: the step the latest checkpoint reached, its weights loaded
-/// into `arena`; 0 without --resume.
-int64_t resumeStep(pipec_ctx &ctx, char *arena, bool reports) {
+/// The step a resume starts from checked against --steps, the weight
+/// versions told, the "resuming from" line printed.
+void acceptResumeStep(pipec_ctx &ctx, int64_t first, bool reports) {
   const Options &o = ctx.options;
-  if (!o.resume && o.resumeFrom.empty())
-    return 0;
-  if (ctx.continuous)
-    throw RtError("--resume is supported for the synchronous schedules "
-                  "(gpipe, 1f1b-flush, interleaved, zb-h1); a " +
-                  ctx.desc.schedule +
-                  " checkpoint holds the live weights while microbatches "
-                  "are in flight, so a resumed run would not equal an "
-                  "uninterrupted one");
   const bool otherPlan = !o.resumeFrom.empty();
-  int64_t first = otherPlan
-                      ? loadCheckpointOfAnotherPlan(o.resumeFrom, ctx.desc,
-                                                    arena)
-                      : readLatest(o.checkpointDir);
   if (first >= o.steps)
     throw RtError("cannot resume: the checkpoint in '" +
                   (otherPlan ? o.resumeFrom : o.checkpointDir) +
                   "' is at step " + std::to_string(first) + " and --steps " +
                   std::to_string(o.steps) +
                   " asks for no more (--steps is the step to reach)");
-  if (!otherPlan) {
-    verifyStageCheckpoint(o.checkpointDir, first, ctx.desc);
-    loadStageCheckpoint(o.checkpointDir, first, ctx.desc, arena);
-  }
   ctx.versions.resumeAt(first);
   if (reports && !o.quiet) {
     std::printf(
@@ -356,6 +340,34 @@ int64_t resumeStep(pipec_ctx &ctx, char *arena, bool reports) {
         static_cast<long long>(first), static_cast<long long>(o.steps));
     std::fflush(stdout);
   }
+}
+
+/// --resume: the step the latest checkpoint reached, its weights loaded
+/// into `arena`; 0 without --resume. --resume-from: the weights this
+/// host's files of the other plan's checkpoint hold, loaded, and `pending`
+/// set to finish the resume with the other ranks (resume.h); returns 0.
+int64_t resumeStep(pipec_ctx &ctx, char *arena, bool reports,
+                   std::unique_ptr<OtherPlanResume> &pending) {
+  const Options &o = ctx.options;
+  if (!o.resume && o.resumeFrom.empty())
+    return 0;
+  if (ctx.continuous)
+    throw RtError("--resume is supported for the synchronous schedules "
+                  "(gpipe, 1f1b-flush, interleaved, zb-h1); a " +
+                  ctx.desc.schedule +
+                  " checkpoint holds the live weights while microbatches "
+                  "are in flight, so a resumed run would not equal an "
+                  "uninterrupted one");
+  if (!o.resumeFrom.empty()) {
+    pending = startResumeFromAnotherPlan(o.resumeFrom, ctx.desc, arena);
+    return 0;
+  }
+  int64_t first = readLatest(o.checkpointDir);
+  if (first < o.steps) {
+    verifyStageCheckpoint(o.checkpointDir, first, ctx.desc);
+    loadStageCheckpoint(o.checkpointDir, first, ctx.desc, arena);
+  }
+  acceptResumeStep(ctx, first, reports);
   return first;
 }
 
@@ -630,7 +642,8 @@ std::optional<int> readDescriptionAndOptions(pipec_ctx &ctx, int argc,
 /// The device, the arena with the weights (and a resumed checkpoint) in it,
 /// weight versions and feeds; returns the step to start from.
 int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
-                   const char *target, bool reports) {
+                   const char *target, bool reports,
+                   std::unique_ptr<OtherPlanResume> &otherPlan) {
   const StageDesc &desc = ctx.desc;
   const Options &o = ctx.options;
   if (desc.target != target)
@@ -652,7 +665,7 @@ int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
               host.get());
   ctx.steps = o.steps;
   setUpWeightVersions(ctx);
-  int64_t first = resumeStep(ctx, host.get(), reports);
+  int64_t first = resumeStep(ctx, host.get(), reports, otherPlan);
   host.push();
   setUpFeeds(ctx);
   return first;
@@ -684,8 +697,18 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
   DeviceBuffer arena;
   int64_t first = 0;
   MetricsFile metrics(nullptr, std::fclose);
-  agreeOnStartup(
-      ctx, [&] { first = setUpStage(ctx, arena, factory, target, reports); });
+  std::unique_ptr<OtherPlanResume> otherPlan;
+  agreeOnStartup(ctx, [&] {
+    first = setUpStage(ctx, arena, factory, target, reports, otherPlan);
+  });
+  // --resume-from: the weights this host's files lack, from the hosts that
+  // hold them (collective; every rank reaches it).
+  if (!o.resumeFrom.empty())
+    agreeOnStartup(ctx, [&] {
+      first = finishResumeFromAnotherPlan(ctx, *otherPlan);
+      acceptResumeStep(ctx, first, reports);
+      otherPlan.reset();
+    });
   // Every machine resumes from the same step, and only then is anything
   // written (metrics kept up to that step).
   agreeOnStartup(ctx, [&] {

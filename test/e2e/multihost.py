@@ -22,9 +22,14 @@ namespaces), TCP only. Checks:
 - a stage process killed on another host mid-run: the job ends (well within
   a minute), the launcher names rank 2 and its host, exit status non-zero.
 
-Not checked yet (not built yet, see README "Several machines"): gathering
-metrics/checkpoints/traces to the launching host, --resume across hosts, a
-watchdog for lost hosts and cut links.
+- the trace of every rank merged on the launching host;
+- `--resume` where each host kept only its own stages' files (a file missing
+  or corrupt on its host refused by name, nothing touched);
+- `--resume-from` a checkpoint of another plan whose stage files are spread
+  over the hosts (2 stages x 2 replicas from 4 stages, weights fetched from
+  the hosts that hold them), and refused by name when a host holding files
+  is not in the job;
+- a host lost and a link cut: the watchdog ends the job naming rank and host.
 
 It skips (exit 0, a SKIP line) where network namespaces cannot be created
 (not root, no `ip`/`unshare`). Ends with `N passed, N failed`.
@@ -155,8 +160,8 @@ def run_tests(pipec, work, args):
                 for f in ("x.npy", "y.npy"):
                     shutil.copy(os.path.join(work, f), dst)
 
-        def train(*extra, timeout=300):
-            cmd = [pipec, "train", run, "--steps", str(steps), "--quiet",
+        def train(*extra, timeout=300, folder=None):
+            cmd = [pipec, "train", folder or run, "--steps", str(steps), "--quiet",
                    "--inputs", run + "/x.npy", "--labels", run + "/y.npy",
                    "--launcher-args", launcher_args] + list(extra)
             t = time.monotonic()
@@ -286,6 +291,63 @@ def run_tests(pipec, work, args):
                     problems.append(f"stage {stage}'s step-5 checkpoint differs from the uninterrupted run's")
         R.report("resume across hosts without a shared filesystem", problems,
                  "3 steps, back to step 2, resumed to 5 == 5 uninterrupted steps")
+
+        # --resume-from a checkpoint of another plan whose stage files are
+        # spread over the hosts (host i holds only stage i's file of the
+        # 4-stage run above, step 5): a 2-stage build with 2 replicas per
+        # stage on the 4 hosts takes every weight it lacks from the host
+        # that holds it and continues to step 7, equal to 7 uninterrupted
+        # steps; on 2 hosts only, the files of hosts 2 and 3 are out of
+        # reach: refused by name, nothing written.
+        build2 = os.path.join(work, "out2")
+        subprocess.run([pipec, "compile", os.path.join(work, "mlp.onnx"), "--stages", "2",
+                        "--replicas", "2", "--microbatches", "4", "-o", build2, "--quiet"],
+                       check=True)
+        build2s = os.path.join(work, "out2s")
+        subprocess.run([pipec, "compile", os.path.join(work, "mlp.onnx"), "--stages", "2",
+                        "--microbatches", "4", "-o", build2s, "--quiet"], check=True)
+        ref7 = os.path.join(work, "reference7")
+        shutil.copytree(build, ref7)
+        subprocess.run([pipec, "train", ref7, "--steps", "7", "--quiet",
+                        "--inputs", os.path.join(work, "x.npy"),
+                        "--labels", os.path.join(work, "y.npy")], env=env1, check=True)
+        want7 = losses(os.path.join(ref7, "metrics.jsonl"))
+        for i in range(h.n):
+            for b in (build2, build2s):
+                dst = h.outside(i, h.run_path + "/" + os.path.basename(b))
+                shutil.rmtree(dst, ignore_errors=True)
+                shutil.copytree(b, dst)
+        problems, worst = [], 0.0
+        held = sorted(os.path.basename(f) for f in
+                      glob.glob(h.outside(1, run + "/checkpoints/step-000005/stage*.safetensors")))
+        if held != ["stage1.safetensors"]:
+            problems.append(f"host 1 holds {held}, expected stage1.safetensors only")
+        rc, out, _ = train(*hosts4, "--steps", "7", "--resume-from", run + "/checkpoints",
+                           folder=h.run_path + "/out2")
+        if rc != 0:
+            problems.append(f"exit {rc}: {out[-600:]}")
+        else:
+            got = losses(h.outside(0, h.run_path + "/out2/metrics.jsonl"))
+            if len(got) != 2:
+                problems.append(f"{len(got)} losses after the resume, expected 2 (steps 6, 7)")
+            worst = max((abs(a - b) / abs(b) for a, b in zip(got, want7[5:])), default=0)
+            if worst > 1e-5:
+                problems.append(f"losses {got} != uninterrupted steps 6-7 {want7[5:]}")
+        R.report("resume-from another plan whose files are on other hosts", problems,
+                 "4 stages on 4 hosts (step 5) -> 2 stages x 2 replicas on 4 hosts, "
+                 f"steps 6-7 within {worst if not problems else 0:.1e} of the uninterrupted run")
+        rc, out, _ = train("--hosts", f"{h.addrs[0]},{h.addrs[1]}", "--steps", "7",
+                           "--resume-from", run + "/checkpoints", folder=h.run_path + "/out2s")
+        errs = error_lines(out)
+        problems = [] if rc not in (0, None) else [f"exit {rc}"]
+        if (len(errs) != 1 or "rank 1 (stage 1) needs tensor" not in errs[0]
+                or "stage1.safetensors on host" not in errs[0]):
+            problems.append(f"error lines {errs}")
+        if os.path.exists(h.outside(0, h.run_path + "/out2s/metrics.jsonl")) or glob.glob(
+                h.outside(1, h.run_path + "/out2s/checkpoints/*")):
+            problems.append("something was written")
+        R.report("resume-from with a host's files out of reach: refused", problems,
+                 errs[0] if errs else "")
 
         # Too few slots: refused before launch.
         fresh_copies()

@@ -97,6 +97,9 @@ void checkJob(Communicator &comm) {
   check(!comm.name().empty(), "a name for messages");
 }
 
+bool sameBytes(const std::vector<char> &a, const std::vector<char> &b,
+               int64_t bytes);
+
 void checkHostValues(Communicator &comm) {
   const int n = comm.size(), r = comm.rank();
   int64_t v[3] = {r, r, r};
@@ -131,6 +134,34 @@ void checkHostValues(Communicator &comm) {
   } else {
     check(got.empty(), "gather gives nothing off the root");
   }
+  // Every rank gets every rank's bytes, any length.
+  std::vector<std::string> every =
+      comm.allgather(std::string(size_t(2 * r), char('k' + r)), "allgather");
+  bool ok = int(every.size()) == n;
+  for (int i = 0; ok && i < n; ++i)
+    ok = every[size_t(i)] == std::string(size_t(2 * i), char('k' + i));
+  check(ok, "allgather of strings, every rank's in rank order");
+  // Host bytes: rank r sends two messages to every other rank, received in
+  // the order sent.
+  std::vector<std::vector<char>> out;
+  std::vector<std::unique_ptr<Transfer>> sends;
+  out.reserve(size_t(2 * n));
+  for (int to = 0; to < n; ++to)
+    for (int k = 0; k < 2 && to != r; ++k) {
+      out.push_back(pattern(100 + k, 10 * r + to + k));
+      sends.push_back(
+          comm.sendHost(out.back().data(), 100 + k, to, 3, "host bytes"));
+    }
+  ok = true;
+  for (int from = 0; from < n; ++from)
+    for (int k = 0; k < 2 && from != r; ++k) {
+      std::vector<char> in(size_t(100 + k));
+      comm.receiveHost(in.data(), 100 + k, from, 3, "host bytes");
+      ok &= sameBytes(in, pattern(100 + k, 10 * from + r + k), 100 + k);
+    }
+  for (auto &t : sends)
+    t->wait();
+  check(ok, "host bytes between every pair, in order");
   comm.barrier("barrier");
 }
 
