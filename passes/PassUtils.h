@@ -5,6 +5,7 @@
 #include "dialects/nn/NNDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "pipec/Arena.h"
 
 #include <string>
 
@@ -67,14 +68,8 @@ double literalValue(float f);
 } // namespace pipec
 
 namespace pipec {
-/// The static arena of one rank as --pipe-lower-to-runtime lays it out
-/// (bytes; regions aligned to 64): weights (with gradient accumulators and
-/// optimizer state), `slots` activation stash slots of `slotBytes` each,
-/// io (boundary gradients, loss seed, hyper-parameters) and scratch.
-struct ArenaPlan {
-  int64_t total = 0, weights = 0, slotBytes = 0, slots = 1, io = 0,
-          scratch = 0, chunks = 1;
-};
+// ArenaPlan: the static arena of one rank as --pipe-lower-to-runtime lays
+// it out (include/pipec/Arena.h).
 /// Splits @sK_bwd into its input-gradient half (@sK_bwd, returning the
 /// values the other half needs, marked pipe.carry) and its weight-gradient
 /// half (@sK_bwdw) for the zero-bubble schedules.

@@ -217,65 +217,11 @@ public:
   }
   std::vector<std::string> gather(const std::string &mine, int root,
                                   const std::string &what) override {
-    if (mine.size() > size_t(std::numeric_limits<int>::max() / 2))
-      throw RtError(what + ": this rank's " + std::to_string(mine.size()) +
-                    " bytes are too many to gather");
-    int length = int(mine.size());
-    std::vector<int> lengths(size_t(size_), 0), offsets(size_t(size_), 0);
-    mpiCheck(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root,
-                        MPI_COMM_WORLD),
-             "MPI_Gather", what);
-    std::string all;
-    if (rank_ == root) {
-      int64_t total = 0;
-      for (int r = 0; r < size_; ++r) {
-        offsets[size_t(r)] = int(total);
-        total += lengths[size_t(r)];
-      }
-      if (total > std::numeric_limits<int>::max())
-        throw RtError(what + ": the ranks' " + std::to_string(total) +
-                      " bytes are too many to gather");
-      all.resize(size_t(total));
-    }
-    mpiCheck(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(),
-                         lengths.data(), offsets.data(), MPI_CHAR, root,
-                         MPI_COMM_WORLD),
-             "MPI_Gatherv", what);
-    std::vector<std::string> out;
-    if (rank_ == root)
-      for (int r = 0; r < size_; ++r)
-        out.push_back(
-            all.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
-    return out;
+    return gatherStrings(mine, root, what);
   }
   std::vector<std::string> allgather(const std::string &mine,
                                      const std::string &what) override {
-    if (mine.size() > size_t(std::numeric_limits<int>::max() / 2))
-      throw RtError(what + ": this rank's " + std::to_string(mine.size()) +
-                    " bytes are too many to gather");
-    int length = int(mine.size());
-    std::vector<int> lengths(size_t(size_), 0), offsets(size_t(size_), 0);
-    mpiCheck(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT,
-                           MPI_COMM_WORLD),
-             "MPI_Allgather", what);
-    int64_t total = 0;
-    for (int r = 0; r < size_; ++r) {
-      offsets[size_t(r)] = int(total);
-      total += lengths[size_t(r)];
-    }
-    if (total > std::numeric_limits<int>::max())
-      throw RtError(what + ": the ranks' " + std::to_string(total) +
-                    " bytes are too many to gather");
-    std::string all(size_t(total), '\0');
-    mpiCheck(MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(),
-                            lengths.data(), offsets.data(), MPI_CHAR,
-                            MPI_COMM_WORLD),
-             "MPI_Allgatherv", what);
-    std::vector<std::string> out;
-    for (int r = 0; r < size_; ++r)
-      out.push_back(
-          all.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
-    return out;
+    return gatherStrings(mine, -1, what);
   }
   void barrier(const std::string &what) override {
     mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", what);
@@ -376,6 +322,47 @@ public:
   }
 
 private:
+  /// Every rank's bytes on `root`, or on every rank when root < 0.
+  std::vector<std::string> gatherStrings(const std::string &mine, int root,
+                                         const std::string &what) {
+    const bool everyone = root < 0, receives = everyone || rank_ == root;
+    if (mine.size() > size_t(std::numeric_limits<int>::max() / 2))
+      throw RtError(what + ": this rank's " + std::to_string(mine.size()) +
+                    " bytes are too many to gather");
+    int length = int(mine.size());
+    std::vector<int> lengths(size_t(size_), 0), offsets(size_t(size_), 0);
+    mpiCheck(everyone ? MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1,
+                                      MPI_INT, MPI_COMM_WORLD)
+                      : MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1,
+                                   MPI_INT, root, MPI_COMM_WORLD),
+             everyone ? "MPI_Allgather" : "MPI_Gather", what);
+    std::string all;
+    if (receives) {
+      int64_t total = 0;
+      for (int r = 0; r < size_; ++r) {
+        offsets[size_t(r)] = int(total);
+        total += lengths[size_t(r)];
+      }
+      if (total > std::numeric_limits<int>::max())
+        throw RtError(what + ": the ranks' " + std::to_string(total) +
+                      " bytes are too many to gather");
+      all.resize(size_t(total));
+    }
+    mpiCheck(everyone ? MPI_Allgatherv(mine.data(), length, MPI_CHAR,
+                                       all.data(), lengths.data(),
+                                       offsets.data(), MPI_CHAR, MPI_COMM_WORLD)
+                      : MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(),
+                                    lengths.data(), offsets.data(), MPI_CHAR,
+                                    root, MPI_COMM_WORLD),
+             everyone ? "MPI_Allgatherv" : "MPI_Gatherv", what);
+    std::vector<std::string> out;
+    if (receives)
+      for (int r = 0; r < size_; ++r)
+        out.push_back(
+            all.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
+    return out;
+  }
+
   /// Receives a message of `bytes` bytes into host memory, each chunk
   /// probed first so that another size is reported as such.
   void receiveChunks(char *into, int64_t bytes, int peer, int tag,

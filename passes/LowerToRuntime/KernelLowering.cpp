@@ -1,0 +1,248 @@
+//===- KernelLowering.cpp - Stage functions as kernel calls ---------------===//
+//
+// Part of --pipe-lower-to-runtime (LowerToRuntime/StageLowering.h).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/LowerToRuntime/StageLowering.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace pipec;
+using namespace pipec::lowering;
+
+//===----------------------------------------------------------------------===//
+// Emission
+//===----------------------------------------------------------------------===//
+
+/// The kernels with a CUDA twin (runtime/cuda/cuda_kernels.def, the list the
+/// CUDA runtime's registry is made from).
+static bool hasCudaKernel(StringRef kernel) {
+  static const char *const kCuda[] = {
+#define PIPEC_CUDA_KERNEL(sym) "pipec_k_" #sym,
+#include "../runtime/cuda/cuda_kernels.def"
+  };
+  for (const char *k : kCuda)
+    if (kernel == k)
+      return true;
+  return false;
+}
+
+/// The symbol generated code calls for `kernel` on `target`.
+static std::string kernelSymbol(StringRef kernel, StringRef target) {
+  if (target == "cuda" && kernel.starts_with("pipec_k_"))
+    return ("pipec_cuda_k_" + kernel.drop_front(8)).str();
+  return kernel.str();
+}
+
+LogicalResult StageLowering::checkTarget() {
+  if (!cuda())
+    return success();
+  if (module->getAttrOfType<StringAttr>("pipec.precision") &&
+      module->getAttrOfType<StringAttr>("pipec.precision").getValue() == "f64")
+    return module.emitError(
+        "--target cuda trains in float32 (--precision f64, the exact "
+        "reference mode, runs on the CPU target only)");
+  // Every kernel the stage calls must have a CUDA twin; name the ops that
+  // call one that has none.
+  std::map<std::string, std::vector<std::string>> missing;
+  for (auto &c : chunks)
+    for (FunctionPlan *fp : c->plans())
+      for (Step &st : fp->steps)
+        if (!hasCudaKernel(st.call.kernel)) {
+          auto &ops = missing[st.call.kernel];
+          std::string op = locationName(st.loc);
+          if (ops.size() < 3 && llvm::find(ops, op) == ops.end())
+            ops.push_back(op);
+        }
+  if (missing.empty())
+    return success();
+  std::string text;
+  for (auto &[kernel, ops] : missing) {
+    text += (text.empty() ? "" : "; ") + kernel + " (" + llvm::join(ops, ", ") +
+            ")";
+  }
+  return module.emitError("--target cuda: no CUDA kernel yet for ")
+         << text
+         << "; compile with --target cpu, or see runtime/README.md "
+            "(\"CUDA\") for the kernels that exist";
+}
+
+void StageLowering::emitDeclarations() {
+  MLIRContext *ctx = module.getContext();
+  Type ptr = ptrType(ctx), i64t = b.getI64Type(), i32t = b.getI32Type();
+  OpBuilder db = OpBuilder::atBlockEnd(module.getBody());
+  auto declare = [&](StringRef name, ArrayRef<Type> ins, ArrayRef<Type> outs) {
+    if (module.lookupSymbol(name))
+      return;
+    auto fn = func::FuncOp::create(db, module.getLoc(), name,
+                                   db.getFunctionType(ins, outs));
+    fn.setPrivate();
+  };
+  std::set<std::string> kernels;
+  for (auto &c : chunks)
+    for (FunctionPlan *fp : c->plans())
+      for (Step &s : fp->steps)
+        kernels.insert(s.call.kernel);
+  for (const std::string &k : kernels)
+    declare(kernelSymbol(k, target), {ptr, ptr, ptr}, {});
+  if (cuda())
+    declare("pipec_rt_constant", {ptr, ptr, i64t}, {ptr});
+  declare("pipec_rt_feed", {ptr, i64t, i64t, ptr}, {});
+  declare("pipec_rt_send", {ptr, i64t, i64t, i64t, ptr, i64t}, {});
+  declare("pipec_rt_recv", {ptr, i64t, i64t, i64t, ptr, i64t}, {});
+  declare("pipec_rt_recv_post", {ptr, i64t, i64t, i64t, i64t}, {});
+  declare("pipec_rt_flush", {ptr}, {});
+  declare("pipec_rt_loss", {ptr, i64t, ptr}, {});
+  declare("pipec_rt_loss_seed", {ptr, ptr}, {});
+  declare("pipec_rt_lr", {ptr, ptr}, {});
+  declare("pipec_rt_step", {ptr, ptr}, {});
+  declare("pipec_rt_rng", {ptr, i64t, ptr}, {});
+  declare("pipec_rt_global_mb", {ptr, i64t}, {i64t});
+  declare("pipec_rt_weights", {ptr, i64t, i64t, ptr}, {ptr});
+  declare("pipec_rt_release", {ptr, i64t}, {});
+  declare("pipec_rt_update", {ptr}, {});
+  declare("pipec_rt_allreduce", {ptr, ptr, i64t}, {});
+  declare("pipec_rt_allreduce_mean", {ptr, ptr, i64t}, {});
+  declare("pipec_rt_allreduce_group", {ptr, i64t, ptr, i64t}, {});
+  declare("pipec_rt_op_begin", {ptr, i64t, i64t}, {});
+  declare("pipec_rt_span_begin", {ptr, i64t, i64t}, {});
+  declare("pipec_rt_span_end", {ptr, i64t}, {});
+  declare("pipec_rt_op_end", {ptr, i64t, i64t}, {});
+  auto programType = db.getFunctionType({ptr, ptr}, {});
+  declare(cuda() ? "pipec_rt_cuda_main" : "pipec_rt_main",
+          {i32t, ptr, ptr, programType}, {i32t});
+}
+
+Value StageLowering::i64(OpBuilder &ob, Location loc, int64_t v) {
+  return LLVM::ConstantOp::create(ob, loc, ob.getI64Type(),
+                                  ob.getI64IntegerAttr(v));
+}
+
+Value StageLowering::pointer(OpBuilder &ob, Location loc, const Chunk &c,
+                             const Buffer &buf, Value arena, Value slot,
+                             Value wbase) {
+  const Regions &regions = c.regions;
+  MLIRContext *ctx = module.getContext();
+  Type ptr = ptrType(ctx);
+  switch (buf.region) {
+  case Buffer::Null:
+  case Buffer::None:
+    return LLVM::ZeroOp::create(ob, loc, ptr);
+  case Buffer::Const:
+    return LLVM::AddressOfOp::create(ob, loc, ptr, buf.symbol);
+  default:
+    break;
+  }
+  int64_t base = c.base + buf.offset;
+  Value offset;
+  if (buf.region == Buffer::Weights)
+    base += 0;
+  else if (buf.region == Buffer::Slots)
+    base += regions.slotBase();
+  else if (buf.region == Buffer::IO)
+    base += regions.ioBase();
+  else
+    base += regions.scratchBase();
+  offset = i64(ob, loc, base);
+  if (buf.region == Buffer::Weights && wbase && buf.offset < c.versionedBytes)
+    return LLVM::GEPOp::create(ob, loc, ptr, ob.getI8Type(), wbase,
+                               ValueRange{offset});
+  if (buf.region == Buffer::Slots) {
+    Value stride = i64(ob, loc, alignUp(regions.slot));
+    Value slotOff = LLVM::MulOp::create(ob, loc, slot, stride);
+    offset = LLVM::AddOp::create(ob, loc, offset, slotOff);
+  }
+  return LLVM::GEPOp::create(ob, loc, ptr, ob.getI8Type(), arena,
+                             ValueRange{offset});
+}
+
+Value StageLowering::constArray(OpBuilder &ob, Location loc,
+                                ArrayRef<int64_t> ints) {
+  Type ptr = ptrType(module.getContext());
+  if (ints.empty())
+    return LLVM::ZeroOp::create(ob, loc, ptr);
+  std::vector<int64_t> key(ints.begin(), ints.end());
+  auto it = intArrays.find(key);
+  if (it == intArrays.end()) {
+    std::string name = "__pipec_ints_" + std::to_string(intArrays.size());
+    OpBuilder gb = OpBuilder::atBlockBegin(module.getBody());
+    auto tensor =
+        RankedTensorType::get({(int64_t)ints.size()}, gb.getI64Type());
+    LLVM::GlobalOp::create(
+        gb, loc, LLVM::LLVMArrayType::get(gb.getI64Type(), ints.size()), true,
+        LLVM::Linkage::Internal, name, DenseElementsAttr::get(tensor, ints));
+    it = intArrays.emplace(key, name).first;
+  }
+  return LLVM::AddressOfOp::create(ob, loc, ptr, it->second);
+}
+
+Value StageLowering::constArray(OpBuilder &ob, Location loc,
+                                ArrayRef<double> reals) {
+  Type ptr = ptrType(module.getContext());
+  if (reals.empty())
+    return LLVM::ZeroOp::create(ob, loc, ptr);
+  std::vector<double> key(reals.begin(), reals.end());
+  auto it = realArrays.find(key);
+  if (it == realArrays.end()) {
+    std::string name = "__pipec_reals_" + std::to_string(realArrays.size());
+    OpBuilder gb = OpBuilder::atBlockBegin(module.getBody());
+    auto tensor =
+        RankedTensorType::get({(int64_t)reals.size()}, gb.getF64Type());
+    LLVM::GlobalOp::create(
+        gb, loc, LLVM::LLVMArrayType::get(gb.getF64Type(), reals.size()), true,
+        LLVM::Linkage::Internal, name, DenseElementsAttr::get(tensor, reals));
+    it = realArrays.emplace(key, name).first;
+  }
+  return LLVM::AddressOfOp::create(ob, loc, ptr, it->second);
+}
+
+func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
+  MLIRContext *ctx = module.getContext();
+  Type ptr = ptrType(ctx);
+  OpBuilder fb = OpBuilder::atBlockEnd(module.getBody());
+  std::string name = "pipec_" + fp.fn.getSymName().str();
+  auto fn = func::FuncOp::create(
+      fb, fp.fn.getLoc(), name,
+      fb.getFunctionType({ptr, ptr, fb.getI64Type(), ptr}, {}));
+  fn.setPrivate();
+  Block *entry = fn.addEntryBlock();
+  OpBuilder ob = OpBuilder::atBlockEnd(entry);
+  Value ctxArg = entry->getArgument(0), arena = entry->getArgument(1),
+        slot = entry->getArgument(2), wbase = entry->getArgument(3);
+  Value one = i64(ob, fp.fn.getLoc(), 1);
+  for (Step &s : fp.steps) {
+    Location loc = s.loc;
+    if (s.opId >= 0)
+      func::CallOp::create(
+          ob, loc, "pipec_rt_op_begin", TypeRange{},
+          ValueRange{ctxArg, i64(ob, loc, s.opId), i64(ob, loc, fp.phase)});
+    auto arrayType = LLVM::LLVMArrayType::get(ptr, s.buffers.size());
+    Value bufs = LLVM::AllocaOp::create(ob, loc, ptr, arrayType, one);
+    for (auto [i, buf] : llvm::enumerate(s.buffers)) {
+      Value p = pointer(ob, loc, c, buf, arena, slot, wbase);
+      if (buf.region == Buffer::Const && cuda())
+        p = func::CallOp::create(ob, loc, "pipec_rt_constant", TypeRange{ptr},
+                                 ValueRange{ctxArg, p, i64(ob, loc, buf.bytes)})
+                .getResult(0);
+      Value elem = LLVM::GEPOp::create(
+          ob, loc, ptr, arrayType, bufs,
+          ArrayRef<LLVM::GEPArg>{0, static_cast<int32_t>(i)});
+      LLVM::StoreOp::create(ob, loc, p, elem);
+    }
+    Value ints = constArray(ob, loc, ArrayRef<int64_t>(s.call.ints));
+    Value reals = constArray(ob, loc, ArrayRef<double>(s.call.reals));
+    func::CallOp::create(ob, loc, kernelSymbol(s.call.kernel, target),
+                         TypeRange{}, ValueRange{bufs, ints, reals});
+    if (s.opId >= 0)
+      func::CallOp::create(
+          ob, loc, "pipec_rt_op_end", TypeRange{},
+          ValueRange{ctxArg, i64(ob, loc, s.opId), i64(ob, loc, fp.phase)});
+  }
+  func::ReturnOp::create(ob, fp.fn.getLoc());
+  return fn;
+}
+
+/// The microbatch operand (null if none) and the stage function a pipe op
+/// names (empty if none).
