@@ -21,6 +21,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 
@@ -171,6 +173,16 @@ void registerAll() {
 } // namespace
 
 int main(int argc, char **argv) {
+  // PIPEC_BENCH_INSTANCE=DIR writes the paper-scale instance as
+  // DIR/profile.json and DIR/topology.json (to time `pipec plan` itself on it)
+  // and exits.
+  if (const char *dir = std::getenv("PIPEC_BENCH_INSTANCE")) {
+    std::ofstream(std::string(dir) + "/profile.json")
+        << profileToJson(chainProfile(1000));
+    std::ofstream(std::string(dir) + "/topology.json")
+        << topologyToJson(cluster(128, 8));
+    return 0;
+  }
   registerAll();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

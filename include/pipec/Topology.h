@@ -39,8 +39,13 @@ struct Topology {
   /// Innermost level containing every device of the set; -1 for one device.
   int levelSpanning(const std::vector<int> &devices) const;
   /// latency + bytes / bandwidth over the slowest level spanned; 0 if a == b.
+  /// Depends on the devices through levelBetween(a, b) only.
   double p2pSeconds(int64_t bytes, int a, int b) const;
+  /// p2pSeconds of two devices whose levelBetween is `level`.
+  double p2pSecondsAtLevel(int64_t bytes, int level) const;
   /// Ring allreduce of `bytes` among `devices`; 0 for fewer than two.
+  /// Depends on the devices through their number of distinct devices and
+  /// levelSpanning only (planners cache lines by level on that ground).
   double allreduceSeconds(int64_t bytes, const std::vector<int> &devices) const;
   /// A one-level topology of `n` devices (tests, defaults).
   static Topology flat(int n, double bandwidth, double latency,

@@ -152,10 +152,13 @@ int Topology::levelBetween(int a, int b) const {
 }
 
 int Topology::levelSpanning(const std::vector<int> &devices) const {
-  int spanned = -1;
-  for (size_t i = 1; i < devices.size(); ++i)
-    spanned = std::max(spanned, levelBetween(devices[0], devices[i]));
-  return spanned;
+  // Devices are numbered digit by digit (one digit per level, the outermost
+  // first), so every device between two others shares their common leading
+  // digits: the set spans the level between its lowest and highest device.
+  if (devices.empty())
+    return -1;
+  auto [lo, hi] = std::minmax_element(devices.begin(), devices.end());
+  return levelBetween(*lo, *hi);
 }
 
 TopologyLevel Topology::effectiveLink(int level) const {
@@ -172,7 +175,10 @@ TopologyLevel Topology::effectiveLink(int level) const {
 }
 
 double Topology::p2pSeconds(int64_t bytes, int a, int b) const {
-  int level = levelBetween(a, b);
+  return p2pSecondsAtLevel(bytes, levelBetween(a, b));
+}
+
+double Topology::p2pSecondsAtLevel(int64_t bytes, int level) const {
   if (level < 0 || bytes <= 0)
     return 0;
   TopologyLevel link = effectiveLink(level);
@@ -185,9 +191,13 @@ double Topology::p2pSeconds(int64_t bytes, int a, int b) const {
 
 double Topology::allreduceSeconds(int64_t bytes,
                                   const std::vector<int> &devices) const {
-  std::set<int> distinct(devices.begin(), devices.end());
+  if (devices.size() < 2 || bytes <= 0)
+    return 0;
+  std::vector<int> distinct = devices;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   double n = static_cast<double>(distinct.size());
-  if (distinct.size() < 2 || bytes <= 0)
+  if (distinct.size() < 2)
     return 0;
   int level = levelSpanning(devices);
   TopologyLevel link = effectiveLink(level);

@@ -153,15 +153,15 @@ double peakActivations(int p, int v, int m, int r,
   return peak;
 }
 
-/// The p·v chunk boundaries: the min-max split by cost (splitChainMinMax),
-/// then boundaries moved one layer at a time while that lowers the largest
-/// device load Σ_c cost(c·p + r), then the sum of squared device loads
-/// (the throughput model charges the slowest device). Returns each chunk's
-/// first layer.
-std::vector<int> balanceChunks(const std::vector<double> &costs, int p, int v) {
+/// The p·v chunk boundaries: the min-max split by cost (`starts`, from
+/// splitChainMinMax(costs, p·v)), then boundaries moved one layer at a time
+/// while that lowers the largest device load Σ_c cost(c·p + r), then the sum of
+/// squared device loads (the throughput model charges the slowest device).
+/// Returns each chunk's first layer.
+std::vector<int> balanceChunks(const std::vector<double> &costs, int p, int v,
+                               std::vector<int> starts) {
   const int n = static_cast<int>(costs.size());
   const int count = p * v;
-  std::vector<int> starts = planner_util::splitChainMinMax(costs, count);
   if (p == 1 || count == n ||
       static_cast<double>(count) * p * n > 5e7) // keep the search cheap
     return starts;
@@ -172,15 +172,31 @@ std::vector<int> balanceChunks(const std::vector<double> &costs, int p, int v) {
       chunk[q] += costs[l];
     device[q % p] += chunk[q];
   }
-  auto objective = [&](const std::vector<double> &loads) {
-    double worst = 0, squares = 0;
-    for (double x : loads) {
+  // The objective (largest device load, then the sum of squares) of the
+  // current loads, with the three most loaded devices: a move changes two
+  // devices, so a candidate's largest load is the larger of theirs and the
+  // largest of the others, and its sum of squares changes by two terms
+  // (recomputed exactly in device order once a move is taken).
+  double worst = 0, squares = 0;
+  int top[3] = {-1, -1, -1};
+  auto measure = [&] {
+    worst = squares = 0;
+    top[0] = top[1] = top[2] = -1;
+    for (int r = 0; r < p; ++r) {
+      const double x = device[r];
       worst = std::max(worst, x);
       squares += x * x;
+      int at = 3;
+      while (at > 0 && (top[at - 1] < 0 || device[top[at - 1]] < x))
+        --at;
+      if (at < 3) {
+        for (int k = 2; k > at; --k)
+          top[k] = top[k - 1];
+        top[at] = r;
+      }
     }
-    return std::make_pair(worst, squares);
   };
-  auto current = objective(device);
+  measure();
   for (int pass = 0; pass < 4 * n; ++pass) {
     bool improved = false;
     for (int q = 1; q < count; ++q) {
@@ -192,19 +208,26 @@ std::vector<int> balanceChunks(const std::vector<double> &costs, int p, int v) {
         // delta = -1 moves layer next into chunk q, +1 moves starts[q] to q-1.
         int layer = delta < 0 ? next : starts[q];
         double moved = delta < 0 ? costs[layer] : -costs[layer];
-        device[q % p] += moved;
-        device[(q - 1) % p] -= moved;
-        auto candidate = objective(device);
-        const double eps = 1e-12 * (current.first + 1e-300);
-        if (candidate.first < current.first - eps ||
-            (candidate.first <= current.first + eps &&
-             candidate.second < current.second * (1 - 1e-12))) {
+        const int a = q % p, bDev = (q - 1) % p;
+        const double oldA = device[a], oldB = device[bDev];
+        const double newA = oldA + moved, newB = oldB - moved;
+        double candidateWorst = std::max({0.0, newA, newB});
+        for (int k : top)
+          if (k >= 0 && k != a && k != bDev) {
+            candidateWorst = std::max(candidateWorst, device[k]);
+            break; // the first other in load order is the largest
+          }
+        const double candidateSquares =
+            squares - oldA * oldA - oldB * oldB + newA * newA + newB * newB;
+        const double eps = 1e-12 * (worst + 1e-300);
+        if (candidateWorst < worst - eps ||
+            (candidateWorst <= worst + eps &&
+             candidateSquares < squares * (1 - 1e-12))) {
           starts[q] = next;
-          current = candidate;
+          device[a] = newA;
+          device[bDev] = newB;
+          measure();
           improved = true;
-        } else {
-          device[q % p] -= moved;
-          device[(q - 1) % p] += moved;
         }
       }
     }
@@ -279,14 +302,15 @@ std::string interleavedRequestError(const Profile &original,
   return "";
 }
 
-/// The p·v chunks of the profile's layers (balanceChunks) with their costs.
+/// The p·v chunks of the profile's layers (balanceChunks from the min-max
+/// split `minMax` of the loads into p·v parts) with their costs.
 std::vector<Chunk> chunkCosts(const Profile &profile,
                               const std::vector<double> &loads,
                               const std::vector<int64_t> &cuts, int p, int v,
-                              bool recompute) {
+                              bool recompute, const std::vector<int> &minMax) {
   const int numLayers = static_cast<int>(profile.ops.size());
   const int count = p * v;
-  std::vector<int> starts = balanceChunks(loads, p, v);
+  std::vector<int> starts = balanceChunks(loads, p, v, minMax);
   std::vector<Chunk> chunks(count);
   for (int q = 0; q < count; ++q) {
     Chunk &c = chunks[q];
@@ -315,27 +339,45 @@ DeviceLines deviceLines(const Topology &topology, int p, int d) {
   using planner_util::lineOf;
   // Per device r: the p2p line to device r+1 (latency + bytes/β, the
   // slower of the first and last pipeline) and the ring all-reduce line
-  // among its d replicas; both are affine in the bytes (Topology.h).
+  // among its d replicas; both are affine in the bytes (Topology.h) and
+  // depend on the devices only through the level they cross (and the ring
+  // through d), so each level's line is computed once.
   DeviceLines lines;
   std::vector<Line> &link = lines.link, &ring = lines.ring;
   link.resize(p);
   ring.resize(p);
+  std::map<int, Line> linkAt, ringAt; // by level
   for (int r = 0; r < p; ++r) {
     int next = (r + 1) % p;
     for (int j : {0, d - 1}) {
-      Line l = lineOf([&](int64_t bytes) {
-        return topology.p2pSeconds(bytes, r * d + j, next * d + j);
-      });
-      link[r].latency = std::max(link[r].latency, l.latency);
-      link[r].perByte = std::max(link[r].perByte, l.perByte);
+      const int a = r * d + j, b = next * d + j;
+      auto cached = linkAt.find(topology.levelBetween(a, b));
+      if (cached == linkAt.end())
+        cached = linkAt
+                     .emplace(topology.levelBetween(a, b),
+                              lineOf([&](int64_t bytes) {
+                                return topology.p2pSeconds(bytes, a, b);
+                              }))
+                     .first;
+      link[r].latency = std::max(link[r].latency, cached->second.latency);
+      link[r].perByte = std::max(link[r].perByte, cached->second.perByte);
     }
     if (d > 1) {
-      std::vector<int> replicas(d);
-      for (int j = 0; j < d; ++j)
-        replicas[j] = r * d + j;
-      ring[r] = lineOf([&](int64_t bytes) {
-        return topology.allreduceSeconds(bytes, replicas);
-      });
+      // The replicas r·d .. r·d + d - 1 span the level between the ends.
+      const int level = topology.levelBetween(r * d, r * d + d - 1);
+      auto cached = ringAt.find(level);
+      if (cached == ringAt.end()) {
+        std::vector<int> replicas(d);
+        for (int j = 0; j < d; ++j)
+          replicas[j] = r * d + j;
+        cached =
+            ringAt
+                .emplace(level, lineOf([&](int64_t bytes) {
+                           return topology.allreduceSeconds(bytes, replicas);
+                         }))
+                .first;
+      }
+      ring[r] = cached->second;
     }
   }
   return lines;
@@ -421,9 +463,15 @@ public:
     auto it = splits.find({p, v});
     if (it != splits.end())
       return it->second;
+    // The min-max split depends on p·v only: shared by (2, 4), (4, 2), ...
+    auto split = minMaxSplits.find(p * v);
+    if (split == minMaxSplits.end())
+      split = minMaxSplits
+                  .emplace(p * v, planner_util::splitChainMinMax(loads, p * v))
+                  .first;
     return splits
-        .emplace(std::make_pair(p, v),
-                 chunkCosts(profile, loads, cuts, p, v, recompute))
+        .emplace(std::make_pair(p, v), chunkCosts(profile, loads, cuts, p, v,
+                                                  recompute, split->second))
         .first->second;
   }
 
@@ -558,6 +606,7 @@ private:
   std::vector<double> loads; ///< t_f + t_b per layer
   int maxP = 0;
   std::map<std::pair<int, int>, std::vector<Chunk>> splits; // by (p, v)
+  std::map<int, std::vector<int>> minMaxSplits;             // by p·v
   std::map<std::tuple<int, int, int>, MemoryModel> peaks;   // by (p, v, m)
 };
 

@@ -245,12 +245,15 @@ std::vector<int> splitChainMinMax(const std::vector<double> &costs, int parts) {
   }
   double maxItem = *std::max_element(c.begin(), c.end());
   const double slack = 1e-12;
+  // Parts the greedy packing needs under `bound`, counted up to parts + 1
+  // (the search only asks whether it is at most `parts`).
   auto partsNeeded = [&](double bound) {
     int count = 1;
     double sum = 0;
     for (double x : c) {
       if (sum + x > bound * (1 + slack) && sum > 0) {
-        ++count;
+        if (++count > parts)
+          return count;
         sum = 0;
       }
       sum += x;

@@ -428,8 +428,23 @@ private:
   std::vector<int> replicasDone;    ///< flush: replicas finished per stage
   std::vector<double> stageLastBackward;
   std::vector<double> stepEnd;
-  /// Free time of the link per directed device pair (src << 32 | dst).
-  std::unordered_map<uint64_t, double> linkFree;
+  /// The directed links out of each device (by device id; a device sends
+  /// to few others): where to, the topology level crossed, free time.
+  struct Link {
+    int dst, level;
+    double free;
+  };
+  std::vector<std::vector<Link>> links;
+  Link &linkOf(int src, int dst) {
+    if (static_cast<size_t>(src) >= links.size())
+      links.resize(static_cast<size_t>(src) + 1);
+    for (Link &l : links[static_cast<size_t>(src)])
+      if (l.dst == dst)
+        return l;
+    links[static_cast<size_t>(src)].push_back(
+        {dst, topology.levelBetween(src, dst), 0.0});
+    return links[static_cast<size_t>(src)].back();
+  }
   std::vector<int> woken; ///< ranks to retry after an event
   /// Buffer intervals per rank x chunk.
   std::vector<Buffers> buffers;
@@ -831,15 +846,15 @@ double Simulator::transfer(int64_t bytes, int sender, int receiver,
   const int src = ranks[sender].device, dst = ranks[receiver].device;
   if (src == dst)
     return ready;
-  double seconds = topology.p2pSeconds(bytes, src, dst);
+  Link &link = linkOf(src, dst);
+  double seconds = topology.p2pSecondsAtLevel(bytes, link.level);
   if (!std::isfinite(seconds) || seconds < 0) {
     failure = "the transfer of " + str(bytes) + " bytes from device " +
               str(src) + " to device " + str(dst) +
               " takes no finite time (check the topology's bandwidth)";
     seconds = 0;
   }
-  double &free =
-      linkFree[static_cast<uint64_t>(src) << 32 | static_cast<uint32_t>(dst)];
+  double &free = link.free;
   double start = std::max(ready, free);
   double end = start + seconds;
   free = end;
@@ -1232,6 +1247,12 @@ std::string Simulator::simulate() {
   stageLastBackward.assign(numQ, 0);
   stepEnd.assign(steps, 0);
   buffers.assign(ranks.size() * v, {});
+  // About one interval per op and direction (one edge in, one out).
+  for (size_t r = 0; r < ranks.size(); ++r)
+    for (int c = 0; c < v; ++c) {
+      buffers[r * v + c].held.reserve(ranks[r].ops.size() / v + 1);
+      buffers[r * v + c].sent.reserve(ranks[r].ops.size() / v + 1);
+    }
   // A stage replica without microbatches is done from the start.
   for (size_t r = 0; r < ranks.size(); ++r)
     for (int c = 0; c < v; ++c)

@@ -10,6 +10,7 @@
 #include "pipec/Topology.h"
 
 #include <gtest/gtest.h>
+#include <random>
 
 using namespace pipec;
 
@@ -217,3 +218,30 @@ TEST(CostTopology, ErrorsOfHandBuiltTopologies) {
 }
 
 } // namespace
+
+// levelSpanning takes the lowest and highest device only (the numbering is
+// digit by digit): equal to the largest levelBetween over every pair, on
+// random three-level topologies and random sets (devices outside the
+// topology included); and p2pSeconds depends on the pair through its level
+// only (what planners and the simulator cache lines by).
+TEST(CostTopology, SpanningAndCostsDependOnLevelsOnly) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    Topology t;
+    t.levels = {{"a", int(1 + rng() % 4), 3e11, 1e-6},
+                {"b", int(1 + rng() % 5), 1e11, 2e-6},
+                {"c", int(1 + rng() % 3), 2e10, 5e-6}};
+    const int n = t.numDevices();
+    std::vector<int> set(1 + rng() % 6);
+    for (int &d : set)
+      d = int(rng() % (n + 2)) - 1; // -1 .. n: one outside at each end
+    int brute = -1;
+    for (int a : set)
+      for (int b : set)
+        brute = std::max(brute, t.levelBetween(a, b));
+    EXPECT_EQ(t.levelSpanning(set), brute) << "trial " << trial;
+    int a = int(rng() % n), b = int(rng() % n);
+    EXPECT_EQ(t.p2pSeconds(12345, a, b),
+              t.p2pSecondsAtLevel(12345, t.levelBetween(a, b)));
+  }
+}
