@@ -102,17 +102,7 @@ def main():
         return 0
     netns_hosts.cleanup_stale("pcmt")
 
-    # The work folder must be outside /tmp, which every emulated host
-    # replaces with its own.
-    work = os.path.abspath(args.workdir)
-    if work == "/tmp" or work.startswith("/tmp/"):
-        work = f"/var/tmp/pipec-multihost-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    # The driver as the hosts see it: a checkout under /tmp would be hidden
-    # by their private /tmp (pipec train needs only itself and OUT/).
-    shutil.copy2(pipec, os.path.join(work, "pipec"))
-    pipec = os.path.join(work, "pipec")
+    work, pipec = netns_hosts.shared_workdir(args.workdir, "pipec-multihost", pipec)
     try:
         return run_tests(pipec, work, args)
     finally:

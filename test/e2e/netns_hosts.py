@@ -175,6 +175,21 @@ def cleanup_stale(prefix, scratch_base="/var/tmp", run_base="/srv/pipec-run"):
         pass
 
 
+def shared_workdir(requested, stem, pipec):
+    """A fresh work folder every emulated host sees (`requested`, or
+    /var/tmp/<stem>-<pid> when it lies under /tmp, which every host
+    replaces with its own), with a copy of the `pipec` driver in it (a
+    checkout under /tmp would be hidden from the hosts; pipec train needs
+    only itself and OUT/). Returns (folder, driver)."""
+    work = os.path.abspath(requested)
+    if work == "/tmp" or work.startswith("/tmp/"):
+        work = "/var/tmp/%s-%d" % (stem, os.getpid())
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    shutil.copy2(os.path.abspath(pipec), os.path.join(work, "pipec"))
+    return work, os.path.join(work, "pipec")
+
+
 def _kill_netns_pids(ns):
     for sig in (signal.SIGTERM, signal.SIGKILL):
         r = _ip("netns", "pids", ns, check=False)

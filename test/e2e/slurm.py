@@ -46,6 +46,46 @@ def free_port():
         return s.getsockname()[1]
 
 
+def start_munged(folder):
+    """munged with a fresh key, its socket and files in `folder` (created);
+    returns (its process, the socket's path)."""
+    os.makedirs(folder, exist_ok=True)
+    key = os.path.join(folder, "munge.key")
+    with open(key, "wb") as f:
+        f.write(os.urandom(1024))
+    os.chmod(key, 0o400)
+    sock = os.path.join(folder, "munge.sock")
+    proc = subprocess.Popen(
+        ["/usr/sbin/munged", "--foreground", "--force", "--key-file", key, "--socket", sock,
+         "--pid-file", os.path.join(folder, "munged.pid"),
+         "--log-file", os.path.join(folder, "munged.log"),
+         "--seed-file", os.path.join(folder, "munged.seed")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return proc, sock
+
+
+def slurm_conf(name, ctld_host, sock, files, nodes):
+    """A slurm.conf for a private test cluster: root daemons, munge at
+    `sock`, no cgroups needed (linuxproc, task/none), PMIx for OpenMPI;
+    `files` (ports, state, pid, log and spool lines) and `nodes` (node and
+    partition lines) complete it."""
+    return f"""ClusterName={name}
+SlurmctldHost={ctld_host}
+AuthType=auth/munge
+AuthInfo=socket={sock}
+CredType=cred/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SlurmUser=root
+SlurmdUser=root
+{files}SchedulerType=sched/builtin
+SelectType=select/linear
+MpiDefault=pmix
+ReturnToService=2
+SlurmdParameters=config_overrides
+{nodes}"""
+
+
 class Cluster:
     """munged + slurmctld + slurmd, private to `root`."""
 
@@ -58,43 +98,20 @@ class Cluster:
 
     def start(self):
         r = self.root
-        for sub in ("state", "spool", "log", "munge"):
+        for sub in ("state", "spool", "log"):
             os.makedirs(os.path.join(r, sub), exist_ok=True)
-        key = os.path.join(r, "munge", "munge.key")
-        with open(key, "wb") as f:
-            f.write(os.urandom(1024))
-        os.chmod(key, 0o400)
-        sock = os.path.join(r, "munge", "munge.sock")
-        self.spawn(["/usr/sbin/munged", "--foreground", "--force", "--key-file", key,
-                    "--socket", sock, "--pid-file", os.path.join(r, "munge", "munged.pid"),
-                    "--log-file", os.path.join(r, "munge", "munged.log"),
-                    "--seed-file", os.path.join(r, "munge", "munged.seed")])
+        munged, sock = start_munged(os.path.join(r, "munge"))
+        self.procs.append(munged)
         host = socket.gethostname()
-        conf = f"""ClusterName=pipectest
-SlurmctldHost={host}
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
-AuthType=auth/munge
-AuthInfo=socket={sock}
-CredType=cred/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={r}/state
-SlurmdSpoolDir={r}/spool
-SlurmctldPidFile={r}/slurmctld.pid
-SlurmdPidFile={r}/slurmd.pid
-SlurmctldLogFile={r}/log/slurmctld.log
-SlurmdLogFile={r}/log/slurmd.log
-SchedulerType=sched/builtin
-SelectType=select/linear
-MpiDefault=pmix
-ReturnToService=2
-SlurmdParameters=config_overrides
-NodeName={host} CPUs={max(8, os.cpu_count())} State=UNKNOWN
-PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
-"""
+        conf = slurm_conf(
+            "pipectest", host, sock,
+            f"SlurmctldPort={free_port()}\nSlurmdPort={free_port()}\n"
+            f"StateSaveLocation={r}/state\nSlurmdSpoolDir={r}/spool\n"
+            f"SlurmctldPidFile={r}/slurmctld.pid\nSlurmdPidFile={r}/slurmd.pid\n"
+            f"SlurmctldLogFile={r}/log/slurmctld.log\nSlurmdLogFile={r}/log/slurmd.log\n",
+            f"NodeName={host} CPUs={max(8, os.cpu_count())} State=UNKNOWN\n"
+            f"PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP "
+            "OverSubscribe=FORCE:8\n")
         with open(os.path.join(r, "slurm.conf"), "w") as f:
             f.write(conf)
         time.sleep(0.5)

@@ -262,8 +262,13 @@ std::vector<std::string> pipec::driver::srunCommand(const std::string &srun,
       config += " " + shellQuote(arg);
     config += "\n";
   }
+  // A task that dies ends the step at once (SLURM kills the others), as
+  // mpirun ends the job: without it the surviving ranks of a multi-host
+  // step wait for the dead one until pipec's watchdog fires (OpenMPI under
+  // srun has no daemon that sees the death).
   std::vector<std::string> cmd = {srun, "--ntasks",
-                                  std::to_string(plan.bins.size())};
+                                  std::to_string(plan.bins.size()),
+                                  "--kill-on-bad-exit=1"};
   if (!plan.hostOfRank.empty())
     cmd.push_back("--distribution=arbitrary");
   // srun passes the whole environment on (--export=ALL, its default).

@@ -143,11 +143,13 @@ TEST(SrunLine, MultiProgFile) {
   plan.stageArgs = {"--steps", "2"};
   std::string config;
   std::string line = joined(srunCommand("srun", plan, "/o/conf", config));
-  EXPECT_EQ(line, "srun --ntasks 2 --multi-prog /o/conf");
+  EXPECT_EQ(line, "srun --ntasks 2 --kill-on-bad-exit=1 --multi-prog /o/conf");
   EXPECT_EQ(config, "0 /o/stage0 --steps 2\n1 '/o/my stage1' --steps 2\n");
   plan.hostOfRank = {"a", "b"};
   line = joined(srunCommand("srun", plan, "/o/conf", config));
-  EXPECT_EQ(line, "srun --ntasks 2 --distribution=arbitrary --multi-prog /o/conf");
+  EXPECT_EQ(line,
+            "srun --ntasks 2 --kill-on-bad-exit=1 --distribution=arbitrary "
+            "--multi-prog /o/conf");
 }
 
 TEST(LauncherOutput, BannersAfterAnAbortAreNoise) {
