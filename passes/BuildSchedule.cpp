@@ -15,6 +15,7 @@
 #include "passes/PassUtils.h"
 #include "passes/Passes.h"
 #include "pipec/Schedule.h"
+#include "llvm/ADT/StringExtras.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -223,8 +224,7 @@ struct PipeBuildSchedulePass
     if (!kind) {
       module.emitError("unknown schedule '")
           << schedule
-          << "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, zb-h1, "
-             "custom)";
+          << "' (available: " << llvm::join(scheduleKindNames(), ", ") << ")";
       return signalPassFailure();
     }
     const bool continuous = !isFlushSchedule(*kind);
