@@ -36,6 +36,7 @@ prepare() {
     libnuma1 libopenblas0-pthread libgfortran5 libudev1 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
   cp "$build/runtime/libpipec_rt_cuda.so" "$BUNDLE/lib/"
   cp "$build/runtime/cuda/tests/pipec_cuda_tests" "$BUNDLE/bin/"
+  cp "$build/runtime/cuda/tests/pipec_cuda_communicator_contract" "$BUNDLE/bin/"
   /usr/bin/python3 test/gpu/gpu_e2e.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
   /usr/bin/python3 bench/gpu_compare.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE" \
     --config "${PIPEC_GPU_BENCH_CONFIG:-small}"
@@ -71,6 +72,10 @@ run() {
   if [ -z "${PIPEC_GPU_BENCH_ONLY:-}" ]; then
   "$BUNDLE/bin/pipec_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/kernels.log" | tail -40 || rc=1
   grep -q "FAILED" "$out/kernels.log" && rc=1
+  # The communicator contract with tensors in GPU memory (3 ranks, one GPU).
+  "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+    "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator.log" || rc=1
+  tail -1 "$out/communicator.log" | grep -q " 0 failed" || rc=1
   PYTHONUNBUFFERED=1 python3 test/gpu/gpu_e2e.py run --bundle "$BUNDLE" --mpirun "$P/usr/bin/orterun" \
     ${PIPEC_GPU_ONLY:+--only "$PIPEC_GPU_ONLY"} 2>&1 | tee "$out/e2e.log" || rc=1
   tail -1 "$out/e2e.log" | grep -q " 0 failed" || rc=1

@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cuda_rt.h"
+#include "device_factory.h"
 
 #include "core/device.h"
 #include "core/error.h"
@@ -170,11 +171,12 @@ private:
   std::deque<UploadSlot> uploads_;
 };
 
+} // namespace
+
 std::unique_ptr<rt::Device> makeCudaDevice(const rt::DeviceRequest &request) {
   return std::make_unique<CudaDevice>(request);
 }
 
-} // namespace
 } // namespace cuda
 } // namespace pipec
 

@@ -7,8 +7,9 @@
 ///
 /// Run with 3 or more ranks (mpirun -n 3). Checks the contract of
 /// core/communicator.h on the communicator and device this executable is
-/// linked with (the MPI communicator on the CPU device here; a GPU build
-/// runs the same checks on its own pair): the job's ranks, host-value
+/// built for: the MPI communicator on the CPU device, or (built with
+/// PIPEC_CONTRACT_CUDA, ctest label gpu) on the CUDA device, where every
+/// tensor is staged through host memory: the job's ranks, host-value
 /// collectives, groups, point-to-point messages (order, overwriting the
 /// source after `send`, empty and odd sizes, prefetched receives), size
 /// mismatches reported as such, and sums over a group with a scale.
@@ -20,6 +21,9 @@
 #include "core/communicator.h"
 #include "core/device.h"
 #include "core/error.h"
+#ifdef PIPEC_CONTRACT_CUDA
+#include "cuda/device_factory.h"
+#endif
 
 #include <cmath>
 #include <cstdio>
@@ -309,7 +313,20 @@ int main(int argc, char **argv) {
     me = comm->rank();
     DeviceRequest request;
     request.localRank = comm->localRank();
+#ifdef PIPEC_CONTRACT_CUDA
+    // The same checks with the tensors in GPU memory (host-staged MPI);
+    // every rank sees the same GPUs, so every rank skips alike.
+    try {
+      device = pipec::cuda::makeCudaDevice(request);
+    } catch (const std::exception &e) {
+      if (me == 0)
+        std::printf("skipped: no GPU (%s)\n", e.what());
+      comm->finalize();
+      return 0;
+    }
+#else
     device = makeCpuDevice(request);
+#endif
     comm->useDevice(*device);
     checkJob(*comm);
     checkHostValues(*comm);
