@@ -160,18 +160,33 @@ int64_t finishResumeFromAnotherPlan(pipec_ctx &ctx, OtherPlanResume &resume) {
       moves.push_back({provider, to, name, dtype});
     }
 
-  // The moves: sends posted first (host bytes read from this host's files),
-  // then this rank's receives in the order sent, into the arena.
+  // The moves: every tensor this rank sends read from its host's files
+  // first, and a read that fails agreed on by every rank before anything
+  // moves (a receiver must not wait for a tensor that will never come);
+  // then the sends posted, and this rank's receives in the order sent,
+  // into the arena.
   const int me = comm.rank();
   std::vector<std::vector<char>> outgoing;
+  std::string readError;
+  for (const Move &m : moves)
+    if (m.from == me && readError.empty()) {
+      try {
+        outgoing.push_back(resume.held.read(m.name));
+      } catch (const std::exception &e) {
+        readError = e.what();
+      }
+    }
+  for (const std::string &error :
+       comm.allgather(readError, "agreeing that every tensor was read"))
+    if (!error.empty())
+      throw RtError(error);
   std::vector<std::unique_ptr<Transfer>> sends;
-  outgoing.reserve(moves.size());
+  size_t next = 0;
   for (const Move &m : moves)
     if (m.from == me) {
-      outgoing.push_back(resume.held.read(m.name));
+      const std::vector<char> &bytes = outgoing[next++];
       sends.push_back(comm.sendHost(
-          outgoing.back().data(), int64_t(outgoing.back().size()), m.to,
-          kResumeTag,
+          bytes.data(), int64_t(bytes.size()), m.to, kResumeTag,
           "sending tensor '" + m.name + "' to rank " + std::to_string(m.to)));
     }
   if (!resume.missing.empty()) {
