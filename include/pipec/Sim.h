@@ -194,6 +194,16 @@ SimResult simulateSchedule(const Profile &profile, const Topology &topology,
 double flushIterationLowerBound(const Profile &profile, const Plan &plan,
                                 const SimOptions &options = {});
 
+/// flushIterationLowerBound for a flush schedule; for a continuous one
+/// (1f1b, 2bw), the busiest device's compute per m microbatches of the
+/// steady state (a round-robin replica of r runs m / r of them per
+/// iteration on average, a split one a 1/r slice of each), less 0.1% for
+/// the finite window the simulator measures it over. 0 for an unknown
+/// schedule or a stage without devices. What `pipec plan --algorithm auto`
+/// prunes with.
+double iterationLowerBound(const Profile &profile, const Plan &plan,
+                           const SimOptions &options = {});
+
 /// One schedule the synthesiser compared.
 struct SynthCandidate {
   std::string name; ///< "list(K=p-s+1)", "zb-h1", ...

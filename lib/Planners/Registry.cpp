@@ -153,16 +153,29 @@ PlanCandidate scoreCandidate(const Profile &profile, const Topology &topology,
 /// (x steps for the continuous schedules). Variants are scored only below
 /// kVariantOps, so that the search stays cheap on paper-scale instances.
 constexpr int64_t kVariantOps = 4000000;
-/// `auto` skips a flush plan that cannot win (see planAuto) only above
+/// `auto` skips a plan that cannot win (see planAuto) only above
 /// kSkipOps, about 50 ms of simulation: smaller ones are all simulated so
 /// that the table compares them.
 constexpr int64_t kSkipOps = 200000;
 int64_t simulatedOps(const Plan &plan, bool splitReplicas = false) {
+  int64_t ops = 0;
   if (!splitReplicas)
-    return int64_t(plan.numStages()) * plan.microbatches * 3;
-  int64_t ops = 0; // every replica runs every microbatch
-  for (const StagePlan &stage : plan.stages)
-    ops += int64_t(stage.replicas) * plan.microbatches * 3;
+    ops = int64_t(plan.numStages()) * plan.microbatches * 3;
+  else // every replica runs every microbatch
+    for (const StagePlan &stage : plan.stages)
+      ops += int64_t(stage.replicas) * plan.microbatches * 3;
+  // A continuous schedule is simulated over several steps: a fill and a
+  // drain of ceil(2 x ranks / m) + 1 steps each and a window of at least 8
+  // (the simulator's chooseSteps, whose period rounding only adds).
+  auto kind = parseScheduleKind(plan.schedule);
+  if (kind && !isFlushSchedule(*kind) && plan.microbatches > 0) {
+    int64_t ranks = 0;
+    for (const StagePlan &stage : plan.stages)
+      ranks += splitReplicas ? 1 : stage.replicas;
+    const int64_t fill =
+        (2 * ranks + plan.microbatches - 1) / plan.microbatches + 1;
+    ops *= 2 * fill + 9;
+  }
   return ops;
 }
 
@@ -267,11 +280,12 @@ AutoPlanResult pipec::planAuto(const Profile &profile, const Topology &topology,
                                     "madpipe",  "twobw",     "interleaved"};
   if (smallInstance(profile, topology))
     names.push_back("exhaustive");
-  // Every planner's plan (cheap), then the simulations (not always): the
-  // plans that a simulation must measure first (continuous schedules), then
-  // the flush plans by falling throughput bound. A flush plan whose bound
-  // (the busiest device's compute, flushIterationLowerBound) is below the
-  // best feasible throughput found so far is skipped with its variants
+  // Every planner's plan (cheap), then the simulations (not always), by
+  // falling throughput bound: a plan whose bound (the busiest device's
+  // compute per iteration, iterationLowerBound: per step for a flush
+  // schedule, per m microbatches of the steady state for a continuous one)
+  // is below the best feasible throughput found so far is skipped with its
+  // variants
   // (which have no higher bound: same work per sample, or more with
   // recomputation), so the choice is the one a full search makes. Only
   // large simulations are skipped (kSkipOps).
@@ -311,7 +325,7 @@ AutoPlanResult pipec::planAuto(const Profile &profile, const Topology &topology,
     SimOptions sim = options.sim;
     sim.splitReplicas = base.split;
     const Plan &plan = base.planned.plan;
-    const double lower = flushIterationLowerBound(profile, plan, sim);
+    const double lower = iterationLowerBound(profile, plan, sim);
     if (lower > 0)
       base.bound =
           double(plan.microbatches) * double(plan.microbatchSize) / lower;

@@ -1,7 +1,8 @@
 //===- Bounds.cpp - what no simulation of a plan can beat -----------------===//
 //
-// Part of pipec's simulator library: flushIterationLowerBound (see
-// include/pipec/Sim.h), with the stage times the simulator uses
+// Part of pipec's simulator library: flushIterationLowerBound and
+// iterationLowerBound (see include/pipec/Sim.h), with the stage times the
+// simulator uses
 // (Simulator.cpp, buildStages).
 //
 //===----------------------------------------------------------------------===//
@@ -13,11 +14,16 @@
 
 namespace pipec {
 
-double flushIterationLowerBound(const Profile &profile, const Plan &plan,
-                                const SimOptions &options) {
+namespace {
+
+/// The busiest device's compute per iteration: over one step (flush), or
+/// per m microbatches of the steady state (continuous, where a round-robin
+/// replica runs m / r of them on average).
+double busiestDeviceCompute(const Profile &profile, const Plan &plan,
+                            const SimOptions &options, bool steadyState) {
   auto kind = parseScheduleKind(plan.schedule);
-  if (!kind || !isFlushSchedule(*kind) || profile.microbatch < 1 ||
-      plan.microbatches < 1 ||
+  if (!kind || isFlushSchedule(*kind) == steadyState ||
+      profile.microbatch < 1 || plan.microbatches < 1 ||
       !validatePlan(plan, int(profile.ops.size())).empty())
     return 0;
   const double sigma = double(plan.microbatchSize) / profile.microbatch;
@@ -38,7 +44,7 @@ double flushIterationLowerBound(const Profile &profile, const Plan &plan,
     for (size_t j = 0; j < stage.devices.size(); ++j) {
       // Round robin: replica j runs microbatches j, j + r, ...
       const double share =
-          options.splitReplicas
+          options.splitReplicas || steadyState
               ? double(m) * perMicrobatch / r
               : double((m - int64_t(j) + r - 1) / r) * perMicrobatch;
       deviceWork[stage.devices[j]] += std::max(share, 0.0);
@@ -47,9 +53,28 @@ double flushIterationLowerBound(const Profile &profile, const Plan &plan,
   double busiest = 0;
   for (const auto &[device, work] : deviceWork)
     busiest = std::max(busiest, work);
+  return busiest;
+}
+
+} // namespace
+
+double flushIterationLowerBound(const Profile &profile, const Plan &plan,
+                                const SimOptions &options) {
   // The simulator adds the same terms in another order: leave room for
   // rounding so that the bound never exceeds what it reports.
-  return busiest * (1 - 1e-9);
+  return busiestDeviceCompute(profile, plan, options, false) * (1 - 1e-9);
+}
+
+double iterationLowerBound(const Profile &profile, const Plan &plan,
+                           const SimOptions &options) {
+  auto kind = parseScheduleKind(plan.schedule);
+  if (!kind)
+    return 0;
+  if (isFlushSchedule(*kind))
+    return flushIterationLowerBound(profile, plan, options);
+  // The steady state is measured over a finite window of steps: leave a
+  // margin (0.1%) for work a window boundary splits unevenly.
+  return busiestDeviceCompute(profile, plan, options, true) * (1 - 1e-3);
 }
 
 } // namespace pipec

@@ -725,6 +725,13 @@ TEST(SimRandom, EverySchedulesRunsWithinItsBounds) {
       ++bounded;
     } else {
       EXPECT_EQ(bound, 0);
+      // Continuous: the steady state's busiest device compute per m
+      // microbatches, less its 0.1% margin.
+      const double steady = iterationLowerBound(profile, plan, options);
+      EXPECT_GT(steady, 0);
+      EXPECT_LE(steady, result.iterationSeconds);
+      EXPECT_NEAR(steady, busiest * (1 - 1e-3), 1e-6 * busiest);
+      ++bounded;
     }
     EXPECT_GE(result.bubbleFraction, 0);
     EXPECT_GE(result.idleFraction, 0);
