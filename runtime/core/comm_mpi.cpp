@@ -67,6 +67,24 @@ template <typename Fn> void forEachChunk(int64_t bytes, Fn &&fn) {
   } while (offset < bytes);
 }
 
+/// Posts a message's chunks as nonblocking sends of `data` (or receives
+/// into it), appending their requests.
+void postChunks(bool sending, char *data, int64_t bytes, int peer, int tag,
+                const std::string &what, std::vector<MPI_Request> &requests) {
+  forEachChunk(bytes, [&](int64_t offset, int count) {
+    MPI_Request request;
+    if (sending)
+      mpiCheck(MPI_Isend(data + offset, count, MPI_BYTE, peer, tag,
+                         MPI_COMM_WORLD, &request),
+               "MPI_Isend", what);
+    else
+      mpiCheck(MPI_Irecv(data + offset, count, MPI_BYTE, peer, tag,
+                         MPI_COMM_WORLD, &request),
+               "MPI_Irecv", what);
+    requests.push_back(request);
+  });
+}
+
 std::string sizeMismatch(const std::string &what, int64_t got,
                          int64_t expected) {
   return what + ": received " + std::to_string(got) + " bytes but expected " +
@@ -231,14 +249,9 @@ public:
                                      int tag,
                                      const std::string &what) override {
     auto transfer = std::make_unique<MpiTransfer>(nullptr, what);
-    const char *p = static_cast<const char *>(data);
-    forEachChunk(bytes, [&](int64_t offset, int count) {
-      MPI_Request request;
-      mpiCheck(MPI_Isend(p + offset, count, MPI_BYTE, peer, tag, MPI_COMM_WORLD,
-                         &request),
-               "MPI_Isend", what);
-      transfer->requests.push_back(request);
-    });
+    // (MPI_Isend reads the buffer only; its C binding takes const void *.)
+    postChunks(true, static_cast<char *>(const_cast<void *>(data)), bytes, peer,
+               tag, what, transfer->requests);
     return transfer;
   }
   void receiveHost(void *data, int64_t bytes, int peer, int tag,
@@ -263,26 +276,15 @@ public:
         std::unique_ptr<char[]>(new char[size_t(std::max<int64_t>(bytes, 1))]),
         what);
     device().toHost(transfer->data(), src, bytes);
-    forEachChunk(bytes, [&](int64_t offset, int count) {
-      MPI_Request request;
-      mpiCheck(MPI_Isend(transfer->data() + offset, count, MPI_BYTE, peer, tag,
-                         MPI_COMM_WORLD, &request),
-               "MPI_Isend", what);
-      transfer->requests.push_back(request);
-    });
+    postChunks(true, transfer->data(), bytes, peer, tag, what,
+               transfer->requests);
     return transfer;
   }
 
   std::unique_ptr<PostedReceive> post(int64_t bytes, int peer, int tag,
                                       const std::string &what) override {
     auto posted = std::make_unique<MpiPostedReceive>(device(), bytes, what);
-    forEachChunk(bytes, [&](int64_t offset, int count) {
-      MPI_Request request;
-      mpiCheck(MPI_Irecv(posted->data() + offset, count, MPI_BYTE, peer, tag,
-                         MPI_COMM_WORLD, &request),
-               "MPI_Irecv", what);
-      posted->requests.push_back(request);
-    });
+    postChunks(false, posted->data(), bytes, peer, tag, what, posted->requests);
     return posted;
   }
 
