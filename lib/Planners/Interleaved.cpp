@@ -351,11 +351,11 @@ DeviceLines deviceLines(const Topology &topology, int p, int d) {
     int next = (r + 1) % p;
     for (int j : {0, d - 1}) {
       const int a = r * d + j, b = next * d + j;
-      auto cached = linkAt.find(topology.levelBetween(a, b));
+      const int level = topology.levelBetween(a, b);
+      auto cached = linkAt.find(level);
       if (cached == linkAt.end())
         cached = linkAt
-                     .emplace(topology.levelBetween(a, b),
-                              lineOf([&](int64_t bytes) {
+                     .emplace(level, lineOf([&](int64_t bytes) {
                                 return topology.p2pSeconds(bytes, a, b);
                               }))
                      .first;

@@ -132,6 +132,50 @@ void loadWeights(const StageDesc &desc, const std::string &path, char *arena) {
   loadWeightsFrom(desc, files, "weights file '" + path + "'", arena);
 }
 
+namespace {
+
+/// A step folder's checkpoint.json (pipec.checkpoint-manifest/1) at
+/// `listPath`; false when there is none (a checkpoint written before the
+/// manifests existed). Throws RtError when it is not valid JSON.
+bool readCheckpointList(const std::string &listPath, nlohmann::json &doc) {
+  std::ifstream in(listPath);
+  if (!in)
+    return false;
+  try {
+    in >> doc;
+  } catch (const std::exception &e) {
+    throw RtError("cannot resume: '" + listPath + "' is not valid JSON (" +
+                  e.what() + ")");
+  }
+  return true;
+}
+
+/// "a, b": the hosts an entry of checkpoint.json lists for its file.
+std::string listedHosts(const nlohmann::json &entry) {
+  std::string hosts;
+  for (const nlohmann::json &h : entry.value("hosts", nlohmann::json::array()))
+    hosts += (hosts.empty() ? "" : ", ") + h.get<std::string>();
+  return hosts;
+}
+
+/// Throws RtError naming `path` when its size or checksum differs from its
+/// entry of checkpoint.json (at `listPath`).
+void checkListedFile(const std::string &path, const nlohmann::json &entry,
+                     const std::string &listPath) {
+  int64_t bytes = 0;
+  std::string sum = fileChecksum(path, bytes);
+  if (bytes != entry.value("bytes", int64_t(-1)) ||
+      sum != entry.value("fnv1a64", std::string()))
+    throw RtError(
+        "cannot resume: " + path + " is corrupt (" + std::to_string(bytes) +
+        " bytes, checksum " + sum + "; " + listPath + " says " +
+        std::to_string(entry.value("bytes", int64_t(-1))) +
+        " bytes, checksum " + entry.value("fnv1a64", std::string("?")) +
+        ", written on " + listedHosts(entry) + ")");
+}
+
+} // namespace
+
 HeldCheckpoint openHeldCheckpoint(const std::string &from) {
   namespace fs = std::filesystem;
   HeldCheckpoint held;
@@ -152,15 +196,8 @@ HeldCheckpoint openHeldCheckpoint(const std::string &from) {
   // checkpoint.json (when the folder has one) lists each file's size and
   // checksum: a file that differs is refused by name.
   nlohmann::json list;
-  std::string listPath = (folder / "checkpoint.json").string();
-  if (std::ifstream in{listPath}) {
-    try {
-      in >> list;
-    } catch (const std::exception &e) {
-      throw RtError("cannot resume: '" + listPath + "' is not valid JSON (" +
-                    e.what() + ")");
-    }
-  }
+  const std::string listPath = (folder / "checkpoint.json").string();
+  readCheckpointList(listPath, list);
   held.files.resize(held.paths.size());
   std::string error;
   for (size_t i = 0; i < held.paths.size(); ++i) {
@@ -168,17 +205,8 @@ HeldCheckpoint openHeldCheckpoint(const std::string &from) {
     const std::string file = fs::path(path).filename().string();
     for (const nlohmann::json &e :
          list.value("stages", nlohmann::json::array())) {
-      if (e.value("file", std::string()) != file)
-        continue;
-      int64_t bytes = 0;
-      std::string sum = fileChecksum(path, bytes);
-      if (bytes != e.value("bytes", int64_t(-1)) ||
-          sum != e.value("fnv1a64", std::string()))
-        throw RtError(
-            "cannot resume: " + path + " is corrupt (" + std::to_string(bytes) +
-            " bytes, checksum " + sum + "; " + listPath + " says " +
-            std::to_string(e.value("bytes", int64_t(-1))) +
-            " bytes, checksum " + e.value("fnv1a64", std::string("?")) + ")");
+      if (e.value("file", std::string()) == file)
+        checkListedFile(path, e, listPath);
     }
     if (!held.files[i].open(path, error))
       throw RtError("cannot resume: " + error);
@@ -320,40 +348,21 @@ void verifyStageCheckpoint(const std::string &dir, int64_t step,
                            const StageDesc &desc) {
   std::filesystem::path folder =
       std::filesystem::path(dir) / checkpointFolderName(step);
-  std::string listPath = (folder / "checkpoint.json").string();
-  std::ifstream in(listPath);
-  if (!in)
-    return; // written before checkpoint manifests existed
+  const std::string listPath = (folder / "checkpoint.json").string();
   nlohmann::json doc;
-  try {
-    in >> doc;
-  } catch (const std::exception &e) {
-    throw RtError("cannot resume: '" + listPath + "' is not valid JSON (" +
-                  e.what() + ")");
-  }
+  if (!readCheckpointList(listPath, doc))
+    return; // written before checkpoint manifests existed
   const std::string file = "stage" + std::to_string(desc.stage) +
                            ".safetensors";
   for (const nlohmann::json &e : doc.value("stages", nlohmann::json::array())) {
     if (e.value("stage", int64_t(-1)) != desc.stage)
       continue;
     std::string path = (folder / file).string();
-    std::string host;
-    for (const nlohmann::json &h : e.value("hosts", nlohmann::json::array()))
-      host += (host.empty() ? "" : ", ") + h.get<std::string>();
     if (!std::filesystem::exists(path))
       throw RtError("cannot resume: " + path + " is missing on this host (" +
-                    listPath + " lists it as written on " + host + ")");
-    int64_t bytes = 0;
-    std::string sum = fileChecksum(path, bytes);
-    if (bytes != e.value("bytes", int64_t(-1)) ||
-        sum != e.value("fnv1a64", std::string()))
-      throw RtError("cannot resume: " + path + " is corrupt (" +
-                    std::to_string(bytes) + " bytes, checksum " + sum +
-                    "; " + listPath + " says " +
-                    std::to_string(e.value("bytes", int64_t(-1))) +
-                    " bytes, checksum " +
-                    e.value("fnv1a64", std::string("?")) + ", written on " +
-                    host + ")");
+                    listPath + " lists it as written on " + listedHosts(e) +
+                    ")");
+    checkListedFile(path, e, listPath);
     return;
   }
   throw RtError("cannot resume: " + listPath + " does not list stage " +

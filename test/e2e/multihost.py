@@ -143,12 +143,7 @@ def run_tests(pipec, work, args):
         launcher_args += " --mca mpi_yield_when_idle 1"
 
         def fresh_copies():
-            for i in range(h.n):
-                dst = h.outside(i, run)
-                shutil.rmtree(dst, ignore_errors=True)
-                shutil.copytree(build, dst)
-                for f in ("x.npy", "y.npy"):
-                    shutil.copy(os.path.join(work, f), dst)
+            h.install(run, build, [os.path.join(work, f) for f in ("x.npy", "y.npy")])
 
         def train(*extra, timeout=300, folder=None):
             cmd = [pipec, "train", folder or run, "--steps", str(steps), "--quiet",
@@ -225,11 +220,16 @@ def run_tests(pipec, work, args):
         # with a checkpoint at step 2, the run "dies" after step 3 (latest
         # set back to step 2 on every host), resumed to step 5: equal to an
         # uninterrupted 5-step run, losses and checkpoints.
-        ref5 = os.path.join(work, "reference5")
-        shutil.copytree(build, ref5)
-        subprocess.run([pipec, "train", ref5, "--steps", "5", "--quiet",
-                        "--inputs", os.path.join(work, "x.npy"),
-                        "--labels", os.path.join(work, "y.npy")], env=env1, check=True)
+        def one_host_run(name, steps):
+            """The build trained on one host for `steps` steps: its folder."""
+            folder = os.path.join(work, name)
+            shutil.copytree(build, folder)
+            subprocess.run([pipec, "train", folder, "--steps", str(steps), "--quiet",
+                            "--inputs", os.path.join(work, "x.npy"),
+                            "--labels", os.path.join(work, "y.npy")], env=env1, check=True)
+            return folder
+
+        ref5 = one_host_run("reference5", 5)
         want5 = losses(os.path.join(ref5, "metrics.jsonl"))
         hosts4 = ["--hosts", ",".join(h.addrs)]
         fresh_copies()
@@ -296,17 +296,9 @@ def run_tests(pipec, work, args):
         build2s = os.path.join(work, "out2s")
         subprocess.run([pipec, "compile", os.path.join(work, "mlp.onnx"), "--stages", "2",
                         "--microbatches", "4", "-o", build2s, "--quiet"], check=True)
-        ref7 = os.path.join(work, "reference7")
-        shutil.copytree(build, ref7)
-        subprocess.run([pipec, "train", ref7, "--steps", "7", "--quiet",
-                        "--inputs", os.path.join(work, "x.npy"),
-                        "--labels", os.path.join(work, "y.npy")], env=env1, check=True)
-        want7 = losses(os.path.join(ref7, "metrics.jsonl"))
-        for i in range(h.n):
-            for b in (build2, build2s):
-                dst = h.outside(i, h.run_path + "/" + os.path.basename(b))
-                shutil.rmtree(dst, ignore_errors=True)
-                shutil.copytree(b, dst)
+        want7 = losses(os.path.join(one_host_run("reference7", 7), "metrics.jsonl"))
+        for b in (build2, build2s):
+            h.install(h.run_path + "/" + os.path.basename(b), b)
         problems, worst = [], 0.0
         held = sorted(os.path.basename(f) for f in
                       glob.glob(h.outside(1, run + "/checkpoints/step-000005/stage*.safetensors")))

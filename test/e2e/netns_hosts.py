@@ -495,6 +495,17 @@ exec "$w" -C "${HOME:-/}" %(env)s%(shell)s -c "$*"
     def popen_on(self, i, argv, cwd=None, **kw):
         return subprocess.Popen(self.argv_on(i, argv, cwd), **kw)
 
+    def install(self, path, src, files=()):
+        """A fresh copy of folder `src` at `path` (under run_path) on every
+        host, with `files` copied into it (a run folder and its data, as
+        each machine of a cluster without a shared filesystem holds it)."""
+        for i in range(self.n):
+            dst = self.outside(i, path)
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(src, dst)
+            for f in files:
+                shutil.copy(f, dst)
+
     def hostfile(self, slots=1, hosts=None, names=False, path=None):
         """Writes an OpenMPI hostfile (`ADDR slots=K` per host) in the
         shared scratch folder; returns its path."""

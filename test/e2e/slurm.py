@@ -86,6 +86,21 @@ SlurmdParameters=config_overrides
 {nodes}"""
 
 
+def stop_processes(procs, kill):
+    """SIGTERM to the daemons in reverse start order (`kill(proc, signal)`),
+    then SIGKILL to any still running 10 s later."""
+    for p in reversed(procs):
+        try:
+            kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            kill(p, signal.SIGKILL)
+
+
 class Cluster:
     """munged + slurmctld + slurmd, private to `root`."""
 
@@ -136,16 +151,7 @@ class Cluster:
                                            stderr=subprocess.DEVNULL, start_new_session=True))
 
     def stop(self):
-        for p in reversed(self.procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_processes(self.procs, lambda p, sig: os.killpg(p.pid, sig))
 
 
 def run(cmd, env, timeout=180):

@@ -37,7 +37,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import netns_hosts  # noqa: E402
 from e2e_common import Checks  # noqa: E402
-from slurm import BINARIES, slurm_conf, start_munged  # noqa: E402
+from slurm import BINARIES, slurm_conf, start_munged, stop_processes  # noqa: E402
 
 HOSTS = 3
 
@@ -125,16 +125,7 @@ class HostCluster:
         return "the SLURM cluster did not come up within 90 s; " + logs
 
     def stop(self):
-        for p in reversed(self.procs):
-            try:
-                p.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(self.procs, lambda p, sig: p.send_signal(sig))
 
 
 def main():
@@ -197,12 +188,7 @@ def run_checks(pipec, work):
                        OMPI_MCA_oob_tcp_if_include=h.subnet, **netns_hosts.MPI_ENV)
 
             def fresh_copies():
-                for i in range(h.n):
-                    dst = h.outside(i, run)
-                    shutil.rmtree(dst, ignore_errors=True)
-                    shutil.copytree(build, dst)
-                    for f in ("x.npy", "y.npy"):
-                        shutil.copy(os.path.join(work, f), dst)
+                h.install(run, build, [os.path.join(work, f) for f in ("x.npy", "y.npy")])
 
             def train(*extra, timeout=300):
                 return h.run_on(0, [pipec, "train", run, "--quiet", "--launcher", "srun",
