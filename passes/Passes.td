@@ -205,6 +205,10 @@ def PipePlanMemoryPass : Pass<"pipe-plan-memory", "mlir::ModuleOp"> {
   let options = [
     Option<"report", "report", "bool", "false", "one remark per rank with the regions">,
   ];
+  // The arena is planned by the lowering's own code, which makes LLVM types
+  // (constants' arrays) while it collects buffers.
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect", "::mlir::func::FuncDialect",
+                           "::mlir::arith::ArithDialect", "::mlir::scf::SCFDialect"];
 }
 
 def PipeLowerToRuntimePass : Pass<"pipe-lower-to-runtime", "mlir::ModuleOp"> {

@@ -2,6 +2,7 @@
 // RUN: pipec-opt %s --pipec-train-pipeline="stages=1 microbatches=1 schedule=gpipe" --pipe-lower-to-runtime="stage=0" | FileCheck %s --check-prefix=CPU
 // RUN: not pipec-opt %s --nn-convert-precision --pipec-train-pipeline="stages=1 microbatches=1 schedule=gpipe" --pipe-lower-to-runtime="stage=0 target=cuda" 2>&1 | FileCheck %s --check-prefix=F64
 // RUN: not pipec-opt %s --pipec-train-pipeline="stages=1 microbatches=1 schedule=gpipe" --pipe-lower-to-runtime="stage=0 target=tpu" 2>&1 | FileCheck %s --check-prefix=TARGET
+// RUN: pipec-opt %s --pipec-train-pipeline="stages=1 microbatches=1 schedule=gpipe" --pipe-plan-memory=report=true -o /dev/null 2>&1 | FileCheck %s --check-prefix=PLAN
 
 // --target cuda: the stage description says so, kernels are the CUDA twins
 // (runtime/cuda/cuda_kernels.def), a constant reaches a kernel through
@@ -22,6 +23,10 @@
 // CPU-NOT: pipec_rt_constant(
 // CPU: call @pipec_k_binary(
 // CPU: call @pipec_rt_main(
+
+// The training pipeline alone (its memory planning makes the constant's
+// LLVM array type) once crashed without the lowering in the same run.
+// PLAN: remark: rank0 (stage 0): arena {{[0-9]+}} bytes = weights
 
 // F64: error: --target cuda trains in float32
 // TARGET: error: unknown target 'tpu' (expected cpu or cuda)
