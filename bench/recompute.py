@@ -15,8 +15,9 @@ the ResNet example (width 16, 2 blocks per stage, batch 32), compiled with
 - the median step time after the first two steps, with the ratio to `none`
   (the recomputation's time overhead);
 - the simulator's memory model for the same plan (`pipec profile` of the
-  model, `pipec simulate OUT/plan.json [--recompute]`), summed over the
-  stages, as a ratio to the planned arena.
+  model, `pipec simulate OUT/plan.json`, whose stages carry the compiled
+  recomputation modes): the arena it predicts per stage, as the ratio of
+  the sums to the planned arenas and the worst stage's ratio.
 Losses are compared with `none` (they must be identical).
 """
 import argparse
@@ -74,7 +75,7 @@ def main():
              "--microbatch", str(int(extra[extra.index("--batch") + 1]) // args.microbatches)], env)
         print(f"\n{model} ({' '.join(extra)})")
         print(f"{'mode':10} {'arena/stage (KiB)':34} {'arena':>9} {'ratio':>6} {'peak RSS':>9} "
-              f"{'step ms':>8} {'ratio':>6} {'sim/arena':>9}  losses")
+              f"{'step ms':>8} {'ratio':>6} {'sim/arena':>9} {'worst':>6}  losses")
         base = None
         for mode in ("none", "full", "selective"):
             o = os.path.join(d, mode)
@@ -89,16 +90,17 @@ def main():
             metrics = [json.loads(line) for line in open(os.path.join(o, "metrics.jsonl"))]
             step = statistics.median(m["wall_s"] for m in metrics[2:]) * 1e3
             losses = [m["loss"] for m in metrics]
-            sim_args = [args.pipec, "simulate", os.path.join(o, "plan.json"), "--profile", profile,
-                        "--topology", topology] + (["--recompute"] if mode == "full" else [])
-            sim = run(sim_args, env)
-            gib = [float(x) for x in re.findall(r"stage \d+: ([0-9.]+) GiB", sim)]
-            sim_bytes = sum(gib) * (1 << 30)
+            sim = run([args.pipec, "simulate", os.path.join(o, "plan.json"), "--profile", profile,
+                       "--topology", topology], env)
+            predicted = [int(x) for x in re.findall(r"arena (\d+) bytes", sim)]
+            if len(predicted) != len(arenas):
+                sys.exit(f"pipec simulate printed no arena per stage:\n{sim}")
+            worst = max((p / a for p, a in zip(predicted, arenas)), key=lambda r: abs(r - 1))
             if base is None:
                 base = (sum(arenas), step, losses)
             print(f"{mode:10} {' '.join(f'{a / 1024:.0f}' for a in arenas):34} "
                   f"{sum(arenas) / 1024:8.0f}K {sum(arenas) / base[0]:6.2f} {rss / 2**20:8.0f}M "
-                  f"{step:8.2f} {step / base[1]:6.2f} {sim_bytes / sum(arenas):9.2f}  "
+                  f"{step:8.2f} {step / base[1]:6.2f} {sum(predicted) / sum(arenas):9.3f} {worst:6.3f}  "
                   f"{'identical' if losses == base[2] else 'DIFFER'}")
     print(f"\n(work folder {work})")
 

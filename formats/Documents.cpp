@@ -230,6 +230,12 @@ void parseOps(const Reader &r, const std::string &what, StageDesc &d) {
         named.has("param_bytes") ? named.integer("param_bytes") : 0;
     spec.savedBytes =
         named.has("saved_bytes") ? named.integer("saved_bytes") : 0;
+    spec.fwdScratchBytes =
+        named.has("fwd_scratch_bytes") ? named.integer("fwd_scratch_bytes") : 0;
+    spec.bwdScratchBytes =
+        named.has("bwd_scratch_bytes") ? named.integer("bwd_scratch_bytes") : 0;
+    spec.carriedBytes =
+        named.has("carried_bytes") ? named.integer("carried_bytes") : 0;
     if (named.has("inputs"))
       for (const Json &in : named.list("inputs")) {
         if (!in.is_string())
@@ -407,6 +413,7 @@ Manifest readManifest(const std::string &path) {
                           " has a rank that is not a non-negative integer");
       st.ranks.push_back(rank.get<int>());
     }
+    st.arenaBytes = sr.has("arena_bytes") ? sr.integer("arena_bytes") : 0;
     m.stages.push_back(std::move(st));
   }
   return m;
@@ -482,6 +489,9 @@ std::string writeStageDesc(const StageDesc &d) {
                         {"out_bytes", o.outBytes},
                         {"param_bytes", o.paramBytes},
                         {"saved_bytes", o.savedBytes},
+                        {"fwd_scratch_bytes", o.fwdScratchBytes},
+                        {"bwd_scratch_bytes", o.bwdScratchBytes},
+                        {"carried_bytes", o.carriedBytes},
                         {"inputs", o.inputs}});
   return j.dump();
 }
@@ -509,6 +519,8 @@ std::string writeManifest(const Manifest &m) {
     e["ranks"] = s.ranks;
     if (!s.binaries.empty())
       e["binaries"] = s.binaries;
+    if (s.arenaBytes > 0)
+      e["arena_bytes"] = s.arenaBytes;
     j["stages"].push_back(std::move(e));
   }
   j["inputs"] = nlohmann::ordered_json::array();

@@ -15,7 +15,9 @@
 //
 // Boundary conventions (attributes, see dialects/pipe/PipeDialect.h):
 //   bwd args:   pipe.fwd_arg = i      forward argument i of the same microbatch
-//               pipe.fwd_result = j   forward result j (a saved value)
+//               pipe.fwd_result = j   forward result j (a saved value, or an
+//                                     output the backward reads: it is
+//                                     stashed once, as the output)
 //               pipe.loss_seed        dL/dloss of the microbatch (1/m)
 //               pipe.grad_from = [k, a]  gradient of this stage's output that
 //                                        stage k consumed as its argument a
@@ -125,9 +127,19 @@ Value StageDifferentiator::mapForward(Value v) {
     // Weights and constants are re-read, not stashed.
     mapped = b.clone(*v.getDefiningOp())->getResult(0);
   } else {
-    int64_t numResults = fwd.getFunctionType().getNumResults();
-    mapped = newArg(pipe::attrs::kFwdResult, numResults + saved.size());
-    saved.push_back(v);
+    // A value the forward already returns (a stage output, sent on) is in
+    // the stash slot as that result: stashing it again would hold it twice.
+    auto ret = cast<func::ReturnOp>(fwd.getBody().front().getTerminator());
+    for (auto [k, out] : llvm::enumerate(ret.getOperands()))
+      if (out == v) {
+        mapped = newArg(pipe::attrs::kFwdResult, int64_t(k));
+        break;
+      }
+    if (!mapped) {
+      int64_t numResults = fwd.getFunctionType().getNumResults();
+      mapped = newArg(pipe::attrs::kFwdResult, numResults + saved.size());
+      saved.push_back(v);
+    }
   }
   fwdToBwd[v] = mapped;
   return mapped;
@@ -405,14 +417,22 @@ LogicalResult StageDifferentiator::sweep(Block &body) {
   return reverseSweep(ops, b, grads, mapper, take);
 }
 
-/// Accumulate weight gradients into their .grad globals.
+/// Accumulate weight gradients into their .grad globals, each right where
+/// its gradient is complete: the gradient's buffer is free again at once
+/// (accumulating at the end of the backward kept every weight gradient of
+/// the stage alive in scratch through the whole sweep).
 void StageDifferentiator::accumulateWeightGradients() {
+  OpBuilder::InsertionGuard guard(b);
   for (auto &[name, g] : weightGrads) {
     auto weight = weightGlobals.lookup(name);
     if (!weight || !weight.getIsMutable())
       continue;
     auto gradG = gradGlobal(weight);
     auto ref = FlatSymbolRefAttr::get(gradG.getSymNameAttr());
+    if (Operation *def = g.getDefiningOp(); def && def->getBlock() == entry)
+      b.setInsertionPointAfter(def);
+    else
+      b.setInsertionPointToEnd(entry);
     Value old = ml_program::GlobalLoadOp::create(b, g.getLoc(), g.getType(), ref);
     Value sum = nn::AddOp::create(b, g.getLoc(), g.getType(), old, g);
     ml_program::GlobalStoreOp::create(b, g.getLoc(), ref, sum);
@@ -461,8 +481,8 @@ void StageDifferentiator::pruneStash() {
   }
   for (auto &attrs : argAttrs) {
     auto r = attrs.getAs<IntegerAttr>(pipe::attrs::kFwdResult);
-    if (!r)
-      continue;
+    if (!r || r.getInt() < firstSavedIndex)
+      continue; // an output of the forward, not a saved value
     Value v = saved[r.getInt() - firstSavedIndex];
     savedIndex[r.getInt()] = firstSavedIndex + keptSaved.size();
     keptSaved.push_back(v);

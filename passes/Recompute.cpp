@@ -135,6 +135,25 @@ private:
                               arg.getArgNumber(), arg.getLoc());
       map.map(arg, stashed);
     }
+    // The forward's outputs are in the stash slot already (sent on): the
+    // copy reads them from there rather than computing them again (and
+    // what only they need).
+    llvm::DenseMap<Value, BlockArgument> outputArg;
+    for (unsigned i = 0; i < numOut; ++i) {
+      Value out = ret.getOperand(i);
+      if (!out.getDefiningOp() || outputArg.count(out))
+        continue;
+      BlockArgument slot = BlockArgument();
+      for (unsigned a = 0; a < bwd.getNumArguments() && !slot; ++a)
+        if (auto r =
+                bwd.getArgAttrOfType<IntegerAttr>(a, pipe::attrs::kFwdResult);
+            r && r.getInt() == int64_t(i))
+          slot = bwd.getArgument(a);
+      outputArg[out] = slot
+                           ? slot
+                           : addArgument(out.getType(), pipe::attrs::kFwdResult,
+                                         i, out.getLoc());
+    }
     b.setInsertionPointToStart(&entry);
     for (Operation &op : fwd.getBody().front()) {
       if (&op == ret.getOperation() || isa<ml_program::GlobalStoreOp>(op))
@@ -151,6 +170,9 @@ private:
       }
       Operation *copy = b.clone(op, map);
       copy->removeAttr("nn.cost"); // the forward's cost, counted there
+      for (Value r : op.getResults())
+        if (auto slot = outputArg.find(r); slot != outputArg.end())
+          map.map(r, slot->second);
     }
   }
 

@@ -24,12 +24,28 @@ struct ProfileOp {
   int64_t savedBytes = 0;
   /// Indices of the producing ops. Empty means "the previous op" (a chain).
   std::vector<int> inputs;
+  /// The most scratch bytes live while one of the op's kernels runs in the
+  /// forward, and in the backward (its working set together with what flows
+  /// past it; 0: unknown). `pipec profile` measures them, with saved_bytes,
+  /// from the compiled stage.
+  int64_t fwdScratchBytes = 0, bwdScratchBytes = 0;
+  /// What a zero-bubble schedule's split backward carries in the stash
+  /// slot from its input half to the op's weight gradient (0: nothing, or
+  /// unknown).
+  int64_t carriedBytes = 0;
 };
 
 struct Profile {
   std::string device = "cpu";
   int64_t microbatch = 1;
   std::vector<ProfileOp> ops;
+  /// "arena" (written by pipec's profiler): saved_bytes is what the
+  /// compiled backward stashes, charged to the op that computes it (a value
+  /// is charged once, however many backward ops read it), and the scratch
+  /// bytes are measured, so the simulator models a stage's arena as the
+  /// lowering lays it out (lib/Sim/Simulator.cpp). Empty: saved_bytes is an
+  /// estimate per op (hand-written or paper profiles), stashed per microbatch.
+  std::string memoryModel;
 
   /// Producers of op i with the chain default applied (op i-1 when the
   /// list is empty and i > 0).

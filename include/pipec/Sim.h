@@ -80,9 +80,20 @@ struct StageMemory {
   int64_t optimizer = 0;   ///< optimizer state
   int64_t activations = 0; ///< stashed activations at the peak in-flight count
   int64_t buffers = 0;     ///< communication buffers and workspace
+  /// With an "arena" profile (Profile::memoryModel): the lowering's io
+  /// region (gradients of the stage's inputs and outputs) and scratch (the
+  /// largest working set of one op, and recomputed values); 0 otherwise.
+  int64_t io = 0, scratch = 0;
   int weightVersions = 1;
   int64_t total() const {
-    return weights + gradients + optimizer + activations + buffers;
+    return weights + gradients + optimizer + activations + buffers + io +
+           scratch;
+  }
+  /// What the compiler's static arena of the stage holds (one copy of the
+  /// weights: older versions and message buffers live outside it).
+  int64_t arena() const {
+    return weights / std::max(weightVersions, 1) + gradients + optimizer +
+           activations + io + scratch;
   }
 };
 

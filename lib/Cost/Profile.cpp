@@ -144,6 +144,14 @@ ProfileResult profileFromJson(const std::string &text) {
     profile.microbatch = *microbatch;
   }
 
+  if (auto model = doc.find("memory_model"); model != doc.end()) {
+    if (!model->is_string() || (model->get<std::string>() != "arena" &&
+                                !model->get<std::string>().empty()))
+      return fail("'memory_model' must be \"arena\" (or absent), got " +
+                  model->dump());
+    profile.memoryModel = model->get<std::string>();
+  }
+
   auto ops = doc.find("ops");
   if (ops == doc.end() || !ops->is_array())
     return fail("'ops' must be a list of ops");
@@ -193,11 +201,23 @@ ProfileResult profileFromJson(const std::string &text) {
     auto savedBytes = readCount(entry, "saved_bytes", what, error);
     if (!savedBytes)
       return fail(error);
+    auto fwdScratch = readCount(entry, "fwd_scratch_bytes", what, error);
+    if (!fwdScratch)
+      return fail(error);
+    auto bwdScratch = readCount(entry, "bwd_scratch_bytes", what, error);
+    if (!bwdScratch)
+      return fail(error);
+    auto carried = readCount(entry, "carried_bytes", what, error);
+    if (!carried)
+      return fail(error);
     op.fwdSeconds = *fwd;
     op.bwdSeconds = *bwd;
     op.outBytes = *outBytes;
     op.paramBytes = *paramBytes;
     op.savedBytes = *savedBytes;
+    op.fwdScratchBytes = *fwdScratch;
+    op.bwdScratchBytes = *bwdScratch;
+    op.carriedBytes = *carried;
 
     auto inputs = entry.find("inputs");
     if (inputs != entry.end() && !inputs->is_null()) {
@@ -248,6 +268,12 @@ std::string profileToJson(const Profile &profile) {
                           {"out_bytes", op.outBytes},
                           {"param_bytes", op.paramBytes},
                           {"saved_bytes", op.savedBytes}};
+    if (op.fwdScratchBytes > 0 || op.bwdScratchBytes > 0) {
+      entry["fwd_scratch_bytes"] = op.fwdScratchBytes;
+      entry["bwd_scratch_bytes"] = op.bwdScratchBytes;
+    }
+    if (op.carriedBytes > 0)
+      entry["carried_bytes"] = op.carriedBytes;
     // An empty list means "the previous op"; keep it implicit.
     if (!op.inputs.empty()) {
       ordered_json inputs = ordered_json::array();
@@ -263,8 +289,10 @@ std::string profileToJson(const Profile &profile) {
   }
   ordered_json doc = {{"format", kProfileFormat},
                       {"device", profile.device},
-                      {"microbatch", profile.microbatch},
-                      {"ops", std::move(ops)}};
+                      {"microbatch", profile.microbatch}};
+  if (!profile.memoryModel.empty())
+    doc["memory_model"] = profile.memoryModel;
+  doc["ops"] = std::move(ops);
   return doc.dump(2) + "\n";
 }
 

@@ -231,6 +231,11 @@ Profile scaleProfile(const Profile &profile, int64_t microbatchSize) {
     op.bwdSeconds *= f;
     op.outBytes = static_cast<int64_t>(std::llround(op.outBytes * f));
     op.savedBytes = static_cast<int64_t>(std::llround(op.savedBytes * f));
+    op.fwdScratchBytes =
+        static_cast<int64_t>(std::llround(op.fwdScratchBytes * f));
+    op.bwdScratchBytes =
+        static_cast<int64_t>(std::llround(op.bwdScratchBytes * f));
+    op.carriedBytes = static_cast<int64_t>(std::llround(op.carriedBytes * f));
   }
   return scaled;
 }

@@ -105,6 +105,15 @@ struct VStage {
   /// Full recomputation (SimOptions::recompute, or the plan stage's
   /// "recompute": "full"): stash the inputs, re-run the forward in B.
   bool recompute = false;
+  /// Arena model (the profile's memory_model "arena"): one stash slot per
+  /// microbatch in flight, and the io and scratch regions, as the lowering
+  /// lays them out.
+  bool arena = false;
+  int64_t slotBytes = 0, ioBytes = 0, scratchBytes = 0;
+  /// Bytes stashed per microbatch in flight.
+  int64_t stashBytes() const {
+    return arena ? slotBytes : recompute ? inputBytes : savedBytes;
+  }
   std::vector<int> inEdges, outEdges;
 };
 
@@ -276,6 +285,7 @@ private:
   /// microbatch scale and the replicas of every device position.
   std::string setShape();
   std::string buildStages();
+  void arenaOfStage(int q, const std::vector<bool> &sentOn);
   std::string assignDevices();
   /// Steps to simulate and the steady-state window (continuous schedules);
   /// notes whether a device is shared. Returns the number of ranks.
@@ -799,6 +809,7 @@ std::string Simulator::buildStages() {
     }
     stage.savedBytes = std::llround(sigma * static_cast<double>(saved));
   }
+  std::vector<bool> sentOn(size_t(numLayers), false);
   // One edge per (producing stage, consuming stage); a tensor counts once
   // per consuming stage.
   std::map<std::pair<int, int>, int64_t> edgeBytes;
@@ -810,6 +821,7 @@ std::string Simulator::buildStages() {
       int a = stageOfLayer[t], b = stageOfLayer[j];
       if (a >= b)
         continue;
+      sentOn[size_t(t)] = true;
       int64_t &bytes = edgeBytes[{a, b}];
       if (counted.insert({t, b}).second)
         bytes +=
@@ -822,6 +834,9 @@ std::string Simulator::buildStages() {
     stages[link.second].inEdges.push_back(e);
     stages[link.second].inputBytes += bytes;
   }
+  if (profile.memoryModel == "arena")
+    for (int q = 0; q < numQ; ++q)
+      arenaOfStage(q, sentOn);
   if (split || lanes.split) {
     // Replica j of r runs a 1/r slice of every microbatch: time and
     // activation bytes scale with the slice (dapple.md §4, pitfall 5).
@@ -832,9 +847,103 @@ std::string Simulator::buildStages() {
       stage.bwdWeight /= r;
       stage.savedBytes = std::llround(stage.savedBytes / r);
       stage.inputBytes = std::llround(stage.inputBytes / r);
+      stage.slotBytes = std::llround(stage.slotBytes / r);
+      stage.ioBytes = std::llround(stage.ioBytes / r);
+      stage.scratchBytes = std::llround(stage.scratchBytes / r);
     }
   }
   return "";
+}
+
+/// The arena model of stage q (memory_model "arena", the layout of
+/// passes/LowerToRuntime): a stash slot holds the stage's inputs, its
+/// outputs (sent on) and what its backward keeps (saved_bytes, charged to
+/// the op that computes the value; an output the backward reads is held
+/// once); io holds the gradients of the inputs and of the outputs; scratch
+/// is the largest working set of one op (fwd/bwd_scratch_bytes). With
+/// recomputation (passes/Recompute.cpp) `full` keeps nothing but inputs and
+/// outputs and `selective` also the results of GEMMs, matmuls and
+/// convolutions (the recomputed ops start from them); the backward first
+/// recomputes the rest in scratch, op by op (each op's forward working set
+/// on top of what was recomputed before it), then frees it as its sweep
+/// passes (each op's backward working set on top of what the ops before it
+/// recomputed: its own values were last read by its consumers' backwards).
+/// Zero-bubble schedules also carry values from the backward's input half
+/// to its weight half in the slot (carried_bytes).
+void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
+  const StagePlan &plan_ = plan.stages[q];
+  VStage &stage = stages[q];
+  const std::string mode =
+      options.recompute ? "full"
+                        : (plan_.recompute.empty() ? "none" : plan_.recompute);
+  auto aligned = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+  auto expensive = [&](int l) {
+    const std::string &kind = profile.ops[size_t(l)].op;
+    return kind == "gemm" || kind == "matmul" || kind == "conv";
+  };
+  const int first = plan_.firstLayer, last = plan_.lastLayer;
+  // Selective: the expensive ops whose results the recomputed ops start
+  // from (found backwards from every cheap op whose value the backward
+  // needs and the slot does not hold anyway).
+  std::vector<bool> needed(size_t(last - first + 1), false),
+      startsFrom(needed.size(), false);
+  if (mode == "selective")
+    for (int l = last; l >= first; --l) {
+      const ProfileOp &op = profile.ops[size_t(l)];
+      if (expensive(l) || !(needed[size_t(l - first)] ||
+                            (op.savedBytes > 0 && !sentOn[size_t(l)])))
+        continue;
+      for (int t : profile.producersOf(l))
+        if (t >= first && t < l)
+          (expensive(t) ? startsFrom : needed)[size_t(t - first)] = true;
+    }
+  int64_t slot = 0, outputs = 0, plain = 0;
+  int64_t recomputed = 0, forwardPeak = 0, backwardPeak = 0;
+  // A split backward (zero bubble) carries the weight half's inputs in the
+  // slot: what the input half computes for it (carried_bytes) in a stage
+  // whose inputs get gradients; in the first stage, whose input half
+  // computes nothing, the gradients of its outputs (they arrive in io).
+  const bool carries = splitBackward() && stage.inputBytes > 0;
+  for (int l = first; l <= last; ++l) {
+    const ProfileOp &op = profile.ops[size_t(l)];
+    if (carries)
+      slot += op.carriedBytes;
+    int64_t held =
+        mode == "none" ? op.savedBytes
+        : mode == "selective" && expensive(l)
+            ? std::max(op.savedBytes,
+                       startsFrom[size_t(l - first)] ? aligned(op.outBytes) : 0)
+            : 0;
+    // The gradient of an output arrives in io, not in scratch (where the
+    // one-stage profile's backward had it while its op ran; at the ops
+    // between, partial sums make it less clear: kept).
+    int64_t backward = op.bwdScratchBytes;
+    if (sentOn[size_t(l)]) {
+      held = std::max(held, aligned(op.outBytes));
+      outputs += aligned(op.outBytes);
+      backward = std::max<int64_t>(0, backward - aligned(op.outBytes));
+    }
+    slot += held;
+    plain = std::max({plain, op.fwdScratchBytes, backward});
+    // When op l's backward runs, the values it computed were read by its
+    // consumers' backwards, which ran before it: what the ops before it
+    // recomputed is still held.
+    forwardPeak = std::max(forwardPeak, recomputed + op.fwdScratchBytes);
+    backwardPeak = std::max(backwardPeak, recomputed + backward);
+    recomputed += std::max<int64_t>(0, op.savedBytes - held);
+  }
+  if (splitBackward() && !carries)
+    slot += outputs;
+  const int64_t scratch =
+      mode == "none" ? plain
+                     : std::max({plain, forwardPeak, recomputed, backwardPeak});
+  auto scaled = [&](int64_t bytes) {
+    return std::llround(sigma * static_cast<double>(bytes));
+  };
+  stage.arena = true;
+  stage.slotBytes = stage.inputBytes + scaled(slot);
+  stage.ioBytes = stage.inputBytes + scaled(outputs);
+  stage.scratchBytes = scaled(scratch);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1441,8 +1550,7 @@ Simulator::activationPeak(const std::vector<std::pair<int, size_t>> &run,
   for (const auto &[r, i] : run) {
     const SchedOp &op = ranks[r].ops[i];
     const VStage &stage = stages[stageOf(op.chunk, ranks[r].group)];
-    int64_t perMicrobatch =
-        stage.recompute ? stage.inputBytes : stage.savedBytes;
+    int64_t perMicrobatch = stage.stashBytes();
     if (op.kind == PassKind::Forward) {
       liveBytes += perMicrobatch;
       peakBytes = std::max(peakBytes, liveBytes);
@@ -1468,18 +1576,22 @@ void Simulator::accountStageMemory(SimResult &result,
   for (size_t r = 0; r < ranks.size(); ++r) {
     const Rank &rank = ranks[r];
     std::vector<int64_t> inflight(v, 0), peak(v, 0);
+    int64_t inflightAll = 0, peakAll = 0;
     for (size_t i = 0; i < rank.ops.size(); ++i) {
       const SchedOp &op = rank.ops[i];
-      if (op.kind == PassKind::Forward)
+      if (op.kind == PassKind::Forward) {
         peak[op.chunk] = std::max(peak[op.chunk], ++inflight[op.chunk]);
-      else if (lastBackward[r][i])
+        peakAll = std::max(peakAll, ++inflightAll);
+      } else if (lastBackward[r][i]) {
         --inflight[op.chunk];
+        --inflightAll;
+      }
     }
     int64_t versions = peakWeightVersions(kind, rank.ops, m);
     for (int c = 0; c < v; ++c) {
       const int q = stageOf(c, rank.group);
       const VStage &stage = stages[q];
-      if (stage.recompute)
+      if (stage.recompute && !stage.arena)
         rankMaxSaved[r] = std::max(rankMaxSaved[r], stage.savedBytes);
       StageMemory memory;
       memory.weightVersions = static_cast<int>(std::max<int64_t>(versions, 1));
@@ -1487,14 +1599,20 @@ void Simulator::accountStageMemory(SimResult &result,
       memory.gradients = stage.paramBytes;
       memory.optimizer = std::llround(options.optimizerStateFactor *
                                       static_cast<double>(stage.paramBytes));
-      memory.activations = stage.recompute
+      // The lowering gives every chunk of a rank as many stash slots as the
+      // rank has microbatches in flight over all its chunks.
+      memory.activations = stage.arena ? peakAll * stage.stashBytes()
+                           : stage.recompute
                                ? peak[c] * stage.inputBytes + stage.savedBytes
-                               : peak[c] * stage.savedBytes;
+                               : peak[c] * stage.stashBytes();
+      memory.io = stage.ioBytes;
+      memory.scratch = stage.scratchBytes;
       const Buffers &b = buffers[r * v + c];
       memory.buffers = peakOf({&b.sent, &b.held});
       if (v == 1)
         rankBuffers[r] = memory.buffers;
-      rankStatic[r] += memory.weights + memory.gradients + memory.optimizer;
+      rankStatic[r] += memory.weights + memory.gradients + memory.optimizer +
+                       memory.io + memory.scratch;
       if (memory.total() > result.memory[q].total() ||
           result.memory[q].total() == 0)
         result.memory[q] = memory;
@@ -1522,6 +1640,14 @@ void Simulator::accountDevices(SimResult &result, LastBackward &lastBackward,
     }
     std::vector<const std::vector<BufferInterval> *> held;
     int64_t deviceBytes = activationPeak(run, lastBackward), maxSaved = 0;
+    if (onDevice.size() == 1 && stages.front().arena) {
+      // The lowering reserves its stash slots for the whole run.
+      int64_t reserved = 0;
+      for (int c = 0; c < v; ++c)
+        reserved +=
+            result.memory[stageOf(c, ranks[onDevice[0]].group)].activations;
+      deviceBytes = std::max(deviceBytes, reserved);
+    }
     DeviceUsage usage;
     usage.device = ranks[onDevice.front()].device;
     for (int r : onDevice) {

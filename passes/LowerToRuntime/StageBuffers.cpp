@@ -7,6 +7,8 @@
 #include "passes/LowerToRuntime/StageLowering.h"
 #include "pipec/Schedule.h"
 
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
@@ -66,12 +68,20 @@ LogicalResult StageLowering::planFunction(Chunk &c, FunctionPlan &fp) {
   for (Value v : ret.getOperands())
     ++returnUses[v];
   for (auto [r, v] : llvm::enumerate(ret.getOperands())) {
-    Operation *def = v.getDefiningOp();
+    // A returned view (a reshape of a result): the value it views is
+    // computed into the result instead, unless that value is returned
+    // itself (else it would sit in scratch until the return copied it).
+    Value root = v;
+    while (root.getDefiningOp() && isViewOp(root.getDefiningOp()) &&
+           returnUses[v] == 1)
+      root = root.getDefiningOp()->getOperand(0);
+    Operation *def = root.getDefiningOp();
     if (!def || isViewOp(def) ||
         isa<ml_program::GlobalLoadOp, nn::ConstantOp>(def) ||
-        returnUses[v] != 1 || fp.buffers.count(v))
+        returnUses[v] != 1 || (root != v && returnUses.count(root)) ||
+        fp.buffers.count(root))
       continue;
-    fp.buffers[v] = fp.results[r];
+    fp.buffers[root] = fp.results[r];
   }
   // Values stored into a global by an elementwise op: compute in place,
   // provided no load of that global is read after the op.
@@ -166,15 +176,91 @@ LogicalResult StageLowering::planFunction(Chunk &c, FunctionPlan &fp) {
     }
   }
   c.regions.scratch =
-      std::max(c.regions.scratch, assignScratch(fp, scratchBytes));
+      std::max(c.regions.scratch, assignScratch(c, fp, scratchBytes));
   return success();
+}
+
+/// The layer whose kernels compute `v` (through views), or -1.
+static int64_t layerOf(const Chunk &c, Value v) {
+  Operation *def = v.getDefiningOp();
+  while (def && isViewOp(def) && def->getNumOperands() > 0)
+    def = def->getOperand(0).getDefiningOp();
+  if (!def)
+    return -1;
+  auto it = c.opIds.find(locationName(def->getLoc()));
+  return it == c.opIds.end() ? -1 : it->second;
+}
+
+/// Charges every stashed forward result (pipe.saved) to the layer that
+/// computes it, with the bytes it takes in a stash slot.
+void StageLowering::attributeStash(Chunk &c) {
+  c.layerSaved.assign(c.layerOps.size(), 0);
+  auto ret = cast<func::ReturnOp>(c.fwd.fn.getBody().front().getTerminator());
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    if (!c.fwd.fn.getResultAttr(unsigned(i), "pipe.saved"))
+      continue;
+    int64_t layer = layerOf(c, v);
+    if (layer >= 0)
+      c.layerSaved[size_t(layer)] +=
+          alignUp(std::max<int64_t>(nn::tensorBytes(v.getType()), 4));
+  }
+}
+
+/// Zero-bubble schedules split a stage's backward (passes/SplitBackward.cpp)
+/// into the input half and the weight half, which reads, besides the stash,
+/// values the input half computed: they are carried in the stash slot. For
+/// the profile's memory model this estimates them on the unsplit backward,
+/// as if the stage's inputs needed gradients (every stage's but the first
+/// do): the input half is every op that reads a weight (an input gradient
+/// such as dY.W^T) or feeds one that does; the other ops form the weight
+/// half, and every input-half value they read is carried, charged to the
+/// layer of the op that reads it.
+void StageLowering::attributeCarried(Chunk &c) {
+  c.layerCarried.assign(c.layerOps.size(), 0);
+  if (c.bwdw.fn)
+    return; // already split: its carried values are in the slot
+  Block &body = c.bwd.fn.getBody().front();
+  auto readsWeight = [&](Operation &op) {
+    return llvm::any_of(op.getOperands(), [&](Value v) {
+      auto load = v.getDefiningOp<ml_program::GlobalLoadOp>();
+      auto global =
+          load ? module.lookupSymbol<ml_program::GlobalOp>(load.getGlobal())
+               : ml_program::GlobalOp();
+      return global && !global->hasAttr(pipe::attrs::kGradOf);
+    });
+  };
+  auto cloneable = [](Operation &op) {
+    return isa<ml_program::GlobalLoadOp, ml_program::GlobalStoreOp,
+               nn::ConstantOp>(op);
+  };
+  llvm::SmallPtrSet<Operation *, 32> inputHalf;
+  for (Operation &op : llvm::reverse(body.without_terminator()))
+    if (!cloneable(op) &&
+        (readsWeight(op) || llvm::any_of(op.getUsers(), [&](Operation *user) {
+           return inputHalf.count(user);
+         })))
+      inputHalf.insert(&op);
+  llvm::DenseSet<Value> counted;
+  for (Operation &op : body.without_terminator()) {
+    if (inputHalf.count(&op) || cloneable(op))
+      continue;
+    auto layer = c.opIds.find(locationName(op.getLoc()));
+    for (Value v : op.getOperands()) {
+      Operation *def = v.getDefiningOp();
+      if (!def || !inputHalf.count(def) || layer == c.opIds.end() ||
+          !counted.insert(v).second)
+        continue;
+      c.layerCarried[size_t(layer->second)] +=
+          alignUp(std::max<int64_t>(nn::tensorBytes(v.getType()), 4));
+    }
+  }
 }
 
 /// Offsets for the scratch buffers of one function: buffer i lives from
 /// the first to the last step that names it, and two buffers share bytes
 /// only when their lifetimes are disjoint (packByLifetime,
 /// include/pipec/Arena.h). Returns the bytes needed.
-int64_t StageLowering::assignScratch(FunctionPlan &fp,
+int64_t StageLowering::assignScratch(Chunk &c, FunctionPlan &fp,
                                      ArrayRef<int64_t> bytes) {
   std::vector<ScratchBuffer> scratch(bytes.size());
   for (auto [i, b] : llvm::enumerate(bytes))
@@ -187,6 +273,23 @@ int64_t StageLowering::assignScratch(FunctionPlan &fp,
           sb.first = int64_t(i);
         sb.last = int64_t(i);
       }
+  // Scratch bytes live at each step (for the profile's memory model).
+  std::vector<int64_t> live(fp.steps.size() + 1, 0);
+  for (const ScratchBuffer &sb : scratch)
+    if (sb.first >= 0) {
+      live[size_t(sb.first)] += sb.bytes;
+      live[size_t(sb.last) + 1] -= sb.bytes;
+    }
+  SmallVector<int64_t> &perLayer =
+      fp.phase == 0 ? c.layerScratchFwd : c.layerScratchBwd;
+  perLayer.resize(c.layerOps.size(), 0);
+  int64_t running = 0;
+  for (auto [i, step] : llvm::enumerate(fp.steps)) {
+    running += live[i];
+    int64_t layer = step.opId - c.opBase;
+    if (step.opId >= 0 && layer < int64_t(perLayer.size()))
+      perLayer[size_t(layer)] = std::max(perLayer[size_t(layer)], running);
+  }
   int64_t total = 0;
   std::vector<int64_t> offset = packByLifetime(scratch, total);
   auto fix = [&](Buffer &b) {
@@ -351,6 +454,7 @@ LogicalResult StageLowering::collectChunk(Chunk &c) {
     if (fwd.fn.getResultAttr(i, pipe::attrs::kLoss))
       c.lossResult = i;
   }
+  attributeStash(c);
   // A backward argument that is a stashed forward argument or result
   // (pipe.fwd_arg / pipe.fwd_result = index): its buffer, or an error.
   auto stashed = [&](func::FuncOp f, unsigned i,
@@ -418,5 +522,6 @@ LogicalResult StageLowering::collectChunk(Chunk &c) {
   for (FunctionPlan *fp : c.plans())
     if (failed(planFunction(c, *fp)))
       return failure();
+  attributeCarried(c);
   return success();
 }

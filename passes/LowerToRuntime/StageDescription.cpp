@@ -87,11 +87,21 @@ void StageLowering::describeFeeds(formats::StageDesc &d, int64_t &microbatch) {
 void StageLowering::describeOps(formats::StageDesc &d) {
   llvm::DenseMap<Operation *, std::string> names;
   SmallVector<Operation *> layerOps;
-  for (auto &c : chunks)
+  SmallVector<int64_t> saved, fwdScratch, bwdScratch, carried;
+  for (auto &c : chunks) {
     layerOps.append(c->layerOps.begin(), c->layerOps.end());
+    auto add = [&](SmallVector<int64_t> &all, const SmallVector<int64_t> &v) {
+      all.append(v.begin(), v.end());
+      all.resize(layerOps.size(), 0);
+    };
+    add(saved, c->layerSaved);
+    add(fwdScratch, c->layerScratchFwd);
+    add(bwdScratch, c->layerScratchBwd);
+    add(carried, c->layerCarried);
+  }
   for (auto [op, name] : llvm::zip(layerOps, uniqueLayerNames(layerOps)))
     names[op] = name;
-  for (Operation *op : layerOps) {
+  for (auto [i, op] : llvm::enumerate(layerOps)) {
     formats::OpSpec spec;
     spec.name = names[op];
     spec.op = op->getName().stripDialect().str();
@@ -101,11 +111,16 @@ void StageLowering::describeOps(formats::StageDesc &d) {
     if (auto cost = op->getAttrOfType<nn::CostAttr>("nn.cost")) {
       spec.outBytes = cost.getOutBytes();
       spec.paramBytes = cost.getParamBytes();
-      spec.savedBytes = cost.getSavedBytes();
     } else {
       for (Value r : op->getResults())
         spec.outBytes += nn::tensorBytes(r.getType());
     }
+    // What this stage really stashes and works in (the cost annotation's
+    // saved bytes are an estimate made before differentiation).
+    spec.savedBytes = saved[i];
+    spec.fwdScratchBytes = fwdScratch[i];
+    spec.bwdScratchBytes = bwdScratch[i];
+    spec.carriedBytes = carried[i];
     d.ops.push_back(std::move(spec));
   }
 }

@@ -91,6 +91,14 @@ struct Chunk {
   SmallVector<std::string> weightOrder;
   llvm::StringMap<int64_t> opIds;
   SmallVector<Operation *> layerOps;
+  /// Per layer (index in layerOps), for the profile's memory model: the
+  /// stash-slot bytes of the forward results (pipe.saved) this layer
+  /// computes, and the most scratch bytes live while one of its kernels
+  /// runs in the forward, and in the backward (or the optimizer step).
+  SmallVector<int64_t> layerSaved, layerScratchFwd, layerScratchBwd;
+  /// Per layer: what a split backward (zero bubble) would carry from its
+  /// input half to the weight half for it (attributeCarried).
+  SmallVector<int64_t> layerCarried;
   int64_t versionedBytes = 0; ///< weights region prefix read through wbase
   int64_t lossResult = -1;
   int64_t lossSeedArg = -1;
@@ -127,7 +135,9 @@ private:
   LogicalResult collect();
   LogicalResult collectChunk(Chunk &c);
   LogicalResult planFunction(Chunk &c, FunctionPlan &fp);
-  int64_t assignScratch(FunctionPlan &fp, ArrayRef<int64_t> bytes);
+  int64_t assignScratch(Chunk &c, FunctionPlan &fp, ArrayRef<int64_t> bytes);
+  void attributeStash(Chunk &c);
+  void attributeCarried(Chunk &c);
   Buffer weightBuffer(Chunk &c, StringRef global, Type type);
   Buffer constBuffer(nn::ConstantOp op);
   Buffer allocate(int64_t &regionSize, Buffer::Region region, Type type);

@@ -71,6 +71,9 @@ std::string Profiler::toJson(const StageDesc &desc) const {
     o["out_bytes"] = op.outBytes;
     o["param_bytes"] = op.paramBytes;
     o["saved_bytes"] = op.savedBytes;
+    o["fwd_scratch_bytes"] = op.fwdScratchBytes;
+    o["bwd_scratch_bytes"] = op.bwdScratchBytes;
+    o["carried_bytes"] = op.carriedBytes;
     o["inputs"] = op.inputs;
     ops.push_back(std::move(o));
   }
@@ -78,6 +81,8 @@ std::string Profiler::toJson(const StageDesc &desc) const {
   doc["format"] = "pipec.profile/1";
   doc["device"] = "cpu";
   doc["microbatch"] = desc.microbatch;
+  // saved_bytes and the scratch bytes are the compiled stage's.
+  doc["memory_model"] = "arena";
   doc["stage"] = desc.stage;
   doc["steps"] = countedSteps;
   doc["ops"] = std::move(ops);

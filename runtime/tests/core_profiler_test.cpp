@@ -24,8 +24,8 @@ StageDesc twoOpStage() {
   d.stage = 0;
   d.microbatches = 2;
   d.microbatch = 4;
-  d.ops = {{"/fc/Gemm", "Gemm", 64, 80, 32, {}},
-           {"/relu", "Relu", 64, 0, 64, {"/fc/Gemm"}}};
+  d.ops = {{"/fc/Gemm", "Gemm", 64, 80, 32, 96, 128, 48, {}},
+           {"/relu", "Relu", 64, 0, 64, 0, 0, 0, {"/fc/Gemm"}}};
   return d;
 }
 
@@ -68,6 +68,9 @@ TEST(CoreProfiler, AveragesPerMicrobatchAndSkipsWarmup) {
   EXPECT_EQ(gemm["op"], "Gemm");
   EXPECT_EQ(gemm["param_bytes"], 80);
   EXPECT_EQ(gemm["saved_bytes"], 32);
+  EXPECT_EQ(gemm["fwd_scratch_bytes"], 96);
+  EXPECT_EQ(gemm["bwd_scratch_bytes"], 128);
+  EXPECT_EQ(gemm["carried_bytes"], 48);
   EXPECT_EQ(gemm["out_bytes"], 64);
   // Mean per microbatch = total / (steps * microbatches); per step for opt.
   EXPECT_DOUBLE_EQ(gemm["fwd_s"].get<double>(), p.seconds(0, 0) / 4);

@@ -11,11 +11,16 @@
 // CHECK-LABEL: func.func @s0_fwd
 // CHECK-LABEL: func.func @s0_bwd
 // CHECK-SAME: (%[[DY:.*]]: tensor<4x5xf32> {pipe.grad_from = array<i64: 1, 0>}, %[[X:.*]]: tensor<4x6xf32> {pipe.fwd_arg = 0 : i64})
+// Each weight gradient is accumulated as soon as it is complete (its
+// scratch buffer is free again at once).
 // CHECK: %[[DW:.*]] = nn.gemm %[[DY]], %[[X]] {beta = 0.000000e+00 : f32, trans_a = true} : (tensor<4x5xf32>, tensor<4x6xf32>) -> tensor<5x6xf32>
-// CHECK: %[[DB:.*]] = nn.sum_to_shape %[[DY]] : tensor<4x5xf32> -> tensor<5xf32>
-// CHECK: %[[OLD:.*]] = ml_program.global_load @w1.grad
-// CHECK: %[[SUM:.*]] = nn.add %[[OLD]], %[[DW]]
-// CHECK: ml_program.global_store @w1.grad = %[[SUM]]
+// CHECK-NEXT: %[[OLD:.*]] = ml_program.global_load @w1.grad
+// CHECK-NEXT: %[[SUM:.*]] = nn.add %[[OLD]], %[[DW]]
+// CHECK-NEXT: ml_program.global_store @w1.grad = %[[SUM]]
+// CHECK-NEXT: %[[DB:.*]] = nn.sum_to_shape %[[DY]] : tensor<4x5xf32> -> tensor<5xf32>
+// CHECK-NEXT: %[[OLDB:.*]] = ml_program.global_load @b1.grad
+// CHECK-NEXT: %[[SUMB:.*]] = nn.add %[[OLDB]], %[[DB]]
+// CHECK-NEXT: ml_program.global_store @b1.grad = %[[SUMB]]
 // CHECK-LABEL: func.func @s0_step
 // CHECK-SAME: (%[[LR:.*]]: tensor<f32> {pipe.lr})
 // CHECK: %[[W:.*]] = ml_program.global_load @w1 :

@@ -117,6 +117,36 @@ TEST(ProfileTest, RoundTripPreservesInexactDoubles) {
   EXPECT_EQ(back.profile.ops[1].inputs, std::vector<int>{0});
 }
 
+TEST(ProfileTest, ArenaMemoryModelRoundTrips) {
+  ProfileResult read = profileFromJson(
+      R"({"format": "pipec.profile/1", "memory_model": "arena", "ops": [
+        {"name": "fc", "op": "gemm", "out_bytes": 64, "saved_bytes": 128,
+         "fwd_scratch_bytes": 192, "bwd_scratch_bytes": 256},
+        {"name": "relu", "op": "relu", "out_bytes": 64}]})");
+  ASSERT_TRUE(read.ok) << read.error;
+  const Profile &p = read.profile;
+  EXPECT_EQ(p.memoryModel, "arena");
+  EXPECT_EQ(p.ops[0].fwdScratchBytes, 192);
+  EXPECT_EQ(p.ops[0].bwdScratchBytes, 256);
+  EXPECT_EQ(p.ops[1].fwdScratchBytes, 0); // absent: unknown
+  ProfileResult back = profileFromJson(profileToJson(p));
+  ASSERT_TRUE(back.ok) << back.error;
+  EXPECT_EQ(back.profile.memoryModel, "arena");
+  EXPECT_EQ(back.profile.ops[0].bwdScratchBytes, 256);
+  EXPECT_EQ(profileToJson(back.profile), profileToJson(p));
+  // A profile without it stays the estimate model, and writes none.
+  ProfileResult plain = profileFromJson(withOps(R"({"name": "a"})"));
+  ASSERT_TRUE(plain.ok) << plain.error;
+  EXPECT_EQ(plain.profile.memoryModel, "");
+  EXPECT_EQ(profileToJson(plain.profile).find("memory_model"),
+            std::string::npos);
+  expectRejected(R"({"format": "pipec.profile/1", "memory_model": "peak",
+                     "ops": [{"name": "a"}]})",
+                 "'memory_model' must be \"arena\"");
+  expectRejected(withOps(R"({"name": "a", "bwd_scratch_bytes": -1})"),
+                 "op 0 ('a'): 'bwd_scratch_bytes' must be non-negative");
+}
+
 TEST(ProfileTest, MinimalChain) {
   ProfileResult result =
       profileFromJson(withOps(R"({"name": "a"}, {"name": "b"})"));

@@ -591,6 +591,15 @@ std::string Compilation::buildKey(llvm::StringRef modelBytes) const {
   key += "|p" + o.precision;
   if (o.target != "cpu")
     key += "|t" + o.target;
+  // Recomputation (as chosen, per stage) and a custom order change the
+  // programs and the arena too.
+  for (const std::string &mode : tpo.recompute)
+    key += "|m" + mode;
+  if (!synthCsv.empty())
+    key += "|s" + synthCsv;
+  else if (!tpo.scheduleCsv.empty())
+    if (auto csv = llvm::MemoryBuffer::getFile(tpo.scheduleCsv))
+      key += "|s" + (*csv)->getBuffer().str();
   return key;
 }
 
@@ -907,7 +916,7 @@ bool Compilation::lowerAndLinkStage(int s) {
     if (failed(lower.run(*stageModule)))
       return false; // the diagnostics said why
     if (auto a = (*stageModule)->getAttrOfType<IntegerAttr>("pipec.arena_bytes"))
-      arena = a.getInt();
+      arena = std::max(arena, a.getInt());
     std::string name = "stage" + std::to_string(s) +
                        (replicas > 1 ? "r" + std::to_string(j) : "");
     std::string obj = o.outDir + "/obj/" + name + ".o";
@@ -944,6 +953,7 @@ bool Compilation::lowerAndLinkStage(int s) {
       " -> " + o.outDir + "/stage" + std::to_string(s) +
       (replicas > 1 ? "r*" : "") + " (" +
       std::to_string(since(stageStart)).substr(0, 4) + " s)");
+  entry.arenaBytes = arena;
   manifest.stages.push_back(std::move(entry));
   return true;
 }

@@ -108,7 +108,19 @@ void printSim(const SimResult &sim) {
                   static_cast<long long>(s < sim.peakInflight.size()
                                              ? sim.peakInflight[s]
                                              : 0));
-    llvm::outs() << line;
+    std::string text = line;
+    if (m.io > 0 || m.scratch > 0) {
+      // An "arena" profile: what the compiler's static arena will take.
+      text.pop_back();
+      std::snprintf(line, sizeof line,
+                    ", arena %lld bytes (stash %lld, io %lld, scratch %lld)\n",
+                    static_cast<long long>(m.arena()),
+                    static_cast<long long>(m.activations),
+                    static_cast<long long>(m.io),
+                    static_cast<long long>(m.scratch));
+      text += line;
+    }
+    llvm::outs() << text;
   }
   if (!sim.fitsMemory)
     llvm::outs() << "  does NOT fit in device memory\n";

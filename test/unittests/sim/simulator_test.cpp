@@ -448,6 +448,54 @@ TEST(SimMemory, RecomputeStashesStageInputs) {
   EXPECT_EQ(recompute.memory[0].activations, 20); // the data input is free
 }
 
+TEST(SimMemory, ArenaModelMatchesTheLoweringsLayout) {
+  // memory_model "arena": a chain gemm(0) -> relu(1) | gemm(2) -> relu(3),
+  // outputs of 64 bytes (64-aligned), stage 0 = ops 0-1, stage 1 = 2-3.
+  Profile profile = uniformProfile(4, 1, 2, /*outBytes=*/64);
+  profile.memoryModel = "arena";
+  const int64_t saved[] = {64, 64, 64, 0}, fwd[] = {128, 0, 128, 0},
+                bwd[] = {256, 192, 256, 224};
+  for (int l = 0; l < 4; ++l) {
+    profile.ops[l].op = l % 2 ? "relu" : "gemm";
+    profile.ops[l].savedBytes = saved[l];
+    profile.ops[l].fwdScratchBytes = fwd[l];
+    profile.ops[l].bwdScratchBytes = bwd[l];
+  }
+  Plan plan = straightPlan(2, "1f1b-flush", 4);
+  plan.stages[0].lastLayer = 1;
+  plan.stages[1].firstLayer = 2;
+  plan.stages[1].lastLayer = 3;
+  SimResult none = simulate(profile, plan);
+  ASSERT_TRUE(none.ok) << none.error;
+  // Stage 0 stashes 64 + 64 (relu's output is also sent: held once) in
+  // each of 2 slots; io is the output's gradient; scratch the largest
+  // working set, less the output gradient, which arrives in io (192 - 64).
+  EXPECT_EQ(none.memory[0].activations, 2 * 128);
+  EXPECT_EQ(none.memory[0].io, 64);
+  EXPECT_EQ(none.memory[0].scratch, 256);
+  // Stage 1: its input (64) + 64 saved, one slot; io: the input gradient.
+  EXPECT_EQ(none.memory[1].activations, 128);
+  EXPECT_EQ(none.memory[1].io, 64);
+  EXPECT_EQ(none.memory[1].scratch, 256);
+  EXPECT_EQ(none.memory[1].arena(), 128 + 64 + 256);
+  // Full recomputation: stage 0 keeps only the output it sends (64 per
+  // slot); gemm's 64 bytes are recomputed into scratch, where relu's
+  // backward working set (192 - 64) sits on top of them.
+  plan.stages[0].recompute = plan.stages[1].recompute = "full";
+  SimResult full = simulate(profile, plan);
+  ASSERT_TRUE(full.ok) << full.error;
+  EXPECT_EQ(full.memory[0].activations, 2 * 64);
+  EXPECT_EQ(full.memory[0].scratch, 256); // max(256, 64 + 128, 64)
+  EXPECT_EQ(full.memory[1].activations, 64);
+  EXPECT_EQ(full.memory[1].scratch, 64 + 224); // gemm(2) recomputed + relu
+  // Selective keeps gemm(2)'s result (the recomputed relu starts from it).
+  plan.stages[1].recompute = "selective";
+  profile.ops[3].savedBytes = 64;
+  SimResult selective = simulate(profile, plan);
+  ASSERT_TRUE(selective.ok) << selective.error;
+  EXPECT_EQ(selective.memory[1].activations, 64 + 64);
+}
+
 TEST(SimMemory, BuffersAndDeviceFit) {
   Profile profile = uniformProfile(2, 1, 2, /*outBytes=*/1000, 100, 10);
   Topology slow = Topology::flat(2, 100, 0, /*memory=*/1 << 20);

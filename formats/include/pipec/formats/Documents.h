@@ -80,6 +80,11 @@ struct OpSpec {
   std::string name;
   std::string op;
   int64_t outBytes = 0, paramBytes = 0, savedBytes = 0;
+  /// The most scratch bytes live while one of the op's kernels runs, in the
+  /// forward and in the backward.
+  int64_t fwdScratchBytes = 0, bwdScratchBytes = 0;
+  /// What a split backward (zero bubble) carries for the op.
+  int64_t carriedBytes = 0;
   std::vector<std::string> inputs;
 };
 
@@ -171,6 +176,9 @@ struct ManifestStage {
   /// Weights file, resolved against the manifest's folder ("" if none).
   std::string weights;
   std::vector<int> ranks;
+  /// The static arena one rank of this stage allocates (the largest of its
+  /// replicas; 0 when not recorded).
+  int64_t arenaBytes = 0;
 };
 
 /// A model input or the labels, at the global batch.

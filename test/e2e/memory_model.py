@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""The simulator's memory model predicts every rank's arena within 5%.
+
+    /usr/bin/python3 test/e2e/memory_model.py --pipec build/bin/pipec --workdir DIR [--models gpt,resnet]
+
+For the GPT example (4 layers, d=128, 4 heads, sequence 64, batch 32) and
+the ResNet example (width 16, 2 blocks per stage, batch 32) — the models of
+bench/recompute.py — `pipec profile` measures the model at the microbatch
+the runs use (its profile says what the compiled backward stashes per op
+and each op's scratch working set: memory_model "arena"). Each run below is
+compiled (stages cut by the analytic cost model, so that the cuts do not
+depend on measured times), and `pipec simulate OUT/plan.json --profile
+PROFILE` (whose stages
+carry the compiled recomputation modes) must predict the arena of every
+stage (`arena_bytes` in OUT/manifest.json, what the rank allocates) within
+5%:
+
+- 1f1b-flush, 4 stages, 8 microbatches, with --recompute none, full and
+  selective (stage s stashes 4 - s microbatches);
+- gpipe, 2 stages, 4 microbatches (every microbatch stashed);
+- 1f1b (weight stashing: the arena holds one version, the older ones live
+  outside it), 2 stages, 4 microbatches;
+- interleaved, 2 devices x 2 chunks, 4 microbatches, full recomputation (a
+  rank's arena is its two chunks', each with as many slots as the rank has
+  microbatches in flight);
+- zb-h1 on 4 stages (8 microbatches) and zb-v on 2 devices (4
+  microbatches), whose slots also carry what the backward's input half
+  computes for its weight half (the profile's carried_bytes).
+
+Nothing is trained. Prints one line per rank and `N passed, M failed`.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from e2e_common import Checks  # noqa: E402
+
+MODELS = {
+    "gpt": ("examples/gpt/make_gpt.py", ["--batch", "32", "--seq", "64", "--layers", "4", "--dim", "128",
+                                         "--heads", "4", "--vocab", "256"]),
+    "resnet": ("examples/resnet/make_resnet.py", ["--batch", "32", "--width", "16", "--blocks", "2"]),
+}
+RUNS = [("s4-1f1b-flush-" + mode, 4, 8, "1f1b-flush", mode, 1) for mode in ("none", "full", "selective")]
+RUNS += [("s2-gpipe-none", 2, 4, "gpipe", "none", 1),
+         ("s2-1f1b-none", 2, 4, "1f1b", "none", 1),
+         ("s2-interleaved-full", 2, 4, "interleaved", "full", 2),
+         ("s4-zb-h1-none", 4, 8, "zb-h1", "none", 1),
+         ("s2-zb-v-none", 2, 4, "zb-v", "none", 2)]
+TOLERANCE = 0.05
+
+
+def run(cmd, timeout=600):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return p.returncode, p.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipec", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--models", default=",".join(MODELS))
+    args = ap.parse_args()
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    checks = Checks()
+    report = checks.report
+    topology = os.path.join(args.workdir, "topology.json")
+    with open(topology, "w") as f:
+        json.dump({"format": "pipec.topology/1", "device_memory_bytes": 1 << 36,
+                   "levels": [{"name": "node", "count": 4, "bandwidth": 1e10, "latency": 1e-5}]}, f)
+
+    for model in args.models.split(","):
+        script, extra = MODELS[model]
+        batch = int(extra[extra.index("--batch") + 1])
+        d = os.path.join(args.workdir, model)
+        os.makedirs(d)
+        onnx_path = os.path.join(d, f"{model}.onnx")
+        rc, out = run(["/usr/bin/python3", os.path.join(ROOT, script), "-o", onnx_path, "--data-steps", "1"] + extra)
+        if rc != 0:
+            report(False, f"{model} generate", out[-400:])
+            continue
+        profiles = {}
+        for tag, stages, microbatches, schedule, mode, chunks in RUNS:
+            microbatch = batch // microbatches
+            profile = os.path.join(d, f"profile-mb{microbatch}.json")
+            if microbatch not in profiles:
+                rc, out = run([args.pipec, "profile", onnx_path, "-o", profile, "--steps", "1",
+                               "--microbatch", str(microbatch)])
+                profiles[microbatch] = rc == 0
+                if rc != 0:
+                    report(False, f"{model} profile (microbatch {microbatch})", out[-500:])
+                elif json.load(open(profile)).get("memory_model") != "arena":
+                    profiles[microbatch] = False
+                    report(False, f"{model} profile", "no memory_model \"arena\" in the profile")
+            if not profiles[microbatch]:
+                continue
+            o = os.path.join(d, tag)
+            rc, out = run([args.pipec, "compile", onnx_path, "-o", o, "--quiet", "--stages", str(stages),
+                           "--microbatches", str(microbatches), "--schedule", schedule, "--recompute", mode,
+                           "--chunks", str(chunks)])
+            if rc != 0:
+                report(False, f"{model} {tag} compile", out[-500:])
+                continue
+            arenas = [s.get("arena_bytes", 0) for s in json.load(open(os.path.join(o, "manifest.json")))["stages"]]
+            rc, sim = run([args.pipec, "simulate", os.path.join(o, "plan.json"), "--profile", profile,
+                           "--topology", topology])
+            per_chunk = [int(x) for x in re.findall(r"arena (\d+) bytes", sim)]
+            # A rank's arena holds its chunks' (the virtual stages on its
+            # device: q mod p interleaved, a V for zb-v).
+            devices = [st["devices"][0] for st in json.load(open(os.path.join(o, "plan.json")))["stages"]]
+            predicted = [sum(b for b, dev in zip(per_chunk, devices) if dev == r) for r in range(stages)]
+            if rc != 0 or len(per_chunk) != stages * chunks or len(arenas) != stages or not all(arenas):
+                report(False, f"{model} {tag}", f"arenas {arenas}, simulate printed:\n{sim[-800:]}")
+                continue
+            for s, (p, a) in enumerate(zip(predicted, arenas)):
+                ratio = p / a
+                report(abs(ratio - 1) <= TOLERANCE, f"{model} {tag} stage {s}",
+                       f"predicted {p} bytes, arena {a} bytes, ratio {ratio:.4f}")
+    return checks.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
