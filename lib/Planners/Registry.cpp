@@ -5,6 +5,7 @@
 // in device memory (DESIGN.md §4). The candidate table explains the choice.
 //
 //===----------------------------------------------------------------------===//
+#include "PlannerUtil.h"
 #include "pipec/Planners.h"
 #include "pipec/Schedule.h"
 
@@ -66,10 +67,10 @@ bool smallInstance(const Profile &profile, const Topology &topology) {
   return profile.ops.size() <= 10 && topology.numDevices() <= 8;
 }
 
+/// Bytes for the table and the notes (GiB, MiB, KiB: small models' plans
+/// differ by less than 0.01 GiB).
 std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
-  return buf;
+  return planner_util::formatBytes(double(bytes));
 }
 
 /// Peak memory of the busiest device (what `fitsMemory` checks: every
@@ -215,6 +216,8 @@ bool straightFlush(const Plan &plan) {
 /// (partition x schedule x recomputation x microbatch count):
 ///   NAME+rc      full recomputation on the stages over the memory limit
 ///                (when the plan does not fit)
+///   NAME+rc-sel  with an arena profile: the least recomputation that
+///                fits on each of those stages (selective, else full)
 ///   NAME/zb-h1   a straight synchronous plan with zero bubble's B/W split
 ///   NAME/m2M     twice the microbatches of half the size (and /mM/2 half
 ///                as many of twice the size), synchronous plans
@@ -234,10 +237,14 @@ void addVariants(const Profile &profile, const Topology &topology,
                                  name + suffix, splitReplicas));
   };
   if (!base.sim.fitsMemory && topology.deviceMemoryBytes > 0) {
+    auto over = [&](const SimResult &sim, size_t q) {
+      return q < sim.memory.size() &&
+             sim.memory[q].total() > topology.deviceMemoryBytes;
+    };
     Plan rc = plan;
     bool any = false;
-    for (size_t q = 0; q < rc.stages.size() && q < base.sim.memory.size(); ++q)
-      if (base.sim.memory[q].total() > topology.deviceMemoryBytes) {
+    for (size_t q = 0; q < rc.stages.size(); ++q)
+      if (over(base.sim, q)) {
         rc.stages[q].recompute = "full";
         any = true;
       }
@@ -245,6 +252,33 @@ void addVariants(const Profile &profile, const Topology &topology,
       for (StagePlan &s : rc.stages)
         s.recompute = "full";
     add(rc, "+rc");
+    // An arena profile models selective recomputation too: each stage over
+    // the limit takes the least that fits (selective, else full), as
+    // `pipec compile --recompute auto` does.
+    if (any && profile.memoryModel == "arena") {
+      Plan least = plan;
+      for (size_t q = 0; q < least.stages.size(); ++q)
+        if (over(base.sim, q))
+          least.stages[q].recompute = "selective";
+      least.candidates.clear();
+      PlanCandidate selective = scoreCandidate(
+          profile, topology, options, least, name + "+rc-sel", splitReplicas);
+      bool mixed = false, kept = false;
+      for (size_t q = 0; q < least.stages.size() && selective.sim.ok; ++q)
+        if (least.stages[q].recompute == "selective") {
+          if (over(selective.sim, q)) {
+            least.stages[q].recompute = "full";
+            mixed = true;
+          } else {
+            kept = true;
+          }
+        }
+      // (Every such stage needing full recomputation: that is NAME+rc.)
+      if (kept && mixed)
+        add(least, "+rc-sel");
+      else if (kept)
+        out.push_back(std::move(selective));
+    }
   }
   if (straightFlush(plan) && plan.numStages() > 1 && plan.schedule != "zb-h1" &&
       options.schedule.empty()) {

@@ -80,6 +80,7 @@
 #include "Trace.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -95,6 +96,15 @@ namespace pipec {
 namespace {
 
 constexpr double kUnknown = -1.0; ///< a time not known yet (times are >= 0)
+
+/// The ops whose results selective recomputation keeps
+/// (passes/Recompute.cpp), by the profile's op name (the nn dialect's, or
+/// ONNX's: Gemm, MatMul, Conv).
+bool isExpensiveOp(std::string op) {
+  for (char &ch : op)
+    ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return op == "gemm" || op == "matmul" || op == "conv";
+}
 
 /// One virtual stage (a plan stage).
 struct VStage {
@@ -788,7 +798,7 @@ std::string Simulator::buildStages() {
     VStage &stage = stages[q];
     stage.group = groupOf(q);
     stage.chunk = int(chunkOfStage(placement, p, q));
-    double fwd = 0, bwd = 0;
+    double fwd = 0, bwd = 0, cheapFwd = 0;
     int64_t saved = 0;
     for (int l = plan_.firstLayer; l <= plan_.lastLayer; ++l) {
       stageOfLayer[l] = q;
@@ -796,11 +806,18 @@ std::string Simulator::buildStages() {
       bwd += profile.ops[l].bwdSeconds;
       stage.paramBytes += profile.ops[l].paramBytes;
       saved += profile.ops[l].savedBytes;
+      if (!isExpensiveOp(profile.ops[l].op))
+        cheapFwd += profile.ops[l].fwdSeconds;
     }
     stage.fwd = sigma * fwd;
     double backward = sigma * bwd;
     stage.recompute = options.recompute || plan_.recompute == "full";
-    double recomputeForward = stage.recompute ? stage.fwd : 0;
+    // Full recomputation runs the stage's forward again in its backward;
+    // selective all but the GEMMs, matmuls and convolutions.
+    double recomputeForward = stage.recompute ? stage.fwd
+                              : plan_.recompute == "selective"
+                                  ? sigma * cheapFwd
+                                  : 0;
     if (splitBackward()) {
       stage.bwd = (1 - alpha) * backward + recomputeForward;
       stage.bwdWeight = alpha * backward;
@@ -878,8 +895,7 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
                         : (plan_.recompute.empty() ? "none" : plan_.recompute);
   auto aligned = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
   auto expensive = [&](int l) {
-    const std::string &kind = profile.ops[size_t(l)].op;
-    return kind == "gemm" || kind == "matmul" || kind == "conv";
+    return isExpensiveOp(profile.ops[size_t(l)].op);
   };
   const int first = plan_.firstLayer, last = plan_.lastLayer;
   // Selective: the expensive ops whose results the recomputed ops start

@@ -2,7 +2,8 @@
 //
 // planAuto scores, beside every planner's plan, its variants: zero bubble
 // on a straight synchronous plan, twice / half the microbatches, full
-// recomputation on the stages over the memory limit, and the balanced split
+// recomputation on the stages over the memory limit (and with an arena
+// profile the least recomputation that fits), and the balanced split
 // into 2p stages in a V (zb-v).
 //
 //===----------------------------------------------------------------------===//
@@ -73,6 +74,66 @@ TEST(AutoSearch, RecomputationMakesAPlanFit) {
   PlanResult back = planFromJson(planToJson(withRc->plan));
   ASSERT_TRUE(back.ok) << back.error;
   EXPECT_EQ(back.plan.stages.front().recompute, "full");
+}
+
+TEST(AutoSearch, ArenaProfileTakesTheLeastRecomputationThatFits) {
+  // An arena profile (as pipec profile writes): per stage a GEMM, a cheap
+  // op stashing 3 MB, and a GEMM whose output the next stage reads.
+  // Selective recomputation keeps the first GEMM's output (1 MB) and
+  // recomputes the 3 MB; full keeps only inputs and outputs.
+  const int layers = 12;
+  const int64_t mb = 1 << 20;
+  Profile profile = chain(
+      std::vector<double>(layers, 1e-3), std::vector<double>(layers, 2e-3),
+      std::vector<int64_t>(layers, 0), std::vector<int64_t>(layers, mb));
+  profile.memoryModel = "arena";
+  for (int l = 0; l < layers; ++l) {
+    ProfileOp &op = profile.ops[l];
+    op.op = l % 3 == 1 ? "softmax" : "gemm";
+    op.savedBytes = l % 3 == 1 ? 3 * mb : 0;
+    op.fwdScratchBytes = op.bwdScratchBytes = mb;
+  }
+  Topology topo = topology({level(4, 1e10, 1e-6)});
+  PlannerOptions options;
+  options.microbatches = 8;
+  PlanResult balanced = runPlanner("balanced", profile, topo, options);
+  ASSERT_TRUE(balanced.ok) << balanced.error;
+  // Every stage's memory in each mode.
+  auto memory = [&](const char *mode) {
+    Plan plan = balanced.plan;
+    for (StagePlan &s : plan.stages)
+      s.recompute = mode;
+    SimResult sim = simulatePlan(profile, topo, plan, {});
+    EXPECT_TRUE(sim.ok) << sim.error;
+    std::vector<int64_t> bytes;
+    for (const StageMemory &m : sim.memory)
+      bytes.push_back(m.total());
+    return bytes;
+  };
+  std::vector<int64_t> none = memory(""), sel = memory("selective"),
+                       full = memory("full");
+  ASSERT_EQ(none.size(), 4u);
+  // Stage 0 (4 microbatches in flight) fits only with recomputation;
+  // selective is enough.
+  ASSERT_LT(full[0], sel[0]);
+  ASSERT_LT(sel[0], none[0]);
+  topo.deviceMemoryBytes = (sel[0] + none[0]) / 2;
+  ASSERT_GT(none[0], topo.deviceMemoryBytes);
+
+  AutoPlanResult result = planAuto(profile, topo, options);
+  ASSERT_TRUE(result.ok) << result.error;
+  const PlanCandidate *rc = find(result, "balanced+rc");
+  const PlanCandidate *least = find(result, "balanced+rc-sel");
+  ASSERT_TRUE(rc && least);
+  EXPECT_TRUE(rc->feasible) << rc->note;
+  EXPECT_TRUE(least->feasible) << least->note;
+  EXPECT_EQ(rc->plan.stages[0].recompute, "full");
+  EXPECT_EQ(least->plan.stages[0].recompute, "selective");
+  for (size_t q = 0; q < 4; ++q)
+    if (none[q] <= topo.deviceMemoryBytes)
+      EXPECT_EQ(least->plan.stages[q].recompute, "") << "stage " << q;
+  // Selective recomputes only the cheap ops: a shorter iteration.
+  EXPECT_LT(least->sim.iterationSeconds, rc->sim.iterationSeconds);
 }
 
 TEST(AutoSearch, MicrobatchCountVariants) {
