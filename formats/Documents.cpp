@@ -318,6 +318,7 @@ StageDesc parseStageDesc(const std::string &json) {
                       std::to_string(d.versionedBytes) + ") or slots (" +
                       std::to_string(d.slots) + ") out of range");
   d.loss = r.boolean("loss", false);
+  d.memoryModel = r.has("memory_model") ? r.str("memory_model") : "";
   const std::string precision = r.has("precision") ? r.str("precision") : "f32";
   if (precision != "f32" && precision != "f64")
     throw FormatError(what + ": precision \"" + precision +
@@ -459,6 +460,8 @@ std::string writeStageDesc(const StageDesc &d) {
   j["arena_bytes"] = d.arenaBytes;
   j["precision"] = real;
   j["target"] = d.target;
+  if (!d.memoryModel.empty())
+    j["memory_model"] = d.memoryModel;
   j["weights"] = Json::array();
   for (const WeightSpec &w : d.weights)
     j["weights"].push_back({{"name", w.name},

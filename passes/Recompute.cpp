@@ -160,6 +160,10 @@ private:
         continue;
       if (selective && isExpensive(&op)) {
         for (Value r : op.getResults()) {
+          if (auto slot = outputArg.find(r); slot != outputArg.end()) {
+            map.map(r, slot->second); // an output: in the slot already
+            continue;
+          }
           // The index is set when the saved results are rebuilt.
           BlockArgument kept =
               addArgument(r.getType(), pipe::attrs::kFwdResult, -1, r.getLoc());

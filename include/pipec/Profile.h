@@ -46,6 +46,9 @@ struct Profile {
   /// lowering lays it out (lib/Sim/Simulator.cpp). Empty: saved_bytes is an
   /// estimate per op (hand-written or paper profiles), stashed per microbatch.
   std::string memoryModel;
+  /// Bytes per microbatch of the model's inputs and of the labels as the
+  /// data feeds deliver them (each held in its stage's stash slot).
+  int64_t inputBytes = 0, labelBytes = 0;
 
   /// Producers of op i with the chain default applied (op i-1 when the
   /// list is empty and i > 0).

@@ -152,6 +152,15 @@ ProfileResult profileFromJson(const std::string &text) {
     profile.memoryModel = model->get<std::string>();
   }
 
+  for (auto [key, field] :
+       {std::make_pair("input_bytes", &profile.inputBytes),
+        std::make_pair("label_bytes", &profile.labelBytes)}) {
+    std::optional<int64_t> bytes = readCount(doc, key, "top level", error);
+    if (!bytes)
+      return fail(error);
+    *field = *bytes;
+  }
+
   auto ops = doc.find("ops");
   if (ops == doc.end() || !ops->is_array())
     return fail("'ops' must be a list of ops");
@@ -292,6 +301,10 @@ std::string profileToJson(const Profile &profile) {
                       {"microbatch", profile.microbatch}};
   if (!profile.memoryModel.empty())
     doc["memory_model"] = profile.memoryModel;
+  if (profile.inputBytes > 0 || profile.labelBytes > 0) {
+    doc["input_bytes"] = profile.inputBytes;
+    doc["label_bytes"] = profile.labelBytes;
+  }
   doc["ops"] = std::move(ops);
   return doc.dump(2) + "\n";
 }

@@ -226,6 +226,8 @@ Profile scaleProfile(const Profile &profile, int64_t microbatchSize) {
   double f = static_cast<double>(microbatchSize) / static_cast<double>(b0);
   Profile scaled = profile;
   scaled.microbatch = microbatchSize;
+  scaled.inputBytes = static_cast<int64_t>(std::llround(scaled.inputBytes * f));
+  scaled.labelBytes = static_cast<int64_t>(std::llround(scaled.labelBytes * f));
   for (ProfileOp &op : scaled.ops) {
     op.fwdSeconds *= f;
     op.bwdSeconds *= f;

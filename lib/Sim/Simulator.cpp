@@ -118,7 +118,7 @@ struct VStage {
   /// Arena model (the profile's memory_model "arena"): one stash slot per
   /// microbatch in flight, and the io and scratch regions, as the lowering
   /// lays them out.
-  bool arena = false;
+  bool arena = false, oneSlot = false;
   int64_t slotBytes = 0, ioBytes = 0, scratchBytes = 0;
   /// Bytes stashed per microbatch in flight.
   int64_t stashBytes() const {
@@ -905,9 +905,10 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
       startsFrom(needed.size(), false);
   if (mode == "selective")
     for (int l = last; l >= first; --l) {
+      // (A value sent on is read from the slot, not recomputed.)
       const ProfileOp &op = profile.ops[size_t(l)];
-      if (expensive(l) || !(needed[size_t(l - first)] ||
-                            (op.savedBytes > 0 && !sentOn[size_t(l)])))
+      if (expensive(l) || sentOn[size_t(l)] ||
+          !(needed[size_t(l - first)] || op.savedBytes > 0))
         continue;
       for (int t : profile.producersOf(l))
         if (t >= first && t < l)
@@ -950,6 +951,18 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
   }
   if (splitBackward() && !carries)
     slot += outputs;
+  // The data feeds' tensors: the model inputs in the first stage, the
+  // labels in the last (the loss).
+  if (q == 0)
+    slot += aligned(profile.inputBytes);
+  if (q == numQ - 1)
+    slot += aligned(profile.labelBytes);
+  // A stage with no trained weight in or before it gets no gradient: its
+  // backward reads nothing back, and its microbatches share one slot.
+  int64_t params = 0;
+  for (int l = 0; l <= last; ++l)
+    params += profile.ops[size_t(l)].paramBytes;
+  stage.oneSlot = params == 0;
   const int64_t scratch =
       mode == "none" ? plain
                      : std::max({plain, forwardPeak, recomputed, backwardPeak});
@@ -1617,10 +1630,10 @@ void Simulator::accountStageMemory(SimResult &result,
                                       static_cast<double>(stage.paramBytes));
       // The lowering gives every chunk of a rank as many stash slots as the
       // rank has microbatches in flight over all its chunks.
-      memory.activations = stage.arena ? peakAll * stage.stashBytes()
-                           : stage.recompute
-                               ? peak[c] * stage.inputBytes + stage.savedBytes
-                               : peak[c] * stage.stashBytes();
+      memory.activations =
+          stage.arena       ? (stage.oneSlot ? 1 : peakAll) * stage.stashBytes()
+          : stage.recompute ? peak[c] * stage.inputBytes + stage.savedBytes
+                            : peak[c] * stage.stashBytes();
       memory.io = stage.ioBytes;
       memory.scratch = stage.scratchBytes;
       const Buffers &b = buffers[r * v + c];
@@ -1662,7 +1675,7 @@ void Simulator::accountDevices(SimResult &result, LastBackward &lastBackward,
       for (int c = 0; c < v; ++c)
         reserved +=
             result.memory[stageOf(c, ranks[onDevice[0]].group)].activations;
-      deviceBytes = std::max(deviceBytes, reserved);
+      deviceBytes = reserved;
     }
     DeviceUsage usage;
     usage.device = ranks[onDevice.front()].device;

@@ -150,6 +150,14 @@ std::string StageLowering::stageMeta() {
   auto precision = module->getAttrOfType<StringAttr>("pipec.precision");
   d.realBytes = precision && precision.getValue() == "f64" ? 8 : 4;
   d.target = target;
+  // The op table's stash and scratch figures are the whole model's, as a
+  // profile needs them, only on one stage without recomputation or a split
+  // backward (else they describe this stage's cut and mode).
+  d.memoryModel = devices == 1 && chunks.size() == 1 &&
+                          !chunks.front()->fwd.fn->hasAttr("pipe.recompute") &&
+                          !chunks.front()->bwdw.fn
+                      ? "arena"
+                      : "";
   int64_t microbatch = 0;
   describeFeeds(d, microbatch);
   // The importer records the samples per microbatch; a stage's own

@@ -81,8 +81,16 @@ std::string Profiler::toJson(const StageDesc &desc) const {
   doc["format"] = "pipec.profile/1";
   doc["device"] = "cpu";
   doc["microbatch"] = desc.microbatch;
-  // saved_bytes and the scratch bytes are the compiled stage's.
-  doc["memory_model"] = "arena";
+  // saved_bytes and the scratch bytes are the compiled stage's, and the
+  // model's as a whole on one stage without recomputation.
+  if (!desc.memoryModel.empty())
+    doc["memory_model"] = desc.memoryModel;
+  // What the data feeds put in a stash slot per microbatch.
+  int64_t inputBytes = 0, labelBytes = 0;
+  for (const FeedSpec &f : desc.feeds)
+    (f.kind == FeedSpec::Kind::Labels ? labelBytes : inputBytes) += f.bytes;
+  doc["input_bytes"] = inputBytes;
+  doc["label_bytes"] = labelBytes;
   doc["stage"] = desc.stage;
   doc["steps"] = countedSteps;
   doc["ops"] = std::move(ops);

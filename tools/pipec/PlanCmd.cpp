@@ -97,30 +97,35 @@ void printSim(const SimResult &sim) {
   llvm::outs() << line;
   for (size_t s = 0; s < sim.memory.size(); ++s) {
     const StageMemory &m = sim.memory[s];
+    const bool arena = m.io > 0 || m.scratch > 0; // an "arena" profile
     std::snprintf(line, sizeof line,
                   "  stage %zu: %.3f GiB (weights %.3f x%d, grads %.3f, "
-                  "optimizer %.3f, activations %.3f, buffers %.3f), in-flight "
-                  "%lld\n",
+                  "optimizer %.3f, activations %.3f, buffers %.3f",
                   s, m.total() / 1073741824.0, m.weights / 1073741824.0,
                   m.weightVersions, m.gradients / 1073741824.0,
                   m.optimizer / 1073741824.0, m.activations / 1073741824.0,
-                  m.buffers / 1073741824.0,
-                  static_cast<long long>(s < sim.peakInflight.size()
-                                             ? sim.peakInflight[s]
-                                             : 0));
+                  m.buffers / 1073741824.0);
     std::string text = line;
-    if (m.io > 0 || m.scratch > 0) {
-      // An "arena" profile: what the compiler's static arena will take.
-      text.pop_back();
+    if (arena) {
+      std::snprintf(line, sizeof line, ", io %.3f, scratch %.3f",
+                    m.io / 1073741824.0, m.scratch / 1073741824.0);
+      text += line;
+    }
+    std::snprintf(line, sizeof line, "), in-flight %lld",
+                  static_cast<long long>(
+                      s < sim.peakInflight.size() ? sim.peakInflight[s] : 0));
+    text += line;
+    if (arena) {
+      // What the compiler's static arena will take.
       std::snprintf(line, sizeof line,
-                    ", arena %lld bytes (stash %lld, io %lld, scratch %lld)\n",
+                    ", arena %lld bytes (stash %lld, io %lld, scratch %lld)",
                     static_cast<long long>(m.arena()),
                     static_cast<long long>(m.activations),
                     static_cast<long long>(m.io),
                     static_cast<long long>(m.scratch));
       text += line;
     }
-    llvm::outs() << text;
+    llvm::outs() << text << "\n";
   }
   if (!sim.fitsMemory)
     llvm::outs() << "  does NOT fit in device memory\n";

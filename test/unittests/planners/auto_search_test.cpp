@@ -85,7 +85,7 @@ TEST(AutoSearch, ArenaProfileTakesTheLeastRecomputationThatFits) {
   const int64_t mb = 1 << 20;
   Profile profile = chain(
       std::vector<double>(layers, 1e-3), std::vector<double>(layers, 2e-3),
-      std::vector<int64_t>(layers, 0), std::vector<int64_t>(layers, mb));
+      std::vector<int64_t>(layers, 1024), std::vector<int64_t>(layers, mb));
   profile.memoryModel = "arena";
   for (int l = 0; l < layers; ++l) {
     ProfileOp &op = profile.ops[l];

@@ -461,6 +461,7 @@ TEST(SimMemory, ArenaModelMatchesTheLoweringsLayout) {
     profile.ops[l].fwdScratchBytes = fwd[l];
     profile.ops[l].bwdScratchBytes = bwd[l];
   }
+  profile.ops[0].paramBytes = 64; // gradients flow back to stage 0
   Plan plan = straightPlan(2, "1f1b-flush", 4);
   plan.stages[0].lastLayer = 1;
   plan.stages[1].firstLayer = 2;
@@ -494,6 +495,23 @@ TEST(SimMemory, ArenaModelMatchesTheLoweringsLayout) {
   SimResult selective = simulate(profile, plan);
   ASSERT_TRUE(selective.ok) << selective.error;
   EXPECT_EQ(selective.memory[1].activations, 64 + 64);
+  // The data: model inputs in the first stage's slots, labels in the
+  // last's (64-aligned).
+  profile.inputBytes = 100;
+  profile.labelBytes = 8;
+  plan.stages[0].recompute = plan.stages[1].recompute = "";
+  SimResult fed = simulate(profile, plan);
+  ASSERT_TRUE(fed.ok) << fed.error;
+  EXPECT_EQ(fed.memory[0].activations, 2 * (128 + 128));
+  EXPECT_EQ(fed.memory[1].activations, 3 * 64 + 64); // input, 2 saved, labels
+  // No trained weight in or before stage 0: no gradient comes back, and
+  // its in-flight microbatches share one slot.
+  profile.ops[0].paramBytes = 0;
+  SimResult frozen = simulate(profile, plan);
+  ASSERT_TRUE(frozen.ok) << frozen.error;
+  EXPECT_EQ(frozen.peakInflight[0], 2);
+  EXPECT_EQ(frozen.memory[0].activations, 128 + 128);
+  EXPECT_EQ(frozen.memory[1].activations, 3 * 64 + 64);
 }
 
 TEST(SimMemory, BuffersAndDeviceFit) {

@@ -146,6 +146,10 @@ struct StageDesc {
   bool isF64() const { return realBytes == 8; }
   /// "cpu" or "cuda": the runtime the stage was compiled for (`pipec
   /// compile --target`); a runtime of another target refuses it.
+  /// "arena" when the op table's memory figures describe the whole model
+  /// without recomputation (one stage, backward not split): a profile
+  /// written from it says so (Profile::memoryModel).
+  std::string memoryModel;
   std::string target = "cpu";
 };
 
