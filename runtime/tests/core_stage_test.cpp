@@ -304,6 +304,10 @@ TEST(CoreStageDesc, WriterRoundTrips) {
   j["tie_groups"] = Json::parse("[[0, 1]]");
   j["slots"] = 3;
   j["versioned_bytes"] = 256;
+  j["memory_model"] = "arena";
+  j["ops"][0]["fwd_scratch_bytes"] = 128;
+  j["ops"][0]["bwd_scratch_bytes"] = 192;
+  j["ops"][0]["carried_bytes"] = 64;
   StageDesc a = parseStageDesc(j.dump());
   std::string text = formats::writeStageDesc(a);
   EXPECT_TRUE(contains(text, "\"format\":\"pipec.stage/2\"")) << text;
@@ -329,6 +333,16 @@ TEST(CoreStageDesc, WriterRoundTrips) {
   ASSERT_EQ(b.ops.size(), a.ops.size());
   EXPECT_EQ(b.ops[0].inputs, a.ops[0].inputs);
   EXPECT_EQ(b.ops[0].savedBytes, 32);
+  // The memory figures a profile is written from.
+  EXPECT_EQ(b.memoryModel, "arena");
+  EXPECT_EQ(b.ops[0].fwdScratchBytes, 128);
+  EXPECT_EQ(b.ops[0].bwdScratchBytes, 192);
+  EXPECT_EQ(b.ops[0].carriedBytes, 64);
+  // Absent: none (a stage whose figures are not the whole model's).
+  EXPECT_EQ(parseStageDesc(validDesc().dump()).memoryModel, "");
+  EXPECT_FALSE(
+      contains(formats::writeStageDesc(parseStageDesc(validDesc().dump())),
+               "memory_model"));
 }
 
 TEST(CoreManifest, WriterRoundTrips) {
@@ -343,6 +357,7 @@ TEST(CoreManifest, WriterRoundTrips) {
   m.globalBatch = 8;
   m.stages.push_back({0, "stage0r0", {"stage0r0", "stage0r1"}, "weights/stage0.safetensors", {0, 1}});
   m.stages.push_back({1, "stage1", {}, "weights/stage1.safetensors", {2}});
+  m.stages[1].arenaBytes = 4096;
   m.inputs.push_back({"x", {8, 4}, "f32", 0});
   m.hasLabels = true;
   m.labels = {"labels", {8}, "i64", 10};
@@ -356,6 +371,8 @@ TEST(CoreManifest, WriterRoundTrips) {
   ASSERT_EQ(r.stages.size(), 2u);
   EXPECT_EQ(r.stages[0].binaries, m.stages[0].binaries);
   EXPECT_EQ(r.stages[0].ranks, m.stages[0].ranks);
+  EXPECT_EQ(r.stages[0].arenaBytes, 0); // not recorded
+  EXPECT_EQ(r.stages[1].arenaBytes, 4096);
   EXPECT_EQ(r.stages[1].weights, std::string(tmp / "weights/stage1.safetensors"));
   EXPECT_EQ(r.numInputs, 1);
   ASSERT_EQ(r.inputs.size(), 1u);
