@@ -914,6 +914,12 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
         if (t >= first && t < l)
           (expensive(t) ? startsFrom : needed)[size_t(t - first)] = true;
     }
+  // The last op of this stage that reads each op's value (-1: none).
+  std::vector<int> lastUser(needed.size(), -1);
+  for (int l = first; l <= last; ++l)
+    for (int t : profile.producersOf(l))
+      if (t >= first && t < l)
+        lastUser[size_t(t - first)] = std::max(lastUser[size_t(t - first)], l);
   int64_t slot = 0, outputs = 0, plain = 0;
   int64_t recomputed = 0, forwardPeak = 0, backwardPeak = 0;
   // A split backward (zero bubble) carries the weight half's inputs in the
@@ -931,15 +937,22 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
             ? std::max(op.savedBytes,
                        startsFrom[size_t(l - first)] ? aligned(op.outBytes) : 0)
             : 0;
-    // The gradient of an output arrives in io, not in scratch (where the
-    // one-stage profile's backward had it while its op ran; at the ops
-    // between, partial sums make it less clear: kept).
-    int64_t backward = op.bwdScratchBytes;
+    // The gradient of an output t arrives in io. The one-stage profile's
+    // backward had it in scratch from its later consumer's backward on:
+    // through every op after t's last consumer in this stage (or after t,
+    // and t itself, when none), until that consumer adds its part into a
+    // sum, which is in scratch here too.
     if (sentOn[size_t(l)]) {
       held = std::max(held, aligned(op.outBytes));
       outputs += aligned(op.outBytes);
-      backward = std::max<int64_t>(0, backward - aligned(op.outBytes));
     }
+    int64_t inIo = 0;
+    for (int t = first; t <= l; ++t)
+      if (sentOn[size_t(t)] &&
+          (lastUser[size_t(t - first)] < 0 ? true
+                                           : l > lastUser[size_t(t - first)]))
+        inIo += aligned(profile.ops[size_t(t)].outBytes);
+    const int64_t backward = std::max<int64_t>(0, op.bwdScratchBytes - inIo);
     slot += held;
     plain = std::max({plain, op.fwdScratchBytes, backward});
     // When op l's backward runs, the values it computed were read by its
