@@ -98,6 +98,77 @@ ProfileResult fail(std::string message) {
   return result;
 }
 
+/// Op `i` of a profile's "ops" (names already checked unique and indexed
+/// in `indexOfName`); nullopt with `error` set when a field is invalid.
+std::optional<ProfileOp>
+readOp(const json &entry, size_t i,
+       const std::unordered_map<std::string, int> &indexOfName,
+       std::string &error) {
+  const size_t numOps = indexOfName.size();
+  auto failOp = [&](std::string message) {
+    error = std::move(message);
+    return std::nullopt;
+  };
+  ProfileOp op;
+  op.name = entry["name"].get<std::string>();
+  std::string what = describeOp(i, op.name);
+  if (auto kind = entry.find("op"); kind != entry.end()) {
+    if (!kind->is_string())
+      return failOp(what + ": 'op' must be a string");
+    op.op = kind->get<std::string>();
+  }
+  for (auto [key, field] : {std::make_pair("fwd_s", &op.fwdSeconds),
+                            std::make_pair("bwd_s", &op.bwdSeconds)}) {
+    std::optional<double> seconds = readSeconds(entry, key, what, error);
+    if (!seconds)
+      return std::nullopt;
+    *field = *seconds;
+  }
+  for (auto [key, field] :
+       {std::make_pair("out_bytes", &op.outBytes),
+        std::make_pair("param_bytes", &op.paramBytes),
+        std::make_pair("saved_bytes", &op.savedBytes),
+        std::make_pair("fwd_scratch_bytes", &op.fwdScratchBytes),
+        std::make_pair("bwd_scratch_bytes", &op.bwdScratchBytes),
+        std::make_pair("carried_bytes", &op.carriedBytes)}) {
+    std::optional<int64_t> bytes = readCount(entry, key, what, error);
+    if (!bytes)
+      return std::nullopt;
+    *field = *bytes;
+  }
+
+  auto inputs = entry.find("inputs");
+  if (inputs == entry.end() || inputs->is_null())
+    return op;
+  if (!inputs->is_array())
+    return failOp(what + ": 'inputs' must be a list of op names or indices");
+  for (const json &input : *inputs) {
+    int producer = -1;
+    if (input.is_string()) {
+      auto found = indexOfName.find(input.get<std::string>());
+      if (found == indexOfName.end())
+        return failOp(what + ": input " + input.dump() +
+                      " is not the name of an op");
+      producer = found->second;
+    } else if (input.is_number_integer()) {
+      int64_t index = input.get<int64_t>();
+      if (index < 0 || index >= static_cast<int64_t>(numOps))
+        return failOp(what + ": input index " + std::to_string(index) +
+                      " is out of range (" + std::to_string(numOps) + " ops)");
+      producer = static_cast<int>(index);
+    } else {
+      return failOp(what + ": input " + input.dump() +
+                    " must be an op name or index");
+    }
+    if (producer >= static_cast<int>(i))
+      return failOp(what + ": input " + input.dump() +
+                    " is not an earlier op (ops must be in topological "
+                    "order)");
+    op.inputs.push_back(producer);
+  }
+  return op;
+}
+
 } // namespace
 
 std::vector<int> Profile::producersOf(int i) const {
@@ -185,80 +256,10 @@ ProfileResult profileFromJson(const std::string &text) {
 
   profile.ops.reserve(ops->size());
   for (size_t i = 0; i < ops->size(); ++i) {
-    const json &entry = (*ops)[i];
-    ProfileOp op;
-    op.name = entry["name"].get<std::string>();
-    std::string what = describeOp(i, op.name);
-    if (auto kind = entry.find("op"); kind != entry.end()) {
-      if (!kind->is_string())
-        return fail(what + ": 'op' must be a string");
-      op.op = kind->get<std::string>();
-    }
-
-    auto fwd = readSeconds(entry, "fwd_s", what, error);
-    if (!fwd)
+    std::optional<ProfileOp> op = readOp((*ops)[i], i, indexOfName, error);
+    if (!op)
       return fail(error);
-    auto bwd = readSeconds(entry, "bwd_s", what, error);
-    if (!bwd)
-      return fail(error);
-    auto outBytes = readCount(entry, "out_bytes", what, error);
-    if (!outBytes)
-      return fail(error);
-    auto paramBytes = readCount(entry, "param_bytes", what, error);
-    if (!paramBytes)
-      return fail(error);
-    auto savedBytes = readCount(entry, "saved_bytes", what, error);
-    if (!savedBytes)
-      return fail(error);
-    auto fwdScratch = readCount(entry, "fwd_scratch_bytes", what, error);
-    if (!fwdScratch)
-      return fail(error);
-    auto bwdScratch = readCount(entry, "bwd_scratch_bytes", what, error);
-    if (!bwdScratch)
-      return fail(error);
-    auto carried = readCount(entry, "carried_bytes", what, error);
-    if (!carried)
-      return fail(error);
-    op.fwdSeconds = *fwd;
-    op.bwdSeconds = *bwd;
-    op.outBytes = *outBytes;
-    op.paramBytes = *paramBytes;
-    op.savedBytes = *savedBytes;
-    op.fwdScratchBytes = *fwdScratch;
-    op.bwdScratchBytes = *bwdScratch;
-    op.carriedBytes = *carried;
-
-    auto inputs = entry.find("inputs");
-    if (inputs != entry.end() && !inputs->is_null()) {
-      if (!inputs->is_array())
-        return fail(what + ": 'inputs' must be a list of op names or indices");
-      for (const json &input : *inputs) {
-        int producer = -1;
-        if (input.is_string()) {
-          auto found = indexOfName.find(input.get<std::string>());
-          if (found == indexOfName.end())
-            return fail(what + ": input " + input.dump() +
-                        " is not the name of an op");
-          producer = found->second;
-        } else if (input.is_number_integer()) {
-          int64_t index = input.get<int64_t>();
-          if (index < 0 || index >= static_cast<int64_t>(ops->size()))
-            return fail(what + ": input index " + std::to_string(index) +
-                        " is out of range (" + std::to_string(ops->size()) +
-                        " ops)");
-          producer = static_cast<int>(index);
-        } else {
-          return fail(what + ": input " + input.dump() +
-                      " must be an op name or index");
-        }
-        if (producer >= static_cast<int>(i))
-          return fail(what + ": input " + input.dump() +
-                      " is not an earlier op (ops must be in topological "
-                      "order)");
-        op.inputs.push_back(producer);
-      }
-    }
-    profile.ops.push_back(std::move(op));
+    profile.ops.push_back(std::move(*op));
   }
 
   ProfileResult result;

@@ -226,18 +226,17 @@ Profile scaleProfile(const Profile &profile, int64_t microbatchSize) {
   double f = static_cast<double>(microbatchSize) / static_cast<double>(b0);
   Profile scaled = profile;
   scaled.microbatch = microbatchSize;
-  scaled.inputBytes = static_cast<int64_t>(std::llround(scaled.inputBytes * f));
-  scaled.labelBytes = static_cast<int64_t>(std::llround(scaled.labelBytes * f));
+  auto scale = [f](int64_t &bytes) {
+    bytes = static_cast<int64_t>(std::llround(bytes * f));
+  };
+  scale(scaled.inputBytes);
+  scale(scaled.labelBytes);
   for (ProfileOp &op : scaled.ops) {
     op.fwdSeconds *= f;
     op.bwdSeconds *= f;
-    op.outBytes = static_cast<int64_t>(std::llround(op.outBytes * f));
-    op.savedBytes = static_cast<int64_t>(std::llround(op.savedBytes * f));
-    op.fwdScratchBytes =
-        static_cast<int64_t>(std::llround(op.fwdScratchBytes * f));
-    op.bwdScratchBytes =
-        static_cast<int64_t>(std::llround(op.bwdScratchBytes * f));
-    op.carriedBytes = static_cast<int64_t>(std::llround(op.carriedBytes * f));
+    for (int64_t *bytes : {&op.outBytes, &op.savedBytes, &op.fwdScratchBytes,
+                           &op.bwdScratchBytes, &op.carriedBytes})
+      scale(*bytes);
   }
   return scaled;
 }

@@ -914,12 +914,25 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
         if (t >= first && t < l)
           (expensive(t) ? startsFrom : needed)[size_t(t - first)] = true;
     }
-  // The last op of this stage that reads each op's value (-1: none).
+  // The gradient of an output t arrives in io. The one-stage profile's
+  // backward had it in scratch from its later consumer's backward on:
+  // through every op after t's last consumer in this stage (t itself and
+  // every op after it when none), until that consumer adds its part into a
+  // sum, which is in scratch here too. ioFrom[i]: the bytes of such
+  // gradients counted from op first + i on.
   std::vector<int> lastUser(needed.size(), -1);
   for (int l = first; l <= last; ++l)
     for (int t : profile.producersOf(l))
       if (t >= first && t < l)
         lastUser[size_t(t - first)] = std::max(lastUser[size_t(t - first)], l);
+  std::vector<int64_t> ioFrom(needed.size() + 1, 0);
+  for (int t = first; t <= last; ++t)
+    if (sentOn[size_t(t)])
+      ioFrom[size_t(lastUser[size_t(t - first)] < 0
+                        ? t - first
+                        : lastUser[size_t(t - first)] + 1 - first)] +=
+          aligned(profile.ops[size_t(t)].outBytes);
+  int64_t inIo = 0;
   int64_t slot = 0, outputs = 0, plain = 0;
   int64_t recomputed = 0, forwardPeak = 0, backwardPeak = 0;
   // A split backward (zero bubble) carries the weight half's inputs in the
@@ -937,21 +950,11 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
             ? std::max(op.savedBytes,
                        startsFrom[size_t(l - first)] ? aligned(op.outBytes) : 0)
             : 0;
-    // The gradient of an output t arrives in io. The one-stage profile's
-    // backward had it in scratch from its later consumer's backward on:
-    // through every op after t's last consumer in this stage (or after t,
-    // and t itself, when none), until that consumer adds its part into a
-    // sum, which is in scratch here too.
     if (sentOn[size_t(l)]) {
       held = std::max(held, aligned(op.outBytes));
       outputs += aligned(op.outBytes);
     }
-    int64_t inIo = 0;
-    for (int t = first; t <= l; ++t)
-      if (sentOn[size_t(t)] &&
-          (lastUser[size_t(t - first)] < 0 ? true
-                                           : l > lastUser[size_t(t - first)]))
-        inIo += aligned(profile.ops[size_t(t)].outBytes);
+    inIo += ioFrom[size_t(l - first)];
     const int64_t backward = std::max<int64_t>(0, op.bwdScratchBytes - inIo);
     slot += held;
     plain = std::max({plain, op.fwdScratchBytes, backward});
@@ -972,10 +975,9 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
     slot += aligned(profile.labelBytes);
   // A stage with no trained weight in or before it gets no gradient: its
   // backward reads nothing back, and its microbatches share one slot.
-  int64_t params = 0;
-  for (int l = 0; l <= last; ++l)
-    params += profile.ops[size_t(l)].paramBytes;
-  stage.oneSlot = params == 0;
+  stage.oneSlot =
+      std::all_of(stages.begin(), stages.begin() + q + 1,
+                  [](const VStage &s) { return s.paramBytes == 0; });
   const int64_t scratch =
       mode == "none" ? plain
                      : std::max({plain, forwardPeak, recomputed, backwardPeak});
@@ -1681,14 +1683,14 @@ void Simulator::accountDevices(SimResult &result, LastBackward &lastBackward,
       run = deviceLog[d];
     }
     std::vector<const std::vector<BufferInterval> *> held;
-    int64_t deviceBytes = activationPeak(run, lastBackward), maxSaved = 0;
+    int64_t deviceBytes = 0, maxSaved = 0;
     if (onDevice.size() == 1 && stages.front().arena) {
       // The lowering reserves its stash slots for the whole run.
-      int64_t reserved = 0;
       for (int c = 0; c < v; ++c)
-        reserved +=
+        deviceBytes +=
             result.memory[stageOf(c, ranks[onDevice[0]].group)].activations;
-      deviceBytes = reserved;
+    } else {
+      deviceBytes = activationPeak(run, lastBackward);
     }
     DeviceUsage usage;
     usage.device = ranks[onDevice.front()].device;

@@ -343,9 +343,29 @@ public:
       for (const std::string &text : held)
         emit(text);
     held.clear();
+    markTerminatedConsequences();
   }
 
 private:
+  /// srun (--kill-on-bad-exit) and mpirun end the other ranks with SIGTERM
+  /// after a rank dies, and srun may report those before or after it says
+  /// it cancelled the step: once every line is in, beside a death of
+  /// another kind, a rank that died of SIGTERM is a consequence, not a
+  /// cause.
+  void markTerminatedConsequences() {
+    if (!report)
+      return;
+    auto terminated = [](const RankDeath &d) {
+      return d.signal == SIGTERM || d.how == "Terminated";
+    };
+    std::vector<RankDeath> &deaths = report->deaths;
+    if (std::any_of(deaths.begin(), deaths.end(), [&](const RankDeath &d) {
+          return !d.consequence && !terminated(d);
+        }))
+      for (RankDeath &d : deaths)
+        d.consequence |= terminated(d);
+  }
+
   void line(const std::string &text) {
     std::string bare = text.substr(0, text.find_last_not_of("\r\n") + 1);
     if (muted && bare.find("pipec-rt: ") == std::string::npos)

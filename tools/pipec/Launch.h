@@ -85,7 +85,8 @@ struct RankDeath {
   std::string host, how;
   int signal = 0; ///< the signal that ended it, when it says one
   /// Killed by the launcher's cleanup after another rank's failure (srun
-  /// reports every task it cancels), not a cause.
+  /// reports every task it cancels; a SIGTERM beside a death of another
+  /// kind), not a cause.
   bool consequence = false;
 };
 /// The exit status of a job a watchdog stopped (the runtime's too).

@@ -17,8 +17,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -123,23 +121,6 @@ bool anyRankStarted(const std::string &statusDir, size_t ranks) {
   return false;
 }
 
-/// The launcher's deaths, with those that follow from another marked as
-/// consequences: srun (--kill-on-bad-exit) and mpirun end the other ranks
-/// with SIGTERM after a rank dies, and srun may report those before or
-/// after it says it cancelled the step, so beside a death of another kind a
-/// rank that died of SIGTERM is a consequence, not a cause.
-std::vector<RankDeath> withConsequences(std::vector<RankDeath> deaths) {
-  auto terminated = [](const RankDeath &d) {
-    return d.signal == SIGTERM || d.how == "Terminated";
-  };
-  if (std::any_of(deaths.begin(), deaths.end(), [&](const RankDeath &d) {
-        return !d.consequence && !terminated(d);
-      }))
-    for (RankDeath &d : deaths)
-      d.consequence |= terminated(d);
-  return deaths;
-}
-
 /// After a failed job: reads the ranks' status records (runtime
 /// core/status.h) and names every rank that ended without a report (killed
 /// or crashed), with its stage and the step it was in. The ranks that failed
@@ -150,7 +131,7 @@ void reportSilentRanks(const std::string &statusDir,
                        const std::vector<std::string> &hostOfRank,
                        const std::vector<int> &stageOfRank, size_t ranks,
                        const LauncherReport &report) {
-  const std::vector<RankDeath> deaths = withConsequences(report.deaths);
+  const std::vector<RankDeath> &deaths = report.deaths;
   struct Record {
     bool complete = false;
     int32_t stage = 0, state = 0;
@@ -512,7 +493,7 @@ int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
                       report);
     // A rank killed by a signal: 128 + the signal, whatever the launcher
     // made of it (OpenMPI returns the signal number, or 205, on other hosts).
-    for (const RankDeath &d : withConsequences(report.deaths))
+    for (const RankDeath &d : report.deaths)
       if (d.signal > 0 && !d.consequence) {
         rc = 128 + d.signal;
         break;

@@ -144,12 +144,12 @@ struct StageDesc {
   /// message, loss and checkpoint is a double.
   int realBytes = 4;
   bool isF64() const { return realBytes == 8; }
-  /// "cpu" or "cuda": the runtime the stage was compiled for (`pipec
-  /// compile --target`); a runtime of another target refuses it.
   /// "arena" when the op table's memory figures describe the whole model
   /// without recomputation (one stage, backward not split): a profile
   /// written from it says so (Profile::memoryModel).
   std::string memoryModel;
+  /// "cpu" or "cuda": the runtime the stage was compiled for (`pipec
+  /// compile --target`); a runtime of another target refuses it.
   std::string target = "cpu";
 };
 
