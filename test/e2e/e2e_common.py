@@ -1,7 +1,11 @@
 """What the end-to-end scripts share: a check counter that prints one line
-per check and the runner's summary line, and metrics.jsonl's losses."""
+per check and the runner's summary line, running a command for its exit
+status and output, waiting for a running job's metrics, and metrics.jsonl's
+losses."""
 import json
 import os
+import subprocess
+import time
 
 
 class Checks:
@@ -27,3 +31,20 @@ def losses_of(out_dir, metrics="metrics.jsonl"):
     path = metrics if os.path.isabs(metrics) else os.path.join(out_dir, metrics)
     with open(path) as f:
         return [json.loads(line)["loss"] for line in f]
+
+
+def run(cmd, timeout=300, env=None):
+    """Runs `cmd`; returns (exit status, stdout and stderr together)."""
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=timeout, env=env)
+    return p.returncode, p.stdout
+
+
+def wait_for_lines(proc, path, lines, timeout=90):
+    """Waits until the file `path` has `lines` lines, `proc` has ended, or
+    `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if os.path.exists(path) and sum(1 for _ in open(path)) >= lines:
+            break

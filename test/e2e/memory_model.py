@@ -34,13 +34,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from e2e_common import Checks  # noqa: E402
+from e2e_common import Checks, run  # noqa: E402
 
 MODELS = {
     "gpt": ("examples/gpt/make_gpt.py", ["--batch", "32", "--seq", "64", "--layers", "4", "--dim", "128",
@@ -54,11 +53,6 @@ RUNS += [("s2-gpipe-none", 2, 4, "gpipe", "none", 1),
          ("s4-zb-h1-none", 4, 8, "zb-h1", "none", 1),
          ("s2-zb-v-none", 2, 4, "zb-v", "none", 2)]
 TOLERANCE = 0.05
-
-
-def run(cmd, timeout=600):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    return p.returncode, p.stdout
 
 
 def main():

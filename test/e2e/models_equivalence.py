@@ -23,7 +23,6 @@ Prints one line per run and `N passed, N failed`.
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -33,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from safetensors_io import load_checkpoint, latest_checkpoint, read_safetensors  # noqa: E402
 from onnx_reference import Reference  # noqa: E402
+from e2e_common import run  # noqa: E402
 
 TOL = 1e-4
 TOL64 = 1e-10  # --precision f64 against the numpy float64 reference
@@ -54,11 +54,6 @@ MODELS = {
 # Models the reference cannot follow: training-mode dropout draws pipec's
 # own seeded masks.
 NO_ORACLE = {"vgg-dropout"}
-
-
-def run(cmd, timeout=300):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    return p.returncode, p.stdout
 
 
 def rel(a, b):

@@ -48,6 +48,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns_hosts  # noqa: E402
+from e2e_common import wait_for_lines  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -389,12 +390,7 @@ def run_tests(pipec, work, args):
                                   "--hosts", ",".join(h.addrs)],
                               env=h.mpi_env(env1), stdout=log, stderr=subprocess.STDOUT, text=True)
             problems = []
-            metrics = h.outside(0, run + "/metrics.jsonl")
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.5)
-                if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 450:
-                    break
+            wait_for_lines(proc, h.outside(0, run + "/metrics.jsonl"), 450)
             if proc.poll() is not None:
                 log.close()
                 R.report(name, [f"the job ended before the failure: exit {proc.returncode}: "

@@ -21,22 +21,15 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_common import Checks, losses_of  # noqa: E402
+from e2e_common import Checks, losses_of, run  # noqa: E402
 from safetensors_io import latest_checkpoint, load_checkpoint  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 STEPS = 3
-
-
-def run(cmd, timeout=300, env=None):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=timeout, env=env)
-    return p.returncode, p.stdout
 
 
 def tail(text, n=600):

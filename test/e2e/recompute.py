@@ -28,7 +28,6 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -36,7 +35,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from e2e_common import Checks, losses_of  # noqa: E402
+from e2e_common import Checks, losses_of, run  # noqa: E402
 from models_equivalence import MODELS  # noqa: E402
 from safetensors_io import latest_checkpoint, load_checkpoint  # noqa: E402
 
@@ -45,11 +44,6 @@ STEPS = 3
 # and the MLP.
 GEN = {"mlp": ("examples/mlp/make_mlp.py", ["--batch", "16"], 0.05), **MODELS}
 ALL_SCHEDULES = {"gpt", "resnet"}
-
-
-def run(cmd, timeout=300):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    return p.returncode, p.stdout
 
 
 def auto_checks(args, d, onnx_path, data, lr, report):

@@ -34,24 +34,18 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_common import Checks, losses_of  # noqa: E402
+from e2e_common import Checks, losses_of, run  # noqa: E402
 from safetensors_io import latest_checkpoint, load_checkpoint  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 STEPS = 3
 LR = 0.1
-
-
-def run(cmd, timeout=300):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    return p.returncode, p.stdout
 
 
 

@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import netns_hosts  # noqa: E402
-from e2e_common import Checks  # noqa: E402
+from e2e_common import Checks, wait_for_lines  # noqa: E402
 from slurm import BINARIES, slurm_conf, start_munged, stop_processes  # noqa: E402
 
 HOSTS = 3
@@ -226,12 +226,7 @@ def run_checks(pipec, work):
                                      "--hosts", ",".join(h.names), "--steps", "1000000",
                                      "--inputs", run + "/x.npy", "--labels", run + "/y.npy"],
                                  env=env, stdout=log, stderr=subprocess.STDOUT)
-                metrics = h.outside(0, run + "/metrics.jsonl")
-                deadline = time.time() + 90
-                while time.time() < deadline and job.poll() is None:
-                    time.sleep(0.5)
-                    if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 20:
-                        break
+                wait_for_lines(job, h.outside(0, run + "/metrics.jsonl"), 20)
                 victim = h.run_on(2, ["pgrep", "-x", f"stage{HOSTS - 1}"],
                                   stdout=subprocess.PIPE, text=True).stdout.split()
                 if job.poll() is not None or not victim:

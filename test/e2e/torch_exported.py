@@ -26,7 +26,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "torch_exported")
 sys.path.insert(0, HERE)
-from models_equivalence import rel, run  # noqa: E402
+from e2e_common import run  # noqa: E402
+from models_equivalence import rel  # noqa: E402
 from safetensors_io import load_checkpoint  # noqa: E402
 
 TOL = 1e-4
