@@ -144,6 +144,38 @@ def run_pipec(args, b, stages):
     return float(m.group(2)), float(m.group(1))
 
 
+def profile_pipec(args, b):
+    """The 1-stage build once more with the runtime's per-op profiler
+    (--profile-out; the GPU is synchronised around each op, so every op's
+    time is its own kernels' plus a launch and a synchronisation): prints
+    where a step's time goes, by op kind and phase."""
+    sys.path.insert(0, os.path.join(ROOT, "test", "gpu"))
+    from gpu_e2e import launch_cmd
+    d = os.path.join(b, "s1")
+    out = os.path.join(b, "profile.json")
+    cmd = launch_cmd(args.mpirun, d, ["--steps", "3", "--profile-warmup", "1", "--profile-out", out, "--lr", str(LR),
+                                      "--inputs", os.path.join(b, "x.npy"), "--labels", os.path.join(b, "y.npy"),
+                                      "--quiet", "--checkpoint-dir", os.path.join(b, "profile_ckpt")])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0 or not os.path.exists(out):
+        print("profile run failed:", p.stdout[-1500:])
+        return
+    prof = json.load(open(out))
+    kinds = {}
+    for op in prof["ops"]:
+        k = kinds.setdefault(op["op"], [0.0, 0.0, 0])
+        k[0] += op.get("fwd_s", 0) * MICROBATCHES
+        k[1] += op.get("bwd_s", 0) * MICROBATCHES
+        k[2] += 1
+    opt = prof.get("optimizer_s", prof.get("opt_s", 0)) or 0
+    total = sum(f + w for f, w, _ in kinds.values()) + opt
+    print(f"\npipec 1 stage, per-op profile (GPU synchronised around each op; {total * 1e3:.1f} ms per step "
+          f"in ops, optimizer {opt * 1e3:.1f} ms):")
+    print(f"{'op':28s} {'count':>5s} {'fwd ms':>9s} {'bwd ms':>9s} {'share':>6s}")
+    for name, (f, w, n) in sorted(kinds.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))[:18]:
+        print(f"{name:28s} {n:5d} {f * 1e3:9.2f} {w * 1e3:9.2f} {(f + w) / total * 100:5.1f}%")
+
+
 def run_torch(compiled):
     import torch
     import torch.nn as nn
@@ -218,6 +250,8 @@ def run(args):
     draw_weights(b)
     s1, loss1 = run_pipec(args, b, 1)
     s4, loss4 = run_pipec(args, b, 4)
+    if os.environ.get("PIPEC_BENCH_PROFILE", "1") != "0":
+        profile_pipec(args, b)
     rows.append(("pipec --target cuda, 1 stage", s1))
     rows.append(("pipec --target cuda, 4 stages on the one GPU", s4))
     rows.append(("PyTorch eager", run_torch(False)))

@@ -34,7 +34,7 @@ prepare() {
     libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libibverbs1 libnl-3-200 \
     libnl-route-3-200 librdmacm1 libpsm-infinipath1 libpsm2-2 libucx0 libmunge2 \
     libnuma1 libopenblas0-pthread libgfortran5 libudev1 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
-  cp "$build/runtime/libpipec_rt_cuda.so" "$BUNDLE/lib/"
+  cp "$build/runtime/libpipec_rt_cuda.so" "$build/runtime/libpipec_rt_cuda_check.so" "$BUNDLE/lib/"
   cp "$build/runtime/cuda/tests/pipec_cuda_tests" "$BUNDLE/bin/"
   cp "$build/runtime/cuda/tests/pipec_cuda_communicator_contract" "$BUNDLE/bin/"
   /usr/bin/python3 test/gpu/gpu_e2e.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
@@ -70,12 +70,15 @@ run() {
   echo "cuBLAS from $cublas"
   local rc=0
   if [ -z "${PIPEC_GPU_BENCH_ONLY:-}" ]; then
+  # PIPEC_GPU_ONLY=CASE,... runs those e2e cases alone (no kernel tests).
+  if [ -z "${PIPEC_GPU_ONLY:-}" ]; then
   "$BUNDLE/bin/pipec_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/kernels.log" | tail -40 || rc=1
   grep -q "FAILED" "$out/kernels.log" && rc=1
   # The communicator contract with tensors in GPU memory (3 ranks, one GPU).
   "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator.log" || rc=1
   tail -1 "$out/communicator.log" | grep -q " 0 failed" || rc=1
+  fi
   PYTHONUNBUFFERED=1 python3 test/gpu/gpu_e2e.py run --bundle "$BUNDLE" --mpirun "$P/usr/bin/orterun" \
     ${PIPEC_GPU_ONLY:+--only "$PIPEC_GPU_ONLY"} 2>&1 | tee "$out/e2e.log" || rc=1
   tail -1 "$out/e2e.log" | grep -q " 0 failed" || rc=1

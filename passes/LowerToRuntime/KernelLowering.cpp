@@ -16,17 +16,21 @@ using namespace pipec::lowering;
 // Emission
 //===----------------------------------------------------------------------===//
 
-/// The kernels with a CUDA twin (runtime/cuda/cuda_kernels.def, the list the
-/// CUDA runtime's registry is made from).
-static bool hasCudaKernel(StringRef kernel) {
-  static const char *const kCuda[] = {
-#define PIPEC_CUDA_KERNEL(sym) "pipec_k_" #sym,
+/// The number of buffers of `kernel`'s CUDA twin (runtime/cuda/
+/// cuda_kernels.def, the list the CUDA runtime's registry is made from);
+/// -1 when it has none.
+static int cudaKernelBuffers(StringRef kernel) {
+  static const struct {
+    const char *name;
+    int buffers;
+  } kCuda[] = {
+#define PIPEC_CUDA_KERNEL(sym, nbufs) {"pipec_k_" #sym, nbufs},
 #include "../runtime/cuda/cuda_kernels.def"
   };
-  for (const char *k : kCuda)
-    if (kernel == k)
-      return true;
-  return false;
+  for (const auto &k : kCuda)
+    if (kernel == k.name)
+      return k.buffers;
+  return -1;
 }
 
 /// The symbol generated code calls for `kernel` on `target`.
@@ -46,16 +50,26 @@ LogicalResult StageLowering::checkTarget() {
         "reference mode, runs on the CPU target only)");
   // Every kernel the stage calls must have a CUDA twin; name the ops that
   // call one that has none.
+  // A call whose buffer count differs from the twin's is a compiler bug
+  // (the lowering and the runtime disagree on the ABI): refused, not run.
   std::map<std::string, std::vector<std::string>> missing;
   for (auto &c : chunks)
     for (FunctionPlan *fp : c->plans())
-      for (Step &st : fp->steps)
-        if (!hasCudaKernel(st.call.kernel)) {
+      for (Step &st : fp->steps) {
+        int buffers = cudaKernelBuffers(st.call.kernel);
+        if (buffers < 0) {
           auto &ops = missing[st.call.kernel];
           std::string op = locationName(st.loc);
           if (ops.size() < 3 && llvm::find(ops, op) == ops.end())
             ops.push_back(op);
+        } else if (size_t(buffers) != st.buffers.size()) {
+          return module.emitError("internal error: ")
+                 << st.call.kernel << " called with " << st.buffers.size()
+                 << " buffers for " << locationName(st.loc)
+                 << "; its CUDA twin takes " << buffers
+                 << " (runtime/cuda/cuda_kernels.def)";
         }
+      }
   if (missing.empty())
     return success();
   std::string text;

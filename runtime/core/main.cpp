@@ -222,6 +222,12 @@ void startCommunicator(pipec_ctx &ctx, int &argc, char **&argv,
 /// refusal): the watchdog stopped, the groups freed, the transport closed.
 void leaveJob(pipec_ctx &ctx, RankState state) {
   stopWatchdog();
+  // --check-kernels: the checker's summary while the job's output is still
+  // forwarded (it is in a preloaded library, found by name).
+  using Report = void (*)();
+  if (auto report = reinterpret_cast<Report>(
+          dlsym(RTLD_DEFAULT, "pipec_rt_check_report")))
+    report();
   ctx.stageGroup.reset();
   ctx.tieGroups.clear();
   setStatusState(state);
@@ -545,8 +551,8 @@ void writeRunOutputs(pipec_ctx &ctx) {
                   " (policy.versions_kept): a schedule and runtime mismatch");
   std::vector<std::pair<std::string, std::string>> files;
   if (ctx.profiler.enabled())
-    files.push_back(
-        {profilePath(o.profileOut, desc), ctx.profiler.toJson(desc)});
+    files.push_back({profilePath(o.profileOut, desc),
+                     ctx.profiler.toJson(desc, ctx.device->name())});
   if (ctx.timeline.enabled())
     files.push_back({rankPath(o.trace, ctx.rank), ctx.timeline.toJson() + "\n"});
   if (!o.summaryOut.empty())
@@ -649,6 +655,9 @@ int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
   if (desc.target != target)
     throw RtError("this stage was compiled for --target " + desc.target +
                   " but linked with the " + target + " runtime");
+  if (o.checkKernels && desc.target != "cuda")
+    throw RtError("--check-kernels checks CUDA kernels against the CPU "
+                  "kernels; this stage runs the CPU kernels already");
   DeviceRequest request;
   request.localRank = ctx.comm->localRank();
   request.allowTf32 = o.allowTf32;

@@ -133,6 +133,10 @@ std::string usageText(const char *argv0) {
          "at the point of use\n"
          "  --allow-tf32           CUDA stages: TF32 tensor-core math in "
          "float32 GEMMs\n"
+         "  --check-kernels        CUDA stages: run every kernel call on the "
+         "CPU too and report\n"
+         "                         where the GPU parts from it (slow; "
+         "debugging)\n"
          "  --vertical-sync        1f1b only: every stage uses the input "
          "stage's "
          "weight version\n"
@@ -216,6 +220,8 @@ Options parseOptions(int argc, char **argv) {
       noValue(), o.prefetch = true;
     else if (flag == "--allow-tf32")
       noValue(), o.allowTf32 = true;
+    else if (flag == "--check-kernels")
+      noValue(), o.checkKernels = true;
     else if (flag == "--vertical-sync")
       noValue(), o.verticalSync = true;
     else if (flag == "--quiet")

@@ -65,6 +65,9 @@ struct Options {
   /// TF32 tensor-core math for float32 GEMMs on a CUDA device (off: float32
   /// results match the CPU kernels to rounding).
   bool allowTf32 = false;
+  /// CUDA stages: every kernel call checked against the CPU kernel
+  /// (libpipec_rt_cuda_check.so preloaded; runtime/cuda/shadow_check.cpp).
+  bool checkKernels = false;
   /// PipeDream vertical sync for 1f1b.
   bool verticalSync = false;
   bool quiet = false;

@@ -55,7 +55,8 @@ int64_t Profiler::calls(size_t op, int phase) const {
   return slots[op * kPhases + size_t(phase)].calls;
 }
 
-std::string Profiler::toJson(const StageDesc &desc) const {
+std::string Profiler::toJson(const StageDesc &desc,
+                             const std::string &device) const {
   using Json = nlohmann::ordered_json;
   double steps = double(countedSteps > 0 ? countedSteps : 1);
   double perMicrobatch = steps * double(desc.microbatches);
@@ -79,7 +80,7 @@ std::string Profiler::toJson(const StageDesc &desc) const {
   }
   Json doc;
   doc["format"] = "pipec.profile/1";
-  doc["device"] = "cpu";
+  doc["device"] = device;
   doc["microbatch"] = desc.microbatch;
   // saved_bytes and the scratch bytes are the compiled stage's, and the
   // model's as a whole on one stage without recomputation.

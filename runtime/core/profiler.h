@@ -50,7 +50,9 @@ public:
   int64_t calls(size_t op, int phase) const;
 
   /// The `pipec.profile/1` document for this stage.
-  std::string toJson(const StageDesc &desc) const;
+  /// `device` names where the times were measured ("cpu", or
+  /// "cuda:0 (NVIDIA H100 80GB HBM3)").
+  std::string toJson(const StageDesc &desc, const std::string &device) const;
 
 private:
   using Clock = std::chrono::steady_clock;

@@ -97,7 +97,7 @@ struct Strides {
 } // namespace cuda
 } // namespace pipec
 
-#define PIPEC_CUDA_KERNEL(sym)                                                 \
+#define PIPEC_CUDA_KERNEL(sym, nbufs)                                          \
   extern "C" void pipec_cuda_k_##sym(void *const *bufs, const int64_t *ints,   \
                                      const double *reals);
 #include "cuda_kernels.def"

@@ -29,10 +29,15 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <dlfcn.h>
 #include <map>
 #include <string>
+#include <unistd.h>
 
 namespace pipec {
 namespace cuda {
@@ -180,9 +185,53 @@ std::unique_ptr<rt::Device> makeCudaDevice(const rt::DeviceRequest &request) {
 } // namespace cuda
 } // namespace pipec
 
+namespace {
+
+/// --check-kernels: the stage executes itself again with the checker
+/// (libpipec_rt_cuda_check.so, beside this library) first in LD_PRELOAD, so
+/// that its calls of pipec_cuda_k_* reach the checker's twins. Returns
+/// only when there is nothing to do; a failure is one line on stderr and
+/// exit 2 (nothing has started: MPI is not initialised yet).
+void preloadKernelChecker(char **argv) {
+  bool wanted = false;
+  for (char **a = argv + 1; *a; ++a)
+    if (std::strcmp(*a, "--check-kernels") == 0)
+      wanted = true;
+  if (!wanted || std::getenv("PIPEC_CHECK_KERNELS_LOADED"))
+    return;
+  Dl_info info{};
+  std::string lib;
+  if (dladdr(reinterpret_cast<void *>(&pipec_rt_cuda_main), &info) &&
+      info.dli_fname) {
+    lib = info.dli_fname;
+    lib =
+        lib.substr(0, lib.find_last_of('/') + 1) + "libpipec_rt_cuda_check.so";
+  }
+  if (lib.empty() || access(lib.c_str(), R_OK) != 0) {
+    std::fprintf(stderr,
+                 "pipec-rt: error: --check-kernels needs %s beside "
+                 "libpipec_rt_cuda.so (it is built with the CUDA runtime)\n",
+                 lib.empty() ? "libpipec_rt_cuda_check.so" : lib.c_str());
+    std::exit(2);
+  }
+  const char *old = std::getenv("LD_PRELOAD");
+  std::string preload = lib + (old && *old ? std::string(":") + old : "");
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+  setenv("PIPEC_CHECK_KERNELS_LOADED", "1", 1);
+  execv("/proc/self/exe", argv);
+  std::fprintf(stderr,
+               "pipec-rt: error: --check-kernels: cannot execute %s "
+               "again: %s\n",
+               argv[0], std::strerror(errno));
+  std::exit(2);
+}
+
+} // namespace
+
 extern "C" int pipec_rt_cuda_main(int argc, char **argv,
                                   const char *stage_meta_json,
                                   pipec_program_fn program) {
+  preloadKernelChecker(argv);
   return pipec::rt::runStage(argc, argv, stage_meta_json, program,
                              pipec::cuda::makeCudaDevice,
                              pipec::rt::makeMpiCommunicator, "cuda");

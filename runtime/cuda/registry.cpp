@@ -14,7 +14,7 @@ struct Entry {
   pipec_kernel_fn fn;
 };
 constexpr Entry kCudaKernels[] = {
-#define PIPEC_CUDA_KERNEL(sym) {#sym, &pipec_cuda_k_##sym},
+#define PIPEC_CUDA_KERNEL(sym, nbufs) {#sym, &pipec_cuda_k_##sym},
 #include "cuda_kernels.def"
 };
 } // namespace

@@ -58,7 +58,7 @@ TEST(CoreProfiler, AveragesPerMicrobatchAndSkipsWarmup) {
   EXPECT_EQ(p.calls(1, 1), 2 * 2);
   EXPECT_EQ(p.calls(0, 2), 2);
 
-  nlohmann::json j = nlohmann::json::parse(p.toJson(d));
+  nlohmann::json j = nlohmann::json::parse(p.toJson(d, "cpu"));
   EXPECT_EQ(j["format"], "pipec.profile/1");
   EXPECT_EQ(j["device"], "cpu");
   EXPECT_EQ(j["microbatch"], 4);

@@ -19,12 +19,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
-from e2e_common import Checks  # noqa: E402
-
-
-def run(cmd, timeout=300):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    return p.returncode, p.stdout
+from e2e_common import Checks, run  # noqa: E402
 
 
 def error_lines(text):
@@ -96,7 +91,7 @@ def main():
     import re
     listed = set(re.findall(r"PIPEC_KERNEL(?:_BYTES)?\(pipec_k_(\w+)\)",
                             open(os.path.join(ROOT, "runtime/include/pipec_kernels.def")).read()))
-    twins = set(re.findall(r"PIPEC_CUDA_KERNEL\((\w+)\)",
+    twins = set(re.findall(r"PIPEC_CUDA_KERNEL\((\w+),",
                            open(os.path.join(ROOT, "runtime/cuda/cuda_kernels.def")).read()))
     cases = []
     if listed - twins:
@@ -111,6 +106,22 @@ def main():
                         "-o", o, "--quiet"])
         checks.report(rc == 0 and os.path.exists(os.path.join(o, "stage1")),
                       "ResNet (conv, batch norm) builds for cuda", f"exit {rc} {text[-300:]}")
+    if "maxpool2d" in twins:
+        o = os.path.join(w, "vgg-cuda")
+        rc, text = run([args.pipec, "compile", vgg, "--target", "cuda", "--stages", "2", "--microbatches", "2",
+                        "-o", o, "--quiet"])
+        checks.report(rc == 0 and os.path.exists(os.path.join(o, "stage1")),
+                      "VGG (max pooling) builds for cuda", f"exit {rc} {text[-300:]}")
+        # --check-kernels compares CUDA kernels with the CPU's: a CPU build
+        # refuses it (one line, from the stage), a CUDA build without a GPU
+        # still says what is missing.
+        cpu_vgg = os.path.join(w, "vgg-cpu")
+        rc, text = run([args.pipec, "compile", vgg, "--stages", "1", "--microbatches", "1", "-o", cpu_vgg,
+                        "--quiet"])
+        rc, text = run([args.pipec, "train", cpu_vgg, "--steps", "1", "--quiet", "--check-kernels"])
+        errs = error_lines(text)
+        checks.report(rc != 0 and any("--check-kernels checks CUDA kernels" in e for e in errs),
+                      "--check-kernels on a CPU build refused", f"exit {rc}: {' | '.join(errs)[:300]}")
     # Refusals: one error line, nothing written.
     cases += [
         ("float64 on cuda", [mlp, "--target", "cuda", "--precision", "f64"],

@@ -27,6 +27,10 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
       .opt("--steps", "measured steps", "20")
       .opt("--warmup", "unmeasured first steps", "3")
       .opt("--input-shape", "static shapes NAME=D0xD1..., comma-separated")
+      .opt("--target",
+           "cpu, or cuda (per-op times on the GPU: each op's "
+           "kernels, the device synchronised around it)",
+           "cpu")
       .opt("--mpirun", "MPI launcher", "mpirun");
   if (!a.parse())
     return a.helpShown ? 0 : 2;
@@ -36,6 +40,9 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
   if (!a.getInt("--steps", steps, 1) || !a.getInt("--warmup", warmup, 0) ||
       (a.has("--microbatch") && !a.getInt("--microbatch", micro, 1)))
     return 2;
+  if (a.get("--target") != "cpu" && a.get("--target") != "cuda")
+    return fail("profile",
+                "--target is cpu or cuda, got '" + a.get("--target") + "'", 2);
   llvm::SmallString<128> tmp;
   if (std::error_code ec =
           llvm::sys::fs::createUniqueDirectory("pipec-profile", tmp))
@@ -45,6 +52,7 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
   o.outDir = tmp.str().str();
   o.batch = micro;
   o.quiet = true;
+  o.target = a.get("--target");
   if (a.has("--input-shape")) {
     for (llvm::StringRef item : llvm::split(a.get("--input-shape"), ',')) {
       auto [name, dims] = item.rsplit('=');

@@ -333,6 +333,12 @@ void declareTrainOptions(Args &a) {
       .flag("--prefetch", "post the step's receives at its start (staging "
                           "buffers; synchronous schedules) instead of "
                           "receiving each message where it is used")
+      .flag("--allow-tf32", "CUDA stages: TF32 tensor-core math in float32 "
+                            "GEMMs (off: float32 results match the CPU "
+                            "kernels to rounding)")
+      .flag("--check-kernels",
+            "CUDA stages: run every kernel call on the CPU kernel too and "
+            "report where the GPU parts from it (slow; for debugging)")
       .flag("--dry-run", "print the launcher's command instead of running it")
       .flag("--quiet", "no per-step lines");
 }
@@ -379,6 +385,9 @@ std::vector<std::string> stageArguments(const Args &a,
     stageArgs.push_back("--vertical-sync");
   if (a.has("--prefetch"))
     stageArgs.push_back("--prefetch");
+  for (const char *flag : {"--allow-tf32", "--check-kernels"})
+    if (a.has(flag))
+      stageArgs.push_back(flag);
   if (a.has("--quiet"))
     stageArgs.push_back("--quiet");
   pass("--watchdog-s", false);
