@@ -160,6 +160,8 @@ def profile_pipec(args, b):
     if p.returncode != 0 or not os.path.exists(out):
         print("profile run failed:", p.stdout[-1500:])
         return
+    if os.environ.get("OUT"):  # the GPU machine's results folder
+        shutil.copy(out, os.path.join(os.environ["OUT"], "profile_gpt_1stage.json"))
     prof = json.load(open(out))
     kinds = {}
     for op in prof["ops"]:
@@ -167,7 +169,7 @@ def profile_pipec(args, b):
         k[0] += op.get("fwd_s", 0) * MICROBATCHES
         k[1] += op.get("bwd_s", 0) * MICROBATCHES
         k[2] += 1
-    opt = prof.get("optimizer_s", prof.get("opt_s", 0)) or 0
+    opt = sum(op.get("opt_s", 0) for op in prof["ops"])
     total = sum(f + w for f, w, _ in kinds.values()) + opt
     print(f"\npipec 1 stage, per-op profile (GPU synchronised around each op; {total * 1e3:.1f} ms per step "
           f"in ops, optimizer {opt * 1e3:.1f} ms):")

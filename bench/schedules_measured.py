@@ -84,7 +84,10 @@ def main():
         "--hidden", "1024,1024,1024,1024", "--data-steps", "2"])
     xs, ys = os.path.join(a.workdir, "x.npy"), os.path.join(a.workdir, "y.npy")
     profile = os.path.join(a.workdir, "profile.json")
-    sh([a.pipec, "profile", onnx_path, "--microbatch", str(256 // m), "-o", profile])
+    # One BLAS thread: the op times of one processor. A stage process gets
+    # cores / processes threads (one each here for p >= 2 on 2 cores), and
+    # the simulated host shares os.cpu_count() processors among them.
+    sh([a.pipec, "profile", onnx_path, "--microbatch", str(256 // m), "--threads", "1", "-o", profile])
 
     print(f"MLP 784-1024x4-10, batch 256 = {m} x {256 // m}, {a.steps} steps, {os.cpu_count()} cores")
     print(f"{'config':<18} {'measured s':>10} {'sim s':>8} {'ratio':>6} {'bubble':>7} {'sim':>6} "
@@ -94,7 +97,8 @@ def main():
         with open(topo, "w") as f:
             json.dump({"format": "pipec.topology/1", "name": f"{p} processes on one host",
                        "device_memory_bytes": 24 << 30,
-                       "levels": [{"name": "host", "count": p, "bandwidth": a.bandwidth, "latency": a.latency}]}, f)
+                       "levels": [{"name": "host", "count": p, "bandwidth": a.bandwidth, "latency": a.latency,
+                                   "processors": os.cpu_count()}]}, f)
         for sched in ("gpipe", "1f1b-flush", "1f1b", "2bw", "interleaved", "zb-h1"):
             out = os.path.join(a.workdir, f"p{p}-{sched}")
             extra = ["--chunks", "2"] if sched == "interleaved" else []

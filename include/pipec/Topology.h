@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pipec {
@@ -25,6 +26,12 @@ struct TopologyLevel {
   int count = 1;
   double bandwidth = 0; ///< bytes per second
   double latency = 0;   ///< seconds
+  /// Processors shared by the devices of one component of this level (0:
+  /// every device is a processor of its own). Stage processes on a host
+  /// with fewer cores than processes, or several ranks on one GPU: the
+  /// simulator then shares the processors among the ops running at a time
+  /// (each at min(1, processors / running) of its speed).
+  int processors = 0;
 };
 
 struct Topology {
@@ -61,6 +68,11 @@ struct Topology {
   /// and the highest latency of levels 0..level (equal to level `level`
   /// itself when bandwidth falls outwards, as in every real cluster).
   TopologyLevel effectiveLink(int level) const;
+  /// The devices sharing processors with `device` (the component of the
+  /// innermost level with `processors` set, if that is fewer processors
+  /// than the component has devices): its id in [0, numDevices) and the
+  /// number of processors, or {-1, 0} for a device of its own.
+  std::pair<int, int> processorGroup(int device) const;
 };
 
 /// Why `topology` is unusable (no levels, a non-positive count or

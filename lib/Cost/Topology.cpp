@@ -210,6 +210,19 @@ double Topology::allreduceSeconds(int64_t bytes,
          2.0 * (n - 1) * link.latency;
 }
 
+std::pair<int, int> Topology::processorGroup(int device) const {
+  for (size_t k = 0; k < levels.size(); ++k) {
+    const int processors = levels[k].processors;
+    if (processors <= 0)
+      continue;
+    const int perComponent = devicesPerComponent(static_cast<int>(k));
+    if (processors >= perComponent)
+      return {-1, 0};
+    return {device / perComponent, processors};
+  }
+  return {-1, 0};
+}
+
 Topology Topology::flat(int n, double bandwidth, double latency,
                         int64_t memoryBytes) {
   Topology topology;
@@ -242,6 +255,9 @@ std::string topologyError(const Topology &topology) {
     if (!std::isfinite(level.latency) || level.latency < 0)
       return what + ": 'latency' must be a non-negative finite number of "
                     "seconds";
+    if (level.processors < 0)
+      return what + ": 'processors' must be >= 0 (got " +
+             std::to_string(level.processors) + ")";
     devices *= level.count;
     if (devices > std::numeric_limits<int>::max())
       return what + ": too many devices (the product of the counts exceeds " +
@@ -327,6 +343,16 @@ TopologyResult topologyFromJson(const std::string &text) {
         return fail(error);
       level.latency = *latencyValue;
     }
+    // Processors shared by a component's devices (absent or 0: one each).
+    if (auto processors = entry.find("processors");
+        processors != entry.end() && !processors->is_null()) {
+      std::optional<int64_t> value =
+          readWhole(*processors, what + ": 'processors'", 0,
+                    std::numeric_limits<int>::max(), error);
+      if (!value)
+        return fail(error);
+      level.processors = static_cast<int>(*value);
+    }
     topology.levels.push_back(std::move(level));
   }
 
@@ -341,11 +367,15 @@ TopologyResult topologyFromJson(const std::string &text) {
 
 std::string topologyToJson(const Topology &topology) {
   ordered_json levels = ordered_json::array();
-  for (const TopologyLevel &level : topology.levels)
-    levels.push_back({{"name", level.name},
-                      {"count", level.count},
-                      {"bandwidth", level.bandwidth},
-                      {"latency", level.latency}});
+  for (const TopologyLevel &level : topology.levels) {
+    ordered_json entry = {{"name", level.name},
+                          {"count", level.count},
+                          {"bandwidth", level.bandwidth},
+                          {"latency", level.latency}};
+    if (level.processors > 0)
+      entry["processors"] = level.processors;
+    levels.push_back(std::move(entry));
+  }
   ordered_json doc = {{"format", kTopologyFormat},
                       {"device_memory_bytes", topology.deviceMemoryBytes},
                       {"levels", std::move(levels)}};

@@ -481,8 +481,35 @@ private:
   std::vector<double> deviceFree, decisionAt;
   std::vector<std::vector<std::pair<int, size_t>>> deviceLog;
 
+  /// Processor sharing (topology levels with `processors`): the ranks of a
+  /// group run their ops at once, each at min(1, processors / running) of
+  /// its speed. Per group the running ops with the work they have left
+  /// (seconds at full speed) as of `last`; per rank its op's work, start
+  /// and the completion time last scheduled (an older completion event is
+  /// stale).
+  struct PsGroup {
+    int processors = 1;
+    double rate = 1, last = 0;
+    std::vector<std::pair<int, double>> running;
+  };
+  std::vector<PsGroup> psGroups;
+  std::vector<int> psGroupOfRank; ///< -1: a processor of its own
+  std::vector<double> psWork, psBegin, psFinish;
+  bool psRank(int r) const {
+    return !psGroups.empty() && psGroupOfRank[r] >= 0;
+  }
+  std::string setUpProcessorSharing();
+  /// Brings group g's running ops to `now`, then gives every one its new
+  /// completion time at the group's new rate.
+  void psReschedule(int g);
+  void psAdvance(int g);
+  void psBeginOp(int r);
+  void psEndOp(int r, double time);
+
   /// (time, kind, id), min-heap: kind 0 completes rank id's op, kind 1 is a
-  /// decision of shared device id, after every completion at that time.
+  /// decision of shared device id, after every completion at that time;
+  /// with processor sharing kind 2 may complete rank id's op (if `time` is
+  /// still its completion time) and kind 3 starts it.
   using Event = std::tuple<double, int, int>;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
   /// Without shared devices (and without a trace) nothing depends on the
@@ -1203,6 +1230,13 @@ void Simulator::start(int r, double ready, double duration) {
   rank.busy = true;
   rank.busySeconds += duration;
   computeSeconds += duration;
+  if (psRank(r)) {
+    // Its speed depends on what else runs: it joins its group at `ready`,
+    // and its trace span is known when it ends.
+    psWork[r] = duration;
+    events.push({ready, 3, r});
+    return;
+  }
   if (sharedRank(r)) {
     const int d = rankDevice[r];
     deviceBusy[d] = 1;
@@ -1360,6 +1394,83 @@ std::string Simulator::describeWait(int r) const {
   return what + " for its own forward";
 }
 
+std::string Simulator::setUpProcessorSharing() {
+  psGroups.clear();
+  psGroupOfRank.assign(ranks.size(), -1);
+  std::map<int, int> index; // topology group -> psGroups index
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    auto [group, processors] = topology.processorGroup(ranks[r].device);
+    if (group < 0)
+      continue;
+    auto [it, inserted] =
+        index.emplace(group, static_cast<int>(psGroups.size()));
+    if (inserted) {
+      psGroups.emplace_back();
+      psGroups.back().processors = processors;
+    }
+    psGroupOfRank[r] = it->second;
+    if (sharedRank(static_cast<int>(r)))
+      return "device " + str(ranks[r].device) +
+             " runs several stages and shares its processors with other "
+             "devices: the simulator models one or the other";
+  }
+  psWork.assign(ranks.size(), 0);
+  psBegin.assign(ranks.size(), 0);
+  psFinish.assign(ranks.size(), kUnknown);
+  return "";
+}
+
+void Simulator::psAdvance(int g) {
+  PsGroup &group = psGroups[g];
+  for (auto &[r, left] : group.running)
+    left -= (now - group.last) * group.rate;
+  group.last = now;
+}
+
+void Simulator::psReschedule(int g) {
+  psAdvance(g);
+  PsGroup &group = psGroups[g];
+  const double running = static_cast<double>(group.running.size());
+  group.rate = running > group.processors ? group.processors / running : 1.0;
+  for (auto &[r, left] : group.running) {
+    psFinish[r] = now + std::max(left, 0.0) / group.rate;
+    events.push({psFinish[r], 2, r});
+  }
+}
+
+void Simulator::psBeginOp(int r) {
+  const int g = psGroupOfRank[r];
+  psAdvance(g); // the others' progress up to now, at the old rate
+  psGroups[g].running.emplace_back(r, psWork[r]);
+  psBegin[r] = now;
+  psReschedule(g);
+}
+
+void Simulator::psEndOp(int r, double time) {
+  const int g = psGroupOfRank[r];
+  auto &running = psGroups[g].running;
+  psAdvance(g);
+  running.erase(
+      std::find_if(running.begin(), running.end(),
+                   [&](const auto &entry) { return entry.first == r; }));
+  psFinish[r] = kUnknown;
+  psReschedule(g);
+  if (options.trace) {
+    const Rank &rank = ranks[r];
+    const SchedOp &op = rank.ops[rank.pc];
+    const char *prefix = op.kind == PassKind::Forward    ? "F"
+                         : op.kind == PassKind::Backward ? "B"
+                                                         : "W";
+    std::string name = prefix + str(op.microbatch);
+    if (v > 1)
+      name += "c" + str(op.chunk);
+    trace.push_back({name, rank.device, sim::Compute, psBegin[r],
+                     time - psBegin[r], op.microbatch, op.chunk,
+                     virtualStage(r, op)});
+  }
+  complete(r, time);
+}
+
 std::string Simulator::simulate() {
   // Slots: the receiving replicas with split replicas (each waiting for the
   // slices that overlap its own), else one slot and one delivery.
@@ -1419,7 +1530,9 @@ std::string Simulator::simulate() {
   deviceLog.assign(numDevices, {});
 
   now = 0;
-  anyOrder = !options.trace;
+  if (std::string error = setUpProcessorSharing(); !error.empty())
+    return error;
+  anyOrder = !options.trace && psGroups.empty();
   for (const std::vector<int> &onDevice : deviceRanks)
     anyOrder &= onDevice.size() == 1;
   for (size_t r = 0; r < ranks.size(); ++r)
@@ -1438,6 +1551,11 @@ std::string Simulator::simulate() {
     now = time;
     if (type == 0) {
       complete(id, time);
+    } else if (type == 2) {
+      if (psFinish[id] == time)
+        psEndOp(id, time);
+    } else if (type == 3) {
+      psBeginOp(id);
     } else if (decisionAt[id] == time) {
       // The device's pending decision (stale ones were superseded by an
       // earlier one, which re-examined the device).

@@ -31,15 +31,23 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
            "cpu, or cuda (per-op times on the GPU: each op's "
            "kernels, the device synchronised around it)",
            "cpu")
+      .opt("--threads", "BLAS threads of the measuring process (default: "
+                        "every core, or OPENBLAS_NUM_THREADS). A stage "
+                        "process gets cores / processes on its host: "
+                        "measure with that many, and give a simulated host "
+                        "with more processes than cores 'processors'")
       .opt("--mpirun", "MPI launcher", "mpirun");
   if (!a.parse())
     return a.helpShown ? 0 : 2;
   if (a.positionals().size() != 1)
     return fail("profile", "expected one MODEL.onnx", 2);
-  int64_t steps, warmup, micro = 0;
+  int64_t steps, warmup, micro = 0, threads = 0;
   if (!a.getInt("--steps", steps, 1) || !a.getInt("--warmup", warmup, 0) ||
-      (a.has("--microbatch") && !a.getInt("--microbatch", micro, 1)))
+      (a.has("--microbatch") && !a.getInt("--microbatch", micro, 1)) ||
+      (a.has("--threads") && !a.getInt("--threads", threads, 1)))
     return 2;
+  if (threads > 0) // the runtime and the launcher honour it
+    setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
   if (a.get("--target") != "cpu" && a.get("--target") != "cuda")
     return fail("profile",
                 "--target is cpu or cuda, got '" + a.get("--target") + "'", 2);

@@ -186,3 +186,30 @@ TEST(CostTopologyJson, RejectsTooManyDevices) {
 }
 
 } // namespace
+
+TEST(CostTopologyJson, ProcessorsSharedByALevel) {
+  // 4 stage processes on a 2-core host: "processors" on the host level.
+  TopologyResult r = topologyFromJson(
+      R"({"format": "pipec.topology/1",
+          "levels": [{"name": "host", "count": 4, "bandwidth": 1e9,
+                      "processors": 2},
+                     {"name": "cluster", "count": 2, "bandwidth": 1e8}]})");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.topology.levels[0].processors, 2);
+  EXPECT_EQ(r.topology.levels[1].processors, 0);
+  // Devices 0-3 share host 0's 2 processors, 4-7 host 1's.
+  EXPECT_EQ(r.topology.processorGroup(3), std::make_pair(0, 2));
+  EXPECT_EQ(r.topology.processorGroup(4), std::make_pair(1, 2));
+  TopologyResult back = topologyFromJson(topologyToJson(r.topology));
+  ASSERT_TRUE(back.ok) << back.error;
+  EXPECT_EQ(back.topology.levels[0].processors, 2);
+  // As many processors as devices (or none given): a processor each.
+  r.topology.levels[0].processors = 4;
+  EXPECT_EQ(r.topology.processorGroup(3), std::make_pair(-1, 0));
+  EXPECT_EQ(topologyToJson(Topology::flat(2, 1e9, 0)).find("processors"),
+            std::string::npos);
+  expectRejected(
+      R"({"format": "pipec.topology/1",
+          "levels": [{"count": 2, "bandwidth": 1, "processors": -1}]})",
+      "'processors'");
+}
