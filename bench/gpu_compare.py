@@ -257,12 +257,20 @@ def run(args):
     rows.append(("pipec --target cuda, 1 stage", s1))
     rows.append(("pipec --target cuda, 4 stages on the one GPU", s4))
     rows.append(("PyTorch eager", run_torch(False)))
+    eager_row = len(rows) - 1
+    if os.environ.get("PIPEC_BENCH_PEDANTIC", "1") != "0":
+        # The 1-stage build again with cuBLAS's pedantic math mode (what
+        # pipec used before CUBLAS_DEFAULT_MATH; both float32, no TF32).
+        os.environ["PIPEC_CUBLAS_MATH"] = "pedantic"
+        sp, _ = run_pipec(args, b, 1)
+        del os.environ["PIPEC_CUBLAS_MATH"]
+        rows.append(("pipec --target cuda, 1 stage, cuBLAS pedantic math", sp))
     if os.environ.get("PIPEC_BENCH_COMPILE", "1") != "0":  # its compile takes a minute
         try:
             rows.append(("PyTorch torch.compile", run_torch(True)))
         except Exception as e:  # noqa: BLE001
             print("torch.compile failed:", type(e).__name__, str(e)[:300])
-    eager = rows[2][1]
+    eager = rows[eager_row][1]
     print(f"\nGPT {LAYERS} layers d={DIM} seq {SEQ}, global batch {BATCH} in {MICROBATCHES} microbatches, "
           f"float32 (TF32 off), SGD; {name}; {flops_per_step() / 1e9:.1f} GFLOP per step; "
           f"final losses pipec {loss1} (1 stage) {loss4} (4 stages)")

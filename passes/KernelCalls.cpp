@@ -185,7 +185,7 @@ static std::optional<KernelCall> matmulKernelCall(Operation *op) {
         KernelCall c{"pipec_k_batch_matmul",
                      {mm.getA(), mm.getB(), mm.getOutput()},
                      {nb},
-                     {1.0}};
+                     {mm.getAlpha().convertToDouble()}};
         llvm::append_range(c.ints, batch);
         llvm::append_range(c.ints, batchStrides(a));
         llvm::append_range(c.ints, batchStrides(b));

@@ -78,9 +78,11 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
   auto at = cast<RankedTensorType>(getA().getType());
   auto bt = cast<RankedTensorType>(getB().getType());
   Value a = fwd(getA()), bb = fwd(getB());
+  // Y = alpha A B: both gradients carry alpha.
+  const float alpha = getAlpha().convertToFloat();
   if (at.getRank() == 2 && bt.getRank() == 2) {
-    operandGrads.push_back(gemm(b, loc, at, dy, bb, false, true, 1.0f));
-    operandGrads.push_back(gemm(b, loc, bt, a, dy, true, false, 1.0f));
+    operandGrads.push_back(gemm(b, loc, at, dy, bb, false, true, alpha));
+    operandGrads.push_back(gemm(b, loc, bt, a, dy, true, false, alpha));
     return success();
   }
   // [..., M, K] x [K, N] (a linear layer over a batch of sequences): fold
@@ -92,9 +94,9 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
     auto y2 = RankedTensorType::get({rows, bt.getDimSize(1)}, elem);
     Value dy2 = ReshapeOp::create(b, loc, y2, dy);
     Value aFlat = ReshapeOp::create(b, loc, a2, a);
-    Value da2 = gemm(b, loc, a2, dy2, bb, false, true, 1.0f);
+    Value da2 = gemm(b, loc, a2, dy2, bb, false, true, alpha);
     operandGrads.push_back(ReshapeOp::create(b, loc, at, da2));
-    operandGrads.push_back(gemm(b, loc, bt, aFlat, dy2, true, false, 1.0f));
+    operandGrads.push_back(gemm(b, loc, bt, aFlat, dy2, true, false, alpha));
     return success();
   }
   // dA = sum(dY . B^T), dB = sum(A^T . dY) over broadcast batch dims.
@@ -105,10 +107,10 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
     shape.push_back(like.getDimSize(like.getRank() - 1));
     return RankedTensorType::get(shape, like.getElementType());
   };
-  Value daFull =
-      MatMulOp::create(b, loc, full(at), dy, transposeLast2(b, loc, bb));
-  Value dbFull =
-      MatMulOp::create(b, loc, full(bt), transposeLast2(b, loc, a), dy);
+  Value daFull = MatMulOp::create(b, loc, full(at), dy,
+                                  transposeLast2(b, loc, bb), getAlphaAttr());
+  Value dbFull = MatMulOp::create(b, loc, full(bt), transposeLast2(b, loc, a),
+                                  dy, getAlphaAttr());
   operandGrads.push_back(sumTo(b, loc, daFull, at));
   operandGrads.push_back(sumTo(b, loc, dbFull, bt));
   return success();

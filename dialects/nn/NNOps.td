@@ -133,13 +133,18 @@ def NN_MatMulOp : NN_Op<"matmul", [DeclareOpInterfaceMethods<NN_CostOpInterface>
   let summary = "Matrix product with numpy semantics (ONNX MatMul).";
   let description = [{
     Both operands have rank >= 2 (1-D operands are reshaped by the
-    importer); leading (batch) dimensions broadcast.
+    importer); leading (batch) dimensions broadcast. `alpha` scales the
+    product (Y = alpha * A B); the importer folds a following division or
+    multiplication by a power of two into it (attention's 1/sqrt(d) for
+    d = 4^k), which changes no bit of the result.
 
     ```mlir
     %y = nn.matmul %a, %b : (tensor<4x8x16xf32>, tensor<16x32xf32>) -> tensor<4x8x32xf32>
+    %s = nn.matmul %q, %k {alpha = 1.250000e-01 : f32} : (tensor<2x8x64xf32>, tensor<2x64x8xf32>) -> tensor<2x8x8xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b);
+  let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b,
+                       DefaultValuedAttr<F32Attr, "1.0">:$alpha);
   let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

@@ -36,6 +36,10 @@ struct ImportOptions {
   /// merged equal initializers (torch.onnx.export in eval mode), not for
   /// genuinely tied weights.
   bool untieWeights = false;
+  /// Fuse what the importer recognises: the erf GELU chain into nn.gelu, a
+  /// power-of-two scale into the MatMul before it (numerically neutral;
+  /// false imports every node as its own op).
+  bool fuse = true;
 };
 
 /// Oldest default-domain opset imported as is; older models are upgraded

@@ -1209,6 +1209,7 @@ bool Importer::emit() {
 }
 
 static void fuseErfGelu(ModuleOp module);
+static void foldMatMulScale(ModuleOp module);
 
 OwningOpRef<ModuleOp> Importer::run() {
   ctx.loadDialect<nn::NNDialect, func::FuncDialect,
@@ -1223,8 +1224,22 @@ OwningOpRef<ModuleOp> Importer::run() {
       module->erase();
     return nullptr;
   }
-  fuseErfGelu(module);
+  if (opts.fuse) {
+    fuseErfGelu(module);
+    foldMatMulScale(module);
+  }
   return OwningOpRef<ModuleOp>(module);
+}
+
+/// Erases the constants a fusion left without users.
+static void eraseUnusedConstants(ModuleOp module) {
+  SmallVector<Operation *> unused;
+  module.walk([&](nn::ConstantOp c) {
+    if (c->use_empty())
+      unused.push_back(c);
+  });
+  for (Operation *op : unused)
+    op->erase();
 }
 
 /// The value of a splat float constant, or nullopt.
@@ -1297,14 +1312,47 @@ static void fuseErfGelu(ModuleOp module) {
       break;
     }
   }
-  // Constants left without users.
-  SmallVector<Operation *> unused;
-  module.walk([&](nn::ConstantOp c) {
-    if (c->use_empty())
-      unused.push_back(c);
+  eraseUnusedConstants(module);
+}
+
+/// Attention's scores divided by sqrt(d) (or multiplied by 1/sqrt(d)): when
+/// the factor is a power of two (d = 4^k, as in GPT-2's 64-wide heads) the
+/// MatMul takes it as its alpha, which changes no bit (scaling by a power
+/// of two is exact, in the product's accumulation as after it) and saves
+/// a pass over the [batch, heads, T, T] scores forward and backward. Only
+/// for a MatMul whose one user is that Div or Mul, with a splat float32
+/// constant that does not change the product's shape.
+static void foldMatMulScale(ModuleOp module) {
+  auto powerOfTwo = [](float v) {
+    int exponent = 0;
+    return std::isfinite(v) && v != 0.0f &&
+           std::fabs(std::frexp(v, &exponent)) == 0.5f;
+  };
+  SmallVector<Operation *> candidates;
+  module.walk([&](Operation *op) {
+    if (isa<nn::DivOp, nn::MulOp>(op))
+      candidates.push_back(op);
   });
-  for (Operation *op : unused)
-    op->erase();
+  for (Operation *op : candidates) {
+    const bool divide = isa<nn::DivOp>(op);
+    for (int side = 0; side < (divide ? 1 : 2); ++side) {
+      Value product = op->getOperand(side), factor = op->getOperand(1 - side);
+      auto mm = product.getDefiningOp<nn::MatMulOp>();
+      std::optional<float> value = splatValue(factor);
+      if (!mm || !product.hasOneUse() || !value || !powerOfTwo(*value) ||
+          op->getResult(0).getType() != product.getType())
+        continue;
+      const float scale = divide ? 1.0f / *value : *value;
+      const float alpha = mm.getAlpha().convertToFloat() * scale;
+      if (!powerOfTwo(scale) || !std::isnormal(alpha))
+        continue;
+      mm.setAlphaAttr(Builder(op->getContext()).getF32FloatAttr(alpha));
+      op->getResult(0).replaceAllUsesWith(product);
+      op->erase();
+      break;
+    }
+  }
+  eraseUnusedConstants(module);
 }
 
 OwningOpRef<ModuleOp> pipec::importOnnxFile(MLIRContext &context,

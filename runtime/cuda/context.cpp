@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 
+#include <cstdlib>
 #include <string>
 
 namespace pipec {
@@ -52,8 +53,16 @@ void initContext(int device, bool allowTf32) {
   // Pointer mode host: alpha/beta come from the kernels' `reals`.
   checkBlas(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST),
             "cublasSetPointerMode");
-  checkBlas(cublasSetMathMode(blas, allowTf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                              : CUBLAS_PEDANTIC_MATH),
+  // Float32 GEMMs: CUBLAS_DEFAULT_MATH keeps float32 inputs and float32
+  // accumulation (never TF32 without --allow-tf32) and lets cuBLAS pick
+  // its fastest such kernels, as PyTorch does with TF32 off;
+  // PIPEC_CUBLAS_MATH=pedantic asks for CUBLAS_PEDANTIC_MATH (the reference
+  // arithmetic cuBLAS documents for testing, which may be slower).
+  const char *mode = std::getenv("PIPEC_CUBLAS_MATH");
+  const bool pedantic = mode && std::string(mode) == "pedantic";
+  checkBlas(cublasSetMathMode(blas, allowTf32  ? CUBLAS_TF32_TENSOR_OP_MATH
+                                    : pedantic ? CUBLAS_PEDANTIC_MATH
+                                               : CUBLAS_DEFAULT_MATH),
             "cublasSetMathMode");
   gContext.device = device;
   gContext.stream = stream;

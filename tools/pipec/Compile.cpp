@@ -445,6 +445,7 @@ OwningOpRef<ModuleOp> Compilation::importAt(int64_t samples) {
   importOptions.inputShapes = o.inputShapes;
   importOptions.frozen = o.frozen;
   importOptions.untieWeights = o.untieWeights;
+  importOptions.fuse = !o.noFuse;
   for (auto &[name, shape] : importOptions.inputShapes)
     if (!shape.empty())
       shape[0] = samples;
@@ -589,6 +590,10 @@ std::string Compilation::buildKey(llvm::StringRef modelBytes) const {
   for (int l : o.cuts)
     key += "|c" + std::to_string(l);
   key += "|p" + o.precision;
+  if (o.untieWeights)
+    key += "|u";
+  if (o.noFuse)
+    key += "|n";
   if (o.target != "cpu")
     key += "|t" + o.target;
   // Recomputation (as chosen, per stage) and a custom order change the
@@ -1152,6 +1157,9 @@ static void declareCompileOptions(Args &a) {
                                "initializer its own copy (for exports that "
                                "merged equal initializers: "
                                "torch.onnx.export in eval mode)")
+      .flag("--no-fuse", "import every ONNX node as its own op (no GELU "
+                         "fusion, no power-of-two scale folded into a "
+                         "MatMul; the fused build computes the same bits)")
       .flag("--emit-mlir", "also write OUT/pipeline.mlir")
       .flag("--quiet", "no progress lines")
       .flag("--timings", "print the seconds of every compile phase");
@@ -1307,6 +1315,7 @@ static bool parseModelOptions(const Args &a, CompileOptions &o) {
                  2);
   o.emitMlir = a.has("--emit-mlir");
   o.untieWeights = a.has("--untie-weights");
+  o.noFuse = a.has("--no-fuse");
   o.quiet = a.has("--quiet");
   o.timings = a.has("--timings");
   if (a.has("--freeze")) {

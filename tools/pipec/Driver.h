@@ -114,6 +114,8 @@ struct CompileOptions {
   std::set<std::string> frozen;
   /// Every reader of a shared float initializer gets its own copy.
   bool untieWeights = false;
+  /// --no-fuse: every ONNX node imported as its own op.
+  bool noFuse = false;
   bool emitMlir = false;
   bool quiet = false;
   /// Print the seconds of every phase (import, plan, split and

@@ -303,6 +303,21 @@ def main(out):
     onnx.save(model(gelu_nodes, [f32("x", [2, 8])], [f32("y", [2, 8]), f32("e", [2, 8])]),
               f"{out}/erf_gelu_shared.onnx")
 
+    # Scales after a MatMul: by a power of two (Div 4, Mul 0.5 on the left)
+    # folded into its alpha; by 3, or after a MatMul read twice, kept.
+    scale_nodes = [const("four", 4.0), const("half2", 0.5), const("three", 3.0),
+                   helper.make_node("MatMul", ["a", "b"], ["s1"], name="mm1"),
+                   helper.make_node("Div", ["s1", "four"], ["y1"], name="div4"),
+                   helper.make_node("MatMul", ["a", "b"], ["s2"], name="mm2"),
+                   helper.make_node("Mul", ["half2", "s2"], ["y2"], name="mulhalf"),
+                   helper.make_node("MatMul", ["a", "b"], ["s3"], name="mm3"),
+                   helper.make_node("Div", ["s3", "three"], ["y3"], name="div3"),
+                   helper.make_node("MatMul", ["a", "b"], ["s4"], name="mm4"),
+                   helper.make_node("Div", ["s4", "four"], ["y4"], name="div4b"),
+                   helper.make_node("Add", ["s4", "y4"], ["y5"], name="twice")]
+    onnx.save(model(scale_nodes, [f32("a", [2, 4, 8]), f32("b", [2, 8, 4])],
+                    [f32(n, [2, 4, 4]) for n in ("y1", "y2", "y3", "y5")]), f"{out}/scaled_matmul.onnx")
+
     data = tiny.SerializeToString()
     with open(f"{out}/truncated.onnx", "wb") as fh:
         fh.write(data[: len(data) // 2])
