@@ -33,6 +33,20 @@ def losses_of(out_dir, metrics="metrics.jsonl"):
         return [json.loads(line)["loss"] for line in f]
 
 
+def pipec_workdir_args(description=None):
+    """The common command line of an e2e script: --pipec and --workdir (made
+    empty)."""
+    import argparse
+    import shutil
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--pipec", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    return args
+
+
 def run(cmd, timeout=300, env=None):
     """Runs `cmd`; returns (exit status, stdout and stderr together)."""
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -12,14 +12,12 @@ backward's MatMuls carry it too. Compiled on 2 stages with and without
 to the bit: every step's loss and every final weight. The fused build's
 pipeline.mlir must hold the alphas, the other none.
 """
-import argparse
 import os
-import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_common import Checks, losses_of, run  # noqa: E402
+from e2e_common import Checks, losses_of, pipec_workdir_args, run  # noqa: E402
 from safetensors_io import load_checkpoint  # noqa: E402
 
 
@@ -58,12 +56,7 @@ def write_model(d):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pipec", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    shutil.rmtree(a.workdir, ignore_errors=True)
-    os.makedirs(a.workdir)
+    a = pipec_workdir_args()
     write_model(a.workdir)
     checks = Checks()
     onnx_path = os.path.join(a.workdir, "attention.onnx")
