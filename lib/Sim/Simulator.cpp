@@ -1893,8 +1893,9 @@ namespace {
 /// stage has r >= 2 replicas on devices of its own, virtual stages (chunks)
 /// run on their position's devices, 1F1B-RR has m a multiple of r, and lane
 /// j's devices of any two positions are as far apart (topology level) as
-/// lane 0's, so every lane sees lane 0's message times. Then `lane` is
-/// lane 0's one-replica plan and `lanes` what it stands for.
+/// lane 0's, so every lane sees lane 0's message times, and no devices
+/// share processors (lanes would slow each other). Then `lane` is lane 0's
+/// one-replica plan and `lanes` what it stands for.
 bool alikeLanes(const Topology &topology, const Plan &plan,
                 const SimOptions &options, Plan &lane, Lanes &lanes) {
   auto kind = parseScheduleKind(plan.schedule);
@@ -1902,6 +1903,10 @@ bool alikeLanes(const Topology &topology, const Plan &plan,
       plan.chunks < 1 || plan.numStages() % plan.chunks != 0 ||
       (kind == ScheduleKind::Custom && plan.chunks > 1))
     return false;
+  // Devices sharing processors: another lane's ops slow this one's.
+  for (const TopologyLevel &level : topology.levels)
+    if (level.processors > 0)
+      return false;
   const int r = plan.stages[0].replicas;
   const int p = plan.numStages() / plan.chunks;
   if (r < 2 || (!options.splitReplicas && plan.microbatches % r != 0))

@@ -128,3 +128,21 @@ TEST(SimProcessorSharing, NotWithDevicesRunningSeveralStages) {
   EXPECT_NE(result.error.find("shares its processors"), std::string::npos)
       << result.error;
 }
+
+TEST(SimProcessorSharing, ReplicasSharingProcessorsAreNotCollapsedToALane) {
+  // Two replicas of each of 2 stages on 4 devices sharing 2 processors:
+  // simulated whole (the lanes slow each other), so collapseLanes on or
+  // off gives the same step, slower than on 4 processors.
+  Plan plan = straightPlan(2, "1f1b-flush", 4);
+  plan.stages[0].replicas = plan.stages[1].replicas = 2;
+  plan.stages[0].devices = {0, 1};
+  plan.stages[1].devices = {2, 3};
+  SimOptions lanes, whole;
+  whole.collapseLanes = false;
+  SimResult a = simulatePlan(unitProfile(2), host(4, 2), plan, lanes);
+  SimResult b = simulatePlan(unitProfile(2), host(4, 2), plan, whole);
+  SimResult own = simulatePlan(unitProfile(2), host(4, 0), plan, lanes);
+  ASSERT_TRUE(a.ok && b.ok && own.ok) << a.error << b.error << own.error;
+  EXPECT_DOUBLE_EQ(a.iterationSeconds, b.iterationSeconds);
+  EXPECT_GT(a.iterationSeconds, own.iterationSeconds + 1e-9);
+}
