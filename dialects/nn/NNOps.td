@@ -136,7 +136,9 @@ def NN_MatMulOp : NN_Op<"matmul", [DeclareOpInterfaceMethods<NN_CostOpInterface>
     importer); leading (batch) dimensions broadcast. `alpha` scales the
     product (Y = alpha * A B); the importer folds a following division or
     multiplication by a power of two into it (attention's 1/sqrt(d) for
-    d = 4^k), which changes no bit of the result.
+    d = 4^k), which changes no bit of the result or of the gradients unless
+    values reach the subnormal range or overflow (the unfolded backward
+    scales dY before its GEMMs, the folded one after).
 
     ```mlir
     %y = nn.matmul %a, %b : (tensor<4x8x16xf32>, tensor<16x32xf32>) -> tensor<4x8x32xf32>

@@ -69,9 +69,9 @@ struct Topology {
   /// itself when bandwidth falls outwards, as in every real cluster).
   TopologyLevel effectiveLink(int level) const;
   /// The devices sharing processors with `device` (the component of the
-  /// innermost level with `processors` set, if that is fewer processors
-  /// than the component has devices): its id in [0, numDevices) and the
-  /// number of processors, or {-1, 0} for a device of its own.
+  /// innermost level whose `processors` are fewer than its devices): its
+  /// id in [0, numDevices) and the number of processors, or {-1, 0} for a
+  /// device of its own.
   std::pair<int, int> processorGroup(int device) const;
 };
 

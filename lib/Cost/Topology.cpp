@@ -217,7 +217,7 @@ std::pair<int, int> Topology::processorGroup(int device) const {
       continue;
     const int perComponent = devicesPerComponent(static_cast<int>(k));
     if (processors >= perComponent)
-      return {-1, 0};
+      continue; // enough here; an outer level may still be short
     return {device / perComponent, processors};
   }
   return {-1, 0};

@@ -1318,7 +1318,8 @@ static void fuseErfGelu(ModuleOp module) {
 /// Attention's scores divided by sqrt(d) (or multiplied by 1/sqrt(d)): when
 /// the factor is a power of two (d = 4^k, as in GPT-2's 64-wide heads) the
 /// MatMul takes it as its alpha, which changes no bit (scaling by a power
-/// of two is exact, in the product's accumulation as after it) and saves
+/// of two is exact, in the product's accumulation as after it, short of
+/// subnormal or overflowing values) and saves
 /// a pass over the [batch, heads, T, T] scores forward and backward. Only
 /// for a MatMul whose one user is that Div or Mul, with a splat float32
 /// constant that does not change the product's shape.

@@ -1228,8 +1228,9 @@ void Simulator::start(int r, double ready, double duration) {
           {gradients.time(e, k, slot), ready, edges[e].bytes / share});
 
   rank.busy = true;
-  rank.busySeconds += duration;
   computeSeconds += duration;
+  if (!psRank(r))
+    rank.busySeconds += duration;
   if (psRank(r)) {
     // Its speed depends on what else runs: it joins its group at `ready`,
     // and its trace span is known when it ends.
@@ -1455,6 +1456,8 @@ void Simulator::psEndOp(int r, double time) {
                    [&](const auto &entry) { return entry.first == r; }));
   psFinish[r] = kUnknown;
   psReschedule(g);
+  // Busy for as long as it ran, slowed or not (as a real trace shows it).
+  ranks[r].busySeconds += time - psBegin[r];
   if (options.trace) {
     const Rank &rank = ranks[r];
     const SchedOp &op = rank.ops[rank.pc];
@@ -1906,7 +1909,9 @@ bool alikeLanes(const Topology &topology, const Plan &plan,
   // Devices sharing processors: another lane's ops slow this one's.
   for (const TopologyLevel &level : topology.levels)
     if (level.processors > 0)
-      return false;
+      for (int d = 0; d < topology.numDevices(); ++d)
+        if (topology.processorGroup(d).first >= 0)
+          return false;
   const int r = plan.stages[0].replicas;
   const int p = plan.numStages() / plan.chunks;
   if (r < 2 || (!options.splitReplicas && plan.microbatches % r != 0))

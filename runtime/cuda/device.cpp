@@ -194,11 +194,24 @@ namespace {
 /// exit 2 (nothing has started: MPI is not initialised yet).
 void preloadKernelChecker(char **argv) {
   bool wanted = false;
-  for (char **a = argv + 1; *a; ++a)
+  for (char **a = argv && *argv ? argv + 1 : argv; a && *a; ++a)
     if (std::strcmp(*a, "--check-kernels") == 0)
       wanted = true;
-  if (!wanted || std::getenv("PIPEC_CHECK_KERNELS_LOADED"))
+  if (!wanted)
     return;
+  if (std::getenv("PIPEC_CHECK_KERNELS_LOADED")) {
+    // Executed again: the checker must be in (ld.so only warns when a
+    // preload fails).
+    if (!dlsym(RTLD_DEFAULT, "pipec_rt_check_report")) {
+      std::fprintf(stderr,
+                   "pipec-rt: error: --check-kernels: "
+                   "libpipec_rt_cuda_check.so did not load "
+                   "(LD_PRELOAD=%s)\n",
+                   std::getenv("LD_PRELOAD") ? std::getenv("LD_PRELOAD") : "");
+      std::exit(2);
+    }
+    return;
+  }
   Dl_info info{};
   std::string lib;
   if (dladdr(reinterpret_cast<void *>(&pipec_rt_cuda_main), &info) &&
@@ -206,6 +219,13 @@ void preloadKernelChecker(char **argv) {
     lib = info.dli_fname;
     lib =
         lib.substr(0, lib.find_last_of('/') + 1) + "libpipec_rt_cuda_check.so";
+  }
+  if (lib.find_first_of(" :") != std::string::npos) {
+    std::fprintf(stderr,
+                 "pipec-rt: error: --check-kernels: %s has a space or a "
+                 "colon in its path, which LD_PRELOAD cannot hold\n",
+                 lib.c_str());
+    std::exit(2);
   }
   if (lib.empty() || access(lib.c_str(), R_OK) != 0) {
     std::fprintf(stderr,

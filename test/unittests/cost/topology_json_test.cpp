@@ -206,6 +206,9 @@ TEST(CostTopologyJson, ProcessorsSharedByALevel) {
   // As many processors as devices (or none given): a processor each.
   r.topology.levels[0].processors = 4;
   EXPECT_EQ(r.topology.processorGroup(3), std::make_pair(-1, 0));
+  // Enough on the inner level, short on the outer: the outer one counts.
+  r.topology.levels[1].processors = 6;
+  EXPECT_EQ(r.topology.processorGroup(5), std::make_pair(0, 6));
   EXPECT_EQ(topologyToJson(Topology::flat(2, 1e9, 0)).find("processors"),
             std::string::npos);
   expectRejected(
