@@ -24,10 +24,10 @@
 ///
 /// A 4-byte word matches when its bits are equal, when both are NaNs of
 /// arithmetic (not int64 bits), or when both are finite floats of at
-/// least 1e-37 in magnitude (or zero) within PIPEC_CHECK_RTOL (default 1e-4)
-/// relative or PIPEC_CHECK_ATOL (1e-5) absolute: an int64 index that differs
-/// shows as tiny floats, which must be equal. Only the driver API is
-/// used (loaded with dlopen), so the library works beside the runtime's
+/// least 2^-119 (1.5e-36) in magnitude (or zero) within PIPEC_CHECK_RTOL
+/// (default 1e-4) relative or PIPEC_CHECK_ATOL (1e-5) absolute: an int64 index
+/// that differs shows as tiny floats, which must be equal. Only the driver API
+/// is used (loaded with dlopen), so the library works beside the runtime's
 /// statically linked CUDA runtime. Every call is serialised (context
 /// synchronisation before and after): a debugging tool, slow by design.
 ///
@@ -35,6 +35,8 @@
 /// calls were checked and how many parted from the CPU, per kernel.
 ///
 //===----------------------------------------------------------------------===//
+
+#include "shadow_compare.h"
 
 #include <cuda.h>
 #include <dlfcn.h>
@@ -149,39 +151,6 @@ Checker &checker() {
 }
 
 thread_local bool tInside = false;
-
-/// A NaN that float arithmetic or a poisoned output makes (quiet, no
-/// payload: x86's 0xffc00000, CUDA's 0x7fffffff, 0x7fc00000), as opposed to
-/// a word of an int64 that merely has a NaN's bits (every negative int64's
-/// high word does).
-bool arithmeticNaN(uint32_t w) {
-  return w == 0x7fc00000u || w == 0xffc00000u || w == 0x7fffffffu;
-}
-
-/// Words below this magnitude are compared exactly: the low words of
-/// int64 indices up to 2^26 read as floats below it (1.2e-38 to 9e-38),
-/// and float data so small (exp(-85) and less) hardly occurs. Larger
-/// indices (tensors over 67M elements) fall under the float tolerance.
-constexpr double kTiniestData = 1e-37;
-
-bool wordsMatch(uint32_t a, uint32_t b, double rtol, double atol) {
-  if (a == b)
-    return true;
-  if (arithmeticNaN(a) && arithmeticNaN(b))
-    return true;
-  float fa, fb;
-  std::memcpy(&fa, &a, 4);
-  std::memcpy(&fb, &b, 4);
-  auto data = [](float v) {
-    return v == 0.0f ||
-           (std::isfinite(v) && std::fabs(double(v)) >= kTiniestData);
-  };
-  if (!data(fa) || !data(fb))
-    return false;
-  double d = std::fabs(double(fa) - double(fb));
-  return d <= atol ||
-         d <= rtol * std::max(std::fabs(double(fa)), std::fabs(double(fb)));
-}
 
 struct Allocation {
   CUdeviceptr base = 0;
@@ -302,7 +271,7 @@ void check(const char *name, KernelFn gpuFn, KernelFn cpuFn, int nbufs,
         diff2 += (double(fc) - double(fg)) * (double(fc) - double(fg));
         norm2 += double(fc) * double(fc);
       }
-      if (wordsMatch(c[w], g[w], ck.rtol, ck.atol))
+      if (pipec::cuda::wordsMatch(c[w], g[w], ck.rtol, ck.atol))
         continue;
       ++bad;
       worstAbs = std::max(worstAbs, std::fabs(double(fc) - double(fg)));
