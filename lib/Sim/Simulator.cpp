@@ -505,6 +505,9 @@ private:
   void psAdvance(int g);
   void psBeginOp(int r);
   void psEndOp(int r, double time);
+  /// The trace event of rank r's current op, run from `start` for
+  /// `length` seconds.
+  void traceCompute(int r, double start, double length);
 
   /// (time, kind, id), min-heap: kind 0 completes rank id's op, kind 1 is a
   /// decision of shared device id, after every completion at that time;
@@ -1229,35 +1232,39 @@ void Simulator::start(int r, double ready, double duration) {
 
   rank.busy = true;
   computeSeconds += duration;
-  if (!psRank(r))
-    rank.busySeconds += duration;
   if (psRank(r)) {
     // Its speed depends on what else runs: it joins its group at `ready`,
-    // and its trace span is known when it ends.
+    // and its busy time and trace span are known when it ends.
     psWork[r] = duration;
     events.push({ready, 3, r});
     return;
   }
+  rank.busySeconds += duration;
   if (sharedRank(r)) {
     const int d = rankDevice[r];
     deviceBusy[d] = 1;
     deviceFree[d] = ready + duration;
     deviceLog[d].push_back({r, rank.pc});
   }
-  if (options.trace) {
-    const char *prefix = op.kind == PassKind::Forward    ? "F"
-                         : op.kind == PassKind::Backward ? "B"
-                                                         : "W";
-    std::string name = prefix + str(k);
-    if (v > 1)
-      name += "c" + str(op.chunk);
-    trace.push_back(
-        {name, rank.device, sim::Compute, ready, duration, k, op.chunk, q});
-  }
+  if (options.trace)
+    traceCompute(r, ready, duration);
   if (anyOrder)
     completions.push_back({ready + duration, r});
   else
     events.push({ready + duration, 0, r});
+}
+
+void Simulator::traceCompute(int r, double start, double length) {
+  const Rank &rank = ranks[r];
+  const SchedOp &op = rank.ops[rank.pc];
+  const char *prefix = op.kind == PassKind::Forward    ? "F"
+                       : op.kind == PassKind::Backward ? "B"
+                                                       : "W";
+  std::string name = prefix + str(op.microbatch);
+  if (v > 1)
+    name += "c" + str(op.chunk);
+  trace.push_back({name, rank.device, sim::Compute, start, length,
+                   op.microbatch, op.chunk, virtualStage(r, op)});
 }
 
 void Simulator::complete(int r, double time) {
@@ -1458,19 +1465,8 @@ void Simulator::psEndOp(int r, double time) {
   psReschedule(g);
   // Busy for as long as it ran, slowed or not (as a real trace shows it).
   ranks[r].busySeconds += time - psBegin[r];
-  if (options.trace) {
-    const Rank &rank = ranks[r];
-    const SchedOp &op = rank.ops[rank.pc];
-    const char *prefix = op.kind == PassKind::Forward    ? "F"
-                         : op.kind == PassKind::Backward ? "B"
-                                                         : "W";
-    std::string name = prefix + str(op.microbatch);
-    if (v > 1)
-      name += "c" + str(op.chunk);
-    trace.push_back({name, rank.device, sim::Compute, psBegin[r],
-                     time - psBegin[r], op.microbatch, op.chunk,
-                     virtualStage(r, op)});
-  }
+  if (options.trace)
+    traceCompute(r, psBegin[r], time - psBegin[r]);
   complete(r, time);
 }
 
@@ -1906,12 +1902,10 @@ bool alikeLanes(const Topology &topology, const Plan &plan,
       plan.chunks < 1 || plan.numStages() % plan.chunks != 0 ||
       (kind == ScheduleKind::Custom && plan.chunks > 1))
     return false;
-  // Devices sharing processors: another lane's ops slow this one's.
-  for (const TopologyLevel &level : topology.levels)
-    if (level.processors > 0)
-      for (int d = 0; d < topology.numDevices(); ++d)
-        if (topology.processorGroup(d).first >= 0)
-          return false;
+  // Devices sharing processors: another lane's ops slow this one's
+  // (whether devices share depends on the levels alone, not on which).
+  if (topology.processorGroup(0).first >= 0)
+    return false;
   const int r = plan.stages[0].replicas;
   const int p = plan.numStages() / plan.chunks;
   if (r < 2 || (!options.splitReplicas && plan.microbatches % r != 0))

@@ -12,6 +12,7 @@
 
 #include "pipec/Plan.h"
 #include "pipec/Sim.h"
+#include "sim_test_util.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -22,17 +23,7 @@ namespace {
 
 /// `layers` layers with forward and backward 1 s each.
 Profile unitProfile(int layers) {
-  Profile profile;
-  profile.microbatch = 1;
-  for (int i = 0; i < layers; ++i) {
-    ProfileOp op;
-    op.name = "layer" + std::to_string(i);
-    op.op = "Gemm";
-    op.fwdSeconds = 1;
-    op.bwdSeconds = 1;
-    profile.ops.push_back(op);
-  }
-  return profile;
+  return simtest::uniformProfile(layers, 1, 1);
 }
 
 Plan straightPlan(int stages, const std::string &schedule, int microbatches) {

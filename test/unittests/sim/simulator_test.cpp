@@ -13,6 +13,7 @@
 
 #include "pipec/Plan.h"
 #include "pipec/Sim.h"
+#include "sim_test_util.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -20,27 +21,9 @@
 #include <cmath>
 
 using namespace pipec;
+using pipec::simtest::uniformProfile;
 
 namespace {
-
-/// A chain of `layers` identical layers.
-Profile uniformProfile(int layers, double fwd, double bwd, int64_t outBytes = 0,
-                       int64_t paramBytes = 0, int64_t savedBytes = 0) {
-  Profile profile;
-  profile.microbatch = 1;
-  for (int i = 0; i < layers; ++i) {
-    ProfileOp op;
-    op.name = "layer" + std::to_string(i);
-    op.op = "Gemm";
-    op.fwdSeconds = fwd;
-    op.bwdSeconds = bwd;
-    op.outBytes = outBytes;
-    op.paramBytes = paramBytes;
-    op.savedBytes = savedBytes;
-    profile.ops.push_back(op);
-  }
-  return profile;
-}
 
 /// One layer per stage, one device per stage (device = stage index), or
 /// `replicas` per stage on consecutive devices.
