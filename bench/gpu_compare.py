@@ -129,13 +129,19 @@ def draw_weights(b):
             write_st(os.path.join(wdir, f[:-len(".names")]), tensors)
 
 
-def run_pipec(args, b, stages):
+def pipec_launch(args, b, stages, extra):
+    """mpirun's line for the `stages`-stage build on the bench's data at LR,
+    with the flags `extra`."""
     sys.path.insert(0, os.path.join(ROOT, "test", "gpu"))
     from gpu_e2e import launch_cmd
-    d = os.path.join(b, f"s{stages}")
-    shutil.rmtree(os.path.join(d, "checkpoints"), ignore_errors=True)
-    cmd = launch_cmd(args.mpirun, d, ["--steps", str(STEPS), "--lr", str(LR),
-                                      "--inputs", os.path.join(b, "x.npy"), "--labels", os.path.join(b, "y.npy")])
+    return launch_cmd(args.mpirun, os.path.join(b, f"s{stages}"),
+                      extra + ["--lr", str(LR), "--inputs", os.path.join(b, "x.npy"),
+                               "--labels", os.path.join(b, "y.npy")])
+
+
+def run_pipec(args, b, stages):
+    shutil.rmtree(os.path.join(b, f"s{stages}", "checkpoints"), ignore_errors=True)
+    cmd = pipec_launch(args, b, stages, ["--steps", str(STEPS)])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     m = re.search(r"done: .* final loss ([0-9.]+)\s+([0-9.]+) samples/s", p.stdout)
     if p.returncode != 0 or not m:
@@ -149,13 +155,9 @@ def profile_pipec(args, b):
     (--profile-out; the GPU is synchronised around each op, so every op's
     time is its own kernels' plus a launch and a synchronisation): prints
     where a step's time goes, by op kind and phase."""
-    sys.path.insert(0, os.path.join(ROOT, "test", "gpu"))
-    from gpu_e2e import launch_cmd
-    d = os.path.join(b, "s1")
     out = os.path.join(b, "profile.json")
-    cmd = launch_cmd(args.mpirun, d, ["--steps", "3", "--profile-warmup", "1", "--profile-out", out, "--lr", str(LR),
-                                      "--inputs", os.path.join(b, "x.npy"), "--labels", os.path.join(b, "y.npy"),
-                                      "--quiet", "--checkpoint-dir", os.path.join(b, "profile_ckpt")])
+    cmd = pipec_launch(args, b, 1, ["--steps", "3", "--profile-warmup", "1", "--profile-out", out, "--quiet",
+                                    "--checkpoint-dir", os.path.join(b, "profile_ckpt")])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     if p.returncode != 0 or not os.path.exists(out):
         print("profile run failed:", p.stdout[-1500:])
