@@ -12,7 +12,10 @@
         in PyTorch, eager and torch.compile, float32 with TF32 off, SGD,
         the same microbatches accumulated; prints one table with step
         time, samples/s, the ratios and MFU against the float32 (non-tensor
-        core) peak of the GPU.
+        core) peak of the GPU. The same again for bfloat16: pipec's
+        `--precision bf16` build (bf16 matrix products, float32 storage)
+        against PyTorch under torch.autocast(bfloat16), MFU against the
+        dense bf16 tensor-core peak.
 
 scripts/test-gpu.sh runs the `run` half after the GPU suite.
 """
@@ -42,8 +45,12 @@ def use_config(name):
     global LAYERS, DIM, HEADS, SEQ, VOCAB, STEPS
     LAYERS, DIM, HEADS, SEQ, VOCAB, STEPS = CONFIGS[name]
 LR = 0.05
-# Float32 FMA peaks (no tensor cores: TF32 is off in both systems).
+# Float32 FMA peaks (no tensor cores: TF32 is off in both systems), and the
+# dense bfloat16 tensor-core peaks (SXM parts) for the bf16 rows.
 FP32_PEAK = {"H200": 67e12, "H100": 67e12, "A100": 19.5e12}
+BF16_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
+# The pipec builds: folder -> (stages, extra compile flags).
+BUILDS = {"s1": (1, []), "s4": (4, []), "s1-bf16": (1, ["--precision", "bf16"])}
 
 
 def flops_per_step():
@@ -66,14 +73,14 @@ def prepare(args):
                     "--heads", str(HEADS), "--vocab", str(VOCAB), "--data-steps", "1"], check=True)
     with open(os.path.join(b, "config"), "w") as f:
         f.write(args.config)
-    for stages in (1, 4):
+    for build, (stages, flags) in BUILDS.items():
         subprocess.run([args.pipec, "compile", onnx, "--target", "cuda", "--stages", str(stages),
-                        "--microbatches", str(MICROBATCHES), "-o", os.path.join(b, f"s{stages}"), "--quiet"],
+                        "--microbatches", str(MICROBATCHES), "-o", os.path.join(b, build), "--quiet"] + flags,
                        check=True)
-        shutil.rmtree(os.path.join(b, f"s{stages}", "obj"), ignore_errors=True)
+        shutil.rmtree(os.path.join(b, build, "obj"), ignore_errors=True)
     # Weights travel as names and shapes only.
-    for stages in (1, 4):
-        wdir = os.path.join(b, f"s{stages}", "weights")
+    for build in BUILDS:
+        wdir = os.path.join(b, build, "weights")
         for f in sorted(os.listdir(wdir)):
             tensors, _ = read_st(os.path.join(wdir, f))
             with open(os.path.join(wdir, f + ".names"), "w") as out:
@@ -109,8 +116,8 @@ def draw_weights(b):
     tensor name (so the 1- and 4-stage builds train the same model)."""
     import numpy as np
     drawn = {}
-    for stages in (1, 4):
-        wdir = os.path.join(b, f"s{stages}", "weights")
+    for build in BUILDS:
+        wdir = os.path.join(b, build, "weights")
         for f in sorted(os.listdir(wdir)):
             if not f.endswith(".names"):
                 continue
@@ -129,19 +136,19 @@ def draw_weights(b):
             write_st(os.path.join(wdir, f[:-len(".names")]), tensors)
 
 
-def pipec_launch(args, b, stages, extra):
-    """mpirun's line for the `stages`-stage build on the bench's data at LR,
+def pipec_launch(args, b, build, extra):
+    """mpirun's line for build `build` (BUILDS) on the bench's data at LR,
     with the flags `extra`."""
     sys.path.insert(0, os.path.join(ROOT, "test", "gpu"))
     from gpu_e2e import launch_cmd
-    return launch_cmd(args.mpirun, os.path.join(b, f"s{stages}"),
+    return launch_cmd(args.mpirun, os.path.join(b, build),
                       extra + ["--lr", str(LR), "--inputs", os.path.join(b, "x.npy"),
                                "--labels", os.path.join(b, "y.npy")])
 
 
-def run_pipec(args, b, stages):
-    shutil.rmtree(os.path.join(b, f"s{stages}", "checkpoints"), ignore_errors=True)
-    cmd = pipec_launch(args, b, stages, ["--steps", str(STEPS)])
+def run_pipec(args, b, build):
+    shutil.rmtree(os.path.join(b, build, "checkpoints"), ignore_errors=True)
+    cmd = pipec_launch(args, b, build, ["--steps", str(STEPS)])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     m = re.search(r"done: .* final loss ([0-9.]+)\s+([0-9.]+) samples/s", p.stdout)
     if p.returncode != 0 or not m:
@@ -150,20 +157,20 @@ def run_pipec(args, b, stages):
     return float(m.group(2)), float(m.group(1))
 
 
-def profile_pipec(args, b):
-    """The 1-stage build once more with the runtime's per-op profiler
-    (--profile-out; the GPU is synchronised around each op, so every op's
-    time is its own kernels' plus a launch and a synchronisation): prints
-    where a step's time goes, by op kind and phase."""
-    out = os.path.join(b, "profile.json")
-    cmd = pipec_launch(args, b, 1, ["--steps", "3", "--profile-warmup", "1", "--profile-out", out, "--quiet",
-                                    "--checkpoint-dir", os.path.join(b, "profile_ckpt")])
+def profile_pipec(args, b, build="s1"):
+    """Build `build` once more with the runtime's per-op profiler
+    (--profile-out; each op timed by CUDA events around its kernels, the
+    GPU never waited for): prints where a step's time goes, by op kind and
+    phase."""
+    out = os.path.join(b, f"profile-{build}.json")
+    cmd = pipec_launch(args, b, build, ["--steps", "3", "--profile-warmup", "1", "--profile-out", out, "--quiet",
+                                        "--checkpoint-dir", os.path.join(b, "profile_ckpt")])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     if p.returncode != 0 or not os.path.exists(out):
         print("profile run failed:", p.stdout[-1500:])
         return
     if os.environ.get("OUT"):  # the GPU machine's results folder
-        shutil.copy(out, os.path.join(os.environ["OUT"], "profile_gpt_1stage.json"))
+        shutil.copy(out, os.path.join(os.environ["OUT"], f"profile_gpt_{build}.json"))
     prof = json.load(open(out))
     kinds = {}
     for op in prof["ops"]:
@@ -173,14 +180,18 @@ def profile_pipec(args, b):
         k[2] += 1
     opt = sum(op.get("opt_s", 0) for op in prof["ops"])
     total = sum(f + w for f, w, _ in kinds.values()) + opt
-    print(f"\npipec 1 stage, per-op profile (GPU synchronised around each op; {total * 1e3:.1f} ms per step "
+    print(f"\npipec {build}, per-op profile (timing: {prof.get('timing', 'host')}; {total * 1e3:.1f} ms per step "
           f"in ops, optimizer {opt * 1e3:.1f} ms):")
     print(f"{'op':28s} {'count':>5s} {'fwd ms':>9s} {'bwd ms':>9s} {'share':>6s}")
     for name, (f, w, n) in sorted(kinds.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))[:18]:
         print(f"{name:28s} {n:5d} {f * 1e3:9.2f} {w * 1e3:9.2f} {(f + w) / total * 100:5.1f}%")
 
 
-def run_torch(compiled):
+def run_torch(compiled, bf16=False, profile=False):
+    """Samples/s of the same GPT in PyTorch: float32 (TF32 off), or with
+    `bf16` under torch.autocast(bfloat16) (float32 weights and gradients).
+    `profile`: one more step under torch.profiler, printing the CUDA
+    kernels that take its time."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -228,8 +239,10 @@ def run_torch(compiled):
     def step():
         opt.zero_grad(set_to_none=True)
         for i in range(MICROBATCHES):
-            logits = fwd(x[i * mb:(i + 1) * mb])
-            loss = F.cross_entropy(logits.view(-1, VOCAB), y[i * mb:(i + 1) * mb].reshape(-1)) / MICROBATCHES
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+                logits = fwd(x[i * mb:(i + 1) * mb])
+                loss = F.cross_entropy(logits.view(-1, VOCAB).float(),
+                                       y[i * mb:(i + 1) * mb].reshape(-1)) / MICROBATCHES
             loss.backward()
         opt.step()
 
@@ -241,6 +254,13 @@ def run_torch(compiled):
         step()
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) / (STEPS - 1)
+    if profile:
+        from torch.profiler import ProfilerActivity, profile as tprofile
+        with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        print(f"\nPyTorch {'bf16 ' if bf16 else ''}eager, CUDA kernels of one step (torch.profiler):")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
     return BATCH / wall
 
 
@@ -248,44 +268,54 @@ def run(args):
     b = os.path.join(os.path.abspath(args.bundle), "bench")
     import torch
     name = torch.cuda.get_device_name(0)
-    peak = next((v for k, v in FP32_PEAK.items() if k in name), 67e12)
     use_config(open(os.path.join(b, "config")).read().strip())
-    rows = []
+    env = os.environ.get
     draw_weights(b)
-    s1, loss1 = run_pipec(args, b, 1)
-    s4, loss4 = run_pipec(args, b, 4)
-    if os.environ.get("PIPEC_BENCH_PROFILE", "1") != "0":
-        profile_pipec(args, b)
-    rows.append(("pipec --target cuda, 1 stage", s1))
-    rows.append(("pipec --target cuda, 4 stages on the one GPU", s4))
-    rows.append(("PyTorch eager", run_torch(False)))
-    eager_row = len(rows) - 1
-    if os.environ.get("PIPEC_BENCH_PEDANTIC", "1") != "0":
+    s1, loss1 = run_pipec(args, b, "s1")
+    s4, loss4 = run_pipec(args, b, "s4")
+    sb, lossb = run_pipec(args, b, "s1-bf16")
+    if env("PIPEC_BENCH_PROFILE", "1") != "0":
+        profile_pipec(args, b, "s1")
+        profile_pipec(args, b, "s1-bf16")
+    profile_torch = env("PIPEC_BENCH_TORCH_PROFILE", "1") != "0"
+    # (precision, label, samples/s); "vs eager" is against the eager row of
+    # the same precision.
+    rows = [("fp32", "pipec --target cuda, 1 stage", s1),
+            ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
+            ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch))]
+    if env("PIPEC_BENCH_PEDANTIC", "0") != "0":
         # The 1-stage build again with cuBLAS's pedantic math mode (what
         # pipec used before CUBLAS_DEFAULT_MATH; both float32, no TF32).
         os.environ["PIPEC_CUBLAS_MATH"] = "pedantic"
-        sp, _ = run_pipec(args, b, 1)
+        sp, _ = run_pipec(args, b, "s1")
         del os.environ["PIPEC_CUBLAS_MATH"]
-        rows.append(("pipec --target cuda, 1 stage, cuBLAS pedantic math", sp))
-    if os.environ.get("PIPEC_BENCH_COMPILE", "1") != "0":  # its compile takes a minute
-        try:
-            rows.append(("PyTorch torch.compile", run_torch(True)))
-        except Exception as e:  # noqa: BLE001
-            print("torch.compile failed:", type(e).__name__, str(e)[:300])
-    eager = rows[eager_row][1]
+        rows.append(("fp32", "pipec --target cuda, 1 stage, cuBLAS pedantic math", sp))
+    rows.append(("bf16", "pipec --target cuda --precision bf16, 1 stage", sb))
+    rows.append(("bf16", "PyTorch eager, autocast bf16", run_torch(False, bf16=True, profile=profile_torch)))
+    if env("PIPEC_BENCH_COMPILE", "1") != "0":  # its compile takes a minute
+        for precision, bf16 in (("fp32", False), ("bf16", True)):
+            try:
+                rows.append((precision, "PyTorch torch.compile" + (", autocast bf16" if bf16 else ""),
+                             run_torch(True, bf16=bf16)))
+            except Exception as e:  # noqa: BLE001
+                print("torch.compile failed:", type(e).__name__, str(e)[:300])
+    eager = {p: sps for p, label, sps in rows if label.startswith("PyTorch eager")}
     print(f"\nGPT {LAYERS} layers d={DIM} seq {SEQ}, global batch {BATCH} in {MICROBATCHES} microbatches, "
-          f"float32 (TF32 off), SGD; {name}; {flops_per_step() / 1e9:.1f} GFLOP per step; "
-          f"final losses pipec {loss1} (1 stage) {loss4} (4 stages)")
-    print(f"{'system':48s} {'step ms':>9s} {'samples/s':>10s} {'vs eager':>9s} {'MFU fp32':>9s}")
+          f"SGD; {name}; {flops_per_step() / 1e9:.1f} GFLOP per step; fp32 rows: TF32 off; "
+          f"final losses pipec {loss1} (1 stage) {loss4} (4 stages) {lossb} (1 stage, bf16)")
+    print(f"{'system':52s} {'step ms':>9s} {'samples/s':>10s} {'vs eager':>9s} {'MFU':>7s}")
     result = {}
-    for label, sps in rows:
+    for precision, label, sps in rows:
         if not sps:
-            print(f"{label:48s} failed")
+            print(f"{label:52s} failed")
             continue
+        peaks = FP32_PEAK if precision == "fp32" else BF16_PEAK
+        peak = next((v for k, v in peaks.items() if k in name), list(peaks.values())[0])
         step_s = BATCH / sps
         mfu = flops_per_step() / step_s / peak
-        print(f"{label:48s} {step_s * 1e3:9.2f} {sps:10.1f} {sps / eager:9.2f} {mfu * 100:8.1f}%")
-        result[label] = {"samples_per_s": sps, "step_ms": step_s * 1e3, "mfu_fp32": mfu}
+        print(f"{label:52s} {step_s * 1e3:9.2f} {sps:10.1f} {sps / eager[precision]:9.2f} "
+              f"{mfu * 100:6.1f}% ({precision} peak)")
+        result[label] = {"samples_per_s": sps, "step_ms": step_s * 1e3, "mfu": mfu, "precision": precision}
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

@@ -328,6 +328,14 @@ StageDesc parseStageDesc(const std::string &json) {
   if (d.target != "cpu" && d.target != "cuda")
     throw FormatError(what + ": target \"" + d.target +
                       "\" (expected \"cpu\" or \"cuda\")");
+  d.matmulPrecision =
+      r.has("matmul_precision") ? r.str("matmul_precision") : "f32";
+  if (d.matmulPrecision != "f32" && d.matmulPrecision != "bf16")
+    throw FormatError(what + ": matmul_precision \"" + d.matmulPrecision +
+                      "\" (expected \"f32\" or \"bf16\")");
+  if (d.matmulPrecision == "bf16" && (d.target != "cuda" || d.isF64()))
+    throw FormatError(what + ": matmul_precision \"bf16\" needs target "
+                             "\"cuda\" and float32 tensors");
   if (r.has("tie_groups")) {
     for (const Json &g : r.list("tie_groups")) {
       std::vector<int64_t> stages;
@@ -460,6 +468,8 @@ std::string writeStageDesc(const StageDesc &d) {
   j["arena_bytes"] = d.arenaBytes;
   j["precision"] = real;
   j["target"] = d.target;
+  if (d.matmulPrecision != "f32")
+    j["matmul_precision"] = d.matmulPrecision;
   if (!d.memoryModel.empty())
     j["memory_model"] = d.memoryModel;
   j["weights"] = Json::array();

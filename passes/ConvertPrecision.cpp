@@ -53,9 +53,17 @@ struct NNConvertPrecisionPass
     ModuleOp module = getOperation();
     if (precision == "f32")
       return;
+    if (precision == "bf16") {
+      // Tensors stay float32; the lowering records that the matrix
+      // products round their operands to bfloat16 (stage description
+      // "matmul_precision"; CUDA target only).
+      module->setAttr("pipec.precision",
+                      StringAttr::get(module.getContext(), precision));
+      return;
+    }
     if (precision != "f64") {
       module.emitError("--nn-convert-precision: unknown precision '")
-          << precision << "' (f32 or f64)";
+          << precision << "' (f32, f64 or bf16)";
       return signalPassFailure();
     }
     MLIRContext *ctx = module.getContext();

@@ -150,6 +150,8 @@ std::string StageLowering::stageMeta() {
   auto precision = module->getAttrOfType<StringAttr>("pipec.precision");
   d.realBytes = precision && precision.getValue() == "f64" ? 8 : 4;
   d.target = target;
+  if (precision && precision.getValue() == "bf16")
+    d.matmulPrecision = "bf16";
   // The op table's stash and scratch figures are the whole model's, as a
   // profile needs them, only on one stage without recomputation or a split
   // backward (else they describe this stage's cut and mode).

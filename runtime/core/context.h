@@ -102,6 +102,11 @@ pipec_ctx &checkedContext(pipec_ctx *ctx, const char *function);
 /// received only in the receiver's next step).
 void reapSends(pipec_ctx &ctx);
 
+/// Gives the profiler's and the timeline's queue-marked spans their times
+/// (waits for the device; nothing to do on a device without a queue clock).
+/// Called once per step, after its synchronisation.
+void collectQueueMarks(pipec_ctx &ctx);
+
 } // namespace rt
 } // namespace pipec
 

@@ -36,6 +36,23 @@
 namespace pipec {
 namespace rt {
 
+/// Times of work queued on an asynchronous device, taken without waiting
+/// for it: the profiler and the timeline mark where an op or a span starts
+/// and ends in the device's queue, and read the marks' times once per step,
+/// after the step's synchronisation. A device that runs its work while the
+/// host waits (the CPU) has none; there, host clock readings are the times.
+class QueueClock {
+public:
+  virtual ~QueueClock() = default;
+  /// Records the current end of the queue; returns the mark's index (0, 1,
+  /// ... since the last collect()).
+  virtual int64_t mark() = 0;
+  /// Waits for the queue; returns every mark's time in seconds on
+  /// std::chrono::steady_clock (since its epoch), in mark order, and starts
+  /// the next marks at index 0.
+  virtual std::vector<double> collect() = 0;
+};
+
 class Device {
 public:
   virtual ~Device() = default;
@@ -55,6 +72,9 @@ public:
   /// The device copy of a constant of the generated code (host memory that
   /// lives as long as the process), made on first use.
   virtual const void *constant(const void *host, int64_t bytes) = 0;
+  /// The device's queue clock, or null where the host's clock times the
+  /// device's work (synchronize() then waits for it).
+  virtual QueueClock *queueClock() { return nullptr; }
 };
 
 /// Device memory with an owner: released through its device.
@@ -80,6 +100,9 @@ struct DeviceRequest {
   /// The rank's index among the ranks on its host (OpenMPI's local rank).
   int localRank = 0;
   bool allowTf32 = false;
+  /// The stage's matrix products round their operands to bfloat16
+  /// (StageDesc::matmulPrecision "bf16"; CUDA only).
+  bool matmulBf16 = false;
 };
 
 using DeviceFactory = std::unique_ptr<Device> (*)(const DeviceRequest &);

@@ -549,6 +549,7 @@ void writeRunOutputs(pipec_ctx &ctx) {
                   " weight versions; the compiler planned at most " +
                   std::to_string(desc.policy.versionsKept) +
                   " (policy.versions_kept): a schedule and runtime mismatch");
+  collectQueueMarks(ctx);
   std::vector<std::pair<std::string, std::string>> files;
   if (ctx.profiler.enabled())
     files.push_back({profilePath(o.profileOut, desc),
@@ -658,9 +659,14 @@ int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
   if (o.checkKernels && desc.target != "cuda")
     throw RtError("--check-kernels checks CUDA kernels against the CPU "
                   "kernels; this stage runs the CPU kernels already");
+  if (o.checkKernels && desc.matmulPrecision == "bf16")
+    throw RtError("--check-kernels compares with the float32 CPU kernels, "
+                  "but this stage's matrix products round to bfloat16 "
+                  "(--precision bf16); check the float32 build of the model");
   DeviceRequest request;
   request.localRank = ctx.comm->localRank();
   request.allowTf32 = o.allowTf32;
+  request.matmulBf16 = desc.matmulPrecision == "bf16";
   ctx.device = factory(request);
   ctx.comm->useDevice(*ctx.device);
   arena.allocate(*ctx.device, desc.arenaBytes, "the arena");
@@ -764,6 +770,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
       reapSends(ctx);
     else
       pipec_rt_flush(&ctx);
+    collectQueueMarks(ctx);
     if (counted)
       ctx.profiler.stepCounted();
     double wall = std::chrono::duration<double>(Clock::now() - start).count();
@@ -802,6 +809,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
       }
       ctx.device->synchronize();
       pipec_rt_flush(&ctx);
+      collectQueueMarks(ctx);
       ctx.step = t;
     }
     if (last || (o.checkpointEvery > 0 && (t + 1) % o.checkpointEvery == 0))

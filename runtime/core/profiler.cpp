@@ -28,13 +28,15 @@ Profiler::Slot &Profiler::slot(int64_t op, int64_t phase) {
   return slots[size_t(op) * kPhases + size_t(phase)];
 }
 
-void Profiler::begin(int64_t op, int64_t phase) {
+void Profiler::begin(int64_t op, int64_t phase, int64_t mark) {
   Slot &s = slot(op, phase);
   s.open = true;
-  s.start = Clock::now();
+  s.startMark = mark;
+  if (mark < 0)
+    s.start = Clock::now();
 }
 
-void Profiler::end(int64_t op, int64_t phase) {
+void Profiler::end(int64_t op, int64_t phase, int64_t mark) {
   Clock::time_point now = Clock::now();
   Slot &s = slot(op, phase);
   if (!s.open)
@@ -43,8 +45,25 @@ void Profiler::end(int64_t op, int64_t phase) {
   s.open = false;
   if (!counting)
     return;
-  s.total += std::chrono::duration<double>(now - s.start).count();
   ++s.calls;
+  if (mark >= 0 && s.startMark >= 0) {
+    marked = true;
+    pending.push_back({size_t(&s - slots.data()), s.startMark, mark});
+    return;
+  }
+  s.total += std::chrono::duration<double>(now - s.start).count();
+}
+
+void Profiler::resolve(const std::vector<double> &markSeconds) {
+  for (const Pending &p : pending) {
+    if (size_t(p.begin) >= markSeconds.size() ||
+        size_t(p.end) >= markSeconds.size())
+      throw RtError("profiler: a queue mark has no time (marks of two steps "
+                    "mixed)");
+    slots[p.slot].total +=
+        markSeconds[size_t(p.end)] - markSeconds[size_t(p.begin)];
+  }
+  pending.clear();
 }
 
 double Profiler::seconds(size_t op, int phase) const {
@@ -81,6 +100,9 @@ std::string Profiler::toJson(const StageDesc &desc,
   Json doc;
   doc["format"] = "pipec.profile/1";
   doc["device"] = device;
+  // How the times were taken: the device queue's own clock (CUDA events),
+  // or the host's clock with the device synchronised around each op.
+  doc["timing"] = marked ? "device-queue" : "host";
   doc["microbatch"] = desc.microbatch;
   // saved_bytes and the scratch bytes are the compiled stage's, and the
   // model's as a whole on one stage without recomputation.

@@ -11,6 +11,13 @@
 /// / 1 over the counted steps, opt_s is the mean seconds per step of phase 2.
 /// When profiling is off the hooks return after one branch.
 ///
+/// On a device with a queue clock (device.h; CUDA events) an op's begin and
+/// end are marks in the device's queue instead: nothing waits for the
+/// device while the step runs, and resolve() adds the spans once the
+/// step's marks have times. An op's time is then the device's time between
+/// the end of the work queued before the op and the end of the op's own
+/// work (a kernel that waited for the host's launch counts that wait).
+///
 //===----------------------------------------------------------------------===//
 
 #ifndef PIPEC_RUNTIME_CORE_PROFILER_H
@@ -42,8 +49,13 @@ public:
 
   /// Marks the start / end of op `op` in `phase`. Throws RtError on an op or
   /// phase out of range, or an end without a begin.
-  void begin(int64_t op, int64_t phase);
-  void end(int64_t op, int64_t phase);
+  /// `mark` >= 0 is the device queue's mark (QueueClock::mark) for the
+  /// moment; the span is then added by resolve().
+  void begin(int64_t op, int64_t phase, int64_t mark = -1);
+  void end(int64_t op, int64_t phase, int64_t mark = -1);
+  /// Adds the spans marked since the last call, given every mark's time
+  /// (QueueClock::collect).
+  void resolve(const std::vector<double> &markSeconds);
 
   /// Accumulated seconds and calls of (op, phase).
   double seconds(size_t op, int phase) const;
@@ -58,6 +70,7 @@ private:
   using Clock = std::chrono::steady_clock;
   struct Slot {
     Clock::time_point start;
+    int64_t startMark = -1;
     bool open = false;
     double total = 0;
     int64_t calls = 0;
@@ -68,6 +81,14 @@ private:
   bool counting = true;
   int64_t countedSteps = 0;
   std::vector<Slot> slots;
+  /// Spans of counted steps waiting for their marks' times: slot index,
+  /// begin mark, end mark.
+  struct Pending {
+    size_t slot;
+    int64_t begin, end;
+  };
+  std::vector<Pending> pending;
+  bool marked = false; // some span was timed by queue marks
 };
 
 } // namespace rt

@@ -185,8 +185,14 @@ extern "C" void pipec_rt_span_begin(pipec_ctx *ctx, int64_t kind,
     int64_t global = mb < 0 || ctx->continuous
                          ? mb
                          : ctx->step * ctx->desc.microbatches + mb;
-    ctx->device->synchronize(); // spans show when the device ran them
-    ctx->timeline.begin(int(kind), global, ctx->step);
+    // Spans show when the device ran them: a mark in its queue, or the
+    // host's clock once the device has caught up.
+    if (QueueClock *clock = ctx->device->queueClock())
+      ctx->timeline.begin(int(kind), global, ctx->step, clock->mark());
+    else {
+      ctx->device->synchronize();
+      ctx->timeline.begin(int(kind), global, ctx->step);
+    }
   });
 }
 
@@ -195,8 +201,12 @@ extern "C" void pipec_rt_span_end(pipec_ctx *ctx, int64_t kind) {
   if (!ctx || !ctx->timeline.enabled())
     return;
   guarded([&] {
-    ctx->device->synchronize();
-    ctx->timeline.end(int(kind));
+    if (QueueClock *clock = ctx->device->queueClock())
+      ctx->timeline.end(int(kind), clock->mark());
+    else {
+      ctx->device->synchronize();
+      ctx->timeline.end(int(kind));
+    }
   });
 }
 
@@ -206,8 +216,14 @@ extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {
   if (!ctx || !ctx->profiler.enabled())
     return;
   guarded([&] {
-    ctx->device->synchronize(); // time the op, not its launch
-    ctx->profiler.begin(op, phase);
+    // Time the op, not its launch: a mark in the device's queue, or the
+    // host's clock once the device has caught up.
+    if (QueueClock *clock = ctx->device->queueClock())
+      ctx->profiler.begin(op, phase, clock->mark());
+    else {
+      ctx->device->synchronize();
+      ctx->profiler.begin(op, phase);
+    }
   });
 }
 
@@ -215,8 +231,12 @@ extern "C" void pipec_rt_op_end(pipec_ctx *ctx, int64_t op, int64_t phase) {
   if (!ctx || !ctx->profiler.enabled())
     return;
   guarded([&] {
-    ctx->device->synchronize();
-    ctx->profiler.end(op, phase);
+    if (QueueClock *clock = ctx->device->queueClock())
+      ctx->profiler.end(op, phase, clock->mark());
+    else {
+      ctx->device->synchronize();
+      ctx->profiler.end(op, phase);
+    }
   });
 }
 
@@ -229,4 +249,13 @@ extern "C" const void *pipec_rt_constant(pipec_ctx *ctx, const void *host,
     out = c.device->constant(host, bytes);
   });
   return out;
+}
+
+void pipec::rt::collectQueueMarks(pipec_ctx &ctx) {
+  QueueClock *clock = ctx.device ? ctx.device->queueClock() : nullptr;
+  if (!clock || (!ctx.profiler.enabled() && !ctx.timeline.enabled()))
+    return;
+  std::vector<double> seconds = clock->collect();
+  ctx.profiler.resolve(seconds);
+  ctx.timeline.resolve(seconds);
 }

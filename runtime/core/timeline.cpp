@@ -31,24 +31,48 @@ void Timeline::enable(int rank, int stage, int replica) {
 
 void Timeline::start() { zero = Clock::now(); }
 
-void Timeline::begin(int kind, int64_t mb, int64_t step) {
+void Timeline::begin(int kind, int64_t mb, int64_t step, int64_t mark) {
   if (!on)
     return;
   if (kind < 0 || kind >= NumKinds)
     throw RtError("timeline: unknown span kind " + std::to_string(kind));
   open[kind] = std::chrono::duration<double>(Clock::now() - zero).count();
+  openMark[kind] = mark;
   openMb[kind] = mb;
   openStep[kind] = step;
 }
 
-void Timeline::end(int kind) {
+void Timeline::end(int kind, int64_t mark) {
   if (!on)
     return;
   if (kind < 0 || kind >= NumKinds)
     throw RtError("timeline: unknown span kind " + std::to_string(kind));
+  if (mark >= 0 && openMark[kind] >= 0) {
+    events.push_back(
+        {kind, openMb[kind], openStep[kind], 0, 0, openMark[kind], mark});
+    return;
+  }
   double t1 = std::chrono::duration<double>(Clock::now() - zero).count();
   total[kind] += t1 - open[kind];
   events.push_back({kind, openMb[kind], openStep[kind], open[kind], t1});
+}
+
+void Timeline::resolve(const std::vector<double> &markSeconds) {
+  const double zeroSeconds =
+      std::chrono::duration<double>(zero.time_since_epoch()).count();
+  for (; unresolved < events.size(); ++unresolved) {
+    Event &e = events[unresolved];
+    if (e.mark0 < 0)
+      continue;
+    if (size_t(e.mark0) >= markSeconds.size() ||
+        size_t(e.mark1) >= markSeconds.size())
+      throw RtError("timeline: a queue mark has no time (marks of two steps "
+                    "mixed)");
+    e.t0 = markSeconds[size_t(e.mark0)] - zeroSeconds;
+    e.t1 = markSeconds[size_t(e.mark1)] - zeroSeconds;
+    e.mark0 = e.mark1 = -1;
+    total[e.kind] += e.t1 - e.t0;
+  }
 }
 
 std::string Timeline::toJson() const {
@@ -66,6 +90,8 @@ std::string Timeline::toJson() const {
                  {"pid", rank},
                  {"args", {{"sort_index", rank}}}});
   for (const Event &e : events) {
+    if (e.mark0 >= 0)
+      continue; // never resolved (a step cut short)
     std::string name = kindName(e.kind);
     if (e.mb >= 0 && (e.kind == Forward || e.kind == Backward))
       name = std::string(e.kind == Forward ? "F" : "B") + std::to_string(e.mb);

@@ -13,6 +13,13 @@
 /// chrome://tracing opens next to the simulator's (`pipec simulate
 /// --trace`). When tracing is off every hook returns after one branch.
 ///
+/// On a device with a queue clock (device.h; CUDA events) the compute spans
+/// (forward, backward, update) are marks in the device's queue, so they show
+/// when the device ran that work, and nothing waits for it while the step
+/// runs; resolve() gives them their times once per step. Communication
+/// spans are the host's time in the transfer (with host-staged messages,
+/// that includes waiting for the device to finish the bytes it sends).
+///
 //===----------------------------------------------------------------------===//
 
 #ifndef PIPEC_RUNTIME_CORE_TIMELINE_H
@@ -38,8 +45,13 @@ public:
   void start();
   /// Opens / closes a span of `kind` for global microbatch `mb` (-1: none)
   /// in training step `step`. Spans of one kind do not nest.
-  void begin(int kind, int64_t mb, int64_t step);
-  void end(int kind);
+  /// `mark` >= 0: a device queue mark (QueueClock::mark) instead of now;
+  /// such a span gets its times from resolve().
+  void begin(int kind, int64_t mb, int64_t step, int64_t mark = -1);
+  void end(int kind, int64_t mark = -1);
+  /// Gives the marked spans since the last call their times (every mark's
+  /// steady-clock seconds, QueueClock::collect).
+  void resolve(const std::vector<double> &markSeconds);
   /// Seconds spent in spans of `kind` so far.
   double seconds(int kind) const { return total[size_t(kind)]; }
   /// The Chrome trace events of this rank (a JSON array).
@@ -51,11 +63,14 @@ private:
     int kind;
     int64_t mb, step;
     double t0, t1; // seconds since start
+    int64_t mark0 = -1, mark1 = -1; // queue marks still to resolve
   };
   bool on = false;
   int rank = 0, stage = 0, replica = 0;
   Clock::time_point zero;
   double open[NumKinds] = {};
+  int64_t openMark[NumKinds] = {};
+  size_t unresolved = 0; // events[unresolved..] may wait for marks
   int64_t openMb[NumKinds] = {}, openStep[NumKinds] = {};
   double total[NumKinds] = {};
   std::vector<Event> events;

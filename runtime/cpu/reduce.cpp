@@ -16,6 +16,13 @@
 /// pipec_k_reduce_sum_f64). A reduced innermost row is summed in double;
 /// rows added into a kept Y row accumulate in T.
 ///
+/// [R, C] onto [C] (a bias gradient: every row of a contiguous X into one
+/// Y row) adds the rows in chunks of kChunkRows: each chunk's rows into a
+/// zeroed temporary row in order, then the chunk rows into Y in order. The
+/// CUDA kernel adds in exactly this order with one thread per (chunk,
+/// column), so both agree to the bit while the GPU's longest serial chain
+/// is kChunkRows + R / kChunkRows additions instead of R.
+///
 //===----------------------------------------------------------------------===//
 
 #include "pipec_rt.h"
@@ -24,10 +31,13 @@
 #include "cpu/strided.h"
 
 #include <algorithm>
+#include <vector>
 
 using namespace pipec::rt;
 
 namespace {
+
+constexpr int64_t kChunkRows = 64;
 
 /// Number of elements of Y implied by X's dims and Y's strides: one more
 /// than the largest Y offset (Y is dense, so this is the product of its
@@ -87,21 +97,37 @@ void reduceSumKernel(void *const *bufs, const int64_t *ints,
     return;
   }
 
-  // The innermost X stride is 1 after canonicalisation.
-  forEachRow(nest, [&](const int64_t *off, int64_t n, const int64_t *inner) {
-    const T *xRow = x + off[0];
-    T *yRow = y + off[1];
-    int64_t ys = inner[1];
-    if (ys == 1) {
-      for (int64_t i = 0; i < n; ++i)
-        yRow[i] += xRow[i];
-    } else if (ys == 0) {
-      yRow[0] += T(sumRow(xRow, n));
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        yRow[i * ys] += xRow[i];
+  if (nest.rank == 2 && nest.strides[0][0] == nest.dims[1] &&
+      nest.strides[1][0] == 0 && nest.strides[1][1] == 1) {
+    const int64_t rows = nest.dims[0], cols = nest.dims[1];
+    std::vector<T> chunk(static_cast<size_t>(cols));
+    for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
+      std::fill(chunk.begin(), chunk.end(), T(0));
+      for (int64_t r = r0; r < std::min(rows, r0 + kChunkRows); ++r) {
+        const T *xRow = x + r * cols;
+        for (int64_t i = 0; i < cols; ++i)
+          chunk[size_t(i)] += xRow[i];
+      }
+      for (int64_t i = 0; i < cols; ++i)
+        y[i] += chunk[size_t(i)];
     }
-  });
+  } else {
+    // The innermost X stride is 1 after canonicalisation.
+    forEachRow(nest, [&](const int64_t *off, int64_t n, const int64_t *inner) {
+      const T *xRow = x + off[0];
+      T *yRow = y + off[1];
+      int64_t ys = inner[1];
+      if (ys == 1) {
+        for (int64_t i = 0; i < n; ++i)
+          yRow[i] += xRow[i];
+      } else if (ys == 0) {
+        yRow[0] += T(sumRow(xRow, n));
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          yRow[i * ys] += xRow[i];
+      }
+    });
+  }
 
   if (scale != T(1))
     for (int64_t i = 0; i < yCount; ++i)

@@ -36,7 +36,7 @@ void fail(const char *what) { throw rt::RtError(what); }
 
 void checkLaunch(const char *kernel) { check(cudaGetLastError(), kernel); }
 
-void initContext(int device, bool allowTf32) {
+void initContext(int device, bool allowTf32, bool matmulBf16) {
   if (gContext.stream) {
     if (gContext.device != device)
       throw rt::RtError("CUDA context already bound to device " +
@@ -68,6 +68,10 @@ void initContext(int device, bool allowTf32) {
   gContext.stream = stream;
   gContext.blas = blas;
   gContext.allowTf32 = allowTf32;
+  gContext.matmulBf16 = matmulBf16;
+  gContext.compute = allowTf32  ? CUBLAS_COMPUTE_32F_FAST_TF32
+                     : pedantic ? CUBLAS_COMPUTE_32F_PEDANTIC
+                                : CUBLAS_COMPUTE_32F;
 }
 
 void destroyContext() {
@@ -76,26 +80,40 @@ void destroyContext() {
   cudaStreamSynchronize(gContext.stream);
   if (gContext.scratch)
     cudaFree(gContext.scratch);
+  if (gContext.bf16Staging)
+    cudaFree(gContext.bf16Staging);
   cublasDestroy(gContext.blas);
   cudaStreamDestroy(gContext.stream);
   gContext = Context();
 }
 
+/// `buffer` (of `size` bytes) grown to at least `bytes`; the old one may
+/// still be read by queued kernels, so it is freed after a synchronisation.
+static void *grow(void *&buffer, size_t &size, size_t bytes, const char *what) {
+  if (bytes <= size)
+    return buffer;
+  Context &c = context();
+  if (buffer) {
+    check(cudaStreamSynchronize(c.stream), what);
+    check(cudaFree(buffer), what);
+    buffer = nullptr;
+    size = 0;
+  }
+  size_t want = bytes < (1u << 20) ? (1u << 20) : bytes;
+  check(cudaMalloc(&buffer, want), what);
+  size = want;
+  return buffer;
+}
+
 void *scratch(size_t bytes) {
   Context &c = context();
-  if (bytes <= c.scratchBytes)
-    return c.scratch;
-  if (c.scratch) {
-    // The old workspace may still be read by queued kernels.
-    check(cudaStreamSynchronize(c.stream), "scratch: synchronize");
-    check(cudaFree(c.scratch), "scratch: cudaFree");
-    c.scratch = nullptr;
-    c.scratchBytes = 0;
-  }
-  size_t size = bytes < (1u << 20) ? (1u << 20) : bytes;
-  check(cudaMalloc(&c.scratch, size), "scratch: cudaMalloc");
-  c.scratchBytes = size;
-  return c.scratch;
+  return grow(c.scratch, c.scratchBytes, bytes, "scratch");
+}
+
+void *bf16Staging(size_t bytes) {
+  Context &c = context();
+  return grow(c.bf16Staging, c.bf16StagingBytes, bytes,
+              "bfloat16 operand staging");
 }
 
 } // namespace cuda

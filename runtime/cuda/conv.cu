@@ -373,20 +373,14 @@ void gemmGroups(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
     fail((std::string(kName) +
           ": a matrix dimension exceeds cuBLAS's 32-bit limit")
              .c_str());
-  Context &ctx = context();
-  const float one = 1.0f;
   if (batch == 1) {
-    checkBlas(cublasSgemm(ctx.blas, op(transB), op(transA), int(n), int(m),
-                          int(k), &one, b, int(ldb), a, int(lda), &beta, c,
-                          int(ldc)),
-              kName);
+    gemm(op(transB), op(transA), int(n), int(m), int(k), 1.0f, b, int(ldb), a,
+         int(lda), beta, c, int(ldc), kName);
     return;
   }
-  checkBlas(cublasSgemmStridedBatched(ctx.blas, op(transB), op(transA), int(n),
-                                      int(m), int(k), &one, b, int(ldb),
-                                      strideB, a, int(lda), strideA, &beta, c,
-                                      int(ldc), strideC, int(batch)),
-            kName);
+  gemmStridedBatched(op(transB), op(transA), int(n), int(m), int(k), 1.0f, b,
+                     int(ldb), strideB, a, int(lda), strideA, beta, c, int(ldc),
+                     strideC, int(batch), kName);
 }
 
 //===----------------------------------------------------------------------===//

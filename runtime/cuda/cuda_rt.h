@@ -47,13 +47,28 @@ struct Context {
   /// TF32 tensor-core math in cuBLAS (pipec train --allow-tf32); off by
   /// default: float32 results then match the CPU kernels to rounding.
   bool allowTf32 = false;
+  /// The arithmetic of the float32 matrix products (gemm,
+  /// gemmStridedBatched below): CUBLAS_COMPUTE_32F, _FAST_TF32
+  /// (--allow-tf32) or _PEDANTIC (PIPEC_CUBLAS_MATH=pedantic).
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  /// A `--precision bf16` stage: every matrix product first rounds its
+  /// operands to the nearest bfloat16 (ties to even, as a cast does) into
+  /// `bf16Staging`, then multiplies them on the tensor cores with float32
+  /// accumulation and a float32 result. Rounding ourselves keeps the
+  /// arithmetic the same whatever kernel cuBLAS picks (its
+  /// CUBLAS_COMPUTE_32F_FAST_16BF may leave small products in float32 and
+  /// does not round to nearest).
+  bool matmulBf16 = false;
+  void *bf16Staging = nullptr;
+  size_t bf16StagingBytes = 0;
 };
 
 /// The process's context; throws unless initContext ran.
 Context &context();
 /// Selects `device`, creates the stream and the cuBLAS handle. Idempotent
-/// for the same device.
-void initContext(int device, bool allowTf32);
+/// for the same device. `matmulBf16`: the stage's matrix products round
+/// their operands to bfloat16 (`--precision bf16`).
+void initContext(int device, bool allowTf32, bool matmulBf16 = false);
 /// Releases the handles (end of the process).
 void destroyContext();
 
@@ -66,6 +81,21 @@ void checkBlas(cublasStatus_t s, const char *what);
 
 /// Scratch of at least `bytes` bytes on the context's stream.
 void *scratch(size_t bytes);
+/// The bfloat16 operand staging of at least `bytes` bytes (matmulBf16).
+void *bf16Staging(size_t bytes);
+
+/// Column-major C = alpha op(A) op(B) + beta C on float32 storage with the
+/// context's arithmetic (float32, or bfloat16 operands: matmulBf16);
+/// throws naming `what`. Defined in gemm.cu.
+void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+          float alpha, const float *a, int lda, const float *b, int ldb,
+          float beta, float *c, int ldc, const char *what);
+/// `batch` such products, operand g at X + g * strideX.
+void gemmStridedBatched(cublasOperation_t ta, cublasOperation_t tb, int m,
+                        int n, int k, float alpha, const float *a, int lda,
+                        int64_t strideA, const float *b, int ldb,
+                        int64_t strideB, float beta, float *c, int ldc,
+                        int64_t strideC, int batch, const char *what);
 
 /// Grid size for `n` elements with `block` threads per block, capped so a
 /// grid-stride loop covers the rest.

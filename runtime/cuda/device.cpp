@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,10 +39,62 @@
 #include <map>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 namespace pipec {
 namespace cuda {
 namespace {
+
+/// The stream's clock: a pool of CUDA events, recorded in program order
+/// and read once per step. Times come from cudaEventElapsedTime against a
+/// reference event recorded on the idle stream right after the step's
+/// synchronisation, whose host time is taken as soon as it has run
+/// (error: the event's completion latency, microseconds).
+class StreamClock final : public rt::QueueClock {
+public:
+  ~StreamClock() override {
+    for (cudaEvent_t e : events_)
+      cudaEventDestroy(e);
+    if (ref_)
+      cudaEventDestroy(ref_);
+  }
+  int64_t mark() override {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreate(&e), "cudaEventCreate (queue clock)");
+      events_.push_back(e);
+    }
+    check(cudaEventRecord(events_[used_], context().stream),
+          "cudaEventRecord (queue clock)");
+    return int64_t(used_++);
+  }
+  std::vector<double> collect() override {
+    cudaStream_t stream = context().stream;
+    check(cudaStreamSynchronize(stream), "queue clock: synchronize");
+    if (!ref_)
+      check(cudaEventCreate(&ref_), "cudaEventCreate (queue clock)");
+    check(cudaEventRecord(ref_, stream), "cudaEventRecord (queue clock)");
+    check(cudaEventSynchronize(ref_), "queue clock: reference event");
+    const double refHost =
+        std::chrono::duration<double>(
+            std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    std::vector<double> seconds(used_);
+    for (size_t i = 0; i < used_; ++i) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, events_[i], ref_),
+            "cudaEventElapsedTime (queue clock)");
+      seconds[i] = refHost - double(ms) * 1e-3;
+    }
+    used_ = 0;
+    return seconds;
+  }
+
+private:
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+  cudaEvent_t ref_ = nullptr;
+};
 
 class CudaDevice final : public rt::Device {
 public:
@@ -55,7 +108,7 @@ public:
           (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") +
           "); compile with --target cpu to train on CPUs");
     ordinal_ = request.localRank % count;
-    initContext(ordinal_, request.allowTf32);
+    initContext(ordinal_, request.allowTf32, request.matmulBf16);
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
     name_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ")";
@@ -73,6 +126,16 @@ public:
 
   std::string name() const override { return name_; }
   bool hostAccessible() const override { return false; }
+  rt::QueueClock *queueClock() override {
+    // PIPEC_QUEUE_CLOCK=0: synchronise around each op and span instead (the
+    // old way; for comparing the two).
+    if (!clockChecked_) {
+      const char *env = std::getenv("PIPEC_QUEUE_CLOCK");
+      clockOn_ = !(env && std::string(env) == "0");
+      clockChecked_ = true;
+    }
+    return clockOn_ ? &clock_ : nullptr;
+  }
 
   char *allocate(int64_t bytes, const char *what) override {
     void *p = nullptr;
@@ -172,6 +235,8 @@ private:
 
   int ordinal_ = 0;
   std::string name_;
+  StreamClock clock_;
+  bool clockChecked_ = false, clockOn_ = true;
   std::map<const void *, char *> constants_;
   std::deque<UploadSlot> uploads_;
 };

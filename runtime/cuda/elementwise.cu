@@ -39,6 +39,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 
 namespace pipec {
@@ -258,9 +259,74 @@ bool bIsScalar(const int64_t *ints) {
   return true;
 }
 
+/// n / 4 when every pointer is 16-byte aligned (the vector loop's
+/// length), else 0.
+int64_t vectorCount(int64_t n, std::initializer_list<const void *> ptrs) {
+  for (const void *p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      return 0;
+  return n / 4;
+}
+
+/// Y[r, j] = op(A[r * inner + j], B[r * bOuter + j * bInner]) for the
+/// [rows, inner] nests of a same-shape operation (bOuter = inner, bInner =
+/// 1), a bias broadcast over rows (bOuter = 0, bInner = 1), a column
+/// (bInner = 0) or a scalar: four elements per thread through 16-byte
+/// loads (inner % 4 == 0, every row 16-byte aligned).
+template <class Op, typename I>
+__global__ void binaryRows4(const float *a, const float *b, float *y,
+                            int64_t rows, int64_t inner, int64_t bOuter,
+                            int64_t bInner, Op op) {
+  const I quads = I(inner / 4);
+  const int64_t n4 = rows * int64_t(quads);
+  for (int64_t t = gridStart(); t < n4; t += gridStep()) {
+    const I r = I(t) / quads;
+    const int64_t j = int64_t(I(t) - r * quads) * 4;
+    const float4 av = reinterpret_cast<const float4 *>(a)[t];
+    const float *br = b + int64_t(r) * bOuter;
+    float4 bv;
+    if (bInner)
+      bv = *reinterpret_cast<const float4 *>(br + j);
+    else
+      bv = make_float4(br[0], br[0], br[0], br[0]);
+    reinterpret_cast<float4 *>(y)[t] = make_float4(
+        op(av.x, bv.x), op(av.y, bv.y), op(av.z, bv.z), op(av.w, bv.w));
+  }
+}
+
+/// Launches binaryRows4 when the nest has that form; false otherwise.
+template <class Op>
+bool launchBinaryRows(const float *a, const float *b, float *y,
+                      const Nest<2> &nest, int64_t n, Op op) {
+  if (nest.rank < 1 || nest.rank > 2)
+    return false;
+  const int last = nest.rank - 1;
+  const int64_t inner = nest.dims[last];
+  const int64_t rows = nest.rank == 2 ? nest.dims[0] : 1;
+  const int64_t aInner = nest.strides[0][last], bInner = nest.strides[1][last];
+  const int64_t aOuter = nest.rank == 2 ? nest.strides[0][0] : inner;
+  const int64_t bOuter = nest.rank == 2 ? nest.strides[1][0] : 0;
+  if (aInner != 1 || aOuter != inner || (bInner != 0 && bInner != 1) ||
+      inner % 4 != 0 || (bInner == 1 && bOuter % 4 != 0) ||
+      vectorCount(4, {a, b, y}) == 0)
+    return false;
+  cudaStream_t s = context().stream;
+  const int64_t n4 = n / 4;
+  if (fits32(n4))
+    binaryRows4<Op, uint32_t><<<gridFor(n4, kBlock), kBlock, 0, s>>>(
+        a, b, y, rows, inner, bOuter, bInner, op);
+  else
+    binaryRows4<Op, uint64_t><<<gridFor(n4, kBlock), kBlock, 0, s>>>(
+        a, b, y, rows, inner, bOuter, bInner, op);
+  checkLaunch("pipec_cuda_k_binary");
+  return true;
+}
+
 template <class Op>
 void launchBinary(const float *a, const float *b, float *y, const Nest<2> &nest,
                   int64_t n, Op op) {
+  if (launchBinaryRows(a, b, y, nest, n, op))
+    return;
   cudaStream_t s = context().stream;
   if (fits32(n))
     binaryKernel<Op, uint32_t>
@@ -488,17 +554,36 @@ __device__ __forceinline__ float unaryBwd(float t, float g, float alpha,
   }
 }
 
+/// Elements i < n4 * 4 go four at a time through 16-byte loads and stores
+/// (the caller checks the pointers' alignment; n4 = 0 otherwise), the rest
+/// one at a time. The arithmetic is per element either way.
 template <int Op>
-__global__ void unaryKernel(const float *x, float *y, int64_t n, float alpha,
-                            float beta) {
-  for (int64_t i = gridStart(); i < n; i += gridStep())
+__global__ void unaryKernel(const float *x, float *y, int64_t n, int64_t n4,
+                            float alpha, float beta) {
+  for (int64_t i = gridStart(); i < n4; i += gridStep()) {
+    const float4 v = reinterpret_cast<const float4 *>(x)[i];
+    reinterpret_cast<float4 *>(y)[i] = make_float4(
+        unaryFwd<Op>(v.x, alpha, beta), unaryFwd<Op>(v.y, alpha, beta),
+        unaryFwd<Op>(v.z, alpha, beta), unaryFwd<Op>(v.w, alpha, beta));
+  }
+  for (int64_t i = n4 * 4 + gridStart(); i < n; i += gridStep())
     y[i] = unaryFwd<Op>(x[i], alpha, beta);
 }
 
 template <int Op>
 __global__ void unaryGradKernel(const float *t, const float *dy, float *dx,
-                                int64_t n, float alpha, float beta) {
-  for (int64_t i = gridStart(); i < n; i += gridStep()) {
+                                int64_t n, int64_t n4, float alpha,
+                                float beta) {
+  for (int64_t i = gridStart(); i < n4; i += gridStep()) {
+    const float4 tv = reinterpret_cast<const float4 *>(t)[i];
+    const float4 g = reinterpret_cast<const float4 *>(dy)[i];
+    reinterpret_cast<float4 *>(dx)[i] =
+        make_float4(unaryBwd<Op>(tv.x, g.x, alpha, beta),
+                    unaryBwd<Op>(tv.y, g.y, alpha, beta),
+                    unaryBwd<Op>(tv.z, g.z, alpha, beta),
+                    unaryBwd<Op>(tv.w, g.w, alpha, beta));
+  }
+  for (int64_t i = n4 * 4 + gridStart(); i < n; i += gridStep()) {
     const float tv = t[i], g = dy[i];
     dx[i] = unaryBwd<Op>(tv, g, alpha, beta);
   }
@@ -526,16 +611,20 @@ struct UnaryParams {
 
 template <int Op>
 void launchUnary(const float *x, float *y, int64_t n, const UnaryParams &p) {
-  unaryKernel<Op><<<gridFor(n, kBlock), kBlock, 0, context().stream>>>(
-      x, y, n, p.alpha, p.beta);
+  const int64_t n4 = vectorCount(n, {x, y});
+  unaryKernel<Op>
+      <<<gridFor(n4 > 0 ? n4 : n, kBlock), kBlock, 0, context().stream>>>(
+          x, y, n, n4, p.alpha, p.beta);
   checkLaunch("pipec_cuda_k_unary");
 }
 
 template <int Op>
 void launchUnaryGrad(const float *t, const float *dy, float *dx, int64_t n,
                      const UnaryParams &p) {
-  unaryGradKernel<Op><<<gridFor(n, kBlock), kBlock, 0, context().stream>>>(
-      t, dy, dx, n, p.alpha, p.beta);
+  const int64_t n4 = vectorCount(n, {t, dy, dx});
+  unaryGradKernel<Op>
+      <<<gridFor(n4 > 0 ? n4 : n, kBlock), kBlock, 0, context().stream>>>(
+          t, dy, dx, n, n4, p.alpha, p.beta);
   checkLaunch("pipec_cuda_k_unary_grad");
 }
 

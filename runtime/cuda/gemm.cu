@@ -31,6 +31,8 @@
 #include "cuda_rt.h"
 #include "pipec_rt.h"
 
+#include <cuda_bf16.h>
+
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -54,6 +56,42 @@ __global__ void broadcastBias(const float *c, float *y, int64_t m, int64_t n,
 
 bool fitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+/// dst[i] = src[i] rounded to the nearest bfloat16 (ties to even).
+__global__ void toBf16(const float *src, __nv_bfloat16 *dst, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+/// Elements from the first to the last one that `batch` stored
+/// column-major matrices of `rows` x `cols` (leading dimension ld, matrix g
+/// at g * stride) reach.
+int64_t operandSpan(int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                    int64_t batch) {
+  if (rows <= 0 || cols <= 0 || batch <= 0)
+    return 0;
+  return (cols - 1) * ld + rows + (batch - 1) * stride;
+}
+
+/// The bfloat16 copies of two operands spanning `spanA` and `spanB`
+/// elements, in the context's staging buffer.
+struct Bf16Operands {
+  const __nv_bfloat16 *a, *b;
+};
+
+Bf16Operands stageBf16(const float *a, int64_t spanA, const float *b,
+                       int64_t spanB, const char *what) {
+  const size_t bytesA = (size_t(spanA) * 2 + 255) / 256 * 256;
+  char *staging = static_cast<char *>(bf16Staging(bytesA + size_t(spanB) * 2));
+  auto *da = reinterpret_cast<__nv_bfloat16 *>(staging);
+  auto *db = reinterpret_cast<__nv_bfloat16 *>(staging + bytesA);
+  cudaStream_t stream = context().stream;
+  toBf16<<<gridFor(spanA), 256, 0, stream>>>(a, da, spanA);
+  toBf16<<<gridFor(spanB), 256, 0, stream>>>(b, db, spanB);
+  checkLaunch(what);
+  return {da, db};
+}
+
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 /// Row-major Y[MxN] = alpha op(A) op(B) + beta Y for one matrix; beta is 0
@@ -65,11 +103,8 @@ void gemmOne(const float *a, const float *b, float *y, int64_t m, int64_t n,
     fail((std::string(kernel) +
           ": a matrix dimension exceeds cuBLAS's 32-bit limit")
              .c_str());
-  Context &ctx = context();
-  checkBlas(cublasSgemm(ctx.blas, op(transB), op(transA), int(n), int(m),
-                        int(k), &alpha, b, int(transB ? k : n), a,
-                        int(transA ? m : k), &beta, y, int(n)),
-            kernel);
+  gemm(op(transB), op(transA), int(n), int(m), int(k), alpha, b,
+       int(transB ? k : n), a, int(transA ? m : k), beta, y, int(n), kernel);
 }
 
 /// Canonical batch loop nest of batch_matmul: extents >= 2, strides in
@@ -113,6 +148,47 @@ bool canonicalize(int64_t nb, const int64_t *dims, const int64_t *as,
 }
 
 } // namespace
+
+void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+          float alpha, const float *a, int lda, const float *b, int ldb,
+          float beta, float *c, int ldc, const char *what) {
+  gemmStridedBatched(ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc,
+                     0, 1, what);
+}
+
+void gemmStridedBatched(cublasOperation_t ta, cublasOperation_t tb, int m,
+                        int n, int k, float alpha, const float *a, int lda,
+                        int64_t strideA, const float *b, int ldb,
+                        int64_t strideB, float beta, float *c, int ldc,
+                        int64_t strideC, int batch, const char *what) {
+  Context &ctx = context();
+  const void *pa = a, *pb = b;
+  cudaDataType_t type = CUDA_R_32F;
+  cublasComputeType_t compute = ctx.compute;
+  if (ctx.matmulBf16) {
+    // op(A) is m x k and op(B) k x n (column-major, as cuBLAS sees them).
+    const bool na = ta == CUBLAS_OP_N, nb = tb == CUBLAS_OP_N;
+    Bf16Operands staged = stageBf16(
+        a, operandSpan(na ? m : k, na ? k : m, lda, strideA, batch), b,
+        operandSpan(nb ? k : n, nb ? n : k, ldb, strideB, batch), what);
+    pa = staged.a;
+    pb = staged.b;
+    type = CUDA_R_16BF;
+    compute = CUBLAS_COMPUTE_32F;
+  }
+  if (batch == 1)
+    checkBlas(cublasGemmEx(ctx.blas, ta, tb, m, n, k, &alpha, pa, type, lda, pb,
+                           type, ldb, &beta, c, CUDA_R_32F, ldc, compute,
+                           CUBLAS_GEMM_DEFAULT),
+              what);
+  else
+    checkBlas(cublasGemmStridedBatchedEx(
+                  ctx.blas, ta, tb, m, n, k, &alpha, pa, type, lda, strideA, pb,
+                  type, ldb, strideB, &beta, c, CUDA_R_32F, ldc, strideC, batch,
+                  compute, CUBLAS_GEMM_DEFAULT),
+              what);
+}
+
 } // namespace cuda
 } // namespace pipec
 
@@ -206,16 +282,13 @@ extern "C" void pipec_cuda_k_batch_matmul(void *const *bufs,
   const int64_t innerCount = nest.dims[inner];
   if (!fitsInt(innerCount))
     fail("pipec_cuda_k_batch_matmul: too many batches for one cuBLAS call");
-  const float zero = 0.0f;
   int64_t index[64] = {};
   int64_t aOff = 0, bOff = 0, yOff = 0;
   while (true) {
-    checkBlas(cublasSgemmStridedBatched(
-                  ctx.blas, op(transB), op(transA), int(n), int(m), int(k),
-                  &alpha, b + bOff, int(transB ? k : n), nest.b[inner],
-                  a + aOff, int(transA ? m : k), nest.a[inner], &zero, y + yOff,
-                  int(n), yMatrix, int(innerCount)),
-              kName);
+    gemmStridedBatched(op(transB), op(transA), int(n), int(m), int(k), alpha,
+                       b + bOff, int(transB ? k : n), nest.b[inner], a + aOff,
+                       int(transA ? m : k), nest.a[inner], 0.0f, y + yOff,
+                       int(n), yMatrix, int(innerCount), kName);
     yOff += innerCount * yMatrix;
     int d = inner - 1;
     for (; d >= 0; --d) {

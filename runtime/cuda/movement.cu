@@ -22,7 +22,10 @@
 ///    destination element) run inside the thread, in row-major order: the
 ///    last one wins a plain copy, and an accumulating copy adds them in
 ///    order, as the CPU loop does.
-///  - reduce_sum follows cpu/reduce.cpp's two accumulations exactly.
+///  - reduce_sum follows cpu/reduce.cpp's accumulations exactly. [R, C]
+///    onto [C] (a bias gradient) adds rows in chunks of 64 as the CPU does:
+///    one thread per (chunk, column) sums its chunk, one thread per column
+///    adds the chunk sums in order.
 ///    Where X's innermost dimension is kept, the CPU adds X rows into Y rows
 ///    in float, so each Y element is a float chain over the reduced indices
 ///    in X's memory order: one thread per Y element, or, for long chains
@@ -422,6 +425,38 @@ __global__ void rowSumFinish(Reduction red, int64_t nRows, int64_t nChunks,
   }
 }
 
+/// [R, C] onto [C] (cpu/reduce.cpp's chunked order): partial[k * C + j] is
+/// the float sum, from 0 in row order, of column j over rows [k * kChunk,
+/// (k + 1) * kChunk).
+constexpr int64_t kChunkRows = 64;
+
+__global__ void columnChunkSums(const float *__restrict__ x,
+                                float *__restrict__ partial, int64_t rows,
+                                int64_t cols, int64_t chunks) {
+  for (int64_t t = gridStart(); t < chunks * cols; t += gridStep()) {
+    const int64_t k = t / cols, j = t - k * cols;
+    const int64_t end =
+        (k + 1) * kChunkRows < rows ? (k + 1) * kChunkRows : rows;
+    float s = 0.0f;
+    for (int64_t r = k * kChunkRows; r < end; ++r)
+      s = __fadd_rn(s, x[r * cols + j]);
+    partial[t] = s;
+  }
+}
+
+/// y[j] = the chunks' sums added from 0 in chunk order, then times `scale`
+/// when it is not 1 (as the CPU scales Y at the end).
+__global__ void columnChunkFinish(const float *__restrict__ partial,
+                                  float *__restrict__ y, int64_t cols,
+                                  int64_t chunks, float scale) {
+  for (int64_t j = gridStart(); j < cols; j += gridStep()) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k)
+      s = __fadd_rn(s, partial[k * cols + j]);
+    y[j] = scale != 1.0f ? __fmul_rn(s, scale) : s;
+  }
+}
+
 /// Elements of Y implied by X's dims and Y's strides (cpu/reduce.cpp).
 int64_t impliedYCount(int64_t rank, const int64_t *xDims,
                       const int64_t *yStrides) {
@@ -672,8 +707,26 @@ extern "C" void pipec_cuda_k_reduce_sum(void *const *bufs, const int64_t *ints,
     return;
   }
 
+  const float scale = reals ? float(reals[0]) : 1.0f;
+  if (nest.rank == 2 && nest.strides[0][0] == nest.dims[1] &&
+      nest.strides[0][1] == 1 && nest.strides[1][0] == 0 &&
+      nest.strides[1][1] == 1) {
+    // [R, C] onto [C]: the CPU's chunked order, one thread per (chunk,
+    // column), then one per column over the chunks.
+    const int64_t rows = nest.dims[0], cols = nest.dims[1];
+    const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
+    float *partial =
+        static_cast<float *>(scratch(size_t(chunks * cols) * sizeof(float)));
+    columnChunkSums<<<gridFor(chunks * cols, kBlock), kBlock, 0, s>>>(
+        x, partial, rows, cols, chunks);
+    columnChunkFinish<<<gridFor(cols, kBlock), kBlock, 0, s>>>(partial, y, cols,
+                                                               chunks, scale);
+    checkLaunch(kernel);
+    return;
+  }
+
   Reduction red;
-  red.scale = reals ? float(reals[0]) : 1.0f;
+  red.scale = scale;
   const int r = nest.rank;
   // X's innermost dimension reduced (or no dimension at all): row sums in
   // double, as the CPU's ys == 0 rows.

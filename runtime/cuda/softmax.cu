@@ -9,11 +9,16 @@
 /// \file
 /// The tensor is viewed as [outer, dim, inner] and normalised along `dim`;
 /// each of the outer * inner "rows" (dim elements, `inner` apart) is
-/// independent. Two launch shapes compute the same arithmetic:
+/// independent. Three launch shapes compute the same arithmetic:
 ///
-///  - one thread block per row (deterministic block reductions) for long
-///    rows (dim >= 64) that are contiguous (inner == 1) or too few to fill
-///    the GPU one per thread;
+///  - one warp per contiguous row (inner == 1) of up to 1024 elements (an
+///    attention score row): the row is read once into registers (lane l
+///    holds elements l, l + 32, ...), reduced by warp shuffles and written
+///    once, so the kernel moves each byte once (the block shape below reads
+///    the row three times);
+///  - one thread block per row (deterministic block reductions) for longer
+///    contiguous rows, and long rows (dim >= 64) too few to fill the GPU
+///    one per thread;
 ///  - otherwise one thread per row, looping over dim: with inner > 1
 ///    adjacent threads read adjacent inner positions (coalesced).
 ///
@@ -52,6 +57,66 @@ constexpr int64_t kLongRow = 64;
 __device__ inline int64_t rowBase(int64_t r, int64_t dim, int64_t inner) {
   const int64_t o = r / inner;
   return o * dim * inner + (r - o * inner);
+}
+
+/// Rows of at most kWarpRow contiguous elements take one warp each.
+constexpr int64_t kWarpRow = 1024;
+constexpr int kWarpsPerBlock = 4;
+
+template <class T> __device__ inline T warpSum(T v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ inline float warpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// One warp per contiguous row of dim <= 32 * N elements.
+template <int N>
+__global__ void softmaxRowsWarp(const float *x, float *y, int64_t rows, int dim,
+                                bool isLog) {
+  const int lane = threadIdx.x & 31;
+  const int64_t stride = int64_t(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       r < rows; r += stride) {
+    const float *xr = x + r * dim;
+    float *yr = y + r * dim;
+    float v[N];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int d = lane + 32 * i;
+      v[i] = d < dim ? xr[d] : -INFINITY;
+      mx = fmaxf(mx, v[i]);
+    }
+    mx = warpMax(mx);
+    double sum = 0;
+    float e[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      e[i] = expf(__fsub_rn(v[i], mx));
+      if (lane + 32 * i < dim)
+        sum += double(e[i]);
+    }
+    sum = warpSum(sum);
+    if (isLog) {
+      const double lse = double(mx) + log(sum);
+#pragma unroll
+      for (int i = 0; i < N; ++i)
+        if (lane + 32 * i < dim)
+          yr[lane + 32 * i] = float(double(v[i]) - lse);
+    } else {
+      const float inv = float(1.0 / sum);
+#pragma unroll
+      for (int i = 0; i < N; ++i)
+        if (lane + 32 * i < dim)
+          yr[lane + 32 * i] = __fmul_rn(e[i], inv);
+    }
+  }
 }
 
 __global__ void softmaxRowsBlock(const float *x, float *y, int64_t rows,
@@ -114,6 +179,72 @@ __device__ inline float gradElem(float y, float dy, float s, bool isLog) {
                : __fmul_rn(y, __fsub_rn(dy, s));
 }
 
+/// One warp per contiguous row of dim <= 32 * N elements.
+template <int N>
+__global__ void softmaxGradRowsWarp(const float *y, const float *dy, float *dx,
+                                    int64_t rows, int dim, bool isLog) {
+  const int lane = threadIdx.x & 31;
+  const int64_t stride = int64_t(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       r < rows; r += stride) {
+    const int64_t base = r * dim;
+    float yv[N], gv[N];
+    double acc = 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int d = lane + 32 * i;
+      yv[i] = d < dim ? y[base + d] : 0.0f;
+      gv[i] = d < dim ? dy[base + d] : 0.0f;
+      acc += isLog ? double(gv[i]) : double(gv[i]) * double(yv[i]);
+    }
+    const float s = float(warpSum(acc));
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (lane + 32 * i < dim)
+        dx[base + lane + 32 * i] = gradElem(yv[i], gv[i], s, isLog);
+  }
+}
+
+/// Launches kernel<N> for the smallest N (a power of two) with 32 N >= dim.
+template <template <int> class Launch, class... Args>
+void launchWarpRows(int64_t dim, Args... args) {
+  if (dim <= 32)
+    Launch<1>::run(args...);
+  else if (dim <= 64)
+    Launch<2>::run(args...);
+  else if (dim <= 128)
+    Launch<4>::run(args...);
+  else if (dim <= 256)
+    Launch<8>::run(args...);
+  else if (dim <= 512)
+    Launch<16>::run(args...);
+  else
+    Launch<32>::run(args...);
+}
+
+unsigned warpRowGrid(int64_t rows) {
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int64_t cap = 65535LL * 8;
+  return unsigned(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
+}
+
+template <int N> struct SoftmaxWarp {
+  static void run(cudaStream_t stream, const float *x, float *y, int64_t rows,
+                  int dim, bool isLog) {
+    softmaxRowsWarp<N><<<warpRowGrid(rows), 32 * kWarpsPerBlock, 0, stream>>>(
+        x, y, rows, dim, isLog);
+  }
+};
+
+template <int N> struct SoftmaxGradWarp {
+  static void run(cudaStream_t stream, const float *y, const float *dy,
+                  float *dx, int64_t rows, int dim, bool isLog) {
+    softmaxGradRowsWarp<N>
+        <<<warpRowGrid(rows), 32 * kWarpsPerBlock, 0, stream>>>(y, dy, dx, rows,
+                                                                dim, isLog);
+  }
+};
+
 __global__ void softmaxGradRowsBlock(const float *y, const float *dy, float *dx,
                                      int64_t rows, int64_t dim, int64_t inner,
                                      bool isLog) {
@@ -160,6 +291,8 @@ struct Shape {
       : outer(ints[0]), dim(ints[1]), inner(ints[2]), isLog(ints[3] != 0) {}
   bool empty() const { return outer <= 0 || dim <= 0 || inner <= 0; }
   int64_t rows() const { return outer * inner; }
+  /// Whether one warp per row is the better launch shape.
+  bool warpPerRow() const { return inner == 1 && dim <= kWarpRow; }
   /// Whether one block per row is the better launch shape.
   bool blockPerRow() const {
     return dim >= kLongRow && (inner == 1 || rows() < kFewRows);
@@ -180,7 +313,10 @@ extern "C" void pipec_cuda_k_softmax(void *const *bufs, const int64_t *ints,
   if (s.empty())
     return;
   cudaStream_t stream = context().stream;
-  if (s.blockPerRow())
+  if (s.warpPerRow())
+    launchWarpRows<SoftmaxWarp>(s.dim, stream, x, y, s.rows(), int(s.dim),
+                                s.isLog);
+  else if (s.blockPerRow())
     softmaxRowsBlock<<<rowGrid(s.rows()), rowBlock(s.dim), 0, stream>>>(
         x, y, s.rows(), s.dim, s.inner, s.isLog);
   else
@@ -198,7 +334,10 @@ extern "C" void pipec_cuda_k_softmax_grad(void *const *bufs,
   if (s.empty())
     return;
   cudaStream_t stream = context().stream;
-  if (s.blockPerRow())
+  if (s.warpPerRow())
+    launchWarpRows<SoftmaxGradWarp>(s.dim, stream, y, dy, dx, s.rows(),
+                                    int(s.dim), s.isLog);
+  else if (s.blockPerRow())
     softmaxGradRowsBlock<<<rowGrid(s.rows()), rowBlock(s.dim), 0, stream>>>(
         y, dy, dx, s.rows(), s.dim, s.inner, s.isLog);
   else

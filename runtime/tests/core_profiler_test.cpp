@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/profiler.h"
+#include "core/timeline.h"
 
 #include <gtest/gtest.h>
 
@@ -88,4 +89,73 @@ TEST(CoreProfiler, RejectsOutOfRangeHooks) {
   EXPECT_THROW(p.begin(0, 3), RtError);
   EXPECT_THROW(p.begin(-1, 0), RtError);
   EXPECT_THROW(p.end(1, 1), RtError); // end without begin
+}
+
+// A device with a queue clock (CUDA events): begin/end take marks, and the
+// spans get their times only from resolve(), once per step.
+TEST(CoreProfiler, QueueMarksAreResolvedPerStep) {
+  StageDesc d = twoOpStage();
+  Profiler p;
+  p.enable(d.ops.size());
+  p.setCounting(false); // warm-up: marked, but not counted
+  p.begin(0, 0, 0);
+  p.end(0, 0, 1);
+  p.resolve({10.0, 20.0});
+  EXPECT_EQ(p.seconds(0, 0), 0.0);
+  p.setCounting(true);
+  for (int step = 0; step < 2; ++step) {
+    // Marks 0..5 of the step: op 0 fwd [0,1] and [2,3], op 1 bwd [4,5].
+    p.begin(0, 0, 0);
+    p.end(0, 0, 1);
+    p.begin(0, 0, 2);
+    p.end(0, 0, 3);
+    p.begin(1, 1, 4);
+    p.end(1, 1, 5);
+    EXPECT_EQ(p.seconds(0, 0), step * 0.5); // nothing before resolve()
+    p.resolve({1.0, 1.25, 1.5, 1.75, 2.0, 2.5});
+    p.stepCounted();
+  }
+  EXPECT_DOUBLE_EQ(p.seconds(0, 0), 1.0);
+  EXPECT_DOUBLE_EQ(p.seconds(1, 1), 1.0);
+  EXPECT_EQ(p.calls(0, 0), 4);
+  nlohmann::json j = nlohmann::json::parse(p.toJson(d, "cuda:0 (test)"));
+  EXPECT_EQ(j["timing"], "device-queue");
+  EXPECT_DOUBLE_EQ(j["ops"][0]["fwd_s"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(j["ops"][1]["bwd_s"].get<double>(), 0.25);
+  // A mark without a time (two steps' marks mixed) is an error, not a guess.
+  p.begin(0, 0, 0);
+  p.end(0, 0, 7);
+  EXPECT_THROW(p.resolve({1.0}), RtError);
+}
+
+TEST(CoreProfiler, HostTimingIsNamed) {
+  StageDesc d = twoOpStage();
+  Profiler p;
+  p.enable(d.ops.size());
+  sleepOp(p, 0, 0, 1);
+  nlohmann::json j = nlohmann::json::parse(p.toJson(d, "cpu"));
+  EXPECT_EQ(j["timing"], "host");
+}
+
+TEST(CoreTimeline, QueueMarkedSpansTakeTheirMarksTimes) {
+  Timeline t;
+  t.enable(0, 0, 0);
+  const double zero = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  t.start();
+  t.begin(Timeline::Forward, 3, 0, 0);
+  t.end(Timeline::Forward, 1);
+  t.begin(Timeline::Recv, 4, 0); // host-timed, between the marks
+  t.end(Timeline::Recv);
+  EXPECT_EQ(t.seconds(Timeline::Forward), 0.0);
+  t.resolve({zero + 0.5, zero + 0.75});
+  EXPECT_NEAR(t.seconds(Timeline::Forward), 0.25, 1e-9);
+  nlohmann::json j = nlohmann::json::parse(t.toJson());
+  // Two metadata events, then the spans in the order they ended.
+  ASSERT_EQ(j.size(), 4u);
+  EXPECT_EQ(j[2]["name"], "F3");
+  EXPECT_NEAR(j[2]["ts"].get<double>(), 0.5e6, 2e3); // zero read 2 ms apart
+  EXPECT_NEAR(j[2]["dur"].get<double>(), 0.25e6, 1e-3);
+  EXPECT_EQ(j[3]["name"], "recv");
 }

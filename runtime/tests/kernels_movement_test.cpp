@@ -265,3 +265,33 @@ TEST(KernelRegistry, EveryKernelDeclaredInTheHeaderIsRegistered) {
 }
 
 } // namespace
+
+TEST(KernelReduceSum, BiasGradientAddsRowsInChunksOf64) {
+  // [R, C] onto [C] adds rows in chunks of 64 (each chunk in order from 0,
+  // then the chunk sums in order from 0): the order the CUDA kernel
+  // reproduces in parallel, so the two agree to the bit. Values of very
+  // different magnitudes make another order visible in the float result.
+  const int64_t rows = 200, cols = 3;
+  std::mt19937 rng(77);
+  Floats x = randomFloats(rng, rows * cols);
+  for (int64_t i = 0; i < rows * cols; i += 7)
+    x[size_t(i)] *= 1e6f;
+  Floats chunked(cols, 0.0f), serial(cols, 0.0f);
+  for (int64_t j = 0; j < cols; ++j) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 64) {
+      float s = 0.0f;
+      for (int64_t r = r0; r < std::min<int64_t>(rows, r0 + 64); ++r)
+        s += x[size_t(r * cols + j)];
+      chunked[size_t(j)] += s;
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      serial[size_t(j)] += x[size_t(r * cols + j)];
+  }
+  Floats y(cols);
+  reduceSum(x.data(), y.data(), {rows, cols}, {0, 1}, 1.0);
+  EXPECT_EQ(y, chunked);
+  EXPECT_NE(chunked, serial) << "the data does not tell the orders apart";
+  reduceSum(x.data(), y.data(), {rows, cols}, {0, 1}, 0.5);
+  for (int64_t j = 0; j < cols; ++j)
+    EXPECT_EQ(y[size_t(j)], chunked[size_t(j)] * 0.5f);
+}

@@ -1,5 +1,5 @@
 // RUN: pipec-opt %s -split-input-file -verify-diagnostics --nn-convert-precision
-// RUN: pipec-opt %S/Inputs/convert-precision-errors-unknown.mlir -verify-diagnostics --nn-convert-precision=precision=bf16
+// RUN: pipec-opt %S/Inputs/convert-precision-errors-unknown.mlir -verify-diagnostics --nn-convert-precision=precision=f16
 
 // Every error --nn-convert-precision (passes/ConvertPrecision.cpp) reports.
 // The case that needs another option is in

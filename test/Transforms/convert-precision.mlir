@@ -1,6 +1,7 @@
 // RUN: pipec-opt %s --nn-convert-precision | FileCheck %s
 // RUN: pipec-opt %s --nn-convert-precision=precision=f32 | FileCheck %s --check-prefix=SAME
 // RUN: not pipec-opt %s --nn-convert-precision=precision=f16 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: pipec-opt %s --nn-convert-precision=precision=bf16 | FileCheck %s --check-prefix=BF16
 
 // Every f32 tensor becomes f64: globals (with their blobs widened exactly),
 // signatures, values and literals; scalar attributes (alpha) keep f32 and
@@ -24,7 +25,13 @@
 // CHECK: [[BLOB]]: "0x08000000000000A09999B93F000000A09999C93F000000403333D33F000000A09999D93F"
 
 // SAME-NOT: f64
-// BAD: unknown precision 'f16' (f32 or f64)
+// BAD: unknown precision 'f16' (f32, f64 or bf16)
+
+// bf16 (bfloat16 matrix products on the CUDA target) keeps every type and
+// only marks the module for the lowering.
+// BF16: module attributes {pipec.precision = "bf16"}
+// BF16-NOT: f64
+// BF16: nn.gemm {{.*}} -> tensor<2x2xf32>
 
 module {
   ml_program.global private mutable @w(dense_resource<w> : tensor<2x2xf32>) : tensor<2x2xf32>

@@ -122,8 +122,23 @@ def main():
         errs = error_lines(text)
         checks.report(rc != 0 and any("--check-kernels checks CUDA kernels" in e for e in errs),
                       "--check-kernels on a CPU build refused", f"exit {rc}: {' | '.join(errs)[:300]}")
+    # --precision bf16: a CUDA build whose stage descriptions say that the
+    # matrix products round to bfloat16 (tensors stay float32).
+    o = os.path.join(w, "mlp-cuda-bf16")
+    rc, text = run([args.pipec, "compile", mlp, "--target", "cuda", "--precision", "bf16", "--stages", "2",
+                    "--microbatches", "2", "-o", o, "--quiet"])
+    descs = []
+    if rc == 0:
+        for k in (0, 1):
+            _, meta = run(["strings", os.path.join(o, f"stage{k}")])
+            descs.append('"matmul_precision":"bf16"' in meta.replace(" ", "") and '"precision":"f32"'
+                         in meta.replace(" ", ""))
+    checks.report(rc == 0 and descs == [True, True], "compile --target cuda --precision bf16",
+                  f"exit {rc}, stage descriptions bf16 matmuls / f32 tensors: {descs} {text[-300:] if rc else ''}")
     # Refusals: one error line, nothing written.
     cases += [
+        ("bf16 on cpu", [mlp, "--precision", "bf16"], ["--precision bf16 (bfloat16 matrix products) needs --target cuda"]),
+        ("unknown precision", [mlp, "--precision", "f16"], ["--precision is f32, f64 or bf16, got 'f16'"]),
         ("float64 on cuda", [mlp, "--target", "cuda", "--precision", "f64"],
          ["--target cuda trains in float32"]),
         ("unknown target", [mlp, "--target", "tpu"], ["--target is cpu or cuda, got 'tpu'"]),

@@ -1140,10 +1140,12 @@ static void declareCompileOptions(Args &a) {
       .opt("--weight-decay", "L2 weight decay", "0")
       .opt("--input-shape", "static shapes NAME=D0xD1..., comma-separated")
       .opt("--precision",
-           "f32, or f64: the exact reference mode (every "
+           "f32; f64: the exact reference mode (every "
            "kernel, buffer, message and checkpoint in double, "
            "the float32 weights widened exactly), to compare "
-           "with a float64 framework or finite differences",
+           "with a float64 framework or finite differences; bf16 "
+           "(--target cuda): matrix products multiply operands rounded to "
+           "bfloat16 and accumulate in float32, everything else float32",
            "f32")
       .opt("--target",
            "cpu, or cuda: stage executables that train on NVIDIA GPUs (rank "
@@ -1295,9 +1297,10 @@ static bool parseModelOptions(const Args &a, CompileOptions &o) {
       !a.getDouble("--weight-decay", o.weightDecay))
     return false;
   o.precision = a.get("--precision");
-  if (o.precision != "f32" && o.precision != "f64")
+  if (o.precision != "f32" && o.precision != "f64" && o.precision != "bf16")
     return !fail("compile",
-                 "--precision is f32 or f64, got '" + o.precision + "'", 2);
+                 "--precision is f32, f64 or bf16, got '" + o.precision + "'",
+                 2);
   o.target = a.get("--target");
   if (o.target != "cpu" && o.target != "cuda")
     return !fail("compile", "--target is cpu or cuda, got '" + o.target + "'",
@@ -1307,6 +1310,11 @@ static bool parseModelOptions(const Args &a, CompileOptions &o) {
                  "--target cuda: this pipec was built without the CUDA "
                  "toolkit (no nvcc found at build time); rebuild on a machine "
                  "with /usr/local/cuda, or compile with --target cpu",
+                 2);
+  if (o.target != "cuda" && o.precision == "bf16")
+    return !fail("compile",
+                 "--precision bf16 (bfloat16 matrix products) needs --target "
+                 "cuda; the CPU target trains in f32 or f64",
                  2);
   if (o.target == "cuda" && o.precision == "f64")
     return !fail("compile",

@@ -88,6 +88,14 @@ const std::vector<Shapes> &binaryShapes() {
       {{2, 3, 4, 5}, {2, 1, 4, 1}, {3, 1, 5}},
       {{300, 347}, {300, 347}, {300, 347}}, // 104100 elements
       {{7, 1, 9}, {1, 1, 9}, {7, 1, 1}},    // unit dimension
+      // Rows of a multiple of 4: the 16-byte path (binaryRows4) for the
+      // same shape, a row (bias), a column, a scalar and a [T, T] mask
+      // broadcast over [B, H, T, T].
+      {{37, 128}, {37, 128}, {37, 128}},
+      {{37, 128}, {37, 128}, {128}},
+      {{37, 128}, {37, 128}, {37, 1}},
+      {{6, 132}, {6, 132}, {}},
+      {{2, 3, 16, 16}, {2, 3, 16, 16}, {16, 16}},
   };
   return shapes;
 }
@@ -181,6 +189,11 @@ TEST(CudaBinary, OutputAliasesAnOperand) {
                     {in(binaryValues(op, 0, 37, 22)),
                      in(binaryValues(op, 1, 37 * 129, 23)), alias(1)},
                     binaryInts(op, {37, 129}, {37, 1}, {37, 129}));
+    // The 16-byte path in place.
+    expectSameAsCpu("binary",
+                    {in(binaryValues(op, 0, 37 * 128, 24)),
+                     in(binaryValues(op, 1, 128, 25)), alias(0)},
+                    binaryInts(op, {37, 128}, {37, 128}, {128}));
   }
 }
 
@@ -781,6 +794,9 @@ TEST(CudaReduceSum, LeadingTrailingMiddleAndScale) {
       // A long chain over an outer dimension and a strided run.
       {{20, 8, 30, 9}, {true, false, true, false}, {1}},
       {{1000, 33}, {true, false}, {1}},
+      // Bias gradients of a [B, T, C] activation: the chunked order.
+      {{8192, 96}, {true, false}, {0.5}},
+      {{2, 4096, 96}, {true, true, false}, {1}},
   };
   unsigned seed = 900;
   for (const Case &c : cases) {

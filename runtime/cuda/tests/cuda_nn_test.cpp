@@ -10,12 +10,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cuda_rt.h"
 #include "cuda_test_util.h"
 
 #include "pipec_rt.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -235,10 +238,14 @@ void softmaxCase(int64_t outer, int64_t dim, int64_t inner, bool isLog,
 TEST(CudaSoftmax, LastAxis) {
   PIPEC_REQUIRE_GPU();
   for (int isLog = 0; isLog < 2; ++isLog) {
-    softmaxCase(16, 1000, 1, isLog, false);   // one block per row
-    softmaxCase(300, 10, 1, isLog, false);    // one thread per row
-    softmaxCase(3, 5000, 1, isLog, true, 40); // wide range, in place
+    softmaxCase(16, 1000, 1, isLog, false);   // one warp per row (32 / lane)
+    softmaxCase(300, 10, 1, isLog, false);    // one warp per row (1 / lane)
+    softmaxCase(3, 5000, 1, isLog, true, 40); // block per row, in place
     softmaxCase(7, 1, 1, isLog, false);       // a single class
+    // Every register count of the warp shape, partly filled and full, in
+    // place; 1025 is the first block-per-row length.
+    for (int64_t dim : {33, 64, 100, 256, 300, 512, 1024, 1025})
+      softmaxCase(37, dim, 1, isLog, dim % 2 == 0, 20);
   }
 }
 
@@ -276,6 +283,8 @@ TEST(CudaSoftmaxGrad, AllShapes) {
     softmaxGradCase(3, 17, 50, isLog, false);
     softmaxGradCase(2, 300, 5, isLog, true);
     softmaxGradCase(4, 100, 600, isLog, false);
+    for (int64_t dim : {33, 128, 500, 1024, 1025})
+      softmaxGradCase(37, dim, 1, isLog, dim % 2 == 1);
   }
 }
 
@@ -564,3 +573,109 @@ TEST(CudaOptimizer, Adagrad) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// bfloat16 matrix products (--precision bf16)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// `x` rounded to the nearest bfloat16 (ties to even), as a float.
+float roundToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  float y;
+  std::memcpy(&y, &bits, 4);
+  return y;
+}
+
+std::vector<float> roundedToBf16(std::vector<float> v) {
+  for (float &x : v)
+    x = roundToBf16(x);
+  return v;
+}
+
+/// Runs pipec_cuda_k_gemm (Y = A B, no C) on the GPU and returns Y.
+std::vector<float> gpuGemm(const std::vector<float> &a,
+                           const std::vector<float> &b, int64_t m, int64_t n,
+                           int64_t k) {
+  float *d[3] = {};
+  const size_t sizes[3] = {a.size(), b.size(), size_t(m * n)};
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(cudaMalloc(&d[i], sizes[i] * 4), cudaSuccess);
+  cudaMemcpy(d[0], a.data(), a.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(d[1], b.data(), b.size() * 4, cudaMemcpyHostToDevice);
+  void *bufs[4] = {d[0], d[1], nullptr, d[2]};
+  const int64_t ints[8] = {m, n, k, 0, 0, 0, 0, 0};
+  const double reals[2] = {1, 0};
+  pipec_cuda_k_gemm(bufs, ints, reals);
+  std::vector<float> y(size_t(m * n));
+  EXPECT_EQ(cudaMemcpy(y.data(), d[2], y.size() * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  for (float *p : d)
+    cudaFree(p);
+  return y;
+}
+
+/// The context's matrix products in bfloat16 for one test (what a
+/// `--precision bf16` stage sets at start-up).
+struct Bf16Matmuls {
+  Bf16Matmuls() { pipec::cuda::context().matmulBf16 = true; }
+  ~Bf16Matmuls() { pipec::cuda::context().matmulBf16 = false; }
+};
+
+} // namespace
+
+// Operands that are bfloat16 values already: the products are exact in
+// float32, so a bf16 GEMM equals the CPU's float32 GEMM to accumulation
+// order (1e-5), the same contract as float32.
+TEST(CudaGemmBf16, ExactOnBf16Operands) {
+  PIPEC_REQUIRE_GPU();
+  Bf16Matmuls bf16;
+  const int64_t m = 96, n = 160, k = 128;
+  expectSameAsCpu("gemm",
+                  {in(roundedToBf16(randf(size_t(m * k), -1, 1, 31))),
+                   in(roundedToBf16(randf(size_t(k * n), -1, 1, 32))), null(),
+                   out(size_t(m * n))},
+                  {m, n, k, 0, 0, 0, 0, 0}, {1, 0}, 1e-5, 1e-5);
+  // The strided-batched path (attention's score and value products), B
+  // transposed.
+  const int64_t batches = 4;
+  expectSameAsCpu("batch_matmul",
+                  {in(roundedToBf16(randf(size_t(batches * m * k), -1, 1, 33))),
+                   in(roundedToBf16(randf(size_t(batches * k * n), -1, 1, 34))),
+                   out(size_t(batches * m * n))},
+                  {1, batches, m * k, k * n, m, n, k, 0, 1}, {0.5}, 1e-5, 1e-5);
+}
+
+// Float32 operands: cuBLAS rounds each to the nearest bfloat16 (ties to
+// even) before multiplying, so the result is the product of the rounded
+// operands, not of the float32 ones (which differ by up to ~2^-8
+// relative).
+TEST(CudaGemmBf16, RoundsOperandsToNearestBf16) {
+  PIPEC_REQUIRE_GPU();
+  Bf16Matmuls bf16;
+  const int64_t m = 64, n = 96, k = 256;
+  std::vector<float> a = randf(size_t(m * k), -1, 1, 41);
+  std::vector<float> b = randf(size_t(k * n), -1, 1, 42);
+  std::vector<float> fromF32 = gpuGemm(a, b, m, n, k);
+  std::vector<float> fromBf16 =
+      gpuGemm(roundedToBf16(a), roundedToBf16(b), m, n, k);
+  double worstRounded = 0, worstF32 = 0;
+  // The float32 product, for scale: bf16 must differ from it visibly.
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0;
+      for (int64_t p = 0; p < k; ++p)
+        exact += double(a[size_t(i * k + p)]) * double(b[size_t(p * n + j)]);
+      const size_t e = size_t(i * n + j);
+      worstRounded =
+          std::max(worstRounded, double(std::abs(fromF32[e] - fromBf16[e])));
+      worstF32 = std::max(worstF32, std::abs(double(fromF32[e]) - exact));
+    }
+  EXPECT_LE(worstRounded, 1e-5) << "bf16 GEMM of float32 operands is not the "
+                                   "GEMM of their nearest bfloat16 values";
+  EXPECT_GE(worstF32, 1e-3) << "no bfloat16 rounding visible";
+  EXPECT_LE(worstF32, 0.25) << "bfloat16 error larger than rounding explains";
+}

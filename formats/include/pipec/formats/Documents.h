@@ -151,6 +151,11 @@ struct StageDesc {
   /// "cpu" or "cuda": the runtime the stage was compiled for (`pipec
   /// compile --target`); a runtime of another target refuses it.
   std::string target = "cpu";
+  /// "bf16" (`pipec compile --precision bf16`, CUDA only): the matrix
+  /// products (GEMMs, batched MatMuls, convolutions' GEMMs) multiply
+  /// operands rounded to bfloat16 and accumulate in float32; every tensor,
+  /// message and checkpoint stays float32. "f32" otherwise.
+  std::string matmulPrecision = "f32";
 };
 
 /// Split replicas: the first sample and the sample count of replica `j` of
