@@ -379,6 +379,8 @@ def run_cases(args):
     if not only or RESUME_CASE in only:
         resume_check(args, checks, cases_dir)
         nan_check(args, checks, cases_dir)
+    if not only or TRACE_CASE in only:
+        trace_check(args, checks, cases_dir)
     if not only or KILL_CASE in only:
         kill_check(args, checks, cases_dir)
     for name in CHECK_CASES:
@@ -448,6 +450,46 @@ def nan_check(args, checks, cases_dir):
     ok = rc != 0 and "loss is" in out and ("nan" in out or "inf" in out)
     checks.report(ok, "NaN loss stops the GPU job", f"exit {rc}; " + " | ".join(
         l for l in out.splitlines() if "pipec" in l)[:400])
+
+
+TRACE_CASE = "gpt-s2-1f1b-flush"
+
+
+def trace_check(args, checks, cases_dir):
+    """--trace and --profile-out on the GPU: the forward/backward spans and
+    every op's time come from CUDA events (the runtime's queue clock), so
+    the profile says "device-queue", every rank's compute spans are in the
+    trace with positive lengths in step order, and the ops' time per step
+    is close to the step itself (nothing synchronises around each op)."""
+    model = dict((c[0], c[1]) for c in CASES)[TRACE_CASE]
+    d = os.path.join(cases_dir, TRACE_CASE)
+    data_dir = os.path.join(cases_dir, "data-" + model)
+    trace = os.path.join(d, "trace.json")
+    prof = os.path.join(d, "profile.json")
+    rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir) +
+                             ["--quiet", "--trace", trace, "--profile-out", prof,
+                              "--checkpoint-dir", os.path.join(d, "trace_ckpt")]), timeout=120)
+    detail = f"exit {rc}"
+    ok = rc == 0
+    try:
+        spans = []
+        for r in (0, 1):  # each rank writes its own file (trace.rankN.json)
+            path = os.path.join(d, f"trace.rank{r}.json")
+            spans += [e for e in json.load(open(path)) if e.get("ph") == "X" and e.get("cat") in
+                      ("forward", "backward") and e.get("pid") == r]
+        profiles = sorted(f for f in os.listdir(d) if f.startswith("profile"))
+        docs = [json.load(open(os.path.join(d, f))) for f in profiles]
+        timings = sorted({doc.get("timing") for doc in docs})
+        op_ms = [1e3 * sum(o["fwd_s"] + o["bwd_s"] for o in doc["ops"]) for doc in docs]
+        ok = ok and len(spans) >= 2 * 2 * 4 and all(e["dur"] > 0 for e in spans) and \
+            timings == ["device-queue"] and all(t > 0 for t in op_ms)
+        detail += (f"; {len(spans)} compute spans, shortest {min(e['dur'] for e in spans):.1f} us; "
+                   f"profiles {profiles} timing {timings}, ops {', '.join(f'{t:.3f}' for t in op_ms)} ms "
+                   f"per microbatch")
+    except Exception as e:  # noqa: BLE001
+        ok = False
+        detail += f"; {type(e).__name__}: {e}; {out[-600:]}"
+    checks.report(ok, "trace and profile from CUDA events", detail)
 
 
 def kill_check(args, checks, cases_dir):
