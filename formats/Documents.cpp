@@ -333,9 +333,9 @@ StageDesc parseStageDesc(const std::string &json) {
   if (d.matmulPrecision != "f32" && d.matmulPrecision != "bf16")
     throw FormatError(what + ": matmul_precision \"" + d.matmulPrecision +
                       "\" (expected \"f32\" or \"bf16\")");
-  if (d.matmulPrecision == "bf16" && (d.target != "cuda" || d.isF64()))
-    throw FormatError(what + ": matmul_precision \"bf16\" needs target "
-                             "\"cuda\" and float32 tensors");
+  if (d.matmulPrecision == "bf16" && d.isF64())
+    throw FormatError(what + ": matmul_precision \"bf16\" needs float32 "
+                             "tensors");
   if (r.has("tie_groups")) {
     for (const Json &g : r.list("tie_groups")) {
       std::vector<int64_t> stages;

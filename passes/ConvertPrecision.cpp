@@ -56,7 +56,7 @@ struct NNConvertPrecisionPass
     if (precision == "bf16") {
       // Tensors stay float32; the lowering records that the matrix
       // products round their operands to bfloat16 (stage description
-      // "matmul_precision"; CUDA target only).
+      // "matmul_precision").
       module->setAttr("pipec.precision",
                       StringAttr::get(module.getContext(), precision));
       return;

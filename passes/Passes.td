@@ -175,7 +175,7 @@ def NNConvertPrecisionPass : Pass<"nn-convert-precision", "mlir::ModuleOp"> {
     ```
   }];
   let options = [
-    Option<"precision", "precision", "std::string", "\"f64\"", "f64; f32 leaves the module as it is; bf16 leaves the types and marks the module (`pipec.precision = \"bf16\"`: the CUDA target's matrix products round their operands to bfloat16)">,
+    Option<"precision", "precision", "std::string", "\"f64\"", "f64; f32 leaves the module as it is; bf16 leaves the types and marks the module (`pipec.precision = \"bf16\"`: the matrix products round their operands to bfloat16)">,
   ];
 }
 

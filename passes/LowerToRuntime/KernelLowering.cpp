@@ -41,10 +41,6 @@ static std::string kernelSymbol(StringRef kernel, StringRef target) {
 }
 
 LogicalResult StageLowering::checkTarget() {
-  auto precision = module->getAttrOfType<StringAttr>("pipec.precision");
-  if (!cuda() && precision && precision.getValue() == "bf16")
-    return module.emitError("--precision bf16 (bfloat16 matrix products) "
-                            "runs on --target cuda only");
   if (!cuda())
     return success();
   if (module->getAttrOfType<StringAttr>("pipec.precision") &&

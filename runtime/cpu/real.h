@@ -42,14 +42,21 @@
 namespace pipec {
 namespace cpu {
 
+/// Whether the process's float32 matrix products round their operands to
+/// bfloat16 first (a `--precision bf16` stage; set once by the runtime at
+/// start-up). See blasGemm.
+bool matmulBf16();
+void setMatmulBf16(bool on);
+
 /// Row-major BLAS GEMM, C = alpha op(A) op(B) + beta C, for either type.
-inline void blasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m,
-                     blasint n, blasint k, float alpha, const float *a,
-                     blasint lda, const float *b, blasint ldb, float beta,
-                     float *c, blasint ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
-              ldc);
-}
+/// With matmulBf16(), the float32 one first rounds every element of A and
+/// B to the nearest bfloat16 (ties to even) in a copy: a product of two
+/// such values is exact in float32, so the result is the CUDA target's
+/// bf16 arithmetic (bfloat16 operands, float32 accumulation) up to the
+/// order of the sums (cpu/matmul_bf16.cpp).
+void blasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n,
+              blasint k, float alpha, const float *a, blasint lda,
+              const float *b, blasint ldb, float beta, float *c, blasint ldc);
 inline void blasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m,
                      blasint n, blasint k, double alpha, const double *a,
                      blasint lda, const double *b, blasint ldb, double beta,

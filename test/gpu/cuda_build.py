@@ -137,7 +137,6 @@ def main():
                   f"exit {rc}, stage descriptions bf16 matmuls / f32 tensors: {descs} {text[-300:] if rc else ''}")
     # Refusals: one error line, nothing written.
     cases += [
-        ("bf16 on cpu", [mlp, "--precision", "bf16"], ["--precision bf16 (bfloat16 matrix products) needs --target cuda"]),
         ("unknown precision", [mlp, "--precision", "f16"], ["--precision is f32, f64 or bf16, got 'f16'"]),
         ("float64 on cuda", [mlp, "--target", "cuda", "--precision", "f64"],
          ["--target cuda trains in float32"]),

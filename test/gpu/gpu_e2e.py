@@ -102,37 +102,29 @@ CASES = [
     # steps against the CPU like the other models.
     ("vgg-avg-s2", "vgg-avg", ["--stages", "2", "--microbatches", "4"]),
     # --precision bf16: the matrix products round their operands to
-    # bfloat16 (float32 accumulation, everything else float32). Compared
-    # with the float32 CPU run (the same compile without the flag) within
-    # BF16_TOL, and required to differ from it by more than float32 does.
+    # bfloat16 (float32 accumulation, everything else float32), against the
+    # CPU build of the same compile, whose kernels round the same way
+    # (cpu/matmul_bf16.cpp).
     ("gpt-s1-bf16", "gpt", ["--stages", "1", "--microbatches", "2", "--precision", "bf16"]),
     ("gpt-s2-bf16", "gpt", ["--stages", "2", "--microbatches", "4", "--precision", "bf16"]),
     ("resnet-s2-bf16", "resnet", ["--stages", "2", "--microbatches", "4", "--precision", "bf16"]),
 ]
-# bfloat16 keeps 8 bits of significand (each operand rounded by up to
-# 2^-9 = 2e-3 relative). Documented contract (runtime/README.md, "CUDA"):
-# over five steps every loss within 1e-2 (relative) of the float32 run and
-# more than 1e-5 from it (else nothing was rounded); each weight's training
-# update (final - initial) within 1e-1 of float32's in relative norm (a
-# batch-norm bias, a sum of cancelling terms, parts most).
-BF16_TOL = 1e-2
-BF16_MIN_DIFF = 1e-5
-BF16_UPDATE_TOL = 1e-1
+# A bf16 run on the GPU against the CPU's emulation: the products are exact
+# in float32 on both, but the GPU sums them on the tensor cores, whose
+# float32 accumulation is not the CPU's round-to-nearest, and an operand
+# near a bfloat16 rounding boundary may round to the other side on one of
+# them (a 2^-8 step). Measured on an H200 (runtime/README.md, "CUDA"):
+# losses 1.0e-5 (GPT) and 1.4e-4 (ResNet) apart, weight matrices at most
+# 6e-4, one-dimensional tensors (biases, norm parameters, near zero after
+# five steps, so their relative error is inflated) up to 8.4e-2 (a batch
+# norm bias). Tolerances: 1e-3, and 2e-1 for one-dimensional tensors.
+BF16_TOL = 1e-3
+BF16_VECTOR_TOL = 2e-1
 
 
 def case_tol(name):
     return BF16_TOL if name.endswith("-bf16") else TOL
 
-
-def cpu_flags(flags):
-    """The CPU reference compile's flags: bf16 matrix products exist on the
-    CUDA target only, so a bf16 case's reference is the float32 build."""
-    out = list(flags)
-    if "--precision" in out:
-        i = out.index("--precision")
-        if out[i + 1] == "bf16":
-            del out[i:i + 2]
-    return out
 
 # Cases trained for other than STEPS steps.
 CASE_STEPS = {"vgg-s1-1step": 1, "vgg-s2-1step": 1, "vgg-s4-gpipe-1step": 1}
@@ -223,8 +215,7 @@ def prepare(args):
         onnx = os.path.join(data_dir, "model.onnx")
         for target in ("cpu", "cuda"):
             out = os.path.join(work if target == "cpu" else cases_dir, name + ("-cpu" if target == "cpu" else ""))
-            rc, text = run([args.pipec, "compile", onnx, "-o", out, "--quiet", "--target", target] +
-                           (cpu_flags(flags) if target == "cpu" else flags))
+            rc, text = run([args.pipec, "compile", onnx, "-o", out, "--quiet", "--target", target] + flags)
             if rc != 0:
                 sys.exit(f"prepare: compile {name} --target {target}: {text[-800:]}")
         cpu = os.path.join(work, name + "-cpu")
@@ -291,48 +282,40 @@ def rel_err(a, b):
     return float(np.linalg.norm(a - b) / (n if n > 0 else 1.0))
 
 
-def compare_losses(got, want, tol=TOL, min_diff=0.0):
-    """`min_diff` > 0: the largest difference must exceed it too (a bf16
-    run that matches float32 to float32's noise did not round)."""
+def compare_losses(got, want, tol=TOL):
     if len(got) != len(want):
         return False, f"{len(got)} steps, CPU {len(want)}"
     worst = max(abs(g - w) / max(abs(w), 1e-12) for g, w in zip(got, want))
-    detail = f"max rel loss diff {worst:.2e} over {len(got)} steps (losses {got[0]:.6f} .. {got[-1]:.6f})"
-    if min_diff > 0:
-        detail += f"; must exceed {min_diff:.0e}"
-    return min_diff < worst <= tol if min_diff > 0 else worst <= tol, detail
+    return worst <= tol, f"max rel loss diff {worst:.2e} over {len(got)} steps (losses {got[0]:.6f} .. {got[-1]:.6f})"
 
 
-def compare_weights(ckpt, cpu_final, tol=TOL, initial=None):
+def compare_weights(ckpt, cpu_final, tol=TOL, vector_tol=None):
     """(ok, detail): the latest checkpoint in `ckpt` against the CPU run's
     final weights (each tensor's relative error in norm; where it parts,
-    every tensor's error, worst first). With `initial` (a weights folder)
-    a tensor's error is relative to the norm of its update instead."""
+    every tensor's error, worst first). `vector_tol`: the tolerance of
+    one-dimensional tensors, when it is not `tol`."""
     try:
-        import numpy as np
         latest = open(os.path.join(ckpt, "latest")).read().strip()
         got = read_weights(os.path.join(ckpt, latest))
         want = read_weights(cpu_final)
-        init = read_weights(initial) if initial else {}
-        worst, where = 0.0, ""
-        errors = {}
+        errors, ok = {}, True
+        worst = {"matrix": (0.0, ""), "vector": (0.0, "")}
         for k, w in want.items():
             if k not in got:
                 return False, k + " missing"
-            if k in init:
-                w64 = np.asarray(w, dtype=np.float64)
-                update = np.linalg.norm(w64 - init[k])
-                e = errors[k] = float(np.linalg.norm(np.asarray(got[k], dtype=np.float64) - w64) /
-                                      (update if update > 0 else 1.0))
-            else:
-                e = errors[k] = rel_err(got[k], w)
-            if e > worst:
-                worst, where = e, k
-        detail = f"{len(want)} tensors, max rel error{' of the update' if init else ''} {worst:.2e} ({where})"
-        if worst > tol:
+            e = errors[k] = rel_err(got[k], w)
+            kind = "vector" if vector_tol is not None and w.ndim <= 1 else "matrix"
+            ok = ok and e <= (vector_tol if kind == "vector" else tol)
+            if e > worst[kind][0]:
+                worst[kind] = (e, k)
+        detail = f"{len(want)} tensors, max rel error {worst['matrix'][0]:.2e} ({worst['matrix'][1]})"
+        if vector_tol is not None:
+            detail += (f", one-dimensional {worst['vector'][0]:.2e} ({worst['vector'][1]}; "
+                       f"tolerance {vector_tol:.0e})")
+        if not ok:
             detail += "; " + ", ".join(f"{k} {e:.1e}" for k, e in
                                        sorted(errors.items(), key=lambda kv: -kv[1])[:16])
-        return worst <= tol, detail
+        return ok, detail
     except Exception as e:  # noqa: BLE001
         return False, f"{type(e).__name__}: {e}"
 
@@ -365,16 +348,12 @@ def run_cases(args):
         if rc != 0:
             checks.report(False, name, f"exit {rc}: {out[-1500:]}")
             continue
-        ok, detail = compare_losses(losses(metrics), losses(os.path.join(d, "cpu_metrics.jsonl")),
-                                    case_tol(name), BF16_MIN_DIFF if name.endswith("-bf16") else 0.0)
+        ok, detail = compare_losses(losses(metrics), losses(os.path.join(d, "cpu_metrics.jsonl")), case_tol(name))
         checks.report(ok, name + " losses", detail + f", {wall:.1f} s")
         if name not in WEIGHT_CHECKS:
             continue
-        if name.endswith("-bf16"):
-            ok, detail = compare_weights(os.path.join(d, "checkpoints"), os.path.join(d, "cpu_final"),
-                                         BF16_UPDATE_TOL, initial=os.path.join(d, "weights"))
-        else:
-            ok, detail = compare_weights(os.path.join(d, "checkpoints"), os.path.join(d, "cpu_final"))
+        ok, detail = compare_weights(os.path.join(d, "checkpoints"), os.path.join(d, "cpu_final"),
+                                     case_tol(name), BF16_VECTOR_TOL if name.endswith("-bf16") else None)
         checks.report(ok, name + " weights", detail)
     if not only or RESUME_CASE in only:
         resume_check(args, checks, cases_dir)

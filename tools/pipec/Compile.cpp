@@ -1143,9 +1143,10 @@ static void declareCompileOptions(Args &a) {
            "f32; f64: the exact reference mode (every "
            "kernel, buffer, message and checkpoint in double, "
            "the float32 weights widened exactly), to compare "
-           "with a float64 framework or finite differences; bf16 "
-           "(--target cuda): matrix products multiply operands rounded to "
-           "bfloat16 and accumulate in float32, everything else float32",
+           "with a float64 framework or finite differences; bf16: "
+           "matrix products multiply operands rounded to bfloat16 and "
+           "accumulate in float32, everything else float32 (tensor cores "
+           "on --target cuda; emulated exactly on the CPU)",
            "f32")
       .opt("--target",
            "cpu, or cuda: stage executables that train on NVIDIA GPUs (rank "
@@ -1310,11 +1311,6 @@ static bool parseModelOptions(const Args &a, CompileOptions &o) {
                  "--target cuda: this pipec was built without the CUDA "
                  "toolkit (no nvcc found at build time); rebuild on a machine "
                  "with /usr/local/cuda, or compile with --target cpu",
-                 2);
-  if (o.target != "cuda" && o.precision == "bf16")
-    return !fail("compile",
-                 "--precision bf16 (bfloat16 matrix products) needs --target "
-                 "cuda; the CPU target trains in f32 or f64",
                  2);
   if (o.target == "cuda" && o.precision == "f64")
     return !fail("compile",

@@ -151,10 +151,11 @@ struct StageDesc {
   /// "cpu" or "cuda": the runtime the stage was compiled for (`pipec
   /// compile --target`); a runtime of another target refuses it.
   std::string target = "cpu";
-  /// "bf16" (`pipec compile --precision bf16`, CUDA only): the matrix
-  /// products (GEMMs, batched MatMuls, convolutions' GEMMs) multiply
-  /// operands rounded to bfloat16 and accumulate in float32; every tensor,
-  /// message and checkpoint stays float32. "f32" otherwise.
+  /// "bf16" (`pipec compile --precision bf16`): the matrix products
+  /// (GEMMs, batched MatMuls, convolutions' GEMMs) multiply operands
+  /// rounded to bfloat16 and accumulate in float32 (tensor cores on CUDA,
+  /// emulated exactly on the CPU); every tensor, message and checkpoint
+  /// stays float32. "f32" otherwise.
   std::string matmulPrecision = "f32";
 };
 
