@@ -327,6 +327,105 @@ FailureOr<func::FuncOp> pipec::buildGradientFunction(func::FuncOp fn,
   return grad;
 }
 
+/// The operands of the tree of single-use nn.add ops rooted at `root` (of
+/// one type) that are not such adds themselves.
+static void addTreeLeaves(nn::AddOp root, SmallVectorImpl<Value> &leaves,
+                          SmallVectorImpl<Operation *> &adds) {
+  adds.push_back(root);
+  for (Value operand : root->getOperands()) {
+    auto inner = operand.getDefiningOp<nn::AddOp>();
+    if (inner && inner->hasOneUse() && inner.getType() == root.getType())
+      addTreeLeaves(inner, leaves, adds);
+    else
+      leaves.push_back(operand);
+  }
+}
+
+/// The gradient of a tensor that is read through slices covering it along
+/// one axis (ONNX Split: attention's q, k and v) is the sum of their
+/// slice_grads, each a zero tensor of the full shape with one part filled:
+/// the reverse sweep emits add(add(slice_grad, slice_grad), slice_grad).
+/// Rewritten to one nn.concat of the parts, which writes the gradient once
+/// instead of zero-filling it per part and adding the parts up. The same
+/// values (a part's -0.0 stays -0.0 where the sum gave +0.0).
+static void concatSliceGradSums(func::FuncOp fn) {
+  SmallVector<nn::AddOp> roots;
+  fn.walk([&](nn::AddOp add) {
+    // A root: not itself an operand of a larger tree.
+    if (add->hasOneUse())
+      if (auto user = dyn_cast<nn::AddOp>(*add->getUsers().begin()))
+        if (user.getType() == add.getType())
+          return;
+    roots.push_back(add);
+  });
+  for (nn::AddOp root : roots) {
+    SmallVector<Value> leaves;
+    SmallVector<Operation *> adds;
+    addTreeLeaves(root, leaves, adds);
+    auto type = dyn_cast<RankedTensorType>(root.getType());
+    if (!type || !type.hasStaticShape())
+      continue;
+    // Every leaf a unit-step slice_grad of this type, used only here,
+    // full along every axis but one, the same one for all.
+    struct Part {
+      int64_t start, size;
+      Value grad;
+    };
+    SmallVector<Part> parts;
+    int64_t axis = -1;
+    bool ok = true;
+    for (Value leaf : leaves) {
+      auto sg = leaf.getDefiningOp<nn::SliceGradOp>();
+      auto gradType =
+          sg ? dyn_cast<RankedTensorType>(sg.getGrad().getType()) : nullptr;
+      if (!sg || !sg->hasOneUse() || sg.getType() != type || !gradType ||
+          !gradType.hasStaticShape()) {
+        ok = false;
+        break;
+      }
+      ArrayRef<int64_t> starts = sg.getStarts(), steps = sg.getSteps();
+      for (int64_t d = 0; ok && d < type.getRank(); ++d) {
+        if (steps[d] != 1) {
+          ok = false;
+        } else if (starts[d] != 0 ||
+                   gradType.getDimSize(d) != type.getDimSize(d)) {
+          if (axis >= 0 && axis != d)
+            ok = false;
+          axis = d;
+        }
+      }
+      if (!ok)
+        break;
+      parts.push_back({axis >= 0 ? starts[axis] : 0,
+                       axis >= 0 ? gradType.getDimSize(axis) : 0,
+                       sg.getGrad()});
+    }
+    if (!ok || axis < 0 || parts.size() < 2)
+      continue;
+    // The parts must tile the axis exactly.
+    llvm::sort(parts,
+               [](const Part &a, const Part &b) { return a.start < b.start; });
+    int64_t at = 0;
+    for (const Part &part : parts) {
+      ok &= part.start == at;
+      at += part.size;
+    }
+    if (!ok || at != type.getDimSize(axis))
+      continue;
+    OpBuilder b(root);
+    SmallVector<Value> inputs;
+    for (const Part &part : parts)
+      inputs.push_back(part.grad);
+    Value concat = nn::ConcatOp::create(b, root.getLoc(), type, inputs,
+                                        b.getI64IntegerAttr(axis));
+    root.getResult().replaceAllUsesWith(concat);
+    for (Operation *add : adds) // root first, then inward: users first
+      add->erase();
+    for (Value leaf : leaves)
+      leaf.getDefiningOp()->erase();
+  }
+}
+
 /// @sK_bwd from @sK_fwd: the seeds, the reverse sweep, the weight gradients
 /// accumulated, the boundary gradients returned, the stash pruned to what
 /// the backward reads (and appended to the forward's results), then @sK_step.
@@ -354,6 +453,9 @@ LogicalResult StageDifferentiator::run() {
     bwd.setArgAttrs(i, attrs);
   for (auto [i, attrs] : llvm::enumerate(resultAttrs))
     bwd.setResultAttrs(i, attrs);
+  // After `results` has served for the signature: a result may be a sum
+  // this replaces.
+  concatSliceGradSums(bwd);
   appendSavedToForward(ret);
   emitStep();
   return success();
