@@ -174,11 +174,20 @@ StageDifferentiator::gradGlobal(ml_program::GlobalOp weight) {
   return zeroGlobal(weight, ".grad", pipe::attrs::kGradOf);
 }
 
-/// W <- optimizer(W, G, state...); G <- 0.
+/// W <- optimizer(W, G, state...); G <- 0. The update's ops carry the
+/// location of the first forward op that reads W, so that the profiler
+/// charges the update to that layer (its `opt_s`).
 void StageDifferentiator::emitUpdate(OpBuilder &sb, ml_program::GlobalOp weight,
                                      Value lr, Value count) {
   auto type = weight.getType();
   Location loc = weight.getLoc();
+  fwd.walk([&](ml_program::GlobalLoadOp load) {
+    if (load.getGlobal().getLeafReference() != weight.getSymName() ||
+        load->use_empty())
+      return WalkResult::advance();
+    loc = (*load->getUsers().begin())->getLoc();
+    return WalkResult::interrupt();
+  });
   auto ref = [](ml_program::GlobalOp g) {
     return FlatSymbolRefAttr::get(g.getSymNameAttr());
   };

@@ -287,7 +287,9 @@ int64_t StageLowering::assignScratch(Chunk &c, FunctionPlan &fp,
   for (auto [i, step] : llvm::enumerate(fp.steps)) {
     running += live[i];
     int64_t layer = step.opId - c.opBase;
-    if (step.opId >= 0 && layer < int64_t(perLayer.size()))
+    // The optimizer's steps (phase 2) are charged time, not a layer's
+    // working set.
+    if (fp.phase <= 1 && step.opId >= 0 && layer < int64_t(perLayer.size()))
       perLayer[size_t(layer)] = std::max(perLayer[size_t(layer)], running);
   }
   int64_t total = 0;

@@ -93,6 +93,16 @@ def main():
                 elif json.load(open(profile)).get("memory_model") != "arena":
                     profiles[microbatch] = False
                     report(False, f"{model} profile", "no memory_model \"arena\" in the profile")
+                else:
+                    # The optimizer's time is charged to the first op
+                    # reading each weight (opt_s), never to an op without.
+                    ops = json.load(open(profile))["ops"]
+                    timed = {o["name"] for o in ops if o["opt_s"] > 0}
+                    owners = {o["name"] for o in ops if o["param_bytes"] > 0}
+                    report(bool(timed) and timed <= owners,
+                           f"{model} profile: optimizer time on the ops with weights",
+                           f"{len(timed)} ops with opt_s > 0 of {len(owners)} with weights "
+                           f"({sum(o['opt_s'] for o in ops) * 1e3:.3f} ms per step)")
             if not profiles[microbatch]:
                 continue
             o = os.path.join(d, tag)
