@@ -175,6 +175,18 @@ extern "C" void pipec_rt_release(pipec_ctx *ctx, int64_t mb) {
   guarded([&] { checkedContext(ctx, "pipec_rt_release").versions.release(mb); });
 }
 
+namespace {
+/// Where the device's queue is now, for the profiler and the timeline: a
+/// mark of its queue clock, or -1 once the device has caught up (then the
+/// host's clock, read by the caller, is the time).
+int64_t queueMark(pipec_ctx *ctx) {
+  if (QueueClock *clock = ctx->device->queueClock())
+    return clock->mark();
+  ctx->device->synchronize();
+  return -1;
+}
+} // namespace
+
 extern "C" void pipec_rt_span_begin(pipec_ctx *ctx, int64_t kind,
                                     int64_t mb) {
   watchdogProgress(); // a forward, backward or update starts
@@ -185,14 +197,8 @@ extern "C" void pipec_rt_span_begin(pipec_ctx *ctx, int64_t kind,
     int64_t global = mb < 0 || ctx->continuous
                          ? mb
                          : ctx->step * ctx->desc.microbatches + mb;
-    // Spans show when the device ran them: a mark in its queue, or the
-    // host's clock once the device has caught up.
-    if (QueueClock *clock = ctx->device->queueClock())
-      ctx->timeline.begin(int(kind), global, ctx->step, clock->mark());
-    else {
-      ctx->device->synchronize();
-      ctx->timeline.begin(int(kind), global, ctx->step);
-    }
+    // Spans show when the device ran them.
+    ctx->timeline.begin(int(kind), global, ctx->step, queueMark(ctx));
   });
 }
 
@@ -200,14 +206,7 @@ extern "C" void pipec_rt_span_end(pipec_ctx *ctx, int64_t kind) {
   watchdogProgress();
   if (!ctx || !ctx->timeline.enabled())
     return;
-  guarded([&] {
-    if (QueueClock *clock = ctx->device->queueClock())
-      ctx->timeline.end(int(kind), clock->mark());
-    else {
-      ctx->device->synchronize();
-      ctx->timeline.end(int(kind));
-    }
-  });
+  guarded([&] { ctx->timeline.end(int(kind), queueMark(ctx)); });
 }
 
 extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {
@@ -216,28 +215,14 @@ extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {
   if (!ctx || !ctx->profiler.enabled())
     return;
   guarded([&] {
-    // Time the op, not its launch: a mark in the device's queue, or the
-    // host's clock once the device has caught up.
-    if (QueueClock *clock = ctx->device->queueClock())
-      ctx->profiler.begin(op, phase, clock->mark());
-    else {
-      ctx->device->synchronize();
-      ctx->profiler.begin(op, phase);
-    }
+    ctx->profiler.begin(op, phase, queueMark(ctx)); // the op, not its launch
   });
 }
 
 extern "C" void pipec_rt_op_end(pipec_ctx *ctx, int64_t op, int64_t phase) {
   if (!ctx || !ctx->profiler.enabled())
     return;
-  guarded([&] {
-    if (QueueClock *clock = ctx->device->queueClock())
-      ctx->profiler.end(op, phase, clock->mark());
-    else {
-      ctx->device->synchronize();
-      ctx->profiler.end(op, phase);
-    }
-  });
+  guarded([&] { ctx->profiler.end(op, phase, queueMark(ctx)); });
 }
 
 extern "C" const void *pipec_rt_constant(pipec_ctx *ctx, const void *host,
