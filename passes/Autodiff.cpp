@@ -78,8 +78,8 @@ private:
   ml_program::GlobalOp gradGlobal(ml_program::GlobalOp weight);
   ml_program::GlobalOp zeroGlobal(ml_program::GlobalOp weight,
                                   StringRef suffix, StringRef attr);
-  void emitUpdate(OpBuilder &sb, ml_program::GlobalOp weight, Value lr,
-                  Value count);
+  void emitUpdate(OpBuilder &sb, ml_program::GlobalOp weight, Location loc,
+                  Value lr, Value count);
   // The phases of run(), in order.
   void seedGradients(func::ReturnOp ret);
   LogicalResult sweep(Block &body);
@@ -174,20 +174,10 @@ StageDifferentiator::gradGlobal(ml_program::GlobalOp weight) {
   return zeroGlobal(weight, ".grad", pipe::attrs::kGradOf);
 }
 
-/// W <- optimizer(W, G, state...); G <- 0. The update's ops carry the
-/// location of the first forward op that reads W, so that the profiler
-/// charges the update to that layer (its `opt_s`).
+/// W <- optimizer(W, G, state...); G <- 0, its ops at `loc`.
 void StageDifferentiator::emitUpdate(OpBuilder &sb, ml_program::GlobalOp weight,
-                                     Value lr, Value count) {
+                                     Location loc, Value lr, Value count) {
   auto type = weight.getType();
-  Location loc = weight.getLoc();
-  fwd.walk([&](ml_program::GlobalLoadOp load) {
-    if (load.getGlobal().getLeafReference() != weight.getSymName() ||
-        load->use_empty())
-      return WalkResult::advance();
-    loc = (*load->getUsers().begin())->getLoc();
-    return WalkResult::interrupt();
-  });
   auto ref = [](ml_program::GlobalOp g) {
     return FlatSymbolRefAttr::get(g.getSymNameAttr());
   };
@@ -640,11 +630,23 @@ void StageDifferentiator::emitStep() {
     step.setArgAttr(1, "pipe.step_count", UnitAttr::get(ctx));
   Block *stepEntry = step.addEntryBlock();
   OpBuilder sb = OpBuilder::atBlockEnd(stepEntry);
+  // A weight's update carries the location of the first forward op that
+  // reads it, so that the profiler charges the update to that layer (its
+  // `opt_s`).
+  llvm::DenseMap<StringRef, Location> firstReader;
+  fwd.walk([&](ml_program::GlobalLoadOp load) {
+    if (!load->use_empty())
+      firstReader.try_emplace(load.getGlobal().getLeafReference().getValue(),
+                              (*load->getUsers().begin())->getLoc());
+  });
   for (auto &[name, g] : weightGrads) {
     auto weight = weightGlobals.lookup(name);
     if (!weight || !weight.getIsMutable())
       continue;
-    emitUpdate(sb, weight, stepEntry->getArgument(0),
+    auto reader = firstReader.find(weight.getSymName());
+    emitUpdate(sb, weight,
+               reader != firstReader.end() ? reader->second : weight.getLoc(),
+               stepEntry->getArgument(0),
                needsCount ? stepEntry->getArgument(1) : Value());
   }
   func::ReturnOp::create(sb, fwd.getLoc());

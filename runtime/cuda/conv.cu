@@ -148,8 +148,6 @@ bool smallCoordinates(const Geom &g) {
 
 bool small(int64_t count) { return count >= 0 && count < kSmallLimit; }
 
-bool fitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
 //===----------------------------------------------------------------------===//
 // Device kernels
 //===----------------------------------------------------------------------===//
@@ -358,8 +356,6 @@ void unpack(const float *src, float *dst, const float *bias, int64_t m,
   checkLaunch(kName);
 }
 
-cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
-
 /// For g in [0, batch): row-major C_g [m x n] = op(A_g) op(B_g) + beta C_g,
 /// with X_g = X + g * strideX and lda / ldb / ldc the row lengths of the
 /// stored matrices. Row-major C is column-major C^T = op(B)^T op(A)^T, so B
@@ -373,14 +369,9 @@ void gemmGroups(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
     fail((std::string(kName) +
           ": a matrix dimension exceeds cuBLAS's 32-bit limit")
              .c_str());
-  if (batch == 1) {
-    gemm(op(transB), op(transA), int(n), int(m), int(k), 1.0f, b, int(ldb), a,
-         int(lda), beta, c, int(ldc), kName);
-    return;
-  }
-  gemmStridedBatched(op(transB), op(transA), int(n), int(m), int(k), 1.0f, b,
-                     int(ldb), strideB, a, int(lda), strideA, beta, c, int(ldc),
-                     strideC, int(batch), kName);
+  gemmStridedBatched(blasOp(transB), blasOp(transA), int(n), int(m), int(k),
+                     1.0f, b, int(ldb), strideB, a, int(lda), strideA, beta, c,
+                     int(ldc), strideC, int(batch), kName);
 }
 
 //===----------------------------------------------------------------------===//

@@ -84,6 +84,13 @@ void *scratch(size_t bytes);
 /// The bfloat16 operand staging of at least `bytes` bytes (matmulBf16).
 void *bf16Staging(size_t bytes);
 
+/// Whether `v` fits cuBLAS's 32-bit int parameters.
+inline bool fitsInt(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+/// cuBLAS's transpose flag.
+inline cublasOperation_t blasOp(bool trans) {
+  return trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
 /// Column-major C = alpha op(A) op(B) + beta C on float32 storage with the
 /// context's arithmetic (float32, or bfloat16 operands: matmulBf16);
 /// throws naming `what`. Defined in gemm.cu.

@@ -126,16 +126,7 @@ public:
 
   std::string name() const override { return name_; }
   bool hostAccessible() const override { return false; }
-  rt::QueueClock *queueClock() override {
-    // PIPEC_QUEUE_CLOCK=0: synchronise around each op and span instead (the
-    // old way; for comparing the two).
-    if (!clockChecked_) {
-      const char *env = std::getenv("PIPEC_QUEUE_CLOCK");
-      clockOn_ = !(env && std::string(env) == "0");
-      clockChecked_ = true;
-    }
-    return clockOn_ ? &clock_ : nullptr;
-  }
+  rt::QueueClock *queueClock() override { return clockOn_ ? &clock_ : nullptr; }
 
   char *allocate(int64_t bytes, const char *what) override {
     void *p = nullptr;
@@ -236,7 +227,10 @@ private:
   int ordinal_ = 0;
   std::string name_;
   StreamClock clock_;
-  bool clockChecked_ = false, clockOn_ = true;
+  /// PIPEC_QUEUE_CLOCK=0: synchronise around each op and span instead (the
+  /// old way; for comparing the two).
+  const bool clockOn_ = !std::getenv("PIPEC_QUEUE_CLOCK") ||
+                        std::string(std::getenv("PIPEC_QUEUE_CLOCK")) != "0";
   std::map<const void *, char *> constants_;
   std::deque<UploadSlot> uploads_;
 };

@@ -33,7 +33,6 @@
 
 #include <cuda_bf16.h>
 
-#include <climits>
 #include <cstdint>
 #include <string>
 
@@ -53,8 +52,6 @@ __global__ void broadcastBias(const float *c, float *y, int64_t m, int64_t n,
     y[e] = __fmul_rn(beta, c[i * strideM + j * strideN]);
   }
 }
-
-bool fitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 /// dst[i] = src[i] rounded to the nearest bfloat16 (ties to even).
 __global__ void toBf16(const float *src, __nv_bfloat16 *dst, int64_t n) {
@@ -92,8 +89,6 @@ Bf16Operands stageBf16(const float *a, int64_t spanA, const float *b,
   return {da, db};
 }
 
-cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
-
 /// Row-major Y[MxN] = alpha op(A) op(B) + beta Y for one matrix; beta is 0
 /// or 1. Requires M, N, K > 0.
 void gemmOne(const float *a, const float *b, float *y, int64_t m, int64_t n,
@@ -103,7 +98,7 @@ void gemmOne(const float *a, const float *b, float *y, int64_t m, int64_t n,
     fail((std::string(kernel) +
           ": a matrix dimension exceeds cuBLAS's 32-bit limit")
              .c_str());
-  gemm(op(transB), op(transA), int(n), int(m), int(k), alpha, b,
+  gemm(blasOp(transB), blasOp(transA), int(n), int(m), int(k), alpha, b,
        int(transB ? k : n), a, int(transA ? m : k), beta, y, int(n), kernel);
 }
 
@@ -285,10 +280,10 @@ extern "C" void pipec_cuda_k_batch_matmul(void *const *bufs,
   int64_t index[64] = {};
   int64_t aOff = 0, bOff = 0, yOff = 0;
   while (true) {
-    gemmStridedBatched(op(transB), op(transA), int(n), int(m), int(k), alpha,
-                       b + bOff, int(transB ? k : n), nest.b[inner], a + aOff,
-                       int(transA ? m : k), nest.a[inner], 0.0f, y + yOff,
-                       int(n), yMatrix, int(innerCount), kName);
+    gemmStridedBatched(blasOp(transB), blasOp(transA), int(n), int(m), int(k),
+                       alpha, b + bOff, int(transB ? k : n), nest.b[inner],
+                       a + aOff, int(transA ? m : k), nest.a[inner], 0.0f,
+                       y + yOff, int(n), yMatrix, int(innerCount), kName);
     yOff += innerCount * yMatrix;
     int d = inner - 1;
     for (; d >= 0; --d) {
