@@ -15,7 +15,12 @@
         core) peak of the GPU. The same again for bfloat16: pipec's
         `--precision bf16` build (bf16 matrix products, float32 storage)
         against PyTorch under torch.autocast(bfloat16), MFU against the
-        dense bf16 tensor-core peak.
+        dense bf16 tensor-core peak. Then the same for a ResNet-50
+        (examples/resnet/make_resnet.py --arch resnet50, batch 64 at
+        224x224 in the gpt2 configuration, one stage, one microbatch)
+        against the same network written in PyTorch (cuDNN with
+        cudnn.benchmark on, TF32 off); its images are drawn on the GPU
+        machine.
 
 scripts/test-gpu.sh runs the `run` half after the GPU suite.
 """
@@ -51,6 +56,11 @@ FP32_PEAK = {"H200": 67e12, "H100": 67e12, "A100": 19.5e12}
 BF16_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
 # The pipec builds: folder -> (stages, extra compile flags).
 BUILDS = {"s1": (1, []), "s4": (4, []), "s1-bf16": (1, ["--precision", "bf16"])}
+# ResNet-50: the batch per configuration (one microbatch), and its builds
+# (in bench/resnet50/).
+RESNET_BATCH = {"small": 8, "gpt2": 64}
+RESNET_BUILDS = {"s1": (1, []), "s1-bf16": (1, ["--precision", "bf16"])}
+RESNET_STEPS = 6
 
 
 def flops_per_step():
@@ -73,21 +83,32 @@ def prepare(args):
                     "--heads", str(HEADS), "--vocab", str(VOCAB), "--data-steps", "1"], check=True)
     with open(os.path.join(b, "config"), "w") as f:
         f.write(args.config)
-    for build, (stages, flags) in BUILDS.items():
-        subprocess.run([args.pipec, "compile", onnx, "--target", "cuda", "--stages", str(stages),
-                        "--microbatches", str(MICROBATCHES), "-o", os.path.join(b, build), "--quiet"] + flags,
+    compile_builds(args.pipec, onnx, b, BUILDS, MICROBATCHES)
+    os.remove(onnx)
+    r = os.path.join(b, "resnet50")
+    os.makedirs(r)
+    onnx = os.path.join(r, "resnet50.onnx")
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "examples/resnet/make_resnet.py"), "-o", onnx,
+                    "--arch", "resnet50", "--batch", str(RESNET_BATCH[args.config])], check=True)
+    compile_builds(args.pipec, onnx, r, RESNET_BUILDS, 1)
+    os.remove(onnx)
+    print("bench prepared in", b)
+
+
+def compile_builds(pipec, onnx, b, builds, microbatches):
+    """Compiles `onnx` for --target cuda into b/BUILD for each of `builds`;
+    the weights stay as names and shapes only (drawn on the GPU machine)."""
+    for build, (stages, flags) in builds.items():
+        subprocess.run([pipec, "compile", onnx, "--target", "cuda", "--stages", str(stages),
+                        "--microbatches", str(microbatches), "-o", os.path.join(b, build), "--quiet"] + flags,
                        check=True)
         shutil.rmtree(os.path.join(b, build, "obj"), ignore_errors=True)
-    # Weights travel as names and shapes only.
-    for build in BUILDS:
         wdir = os.path.join(b, build, "weights")
         for f in sorted(os.listdir(wdir)):
             tensors, _ = read_st(os.path.join(wdir, f))
             with open(os.path.join(wdir, f + ".names"), "w") as out:
                 json.dump([[n, list(tensors[n].shape)] for n in sorted(tensors)], out)
             os.remove(os.path.join(wdir, f))
-    os.remove(onnx)
-    print("bench prepared in", b)
 
 
 def read_st(path):
@@ -111,12 +132,14 @@ def write_st(path, tensors):
         f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
 
 
-def draw_weights(b):
+def draw_weights(b, builds):
     """Every stage's weights file from its names and shapes: one draw per
-    tensor name (so the 1- and 4-stage builds train the same model)."""
+    tensor name (so the 1- and 4-stage builds train the same model).
+    Normalisation scales and running variances are 1, other vectors 0,
+    matrices and kernels N(0, 0.02)."""
     import numpy as np
     drawn = {}
-    for build in BUILDS:
+    for build in builds:
         wdir = os.path.join(b, build, "weights")
         for f in sorted(os.listdir(wdir)):
             if not f.endswith(".names"):
@@ -125,9 +148,11 @@ def draw_weights(b):
             for name, shape in json.load(open(os.path.join(wdir, f))):
                 if name not in drawn:
                     rng = np.random.default_rng(len(drawn))
-                    if len(shape) == 1 and ("ln" in name or "norm" in name):
-                        v = np.ones(shape) if name.endswith("weight") else np.zeros(shape)
-                    elif len(shape) == 1:
+                    norm = any(t in name for t in ("ln", "norm", "bn"))
+                    if len(shape) == 1 and norm:
+                        ones = name.endswith("weight") or name.endswith("running_var")
+                        v = np.ones(shape) if ones else np.zeros(shape)
+                    elif len(shape) <= 1:
                         v = np.zeros(shape)
                     else:
                         v = rng.standard_normal(shape) * 0.02
@@ -146,10 +171,10 @@ def pipec_launch(args, b, build, extra):
                                "--labels", os.path.join(b, "y.npy")])
 
 
-def run_pipec(args, b, build):
+def run_pipec(args, b, build, steps=None):
     shutil.rmtree(os.path.join(b, build, "checkpoints"), ignore_errors=True)
-    cmd = pipec_launch(args, b, build, ["--steps", str(STEPS)])
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    cmd = pipec_launch(args, b, build, ["--steps", str(steps or STEPS)])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
     m = re.search(r"done: .* final loss ([0-9.]+)\s+([0-9.]+) samples/s", p.stdout)
     if p.returncode != 0 or not m:
         print(p.stdout[-2000:])
@@ -157,7 +182,7 @@ def run_pipec(args, b, build):
     return float(m.group(2)), float(m.group(1))
 
 
-def profile_pipec(args, b, build="s1"):
+def profile_pipec(args, b, build="s1", microbatches=MICROBATCHES, label="gpt"):
     """Build `build` once more with the runtime's per-op profiler
     (--profile-out; each op timed by CUDA events around its kernels, the
     GPU never waited for): prints where a step's time goes, by op kind and
@@ -170,21 +195,100 @@ def profile_pipec(args, b, build="s1"):
         print("profile run failed:", p.stdout[-1500:])
         return
     if os.environ.get("OUT"):  # the GPU machine's results folder
-        shutil.copy(out, os.path.join(os.environ["OUT"], f"profile_gpt_{build}.json"))
+        shutil.copy(out, os.path.join(os.environ["OUT"], f"profile_{label}_{build}.json"))
     prof = json.load(open(out))
     kinds = {}
     for op in prof["ops"]:
         k = kinds.setdefault(op["op"], [0.0, 0.0, 0])
-        k[0] += op.get("fwd_s", 0) * MICROBATCHES
-        k[1] += op.get("bwd_s", 0) * MICROBATCHES
+        k[0] += op.get("fwd_s", 0) * microbatches
+        k[1] += op.get("bwd_s", 0) * microbatches
         k[2] += 1
     opt = sum(op.get("opt_s", 0) for op in prof["ops"])
     total = sum(f + w for f, w, _ in kinds.values()) + opt
-    print(f"\npipec {build}, per-op profile (timing: {prof.get('timing', 'host')}; {total * 1e3:.1f} ms per step "
+    print(f"\npipec {label} {build}, per-op profile (timing: {prof.get('timing', 'host')}; {total * 1e3:.1f} ms per step "
           f"in ops, optimizer {opt * 1e3:.1f} ms):")
     print(f"{'op':28s} {'count':>5s} {'fwd ms':>9s} {'bwd ms':>9s} {'share':>6s}")
     for name, (f, w, n) in sorted(kinds.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))[:18]:
         print(f"{name:28s} {n:5d} {f * 1e3:9.2f} {w * 1e3:9.2f} {(f + w) / total * 100:5.1f}%")
+
+
+def timed_steps(step, steps):
+    """Seconds per call of step() over steps - 1 calls after 3 warm-up
+    calls (the GPU drained before and after)."""
+    import torch
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps - 1):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / (steps - 1)
+
+
+def print_kernel_table(title, step):
+    """One more step under torch.profiler: the CUDA kernels that take its
+    time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as tprofile
+    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    print(f"\n{title}, CUDA kernels of one step (torch.profiler):")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+
+
+def run_torch_resnet(b, compiled, bf16=False, profile=False):
+    """Samples/s of ResNet-50 in PyTorch on the bench's images: float32
+    (TF32 off) or under autocast(bfloat16); cuDNN picks its algorithms
+    (cudnn.benchmark), SGD, training-mode batch norm."""
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(ROOT, "examples", "resnet"))
+    from make_resnet import RESNET50_STAGES
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+
+    def conv_bn(cin, cout, k, stride):
+        return nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout))
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin, width, stride):
+            super().__init__()
+            self.c1, self.c2 = conv_bn(cin, width, 1, 1), conv_bn(width, width, 3, stride)
+            self.c3 = conv_bn(width, 4 * width, 1, 1)
+            self.down = conv_bn(cin, 4 * width, 1, stride) if stride != 1 or cin != 4 * width else None
+
+        def forward(self, x):
+            h = self.c3(F.relu(self.c2(F.relu(self.c1(x)))))
+            return F.relu(h + (self.down(x) if self.down is not None else x))
+
+    layers, cin = [conv_bn(3, 64, 7, 2), nn.ReLU(), nn.MaxPool2d(3, 2, 1)], 64
+    for stage, (width, blocks) in enumerate(RESNET50_STAGES):
+        for i in range(blocks):
+            layers.append(Bottleneck(cin, width, 2 if (i == 0 and stage > 0) else 1))
+            cin = 4 * width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000)]
+    model = nn.Sequential(*layers).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    fwd = torch.compile(model) if compiled else model
+    x = torch.from_numpy(np.load(os.path.join(b, "x.npy"))).cuda()
+    y = torch.from_numpy(np.load(os.path.join(b, "y.npy"))).cuda()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(fwd(x).float(), y)
+        loss.backward()
+        opt.step()
+
+    wall = timed_steps(step, RESNET_STEPS)
+    if profile:
+        print_kernel_table(f"PyTorch ResNet-50 {'bf16 ' if bf16 else ''}eager", step)
+    return x.shape[0] / wall
 
 
 def run_torch(compiled, bf16=False, profile=False):
@@ -246,63 +350,17 @@ def run_torch(compiled, bf16=False, profile=False):
             loss.backward()
         opt.step()
 
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(STEPS - 1):
-        step()
-    torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) / (STEPS - 1)
+    wall = timed_steps(step, STEPS)
     if profile:
-        from torch.profiler import ProfilerActivity, profile as tprofile
-        with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
-            step()
-            torch.cuda.synchronize()
-        print(f"\nPyTorch {'bf16 ' if bf16 else ''}eager, CUDA kernels of one step (torch.profiler):")
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+        print_kernel_table(f"PyTorch {'bf16 ' if bf16 else ''}eager", step)
     return BATCH / wall
 
 
-def run(args):
-    b = os.path.join(os.path.abspath(args.bundle), "bench")
-    import torch
-    name = torch.cuda.get_device_name(0)
-    use_config(open(os.path.join(b, "config")).read().strip())
-    env = os.environ.get
-    draw_weights(b)
-    s1, loss1 = run_pipec(args, b, "s1")
-    s4, loss4 = run_pipec(args, b, "s4")
-    sb, lossb = run_pipec(args, b, "s1-bf16")
-    if env("PIPEC_BENCH_PROFILE", "1") != "0":
-        profile_pipec(args, b, "s1")
-        profile_pipec(args, b, "s1-bf16")
-    profile_torch = env("PIPEC_BENCH_TORCH_PROFILE", "1") != "0"
-    # (precision, label, samples/s); "vs eager" is against the eager row of
-    # the same precision.
-    rows = [("fp32", "pipec --target cuda, 1 stage", s1),
-            ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
-            ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch))]
-    if env("PIPEC_BENCH_PEDANTIC", "0") != "0":
-        # The 1-stage build again with cuBLAS's pedantic math mode (what
-        # pipec used before CUBLAS_DEFAULT_MATH; both float32, no TF32).
-        os.environ["PIPEC_CUBLAS_MATH"] = "pedantic"
-        sp, _ = run_pipec(args, b, "s1")
-        del os.environ["PIPEC_CUBLAS_MATH"]
-        rows.append(("fp32", "pipec --target cuda, 1 stage, cuBLAS pedantic math", sp))
-    rows.append(("bf16", "pipec --target cuda --precision bf16, 1 stage", sb))
-    rows.append(("bf16", "PyTorch eager, autocast bf16", run_torch(False, bf16=True, profile=profile_torch)))
-    if env("PIPEC_BENCH_COMPILE", "1") != "0":  # its compile takes a minute
-        for precision, bf16 in (("fp32", False), ("bf16", True)):
-            try:
-                rows.append((precision, "PyTorch torch.compile" + (", autocast bf16" if bf16 else ""),
-                             run_torch(True, bf16=bf16)))
-            except Exception as e:  # noqa: BLE001
-                print("torch.compile failed:", type(e).__name__, str(e)[:300])
-    eager = {p: sps for p, label, sps in rows if label.startswith("PyTorch eager")}
-    print(f"\nGPT {LAYERS} layers d={DIM} seq {SEQ}, global batch {BATCH} in {MICROBATCHES} microbatches, "
-          f"SGD; {name}; {flops_per_step() / 1e9:.1f} GFLOP per step; fp32 rows: TF32 off; "
-          f"final losses pipec {loss1} (1 stage) {loss4} (4 stages) {lossb} (1 stage, bf16)")
+def print_table(title, rows, flops, batch, name):
+    """rows: (precision, label, samples/s); "vs eager" is against the eager
+    row of the same precision. Returns {label: figures}."""
+    eager = {p: sps for p, label, sps in rows if label.startswith("PyTorch eager") and sps}
+    print(title)
     print(f"{'system':52s} {'step ms':>9s} {'samples/s':>10s} {'vs eager':>9s} {'MFU':>7s}")
     result = {}
     for precision, label, sps in rows:
@@ -311,15 +369,97 @@ def run(args):
             continue
         peaks = FP32_PEAK if precision == "fp32" else BF16_PEAK
         peak = next((v for k, v in peaks.items() if k in name), list(peaks.values())[0])
-        step_s = BATCH / sps
-        mfu = flops_per_step() / step_s / peak
-        print(f"{label:52s} {step_s * 1e3:9.2f} {sps:10.1f} {sps / eager[precision]:9.2f} "
-              f"{mfu * 100:6.1f}% ({precision} peak)")
+        step_s = batch / sps
+        mfu = flops / step_s / peak
+        ratio = f"{sps / eager[precision]:9.2f}" if precision in eager else f"{'-':>9s}"
+        print(f"{label:52s} {step_s * 1e3:9.2f} {sps:10.1f} {ratio} {mfu * 100:6.1f}% ({precision} peak)")
         result[label] = {"samples_per_s": sps, "step_ms": step_s * 1e3, "mfu": mfu, "precision": precision}
+    return result
+
+
+def torch_compiled_rows(env, run_one):
+    """torch.compile rows in both precisions (its compile takes a minute;
+    PIPEC_BENCH_COMPILE=0 leaves them out)."""
+    rows = []
+    if env("PIPEC_BENCH_COMPILE", "1") == "0":
+        return rows
+    for precision, bf16 in (("fp32", False), ("bf16", True)):
+        try:
+            rows.append((precision, "PyTorch torch.compile" + (", autocast bf16" if bf16 else ""),
+                         run_one(bf16)))
+        except Exception as e:  # noqa: BLE001
+            print("torch.compile failed:", type(e).__name__, str(e)[:300])
+    return rows
+
+
+def run(args):
+    b = os.path.join(os.path.abspath(args.bundle), "bench")
+    import torch
+    name = torch.cuda.get_device_name(0)
+    config = open(os.path.join(b, "config")).read().strip()
+    use_config(config)
+    env = os.environ.get
+    result = {}
+    profile_torch = env("PIPEC_BENCH_TORCH_PROFILE", "1") != "0"
+    if env("PIPEC_BENCH_GPT", "1") != "0":
+        draw_weights(b, BUILDS)
+        s1, loss1 = run_pipec(args, b, "s1")
+        s4, loss4 = run_pipec(args, b, "s4")
+        sb, lossb = run_pipec(args, b, "s1-bf16")
+        if env("PIPEC_BENCH_PROFILE", "1") != "0":
+            profile_pipec(args, b, "s1")
+            profile_pipec(args, b, "s1-bf16")
+        rows = [("fp32", "pipec --target cuda, 1 stage", s1),
+                ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
+                ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch))]
+        if env("PIPEC_BENCH_PEDANTIC", "0") != "0":
+            # The 1-stage build again with cuBLAS's pedantic math mode (what
+            # pipec used before CUBLAS_DEFAULT_MATH; both float32, no TF32).
+            os.environ["PIPEC_CUBLAS_MATH"] = "pedantic"
+            sp, _ = run_pipec(args, b, "s1")
+            del os.environ["PIPEC_CUBLAS_MATH"]
+            rows.append(("fp32", "pipec --target cuda, 1 stage, cuBLAS pedantic math", sp))
+        rows.append(("bf16", "pipec --target cuda --precision bf16, 1 stage", sb))
+        rows.append(("bf16", "PyTorch eager, autocast bf16", run_torch(False, bf16=True, profile=profile_torch)))
+        rows += torch_compiled_rows(env, lambda bf16: run_torch(True, bf16=bf16))
+        result["gpt"] = print_table(
+            f"\nGPT {LAYERS} layers d={DIM} seq {SEQ}, global batch {BATCH} in {MICROBATCHES} microbatches, "
+            f"SGD; {name}; {flops_per_step() / 1e9:.1f} GFLOP per step; fp32 rows: TF32 off; "
+            f"final losses pipec {loss1} (1 stage) {loss4} (4 stages) {lossb} (1 stage, bf16)",
+            rows, flops_per_step(), BATCH, name)
+    if env("PIPEC_BENCH_RESNET", "1") != "0" and os.path.isdir(os.path.join(b, "resnet50")):
+        result["resnet50"] = run_resnet(args, os.path.join(b, "resnet50"), config, name, env, profile_torch)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
     return 0
+
+
+def run_resnet(args, r, config, name, env, profile_torch):
+    """The ResNet-50 table: pipec (1 stage, float32 and bf16) against
+    PyTorch on the same images (drawn here: N(0, 1), uniform labels)."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(ROOT, "examples", "resnet"))
+    from make_resnet import resnet50_flops
+    batch = RESNET_BATCH[config]
+    rng = np.random.default_rng(1)
+    np.save(os.path.join(r, "x.npy"), rng.standard_normal((batch, 3, 224, 224)).astype(np.float32))
+    np.save(os.path.join(r, "y.npy"), rng.integers(0, 1000, batch).astype(np.int64))
+    draw_weights(r, RESNET_BUILDS)
+    s1, loss1 = run_pipec(args, r, "s1", RESNET_STEPS)
+    sb, lossb = run_pipec(args, r, "s1-bf16", RESNET_STEPS)
+    if env("PIPEC_BENCH_PROFILE", "1") != "0":
+        profile_pipec(args, r, "s1", microbatches=1, label="resnet50")
+    rows = [("fp32", "pipec --target cuda, 1 stage", s1),
+            ("fp32", "PyTorch eager", run_torch_resnet(r, False, profile=profile_torch)),
+            ("bf16", "pipec --target cuda --precision bf16, 1 stage", sb),
+            ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True))]
+    rows += torch_compiled_rows(env, lambda bf16: run_torch_resnet(r, True, bf16=bf16))
+    flops = resnet50_flops(batch)
+    return print_table(
+        f"\nResNet-50 224x224, batch {batch} (one microbatch), SGD; {name}; {flops / 1e9:.1f} GFLOP per step "
+        f"(convolutions and classifier); fp32 rows: TF32 off; final losses pipec {loss1} {lossb} (bf16)",
+        rows, flops, batch, name)
 
 
 def main():

@@ -1,8 +1,12 @@
 #!/usr/bin/python3
-"""Writes a small ResNet (CIFAR-style, 32x32x3 input, 10 classes) as ONNX.
+"""Writes a ResNet as ONNX: by default a small one (CIFAR-style, 32x32x3
+input, 10 classes); with --arch resnet50 torchvision's ResNet-50 (v1.5:
+ImageNet stem, bottleneck blocks 3-4-6-3 with the stride on the 3x3
+convolution, 224x224x3 input, 1000 classes).
 
     /usr/bin/python3 examples/resnet/make_resnet.py [-o examples/resnet/resnet.onnx]
         [--batch 16] [--width 16] [--blocks 2] [--data-steps 4]
+    /usr/bin/python3 examples/resnet/make_resnet.py --arch resnet50 --batch 64 -o r50.onnx
 
 The graph follows what torch.onnx.export emits for a torchvision-style
 ResNet exported in training mode (opset 17): Conv (no bias) ->
@@ -56,6 +60,21 @@ class Builder:
         self.nodes.append(helper.make_node("Relu", [y], [r], name=f"/{prefix}/relu/Relu"))
         return r
 
+    def bottleneck(self, x, cin, width, stride, prefix):
+        """torchvision's Bottleneck (expansion 4, stride on the 3x3)."""
+        cout = 4 * width
+        h = self.conv_bn(x, cin, width, 1, 1, f"{prefix}.1")
+        h = self.conv_bn(h, width, width, 3, stride, f"{prefix}.2")
+        h = self.conv_bn(h, width, cout, 1, 1, f"{prefix}.3", relu=False)
+        shortcut = x
+        if stride != 1 or cin != cout:
+            shortcut = self.conv_bn(x, cin, cout, 1, stride, f"{prefix}.down", relu=False)
+        s = self.name(f"{prefix}/add")
+        self.nodes.append(helper.make_node("Add", [h, shortcut], [s], name=f"/{prefix}/Add"))
+        r = self.name(f"{prefix}/out")
+        self.nodes.append(helper.make_node("Relu", [s], [r], name=f"/{prefix}/Relu"))
+        return r
+
     def block(self, x, cin, cout, stride, prefix):
         h = self.conv_bn(x, cin, cout, 3, stride, f"{prefix}.1")
         h = self.conv_bn(h, cout, cout, 3, 1, f"{prefix}.2", relu=False)
@@ -69,25 +88,67 @@ class Builder:
         return r
 
 
-def build(batch, width, blocks, seed=0):
-    b = Builder(seed)
-    x = b.conv_bn("input", 3, width, 3, 1, "stem")
-    cin = width
-    for stage, cout in enumerate([width, 2 * width, 4 * width]):
+# ResNet-50: (bottleneck width, blocks) per stage.
+RESNET50_STAGES = [(64, 3), (128, 4), (256, 6), (512, 3)]
+
+
+def resnet50_flops(batch, image=224, classes=1000):
+    """Training FLOPs of one step of ResNet-50 (2 per multiply-add of the
+    convolutions and the classifier, forward times 3 for training); the
+    normalisations, activations and pooling are left out."""
+    macs = 0
+
+    def conv(cin, cout, k, hw):
+        return cin * cout * k * k * hw * hw
+
+    hw = image // 2  # stem: 7x7 stride 2
+    macs += conv(3, 64, 7, hw)
+    hw //= 2  # max pool
+    cin = 64
+    for stage, (width, blocks) in enumerate(RESNET50_STAGES):
         for i in range(blocks):
             stride = 2 if (i == 0 and stage > 0) else 1
-            x = b.block(x, cin, cout, stride, f"layer{stage + 1}.{i}")
-            cin = cout
+            out = hw // stride
+            macs += conv(cin, width, 1, hw) + conv(width, width, 3, out) + conv(width, 4 * width, 1, out)
+            if stride != 1 or cin != 4 * width:
+                macs += conv(cin, 4 * width, 1, out)
+            cin, hw = 4 * width, out
+    macs += cin * classes
+    return 3 * 2 * macs * batch
+
+
+def build(batch, width, blocks, seed=0, arch="small", classes=10):
+    b = Builder(seed)
+    image = 32
+    if arch == "resnet50":
+        image = 224
+        x = b.conv_bn("input", 3, 64, 7, 2, "stem")
+        b.nodes.append(helper.make_node("MaxPool", [x], ["stem_pool"], name="/maxpool/MaxPool",
+                                        kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
+        x, cin = "stem_pool", 64
+        for stage, (w, n) in enumerate(RESNET50_STAGES):
+            for i in range(n):
+                stride = 2 if (i == 0 and stage > 0) else 1
+                x = b.bottleneck(x, cin, w, stride, f"layer{stage + 1}.{i}")
+                cin = 4 * w
+    else:
+        x = b.conv_bn("input", 3, width, 3, 1, "stem")
+        cin = width
+        for stage, cout in enumerate([width, 2 * width, 4 * width]):
+            for i in range(blocks):
+                stride = 2 if (i == 0 and stage > 0) else 1
+                x = b.block(x, cin, cout, stride, f"layer{stage + 1}.{i}")
+                cin = cout
     b.nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool"], name="/avgpool/GlobalAveragePool"))
     b.nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], name="/Flatten", axis=1))
     bound = 1.0 / np.sqrt(cin)
-    w = b.init("fc.weight", b.rng.uniform(-bound, bound, (10, cin)))
-    bias = b.init("fc.bias", b.rng.uniform(-bound, bound, (10,)))
+    w = b.init("fc.weight", b.rng.uniform(-bound, bound, (classes, cin)))
+    bias = b.init("fc.bias", b.rng.uniform(-bound, bound, (classes,)))
     b.nodes.append(helper.make_node("Gemm", ["flat", w, bias], ["logits"], name="/fc/Gemm", transB=1))
     graph = helper.make_graph(
         b.nodes, "resnet",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, 32, 32])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])],
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, image, image])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])],
         b.inits)
     model = helper.make_model(graph, producer_name="pipec-examples",
                               opset_imports=[helper.make_opsetid("", 17)])
@@ -104,10 +165,21 @@ def main():
     ap.add_argument("--width", type=int, default=16)
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--data-steps", type=int, default=0)
+    ap.add_argument("--arch", choices=["small", "resnet50"], default="small",
+                    help="small: CIFAR-style (--width, --blocks); resnet50: torchvision's ResNet-50")
     args = ap.parse_args()
-    onnx.save(build(args.batch, args.width, args.blocks), args.output)
+    big = args.arch == "resnet50"
+    model = build(args.batch, args.width, args.blocks, arch=args.arch, classes=1000 if big else 10)
+    onnx.save(model, args.output)
     print(f"wrote {args.output}")
-    if args.data_steps:
+    if args.data_steps and big:
+        rng = np.random.default_rng(1)
+        n = args.data_steps * args.batch
+        d = os.path.dirname(os.path.abspath(args.output))
+        np.save(os.path.join(d, "x.npy"), rng.standard_normal((n, 3, 224, 224)).astype(np.float32))
+        np.save(os.path.join(d, "y.npy"), rng.integers(0, 1000, n).astype(np.int64))
+        print(f"wrote {d}/x.npy and {d}/y.npy ({n} images)")
+    elif args.data_steps:
         rng = np.random.default_rng(1)
         n = args.data_steps * args.batch
         x = rng.standard_normal((n, 3, 32, 32)).astype(np.float32)

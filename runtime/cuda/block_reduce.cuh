@@ -75,6 +75,50 @@ inline unsigned rowGrid(int64_t rows) {
   return unsigned(rows < 1 ? 1 : rows > cap ? cap : rows);
 }
 
+/// Rows of at most kWarpRow contiguous elements may take one warp each
+/// (softmax.cu, norm.cu): lane l holds elements l, l + 32, ... in
+/// registers, and the row is reduced by warp shuffles in a fixed tree.
+constexpr int64_t kWarpRow = 1024;
+constexpr int kWarpsPerBlock = 4;
+
+template <class T> __device__ inline T warpSum(T v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ inline float warpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Launches Launch<N>::run(args...) for the smallest N (a power of two)
+/// with 32 N >= dim (dim <= kWarpRow).
+template <template <int> class Launch, class... Args>
+void launchWarpRows(int64_t dim, Args... args) {
+  if (dim <= 32)
+    Launch<1>::run(args...);
+  else if (dim <= 64)
+    Launch<2>::run(args...);
+  else if (dim <= 128)
+    Launch<4>::run(args...);
+  else if (dim <= 256)
+    Launch<8>::run(args...);
+  else if (dim <= 512)
+    Launch<16>::run(args...);
+  else
+    Launch<32>::run(args...);
+}
+
+/// Blocks of kWarpsPerBlock warps for `rows` rows at one warp per row
+/// (grid-stride beyond the cap).
+inline unsigned warpRowGrid(int64_t rows) {
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int64_t cap = 65535LL * 8;
+  return unsigned(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
+}
+
 } // namespace cuda
 } // namespace pipec
 

@@ -117,6 +117,60 @@ __device__ double lseBlock(const float *x, int64_t c, int64_t d, float *redF,
   return double(mx) + log(sum);
 }
 
+/// log-sum-exp of the C contiguous scores x[k] by the whole block in one
+/// pass over memory (rows of a language model's vocabulary do not stay in
+/// cache between two passes): each thread keeps its running maximum m and
+/// sum s = sum of exp(x - m) in double, rescaled when m grows; the block
+/// then takes the maximum M of the threads' maxima and adds
+/// s * exp(m - M). Equal to the two-pass lseBlock up to float rounding of
+/// the individual exponentials. A row with a NaN gives NaN, as there.
+__device__ double lseBlockOnePass(const float *x, int64_t c, float *redF,
+                                  double *redD) {
+  float m = -INFINITY;
+  double s = 0;
+  auto take = [&](float v) {
+    if (v > m) {
+      s *= exp(double(m) - double(v)); // 0 * exp(-inf) = 0 for the first
+      m = v;
+    }
+    // exp(-inf - m) is 0 for a finite m; with m still -inf only a NaN
+    // contributes (-inf - -inf would make a spurious NaN).
+    if (m > -INFINITY || v != v)
+      s += double(expf(__fsub_rn(v, m)));
+  };
+  const int64_t step = blockDim.x;
+  int64_t k = threadIdx.x;
+  // Four loads in flight per thread before their use.
+  for (; k + 3 * step < c; k += 4 * step) {
+    const float v0 = x[k], v1 = x[k + step], v2 = x[k + 2 * step],
+                v3 = x[k + 3 * step];
+    take(v0);
+    take(v1);
+    take(v2);
+    take(v3);
+  }
+  for (; k < c; k += step)
+    take(x[k]);
+  const float mx = blockReduce(m, MaxOp(), -INFINITY, redF);
+  // A thread that saw only -inf (or nothing) adds nothing but its NaN.
+  double part = 0;
+  if (m > -INFINITY || s != s)
+    part = s * exp(double(m) - double(mx));
+  const double sum = blockReduce(part, SumOp(), 0.0, redD);
+  // A row of -inf only: NaN, as the two-pass form gives (x - max is NaN).
+  if (!(mx > -INFINITY))
+    return double(NAN);
+  return double(mx) + log(sum);
+}
+
+/// The block's log-sum-exp of position `pos`'s scores: one pass when they
+/// are contiguous.
+__device__ double lseOfPosition(const float *x, int64_t c, int64_t d,
+                                float *redF, double *redD) {
+  return d == 1 ? lseBlockOnePass(x, c, redF, redD)
+                : lseBlock(x, c, d, redF, redD);
+}
+
 /// The loss of one position from its log-sum-exp; *w gets its weight in
 /// the mean's denominator (0 when it does not count).
 __device__ double positionLoss(const SceParams &p, const float *x, int64_t t,
@@ -150,7 +204,7 @@ __global__ void sceLossBlock(const float *scores, const int64_t *labels,
   for (int64_t pos = blockIdx.x; pos < positions; pos += gridDim.x) {
     const int64_t base = p.base(pos);
     const float *x = scores + base;
-    const double lse = lseBlock(x, p.c, p.d, redF, redD);
+    const double lse = lseOfPosition(x, p.c, p.d, redF, redD);
     if (threadIdx.x == 0) {
       double w;
       const double l = positionLoss(p, x, labels[pos], lse, &w);
@@ -253,7 +307,7 @@ __global__ void sceLossGradBlock(const float *scores, const int64_t *labels,
       continue;
     }
     const double coef = seedOf(p, dLoss, pos, totalWeight) * p.weight(t);
-    const double lse = lseBlock(x, p.c, p.d, redF, redD);
+    const double lse = lseOfPosition(x, p.c, p.d, redF, redD);
     for (int64_t k = threadIdx.x; k < p.c; k += blockDim.x)
       dx[k * p.d] = gradElem(x[k * p.d], lse, coef, k, t);
   }

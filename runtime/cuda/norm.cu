@@ -7,18 +7,20 @@
 //===----------------------------------------------------------------------===//
 ///
 /// \file
-/// Forward: one thread block per row. The mean and the biased variance are
-/// accumulated in double with two passes (mean, then the centred sum of
-/// squares), as on the CPU; the mean is split into hi + lo floats and
-/// y = (((x - hi) - lo) * invStd) * scale (+ bias) in float with
+/// Forward: one warp per row of at most kWarpRow elements (the row held in
+/// registers, reduced by shuffles), else one thread block per row. The mean and
+/// the biased variance are accumulated in double with two passes (mean, then
+/// the centred sum of squares), as on the CPU; the mean is split into hi + lo
+/// floats and y = (((x - hi) - lo) * invStd) * scale (+ bias) in float with
 /// invStd = float(1 / sqrt(var + eps)). The outputs mean (hi) and invStd
 /// may be NULL.
 ///
 /// Backward: dScale and dBias are column sums over the rows, overwritten
 /// (not accumulated), in double. They are computed deterministically in two
 /// launches: per chunk of rows one thread per column folds its rows in
-/// order into a double partial sum (in the scratch buffer), then one thread
-/// per column adds the chunks' partials in order. dX is one block per row,
+/// order into a double partial sum (in the scratch buffer), then one warp
+/// per column adds the chunks' partials (lane l the chunks l, l + 32, ...
+/// in order, then a fixed shuffle tree). dX is one warp or block per row,
 /// with the row sums of g = dY * scale and g * xhat in double:
 ///   dX = invStd * ((g - float(mean g)) - xhat * float(mean g xhat)),
 ///   xhat = (x - mean) * invStd in float, from the saved mean and invStd.
@@ -84,6 +86,67 @@ __global__ void layerNormRows(const float *x, const float *scale,
   }
 }
 
+/// layerNormRows with one warp per row of inner <= 32 * N elements.
+template <int N>
+__global__ void layerNormRowsWarp(const float *x, const float *scale,
+                                  const float *bias, float *y, float *meanOut,
+                                  float *invStdOut, int64_t outer, int inner,
+                                  double eps) {
+  const int lane = threadIdx.x & 31;
+  const double count = double(inner);
+  const int64_t stride = int64_t(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       r < outer; r += stride) {
+    const float *xr = x + r * inner;
+    float *yr = y + r * inner;
+    float v[N];
+    double acc = 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int j = lane + 32 * i;
+      v[i] = j < inner ? xr[j] : 0.0f;
+      acc += double(v[i]);
+    }
+    const double mean = warpSum(acc) / count;
+    acc = 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (lane + 32 * i < inner) {
+        const double d = double(v[i]) - mean;
+        acc += d * d;
+      }
+    const double var = warpSum(acc) / count;
+    const float invStd = float(1.0 / sqrt(var + eps));
+    const float hi = float(mean);
+    const float lo = float(mean - double(hi));
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int j = lane + 32 * i;
+      if (j < inner) {
+        const float o = __fmul_rn(
+            __fmul_rn(__fsub_rn(__fsub_rn(v[i], hi), lo), invStd), scale[j]);
+        yr[j] = bias ? __fadd_rn(o, bias[j]) : o;
+      }
+    }
+    if (lane == 0) {
+      if (meanOut)
+        meanOut[r] = hi;
+      if (invStdOut)
+        invStdOut[r] = invStd;
+    }
+  }
+}
+
+template <int N> struct LayerNormWarp {
+  static void run(cudaStream_t stream, const float *x, const float *scale,
+                  const float *bias, float *y, float *meanOut, float *invStdOut,
+                  int64_t outer, int inner, double eps) {
+    layerNormRowsWarp<N>
+        <<<warpRowGrid(outer), 32 * kWarpsPerBlock, 0, stream>>>(
+            x, scale, bias, y, meanOut, invStdOut, outer, inner, eps);
+  }
+};
+
 /// xhat = (x - mean) * invStd in float, as the CPU backward computes it.
 __device__ inline float xhatOf(float x, float mean, float invStd) {
   return __fmul_rn(__fsub_rn(x, mean), invStd);
@@ -104,6 +167,7 @@ __global__ void layerNormColumnPartials(const float *x, const float *meanIn,
     const int64_t r0 = c * rowsPerChunk;
     const int64_t r1 = r0 + rowsPerChunk < outer ? r0 + rowsPerChunk : outer;
     double accScale = 0, accBias = 0;
+#pragma unroll 8
     for (int64_t r = r0; r < r1; ++r) {
       const float g = dy[r * inner + j];
       if (partScale)
@@ -118,24 +182,33 @@ __global__ void layerNormColumnPartials(const float *x, const float *meanIn,
   }
 }
 
-/// dScale[j] / dBias[j] = the chunks' partial sums of column j, in order.
+/// dScale[j] / dBias[j] = the chunks' partial sums of column j: one warp
+/// per column, lane l adding chunks l, l + 32, ... in order, then a fixed
+/// shuffle tree (the chunks' partials are many: a thread per column adding
+/// them one after the other waited on each load in turn).
 __global__ void layerNormColumnFinish(const double *partScale,
                                       const double *partBias, float *dScale,
                                       float *dBias, int64_t inner,
                                       int64_t chunks) {
-  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < inner;
-       j += int64_t(gridDim.x) * blockDim.x) {
+  const int lane = threadIdx.x & 31;
+  const int64_t stride = int64_t(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t j = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       j < inner; j += stride) {
     double accScale = 0, accBias = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t c = lane; c < chunks; c += 32) {
       if (dScale)
         accScale += partScale[c * inner + j];
       if (dBias)
         accBias += partBias[c * inner + j];
     }
-    if (dScale)
-      dScale[j] = float(accScale);
-    if (dBias)
-      dBias[j] = float(accBias);
+    accScale = warpSum(accScale);
+    accBias = warpSum(accBias);
+    if (lane == 0) {
+      if (dScale)
+        dScale[j] = float(accScale);
+      if (dBias)
+        dBias[j] = float(accBias);
+    }
   }
 }
 
@@ -169,6 +242,58 @@ __global__ void layerNormGradRows(const float *x, const float *scale,
   }
 }
 
+/// layerNormGradRows with one warp per row of inner <= 32 * N elements; the
+/// row is read into registers before dX is written (dX may alias dY).
+template <int N>
+__global__ void layerNormGradRowsWarp(const float *x, const float *scale,
+                                      const float *meanIn,
+                                      const float *invStdIn, const float *dy,
+                                      float *dx, int64_t outer, int inner) {
+  const int lane = threadIdx.x & 31;
+  const double count = double(inner);
+  const int64_t stride = int64_t(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       r < outer; r += stride) {
+    const float *xr = x + r * inner;
+    const float *dyr = dy + r * inner;
+    float *dxr = dx + r * inner;
+    const float mean = meanIn[r], invStd = invStdIn[r];
+    float g[N], xhat[N];
+    double sumG = 0, sumGXhat = 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int j = lane + 32 * i;
+      g[i] = 0.0f;
+      xhat[i] = 0.0f;
+      if (j < inner) {
+        g[i] = __fmul_rn(dyr[j], scale[j]);
+        xhat[i] = xhatOf(xr[j], mean, invStd);
+        sumG += double(g[i]);
+        sumGXhat += double(g[i]) * double(xhat[i]);
+      }
+    }
+    const float meanG = float(warpSum(sumG) / count);
+    const float meanGXhat = float(warpSum(sumGXhat) / count);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int j = lane + 32 * i;
+      if (j < inner)
+        dxr[j] = __fmul_rn(invStd, __fsub_rn(__fsub_rn(g[i], meanG),
+                                             __fmul_rn(xhat[i], meanGXhat)));
+    }
+  }
+}
+
+template <int N> struct LayerNormGradWarp {
+  static void run(cudaStream_t stream, const float *x, const float *scale,
+                  const float *meanIn, const float *invStdIn, const float *dy,
+                  float *dx, int64_t outer, int inner) {
+    layerNormGradRowsWarp<N>
+        <<<warpRowGrid(outer), 32 * kWarpsPerBlock, 0, stream>>>(
+            x, scale, meanIn, invStdIn, dy, dx, outer, inner);
+  }
+};
+
 } // namespace
 } // namespace cuda
 } // namespace pipec
@@ -187,8 +312,12 @@ extern "C" void pipec_cuda_k_layernorm(void *const *bufs, const int64_t *ints,
   const double eps = reals ? reals[0] : kDefaultEpsilon;
   if (outer <= 0 || inner <= 0)
     return;
-  layerNormRows<<<rowGrid(outer), rowBlock(inner), 0, context().stream>>>(
-      x, scale, bias, y, meanOut, invStdOut, outer, inner, eps);
+  if (inner <= kWarpRow)
+    launchWarpRows<LayerNormWarp>(inner, context().stream, x, scale, bias, y,
+                                  meanOut, invStdOut, outer, int(inner), eps);
+  else
+    layerNormRows<<<rowGrid(outer), rowBlock(inner), 0, context().stream>>>(
+        x, scale, bias, y, meanOut, invStdOut, outer, inner, eps);
   checkLaunch("pipec_cuda_k_layernorm");
 }
 
@@ -229,13 +358,18 @@ extern "C" void pipec_cuda_k_layernorm_grad(void *const *bufs,
         x, meanIn, invStdIn, dy, partScale, partBias, outer, inner, chunks,
         rowsPerChunk);
     checkLaunch(kName);
-    layerNormColumnFinish<<<gridFor(inner), 256, 0, stream>>>(
-        partScale, partBias, dScale, dBias, inner, chunks);
+    layerNormColumnFinish<<<warpRowGrid(inner), 32 * kWarpsPerBlock, 0,
+                            stream>>>(partScale, partBias, dScale, dBias, inner,
+                                      chunks);
     checkLaunch(kName);
   }
   if (dx && outer > 0) {
-    layerNormGradRows<<<rowGrid(outer), rowBlock(inner), 0, stream>>>(
-        x, scale, meanIn, invStdIn, dy, dx, outer, inner);
+    if (inner <= kWarpRow)
+      launchWarpRows<LayerNormGradWarp>(inner, stream, x, scale, meanIn,
+                                        invStdIn, dy, dx, outer, int(inner));
+    else
+      layerNormGradRows<<<rowGrid(outer), rowBlock(inner), 0, stream>>>(
+          x, scale, meanIn, invStdIn, dy, dx, outer, inner);
     checkLaunch(kName);
   }
 }

@@ -59,22 +59,6 @@ __device__ inline int64_t rowBase(int64_t r, int64_t dim, int64_t inner) {
   return o * dim * inner + (r - o * inner);
 }
 
-/// Rows of at most kWarpRow contiguous elements take one warp each.
-constexpr int64_t kWarpRow = 1024;
-constexpr int kWarpsPerBlock = 4;
-
-template <class T> __device__ inline T warpSum(T v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ inline float warpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 /// One warp per contiguous row of dim <= 32 * N elements.
 template <int N>
 __global__ void softmaxRowsWarp(const float *x, float *y, int64_t rows, int dim,
@@ -203,29 +187,6 @@ __global__ void softmaxGradRowsWarp(const float *y, const float *dy, float *dx,
       if (lane + 32 * i < dim)
         dx[base + lane + 32 * i] = gradElem(yv[i], gv[i], s, isLog);
   }
-}
-
-/// Launches kernel<N> for the smallest N (a power of two) with 32 N >= dim.
-template <template <int> class Launch, class... Args>
-void launchWarpRows(int64_t dim, Args... args) {
-  if (dim <= 32)
-    Launch<1>::run(args...);
-  else if (dim <= 64)
-    Launch<2>::run(args...);
-  else if (dim <= 128)
-    Launch<4>::run(args...);
-  else if (dim <= 256)
-    Launch<8>::run(args...);
-  else if (dim <= 512)
-    Launch<16>::run(args...);
-  else
-    Launch<32>::run(args...);
-}
-
-unsigned warpRowGrid(int64_t rows) {
-  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const int64_t cap = 65535LL * 8;
-  return unsigned(blocks < 1 ? 1 : blocks > cap ? cap : blocks);
 }
 
 template <int N> struct SoftmaxWarp {

@@ -315,6 +315,9 @@ TEST(CudaLayerNorm, Forward) {
     layerNormCase(5, 3000, withBias, true, 0);     // rows longer than a block
     layerNormCase(33, 64, withBias, false, 100);   // |mean| >> std
     layerNormCase(4, 1, withBias, false, 0, 1e-2); // one element per row
+    // The longest rows of one warp each, and the shortest of a block.
+    layerNormCase(3, 1024, withBias, true, 0);
+    layerNormCase(3, 1025, withBias, false, 0);
   }
 }
 
@@ -364,6 +367,10 @@ TEST(CudaLayerNormGrad, AllOutputs) {
     layerNormGradCase(5, 3000, true, true, withBias, true);
     layerNormGradCase(1000, 33, true, true, withBias, true); // many chunks
     layerNormGradCase(33, 64, true, true, withBias, false, 100);
+    // More chunks than lanes in the column sums; warp and block rows.
+    layerNormGradCase(4100, 96, true, true, withBias, true);
+    layerNormGradCase(3, 1024, true, true, withBias, false);
+    layerNormGradCase(3, 1025, true, true, withBias, true);
   }
 }
 
@@ -486,6 +493,45 @@ TEST(CudaSceLossGrad, AllReductionsAndOptions) {
         s.ignoreIndex = opts == 2 ? 1 : -100;
         sceGradCase(s, opts % 2 == 0, /*outOfRange=*/opts == 1);
       }
+}
+
+/// Rows of a language model's vocabulary (contiguous, one pass per row on
+/// the GPU): long rows, rows that rise so the running maximum keeps moving,
+/// -inf scores (masked classes), and a row of -inf only (NaN, as on the
+/// CPU).
+TEST(CudaSceLoss, LongRowsRisingAndInfinite) {
+  PIPEC_REQUIRE_GPU();
+  const int64_t n = 6, c = 5003;
+  std::vector<float> x = randf(size_t(n * c), -5, 5, 67);
+  for (int64_t k = 0; k < c; ++k) {
+    x[size_t(1 * c + k)] = 0.01f * float(k);     // rising
+    x[size_t(2 * c + k)] = 0.01f * float(c - k); // falling
+    if (k % 7 == 3)
+      x[size_t(3 * c + k)] = -INFINITY; // masked classes
+    x[size_t(5 * c + k)] = -INFINITY;   // nothing but -inf
+  }
+  for (int64_t reduction = 0; reduction < 3; ++reduction) {
+    SCOPED_TRACE(::testing::Message() << "reduction=" << reduction);
+    SceCase s{n, c, 1, reduction};
+    std::vector<int64_t> labels = {5, c - 1, 0, 4, 1234, 17};
+    std::vector<float> rows(x.begin(), x.begin() + 5 * c); // no -inf row
+    SceCase finite{5, c, 1, reduction};
+    expectSameAsCpu("sce_loss",
+                    {in(rows), inI64({5, c - 1, 0, 4, 1234}), null(),
+                     out(reduction == 0 ? 5 : 1), out(rows.size())},
+                    sceInts(finite));
+    expectSameAsCpu(
+        "sce_loss_grad",
+        {in(rows), inI64({5, c - 1, 0, 4, 1234}), null(),
+         in(reduction == 0 ? randf(5, -1, 1, 68) : std::vector<float>{0.5f}),
+         out(rows.size())},
+        sceInts(finite));
+    // With the -inf row: its loss (and a reduced loss) is NaN on both.
+    expectSameAsCpu("sce_loss",
+                    {in(x), inI64(labels), null(),
+                     out(reduction == 0 ? size_t(n) : 1), null()},
+                    sceInts(s));
+  }
 }
 
 //===----------------------------------------------------------------------===//
