@@ -291,6 +291,23 @@ def run_torch_resnet(b, compiled, bf16=False, profile=False):
     return x.shape[0] / wall
 
 
+def trace_pipec(args, b, build):
+    """Three steps of `build` with --trace (every rank's computations,
+    sends, receives and waits from CUDA events): where the pipeline's
+    time goes beyond the 1-stage build's (compare with `pipec simulate`
+    on the 1-stage profile). Copied to the results folder."""
+    out = os.path.join(b, f"trace-{build}.json")
+    cmd = pipec_launch(args, b, build, ["--steps", "3", "--trace", out, "--quiet",
+                                        "--checkpoint-dir", os.path.join(b, "trace_ckpt")])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0 or not os.path.exists(out):
+        print("trace run failed:", p.stdout[-1500:])
+        return
+    if os.environ.get("OUT"):
+        shutil.copy(out, os.path.join(os.environ["OUT"], f"trace_gpt_{build}.json"))
+    print(f"pipec {build}: trace of 3 steps in {out}")
+
+
 def run_torch(compiled, bf16=False, profile=False):
     """Samples/s of the same GPT in PyTorch: float32 (TF32 off), or with
     `bf16` under torch.autocast(bfloat16) (float32 weights and gradients).
@@ -409,6 +426,7 @@ def run(args):
         if env("PIPEC_BENCH_PROFILE", "1") != "0":
             profile_pipec(args, b, "s1")
             profile_pipec(args, b, "s1-bf16")
+            trace_pipec(args, b, "s4")
         rows = [("fp32", "pipec --target cuda, 1 stage", s1),
                 ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
                 ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch))]

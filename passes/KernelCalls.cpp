@@ -189,7 +189,10 @@ static std::optional<KernelCall> matmulKernelCall(Operation *op) {
         llvm::append_range(c.ints, batch);
         llvm::append_range(c.ints, batchStrides(a));
         llvm::append_range(c.ints, batchStrides(b));
-        c.ints.append({y[nb], y[nb + 1], a.back(), 0, 0});
+        // K is the inner dimension of op(A) (nn-fold-transposes).
+        const bool ta = mm.getTransA(), tb = mm.getTransB();
+        int64_t k = ta ? a[a.size() - 2] : a.back();
+        c.ints.append({y[nb], y[nb + 1], k, ta ? 1 : 0, tb ? 1 : 0});
         return c;
       })
       .Default([](Operation *) { return std::nullopt; });

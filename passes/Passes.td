@@ -154,6 +154,29 @@ def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
                            "::mlir::arith::ArithDialect"];
 }
 
+def NNFoldTransposesPass : Pass<"nn-fold-transposes", "mlir::ModuleOp"> {
+  let summary = "Reads transposed matrix-product operands in place.";
+  let description = [{
+    An nn.matmul operand produced by an nn.transpose that swaps only the
+    last two dimensions becomes the transpose's input, with `trans_a` /
+    `trans_b` set: the kernel (cuBLAS, OpenBLAS) reads the matrices
+    transposed instead of a copy being made first. Transposes left without
+    users are erased. The differentiation writes dA = dY B^T and
+    dB = A^T dY with such transposes, so on attention this removes a copy
+    of the [heads, T, T] probabilities per layer and microbatch from the
+    backward (and its arena buffer). Runs after nn-autodiff and
+    pipe-recompute, before the schedule is built.
+
+    ```mlir
+    %t = nn.transpose %p {perm = array<i64: 0, 2, 1>} : tensor<2x8x4xf32> -> tensor<2x4x8xf32>
+    %d = nn.matmul %t, %g : (tensor<2x4x8xf32>, tensor<2x8x16xf32>) -> tensor<2x4x16xf32>
+    // becomes
+    %d = nn.matmul %p, %g {trans_a = true} : (tensor<2x8x4xf32>, tensor<2x8x16xf32>) -> tensor<2x4x16xf32>
+    ```
+  }];
+  let dependentDialects = ["::pipec::nn::NNDialect"];
+}
+
 def NNConvertPrecisionPass : Pass<"nn-convert-precision", "mlir::ModuleOp"> {
   let summary = "Turns every f32 tensor of the module into an f64 tensor.";
   let description = [{

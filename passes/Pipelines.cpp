@@ -1,7 +1,8 @@
 //===- Pipelines.cpp - registered pass pipelines --------------------------===//
 //
 //   --pipec-train-pipeline="stages=4 microbatches=8 schedule=1f1b-flush"
-//       annotate-costs, plan, split-stages, autodiff, build-schedule,
+//       annotate-costs, plan, split-stages, autodiff, [recompute,]
+//       fold-transposes, build-schedule,
 //       [convert-precision,] verify-schedule, plan-memory
 //   --pipec-lower-stage="stage=K"
 //       lower-to-runtime for one stage, then the upstream conversions to
@@ -38,6 +39,7 @@ void pipec::buildDifferentiationPipeline(OpPassManager &pm,
     recompute.mode.assign(o.recompute.begin(), o.recompute.end());
     pm.addPass(createPipeRecomputePass(recompute));
   }
+  pm.addPass(createNNFoldTransposesPass());
 }
 
 void pipec::buildSchedulingPipeline(OpPassManager &pm,

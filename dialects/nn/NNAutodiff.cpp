@@ -75,6 +75,28 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
                                  SmallVectorImpl<Value> &operandGrads) {
   Value dy = resultGrads[0];
   Location loc = getLoc();
+  if (getTransA() || getTransB()) {
+    // Y = alpha op(A) op(B) (set by nn-fold-transposes, which runs after
+    // differentiation; handled for completeness): differentiate the plain
+    // product of the transposed operands, then transpose their gradients
+    // back.
+    Value a = fwd(getA()), bb = fwd(getB());
+    Value opA = getTransA() ? transposeLast2(b, loc, a) : a;
+    Value opB = getTransB() ? transposeLast2(b, loc, bb) : bb;
+    auto plain = MatMulOp::create(b, loc, getOutput().getType(), opA, opB,
+                                  getAlphaAttr(), b.getBoolAttr(false),
+                                  b.getBoolAttr(false));
+    SmallVector<Value> grads;
+    if (failed(plain.buildVJP(
+            b, resultGrads, [](Value v) { return v; }, grads)))
+      return failure();
+    operandGrads.push_back(getTransA() ? transposeLast2(b, loc, grads[0])
+                                       : grads[0]);
+    operandGrads.push_back(getTransB() ? transposeLast2(b, loc, grads[1])
+                                       : grads[1]);
+    plain.erase();
+    return success();
+  }
   auto at = cast<RankedTensorType>(getA().getType());
   auto bt = cast<RankedTensorType>(getB().getType());
   Value a = fwd(getA()), bb = fwd(getB());
@@ -107,10 +129,12 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
     shape.push_back(like.getDimSize(like.getRank() - 1));
     return RankedTensorType::get(shape, like.getElementType());
   };
-  Value daFull = MatMulOp::create(b, loc, full(at), dy,
-                                  transposeLast2(b, loc, bb), getAlphaAttr());
+  auto noTrans = b.getBoolAttr(false);
+  Value daFull =
+      MatMulOp::create(b, loc, full(at), dy, transposeLast2(b, loc, bb),
+                       getAlphaAttr(), noTrans, noTrans);
   Value dbFull = MatMulOp::create(b, loc, full(bt), transposeLast2(b, loc, a),
-                                  dy, getAlphaAttr());
+                                  dy, getAlphaAttr(), noTrans, noTrans);
   operandGrads.push_back(sumTo(b, loc, daFull, at));
   operandGrads.push_back(sumTo(b, loc, dbFull, bt));
   return success();

@@ -21,7 +21,8 @@ int64_t GemmOp::getForwardFlops() {
 }
 int64_t MatMulOp::getForwardFlops() {
   auto a = cast<RankedTensorType>(getA().getType());
-  return 2 * numel(getOutput()) * a.getShape().back();
+  int64_t k = a.getDimSize(a.getRank() - (getTransA() ? 2 : 1));
+  return 2 * numel(getOutput()) * k;
 }
 int64_t AddOp::getForwardFlops() { return numel(getOutput()); }
 int64_t SubOp::getForwardFlops() { return numel(getOutput()); }

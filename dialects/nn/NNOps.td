@@ -140,13 +140,23 @@ def NN_MatMulOp : NN_Op<"matmul", [DeclareOpInterfaceMethods<NN_CostOpInterface>
     values reach the subnormal range or overflow (the unfolded backward
     scales dY before its GEMMs, the folded one after).
 
+    `trans_a` / `trans_b` use that operand with its last two dimensions
+    swapped (Y = alpha op(A) op(B), per batch matrix); the importer never
+    sets them: nn-fold-transposes does, for an operand that an
+    nn.transpose of the last two dimensions produced (the backward's
+    dY B^T and A^T dY), so that the kernel reads the matrix transposed
+    instead of copying it.
+
     ```mlir
     %y = nn.matmul %a, %b : (tensor<4x8x16xf32>, tensor<16x32xf32>) -> tensor<4x8x32xf32>
     %s = nn.matmul %q, %k {alpha = 1.250000e-01 : f32} : (tensor<2x8x64xf32>, tensor<2x64x8xf32>) -> tensor<2x8x8xf32>
+    %d = nn.matmul %p, %g {trans_a = true} : (tensor<2x8x8xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
     ```
   }];
   let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b,
-                       DefaultValuedAttr<F32Attr, "1.0">:$alpha);
+                       DefaultValuedAttr<F32Attr, "1.0">:$alpha,
+                       DefaultValuedAttr<BoolAttr, "false">:$trans_a,
+                       DefaultValuedAttr<BoolAttr, "false">:$trans_b);
   let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

@@ -75,20 +75,27 @@ LogicalResult GemmOp::verify() {
   return success();
 }
 
+/// (rows, columns) of the matrices of `t`, swapped when `trans`.
+static std::pair<int64_t, int64_t> matrixDims(RankedTensorType t, bool trans) {
+  int64_t r = t.getDimSize(t.getRank() - 2), c = t.getDimSize(t.getRank() - 1);
+  return trans ? std::make_pair(c, r) : std::make_pair(r, c);
+}
+
 LogicalResult MatMulOp::verify() {
   auto a = rt(getA()), b = rt(getB()), out = rt(getOutput());
   if (a.getRank() < 2 || b.getRank() < 2)
     return emitOpError("operands must have rank >= 2");
-  if (a.getShape().back() != b.getShape()[b.getRank() - 2])
-    return emitOpError("inner dimensions differ: ")
-           << a.getShape().back() << " vs " << b.getShape()[b.getRank() - 2];
+  auto [aRows, aCols] = matrixDims(a, getTransA());
+  auto [bRows, bCols] = matrixDims(b, getTransB());
+  if (aCols != bRows)
+    return emitOpError("inner dimensions differ: ") << aCols << " vs " << bRows;
   auto batch = broadcastShapes(a.getShape().drop_back(2),
                                b.getShape().drop_back(2));
   if (failed(batch))
     return emitOpError("batch dimensions are not broadcast-compatible");
   SmallVector<int64_t> expect(*batch);
-  expect.push_back(a.getShape()[a.getRank() - 2]);
-  expect.push_back(b.getShape().back());
+  expect.push_back(aRows);
+  expect.push_back(bCols);
   if (out.getShape() != ArrayRef<int64_t>(expect))
     return emitOpError("result must be ")
            << shapeStr(expect) << ", got " << shapeStr(out.getShape());

@@ -66,6 +66,11 @@ class Builder:
         h = self.conv_bn(x, cin, width, 1, 1, f"{prefix}.1")
         h = self.conv_bn(h, width, width, 3, stride, f"{prefix}.2")
         h = self.conv_bn(h, width, cout, 1, 1, f"{prefix}.3", relu=False)
+        return self.residual(h, x, cin, cout, stride, prefix)
+
+    def residual(self, h, x, cin, cout, stride, prefix):
+        """relu(h + shortcut(x)): the identity, or a 1x1 projection when
+        the shape changes."""
         shortcut = x
         if stride != 1 or cin != cout:
             shortcut = self.conv_bn(x, cin, cout, 1, stride, f"{prefix}.down", relu=False)
@@ -78,14 +83,7 @@ class Builder:
     def block(self, x, cin, cout, stride, prefix):
         h = self.conv_bn(x, cin, cout, 3, stride, f"{prefix}.1")
         h = self.conv_bn(h, cout, cout, 3, 1, f"{prefix}.2", relu=False)
-        shortcut = x
-        if stride != 1 or cin != cout:
-            shortcut = self.conv_bn(x, cin, cout, 1, stride, f"{prefix}.down", relu=False)
-        s = self.name(f"{prefix}/add")
-        self.nodes.append(helper.make_node("Add", [h, shortcut], [s], name=f"/{prefix}/Add"))
-        r = self.name(f"{prefix}/out")
-        self.nodes.append(helper.make_node("Relu", [s], [r], name=f"/{prefix}/Relu"))
-        return r
+        return self.residual(h, x, cin, cout, stride, prefix)
 
 
 # ResNet-50: (bottleneck width, blocks) per stage.

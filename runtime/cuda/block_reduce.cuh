@@ -93,6 +93,15 @@ __device__ inline float warpMax(float v) {
   return v;
 }
 
+/// One warp per row, grid-stride: this warp's first row, and the distance
+/// to its next one.
+__device__ inline int64_t firstWarpRow() {
+  return int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+}
+__device__ inline int64_t warpRowStride() {
+  return int64_t(gridDim.x) * (blockDim.x >> 5);
+}
+
 /// Launches Launch<N>::run(args...) for the smallest N (a power of two)
 /// with 32 N >= dim (dim <= kWarpRow).
 template <template <int> class Launch, class... Args>

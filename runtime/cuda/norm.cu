@@ -94,9 +94,7 @@ __global__ void layerNormRowsWarp(const float *x, const float *scale,
                                   double eps) {
   const int lane = threadIdx.x & 31;
   const double count = double(inner);
-  const int64_t stride = int64_t(gridDim.x) * (blockDim.x >> 5);
-  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-       r < outer; r += stride) {
+  for (int64_t r = firstWarpRow(); r < outer; r += warpRowStride()) {
     const float *xr = x + r * inner;
     float *yr = y + r * inner;
     float v[N];
@@ -191,9 +189,7 @@ __global__ void layerNormColumnFinish(const double *partScale,
                                       float *dBias, int64_t inner,
                                       int64_t chunks) {
   const int lane = threadIdx.x & 31;
-  const int64_t stride = int64_t(gridDim.x) * (blockDim.x >> 5);
-  for (int64_t j = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-       j < inner; j += stride) {
+  for (int64_t j = firstWarpRow(); j < inner; j += warpRowStride()) {
     double accScale = 0, accBias = 0;
     for (int64_t c = lane; c < chunks; c += 32) {
       if (dScale)
@@ -251,9 +247,7 @@ __global__ void layerNormGradRowsWarp(const float *x, const float *scale,
                                       float *dx, int64_t outer, int inner) {
   const int lane = threadIdx.x & 31;
   const double count = double(inner);
-  const int64_t stride = int64_t(gridDim.x) * (blockDim.x >> 5);
-  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-       r < outer; r += stride) {
+  for (int64_t r = firstWarpRow(); r < outer; r += warpRowStride()) {
     const float *xr = x + r * inner;
     const float *dyr = dy + r * inner;
     float *dxr = dx + r * inner;

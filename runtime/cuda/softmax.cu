@@ -64,9 +64,7 @@ template <int N>
 __global__ void softmaxRowsWarp(const float *x, float *y, int64_t rows, int dim,
                                 bool isLog) {
   const int lane = threadIdx.x & 31;
-  const int64_t stride = int64_t(gridDim.x) * (blockDim.x >> 5);
-  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-       r < rows; r += stride) {
+  for (int64_t r = firstWarpRow(); r < rows; r += warpRowStride()) {
     const float *xr = x + r * dim;
     float *yr = y + r * dim;
     float v[N];
@@ -168,9 +166,7 @@ template <int N>
 __global__ void softmaxGradRowsWarp(const float *y, const float *dy, float *dx,
                                     int64_t rows, int dim, bool isLog) {
   const int lane = threadIdx.x & 31;
-  const int64_t stride = int64_t(gridDim.x) * (blockDim.x >> 5);
-  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-       r < rows; r += stride) {
+  for (int64_t r = firstWarpRow(); r < rows; r += warpRowStride()) {
     const int64_t base = r * dim;
     float yv[N], gv[N];
     double acc = 0;

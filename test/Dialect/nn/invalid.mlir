@@ -48,6 +48,25 @@ func.func @matmul_inner(%a: tensor<4x6xf32>, %b: tensor<5x7xf32>) -> tensor<4x7x
 
 // -----
 
+func.func @matmul_inner_transposed(%a: tensor<6x4xf32>, %b: tensor<7x6xf32>) -> tensor<4x7xf32> {
+  // trans_a reads A as 4x6, trans_b reads B as 6x7: fine. Without trans_b
+  // B is 7x6 and the inner dimensions differ.
+  %0 = nn.matmul %a, %b {trans_a = true, trans_b = true} : (tensor<6x4xf32>, tensor<7x6xf32>) -> tensor<4x7xf32>
+  // expected-error @+1 {{inner dimensions differ: 6 vs 7}}
+  %1 = nn.matmul %a, %b {trans_a = true} : (tensor<6x4xf32>, tensor<7x6xf32>) -> tensor<4x7xf32>
+  return %1 : tensor<4x7xf32>
+}
+
+// -----
+
+func.func @matmul_result_transposed(%a: tensor<2x6x4xf32>, %b: tensor<6x7xf32>) -> tensor<2x6x7xf32> {
+  // expected-error @+1 {{result must be [2x4x7], got [2x6x7]}}
+  %0 = nn.matmul %a, %b {trans_a = true} : (tensor<2x6x4xf32>, tensor<6x7xf32>) -> tensor<2x6x7xf32>
+  return %0 : tensor<2x6x7xf32>
+}
+
+// -----
+
 func.func @softmax_axis(%a: tensor<4x6xf32>) -> tensor<4x6xf32> {
   // expected-error @+1 {{axis 2 is out of range for rank 2}}
   %0 = nn.softmax %a {axis = 2 : i64} : tensor<4x6xf32>

@@ -1,0 +1,83 @@
+//===- FoldTransposes.cpp - transposed operands of matrix products -------===//
+//
+// Part of pipec. Implements --nn-fold-transposes (Passes.td).
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// For every nn.matmul, an operand defined by an nn.transpose whose
+/// permutation is the identity but for the last two dimensions is replaced
+/// by the transpose's input and the operand's trans flag is toggled (a
+/// flag already set means the two transposes cancel; chains peel one
+/// transpose at a time). The batch dimensions
+/// are untouched, so broadcasting and the kernel's batch strides stay the
+/// same. Transposes left without users are erased. The result is the same
+/// matrix product: on the CPU OpenBLAS and on the GPU cuBLAS read the
+/// operand through the transpose flag of their GEMM.
+///
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace pipec {
+#define GEN_PASS_DEF_NNFOLDTRANSPOSESPASS
+#include "passes/Passes.h.inc"
+} // namespace pipec
+
+using namespace mlir;
+
+namespace {
+
+/// The input of `v`'s defining transpose when it swaps only the last two
+/// dimensions; null otherwise.
+Value lastTwoSwapped(Value v) {
+  auto t = v.getDefiningOp<pipec::nn::TransposeOp>();
+  if (!t)
+    return {};
+  ArrayRef<int64_t> perm = t.getPerm();
+  const int64_t rank = int64_t(perm.size());
+  if (rank < 2 || perm[rank - 1] != rank - 2 || perm[rank - 2] != rank - 1)
+    return {};
+  for (int64_t i = 0; i + 2 < rank; ++i)
+    if (perm[i] != i)
+      return {};
+  return t.getInput();
+}
+
+struct NNFoldTransposesPass
+    : public pipec::impl::NNFoldTransposesPassBase<NNFoldTransposesPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    llvm::SetVector<Operation *> maybeDead;
+    getOperation().walk([&](pipec::nn::MatMulOp mm) {
+      // A chain of such transposes peels one at a time (two cancel).
+      while (Value in = lastTwoSwapped(mm.getA())) {
+        maybeDead.insert(mm.getA().getDefiningOp());
+        mm.getAMutable().assign(in);
+        mm.setTransA(!mm.getTransA());
+      }
+      while (Value in = lastTwoSwapped(mm.getB())) {
+        maybeDead.insert(mm.getB().getDefiningOp());
+        mm.getBMutable().assign(in);
+        mm.setTransB(!mm.getTransB());
+      }
+    });
+    // Until none is left to erase: a transpose of a transpose dies only
+    // after its reader.
+    SmallVector<Operation *> pending(maybeDead.begin(), maybeDead.end());
+    for (bool erased = true; erased;) {
+      erased = false;
+      for (Operation *&op : pending)
+        if (op && op->use_empty()) {
+          op->erase();
+          op = nullptr;
+          erased = true;
+        }
+    }
+  }
+};
+
+} // namespace
