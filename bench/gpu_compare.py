@@ -300,12 +300,15 @@ def trace_pipec(args, b, build):
     cmd = pipec_launch(args, b, build, ["--steps", "3", "--trace", out, "--quiet",
                                         "--checkpoint-dir", os.path.join(b, "trace_ckpt")])
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    if p.returncode != 0 or not os.path.exists(out):
+    # Each rank writes its own file: trace-BUILD.rankN.json.
+    files = sorted(f for f in os.listdir(b) if f.startswith(f"trace-{build}.rank") and f.endswith(".json"))
+    if p.returncode != 0 or not files:
         print("trace run failed:", p.stdout[-1500:])
         return
-    if os.environ.get("OUT"):
-        shutil.copy(out, os.path.join(os.environ["OUT"], f"trace_gpt_{build}.json"))
-    print(f"pipec {build}: trace of 3 steps in {out}")
+    for f in files:
+        if os.environ.get("OUT"):
+            shutil.copy(os.path.join(b, f), os.path.join(os.environ["OUT"], "gpt_" + f))
+    print(f"pipec {build}: trace of 3 steps in {len(files)} files ({', '.join(files)})")
 
 
 def run_torch(compiled, bf16=False, profile=False):
@@ -382,7 +385,7 @@ def print_table(title, rows, flops, batch, name):
     result = {}
     for precision, label, sps in rows:
         if not sps:
-            print(f"{label:52s} failed")
+            print(f"{label:52s} not measured (failed, or not run: PIPEC_BENCH_PARTS)")
             continue
         peaks = FP32_PEAK if precision == "fp32" else BF16_PEAK
         peak = next((v for k, v in peaks.items() if k in name), list(peaks.values())[0])
@@ -394,16 +397,15 @@ def print_table(title, rows, flops, batch, name):
     return result
 
 
-def torch_compiled_rows(env, run_one):
+def torch_compiled_rows(run_one):
     """torch.compile rows in both precisions (its compile takes a minute;
     PIPEC_BENCH_COMPILE=0 leaves them out)."""
     rows = []
-    if env("PIPEC_BENCH_COMPILE", "1") == "0":
-        return rows
     for precision, bf16 in (("fp32", False), ("bf16", True)):
+        label = "PyTorch torch.compile" + (", autocast bf16" if bf16 else "")
         try:
-            rows.append((precision, "PyTorch torch.compile" + (", autocast bf16" if bf16 else ""),
-                         run_one(bf16)))
+            rows.append((precision, label, run_one(bf16)))
+            print(f"{label}: {rows[-1][2]:.1f} samples/s", flush=True)
         except Exception as e:  # noqa: BLE001
             print("torch.compile failed:", type(e).__name__, str(e)[:300])
     return rows
@@ -418,18 +420,30 @@ def run(args):
     env = os.environ.get
     result = {}
     profile_torch = env("PIPEC_BENCH_TORCH_PROFILE", "1") != "0"
+    # PIPEC_BENCH_PARTS=part,... runs only those parts: pipec (the GPT's
+    # pipec rows), profile (its per-op profiles), trace (its 4-stage
+    # trace), eager, compile (both models' torch.compile rows), resnet.
+    parts = env("PIPEC_BENCH_PARTS", "pipec,profile,trace,eager,compile,resnet").split(",")
+    if env("PIPEC_BENCH_COMPILE", "1") == "0" and "compile" in parts:
+        parts.remove("compile")
+    if env("PIPEC_BENCH_PROFILE", "1") == "0":
+        parts = [p for p in parts if p not in ("profile", "trace")]
     if env("PIPEC_BENCH_GPT", "1") != "0":
         draw_weights(b, BUILDS)
-        s1, loss1 = run_pipec(args, b, "s1")
-        s4, loss4 = run_pipec(args, b, "s4")
-        sb, lossb = run_pipec(args, b, "s1-bf16")
-        if env("PIPEC_BENCH_PROFILE", "1") != "0":
+        s1 = s4 = sb = loss1 = loss4 = lossb = None
+        if "pipec" in parts:
+            s1, loss1 = run_pipec(args, b, "s1")
+            s4, loss4 = run_pipec(args, b, "s4")
+            sb, lossb = run_pipec(args, b, "s1-bf16")
+        if "profile" in parts:
             profile_pipec(args, b, "s1")
             profile_pipec(args, b, "s1-bf16")
+        if "trace" in parts:
             trace_pipec(args, b, "s4")
+        eager = "eager" in parts
         rows = [("fp32", "pipec --target cuda, 1 stage", s1),
                 ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
-                ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch))]
+                ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch) if eager else None)]
         if env("PIPEC_BENCH_PEDANTIC", "0") != "0":
             # The 1-stage build again with cuBLAS's pedantic math mode (what
             # pipec used before CUBLAS_DEFAULT_MATH; both float32, no TF32).
@@ -438,22 +452,25 @@ def run(args):
             del os.environ["PIPEC_CUBLAS_MATH"]
             rows.append(("fp32", "pipec --target cuda, 1 stage, cuBLAS pedantic math", sp))
         rows.append(("bf16", "pipec --target cuda --precision bf16, 1 stage", sb))
-        rows.append(("bf16", "PyTorch eager, autocast bf16", run_torch(False, bf16=True, profile=profile_torch)))
-        rows += torch_compiled_rows(env, lambda bf16: run_torch(True, bf16=bf16))
+        rows.append(("bf16", "PyTorch eager, autocast bf16",
+                     run_torch(False, bf16=True, profile=profile_torch) if eager else None))
+        if "compile" in parts:
+            rows += torch_compiled_rows(lambda bf16: run_torch(True, bf16=bf16))
         result["gpt"] = print_table(
             f"\nGPT {LAYERS} layers d={DIM} seq {SEQ}, global batch {BATCH} in {MICROBATCHES} microbatches, "
             f"SGD; {name}; {flops_per_step() / 1e9:.1f} GFLOP per step; fp32 rows: TF32 off; "
             f"final losses pipec {loss1} (1 stage) {loss4} (4 stages) {lossb} (1 stage, bf16)",
             rows, flops_per_step(), BATCH, name)
-    if env("PIPEC_BENCH_RESNET", "1") != "0" and os.path.isdir(os.path.join(b, "resnet50")):
-        result["resnet50"] = run_resnet(args, os.path.join(b, "resnet50"), config, name, env, profile_torch)
+    if "resnet" in parts and os.path.isdir(os.path.join(b, "resnet50")):
+        result["resnet50"] = run_resnet(args, os.path.join(b, "resnet50"), config, name, env, profile_torch,
+                                        "compile" in parts)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
     return 0
 
 
-def run_resnet(args, r, config, name, env, profile_torch):
+def run_resnet(args, r, config, name, env, profile_torch, compiled):
     """The ResNet-50 table: pipec (1 stage, float32 and bf16) against
     PyTorch on the same images (drawn here: N(0, 1), uniform labels)."""
     import numpy as np
@@ -472,7 +489,8 @@ def run_resnet(args, r, config, name, env, profile_torch):
             ("fp32", "PyTorch eager", run_torch_resnet(r, False, profile=profile_torch)),
             ("bf16", "pipec --target cuda --precision bf16, 1 stage", sb),
             ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True))]
-    rows += torch_compiled_rows(env, lambda bf16: run_torch_resnet(r, True, bf16=bf16))
+    if compiled:
+        rows += torch_compiled_rows(lambda bf16: run_torch_resnet(r, True, bf16=bf16))
     flops = resnet50_flops(batch)
     return print_table(
         f"\nResNet-50 224x224, batch {batch} (one microbatch), SGD; {name}; {flops / 1e9:.1f} GFLOP per step "

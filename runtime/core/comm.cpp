@@ -106,6 +106,12 @@ pipec_ctx &checkedContext(pipec_ctx *ctx, const char *function) {
   return *ctx;
 }
 
+void progressMessages(pipec_ctx &ctx) {
+  if (ctx.messageProgress && ctx.comm &&
+      (!ctx.pendingSends.empty() || !ctx.postedRecvs.empty()))
+    ctx.comm->progress();
+}
+
 void reapSends(pipec_ctx &ctx) {
   auto done = [](std::unique_ptr<Transfer> &t) { return t->test(); };
   ctx.pendingSends.erase(std::remove_if(ctx.pendingSends.begin(),

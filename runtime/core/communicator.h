@@ -146,6 +146,11 @@ public:
   /// there (ordered before the kernels queued after it).
   virtual void receive(void *dst, int64_t bytes, int peer, int tag,
                        const std::string &what) = 0;
+  /// Lets pending nonblocking transfers move without waiting for any. An
+  /// MPI library progresses messages only inside MPI calls: a large message
+  /// sent by copy-in/copy-out (shared memory without a single-copy
+  /// mechanism) needs its sender to call in again while it computes.
+  virtual void progress() {}
   /// Sums `count` floats (float64 with `f64`) at `data` over `group` in
   /// place, then multiplies them by `scale` unless it is 1.
   virtual void allreduceSum(CommGroup &group, void *data, int64_t count,

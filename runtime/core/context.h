@@ -76,6 +76,10 @@ struct pipec_ctx {
 
   /// Outstanding sends (each owns what it sends).
   std::vector<std::unique_ptr<pipec::rt::Transfer>> pendingSends;
+  /// Messages in flight are progressed between ops and while waiting for
+  /// the device (progressMessages, Communicator::progress);
+  /// PIPEC_MESSAGE_PROGRESS=0 turns it off.
+  bool messageProgress = true;
 
   /// Receives posted ahead (pipec_rt_recv_post), by (peer, channel, mb),
   /// with their size.
@@ -93,6 +97,10 @@ struct pipec_ctx {
 
 namespace pipec {
 namespace rt {
+
+/// Lets this rank's messages in flight move (Communicator::progress) when
+/// there are any and ctx.messageProgress is on.
+void progressMessages(pipec_ctx &ctx);
 
 /// Throws RtError unless `ctx` is non-null (every ABI entry point checks).
 pipec_ctx &checkedContext(pipec_ctx *ctx, const char *function);

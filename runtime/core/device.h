@@ -29,6 +29,7 @@
 #include "pipec_rt.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,11 @@ public:
   /// The device's queue clock, or null where the host's clock times the
   /// device's work (synchronize() then waits for it).
   virtual QueueClock *queueClock() { return nullptr; }
+  /// `hook` is called over and over while the host waits for the device's
+  /// queue (toHost, synchronize): the runtime lets pending messages move
+  /// meanwhile (Communicator::progress). A device whose work runs on the
+  /// host thread never waits and ignores it.
+  virtual void setWaitHook(std::function<void()> hook) { (void)hook; }
 };
 
 /// Device memory with an owner: released through its device.

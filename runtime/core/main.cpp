@@ -674,6 +674,13 @@ int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
   pipec::cpu::setMatmulBf16(request.matmulBf16);
   ctx.device = factory(request);
   ctx.comm->useDevice(*ctx.device);
+  // While this rank waits for its device, its messages in flight move (a
+  // sender that only waited would hold a large message back until its
+  // next MPI call).
+  const char *progress = std::getenv("PIPEC_MESSAGE_PROGRESS");
+  ctx.messageProgress = !progress || std::string(progress) != "0";
+  if (ctx.messageProgress)
+    ctx.device->setWaitHook([&ctx] { progressMessages(ctx); });
   arena.allocate(*ctx.device, desc.arenaBytes, "the arena");
   if (desc.loss && !ctx.device->hostAccessible())
     ctx.lossBuffer.allocate(*ctx.device, desc.microbatches * desc.realBytes,

@@ -212,7 +212,12 @@ extern "C" void pipec_rt_span_end(pipec_ctx *ctx, int64_t kind) {
 extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {
   watchdogProgress(); // every layer op: only one op longer than the
                       // watchdog's limit looks like a hang
-  if (!ctx || !ctx->profiler.enabled())
+  if (!ctx)
+    return;
+  // Messages in flight move between ops, not only when this rank next
+  // waits for one (see Communicator::progress).
+  guarded([&] { progressMessages(*ctx); });
+  if (!ctx->profiler.enabled())
     return;
   guarded([&] {
     ctx->profiler.begin(op, phase, queueMark(ctx)); // the op, not its launch

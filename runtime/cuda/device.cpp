@@ -36,6 +36,7 @@
 #include <cstring>
 #include <deque>
 #include <dlfcn.h>
+#include <functional>
 #include <map>
 #include <string>
 #include <unistd.h>
@@ -179,7 +180,7 @@ public:
     check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost,
                           context().stream),
           "copy from the GPU");
-    check(cudaStreamSynchronize(context().stream), "copy from the GPU");
+    waitForStream("copy from the GPU");
   }
   void copy(void *dst, const void *src, int64_t bytes) override {
     if (bytes > 0)
@@ -187,8 +188,9 @@ public:
                             context().stream),
             "copy on the GPU");
   }
-  void synchronize() override {
-    check(cudaStreamSynchronize(context().stream), "GPU kernels");
+  void synchronize() override { waitForStream("GPU kernels"); }
+  void setWaitHook(std::function<void()> hook) override {
+    waitHook_ = std::move(hook);
   }
   const void *constant(const void *host, int64_t bytes) override {
     auto it = constants_.find(host);
@@ -201,6 +203,25 @@ public:
   }
 
 private:
+  /// Waits for every queued kernel and copy. With a wait hook (the
+  /// runtime's message progress) it polls the stream and calls the hook
+  /// between polls instead of blocking in cudaStreamSynchronize.
+  void waitForStream(const char *what) {
+    cudaStream_t stream = context().stream;
+    if (!waitHook_) {
+      check(cudaStreamSynchronize(stream), what);
+      return;
+    }
+    while (true) {
+      cudaError_t e = cudaStreamQuery(stream);
+      if (e == cudaSuccess)
+        return;
+      if (e != cudaErrorNotReady)
+        check(e, what);
+      waitHook_();
+    }
+  }
+
   /// Pinned staging for uploads of at most kUploadSlotMax bytes.
   static constexpr int64_t kUploadSlotMax = 64 << 20;
   struct UploadSlot {
@@ -233,6 +254,7 @@ private:
                         std::string(std::getenv("PIPEC_QUEUE_CLOCK")) != "0";
   std::map<const void *, char *> constants_;
   std::deque<UploadSlot> uploads_;
+  std::function<void()> waitHook_;
 };
 
 } // namespace

@@ -25,11 +25,15 @@
 #include "cuda/device_factory.h"
 #endif
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 using namespace pipec::rt;
@@ -305,6 +309,47 @@ void checkSums(Communicator &comm, Device &device) {
 
 } // namespace
 
+/// A large message completes while its sender only calls progress(). MPI
+/// moves messages only inside its calls: a sender busy computing would
+/// hold back the rest of a message sent by copy-in/copy-out (these tests
+/// run with OpenMPI's shared-memory single-copy mechanism off). Rank 1
+/// tells rank 0 that the bytes arrived through a file, not through MPI.
+void checkProgress(Communicator &comm, Device &device) {
+  const int r = comm.rank();
+  const int64_t bytes = int64_t(16) << 20;
+  const std::vector<std::string> ids =
+      comm.allgather(std::to_string(getpid()), "progress: ids");
+  const std::filesystem::path flag = std::filesystem::temp_directory_path() /
+                                     ("pipec-progress-" + ids[0] + ".flag");
+  if (r == 0)
+    std::filesystem::remove(flag);
+  comm.barrier("progress: start");
+  if (r == 0) {
+    DeviceBytes src(device, pattern(bytes, 3), bytes);
+    std::unique_ptr<Transfer> t =
+        comm.send(src.buffer.get(), bytes, 1, 21, "16 MiB");
+    const auto start = std::chrono::steady_clock::now();
+    bool arrived = false;
+    while (!arrived && std::chrono::steady_clock::now() - start <
+                           std::chrono::seconds(30)) {
+      comm.progress();
+      arrived = std::filesystem::exists(flag);
+    }
+    check(arrived, "a 16 MiB message arrives while its sender only calls "
+                   "progress() (30 s)");
+    t->wait();
+    std::filesystem::remove(flag);
+  } else if (r == 1) {
+    DeviceBytes dst(device, {}, bytes);
+    comm.receive(dst.buffer.get(), bytes, 0, 21, "16 MiB");
+    const bool same =
+        sameBytes(dst.read(device, bytes), pattern(bytes, 3), bytes);
+    std::ofstream(flag) << "arrived\n";
+    check(same, "the 16 MiB message's bytes");
+  }
+  comm.barrier("progress: end");
+}
+
 int main(int argc, char **argv) {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Device> device;
@@ -333,6 +378,7 @@ int main(int argc, char **argv) {
     checkGroups(*comm);
     checkMessages(*comm, *device);
     checkSums(*comm, *device);
+    checkProgress(*comm, *device);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "rank %d: FAILED with an error: %s\n", me, e.what());
     if (comm)
