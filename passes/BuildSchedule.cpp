@@ -290,6 +290,7 @@ struct PipeBuildSchedulePass
     const int64_t devices = numStages / chunks;
     // Zero bubble: every backward in an input half and a weight half.
     if (*kind == ScheduleKind::ZeroBubbleH1 ||
+        *kind == ScheduleKind::ZeroBubbleH2 ||
         *kind == ScheduleKind::ZeroBubbleV || csv.splitBackward)
       for (int64_t q = 0; q < numStages; ++q)
         if (failed(splitBackward(module, q)))

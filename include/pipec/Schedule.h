@@ -34,6 +34,12 @@ namespace pipec {
 ///                                chunks per device placed as a V (device r
 ///                                holds stages r and 2p-1-r), backwards split
 ///                                into B and W, 1F1B-like memory
+///   ZeroBubbleH2   "zb-h2"       zero bubble with more memory (Qi et al.
+///                                2023, ZB-H2): backwards split like zb-h1,
+///                                up to 2p - 1 microbatches in flight on
+///                                every stage, W ops deferred so that the
+///                                last backwards reach the first stage
+///                                without waiting; straight pipelines only
 ///   Custom         "custom"      synchronous (one flush per step), with the
 ///                                per-rank order read from a file: a
 ///                                torch.distributed.pipelining compute-only
@@ -48,18 +54,20 @@ enum class ScheduleKind {
   Interleaved,
   ZeroBubbleH1,
   Custom,
-  ZeroBubbleV
+  ZeroBubbleV,
+  ZeroBubbleH2
 };
 
 /// Parses "gpipe" / "1f1b-flush" / "1f1b" / "2bw" / "interleaved" / "zb-h1"
-/// / "custom" / "zb-v"; nullopt for anything else.
+/// / "custom" / "zb-v" / "zb-h2"; nullopt for anything else.
 std::optional<ScheduleKind> parseScheduleKind(const std::string &name);
 const char *scheduleKindName(ScheduleKind kind);
 /// Every accepted name, in declaration order, e.g. for "available: ..."
 /// messages.
 std::vector<std::string> scheduleKindNames();
 /// True for the synchronous schedules that end each step with a flush
-/// (gpipe, 1f1b-flush, interleaved, zb-h1, custom); false for 1f1b and 2bw,
+/// (gpipe, 1f1b-flush, interleaved, zb-h1, zb-h2, zb-v, custom); false for
+/// 1f1b and 2bw,
 /// which run batches back to back.
 bool isFlushSchedule(ScheduleKind kind);
 
@@ -132,6 +140,9 @@ struct StageSchedule {
 ///               w cool-down backwards (thesis.md §5.2)
 ///   1f1b, 2bw:  the same order for one batch (see ScheduleOptions::steps)
 ///   zb-h1:      the 1f1b-flush order with W ops (see generateSchedule below)
+///   zb-h2:      2(p-s)-1 warm-up forwards, 1F1B pairs up to 2p-1 in
+///               flight, {B, W, F} triples, deferred W ops at the end (see
+///               generateSchedule below)
 ///   interleaved with one chunk
 /// Returns an empty vector for stages < 1, microbatches < 1 or a request the
 /// kind cannot satisfy (use the ScheduleResult overload for the reason).
@@ -211,7 +222,15 @@ struct ScheduleResult {
 /// (pipedream.md §3); policy B uses ceil(2 W_s / r_s) - 1. zb-h1 defers
 /// d_s = K_0 - K_s weight-gradient ops (s for a straight pipeline): after
 /// each B, a W runs for the oldest pending microbatch once more than d_s
-/// are pending; the last d_s W ops end the step.
+/// are pending; the last d_s W ops end the step. zb-h2 (straight
+/// pipelines) is the list schedule of every stage's F, B and W ops at one
+/// time unit each, B first, then F while fewer than min(2p - 1, m)
+/// microbatches are in flight, then W: 2(p - s) - 1 warm-up forwards,
+/// 1F1B pairs, B W F triples, and the W ops it deferred while the last
+/// backwards come up the pipeline; with F = B = W no stage waits once it
+/// has started (3m + p - 1 units, ZB-H1's 3m + (p - 1)(F + B - W) at
+/// W = F = B; better than ZB-H1 when W is shorter), for 2p - 1 microbatches
+/// of memory on every stage instead of p (Qi et al. 2023).
 ScheduleResult generateSchedule(ScheduleKind kind, int stages,
                                 int64_t microbatches,
                                 const ScheduleOptions &options);
@@ -296,6 +315,7 @@ int64_t peakInflight(const std::vector<SchedOp> &ops);
 ///   1f1b-flush   min(p - s, m) (policy A), min(2(p - s) - 1, m) (policy B)
 ///   1f1b, 2bw    min(p - s, m * steps)
 ///   zb-h1        min(p, m) on every stage (a microbatch stays until its W)
+///   zb-h2        min(2p - 1, m) on every stage
 ///   interleaved  chunk-microbatches: 2(p-s-1) + (v-1)p + 1 when m > p,
 ///                m*v when m == p (thesis.md §5.4)
 ///   zb-v         chunk-microbatches: min(m + 1 + s, 2m, 2p), i.e. 2p

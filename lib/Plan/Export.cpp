@@ -219,7 +219,8 @@ ExportResult exportTorchSchedule(const Plan &plan) {
   }
   result.text = scheduleToCsv(schedule, result.error);
   result.ok = result.error.empty();
-  if (result.ok && *kind == ScheduleKind::ZeroBubbleH1)
+  if (result.ok && (*kind == ScheduleKind::ZeroBubbleH1 ||
+                    *kind == ScheduleKind::ZeroBubbleH2))
     result.notes.push_back("the backwards are split: I is the input "
                            "gradient, W the weight gradient (torch's "
                            "BACKWARD_INPUT and BACKWARD_WEIGHT)");

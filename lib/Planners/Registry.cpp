@@ -280,12 +280,13 @@ void addVariants(const Profile &profile, const Topology &topology,
         out.push_back(std::move(selective));
     }
   }
-  if (straightFlush(plan) && plan.numStages() > 1 && plan.schedule != "zb-h1" &&
-      options.schedule.empty()) {
-    Plan zb = plan;
-    zb.schedule = "zb-h1";
-    add(zb, "/zb-h1");
-  }
+  if (straightFlush(plan) && plan.numStages() > 1 && options.schedule.empty())
+    for (const char *zbName : {"zb-h1", "zb-h2"})
+      if (plan.schedule != zbName) {
+        Plan zb = plan;
+        zb.schedule = zbName;
+        add(zb, std::string("/") + zbName);
+      }
   auto kind = parseScheduleKind(plan.schedule);
   if (kind && isFlushSchedule(*kind) && options.microbatches == 0) {
     if (plan.microbatchSize % 2 == 0) {

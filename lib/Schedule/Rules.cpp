@@ -36,6 +36,10 @@ struct Checker {
         (replicated() || q.splitSamples > 0))
       add("zb-v", "zb-v runs one rank per device position: drop the "
                   "replicas or use zb-h1 / 1f1b-flush");
+    if (q.kind == ScheduleKind::ZeroBubbleH2 &&
+        (replicated() || q.splitSamples > 0))
+      add("zb-h2", "zb-h2 is generated for a straight pipeline (one rank "
+                   "per stage): drop the replicas or use zb-h1 / 1f1b-flush");
     if (q.microbatches < 1)
       add("microbatches", "the number of microbatches must be at least 1 "
                           "(got " + str(q.microbatches) + ")");
@@ -196,11 +200,12 @@ struct Checker {
       std::string where = "weight '" + weight + "' is read by stages " +
                           str(stages.front()) + " and " + str(stages.back());
       if (continuous) {
-        add("tied", where + " (tied weights); schedule '" + name +
-                        "' updates stages at different times, so their "
-                        "copies would drift: use a synchronous schedule "
-                        "(gpipe, 1f1b-flush, zb-h1), or a plan that keeps "
-                        "the tied layers in one stage");
+        add("tied",
+            where + " (tied weights); schedule '" + name +
+                "' updates stages at different times, so their "
+                "copies would drift: use a synchronous schedule "
+                "(gpipe, 1f1b-flush, zb-h1, zb-h2), or a plan that keeps "
+                "the tied layers in one stage");
         continue;
       }
       // Stage q runs on device q mod p (interleaved) or in a V (zb-v); two

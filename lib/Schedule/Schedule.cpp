@@ -17,6 +17,7 @@
 #include "pipec/Schedule.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <unordered_map>
 
@@ -42,6 +43,7 @@ constexpr KindName kKindNames[] = {
     {ScheduleKind::ZeroBubbleH1, "zb-h1"},
     {ScheduleKind::Custom, "custom"},
     {ScheduleKind::ZeroBubbleV, "zb-v"},
+    {ScheduleKind::ZeroBubbleH2, "zb-h2"},
 };
 
 } // namespace
@@ -188,6 +190,109 @@ StageSchedule zbH1Stage(int64_t n, int64_t warmup, int64_t deferred) {
   const int64_t firstPending = std::max<int64_t>(n - d, 0);
   addSegment(schedule, {{K::BackwardWeight, firstPending}}, n - firstPending);
   return schedule;
+}
+
+/// A flat order as segments: a run that repeats a body of up to three ops
+/// at least three times with every microbatch advanced by one stride is a
+/// loop; what is left between loops is one segment run once.
+StageSchedule loopify(const std::vector<SchedOp> &ops) {
+  StageSchedule out;
+  std::vector<SchedOp> flat;
+  auto flushFlat = [&] {
+    addSegment(out, std::move(flat), 1);
+    flat.clear();
+  };
+  size_t i = 0;
+  while (i < ops.size()) {
+    size_t bestPeriod = 0;
+    int64_t bestTrips = 0, bestStride = 0;
+    for (size_t period = 1; period <= 3 && i + 2 * period <= ops.size();
+         ++period) {
+      const int64_t stride = ops[i + period].microbatch - ops[i].microbatch;
+      if (stride <= 0)
+        continue;
+      int64_t trips = 1;
+      for (bool same = true;
+           same && i + size_t(trips + 1) * period <= ops.size();
+           trips += same ? 1 : 0)
+        for (size_t k = 0; k < period && same; ++k) {
+          const SchedOp &a = ops[i + k],
+                        &b = ops[i + size_t(trips) * period + k];
+          same = b.kind == a.kind && b.chunk == a.chunk &&
+                 b.microbatch == a.microbatch + trips * stride;
+        }
+      if (trips >= 3 &&
+          size_t(trips) * period > size_t(bestTrips) * bestPeriod) {
+        bestPeriod = period;
+        bestTrips = trips;
+        bestStride = stride;
+      }
+    }
+    if (bestPeriod == 0) {
+      flat.push_back(ops[i++]);
+      continue;
+    }
+    flushFlat();
+    addSegment(out,
+               std::vector<SchedOp>(ops.begin() + long(i),
+                                    ops.begin() + long(i + bestPeriod)),
+               bestTrips, bestStride);
+    i += size_t(bestTrips) * bestPeriod;
+  }
+  flushFlat();
+  return out;
+}
+
+/// ZB-H2 on a straight pipeline of p stages and n microbatches, every
+/// stage at once: the list schedule of F, B and W ops of one time unit
+/// each (B before F before W when several are ready; a forward only while
+/// fewer than min(2p - 1, n) microbatches are in flight, held until their
+/// W). Stage s then runs 2(p - s) - 1 warm-up forwards, 1F1B pairs until
+/// 2p - 1 are in flight, B W F triples in the steady state, and its
+/// deferred W ops in the cool-down while the last backwards come up the
+/// pipeline: one time unit per op never waits on a stage busy with another
+/// (an iteration of 3n + p - 1 units, ZB-H1's with W = F = B). Each order
+/// is that of a feasible run, so the programs cannot deadlock whatever the
+/// real op times are.
+std::vector<StageSchedule> zbH2Pipeline(int p, int64_t n) {
+  const int64_t cap = std::min<int64_t>(2 * int64_t(p) - 1, n);
+  const int64_t never = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<int64_t>> fDone(
+      size_t(p), std::vector<int64_t>(size_t(n), never));
+  std::vector<std::vector<int64_t>> bDone = fDone;
+  std::vector<int64_t> nextF(size_t(p), 0), nextB(size_t(p), 0),
+      nextW(size_t(p), 0);
+  std::vector<std::vector<SchedOp>> ops(static_cast<size_t>(p));
+  for (int64_t t = 0, left = 3 * n * p; left > 0; ++t)
+    for (int s = 0; s < p; ++s) {
+      const size_t st = size_t(s);
+      const int64_t f = nextF[st], b = nextB[st], w = nextW[st];
+      // B(b) needs this stage's F(b) and, but on the last stage, the next
+      // stage's B(b); F(f) the previous stage's F(f).
+      const bool canB = b < f && (s == p - 1 ? fDone[st][size_t(b)] <= t
+                                             : bDone[st + 1][size_t(b)] <= t);
+      const bool canF =
+          f < n && f - w < cap && (s == 0 || fDone[st - 1][size_t(f)] <= t);
+      if (canB) {
+        bDone[st][size_t(b)] = t + 1;
+        ops[st].push_back({K::Backward, b});
+        ++nextB[st];
+      } else if (canF) {
+        fDone[st][size_t(f)] = t + 1;
+        ops[st].push_back({K::Forward, f});
+        ++nextF[st];
+      } else if (w < b) {
+        ops[st].push_back({K::BackwardWeight, w});
+        ++nextW[st];
+      } else {
+        continue;
+      }
+      --left;
+    }
+  std::vector<StageSchedule> out;
+  for (const std::vector<SchedOp> &stageOps : ops)
+    out.push_back(loopify(stageOps));
+  return out;
 }
 
 /// Appends ops(k) for k in [begin, end) where ops(k + period) equals ops(k)
@@ -415,6 +520,7 @@ ScheduleResult generateSchedule(ScheduleKind kind, int stages,
   const int p = stages;
   const int64_t total = microbatches * options.steps;
   const std::vector<int64_t> depth = depthsFor(kind, result.replicas, options);
+  std::vector<StageSchedule> zbH2;
   for (int s = 0; s < p; ++s) {
     const int r = result.replicas[s];
     for (int j = 0; j < r; ++j) {
@@ -435,6 +541,13 @@ ScheduleResult generateSchedule(ScheduleKind kind, int stages,
         // d_s = K_0 - K_s deferred W ops (s on a straight pipeline).
         local = zbH1Stage(n, depth[s] - 1,
                           std::max<int64_t>(depth[0] - depth[s], 0));
+        break;
+      case ScheduleKind::ZeroBubbleH2:
+        // One replica per stage (Rules.cpp): the pipeline's programs at
+        // once.
+        if (s == 0)
+          zbH2 = zbH2Pipeline(p, n);
+        local = zbH2[size_t(s)];
         break;
       case ScheduleKind::Interleaved:
         local = interleavedStage(p, options.chunks, s, n);
@@ -594,6 +707,9 @@ int64_t closedFormInflight(ScheduleKind kind, int stages, int stage,
     // K_s forwards plus d_s = K_0 - K_s microbatches waiting for their W:
     // min(p, m) on every stage of a straight pipeline.
     return std::min(std::max(shape.depth, shape.depthFirst), n);
+  case ScheduleKind::ZeroBubbleH2:
+    // Up to 2p - 1 microbatches held until their W on every stage.
+    return std::min<int64_t>(2 * int64_t(stages) - 1, n);
   case ScheduleKind::Interleaved: {
     // min(W_r + 1, N_v) chunk-microbatches: 2(p-r-1) + (v-1)p + 1 when
     // m > p, m v when m == p (thesis.md §5.4).

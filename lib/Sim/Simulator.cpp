@@ -553,7 +553,8 @@ std::string Simulator::setup() {
   error = given ? useGivenPrograms(totalRanks) : generatePrograms();
   if (!error.empty())
     return error;
-  weightOps = kind == ScheduleKind::ZeroBubbleH1;
+  weightOps =
+      kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleH2;
   // (The loop bodies say it: no need to expand them.)
   for (const RankSchedule &program : schedule.ranks)
     for (const Segment &segment : program.schedule.segments)

@@ -15,7 +15,7 @@
 // 2. Candidates. The greedy order for every warm-up cap from 1F1B's
 //    (p - s) to the memory cap, once with W deferred as above and once
 //    with W right after its B, plus the fixed schedules (gpipe, 1f1b-flush
-//    with policies A and B, zb-h1) whose in-flight peak fits.
+//    with policies A and B, zb-h1, zb-h2) whose in-flight peak fits.
 // 3. Every candidate is checked (one F/B/W per microbatch, deadlock free)
 //    and scored by the simulator (simulateSchedule); the fastest wins. So
 //    the result is never slower than the best fixed schedule that fits.
@@ -284,13 +284,15 @@ SynthResult synthesizeSchedule(const Profile &profile, const Topology &topology,
        {Fixed{"gpipe", ScheduleKind::GPipe, WarmupPolicy::A},
         Fixed{"1f1b-flush", ScheduleKind::OneFOneBFlush, WarmupPolicy::A},
         Fixed{"1f1b-flush B", ScheduleKind::OneFOneBFlush, WarmupPolicy::B},
-        Fixed{"zb-h1", ScheduleKind::ZeroBubbleH1, WarmupPolicy::A}}) {
+        Fixed{"zb-h1", ScheduleKind::ZeroBubbleH1, WarmupPolicy::A},
+        Fixed{"zb-h2", ScheduleKind::ZeroBubbleH2, WarmupPolicy::A}}) {
     ScheduleOptions o;
     o.warmup = fx.warmup;
     ScheduleResult s = generateSchedule(fx.kind, p, m, o);
     if (!s.ok)
       continue;
-    if (fx.kind != ScheduleKind::ZeroBubbleH1)
+    if (fx.kind != ScheduleKind::ZeroBubbleH1 &&
+        fx.kind != ScheduleKind::ZeroBubbleH2)
       s = splitEveryBackward(s);
     candidates.push_back({fx.name, asCustom(s)});
   }

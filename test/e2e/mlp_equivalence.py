@@ -463,14 +463,16 @@ def main():
     # all-reduced over the replicas before the update), uneven counts too;
     # DAPPLE's warm-up policy B; Megatron's interleaved schedule with v
     # chunks per device (p*v stages; Adam checks one update count per rank);
-    # zero bubble (zb-h1: backward split into input and weight halves).
+    # zero bubble (zb-h1, zb-h2: backward split into input and weight
+    # halves).
     configs += [(2, "1f1b-flush", 4, ("--replicas", "2,1")), (2, "gpipe", 4, ("--replicas", "1,2")),
                 (2, "1f1b-flush", 8, ("--replicas", "2,2")), (3, "1f1b-flush", 8, ("--replicas", "1,3,1")),
                 (4, "1f1b-flush", 8, ("--warmup", "B")),
                 (2, "interleaved", 4, ("--chunks", "2")), (2, "interleaved", 8, ("--chunks", "3")),
                 (4, "interleaved", 8, ("--chunks", "2")),
                 (2, "zb-h1", 4, None), (4, "zb-h1", 8, None), (4, "zb-h1", 2, None),
-                (2, "zb-h1", 4, ("--replicas", "2,1"))]
+                (2, "zb-h1", 4, ("--replicas", "2,1")),
+                (2, "zb-h2", 4, None), (4, "zb-h2", 8, None), (4, "zb-h2", 2, None)]
     # Split replicas (DAPPLE): every replica runs its slice of every
     # microbatch (uneven slices: 16 samples over 3 replicas are 5, 5, 6;
     # stage counts 2:3 make slices that straddle the peer's), gradients
@@ -570,7 +572,8 @@ def main():
     # every schedule, cut, replica layout and chunking must give the
     # reference's numbers to the last digits.)
     for stages, sched, mb, extra in [(1, "gpipe", 1, None), (2, "1f1b-flush", 4, None),
-                                     (4, "zb-h1", 8, None), (2, "interleaved", 4, ("--chunks", "2")),
+                                     (4, "zb-h1", 8, None), (4, "zb-h2", 8, None),
+                                     (2, "interleaved", 4, ("--chunks", "2")),
                                      (2, "1f1b-flush", 4, ("--replicas", "2,1")),
                                      (2, "1f1b-flush", 4, ("--replicas", "3,1") + split)]:
         extra64 = tuple(extra or ()) + ("--precision", "f64")

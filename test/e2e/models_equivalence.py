@@ -110,10 +110,12 @@ def main():
             return (w, losses, o), ""
 
         weights = {}
-        # 1F1B-flush on 1, 2, 4 stages; zero bubble (backward split into
-        # input and weight halves) and interleaved (2 chunks per device) on 2.
+        # 1F1B-flush on 1, 2, 4 stages; zero bubble (zb-h1, zb-h2, zb-v:
+        # backward split into input and weight halves) and interleaved (2
+        # chunks per device) on 2.
         runs = [(1, "1f1b-flush", ()), (2, "1f1b-flush", ()), (4, "1f1b-flush", ()),
-                (2, "zb-h1", ()), (2, "interleaved", ("--chunks", "2")), (2, "zb-v", ())]
+                (2, "zb-h1", ()), (2, "zb-h2", ()), (2, "interleaved", ("--chunks", "2")),
+                (2, "zb-v", ())]
         for stages, sched, more in runs:
             name = f"{model} s{stages}-{sched}{'-v2' if more else ''}-mb4"
             res, err = train(stages, sched, more)

@@ -50,6 +50,8 @@ TEST(ScheduleCsvTest, RoundTripOfEveryFlushGenerator) {
                         {ScheduleKind::Interleaved, 4, 2, 8},
                         {ScheduleKind::Interleaved, 2, 3, 4},
                         {ScheduleKind::ZeroBubbleH1, 4, 1, 8},
+                        {ScheduleKind::ZeroBubbleH2, 4, 1, 8},
+                        {ScheduleKind::ZeroBubbleH2, 3, 1, 2},
                         {ScheduleKind::GPipe, 1, 1, 3}};
   for (const Case &c : cases) {
     ScheduleOptions options;
@@ -67,7 +69,8 @@ TEST(ScheduleCsvTest, RoundTripOfEveryFlushGenerator) {
     EXPECT_EQ(parsed.schedule.stages, c.p);
     EXPECT_EQ(parsed.schedule.chunks, c.chunks);
     EXPECT_EQ(parsed.schedule.microbatches, c.m);
-    EXPECT_EQ(parsed.splitBackward, c.kind == ScheduleKind::ZeroBubbleH1);
+    EXPECT_EQ(parsed.splitBackward, c.kind == ScheduleKind::ZeroBubbleH1 ||
+                                        c.kind == ScheduleKind::ZeroBubbleH2);
     expectSamePrograms(parsed.schedule, generated);
     // And out again, byte for byte.
     EXPECT_EQ(scheduleToCsv(parsed.schedule, error), csv);

@@ -810,7 +810,7 @@ bool Compilation::synthesize() {
   std::string compared;
   for (const SynthCandidate &c : synth.candidates)
     if (c.name == synth.best.name || c.name == "1f1b-flush" ||
-        c.name == "zb-h1" || c.name == "gpipe")
+        c.name == "zb-h1" || c.name == "zb-h2" || c.name == "gpipe")
       compared +=
           (compared.empty() ? "" : ", ") + c.name + " " +
           (c.feasible
@@ -1073,7 +1073,8 @@ static void declareCompileOptions(Args &a) {
       .opt("--schedule",
            "gpipe, 1f1b-flush (synchronous), 1f1b (PipeDream, "
            "weight stashing), 2bw (PipeDream-2BW), interleaved "
-           "(Megatron, with --chunks), zb-h1 (zero bubble), zb-v (zero "
+           "(Megatron, with --chunks), zb-h1 (zero bubble), zb-h2 (zero "
+           "bubble with policy B's memory), zb-v (zero "
            "bubble, two chunks per device in a V) or synth (an order "
            "synthesised for this model's stage times within "
            "--memory-limit)",
@@ -1187,12 +1188,13 @@ static bool parseScheduleOptions(const Args &a, CompileOptions &o) {
   }
   auto kind = parseScheduleKind(o.schedule);
   if (!kind)
-    return !fail("compile",
-                 "unknown --schedule '" + o.schedule +
-                     "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
-                     "interleaved, zb-h1, zb-v, synth, or --schedule-csv "
-                     "FILE)",
-                 2);
+    return !fail(
+        "compile",
+        "unknown --schedule '" + o.schedule +
+            "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
+            "interleaved, zb-h1, zb-h2, zb-v, synth, or --schedule-csv "
+            "FILE)",
+        2);
   if (a.has("--replicas")) {
     std::string list = a.get("--replicas");
     for (llvm::StringRef part : llvm::split(list, ',')) {

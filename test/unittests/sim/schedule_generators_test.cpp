@@ -65,7 +65,8 @@ void checkInvariants(const ScheduleResult &result,
   const ScheduleKind kind = result.kind;
   const int p = result.stages, v = result.chunks;
   const int64_t total = result.microbatches * result.steps;
-  const bool split = kind == ScheduleKind::ZeroBubbleH1;
+  const bool split =
+      kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleH2;
   for (const RankSchedule &rank : result.ranks) {
     SCOPED_TRACE("stage " + std::to_string(rank.stage) + " replica " +
                  std::to_string(rank.replica));
@@ -133,6 +134,9 @@ void checkInvariants(const ScheduleResult &result,
         kind, p, rank.stage, result.microbatches, options, rank.replica);
     if (kind == ScheduleKind::GPipe) {
       EXPECT_EQ(leading, n);
+    } else if (kind == ScheduleKind::ZeroBubbleH2) {
+      // Warm-up: every forward until the first backward can arrive.
+      EXPECT_EQ(leading, std::min<int64_t>(n, 2 * (p - rank.stage) - 1));
     } else if (kind == ScheduleKind::ZeroBubbleH1) {
       EXPECT_EQ(leading, std::min(n, closedFormInflight(
                                          ScheduleKind::OneFOneBFlush, p,
@@ -145,7 +149,10 @@ void checkInvariants(const ScheduleResult &result,
       // in-flight depth (1F1B: min(K, n); interleaved: min(W_r + 1, N_v)).
       EXPECT_EQ(leading, closed);
     }
-    if (kind != ScheduleKind::ZeroBubbleH1) {
+    if (kind == ScheduleKind::ZeroBubbleH2) {
+      // The last op is a W (the deferred ones end the step).
+      EXPECT_EQ(ops.back().kind, PassKind::BackwardWeight);
+    } else if (kind != ScheduleKind::ZeroBubbleH1) {
       int64_t trailing = 0;
       while (trailing < static_cast<int64_t>(ops.size()) &&
              ops[ops.size() - 1 - trailing].kind == PassKind::Backward)
@@ -183,7 +190,8 @@ void checkCommunicationOf(const ScheduleResult &result) {
 const ScheduleKind kAllKinds[] = {
     ScheduleKind::GPipe,       ScheduleKind::OneFOneBFlush,
     ScheduleKind::OneFOneB,    ScheduleKind::TwoBW,
-    ScheduleKind::Interleaved, ScheduleKind::ZeroBubbleH1};
+    ScheduleKind::Interleaved, ScheduleKind::ZeroBubbleH1,
+    ScheduleKind::ZeroBubbleH2};
 
 } // namespace
 
@@ -192,7 +200,7 @@ const ScheduleKind kAllKinds[] = {
 //===----------------------------------------------------------------------===//
 
 TEST(ScheduleGenerators, NamesRoundTrip) {
-  EXPECT_EQ(scheduleKindNames().size(), 8u);
+  EXPECT_EQ(scheduleKindNames().size(), 9u);
   for (ScheduleKind kind : kAllKinds)
     EXPECT_EQ(parseScheduleKind(scheduleKindName(kind)), kind);
   EXPECT_TRUE(isFlushSchedule(ScheduleKind::ZeroBubbleH1));
@@ -376,6 +384,13 @@ TEST(ScheduleGenerators, InvariantsReplicatedStages) {
         ScheduleResult result = make(kind, p, m, options);
         if (kind == ScheduleKind::TwoBW && !result.ok)
           continue; // too few microbatches per batch for the depth
+        if (kind == ScheduleKind::ZeroBubbleH2) {
+          // Straight pipelines only: refused, saying so.
+          EXPECT_FALSE(result.ok);
+          EXPECT_NE(result.error.find("straight pipeline"), std::string::npos)
+              << result.error;
+          continue;
+        }
         ASSERT_TRUE(result.ok) << result.error;
         checkInvariants(result, options);
         checkCommunicationOf(result);

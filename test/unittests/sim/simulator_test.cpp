@@ -165,6 +165,34 @@ TEST(SimUniform, ZeroBubbleH1) {
     }
 }
 
+TEST(SimUniform, ZeroBubbleH2) {
+  // T_F = T_B = T_W = 1: zb-h2 also ends at 3m + (p - 1); no stage waits
+  // once it has started, and it holds min(2p - 1, m) microbatches on every
+  // stage. With a shorter W (alpha = 0.25: B = 1.5, W = 0.5) it beats
+  // zb-h1, which waits for the last backwards with fewer W ops to fill in.
+  for (int p = 1; p <= 6; ++p)
+    for (int m : {p, p + 1, 2 * p, 3 * p + 2}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      SimResult h2 =
+          simulate(uniformProfile(p, 1, 2), straightPlan(p, "zb-h2", m));
+      EXPECT_DOUBLE_EQ(h2.iterationSeconds, 3.0 * m + (p - 1));
+      for (int s = 0; s < p; ++s)
+        EXPECT_EQ(h2.peakInflight[s], std::min(2 * p - 1, m));
+      SimOptions shortW;
+      shortW.weightGradFraction = 0.25;
+      SimResult h2w =
+          simulate(uniformProfile(p, 1, 2), straightPlan(p, "zb-h2", m),
+                   freeNetwork(), shortW);
+      SimResult h1w =
+          simulate(uniformProfile(p, 1, 2), straightPlan(p, "zb-h1", m),
+                   freeNetwork(), shortW);
+      EXPECT_LE(h2w.iterationSeconds, h1w.iterationSeconds + 1e-9);
+      if (p > 1 && m > p) {
+        EXPECT_LT(h2w.iterationSeconds, h1w.iterationSeconds);
+      }
+    }
+}
+
 TEST(SimUniform, ZeroBubbleV) {
   // 2p one-layer stages in a V (device r holds stages r and 2p-1-r), each
   // chunk T_F = T_B = T_W = 1 (backward 2, half of it W): a device works
@@ -626,7 +654,7 @@ TEST(SimErrors, BadInput) {
   Plan plan = straightPlan(4, "pipedream-2", 4);
   EXPECT_NE(error(plan).find("unknown schedule 'pipedream-2' (available: "
                              "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, "
-                             "zb-h1, custom, zb-v)"),
+                             "zb-h1, custom, zb-v, zb-h2)"),
             std::string::npos);
   plan = interleavedPlan(2, 2, 3);
   EXPECT_NE(error(plan).find("multiple of the pipeline depth"),
