@@ -171,10 +171,11 @@ def pipec_launch(args, b, build, extra):
                                "--labels", os.path.join(b, "y.npy")])
 
 
-def run_pipec(args, b, build, steps=None):
+def run_pipec(args, b, build, steps=None, env=None):
     shutil.rmtree(os.path.join(b, build, "checkpoints"), ignore_errors=True)
     cmd = pipec_launch(args, b, build, ["--steps", str(steps or STEPS)])
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180,
+                       env=dict(os.environ, **(env or {})))
     m = re.search(r"done: .* final loss ([0-9.]+)\s+([0-9.]+) samples/s", p.stdout)
     if p.returncode != 0 or not m:
         print(p.stdout[-2000:])
@@ -430,10 +431,13 @@ def run(args):
         parts = [p for p in parts if p not in ("profile", "trace")]
     if env("PIPEC_BENCH_GPT", "1") != "0":
         draw_weights(b, BUILDS)
-        s1 = s4 = sb = loss1 = loss4 = lossb = None
+        s1 = s4 = s4np = sb = loss1 = loss4 = lossb = None
         if "pipec" in parts:
             s1, loss1 = run_pipec(args, b, "s1")
             s4, loss4 = run_pipec(args, b, "s4")
+            # The same without the runtime's message progress between ops
+            # and during GPU waits (runtime/README.md, Communication).
+            s4np, _ = run_pipec(args, b, "s4", env={"PIPEC_MESSAGE_PROGRESS": "0"})
             sb, lossb = run_pipec(args, b, "s1-bf16")
         if "profile" in parts:
             profile_pipec(args, b, "s1")
@@ -443,6 +447,7 @@ def run(args):
         eager = "eager" in parts
         rows = [("fp32", "pipec --target cuda, 1 stage", s1),
                 ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
+                ("fp32", "pipec, 4 stages, PIPEC_MESSAGE_PROGRESS=0", s4np),
                 ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch) if eager else None)]
         if env("PIPEC_BENCH_PEDANTIC", "0") != "0":
             # The 1-stage build again with cuBLAS's pedantic math mode (what
