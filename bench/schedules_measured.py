@@ -5,7 +5,7 @@
                                                  [--steps 30] [--stages 2,4] [--microbatches 8]
 
 For an MLP (784-1024x4-10, global batch 256) and each schedule pipec
-compiles (gpipe, 1f1b-flush, 1f1b, 2bw, interleaved with v = 2, zb-h1) on 2
+compiles (gpipe, 1f1b-flush, 1f1b, 2bw, interleaved with v = 2, zb-h1, zb-h2) on 2
 and 4 stage processes:
 
 1. `pipec profile` measures every op once (pipec.profile/1), and
@@ -99,7 +99,7 @@ def main():
                        "device_memory_bytes": 24 << 30,
                        "levels": [{"name": "host", "count": p, "bandwidth": a.bandwidth, "latency": a.latency,
                                    "processors": os.cpu_count()}]}, f)
-        for sched in ("gpipe", "1f1b-flush", "1f1b", "2bw", "interleaved", "zb-h1"):
+        for sched in ("gpipe", "1f1b-flush", "1f1b", "2bw", "interleaved", "zb-h1", "zb-h2"):
             out = os.path.join(a.workdir, f"p{p}-{sched}")
             extra = ["--chunks", "2"] if sched == "interleaved" else []
             sh([a.pipec, "compile", onnx_path, "--stages", str(p), "--microbatches", str(m), "--schedule", sched,

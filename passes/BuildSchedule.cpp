@@ -291,7 +291,8 @@ struct PipeBuildSchedulePass
     // Zero bubble: every backward in an input half and a weight half.
     if (*kind == ScheduleKind::ZeroBubbleH1 ||
         *kind == ScheduleKind::ZeroBubbleH2 ||
-        *kind == ScheduleKind::ZeroBubbleV || csv.splitBackward)
+        *kind == ScheduleKind::ZeroBubbleV ||
+        *kind == ScheduleKind::DualPipeV || csv.splitBackward)
       for (int64_t q = 0; q < numStages; ++q)
         if (failed(splitBackward(module, q)))
           return signalPassFailure();

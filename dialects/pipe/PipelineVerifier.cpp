@@ -296,7 +296,8 @@ struct PipelineChecker {
     request.kind = *kind;
     request.stages = numStages;
     request.placement = placement;
-    if (*kind == pipec::ScheduleKind::ZeroBubbleV) {
+    if (*kind == pipec::ScheduleKind::ZeroBubbleV ||
+        *kind == pipec::ScheduleKind::DualPipeV) {
       request.stages = 2 * numStages;
       request.chunks = 2;
     }

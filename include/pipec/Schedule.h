@@ -40,6 +40,11 @@ namespace pipec {
 ///                                every stage, W ops deferred so that the
 ///                                last backwards reach the first stage
 ///                                without waiting; straight pipelines only
+///   DualPipeV      "dualpipev"   DeepSeek's DualPipeV (the cut-in-half
+///                                DualPipe): two chunks per device in a V as
+///                                zb-v, its eight phases with forward and
+///                                backward pairs of the two chunks, backwards
+///                                split as zb-h1 where it defers W; m >= 2p
 ///   Custom         "custom"      synchronous (one flush per step), with the
 ///                                per-rank order read from a file: a
 ///                                torch.distributed.pipelining compute-only
@@ -55,19 +60,21 @@ enum class ScheduleKind {
   ZeroBubbleH1,
   Custom,
   ZeroBubbleV,
-  ZeroBubbleH2
+  ZeroBubbleH2,
+  DualPipeV
 };
 
 /// Parses "gpipe" / "1f1b-flush" / "1f1b" / "2bw" / "interleaved" / "zb-h1"
-/// / "custom" / "zb-v" / "zb-h2"; nullopt for anything else.
+/// / "custom" / "zb-v" / "zb-h2" / "dualpipev"; nullopt for anything
+/// else.
 std::optional<ScheduleKind> parseScheduleKind(const std::string &name);
 const char *scheduleKindName(ScheduleKind kind);
 /// Every accepted name, in declaration order, e.g. for "available: ..."
 /// messages.
 std::vector<std::string> scheduleKindNames();
 /// True for the synchronous schedules that end each step with a flush
-/// (gpipe, 1f1b-flush, interleaved, zb-h1, zb-h2, zb-v, custom); false for
-/// 1f1b and 2bw,
+/// (gpipe, 1f1b-flush, interleaved, zb-h1, zb-h2, zb-v, dualpipev, custom);
+/// false for 1f1b and 2bw,
 /// which run batches back to back.
 bool isFlushSchedule(ScheduleKind kind);
 
@@ -320,6 +327,7 @@ int64_t peakInflight(const std::vector<SchedOp> &ops);
 ///                m*v when m == p (thesis.md §5.4)
 ///   zb-v         chunk-microbatches: min(m + 1 + s, 2m, 2p), i.e. 2p
 ///                (1F1B's activation memory) once m >= 2p - 1
+///   dualpipev    chunk-microbatches: 2p + 1 (m >= 2p)
 ///   custom       -1 (a file's order: count it with peakInflight)
 /// For replicated stages the same forms per replica with K_s as in
 /// generateSchedule and the replica's own microbatch count.

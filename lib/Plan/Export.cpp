@@ -219,8 +219,10 @@ ExportResult exportTorchSchedule(const Plan &plan) {
   }
   result.text = scheduleToCsv(schedule, result.error);
   result.ok = result.error.empty();
-  if (result.ok && (*kind == ScheduleKind::ZeroBubbleH1 ||
-                    *kind == ScheduleKind::ZeroBubbleH2))
+  if (result.ok &&
+      (*kind == ScheduleKind::ZeroBubbleH1 ||
+       *kind == ScheduleKind::ZeroBubbleH2 ||
+       *kind == ScheduleKind::ZeroBubbleV || *kind == ScheduleKind::DualPipeV))
     result.notes.push_back("the backwards are split: I is the input "
                            "gradient, W the weight gradient (torch's "
                            "BACKWARD_INPUT and BACKWARD_WEIGHT)");

@@ -24,12 +24,15 @@ std::vector<std::string> pipec::plannerNames() {
 namespace {
 
 /// Balanced contiguous split over all devices, one stage per device (or
-/// `chunks` per device for interleaved, two in a V for zb-v).
+/// `chunks` per device for interleaved, two in a V for zb-v and dualpipev).
 PlanResult balancedPlan(const Profile &profile, const Topology &topology,
                         const PlannerOptions &options) {
   const std::string schedule =
       options.schedule.empty() ? "1f1b-flush" : options.schedule;
-  const int chunks = schedule == "zb-v" ? 2
+  // Two chunks per device for the schedules that place stages in a V
+  // (zb-v, dualpipev).
+  const std::optional<ScheduleKind> kind = parseScheduleKind(schedule);
+  const int chunks = kind && placementOf(*kind) == Placement::V ? 2
                      : schedule == "interleaved" && options.chunks > 1
                          ? options.chunks
                          : 1;

@@ -36,6 +36,17 @@ struct Checker {
         (replicated() || q.splitSamples > 0))
       add("zb-v", "zb-v runs one rank per device position: drop the "
                   "replicas or use zb-h1 / 1f1b-flush");
+    if (q.kind == ScheduleKind::DualPipeV &&
+        (replicated() || q.splitSamples > 0))
+      add("dualpipev", "dualpipev runs one rank per device position: drop "
+                       "the replicas or use zb-h1 / 1f1b-flush");
+    if (q.kind == ScheduleKind::DualPipeV && q.chunks == 2 &&
+        q.microbatches >= 1 && q.microbatches < q.stages)
+      add("dualpipev-microbatches",
+          "dualpipev needs at least 2p microbatches for its p devices (its "
+          "phases assume them): got m = " +
+              str(q.microbatches) + " for p = " + str(q.stages / 2) +
+              "; use --microbatches " + str(q.stages) + " or zb-v");
     if (q.kind == ScheduleKind::ZeroBubbleH2 &&
         (replicated() || q.splitSamples > 0))
       add("zb-h2", "zb-h2 is generated for a straight pipeline (one rank "
@@ -46,13 +57,18 @@ struct Checker {
     if (q.chunks < 1)
       add("chunks", "the number of chunks per device must be at least 1 (got " +
                         str(q.chunks) + ")");
-    else if (q.kind == ScheduleKind::ZeroBubbleV && q.chunks != 2)
-      add("chunks", "zb-v places exactly two chunks per device in a V "
-                    "(chunks 2: device r runs stages r and 2p-1-r); got v = " +
+    else if ((q.kind == ScheduleKind::ZeroBubbleV ||
+              q.kind == ScheduleKind::DualPipeV) &&
+             q.chunks != 2)
+      add("chunks", name +
+                        " places exactly two chunks per device in a V "
+                        "(chunks 2: device r runs stages r and 2p-1-r); "
+                        "got v = " +
                         str(q.chunks));
     else if (q.chunks > 1 && q.kind != ScheduleKind::Interleaved &&
              q.kind != ScheduleKind::Custom &&
-             q.kind != ScheduleKind::ZeroBubbleV)
+             q.kind != ScheduleKind::ZeroBubbleV &&
+             q.kind != ScheduleKind::DualPipeV)
       add("chunks", "only the interleaved schedule runs several chunks per "
                     "device; got v = " + str(q.chunks) + " for " + name);
     else if (q.stages % q.chunks != 0)

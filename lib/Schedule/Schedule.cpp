@@ -17,6 +17,7 @@
 #include "pipec/Schedule.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <map>
 #include <unordered_map>
@@ -44,6 +45,7 @@ constexpr KindName kKindNames[] = {
     {ScheduleKind::Custom, "custom"},
     {ScheduleKind::ZeroBubbleV, "zb-v"},
     {ScheduleKind::ZeroBubbleH2, "zb-h2"},
+    {ScheduleKind::DualPipeV, "dualpipev"},
 };
 
 } // namespace
@@ -82,7 +84,9 @@ std::optional<Placement> parsePlacement(const std::string &name) {
 }
 
 Placement placementOf(ScheduleKind kind) {
-  return kind == ScheduleKind::ZeroBubbleV ? Placement::V : Placement::Loop;
+  return kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV
+             ? Placement::V
+             : Placement::Loop;
 }
 
 int64_t positionOfStage(Placement placement, int64_t p, int64_t q) {
@@ -388,6 +392,82 @@ StageSchedule zbVStage(int64_t p, int64_t r, int64_t m) {
   return schedule;
 }
 
+/// DualPipeV (DeepSeek; deepseek-ai/DualPipe, dualpipev.py) on device r of
+/// p in a V (chunk 0 is stage r, chunk 1 stage 2p-1-r) with m >= 2p
+/// microbatches, its eight phases:
+///   1. 2(p-r-1) times F0
+///   2. r+1 times {F0, F1}
+///   3. p-r-1 times {B1, W, F1} (zero bubble: B1's W deferred, the oldest
+///      deferred W run at once)
+///   4. m-2p+r+1 times {F0, B1, F1, B0}: the overlapped forward-backward
+///      pairs of the two chunks, full backwards (B then its W)
+///   5. p-r-1 times {B1, F1, B0}, full backwards
+///   6. r+1 times {B1, B0}: full backwards in the first half; from the
+///      middle on (r odd: from that B1, r even: from that B0) input
+///      gradients only, their W deferred
+///   7. p-r-1 times {W, B0 with its W deferred}
+///   8. r+1 times W
+/// Deferred W ops run oldest first (DualPipe's WeightGradStore is a FIFO).
+/// pipec runs each pair one after the other on the device's stream: the
+/// order is DualPipeV's, the overlap of a pair's computations is not.
+StageSchedule dualPipeVStage(int64_t p, int64_t r, int64_t m) {
+  std::vector<SchedOp> ops;
+  int64_t f[2] = {0, 0}, b[2] = {0, 0};
+  std::deque<SchedOp> deferred;
+  auto fwd = [&](int c) { ops.push_back({K::Forward, f[c]++, c}); };
+  auto bwd = [&](int c, bool deferW) {
+    const int64_t mb = b[c]++;
+    ops.push_back({K::Backward, mb, c});
+    if (deferW)
+      deferred.push_back({K::BackwardWeight, mb, c});
+    else
+      ops.push_back({K::BackwardWeight, mb, c});
+  };
+  auto weight = [&] {
+    ops.push_back(deferred.front());
+    deferred.pop_front();
+  };
+  for (int64_t i = 0; i < 2 * (p - r - 1); ++i)
+    fwd(0);
+  for (int64_t i = 0; i < r + 1; ++i) {
+    fwd(0);
+    fwd(1);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    bwd(1, true);
+    weight();
+    fwd(1);
+  }
+  for (int64_t i = 0; i < m - 2 * p + r + 1; ++i) {
+    fwd(0);
+    bwd(1, false);
+    fwd(1);
+    bwd(0, false);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    bwd(1, false);
+    fwd(1);
+    bwd(0, false);
+  }
+  const int64_t half = (r + 1) / 2;
+  bool deferW = false;
+  for (int64_t i = 0; i < r + 1; ++i) {
+    if (i == half && r % 2 == 1)
+      deferW = true;
+    bwd(1, deferW);
+    if (i == half && r % 2 == 0)
+      deferW = true;
+    bwd(0, deferW);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    weight();
+    bwd(0, true);
+  }
+  while (!deferred.empty())
+    weight();
+  return loopify(ops);
+}
+
 StageSchedule interleavedStage(int p, int v, int r, int64_t n) {
   const int64_t pv = static_cast<int64_t>(p) * v;
   const int64_t total = n * v;
@@ -556,6 +636,9 @@ ScheduleResult generateSchedule(ScheduleKind kind, int stages,
         break;
       case ScheduleKind::ZeroBubbleV:
         local = zbVStage(p, s, n);
+        break;
+      case ScheduleKind::DualPipeV:
+        local = dualPipeVStage(p, s, n);
         break;
       }
       result.ranks.push_back({s, j, mapToReplica(std::move(local), j, r)});
@@ -726,6 +809,11 @@ int64_t closedFormInflight(ScheduleKind kind, int stages, int stage,
     // microbatches it started), at most all 2m. Checked against the
     // generator's programs for p <= 16, m <= 40 (schedule_test).
     return std::min({n + 1 + stage, 2 * n, int64_t(2) * stages});
+  case ScheduleKind::DualPipeV:
+    // Chunk-microbatches: 2p + 1 on every device (m >= 2p, the schedule's
+    // requirement), one more than zb-v's 2p. Checked against the
+    // generator's programs for p <= 12, m <= 40 (schedule_test).
+    return 2 * int64_t(stages) + 1;
   case ScheduleKind::Custom:
     // Whatever the file says: no closed form.
     return -1;

@@ -612,6 +612,7 @@ std::string Simulator::setShape() {
   // (from a CSV) in a loop or a V.
   interleaved = kind == ScheduleKind::Interleaved ||
                 kind == ScheduleKind::ZeroBubbleV ||
+                kind == ScheduleKind::DualPipeV ||
                 (kind == ScheduleKind::Custom && plan.chunks > 1);
   placement = given ? given->placement : placementOf(kind);
   v = plan.chunks;

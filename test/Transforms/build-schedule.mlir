@@ -38,7 +38,7 @@
 // GPIPE:     pipe.backward @s0_bwd
 // GPIPE: pipe.program "rank1" stage 1 slots 3 {
 
-// UNKNOWN: unknown schedule 'zigzag' (available: gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, zb-h1, custom, zb-v, zb-h2)
+// UNKNOWN: unknown schedule 'zigzag' (available: gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, zb-h1, custom, zb-v, zb-h2, dualpipev)
 // NOFUNCS: expected @sK_fwd, @sK_bwd and @sK_step for every stage; run --pipe-split-stages and --nn-autodiff first
 
 // Replicated stages (1F1B-RR): one program per replica, replica j running

@@ -52,7 +52,8 @@ RUNS += [("s2-gpipe-none", 2, 4, "gpipe", "none", 1),
          ("s2-interleaved-full", 2, 4, "interleaved", "full", 2),
          ("s4-zb-h1-none", 4, 8, "zb-h1", "none", 1),
          ("s4-zb-h2-none", 4, 8, "zb-h2", "none", 1),
-         ("s2-zb-v-none", 2, 4, "zb-v", "none", 2)]
+         ("s2-zb-v-none", 2, 4, "zb-v", "none", 2),
+         ("s2-dualpipev-none", 2, 4, "dualpipev", "none", 2)]
 TOLERANCE = 0.05
 
 

@@ -115,7 +115,7 @@ def main():
         # chunks per device) on 2.
         runs = [(1, "1f1b-flush", ()), (2, "1f1b-flush", ()), (4, "1f1b-flush", ()),
                 (2, "zb-h1", ()), (2, "zb-h2", ()), (2, "interleaved", ("--chunks", "2")),
-                (2, "zb-v", ())]
+                (2, "zb-v", ()), (2, "dualpipev", ())]
         for stages, sched, more in runs:
             name = f"{model} s{stages}-{sched}{'-v2' if more else ''}-mb4"
             res, err = train(stages, sched, more)

@@ -205,4 +205,12 @@ TEST(ScheduleCsvTest, ReadsAVPlacement) {
   EXPECT_EQ(back.schedule.placement, Placement::V);
   EXPECT_TRUE(back.splitBackward);
   expectSamePrograms(back.schedule, zbv);
+  // So is dualpipev.
+  ScheduleResult dpv = generateSchedule(ScheduleKind::DualPipeV, 4, 8, two);
+  ASSERT_TRUE(dpv.ok) << dpv.error;
+  CsvSchedule dpvBack = parseScheduleCsv(scheduleToCsv(dpv, error));
+  ASSERT_TRUE(dpvBack.ok) << dpvBack.error;
+  EXPECT_EQ(dpvBack.schedule.placement, Placement::V);
+  EXPECT_TRUE(dpvBack.splitBackward);
+  expectSamePrograms(dpvBack.schedule, dpv);
 }

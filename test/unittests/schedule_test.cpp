@@ -282,6 +282,63 @@ TEST(ScheduleTest, UniformMakespanClosedForm) {
         }
 }
 
+TEST(ScheduleTest, DualPipeVInvariants) {
+  // Every (chunk, microbatch) once as F, B and W on its device, in that
+  // order; deadlock free with every channel in order; 2p + 1
+  // chunk-microbatches in flight at the peak on every device, for
+  // p <= 12 and 2p <= m <= 40; fewer than 2p microbatches are refused.
+  for (int p = 1; p <= 12; ++p)
+    for (int64_t m = 2 * p; m <= 40; ++m) {
+      ScheduleOptions options;
+      options.chunks = 2;
+      ScheduleResult r =
+          generateSchedule(ScheduleKind::DualPipeV, p, m, options);
+      ASSERT_TRUE(r.ok) << r.error;
+      EXPECT_EQ(r.placement, Placement::V);
+      CommCheckResult check = checkCommunication(scheduleCommPrograms(r));
+      ASSERT_TRUE(check.ok)
+          << "p " << p << " m " << m << ": " << check.errors.front();
+      for (const RankSchedule &rank : r.ranks) {
+        std::map<std::pair<int, int64_t>, std::vector<PassKind>> seen;
+        for (const SchedOp &op : rank.schedule.flatten())
+          seen[{op.chunk, op.microbatch}].push_back(op.kind);
+        ASSERT_EQ(seen.size(), size_t(2 * m)) << "p " << p << " m " << m;
+        for (const auto &[key, kinds] : seen)
+          EXPECT_EQ(kinds, (std::vector<PassKind>{PassKind::Forward,
+                                                  PassKind::Backward,
+                                                  PassKind::BackwardWeight}))
+              << "p " << p << " m " << m << " rank " << rank.stage;
+        EXPECT_EQ(peakInflight(rank.schedule.flatten()),
+                  closedFormInflight(ScheduleKind::DualPipeV, p, rank.stage, m,
+                                     options))
+            << "p " << p << " m " << m << " rank " << rank.stage;
+        // The loops do not grow with m.
+        EXPECT_LE(rank.schedule.segments.size(), 12u);
+      }
+    }
+  ScheduleOptions two;
+  two.chunks = 2;
+  ScheduleResult few = generateSchedule(ScheduleKind::DualPipeV, 4, 7, two);
+  EXPECT_FALSE(few.ok);
+  EXPECT_NE(few.error.find("at least 2p microbatches"), std::string::npos)
+      << few.error;
+  // Device 0 of 2, m = 4: the phases of dualpipev.py (F0 F0; F0 F1;
+  // B1 W F1; {F0 B1 F1 B0} pairs; B1 F1 B0; B1, B0 with its W deferred;
+  // W, B0 deferred; the last W).
+  ScheduleResult r2 = generateSchedule(ScheduleKind::DualPipeV, 2, 4, two);
+  ASSERT_TRUE(r2.ok);
+  std::string order;
+  for (const SchedOp &op : r2.ranks[0].schedule.flatten())
+    order += std::string(op.kind == PassKind::Forward    ? "F"
+                         : op.kind == PassKind::Backward ? "B"
+                                                         : "W") +
+             std::to_string(op.microbatch) + "c" + std::to_string(op.chunk) +
+             " ";
+  EXPECT_EQ(order, "F0c0 F1c0 F2c0 F0c1 B0c1 W0c1 F1c1 F3c0 B1c1 W1c1 F2c1 "
+                   "B0c0 W0c0 B2c1 W2c1 F3c1 B1c0 W1c0 B3c1 W3c1 B2c0 W2c0 "
+                   "B3c0 W3c0 ");
+}
+
 TEST(ScheduleTest, ZeroBubbleVInvariants) {
   // Every (chunk, microbatch) once as F, B and W on its device, in that
   // order; deadlock free with every channel in order; the in-flight peak

@@ -1074,7 +1074,8 @@ static void declareCompileOptions(Args &a) {
            "gpipe, 1f1b-flush (synchronous), 1f1b (PipeDream, "
            "weight stashing), 2bw (PipeDream-2BW), interleaved "
            "(Megatron, with --chunks), zb-h1 (zero bubble), zb-h2 (zero "
-           "bubble with policy B's memory), zb-v (zero "
+           "bubble with 2p-1 microbatches in flight), dualpipev "
+           "(DeepSeek's DualPipeV, two chunks in a V), zb-v (zero "
            "bubble, two chunks per device in a V) or synth (an order "
            "synthesised for this model's stage times within "
            "--memory-limit)",
@@ -1188,13 +1189,13 @@ static bool parseScheduleOptions(const Args &a, CompileOptions &o) {
   }
   auto kind = parseScheduleKind(o.schedule);
   if (!kind)
-    return !fail(
-        "compile",
-        "unknown --schedule '" + o.schedule +
-            "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
-            "interleaved, zb-h1, zb-h2, zb-v, synth, or --schedule-csv "
-            "FILE)",
-        2);
+    return !fail("compile",
+                 "unknown --schedule '" + o.schedule +
+                     "' (available: gpipe, 1f1b-flush, 1f1b, 2bw, "
+                     "interleaved, zb-h1, zb-h2, zb-v, dualpipev, synth, or "
+                     "--schedule-csv "
+                     "FILE)",
+                 2);
   if (a.has("--replicas")) {
     std::string list = a.get("--replicas");
     for (llvm::StringRef part : llvm::split(list, ',')) {
@@ -1222,7 +1223,9 @@ static bool parseScheduleOptions(const Args &a, CompileOptions &o) {
   o.chunks = int(chunks);
   // zb-v: two chunks per device in a V, unless --chunks says otherwise
   // (which the schedule rules then refuse).
-  if (*kind == ScheduleKind::ZeroBubbleV && !a.has("--chunks"))
+  if ((*kind == ScheduleKind::ZeroBubbleV ||
+       *kind == ScheduleKind::DualPipeV) &&
+      !a.has("--chunks"))
     o.chunks = 2;
   if (a.has("--schedule-csv") && !applyScheduleCsv(a, o))
     return false;

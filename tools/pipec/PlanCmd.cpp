@@ -238,7 +238,8 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
            "interleaved, exhaustive",
            "auto")
       .opt("--schedule", "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, zb-h1, "
-                         "zb-h2, zb-v, synth (default: the planner's)")
+                         "zb-h2, zb-v, dualpipev, synth (default: the "
+                         "planner's)")
       .opt("--microbatches", "microbatches per iteration (default: the "
                              "planner's choice)")
       .opt("--global-batch", "samples per iteration")
@@ -275,7 +276,7 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
     return fail("plan",
                 "unknown --schedule '" + options.schedule +
                     "' (gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, "
-                    "zb-h1, zb-h2, zb-v, synth)",
+                    "zb-h1, zb-h2, zb-v, dualpipev, synth)",
                 2);
   int64_t v = 0;
   if ((a.has("--microbatches") && !a.getInt("--microbatches", v, 1)))

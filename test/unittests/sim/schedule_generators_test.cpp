@@ -200,7 +200,7 @@ const ScheduleKind kAllKinds[] = {
 //===----------------------------------------------------------------------===//
 
 TEST(ScheduleGenerators, NamesRoundTrip) {
-  EXPECT_EQ(scheduleKindNames().size(), 9u);
+  EXPECT_EQ(scheduleKindNames().size(), 10u);
   for (ScheduleKind kind : kAllKinds)
     EXPECT_EQ(parseScheduleKind(scheduleKindName(kind)), kind);
   EXPECT_TRUE(isFlushSchedule(ScheduleKind::ZeroBubbleH1));

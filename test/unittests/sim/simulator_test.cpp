@@ -221,6 +221,27 @@ TEST(SimUniform, ZeroBubbleV) {
     }
 }
 
+TEST(SimUniform, DualPipeV) {
+  // The same V as zb-v (2p one-layer stages, T_F = T_B = T_W = 1 per
+  // chunk) in DualPipeV's order: 6m + p - 1, zb-v's makespan, for one more
+  // chunk-microbatch in flight (2p + 1, checked in schedule_test). Its pairs
+  // of a forward and a backward of the two chunks run one after the other
+  // here (no overlap of their communication and compute, DualPipe's gain).
+  for (int p = 1; p <= 6; ++p)
+    for (int m : {2 * p, 2 * p + 1, 3 * p + 2}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      Plan plan = straightPlan(2 * p, "dualpipev", m);
+      plan.chunks = 2;
+      for (int q = 0; q < 2 * p; ++q)
+        plan.stages[q].devices = {int(positionOfStage(Placement::V, p, q))};
+      SimResult d = simulate(uniformProfile(2 * p, 1, 2), plan);
+      EXPECT_DOUBLE_EQ(d.iterationSeconds, 6.0 * m + (p - 1));
+      plan.schedule = "zb-v";
+      SimResult v = simulate(uniformProfile(2 * p, 1, 2), plan);
+      EXPECT_DOUBLE_EQ(d.iterationSeconds, v.iterationSeconds);
+    }
+}
+
 //===----------------------------------------------------------------------===//
 // Cost model: scaling, recompute, communication
 //===----------------------------------------------------------------------===//
@@ -654,7 +675,7 @@ TEST(SimErrors, BadInput) {
   Plan plan = straightPlan(4, "pipedream-2", 4);
   EXPECT_NE(error(plan).find("unknown schedule 'pipedream-2' (available: "
                              "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, "
-                             "zb-h1, custom, zb-v, zb-h2)"),
+                             "zb-h1, custom, zb-v, zb-h2, dualpipev)"),
             std::string::npos);
   plan = interleavedPlan(2, 2, 3);
   EXPECT_NE(error(plan).find("multiple of the pipeline depth"),
