@@ -66,6 +66,7 @@ CASES = [
     ("mlp-s2-interleaved", "mlp", ["--stages", "2", "--microbatches", "4", "--schedule", "interleaved",
                                    "--chunks", "2"]),
     ("mlp-s2-zb-v", "mlp", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-v"]),
+    ("mlp-s2-dualpipev", "mlp", ["--stages", "2", "--microbatches", "4", "--schedule", "dualpipev"]),
     ("mlp-s2-rr-replicas", "mlp", ["--stages", "2", "--microbatches", "4", "--replicas", "2,1"]),
     ("mlp-s2-split-replicas", "mlp", ["--stages", "2", "--microbatches", "4", "--replicas", "2,1",
                                       "--replica-mode", "split"]),
