@@ -282,39 +282,48 @@ TEST(ScheduleTest, UniformMakespanClosedForm) {
         }
 }
 
+/// The checks every V schedule (two chunks per device) passes for p
+/// devices and m microbatches: every (chunk, microbatch) once as F, B and W
+/// on its device, in that order; deadlock free with every channel in
+/// order; the in-flight peak equal to the closed form. Returns the result.
+ScheduleResult checkVSchedule(ScheduleKind kind, int p, int64_t m) {
+  ScheduleOptions options;
+  options.chunks = 2;
+  ScheduleResult r = generateSchedule(kind, p, m, options);
+  EXPECT_TRUE(r.ok) << r.error;
+  if (!r.ok)
+    return r;
+  EXPECT_EQ(r.placement, Placement::V);
+  CommCheckResult check = checkCommunication(scheduleCommPrograms(r));
+  EXPECT_TRUE(check.ok) << "p " << p << " m " << m << ": "
+                        << (check.errors.empty() ? "" : check.errors.front());
+  for (const RankSchedule &rank : r.ranks) {
+    std::map<std::pair<int, int64_t>, std::vector<PassKind>> seen;
+    for (const SchedOp &op : rank.schedule.flatten())
+      seen[{op.chunk, op.microbatch}].push_back(op.kind);
+    EXPECT_EQ(seen.size(), size_t(2 * m)) << "p " << p << " m " << m;
+    for (const auto &[key, kinds] : seen)
+      EXPECT_EQ(kinds,
+                (std::vector<PassKind>{PassKind::Forward, PassKind::Backward,
+                                       PassKind::BackwardWeight}))
+          << "p " << p << " m " << m << " rank " << rank.stage;
+    EXPECT_EQ(peakInflight(rank.schedule.flatten()),
+              closedFormInflight(kind, p, rank.stage, m, options))
+        << "p " << p << " m " << m << " rank " << rank.stage;
+  }
+  return r;
+}
+
 TEST(ScheduleTest, DualPipeVInvariants) {
-  // Every (chunk, microbatch) once as F, B and W on its device, in that
-  // order; deadlock free with every channel in order; 2p + 1
-  // chunk-microbatches in flight at the peak on every device, for
-  // p <= 12 and 2p <= m <= 40; fewer than 2p microbatches are refused.
+  // checkVSchedule for p <= 12 and 2p <= m <= 40 (the peak: 2p + 1
+  // chunk-microbatches on every device), with loops that do not grow with
+  // m; fewer than 2p microbatches are refused.
   for (int p = 1; p <= 12; ++p)
     for (int64_t m = 2 * p; m <= 40; ++m) {
-      ScheduleOptions options;
-      options.chunks = 2;
-      ScheduleResult r =
-          generateSchedule(ScheduleKind::DualPipeV, p, m, options);
-      ASSERT_TRUE(r.ok) << r.error;
-      EXPECT_EQ(r.placement, Placement::V);
-      CommCheckResult check = checkCommunication(scheduleCommPrograms(r));
-      ASSERT_TRUE(check.ok)
-          << "p " << p << " m " << m << ": " << check.errors.front();
-      for (const RankSchedule &rank : r.ranks) {
-        std::map<std::pair<int, int64_t>, std::vector<PassKind>> seen;
-        for (const SchedOp &op : rank.schedule.flatten())
-          seen[{op.chunk, op.microbatch}].push_back(op.kind);
-        ASSERT_EQ(seen.size(), size_t(2 * m)) << "p " << p << " m " << m;
-        for (const auto &[key, kinds] : seen)
-          EXPECT_EQ(kinds, (std::vector<PassKind>{PassKind::Forward,
-                                                  PassKind::Backward,
-                                                  PassKind::BackwardWeight}))
-              << "p " << p << " m " << m << " rank " << rank.stage;
-        EXPECT_EQ(peakInflight(rank.schedule.flatten()),
-                  closedFormInflight(ScheduleKind::DualPipeV, p, rank.stage, m,
-                                     options))
-            << "p " << p << " m " << m << " rank " << rank.stage;
-        // The loops do not grow with m.
+      ScheduleResult r = checkVSchedule(ScheduleKind::DualPipeV, p, m);
+      ASSERT_TRUE(r.ok);
+      for (const RankSchedule &rank : r.ranks)
         EXPECT_LE(rank.schedule.segments.size(), 12u);
-      }
     }
   ScheduleOptions two;
   two.chunks = 2;
@@ -340,36 +349,11 @@ TEST(ScheduleTest, DualPipeVInvariants) {
 }
 
 TEST(ScheduleTest, ZeroBubbleVInvariants) {
-  // Every (chunk, microbatch) once as F, B and W on its device, in that
-  // order; deadlock free with every channel in order; the in-flight peak
-  // equals the closed form min(m + 1 + r, 2m, 2p) for p <= 16, m <= 40.
+  // checkVSchedule for p <= 16, m <= 40: the in-flight peak is
+  // min(m + 1 + r, 2m, 2p).
   for (int p = 1; p <= 16; ++p)
-    for (int64_t m = 1; m <= 40; ++m) {
-      ScheduleOptions options;
-      options.chunks = 2;
-      ScheduleResult r =
-          generateSchedule(ScheduleKind::ZeroBubbleV, p, m, options);
-      ASSERT_TRUE(r.ok) << r.error;
-      EXPECT_EQ(r.placement, Placement::V);
-      CommCheckResult check = checkCommunication(scheduleCommPrograms(r));
-      ASSERT_TRUE(check.ok)
-          << "p " << p << " m " << m << ": " << check.errors.front();
-      for (const RankSchedule &rank : r.ranks) {
-        std::map<std::pair<int, int64_t>, std::vector<PassKind>> seen;
-        for (const SchedOp &op : rank.schedule.flatten())
-          seen[{op.chunk, op.microbatch}].push_back(op.kind);
-        ASSERT_EQ(seen.size(), size_t(2 * m)) << "p " << p << " m " << m;
-        for (const auto &[key, kinds] : seen)
-          EXPECT_EQ(kinds, (std::vector<PassKind>{PassKind::Forward,
-                                                  PassKind::Backward,
-                                                  PassKind::BackwardWeight}))
-              << "p " << p << " m " << m << " rank " << rank.stage;
-        EXPECT_EQ(peakInflight(rank.schedule.flatten()),
-                  closedFormInflight(ScheduleKind::ZeroBubbleV, p, rank.stage,
-                                     m, options))
-            << "p " << p << " m " << m << " rank " << rank.stage;
-      }
-    }
+    for (int64_t m = 1; m <= 40; ++m)
+      ASSERT_TRUE(checkVSchedule(ScheduleKind::ZeroBubbleV, p, m).ok);
   ScheduleOptions one;
   EXPECT_FALSE(generateSchedule(ScheduleKind::ZeroBubbleV, 4, 8, one).ok);
   // The V: device 0 runs the first and the last of the 2p stages.
