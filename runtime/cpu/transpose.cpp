@@ -64,8 +64,8 @@ void transposeKernel(void *const *bufs, const int64_t *ints, const double *) {
     poison(y, numel);
     return;
   }
-  int64_t xStrides[kMaxDims], yDims[kMaxDims], xStridesInY[kMaxDims],
-      yStrides[kMaxDims];
+  int64_t xStrides[kMaxDims] = {}, yDims[kMaxDims] = {},
+          xStridesInY[kMaxDims] = {}, yStrides[kMaxDims] = {};
   bool seen[kMaxDims] = {};
   contiguousStrides(rank, xDims, xStrides);
   for (int64_t i = 0; i < rank; ++i) {
