@@ -35,7 +35,7 @@ Plan planOf(std::vector<std::pair<int, int>> ranges, int chunks = 1,
   plan.chunks = chunks;
   int device = 0;
   for (auto [first, last] : ranges)
-    plan.stages.push_back({first, last, 1, {device++}});
+    plan.stages.push_back({first, last, 1, {device++}, ""});
   return plan;
 }
 

@@ -336,7 +336,7 @@ TEST(CutBytesTest, SkipConnectionCountsOncePerCut) {
 TEST(CutBytesTest, CountsOncePerConsumingStage) {
   Profile p = residualProfile();
   Plan plan;
-  plan.stages = {{0, 1, 1, {0}}, {2, 3, 1, {1}}, {4, 5, 1, {2}}};
+  plan.stages = {{0, 1, 1, {0}, ""}, {2, 3, 1, {1}, ""}, {4, 5, 1, {2}, ""}};
   ASSERT_EQ(validatePlan(plan, 6), "");
   // Cut after 1: f1 to stage 1; x to stage 1 (add) and stage 2 (h).
   EXPECT_EQ(cutBytes(p, 1, &plan), 20 + 2 * 10);
@@ -346,7 +346,7 @@ TEST(CutBytesTest, CountsOncePerConsumingStage) {
   EXPECT_EQ(planCutBytes(p, plan), 30 + 50);
 
   Plan split = plan;
-  split.stages = {{0, 3, 1, {0}}, {4, 4, 1, {1}}, {5, 5, 1, {2}}};
+  split.stages = {{0, 3, 1, {0}, ""}, {4, 4, 1, {1}, ""}, {5, 5, 1, {2}, ""}};
   // add goes to g (stage 1) and h (stage 2); x to h.
   EXPECT_EQ(cutBytes(p, 3, &split), 2 * 40 + 10);
 }
@@ -361,7 +361,7 @@ Plan goodPlan() {
   Plan plan;
   plan.algorithm = "test";
   plan.microbatches = 4;
-  plan.stages = {{0, 2, 1, {0}}, {3, 5, 2, {1, 2}}, {6, 9, 1, {}}};
+  plan.stages = {{0, 2, 1, {0}, ""}, {3, 5, 2, {1, 2}, ""}, {6, 9, 1, {}, ""}};
   return plan;
 }
 
