@@ -267,7 +267,15 @@ std::vector<StageSchedule> zbH2Pipeline(int p, int64_t n) {
   std::vector<int64_t> nextF(size_t(p), 0), nextB(size_t(p), 0),
       nextW(size_t(p), 0);
   std::vector<std::vector<SchedOp>> ops(static_cast<size_t>(p));
-  for (int64_t t = 0, left = 3 * n * p; left > 0; ++t)
+  // Every op takes one unit: a time step in which no stage starts one
+  // leaves nothing to finish, so the run could not go on (it cannot happen:
+  // the last stage never waits on a later one, and each stage's oldest
+  // microbatch in flight can always go on down and back up). The guard
+  // only keeps a mistake here from looping forever; the programs would
+  // then be incomplete and the pipeline verifier refuses them.
+  for (int64_t t = 0, left = 3 * n * p, lastLeft = -1;
+       left > 0 && left != lastLeft; ++t) {
+    lastLeft = left;
     for (int s = 0; s < p; ++s) {
       const size_t st = size_t(s);
       const int64_t f = nextF[st], b = nextB[st], w = nextW[st];
@@ -293,6 +301,7 @@ std::vector<StageSchedule> zbH2Pipeline(int p, int64_t n) {
       }
       --left;
     }
+  }
   std::vector<StageSchedule> out;
   for (const std::vector<SchedOp> &stageOps : ops)
     out.push_back(loopify(stageOps));
