@@ -146,7 +146,9 @@ def main():
                      ("s2-interleaved", ["--stages", "2", "--chunks", "2", "--microbatches", "4",
                                          "--schedule", "interleaved"]),
                      ("s2-zb-h1", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-h1"]),
-                     ("s2-zb-v", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-v"])]
+                     ("s2-zb-v", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-v"]),
+                     ("s2-zb-h2", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-h2"]),
+                     ("s2-dualpipev", ["--stages", "2", "--microbatches", "4", "--schedule", "dualpipev"])]
         for tag, compile_args in runs:
             base, err = train(tag, compile_args, "none")
             if base is None:
