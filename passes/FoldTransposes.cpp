@@ -52,18 +52,23 @@ struct NNFoldTransposesPass
 
   void runOnOperation() override {
     llvm::SetVector<Operation *> maybeDead;
+    // Reads `operand` past its chain of such transposes (one peeled at a
+    // time, two cancel); returns whether it is now read transposed.
+    auto peel = [&](OpOperand &operand, bool trans) {
+      while (Value in = lastTwoSwapped(operand.get())) {
+        maybeDead.insert(operand.get().getDefiningOp());
+        operand.set(in);
+        trans = !trans;
+      }
+      return trans;
+    };
     getOperation().walk([&](pipec::nn::MatMulOp mm) {
-      // A chain of such transposes peels one at a time (two cancel).
-      while (Value in = lastTwoSwapped(mm.getA())) {
-        maybeDead.insert(mm.getA().getDefiningOp());
-        mm.getAMutable().assign(in);
-        mm.setTransA(!mm.getTransA());
-      }
-      while (Value in = lastTwoSwapped(mm.getB())) {
-        maybeDead.insert(mm.getB().getDefiningOp());
-        mm.getBMutable().assign(in);
-        mm.setTransB(!mm.getTransB());
-      }
+      if (bool ta = peel(mm.getAMutable(), mm.getTransA());
+          ta != mm.getTransA())
+        mm.setTransA(ta);
+      if (bool tb = peel(mm.getBMutable(), mm.getTransB());
+          tb != mm.getTransB())
+        mm.setTransB(tb);
     });
     // Until none is left to erase: a transpose of a transpose dies only
     // after its reader.
