@@ -33,6 +33,10 @@ struct ProfileOp {
   /// slot from its input half to the op's weight gradient (0: nothing, or
   /// unknown).
   int64_t carriedBytes = 0;
+  /// The optimizer's update of this op's parameters, once (per step, or per
+  /// update of a continuous schedule); independent of the microbatch size.
+  /// `pipec profile` measures it with the optimizer it compiled for.
+  double optSeconds = 0;
 };
 
 struct Profile {
@@ -49,6 +53,10 @@ struct Profile {
   /// Bytes per microbatch of the model's inputs and of the labels as the
   /// data feeds deliver them (each held in its stage's stash slot).
   int64_t inputBytes = 0, labelBytes = 0;
+  /// Bytes per second of a copy within the device's memory, as the runtime
+  /// copies a stage's weights into a stashed version (1f1b's weight
+  /// stashing, 2bw's shadow copy); 0: unknown (such copies are then free).
+  double copyBytesPerSecond = 0;
 
   /// Producers of op i with the chain default applied (op i-1 when the
   /// list is empty and i > 0).

@@ -41,10 +41,12 @@ struct SimOptions {
   /// gradient (the W op); the input gradient B gets the rest. 0.5 matches a
   /// matmul, whose dX and dW cost one forward each.
   double weightGradFraction = 0.5;
-  /// Optimizer step time per parameter byte of a stage (0 = free). Flush
-  /// schedules run it once per step after the allreduce; 1f1b after every
-  /// backward round, 2bw after every batch, off the critical path unless a
-  /// forward needs the new version.
+  /// Optimizer step time per parameter byte of a stage (0 = free), added to
+  /// the profile's measured opt_s. The optimizer runs on the rank's compute
+  /// as pipec's runtime runs it: flush schedules once per step after the
+  /// allreduce; 1f1b after every local backward, 2bw after a replica's last
+  /// backward of each batch, each with the copy of the weights into a
+  /// stashed version where one is kept (the profile's copy_bytes_per_s).
   double optimizerSecondsPerByte = 0;
   /// Replicated stages split every microbatch into r even slices, one per
   /// replica, with split/concat between stages of different replica counts

@@ -118,7 +118,8 @@ readOp(const json &entry, size_t i,
     op.op = kind->get<std::string>();
   }
   for (auto [key, field] : {std::make_pair("fwd_s", &op.fwdSeconds),
-                            std::make_pair("bwd_s", &op.bwdSeconds)}) {
+                            std::make_pair("bwd_s", &op.bwdSeconds),
+                            std::make_pair("opt_s", &op.optSeconds)}) {
     std::optional<double> seconds = readSeconds(entry, key, what, error);
     if (!seconds)
       return std::nullopt;
@@ -231,6 +232,11 @@ ProfileResult profileFromJson(const std::string &text) {
       return fail(error);
     *field = *bytes;
   }
+  std::optional<double> copyRate =
+      readSeconds(doc, "copy_bytes_per_s", "top level", error);
+  if (!copyRate)
+    return fail(error);
+  profile.copyBytesPerSecond = *copyRate;
 
   auto ops = doc.find("ops");
   if (ops == doc.end() || !ops->is_array())
@@ -284,6 +290,8 @@ std::string profileToJson(const Profile &profile) {
     }
     if (op.carriedBytes > 0)
       entry["carried_bytes"] = op.carriedBytes;
+    if (op.optSeconds > 0)
+      entry["opt_s"] = op.optSeconds;
     // An empty list means "the previous op"; keep it implicit.
     if (!op.inputs.empty()) {
       ordered_json inputs = ordered_json::array();
@@ -306,6 +314,8 @@ std::string profileToJson(const Profile &profile) {
     doc["input_bytes"] = profile.inputBytes;
     doc["label_bytes"] = profile.labelBytes;
   }
+  if (profile.copyBytesPerSecond > 0)
+    doc["copy_bytes_per_s"] = profile.copyBytesPerSecond;
   doc["ops"] = std::move(ops);
   return doc.dump(2) + "\n";
 }

@@ -32,22 +32,36 @@ double busiestDeviceCompute(const Profile &profile, const Plan &plan,
   for (const StagePlan &stage : plan.stages) {
     if (stage.devices.empty() || stage.replicas < 1)
       return 0;
-    double fwd = 0, bwd = 0;
+    double fwd = 0, bwd = 0, optimizer = 0;
+    int64_t params = 0;
     for (int l = stage.firstLayer; l <= stage.lastLayer; ++l) {
       fwd += profile.ops[size_t(l)].fwdSeconds;
       bwd += profile.ops[size_t(l)].bwdSeconds;
+      optimizer += profile.ops[size_t(l)].optSeconds;
+      params += profile.ops[size_t(l)].paramBytes;
     }
+    optimizer += options.optimizerSecondsPerByte * double(params);
     const bool recompute = options.recompute || stage.recompute == "full";
     const double perMicrobatch =
         sigma * fwd + sigma * bwd + (recompute ? sigma * fwd : 0);
     const int r = stage.replicas;
+    // The updates of the continuous schedules run on compute (1f1b after
+    // every local backward of a replica, 2bw once per batch and replica);
+    // the copies into stashed versions are left out (a bound). The flush
+    // schedules' optimizer follows the iteration's last backward, outside
+    // this sum.
+    double perStep = 0;
+    if (*kind == ScheduleKind::OneFOneB)
+      perStep = optimizer * double(m) / (options.splitReplicas ? 1 : r);
+    else if (*kind == ScheduleKind::TwoBW)
+      perStep = optimizer;
     for (size_t j = 0; j < stage.devices.size(); ++j) {
       // Round robin: replica j runs microbatches j, j + r, ...
       const double share =
           options.splitReplicas || steadyState
               ? double(m) * perMicrobatch / r
               : double((m - int64_t(j) + r - 1) / r) * perMicrobatch;
-      deviceWork[stage.devices[j]] += std::max(share, 0.0);
+      deviceWork[stage.devices[j]] += std::max(share, 0.0) + perStep;
     }
   }
   double busiest = 0;

@@ -43,6 +43,14 @@
 //    stashing a forward uses the newest version, and the forward of local
 //    microbatch l follows the backward of l - K in program order (K the
 //    replica's in-flight depth), so it waits for update round l - K.
+//    The optimizer (the profile's opt_s of the stage's ops, plus
+//    SimOptions::optimizerSecondsPerByte x parameter bytes) runs on the
+//    rank's compute, as pipec's runtime runs it: flush schedules once per
+//    step after the allreduce; 1f1b and 2bw as part of the backward op that
+//    ends an update round (every local backward, or the rank's last
+//    backward of a batch), together with the copy of the live weights into
+//    a stashed version when the rank keeps more than one (1f1b with depth
+//    K > 1; 2bw's shadow copy), at the profile's copy_bytes_per_s.
 //  - Iteration time: flush schedules, the makespan of one step; 1f1b and
 //    2bw, the steady-state time per m microbatches: the completion times of
 //    steps (the end of the step's last backward op anywhere) differenced
@@ -111,6 +119,12 @@ struct VStage {
   int group = 0; ///< device position: the rank programs' stage index
   int chunk = 0;
   double fwd = 0, bwd = 0, bwdWeight = 0; ///< op durations per microbatch
+  /// One optimizer update of the stage's parameters, and one copy of them
+  /// into a stashed weight version.
+  double optimizer = 0, versionCopy = 0;
+  /// Continuous schedules: the compute an update round adds to the backward
+  /// op that ends it (optimizer, and the version copy where one is kept).
+  double update = 0;
   int64_t paramBytes = 0, savedBytes = 0, inputBytes = 0;
   /// Full recomputation (SimOptions::recompute, or the plan stage's
   /// "recompute": "full"): stash the inputs, re-run the forward in B.
@@ -141,6 +155,9 @@ struct Rank {
   double freeAt = 0;
   double busySeconds = 0;
   int64_t depth = 1; ///< forwards before the first backward (K)
+  /// Per op of `ops`: 1 where that op ends one of the rank's update rounds
+  /// (continuous schedules; see updateRounds()).
+  std::vector<char> updatesAfter;
   /// Last-backward ops still to run, per chunk (flush bookkeeping).
   std::vector<int64_t> remaining;
 };
@@ -344,6 +361,19 @@ private:
   double work(int q) const {
     return stages[q].fwd + stages[q].bwd + stages[q].bwdWeight;
   }
+  /// The update compute of one rank of stage q per step of m microbatches
+  /// (continuous schedules): 1f1b updates after each of its local
+  /// backwards, 2bw once per batch.
+  double updateWorkPerStep(int q) const {
+    const double rounds =
+        kind == ScheduleKind::OneFOneB
+            ? static_cast<double>(m) / (split ? 1 : replicas[stages[q].group])
+            : 1.0;
+    return rounds * stages[q].update;
+  }
+  /// Marks the ops of rank r that end an update round (Rank::updatesAfter)
+  /// and sets the update compute of its stages.
+  void updateRounds(Rank &rank);
 
   // Event handling.
   void tryStart(int rank);
@@ -758,6 +788,7 @@ void Simulator::buildRanks() {
     for (const SchedOp &op : rank.ops)
       if (op.kind == PassKind::Forward)
         ++rank.remaining[op.chunk];
+    updateRounds(rank);
     ranks.push_back(std::move(rank));
   }
   // Devices in order of first use; a device listed by several stages runs
@@ -836,6 +867,7 @@ std::string Simulator::buildStages() {
       stageOfLayer[l] = q;
       fwd += profile.ops[l].fwdSeconds;
       bwd += profile.ops[l].bwdSeconds;
+      stage.optimizer += profile.ops[l].optSeconds;
       stage.paramBytes += profile.ops[l].paramBytes;
       saved += profile.ops[l].savedBytes;
       if (!isExpensiveOp(profile.ops[l].op))
@@ -857,6 +889,11 @@ std::string Simulator::buildStages() {
       stage.bwd = backward + recomputeForward;
     }
     stage.savedBytes = std::llround(sigma * static_cast<double>(saved));
+    stage.optimizer +=
+        options.optimizerSecondsPerByte * static_cast<double>(stage.paramBytes);
+    if (profile.copyBytesPerSecond > 0)
+      stage.versionCopy =
+          static_cast<double>(stage.paramBytes) / profile.copyBytesPerSecond;
   }
   std::vector<bool> sentOn(size_t(numLayers), false);
   // One edge per (producing stage, consuming stage); a tensor counts once
@@ -1056,6 +1093,33 @@ double Simulator::transfer(int64_t bytes, int sender, int receiver,
   return end;
 }
 
+void Simulator::updateRounds(Rank &rank) {
+  rank.updatesAfter.assign(rank.ops.size(), 0);
+  if (kind != ScheduleKind::OneFOneB && kind != ScheduleKind::TwoBW)
+    return;
+  const PassKind last =
+      splitBackward() ? PassKind::BackwardWeight : PassKind::Backward;
+  // Walk back: the first last-backward of a batch seen from the end is the
+  // rank's last of that batch.
+  int64_t laterBatch = -1;
+  for (size_t i = rank.ops.size(); i-- > 0;) {
+    const SchedOp &op = rank.ops[i];
+    if (op.kind != last)
+      continue;
+    const int64_t batch = op.microbatch / m;
+    if (kind == ScheduleKind::OneFOneB || batch != laterBatch)
+      rank.updatesAfter[i] = 1;
+    laterBatch = batch;
+  }
+  // The version copy: 2bw refreshes its shadow before every update; 1f1b
+  // stashes the live weights while a forward in flight still reads them.
+  const bool copies = kind == ScheduleKind::TwoBW || rank.depth > 1;
+  for (int c = 0; c < v; ++c) {
+    VStage &stage = stages[stageOf(c, rank.group)];
+    stage.update = stage.optimizer + (copies ? stage.versionCopy : 0);
+  }
+}
+
 double Simulator::update(int q, double ready, int64_t round) {
   const int g = groupOf(q);
   const std::vector<int> &reducing =
@@ -1069,23 +1133,16 @@ double Simulator::update(int q, double ready, int64_t round) {
               " takes no finite time (check the topology's bandwidth)";
     allreduce = 0;
   }
-  double optimizer = isFlushSchedule(kind)
-                         ? 0 // flush: the optimizer runs on compute, later
-                         : options.optimizerSecondsPerByte *
-                               static_cast<double>(stages[q].paramBytes);
+  // The optimizer runs on the ranks' compute (the flush schedules' after
+  // the iteration's allreduces, the others' in the backward op that ends
+  // the round).
   double start = std::max(ready, laneFree[g]);
-  double end = start + allreduce + optimizer;
+  double end = start + allreduce;
   laneFree[g] = end;
-  if (options.trace)
-    for (int device : groupDevices[g]) {
-      if (allreduce > 0)
-        trace.push_back({"allreduce", device, sim::Collective, start, allreduce,
-                         round, stages[q].chunk, q});
-      if (optimizer > 0)
-        trace.push_back({"optimizer", device, sim::Collective,
-                         start + allreduce, optimizer, round, stages[q].chunk,
-                         q});
-    }
+  if (options.trace && allreduce > 0)
+    for (int device : groupDevices[g])
+      trace.push_back({"allreduce", device, sim::Collective, start, allreduce,
+                       round, stages[q].chunk, q});
   return end;
 }
 
@@ -1144,6 +1201,8 @@ bool Simulator::startable(int r, double &ready, double &duration) const {
     duration = stage.bwdWeight;
     break;
   }
+  if (rank.updatesAfter[rank.pc])
+    duration += stage.update;
   return true;
 }
 
@@ -1610,17 +1669,15 @@ double Simulator::iterationTime() {
     for (const std::vector<int> &onDevice : deviceRanks) {
       const Rank &first = ranks[onDevice.front()];
       double finish = 0;
-      int64_t params = 0;
+      double optimizer = 0;
       for (int r : onDevice) {
         finish = std::max(finish, ranks[r].freeAt);
         for (int c = 0; c < v; ++c) {
           int q = stageOf(c, ranks[r].group);
           finish = std::max(finish, stageReduced[q]);
-          params += stages[q].paramBytes;
+          optimizer += stages[q].optimizer;
         }
       }
-      double optimizer =
-          options.optimizerSecondsPerByte * static_cast<double>(params);
       if (options.trace && optimizer > 0)
         trace.push_back({"optimizer", first.device, sim::Compute, finish,
                          optimizer, -1, 0, first.group});
@@ -1640,8 +1697,9 @@ double Simulator::iterationTime() {
           for (int c = 0; c < v; ++c) {
             const VStage &stage = stages[stageOf(c, ranks[r].group)];
             deviceWork += static_cast<double>(m) *
-                          (stage.fwd + stage.bwd + stage.bwdWeight) /
-                          (split ? 1 : replicas[ranks[r].group]);
+                              (stage.fwd + stage.bwd + stage.bwdWeight) /
+                              (split ? 1 : replicas[ranks[r].group]) +
+                          updateWorkPerStep(stageOf(c, ranks[r].group));
           }
         iteration = std::max(iteration, deviceWork);
       }
@@ -1662,8 +1720,9 @@ void Simulator::accountTime(SimResult &result, double iteration) const {
   if (!isFlushSchedule(kind)) {
     busy = 0;
     for (int q = 0; q < numQ; ++q)
-      busy +=
-          static_cast<double>(m) * work(q) * (split ? replicas[groupOf(q)] : 1);
+      busy += static_cast<double>(m) * work(q) *
+                  (split ? replicas[groupOf(q)] : 1) +
+              replicas[groupOf(q)] * updateWorkPerStep(q);
   }
   // Every lane of a collapsed plan is busy as lane 0 is, and runs its share
   // of the microbatches.
@@ -1827,8 +1886,9 @@ void Simulator::accountDevices(SimResult &result, LastBackward &lastBackward,
       }
       for (int c = 0; c < v; ++c)
         usage.busySeconds += static_cast<double>(m) *
-                             work(stageOf(c, rank.group)) /
-                             (split ? 1 : replicas[rank.group]);
+                                 work(stageOf(c, rank.group)) /
+                                 (split ? 1 : replicas[rank.group]) +
+                             updateWorkPerStep(stageOf(c, rank.group));
     }
     // One rank of one chunk: its stage's figure.
     usage.peakBytes = deviceBytes + maxSaved +

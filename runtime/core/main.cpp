@@ -537,6 +537,30 @@ void writeOnRankZero(pipec_ctx &ctx,
                          &files);
 std::string rankSummary(pipec_ctx &ctx);
 
+/// The device's copy speed within its memory, for the profile: the best
+/// of a few copies of the stage's weights (what 1f1b's weight stashing and
+/// 2bw's shadow copy move per update), at least 1 MiB.
+double measureCopyRate(pipec_ctx &ctx) {
+  const int64_t bytes =
+      std::max<int64_t>(ctx.desc.versionedBytes, int64_t(1) << 20);
+  char *from = ctx.device->allocate(bytes, "the profile's copy probe");
+  char *to = ctx.device->allocate(bytes, "the profile's copy probe");
+  double best = std::numeric_limits<double>::infinity();
+  ctx.device->copy(to, from, bytes); // first touch
+  ctx.device->synchronize();
+  for (int i = 0; i < 5; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    ctx.device->copy(to, from, bytes);
+    ctx.device->synchronize();
+    best = std::min(best, std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - start)
+                              .count());
+  }
+  ctx.device->release(to);
+  ctx.device->release(from);
+  return best > 0 ? double(bytes) / best : 0;
+}
+
 /// After the last step: the weight-version bound, the profile, the trace
 /// and the rank summary.
 void writeRunOutputs(pipec_ctx &ctx) {
@@ -552,9 +576,11 @@ void writeRunOutputs(pipec_ctx &ctx) {
                   " (policy.versions_kept): a schedule and runtime mismatch");
   collectQueueMarks(ctx);
   std::vector<std::pair<std::string, std::string>> files;
-  if (ctx.profiler.enabled())
+  if (ctx.profiler.enabled()) {
+    ctx.profiler.setCopyRate(measureCopyRate(ctx));
     files.push_back({profilePath(o.profileOut, desc),
                      ctx.profiler.toJson(desc, ctx.device->name())});
+  }
   if (ctx.timeline.enabled())
     files.push_back({rankPath(o.trace, ctx.rank), ctx.timeline.toJson() + "\n"});
   if (!o.summaryOut.empty())

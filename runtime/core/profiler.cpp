@@ -108,6 +108,8 @@ std::string Profiler::toJson(const StageDesc &desc,
   // model's as a whole on one stage without recomputation.
   if (!desc.memoryModel.empty())
     doc["memory_model"] = desc.memoryModel;
+  if (copyRate > 0)
+    doc["copy_bytes_per_s"] = copyRate;
   // What the data feeds put in a stash slot per microbatch.
   int64_t inputBytes = 0, labelBytes = 0;
   for (const FeedSpec &f : desc.feeds)

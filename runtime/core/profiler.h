@@ -66,6 +66,10 @@ public:
   /// "cuda:0 (NVIDIA H100 80GB HBM3)").
   std::string toJson(const StageDesc &desc, const std::string &device) const;
 
+  /// The device's copy speed within its memory (bytes per second), written
+  /// as the profile's copy_bytes_per_s (0: not measured).
+  void setCopyRate(double bytesPerSecond) { copyRate = bytesPerSecond; }
+
 private:
   using Clock = std::chrono::steady_clock;
   struct Slot {
@@ -78,6 +82,7 @@ private:
   Slot &slot(int64_t op, int64_t phase);
 
   bool on = false;
+  double copyRate = 0;
   bool counting = true;
   int64_t countedSteps = 0;
   std::vector<Slot> slots;

@@ -147,6 +147,30 @@ TEST(ProfileTest, ArenaMemoryModelRoundTrips) {
                  "op 0 ('a'): 'bwd_scratch_bytes' must be non-negative");
 }
 
+TEST(ProfileTest, OptimizerAndCopyTimesRoundTrip) {
+  ProfileResult read = profileFromJson(
+      R"({"format": "pipec.profile/1", "copy_bytes_per_s": 1.5e10, "ops": [
+        {"name": "fc", "op": "gemm", "param_bytes": 64, "opt_s": 2.5e-4},
+        {"name": "relu", "op": "relu"}]})");
+  ASSERT_TRUE(read.ok) << read.error;
+  const Profile &p = read.profile;
+  EXPECT_EQ(p.copyBytesPerSecond, 1.5e10);
+  EXPECT_EQ(p.ops[0].optSeconds, 2.5e-4);
+  EXPECT_EQ(p.ops[1].optSeconds, 0); // absent: free
+  std::string text = profileToJson(p);
+  EXPECT_EQ(text.find("opt_s"), text.rfind("opt_s")); // written once
+  ProfileResult back = profileFromJson(text);
+  ASSERT_TRUE(back.ok) << back.error;
+  EXPECT_EQ(back.profile.copyBytesPerSecond, 1.5e10);
+  EXPECT_EQ(back.profile.ops[0].optSeconds, 2.5e-4);
+  EXPECT_EQ(profileToJson(back.profile), text);
+  expectRejected(withOps(R"({"name": "fc", "opt_s": -1})"),
+                 "op 0 ('fc'): 'opt_s' must be a non-negative number");
+  expectRejected(R"({"format": "pipec.profile/1", "copy_bytes_per_s": -3,
+                     "ops": [{"name": "a"}]})",
+                 "top level: 'copy_bytes_per_s' must be a non-negative");
+}
+
 TEST(ProfileTest, MinimalChain) {
   ProfileResult result =
       profileFromJson(withOps(R"({"name": "a"}, {"name": "b"})"));

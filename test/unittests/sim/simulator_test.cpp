@@ -257,6 +257,42 @@ TEST(SimCost, MicrobatchScalingAndRecompute) {
       4 * 4.0);
 }
 
+TEST(SimCost, OptimizerAndVersionCopiesRunOnCompute) {
+  // Each layer: forward 1, backward 2, an optimizer update of 0.5 (opt_s)
+  // and a weight copy of 0.25 (1000 parameter bytes at 4000 bytes/s).
+  auto profile = [](int layers) {
+    Profile p = uniformProfile(layers, 1, 2, 0, 1000);
+    for (ProfileOp &op : p.ops)
+      op.optSeconds = 0.5;
+    p.copyBytesPerSecond = 4000;
+    return p;
+  };
+  // Flush: one update after the step. 1f1b on one stage: one update per
+  // microbatch and no stashed version (depth 1). 2bw: one update and one
+  // shadow copy per batch.
+  EXPECT_NEAR(
+      simulate(profile(1), straightPlan(1, "gpipe", 4)).iterationSeconds,
+      4 * 3 + 0.5, 1e-9);
+  EXPECT_NEAR(simulate(profile(1), straightPlan(1, "1f1b", 4)).iterationSeconds,
+              4 * 3.5, 1e-6);
+  EXPECT_NEAR(simulate(profile(1), straightPlan(1, "2bw", 4)).iterationSeconds,
+              4 * 3 + 0.75, 1e-6);
+  // Two stages of 1f1b: stage 0 keeps two versions (depth 2) and copies the
+  // live weights at every update, so it bounds the steady state at
+  // 3 + 0.5 + 0.25 per microbatch; stage 1 (depth 1) needs 3.5.
+  SimResult two = simulate(profile(2), straightPlan(2, "1f1b", 8));
+  EXPECT_NEAR(two.iterationSeconds, 8 * 3.75, 1e-6);
+  // The optimizer costs per-byte too (SimOptions), on top of opt_s.
+  SimOptions options;
+  options.optimizerSecondsPerByte = 1e-4; // 0.1 per update
+  EXPECT_NEAR(
+      simulate(profile(1), straightPlan(1, "1f1b", 4), freeNetwork(), options)
+          .iterationSeconds,
+      4 * 3.6, 1e-6);
+  // The busiest device's compute includes its updates.
+  EXPECT_NEAR(two.devices[0].busySeconds, 8 * 3.75, 1e-6);
+}
+
 TEST(SimCost, PointToPointTransfers) {
   // Two stages, one microbatch: F0, send, F1, B1, send, B0.
   Profile profile = uniformProfile(2, 1, 2, /*outBytes=*/1000);
