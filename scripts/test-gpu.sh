@@ -11,7 +11,9 @@
 #   scripts/test-gpu.sh run       on the GPU machine, in a copy of the
 #       repository with .gpu-bundle/ beside it: unpacks the packages into a
 #       private prefix, runs every CUDA kernel against its CPU twin
-#       (pipec_cuda_tests), then the e2e cases; the last line is the
+#       (pipec_cuda_tests), reads pipec's exported schedule CSVs with
+#       PyTorch's torch.distributed.pipelining (test/gpu/torch_csv.py),
+#       then the e2e cases; the last line is the
 #       summary of the checks `N passed, M failed`, then the benchmark
 #       bench/gpu_compare.py (pipec against PyTorch on the same GPU).
 #
@@ -38,12 +40,14 @@ prepare() {
   cp "$build/runtime/cuda/tests/pipec_cuda_tests" "$BUNDLE/bin/"
   cp "$build/runtime/cuda/tests/pipec_cuda_communicator_contract" "$BUNDLE/bin/"
   /usr/bin/python3 test/gpu/gpu_e2e.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
+  # pipec's exported schedules, for PyTorch's own reader there.
+  /usr/bin/python3 test/gpu/torch_csv.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
   /usr/bin/python3 bench/gpu_compare.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE" \
     --config "${PIPEC_GPU_BENCH_CONFIG:-small}"
   # What a call to the GPU machine carries is limited (64 MiB with the
   # repository): everything but the packages also goes into one archive
   # (the stage executables' constants compress well).
-  (cd "$BUNDLE" && tar czf packed.tar.gz bin lib cases cases.json bench)
+  (cd "$BUNDLE" && tar czf packed.tar.gz bin lib cases cases.json bench torch_csv)
   du -sh "$BUNDLE" "$BUNDLE/packed.tar.gz"
 }
 
@@ -78,6 +82,9 @@ run() {
   "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator.log" || rc=1
   tail -1 "$out/communicator.log" | grep -q " 0 failed" || rc=1
+  # The exported schedule CSVs through torch.distributed.pipelining's reader.
+  python3 test/gpu/torch_csv.py run --bundle "$BUNDLE" 2>&1 | tee "$out/torch_csv.log" || rc=1
+  tail -1 "$out/torch_csv.log" | grep -q " 0 failed" || rc=1
   fi
   PYTHONUNBUFFERED=1 python3 test/gpu/gpu_e2e.py run --bundle "$BUNDLE" --mpirun "$P/usr/bin/orterun" \
     ${PIPEC_GPU_ONLY:+--only "$PIPEC_GPU_ONLY"} 2>&1 | tee "$out/e2e.log" || rc=1
