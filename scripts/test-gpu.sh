@@ -66,7 +66,14 @@ run() {
   export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mca_base_component_show_load_errors=0
   local cublas
   cublas=$(dirname "$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)")
-  export LD_LIBRARY_PATH=$BUNDLE/lib:$cublas:$P/usr/lib/x86_64-linux-gnu:$P/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
+  # cuDNN (opened at run time by the convolutions; im2col + cuBLAS
+  # without it): the toolkit's, else the one PyTorch's wheels bring.
+  local cudnn
+  cudnn=$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name 'libcudnn.so.9*' 2>/dev/null | head -1)
+  [ -n "$cudnn" ] || cudnn=$(python3 -c 'import glob, os, nvidia.cudnn as m; print((glob.glob(os.path.join(list(m.__path__)[0], "lib", "libcudnn.so.9*")) or [""])[0])' 2>/dev/null || true)
+  cudnn=${cudnn:+$(dirname "$cudnn")}
+  echo "cuDNN from ${cudnn:-nowhere (convolutions on im2col + cuBLAS)}"
+  export LD_LIBRARY_PATH=$BUNDLE/lib:$cublas:${cudnn:+$cudnn:}$P/usr/lib/x86_64-linux-gnu:$P/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
   export PATH=$P/usr/bin:$PATH
   local out=${OUT:-$BUNDLE/results}
   mkdir -p "$out"

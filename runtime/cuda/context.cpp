@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "cuda_rt.h"
+#include "cudnn_conv.h"
 
 #include "core/error.h"
 
@@ -78,6 +79,7 @@ void destroyContext() {
   if (!gContext.stream)
     return;
   cudaStreamSynchronize(gContext.stream);
+  releaseCudnn();
   if (gContext.scratch)
     cudaFree(gContext.scratch);
   if (gContext.bf16Staging)

@@ -8,7 +8,10 @@
 //===----------------------------------------------------------------------===//
 ///
 /// \file
-/// ONNX Conv in NCHW as im2col + cuBLAS SGEMM (no cuDNN). With Cg = C /
+/// ONNX Conv in NCHW on cuDNN when the process has it (cudnn_conv.h: each
+/// pass asks cudnnConvolution first; the bias is added after cuDNN's
+/// forward), else, and for what cuDNN cannot express, as im2col + cuBLAS
+/// SGEMM, described here. With Cg = C /
 /// groups, Mg = M / groups, a patch of K = Cg * kH * kW inputs and P = oH *
 /// oW output pixels, images are processed in chunks of nb images (bounded by
 /// kScratchBudget bytes of workspace and kMaxColumns GEMM columns). For a
@@ -53,6 +56,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cuda_rt.h"
+#include "cudnn_conv.h"
 #include "pipec_rt.h"
 
 #include <algorithm>
@@ -290,6 +294,29 @@ void fill(float *y, int64_t total, float value, const float *bias, int64_t m,
   checkLaunch(kName);
 }
 
+/// Y[b, c, :] += bias[c] for Y of [n, m, p] (after cuDNN's forward).
+template <typename I>
+__global__ void addBiasKernel(float *y, const float *bias, I m, I p, I total) {
+  for (I e = I(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += I(gridDim.x) * blockDim.x)
+    y[e] += bias[(e / p) % m];
+}
+
+void addBias(float *y, const float *bias, int64_t n, int64_t m, int64_t p,
+             const char *kName) {
+  const int64_t total = n * m * p;
+  if (total <= 0)
+    return;
+  cudaStream_t stream = context().stream;
+  if (small(total))
+    addBiasKernel<int32_t><<<gridFor(total, kBlock), kBlock, 0, stream>>>(
+        y, bias, int32_t(m), int32_t(p), int32_t(total));
+  else
+    addBiasKernel<int64_t>
+        <<<gridFor(total, kBlock), kBlock, 0, stream>>>(y, bias, m, p, total);
+  checkLaunch(kName);
+}
+
 void poison(float *y, int64_t total, const char *kName) {
   fill(y, total, std::numeric_limits<float>::quiet_NaN(), nullptr, 1, 1, kName);
 }
@@ -440,6 +467,11 @@ extern "C" void pipec_cuda_k_conv2d(void *const *bufs, const int64_t *ints,
     fill(y, s.yCount(), 0.0f, b, s.m, s.p, kName);
     return;
   }
+  if (cudnnConvolution(ConvPass::Forward, ints, x, w, y)) {
+    if (b)
+      addBias(y, b, s.n, s.m, s.p, kName);
+    return;
+  }
   Plan plan = makePlan(s);
   const bool pointwise = s.pointwise();
   for (int64_t n0 = 0; n0 < s.n; n0 += plan.nb) {
@@ -481,6 +513,8 @@ extern "C" void pipec_cuda_k_conv2d_grad_input(void *const *bufs,
           kName);
     return;
   }
+  if (cudnnConvolution(ConvPass::GradInput, ints, dy, w, dx))
+    return;
   Plan plan = makePlan(s);
   const bool pointwise = s.pointwise();
   for (int64_t n0 = 0; n0 < s.n; n0 += plan.nb) {
@@ -523,6 +557,8 @@ extern "C" void pipec_cuda_k_conv2d_grad_weight(void *const *bufs,
           kName);
     return;
   }
+  if (cudnnConvolution(ConvPass::GradWeight, ints, dy, x, dw))
+    return;
   Plan plan = makePlan(s);
   const bool pointwise = s.pointwise();
   for (int64_t n0 = 0; n0 < s.n; n0 += plan.nb) {

@@ -84,6 +84,12 @@ void *scratch(size_t bytes);
 /// The bfloat16 operand staging of at least `bytes` bytes (matmulBf16).
 void *bf16Staging(size_t bytes);
 
+/// dst[i] = src[i] rounded to the nearest bfloat16 value (ties to even),
+/// kept as float32 (n elements, on the context's stream). Defined in
+/// gemm.cu.
+void roundToBf16Values(const float *src, float *dst, int64_t n,
+                       const char *what);
+
 /// Whether `v` fits cuBLAS's 32-bit int parameters.
 inline bool fitsInt(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 /// cuBLAS's transpose flag.

@@ -60,6 +60,13 @@ __global__ void toBf16(const float *src, __nv_bfloat16 *dst, int64_t n) {
     dst[i] = __float2bfloat16_rn(src[i]);
 }
 
+/// dst[i] = float(bfloat16(src[i])), ties to even.
+__global__ void toBf16Values(const float *src, float *dst, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __bfloat162float(__float2bfloat16_rn(src[i]));
+}
+
 /// Elements from the first to the last one that `batch` stored
 /// column-major matrices of `rows` x `cols` (leading dimension ld, matrix g
 /// at g * stride) reach.
@@ -143,6 +150,14 @@ bool canonicalize(int64_t nb, const int64_t *dims, const int64_t *as,
 }
 
 } // namespace
+
+void roundToBf16Values(const float *src, float *dst, int64_t n,
+                       const char *what) {
+  if (n <= 0)
+    return;
+  toBf16Values<<<gridFor(n), 256, 0, context().stream>>>(src, dst, n);
+  checkLaunch(what);
+}
 
 void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
           float alpha, const float *a, int lda, const float *b, int ldb,

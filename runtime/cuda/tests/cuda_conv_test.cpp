@@ -9,15 +9,19 @@
 // images, odd spatial sizes, several image chunks (the last of one image),
 // images processed one at a time (pointwise ones without im2col), and the
 // empty and malformed parameter blocks. The backward outputs start random,
-// so their "overwritten" contract is checked too.
+// so their "overwritten" contract is checked too. Every case runs twice: on
+// cuDNN where the process has it and cuDNN takes the shape (symmetric
+// padding), and on im2col + cuBLAS.
 //
 //===----------------------------------------------------------------------===//
 
 #include "cuda_test_util.h"
+#include "cudnn_conv.h"
 
 #include "pipec_rt.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 using namespace pipec::cudatest;
@@ -96,13 +100,20 @@ void checkConv(const Conv &cv, unsigned seed = 1) {
   const std::vector<float> dy = randf(yCount, -1, 1, seed + 3);
   const std::vector<int64_t> ints = cv.ints();
 
-  expectSameAsCpu("conv2d",
-                  {in(x), in(w), cv.bias ? in(b) : null(), out(yCount)}, ints,
-                  {}, kRtol, atolFor(cg * cv.kh * cv.kw));
-  expectSameAsCpu("conv2d_grad_input", {in(dy), in(w), out(xCount)}, ints, {},
-                  kRtol, atolFor(mg * cv.kh * cv.kw));
-  expectSameAsCpu("conv2d_grad_weight", {in(dy), in(x), out(wCount)}, ints, {},
-                  kRtol, atolFor(cv.n * cv.oh() * cv.ow()));
+  // On cuDNN (where the process has it and it takes the shape), then on
+  // im2col + cuBLAS.
+  for (bool dnn : {true, false}) {
+    SCOPED_TRACE(dnn ? "cuDNN if taken" : "im2col + cuBLAS");
+    const bool was = pipec::cuda::setCudnnEnabled(dnn);
+    expectSameAsCpu("conv2d",
+                    {in(x), in(w), cv.bias ? in(b) : null(), out(yCount)}, ints,
+                    {}, kRtol, atolFor(cg * cv.kh * cv.kw));
+    expectSameAsCpu("conv2d_grad_input", {in(dy), in(w), out(xCount)}, ints, {},
+                    kRtol, atolFor(mg * cv.kh * cv.kw));
+    expectSameAsCpu("conv2d_grad_weight", {in(dy), in(x), out(wCount)}, ints,
+                    {}, kRtol, atolFor(cv.n * cv.oh() * cv.ow()));
+    pipec::cuda::setCudnnEnabled(was);
+  }
 }
 
 /// checkConv with N = 1 and N = 3, each without and with bias.
@@ -113,6 +124,17 @@ void checkConvVariants(Conv cv, unsigned seed = 1) {
       cv.withBias(bias);
       checkConv(cv, seed);
     }
+}
+
+TEST(CudaConv, CudnnIsLoaded) {
+  PIPEC_REQUIRE_GPU();
+  // The first convolution opens cuDNN (libcudnn.so.9 on the library path).
+  checkConv(Conv(2, 3, 8, 8, 4, 3, 3).pad(1).withBias());
+  const int version = pipec::cuda::cudnnVersionLoaded();
+  if (version == 0)
+    GTEST_SKIP() << "cuDNN not found: every convolution ran on im2col";
+  std::printf("cuDNN %d\n", version);
+  EXPECT_GE(version, 90000);
 }
 
 TEST(CudaConv, Pointwise) {

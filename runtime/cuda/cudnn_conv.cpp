@@ -1,0 +1,449 @@
+//===- cudnn_conv.cpp - Convolutions on cuDNN, when it is there -----------===//
+//
+// Part of pipec's CUDA runtime (cudnn_conv.h).
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// cuDNN is opened with dlopen ("libcudnn.so.9", then "libcudnn.so") the
+/// first time a convolution runs, unless PIPEC_CUDNN=0; <cudnn.h> supplies
+/// the types and the signatures only. Without it (or below version 9)
+/// every convolution runs on conv.cu's im2col + cuBLAS, and the runtime
+/// says so once on stderr.
+///
+/// Arithmetic, matching the context's matrix products (cuda_rt.h):
+///  - float32 (the default): CUDNN_FMA_MATH, float32 inputs, products and
+///    sums (no TF32), as the CPU kernels compute;
+///  - --allow-tf32: CUDNN_DEFAULT_MATH (TF32 tensor cores allowed);
+///  - --precision bf16: both operands are first rounded to the nearest
+///    bfloat16 values (kept as float32, in the context's bf16 staging), then
+///    convolved with CUDNN_DEFAULT_MATH: a bfloat16 value is exact in TF32,
+///    so the products are exact and the sums float32, as the CPU emulation
+///    (runtime/cpu/matmul_bf16.cpp) does up to the order of the sums.
+///
+/// Algorithm: the first call of a pass for a shape (and arithmetic) times
+/// cuDNN's algorithms on the call's own buffers (cudnnFind*AlgorithmEx,
+/// writing only `out`, which the call overwrites anyway) and keeps the
+/// fastest deterministic one whose math type is allowed and whose
+/// workspace fits kWorkspaceLimit; a shape without one is remembered and
+/// goes to the fallback. Deterministic algorithms keep a run reproducible
+/// (pipeline and 1-stage runs compare on the GPU). The descriptors are
+/// made once per shape.
+///
+/// cuDNN's convolution pads symmetrically: a convolution whose output size
+/// differs from the one the symmetric padding padTop x padLeft gives (the
+/// bottom / right padding implied by oH / oW is not the top / left one)
+/// goes to the fallback.
+///
+//===----------------------------------------------------------------------===//
+
+#include "cudnn_conv.h"
+
+#include "core/error.h"
+#include "cuda_rt.h"
+
+// The convolution API is marked deprecated in cuDNN 9 (the graph API
+// replaces it) but is supported there; its declarations are only read here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include <cudnn.h>
+
+#include <dlfcn.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace pipec {
+namespace cuda {
+namespace {
+
+/// Most workspace an algorithm may ask for.
+constexpr size_t kWorkspaceLimit = size_t(256) << 20;
+
+/// The entry points used, looked up by name in the opened library.
+struct Api {
+#define PIPEC_CUDNN_FUNCTIONS(X)                                               \
+  X(cudnnGetVersion)                                                           \
+  X(cudnnGetErrorString)                                                       \
+  X(cudnnCreate)                                                               \
+  X(cudnnDestroy)                                                              \
+  X(cudnnSetStream)                                                            \
+  X(cudnnCreateTensorDescriptor)                                               \
+  X(cudnnSetTensor4dDescriptor)                                                \
+  X(cudnnDestroyTensorDescriptor)                                              \
+  X(cudnnCreateFilterDescriptor)                                               \
+  X(cudnnSetFilter4dDescriptor)                                                \
+  X(cudnnDestroyFilterDescriptor)                                              \
+  X(cudnnCreateConvolutionDescriptor)                                          \
+  X(cudnnDestroyConvolutionDescriptor)                                         \
+  X(cudnnSetConvolution2dDescriptor)                                           \
+  X(cudnnSetConvolutionGroupCount)                                             \
+  X(cudnnSetConvolutionMathType)                                               \
+  X(cudnnGetConvolution2dForwardOutputDim)                                     \
+  X(cudnnFindConvolutionForwardAlgorithmEx)                                    \
+  X(cudnnFindConvolutionBackwardDataAlgorithmEx)                               \
+  X(cudnnFindConvolutionBackwardFilterAlgorithmEx)                             \
+  X(cudnnConvolutionForward)                                                   \
+  X(cudnnConvolutionBackwardData)                                              \
+  X(cudnnConvolutionBackwardFilter)
+#define PIPEC_CUDNN_POINTER(name) decltype(&::name) name = nullptr;
+  PIPEC_CUDNN_FUNCTIONS(PIPEC_CUDNN_POINTER)
+#undef PIPEC_CUDNN_POINTER
+  void *library = nullptr;
+  int version = 0;
+};
+
+/// One pass of one convolution shape: its descriptors and algorithm, or
+/// `usable` false (the fallback).
+struct Plan {
+  bool usable = false;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  int algo = 0;
+  size_t workspace = 0;
+  cudnnMathType_t math = CUDNN_FMA_MATH;
+};
+
+using Key = std::array<int64_t, 19>; // pass, math, the 17 ints
+
+struct State {
+  std::mutex mutex;
+  bool tried = false, enabled = true;
+  Api api;
+  cudnnHandle_t handle = nullptr;
+  std::map<Key, Plan> plans;
+};
+
+State &state() {
+  static State s;
+  return s;
+}
+
+void checkDnn(const Api &api, cudnnStatus_t status, const char *call) {
+  if (status == CUDNN_STATUS_SUCCESS)
+    return;
+  throw rt::RtError(std::string("cuDNN ") + call + ": " +
+                    (api.cudnnGetErrorString
+                         ? api.cudnnGetErrorString(status)
+                         : ("status " + std::to_string(int(status))).c_str()));
+}
+
+/// Opens the library once; false when it is not there (or too old).
+bool load(State &s) {
+  if (s.tried)
+    return s.api.library != nullptr;
+  s.tried = true;
+  if (const char *flag = std::getenv("PIPEC_CUDNN");
+      flag && std::string(flag) == "0") {
+    s.enabled = false;
+    return false;
+  }
+  void *library = nullptr;
+  for (const char *name : {"libcudnn.so.9", "libcudnn.so"})
+    if ((library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+      break;
+  if (!library) {
+    std::fprintf(stderr,
+                 "pipec: cuDNN not found (libcudnn.so.9: %s); convolutions "
+                 "use im2col + cuBLAS\n",
+                 dlerror());
+    return false;
+  }
+  Api api;
+  bool complete = true;
+#define PIPEC_CUDNN_LOOKUP(name)                                               \
+  api.name = reinterpret_cast<decltype(api.name)>(dlsym(library, #name));      \
+  complete = complete && api.name != nullptr;
+  PIPEC_CUDNN_FUNCTIONS(PIPEC_CUDNN_LOOKUP)
+#undef PIPEC_CUDNN_LOOKUP
+  api.version = complete ? int(api.cudnnGetVersion()) : 0;
+  if (!complete || api.version < 90000) {
+    std::fprintf(stderr,
+                 "pipec: the cuDNN found (version %d) lacks the convolution "
+                 "API of cuDNN 9; convolutions use im2col + cuBLAS\n",
+                 api.version);
+    dlclose(library);
+    return false;
+  }
+  api.library = library;
+  s.api = api;
+  return true;
+}
+
+/// cuDNN's math type for the context's arithmetic, and whether an
+/// algorithm of math type `got` computes it.
+cudnnMathType_t wantedMath() {
+  const Context &c = context();
+  return c.allowTf32 || c.matmulBf16 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+bool mathAllowed(cudnnMathType_t wanted, cudnnMathType_t got) {
+  if (wanted == CUDNN_FMA_MATH)
+    return got == CUDNN_FMA_MATH;
+  // TF32 (or bfloat16 values in TF32): never a conversion to half.
+  return got != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+bool fitsCudnn(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+/// Whether a Find call succeeded; a failure (a shape this cuDNN does not
+/// take) is said once per process and sends the shape to the fallback.
+bool timed(const Api &api, cudnnStatus_t status, const char *call) {
+  if (status == CUDNN_STATUS_SUCCESS)
+    return true;
+  static bool said = false;
+  if (!said) {
+    said = true;
+    std::fprintf(stderr,
+                 "pipec: cuDNN %s: %s; that convolution (and any other it "
+                 "refuses) runs on im2col + cuBLAS\n",
+                 call, api.cudnnGetErrorString(status));
+  }
+  return false;
+}
+
+/// The fastest usable result of a Find call (sorted by time by cuDNN).
+template <typename Perf>
+bool choose(const Perf *results, int count, cudnnMathType_t wanted,
+            Plan &plan) {
+  for (int i = 0; i < count; ++i) {
+    const Perf &r = results[i];
+    if (r.status != CUDNN_STATUS_SUCCESS ||
+        r.determinism != CUDNN_DETERMINISTIC || r.memory > kWorkspaceLimit ||
+        !mathAllowed(wanted, r.mathType))
+      continue;
+    plan.algo = int(r.algo);
+    plan.workspace = r.memory;
+    plan.math = r.mathType;
+    plan.usable = true;
+    return true;
+  }
+  return false;
+}
+
+/// Makes the descriptors and times the algorithms (see the file comment).
+Plan makePlan(State &s, ConvPass pass, const int64_t *ints, const float *a,
+              const float *b, float *out) {
+  const Api &api = s.api;
+  Plan plan;
+  const int64_t n = ints[0], c = ints[1], h = ints[2], w = ints[3], m = ints[4],
+                kh = ints[5], kw = ints[6], oh = ints[7], ow = ints[8],
+                sh = ints[9], sw = ints[10], pt = ints[11], pl = ints[12],
+                dh = ints[13], dw = ints[14], groups = ints[15];
+  for (int64_t v : {n, c, h, w, m, kh, kw, oh, ow, sh, sw, pt, pl, dh, dw,
+                    groups, n * c * h * w, n * m * oh * ow})
+    if (!fitsCudnn(v))
+      return plan;
+  if (groups < 1 || c % groups != 0 || m % groups != 0)
+    return plan;
+  checkDnn(api, api.cudnnCreateTensorDescriptor(&plan.x), "tensor descriptor");
+  checkDnn(api, api.cudnnCreateTensorDescriptor(&plan.y), "tensor descriptor");
+  checkDnn(api, api.cudnnCreateFilterDescriptor(&plan.w), "filter descriptor");
+  checkDnn(api, api.cudnnCreateConvolutionDescriptor(&plan.conv),
+           "convolution descriptor");
+  checkDnn(api,
+           api.cudnnSetTensor4dDescriptor(plan.x, CUDNN_TENSOR_NCHW,
+                                          CUDNN_DATA_FLOAT, int(n), int(c),
+                                          int(h), int(w)),
+           "cudnnSetTensor4dDescriptor");
+  checkDnn(api,
+           api.cudnnSetTensor4dDescriptor(plan.y, CUDNN_TENSOR_NCHW,
+                                          CUDNN_DATA_FLOAT, int(n), int(m),
+                                          int(oh), int(ow)),
+           "cudnnSetTensor4dDescriptor");
+  checkDnn(api,
+           api.cudnnSetFilter4dDescriptor(plan.w, CUDNN_DATA_FLOAT,
+                                          CUDNN_TENSOR_NCHW, int(m),
+                                          int(c / groups), int(kh), int(kw)),
+           "cudnnSetFilter4dDescriptor");
+  // Cross-correlation (ONNX Conv), float32 accumulation.
+  if (api.cudnnSetConvolution2dDescriptor(
+          plan.conv, int(pt), int(pl), int(sh), int(sw), int(dh), int(dw),
+          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT) != CUDNN_STATUS_SUCCESS)
+    return plan; // a geometry cuDNN refuses: the fallback
+  checkDnn(api, api.cudnnSetConvolutionGroupCount(plan.conv, int(groups)),
+           "cudnnSetConvolutionGroupCount");
+  const cudnnMathType_t math = wantedMath();
+  checkDnn(api, api.cudnnSetConvolutionMathType(plan.conv, math),
+           "cudnnSetConvolutionMathType");
+  // Symmetric padding must give the output size the model has.
+  int dims[4] = {0, 0, 0, 0};
+  if (api.cudnnGetConvolution2dForwardOutputDim(
+          plan.conv, plan.x, plan.w, &dims[0], &dims[1], &dims[2], &dims[3]) !=
+          CUDNN_STATUS_SUCCESS ||
+      dims[0] != n || dims[1] != m || dims[2] != oh || dims[3] != ow)
+    return plan;
+
+  void *workspace = scratch(kWorkspaceLimit);
+  constexpr int kMax = 16;
+  int count = 0;
+  bool found = false;
+  switch (pass) {
+  case ConvPass::Forward: {
+    cudnnConvolutionFwdAlgoPerf_t results[kMax];
+    found = timed(api,
+                  api.cudnnFindConvolutionForwardAlgorithmEx(
+                      s.handle, plan.x, a, plan.w, b, plan.conv, plan.y, out,
+                      kMax, &count, results, workspace, kWorkspaceLimit),
+                  "cudnnFindConvolutionForwardAlgorithmEx");
+    if (found)
+      choose(results, count, math, plan);
+    break;
+  }
+  case ConvPass::GradInput: {
+    cudnnConvolutionBwdDataAlgoPerf_t results[kMax];
+    found = timed(api,
+                  api.cudnnFindConvolutionBackwardDataAlgorithmEx(
+                      s.handle, plan.w, b, plan.y, a, plan.conv, plan.x, out,
+                      kMax, &count, results, workspace, kWorkspaceLimit),
+                  "cudnnFindConvolutionBackwardDataAlgorithmEx");
+    if (found)
+      choose(results, count, math, plan);
+    break;
+  }
+  case ConvPass::GradWeight: {
+    cudnnConvolutionBwdFilterAlgoPerf_t results[kMax];
+    found = timed(api,
+                  api.cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                      s.handle, plan.x, b, plan.y, a, plan.conv, plan.w, out,
+                      kMax, &count, results, workspace, kWorkspaceLimit),
+                  "cudnnFindConvolutionBackwardFilterAlgorithmEx");
+    if (found)
+      choose(results, count, math, plan);
+    break;
+  }
+  }
+  // Run with the math type the chosen algorithm was timed in.
+  if (plan.usable)
+    checkDnn(api, api.cudnnSetConvolutionMathType(plan.conv, plan.math),
+             "cudnnSetConvolutionMathType");
+  return plan;
+}
+
+size_t elements(ConvPass pass, bool first, const int64_t *ints) {
+  const int64_t n = ints[0], c = ints[1], h = ints[2], w = ints[3], m = ints[4],
+                kh = ints[5], kw = ints[6], oh = ints[7], ow = ints[8],
+                groups = ints[15];
+  const int64_t x = n * c * h * w, y = n * m * oh * ow,
+                wt = m * (c / groups) * kh * kw;
+  switch (pass) {
+  case ConvPass::Forward:
+    return size_t(first ? x : wt);
+  case ConvPass::GradInput:
+    return size_t(first ? y : wt);
+  case ConvPass::GradWeight:
+    return size_t(first ? y : x);
+  }
+  return 0;
+}
+
+} // namespace
+
+bool cudnnConvolution(ConvPass pass, const int64_t *ints, const float *a,
+                      const float *b, float *out) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.enabled || !load(s))
+    return false;
+  const Api &api = s.api;
+  Context &ctx = context();
+  if (!s.handle)
+    checkDnn(api, api.cudnnCreate(&s.handle), "cudnnCreate");
+  checkDnn(api, api.cudnnSetStream(s.handle, ctx.stream), "cudnnSetStream");
+  Key key{};
+  key[0] = int64_t(pass);
+  key[1] = int64_t(wantedMath());
+  std::memcpy(key.data() + 2, ints, 17 * sizeof(int64_t));
+  auto found = s.plans.find(key);
+  if (found == s.plans.end())
+    found = s.plans.emplace(key, makePlan(s, pass, ints, a, b, out)).first;
+  const Plan &plan = found->second;
+  if (!plan.usable)
+    return false;
+  if (ctx.matmulBf16) {
+    // Both operands as bfloat16 values (float32 storage), in the staging.
+    const size_t na = elements(pass, true, ints),
+                 nb = elements(pass, false, ints);
+    const size_t offset = (na + 63) / 64 * 64;
+    float *staged =
+        static_cast<float *>(bf16Staging(sizeof(float) * (offset + nb)));
+    roundToBf16Values(a, staged, int64_t(na), "cuDNN convolution (bf16)");
+    roundToBf16Values(b, staged + offset, int64_t(nb),
+                      "cuDNN convolution (bf16)");
+    a = staged;
+    b = staged + offset;
+  }
+  void *workspace = plan.workspace ? scratch(plan.workspace) : nullptr;
+  const float one = 1.0f, zero = 0.0f;
+  switch (pass) {
+  case ConvPass::Forward:
+    checkDnn(api,
+             api.cudnnConvolutionForward(
+                 s.handle, &one, plan.x, a, plan.w, b, plan.conv,
+                 cudnnConvolutionFwdAlgo_t(plan.algo), workspace,
+                 plan.workspace, &zero, plan.y, out),
+             "cudnnConvolutionForward");
+    break;
+  case ConvPass::GradInput:
+    checkDnn(api,
+             api.cudnnConvolutionBackwardData(
+                 s.handle, &one, plan.w, b, plan.y, a, plan.conv,
+                 cudnnConvolutionBwdDataAlgo_t(plan.algo), workspace,
+                 plan.workspace, &zero, plan.x, out),
+             "cudnnConvolutionBackwardData");
+    break;
+  case ConvPass::GradWeight:
+    checkDnn(api,
+             api.cudnnConvolutionBackwardFilter(
+                 s.handle, &one, plan.x, b, plan.y, a, plan.conv,
+                 cudnnConvolutionBwdFilterAlgo_t(plan.algo), workspace,
+                 plan.workspace, &zero, plan.w, out),
+             "cudnnConvolutionBackwardFilter");
+    break;
+  }
+  return true;
+}
+
+bool setCudnnEnabled(bool enabled) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const bool was = s.enabled;
+  s.enabled = enabled;
+  return was;
+}
+
+int cudnnVersionLoaded() {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.api.library ? s.api.version : 0;
+}
+
+void releaseCudnn() {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const Api &api = s.api;
+  for (auto &[key, plan] : s.plans) {
+    if (plan.x)
+      api.cudnnDestroyTensorDescriptor(plan.x);
+    if (plan.y)
+      api.cudnnDestroyTensorDescriptor(plan.y);
+    if (plan.w)
+      api.cudnnDestroyFilterDescriptor(plan.w);
+    if (plan.conv)
+      api.cudnnDestroyConvolutionDescriptor(plan.conv);
+  }
+  s.plans.clear();
+  if (s.handle && s.api.cudnnDestroy)
+    s.api.cudnnDestroy(s.handle);
+  s.handle = nullptr;
+}
+
+} // namespace cuda
+} // namespace pipec
+
+#pragma GCC diagnostic pop

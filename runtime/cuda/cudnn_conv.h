@@ -1,0 +1,53 @@
+//===- cudnn_conv.h - Convolutions on cuDNN, when it is there ---*- C++ -*-===//
+//
+// Part of pipec's CUDA runtime. Used by conv.cu; never by generated code.
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// The three convolution passes of pipec_k_conv2d* on cuDNN 9's
+/// convolution API, with conv.cu's im2col + cuBLAS as the fallback. cuDNN
+/// is loaded at run time (dlopen of libcudnn.so.9), so a machine without it
+/// runs every convolution on the fallback, and the runtime library does not
+/// depend on it. cudnn_conv.cpp says how an algorithm is chosen.
+///
+//===----------------------------------------------------------------------===//
+
+#ifndef PIPEC_RUNTIME_CUDA_CUDNN_CONV_H
+#define PIPEC_RUNTIME_CUDA_CUDNN_CONV_H
+
+#include <cstdint>
+
+namespace pipec {
+namespace cuda {
+
+enum class ConvPass { Forward, GradInput, GradWeight };
+
+/// Runs one pass on the context's stream and overwrites `out`:
+///   Forward:    a = X,  b = W, out = Y (without the bias);
+///   GradInput:  a = dY, b = W, out = dX;
+///   GradWeight: a = dY, b = X, out = dW;
+/// `ints` is the conv2d parameter block (include/pipec_rt.h). Returns false,
+/// having written nothing, when cuDNN is not loaded or turned off
+/// (PIPEC_CUDNN=0), cannot express the convolution (asymmetric padding,
+/// sizes beyond its 32-bit dimensions) or has no deterministic algorithm
+/// for it in the context's arithmetic: the caller then runs the fallback.
+/// Throws RtError when a chosen algorithm fails.
+bool cudnnConvolution(ConvPass pass, const int64_t *ints, const float *a,
+                      const float *b, float *out);
+
+/// Turns the cuDNN path on or off for this process (the GPU tests run the
+/// convolutions both ways); returns the previous setting.
+bool setCudnnEnabled(bool enabled);
+
+/// The loaded cuDNN's version (e.g. 91900), or 0 when none is loaded.
+int cudnnVersionLoaded();
+
+/// Releases the cuDNN handle and forgets the chosen algorithms (the CUDA
+/// context is going away).
+void releaseCudnn();
+
+} // namespace cuda
+} // namespace pipec
+
+#endif // PIPEC_RUNTIME_CUDA_CUDNN_CONV_H
