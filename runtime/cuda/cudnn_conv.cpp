@@ -25,10 +25,16 @@
 /// cuDNN's algorithms on the call's own buffers (cudnnFind*AlgorithmEx,
 /// writing only `out`, which the call overwrites anyway) and keeps the
 /// fastest deterministic one whose math type is allowed and whose
-/// workspace fits kWorkspaceLimit; a shape without one is remembered and
-/// goes to the fallback. Deterministic algorithms keep a run reproducible
-/// (pipeline and 1-stage runs compare on the GPU). The descriptors are
-/// made once per shape.
+/// workspace fits (kWorkspaceLimit, less when the GPU has less than twice
+/// that free); a shape without one is remembered and goes to the fallback.
+/// Deterministic algorithms give the same result for the same inputs
+/// within a process; two processes may time their way to different
+/// algorithms for a shape, which then agree to rounding only. In bf16 the
+/// FFT and Winograd algorithms are left out: they multiply transformed
+/// operands, which are no longer bfloat16 values. The descriptors are made
+/// once per shape. Every failure before an algorithm is chosen (a missing
+/// cuDNN part, a shape it refuses, no memory for a workspace) sends the
+/// convolution to the fallback; a failure of a chosen algorithm throws.
 ///
 /// cuDNN's convolution pads symmetrically: a convolution whose output size
 /// differs from the one the symmetric padding padTop x padLeft gives (the
@@ -50,6 +56,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -115,6 +122,7 @@ using Key = std::array<int64_t, 19>; // pass, math, the 17 ints
 struct State {
   std::mutex mutex;
   bool tried = false, enabled = true;
+  int64_t calls = 0; ///< convolutions cuDNN ran
   Api api;
   cudnnHandle_t handle = nullptr;
   std::map<Key, Plan> plans;
@@ -145,14 +153,18 @@ bool load(State &s) {
     return false;
   }
   void *library = nullptr;
-  for (const char *name : {"libcudnn.so.9", "libcudnn.so"})
+  std::string why;
+  for (const char *name : {"libcudnn.so.9", "libcudnn.so"}) {
     if ((library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
       break;
+    const char *error = dlerror();
+    why += std::string(why.empty() ? "" : "; ") + (error ? error : name);
+  }
   if (!library) {
     std::fprintf(stderr,
-                 "pipec: cuDNN not found (libcudnn.so.9: %s); convolutions "
-                 "use im2col + cuBLAS\n",
-                 dlerror());
+                 "pipec: cuDNN not found (%s); convolutions use im2col + "
+                 "cuBLAS\n",
+                 why.c_str());
     return false;
   }
   Api api;
@@ -163,7 +175,8 @@ bool load(State &s) {
   PIPEC_CUDNN_FUNCTIONS(PIPEC_CUDNN_LOOKUP)
 #undef PIPEC_CUDNN_LOOKUP
   api.version = complete ? int(api.cudnnGetVersion()) : 0;
-  if (!complete || api.version < 90000) {
+  // The perf structures of <cudnn.h> are cuDNN 9's.
+  if (!complete || api.version / 10000 != 9) {
     std::fprintf(stderr,
                  "pipec: the cuDNN found (version %d) lacks the convolution "
                  "API of cuDNN 9; convolutions use im2col + cuBLAS\n",
@@ -191,6 +204,25 @@ bool mathAllowed(cudnnMathType_t wanted, cudnnMathType_t got) {
 
 bool fitsCudnn(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
+/// The algorithms that multiply transformed operands (FFT, Winograd).
+bool transforms(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool transforms(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool transforms(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 /// Whether a Find call succeeded; a failure (a shape this cuDNN does not
 /// take) is said once per process and sends the shape to the fallback.
 bool timed(const Api &api, cudnnStatus_t status, const char *call) {
@@ -210,12 +242,13 @@ bool timed(const Api &api, cudnnStatus_t status, const char *call) {
 /// The fastest usable result of a Find call (sorted by time by cuDNN).
 template <typename Perf>
 bool choose(const Perf *results, int count, cudnnMathType_t wanted,
-            Plan &plan) {
+            size_t limit, Plan &plan) {
+  const bool bf16 = context().matmulBf16;
   for (int i = 0; i < count; ++i) {
     const Perf &r = results[i];
     if (r.status != CUDNN_STATUS_SUCCESS ||
-        r.determinism != CUDNN_DETERMINISTIC || r.memory > kWorkspaceLimit ||
-        !mathAllowed(wanted, r.mathType))
+        r.determinism != CUDNN_DETERMINISTIC || r.memory > limit ||
+        !mathAllowed(wanted, r.mathType) || (bf16 && transforms(r.algo)))
       continue;
     plan.algo = int(r.algo);
     plan.workspace = r.memory;
@@ -226,60 +259,64 @@ bool choose(const Perf *results, int count, cudnnMathType_t wanted,
   return false;
 }
 
-/// Makes the descriptors and times the algorithms (see the file comment).
-Plan makePlan(State &s, ConvPass pass, const int64_t *ints, const float *a,
-              const float *b, float *out) {
+/// Makes the descriptors and times the algorithms (see the file comment);
+/// `plan` is already in the cache, so its descriptors are released with it
+/// whatever happens here.
+void makePlan(State &s, Plan &plan, ConvPass pass, const int64_t *ints,
+              const float *a, const float *b, float *out) {
   const Api &api = s.api;
-  Plan plan;
   const int64_t n = ints[0], c = ints[1], h = ints[2], w = ints[3], m = ints[4],
                 kh = ints[5], kw = ints[6], oh = ints[7], ow = ints[8],
                 sh = ints[9], sw = ints[10], pt = ints[11], pl = ints[12],
                 dh = ints[13], dw = ints[14], groups = ints[15];
-  for (int64_t v : {n, c, h, w, m, kh, kw, oh, ow, sh, sw, pt, pl, dh, dw,
-                    groups, n * c * h * w, n * m * oh * ow})
+  for (int64_t v : {n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, groups})
+    if (v < 1 || !fitsCudnn(v))
+      return;
+  for (int64_t v : {pt, pl, n * c * h * w, n * m * oh * ow})
     if (!fitsCudnn(v))
-      return plan;
-  if (groups < 1 || c % groups != 0 || m % groups != 0)
-    return plan;
-  checkDnn(api, api.cudnnCreateTensorDescriptor(&plan.x), "tensor descriptor");
-  checkDnn(api, api.cudnnCreateTensorDescriptor(&plan.y), "tensor descriptor");
-  checkDnn(api, api.cudnnCreateFilterDescriptor(&plan.w), "filter descriptor");
-  checkDnn(api, api.cudnnCreateConvolutionDescriptor(&plan.conv),
-           "convolution descriptor");
-  checkDnn(api,
-           api.cudnnSetTensor4dDescriptor(plan.x, CUDNN_TENSOR_NCHW,
-                                          CUDNN_DATA_FLOAT, int(n), int(c),
-                                          int(h), int(w)),
-           "cudnnSetTensor4dDescriptor");
-  checkDnn(api,
-           api.cudnnSetTensor4dDescriptor(plan.y, CUDNN_TENSOR_NCHW,
-                                          CUDNN_DATA_FLOAT, int(n), int(m),
-                                          int(oh), int(ow)),
-           "cudnnSetTensor4dDescriptor");
-  checkDnn(api,
-           api.cudnnSetFilter4dDescriptor(plan.w, CUDNN_DATA_FLOAT,
-                                          CUDNN_TENSOR_NCHW, int(m),
-                                          int(c / groups), int(kh), int(kw)),
-           "cudnnSetFilter4dDescriptor");
-  // Cross-correlation (ONNX Conv), float32 accumulation.
-  if (api.cudnnSetConvolution2dDescriptor(
-          plan.conv, int(pt), int(pl), int(sh), int(sw), int(dh), int(dw),
-          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT) != CUDNN_STATUS_SUCCESS)
-    return plan; // a geometry cuDNN refuses: the fallback
-  checkDnn(api, api.cudnnSetConvolutionGroupCount(plan.conv, int(groups)),
-           "cudnnSetConvolutionGroupCount");
+      return;
+  if (c % groups != 0 || m % groups != 0)
+    return;
   const cudnnMathType_t math = wantedMath();
-  checkDnn(api, api.cudnnSetConvolutionMathType(plan.conv, math),
-           "cudnnSetConvolutionMathType");
+  // Cross-correlation (ONNX Conv), float32 accumulation. Any refusal: the
+  // fallback.
+  if (api.cudnnCreateTensorDescriptor(&plan.x) != CUDNN_STATUS_SUCCESS ||
+      api.cudnnCreateTensorDescriptor(&plan.y) != CUDNN_STATUS_SUCCESS ||
+      api.cudnnCreateFilterDescriptor(&plan.w) != CUDNN_STATUS_SUCCESS ||
+      api.cudnnCreateConvolutionDescriptor(&plan.conv) !=
+          CUDNN_STATUS_SUCCESS ||
+      api.cudnnSetTensor4dDescriptor(plan.x, CUDNN_TENSOR_NCHW,
+                                     CUDNN_DATA_FLOAT, int(n), int(c), int(h),
+                                     int(w)) != CUDNN_STATUS_SUCCESS ||
+      api.cudnnSetTensor4dDescriptor(plan.y, CUDNN_TENSOR_NCHW,
+                                     CUDNN_DATA_FLOAT, int(n), int(m), int(oh),
+                                     int(ow)) != CUDNN_STATUS_SUCCESS ||
+      api.cudnnSetFilter4dDescriptor(
+          plan.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(m), int(c / groups),
+          int(kh), int(kw)) != CUDNN_STATUS_SUCCESS ||
+      api.cudnnSetConvolution2dDescriptor(
+          plan.conv, int(pt), int(pl), int(sh), int(sw), int(dh), int(dw),
+          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT) != CUDNN_STATUS_SUCCESS ||
+      api.cudnnSetConvolutionGroupCount(plan.conv, int(groups)) !=
+          CUDNN_STATUS_SUCCESS ||
+      api.cudnnSetConvolutionMathType(plan.conv, math) != CUDNN_STATUS_SUCCESS)
+    return;
   // Symmetric padding must give the output size the model has.
   int dims[4] = {0, 0, 0, 0};
   if (api.cudnnGetConvolution2dForwardOutputDim(
           plan.conv, plan.x, plan.w, &dims[0], &dims[1], &dims[2], &dims[3]) !=
           CUDNN_STATUS_SUCCESS ||
       dims[0] != n || dims[1] != m || dims[2] != oh || dims[3] != ow)
-    return plan;
+    return;
 
-  void *workspace = scratch(kWorkspaceLimit);
+  // The workspace Find may use: kWorkspaceLimit, or half of what is free.
+  size_t freeBytes = 0, totalBytes = 0;
+  size_t limit = kWorkspaceLimit;
+  if (cudaMemGetInfo(&freeBytes, &totalBytes) == cudaSuccess)
+    limit = std::min(limit, freeBytes / 2);
+  else
+    (void)cudaGetLastError();
+  void *workspace = limit ? scratch(limit) : nullptr;
   constexpr int kMax = 16;
   int count = 0;
   bool found = false;
@@ -289,10 +326,10 @@ Plan makePlan(State &s, ConvPass pass, const int64_t *ints, const float *a,
     found = timed(api,
                   api.cudnnFindConvolutionForwardAlgorithmEx(
                       s.handle, plan.x, a, plan.w, b, plan.conv, plan.y, out,
-                      kMax, &count, results, workspace, kWorkspaceLimit),
+                      kMax, &count, results, workspace, limit),
                   "cudnnFindConvolutionForwardAlgorithmEx");
     if (found)
-      choose(results, count, math, plan);
+      choose(results, count, math, limit, plan);
     break;
   }
   case ConvPass::GradInput: {
@@ -300,10 +337,10 @@ Plan makePlan(State &s, ConvPass pass, const int64_t *ints, const float *a,
     found = timed(api,
                   api.cudnnFindConvolutionBackwardDataAlgorithmEx(
                       s.handle, plan.w, b, plan.y, a, plan.conv, plan.x, out,
-                      kMax, &count, results, workspace, kWorkspaceLimit),
+                      kMax, &count, results, workspace, limit),
                   "cudnnFindConvolutionBackwardDataAlgorithmEx");
     if (found)
-      choose(results, count, math, plan);
+      choose(results, count, math, limit, plan);
     break;
   }
   case ConvPass::GradWeight: {
@@ -311,18 +348,17 @@ Plan makePlan(State &s, ConvPass pass, const int64_t *ints, const float *a,
     found = timed(api,
                   api.cudnnFindConvolutionBackwardFilterAlgorithmEx(
                       s.handle, plan.x, b, plan.y, a, plan.conv, plan.w, out,
-                      kMax, &count, results, workspace, kWorkspaceLimit),
+                      kMax, &count, results, workspace, limit),
                   "cudnnFindConvolutionBackwardFilterAlgorithmEx");
     if (found)
-      choose(results, count, math, plan);
+      choose(results, count, math, limit, plan);
     break;
   }
   }
   // Run with the math type the chosen algorithm was timed in.
-  if (plan.usable)
-    checkDnn(api, api.cudnnSetConvolutionMathType(plan.conv, plan.math),
-             "cudnnSetConvolutionMathType");
-  return plan;
+  if (plan.usable && api.cudnnSetConvolutionMathType(plan.conv, plan.math) !=
+                         CUDNN_STATUS_SUCCESS)
+    plan.usable = false;
 }
 
 size_t elements(ConvPass pass, bool first, const int64_t *ints) {
@@ -352,19 +388,33 @@ bool cudnnConvolution(ConvPass pass, const int64_t *ints, const float *a,
     return false;
   const Api &api = s.api;
   Context &ctx = context();
-  if (!s.handle)
-    checkDnn(api, api.cudnnCreate(&s.handle), "cudnnCreate");
+  if (!s.handle) {
+    cudnnStatus_t status = api.cudnnCreate(&s.handle);
+    if (status != CUDNN_STATUS_SUCCESS) {
+      // A part of cuDNN missing, or built for another CUDA or GPU.
+      std::fprintf(stderr,
+                   "pipec: cuDNN %d cannot start on this GPU (%s); "
+                   "convolutions use im2col + cuBLAS\n",
+                   api.version, api.cudnnGetErrorString(status));
+      s.handle = nullptr;
+      s.enabled = false;
+      return false;
+    }
+  }
   checkDnn(api, api.cudnnSetStream(s.handle, ctx.stream), "cudnnSetStream");
   Key key{};
   key[0] = int64_t(pass);
   key[1] = int64_t(wantedMath());
   std::memcpy(key.data() + 2, ints, 17 * sizeof(int64_t));
   auto found = s.plans.find(key);
-  if (found == s.plans.end())
-    found = s.plans.emplace(key, makePlan(s, pass, ints, a, b, out)).first;
+  if (found == s.plans.end()) {
+    found = s.plans.emplace(key, Plan()).first;
+    makePlan(s, found->second, pass, ints, a, b, out);
+  }
   const Plan &plan = found->second;
   if (!plan.usable)
     return false;
+  ++s.calls;
   if (ctx.matmulBf16) {
     // Both operands as bfloat16 values (float32 storage), in the staging.
     const size_t na = elements(pass, true, ints),
@@ -415,6 +465,12 @@ bool setCudnnEnabled(bool enabled) {
   const bool was = s.enabled;
   s.enabled = enabled;
   return was;
+}
+
+int64_t cudnnCallsRun() {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.calls;
 }
 
 int cudnnVersionLoaded() {

@@ -29,9 +29,10 @@ enum class ConvPass { Forward, GradInput, GradWeight };
 ///   GradWeight: a = dY, b = X, out = dW;
 /// `ints` is the conv2d parameter block (include/pipec_rt.h). Returns false,
 /// having written nothing, when cuDNN is not loaded or turned off
-/// (PIPEC_CUDNN=0), cannot express the convolution (asymmetric padding,
-/// sizes beyond its 32-bit dimensions) or has no deterministic algorithm
-/// for it in the context's arithmetic: the caller then runs the fallback.
+/// (PIPEC_CUDNN=0), cannot start on this GPU, cannot express the
+/// convolution (asymmetric padding, empty or beyond-32-bit dimensions) or
+/// has no deterministic algorithm for it in the context's arithmetic: the
+/// caller then runs the fallback.
 /// Throws RtError when a chosen algorithm fails.
 bool cudnnConvolution(ConvPass pass, const int64_t *ints, const float *a,
                       const float *b, float *out);
@@ -39,6 +40,9 @@ bool cudnnConvolution(ConvPass pass, const int64_t *ints, const float *a,
 /// Turns the cuDNN path on or off for this process (the GPU tests run the
 /// convolutions both ways); returns the previous setting.
 bool setCudnnEnabled(bool enabled);
+
+/// How many convolution passes cuDNN ran in this process.
+int64_t cudnnCallsRun();
 
 /// The loaded cuDNN's version (e.g. 91900), or 0 when none is loaded.
 int cudnnVersionLoaded();

@@ -78,6 +78,13 @@ struct Conv {
 constexpr double kRtol = 1e-4;
 double atolFor(int64_t len) { return 1e-5 + 1e-7 * double(len); }
 
+/// cuDNN on or off for one scope.
+struct CudnnSetting {
+  explicit CudnnSetting(bool on) : was(pipec::cuda::setCudnnEnabled(on)) {}
+  ~CudnnSetting() { pipec::cuda::setCudnnEnabled(was); }
+  bool was;
+};
+
 /// The three kernels on random X, W, B, dY against the CPU.
 void checkConv(const Conv &cv, unsigned seed = 1) {
   SCOPED_TRACE(::testing::Message()
@@ -104,7 +111,7 @@ void checkConv(const Conv &cv, unsigned seed = 1) {
   // im2col + cuBLAS.
   for (bool dnn : {true, false}) {
     SCOPED_TRACE(dnn ? "cuDNN if taken" : "im2col + cuBLAS");
-    const bool was = pipec::cuda::setCudnnEnabled(dnn);
+    CudnnSetting setting(dnn);
     expectSameAsCpu("conv2d",
                     {in(x), in(w), cv.bias ? in(b) : null(), out(yCount)}, ints,
                     {}, kRtol, atolFor(cg * cv.kh * cv.kw));
@@ -112,7 +119,6 @@ void checkConv(const Conv &cv, unsigned seed = 1) {
                     kRtol, atolFor(mg * cv.kh * cv.kw));
     expectSameAsCpu("conv2d_grad_weight", {in(dy), in(x), out(wCount)}, ints,
                     {}, kRtol, atolFor(cv.n * cv.oh() * cv.ow()));
-    pipec::cuda::setCudnnEnabled(was);
   }
 }
 
@@ -129,12 +135,43 @@ void checkConvVariants(Conv cv, unsigned seed = 1) {
 TEST(CudaConv, CudnnIsLoaded) {
   PIPEC_REQUIRE_GPU();
   // The first convolution opens cuDNN (libcudnn.so.9 on the library path).
+  const int64_t before = pipec::cuda::cudnnCallsRun();
   checkConv(Conv(2, 3, 8, 8, 4, 3, 3).pad(1).withBias());
   const int version = pipec::cuda::cudnnVersionLoaded();
   if (version == 0)
     GTEST_SKIP() << "cuDNN not found: every convolution ran on im2col";
-  std::printf("cuDNN %d\n", version);
-  EXPECT_GE(version, 90000);
+  const int64_t ran = pipec::cuda::cudnnCallsRun() - before;
+  std::printf("cuDNN %d ran %lld convolution passes\n", version,
+              static_cast<long long>(ran));
+  EXPECT_EQ(version / 10000, 9);
+  // Symmetric padding: cuDNN takes all three passes.
+  EXPECT_EQ(ran, 3);
+}
+
+// --precision bf16 on operands that are bfloat16 values already: the
+// products are exact, so cuDNN (TF32 math on the rounded operands) and
+// im2col (bfloat16 GEMMs) both equal the CPU's float32 convolution to the
+// order of the sums.
+TEST(CudaConv, Bf16OnBf16Operands) {
+  PIPEC_REQUIRE_GPU();
+  Bf16Matmuls bf16;
+  const Conv cv = Conv(3, 8, 12, 12, 16, 3, 3).pad(1);
+  const std::vector<int64_t> ints = cv.ints();
+  const size_t xCount = size_t(3 * 8 * 12 * 12), wCount = size_t(16 * 8 * 9),
+               yCount = size_t(3 * 16 * 12 * 12);
+  const std::vector<float> x = roundedToBf16(randf(xCount, -1, 1, 41));
+  const std::vector<float> w = roundedToBf16(randf(wCount, -1, 1, 42));
+  const std::vector<float> dy = roundedToBf16(randf(yCount, -1, 1, 43));
+  for (bool dnn : {true, false}) {
+    SCOPED_TRACE(dnn ? "cuDNN if taken" : "im2col + cuBLAS");
+    CudnnSetting setting(dnn);
+    expectSameAsCpu("conv2d", {in(x), in(w), null(), out(yCount)}, ints, {},
+                    kRtol, atolFor(8 * 9));
+    expectSameAsCpu("conv2d_grad_input", {in(dy), in(w), out(xCount)}, ints, {},
+                    kRtol, atolFor(16 * 9));
+    expectSameAsCpu("conv2d_grad_weight", {in(dy), in(x), out(wCount)}, ints,
+                    {}, kRtol, atolFor(3 * 12 * 12));
+  }
 }
 
 TEST(CudaConv, Pointwise) {

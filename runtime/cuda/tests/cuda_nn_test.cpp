@@ -627,21 +627,6 @@ TEST(CudaOptimizer, Adagrad) {
 namespace {
 
 /// `x` rounded to the nearest bfloat16 (ties to even), as a float.
-float roundToBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
-  float y;
-  std::memcpy(&y, &bits, 4);
-  return y;
-}
-
-std::vector<float> roundedToBf16(std::vector<float> v) {
-  for (float &x : v)
-    x = roundToBf16(x);
-  return v;
-}
-
 /// Runs pipec_cuda_k_gemm (Y = A B, no C) on the GPU and returns Y.
 std::vector<float> gpuGemm(const std::vector<float> &a,
                            const std::vector<float> &b, int64_t m, int64_t n,
@@ -663,13 +648,6 @@ std::vector<float> gpuGemm(const std::vector<float> &a,
     cudaFree(p);
   return y;
 }
-
-/// The context's matrix products in bfloat16 for one test (what a
-/// `--precision bf16` stage sets at start-up).
-struct Bf16Matmuls {
-  Bf16Matmuls() { pipec::cuda::context().matmulBf16 = true; }
-  ~Bf16Matmuls() { pipec::cuda::context().matmulBf16 = false; }
-};
 
 } // namespace
 

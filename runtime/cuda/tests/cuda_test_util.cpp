@@ -168,5 +168,18 @@ void expectSameAsCpu(const std::string &name, std::vector<Arg> args,
       cudaFree(gpuBufs[k]);
 }
 
+std::vector<float> roundedToBf16(std::vector<float> v) {
+  for (float &x : v) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+    std::memcpy(&x, &bits, 4);
+  }
+  return v;
+}
+
+Bf16Matmuls::Bf16Matmuls() { pipec::cuda::context().matmulBf16 = true; }
+Bf16Matmuls::~Bf16Matmuls() { pipec::cuda::context().matmulBf16 = false; }
+
 } // namespace cudatest
 } // namespace pipec

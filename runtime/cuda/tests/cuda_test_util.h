@@ -65,6 +65,17 @@ void expectSameAsCpu(const std::string &name, std::vector<Arg> args,
                      std::vector<int64_t> ints, std::vector<double> reals = {},
                      double rtol = 1e-5, double atol = 1e-6);
 
+/// `v` with every element rounded to the nearest bfloat16 value (ties to
+/// even), kept as float32.
+std::vector<float> roundedToBf16(std::vector<float> v);
+
+/// The context's matrix products in bfloat16 for one test (what a
+/// `--precision bf16` stage sets at start-up).
+struct Bf16Matmuls {
+  Bf16Matmuls();
+  ~Bf16Matmuls();
+};
+
 } // namespace cudatest
 } // namespace pipec
 
