@@ -319,39 +319,37 @@ void makePlan(State &s, Plan &plan, ConvPass pass, const int64_t *ints,
   void *workspace = limit ? scratch(limit) : nullptr;
   constexpr int kMax = 16;
   int count = 0;
-  bool found = false;
+  // Find fills `results` and `count` before pick reads them.
+  auto pick = [&](const auto *results, cudnnStatus_t status, const char *call) {
+    if (timed(api, status, call))
+      choose(results, count, math, limit, plan);
+  };
   switch (pass) {
   case ConvPass::Forward: {
     cudnnConvolutionFwdAlgoPerf_t results[kMax];
-    found = timed(api,
-                  api.cudnnFindConvolutionForwardAlgorithmEx(
-                      s.handle, plan.x, a, plan.w, b, plan.conv, plan.y, out,
-                      kMax, &count, results, workspace, limit),
-                  "cudnnFindConvolutionForwardAlgorithmEx");
-    if (found)
-      choose(results, count, math, limit, plan);
+    pick(results,
+         api.cudnnFindConvolutionForwardAlgorithmEx(
+             s.handle, plan.x, a, plan.w, b, plan.conv, plan.y, out, kMax,
+             &count, results, workspace, limit),
+         "cudnnFindConvolutionForwardAlgorithmEx");
     break;
   }
   case ConvPass::GradInput: {
     cudnnConvolutionBwdDataAlgoPerf_t results[kMax];
-    found = timed(api,
-                  api.cudnnFindConvolutionBackwardDataAlgorithmEx(
-                      s.handle, plan.w, b, plan.y, a, plan.conv, plan.x, out,
-                      kMax, &count, results, workspace, limit),
-                  "cudnnFindConvolutionBackwardDataAlgorithmEx");
-    if (found)
-      choose(results, count, math, limit, plan);
+    pick(results,
+         api.cudnnFindConvolutionBackwardDataAlgorithmEx(
+             s.handle, plan.w, b, plan.y, a, plan.conv, plan.x, out, kMax,
+             &count, results, workspace, limit),
+         "cudnnFindConvolutionBackwardDataAlgorithmEx");
     break;
   }
   case ConvPass::GradWeight: {
     cudnnConvolutionBwdFilterAlgoPerf_t results[kMax];
-    found = timed(api,
-                  api.cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                      s.handle, plan.x, b, plan.y, a, plan.conv, plan.w, out,
-                      kMax, &count, results, workspace, limit),
-                  "cudnnFindConvolutionBackwardFilterAlgorithmEx");
-    if (found)
-      choose(results, count, math, limit, plan);
+    pick(results,
+         api.cudnnFindConvolutionBackwardFilterAlgorithmEx(
+             s.handle, plan.x, b, plan.y, a, plan.conv, plan.w, out, kMax,
+             &count, results, workspace, limit),
+         "cudnnFindConvolutionBackwardFilterAlgorithmEx");
     break;
   }
   }
