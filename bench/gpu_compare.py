@@ -20,7 +20,8 @@
         224x224 in the gpt2 configuration, one stage, one microbatch)
         against the same network written in PyTorch (cuDNN with
         cudnn.benchmark on, TF32 off); its images are drawn on the GPU
-        machine.
+        machine. pipec's float32 ResNet also runs with PIPEC_CUDNN=0
+        (convolutions as im2col + cuBLAS), to show what cuDNN buys.
 
 scripts/test-gpu.sh runs the `run` half after the GPU suite.
 """
@@ -446,6 +447,7 @@ def run(args):
             trace_pipec(args, b, "s4")
         eager = "eager" in parts
         rows = [("fp32", "pipec --target cuda, 1 stage", s1),
+            ("fp32", "pipec, 1 stage, PIPEC_CUDNN=0 (im2col)", s1i),
                 ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
                 ("fp32", "pipec, 4 stages, PIPEC_MESSAGE_PROGRESS=0", s4np),
                 ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch) if eager else None)]
@@ -488,9 +490,12 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
     draw_weights(r, RESNET_BUILDS)
     s1, loss1 = run_pipec(args, r, "s1", RESNET_STEPS)
     sb, lossb = run_pipec(args, r, "s1-bf16", RESNET_STEPS)
+    # The convolutions without cuDNN (im2col + cuBLAS), for what cuDNN buys.
+    s1i, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN": "0"})
     if env("PIPEC_BENCH_PROFILE", "1") != "0":
         profile_pipec(args, r, "s1", microbatches=1, label="resnet50")
     rows = [("fp32", "pipec --target cuda, 1 stage", s1),
+            ("fp32", "pipec, 1 stage, PIPEC_CUDNN=0 (im2col)", s1i),
             ("fp32", "PyTorch eager", run_torch_resnet(r, False, profile=profile_torch)),
             ("bf16", "pipec --target cuda --precision bf16, 1 stage", sb),
             ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True))]
