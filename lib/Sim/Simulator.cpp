@@ -371,6 +371,14 @@ private:
             : 1.0;
     return rounds * stages[q].update;
   }
+  /// One rank of stage q's compute per step of m microbatches (continuous
+  /// schedules): its share of the microbatches (each of them as a 1/r slice
+  /// with split replicas) and its updates.
+  double rankWorkPerStep(int q) const {
+    return static_cast<double>(m) * work(q) /
+               (split ? 1 : replicas[stages[q].group]) +
+           updateWorkPerStep(q);
+  }
   /// Marks the ops of rank r that end an update round (Rank::updatesAfter)
   /// and sets the update compute of its stages.
   void updateRounds(Rank &rank);
@@ -1694,13 +1702,8 @@ double Simulator::iterationTime() {
       for (const std::vector<int> &onDevice : deviceRanks) {
         double deviceWork = 0;
         for (int r : onDevice)
-          for (int c = 0; c < v; ++c) {
-            const VStage &stage = stages[stageOf(c, ranks[r].group)];
-            deviceWork += static_cast<double>(m) *
-                              (stage.fwd + stage.bwd + stage.bwdWeight) /
-                              (split ? 1 : replicas[ranks[r].group]) +
-                          updateWorkPerStep(stageOf(c, ranks[r].group));
-          }
+          for (int c = 0; c < v; ++c)
+            deviceWork += rankWorkPerStep(stageOf(c, ranks[r].group));
         iteration = std::max(iteration, deviceWork);
       }
     }
@@ -1720,9 +1723,7 @@ void Simulator::accountTime(SimResult &result, double iteration) const {
   if (!isFlushSchedule(kind)) {
     busy = 0;
     for (int q = 0; q < numQ; ++q)
-      busy += static_cast<double>(m) * work(q) *
-                  (split ? replicas[groupOf(q)] : 1) +
-              replicas[groupOf(q)] * updateWorkPerStep(q);
+      busy += replicas[groupOf(q)] * rankWorkPerStep(q);
   }
   // Every lane of a collapsed plan is busy as lane 0 is, and runs its share
   // of the microbatches.
@@ -1885,10 +1886,7 @@ void Simulator::accountDevices(SimResult &result, LastBackward &lastBackward,
         continue;
       }
       for (int c = 0; c < v; ++c)
-        usage.busySeconds += static_cast<double>(m) *
-                                 work(stageOf(c, rank.group)) /
-                                 (split ? 1 : replicas[rank.group]) +
-                             updateWorkPerStep(stageOf(c, rank.group));
+        usage.busySeconds += rankWorkPerStep(stageOf(c, rank.group));
     }
     // One rank of one chunk: its stage's figure.
     usage.peakBytes = deviceBytes + maxSaved +

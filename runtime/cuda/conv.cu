@@ -55,6 +55,7 @@
 ///
 //===----------------------------------------------------------------------===//
 
+#include "conv_shape.h"
 #include "cuda_rt.h"
 #include "cudnn_conv.h"
 #include "pipec_rt.h"
@@ -83,50 +84,6 @@ constexpr int64_t kSmallLimit = int64_t(1) << 30;
 //===----------------------------------------------------------------------===//
 // Shape
 //===----------------------------------------------------------------------===//
-
-/// The parameter block shared by the three kernels (as cpu/conv.cpp reads
-/// it), with derived sizes.
-struct ConvShape {
-  int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, pt, pl, dh, dw, groups;
-  bool hasBias;
-  int64_t cg = 0, mg = 0, k = 0, p = 0;
-
-  explicit ConvShape(const int64_t *ints)
-      : n(ints[0]), c(ints[1]), h(ints[2]), w(ints[3]), m(ints[4]), kh(ints[5]),
-        kw(ints[6]), oh(ints[7]), ow(ints[8]), sh(ints[9]), sw(ints[10]),
-        pt(ints[11]), pl(ints[12]), dh(ints[13]), dw(ints[14]),
-        groups(ints[15]), hasBias(ints[16] != 0) {
-    if (groups > 0) {
-      cg = c / groups;
-      mg = m / groups;
-    }
-    k = cg * kh * kw;
-    p = oh * ow;
-  }
-
-  bool valid() const {
-    if (n < 0 || c < 0 || h < 0 || w < 0 || m < 0 || oh < 0 || ow < 0)
-      return false;
-    if (groups <= 0 || c % groups != 0 || m % groups != 0)
-      return false;
-    if (kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0)
-      return false;
-    const int64_t limit = INT_MAX;
-    return mg <= limit && k <= limit && p <= limit && h * w <= limit &&
-           groups <= limit;
-  }
-
-  bool pointwise() const {
-    return kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 &&
-           oh == h && ow == w;
-  }
-
-  int64_t xCount() const { return n * c * h * w; }
-  int64_t yCount() const { return n * m * p; }
-  int64_t wCount() const { return m * k; }
-  /// Rows of a chunk's col: C * kH * kW (groups * K).
-  int64_t colRows() const { return c * kh * kw; }
-};
 
 /// The geometry the im2col / col2im kernels need (passed by value).
 struct Geom {
@@ -467,7 +424,7 @@ extern "C" void pipec_cuda_k_conv2d(void *const *bufs, const int64_t *ints,
     fill(y, s.yCount(), 0.0f, b, s.m, s.p, kName);
     return;
   }
-  if (cudnnConvolution(ConvPass::Forward, ints, x, w, y)) {
+  if (cudnnConvolution(ConvPass::Forward, s, x, w, y)) {
     if (b)
       addBias(y, b, s.n, s.m, s.p, kName);
     return;
@@ -513,7 +470,7 @@ extern "C" void pipec_cuda_k_conv2d_grad_input(void *const *bufs,
           kName);
     return;
   }
-  if (cudnnConvolution(ConvPass::GradInput, ints, dy, w, dx))
+  if (cudnnConvolution(ConvPass::GradInput, s, dy, w, dx))
     return;
   Plan plan = makePlan(s);
   const bool pointwise = s.pointwise();
@@ -557,7 +514,7 @@ extern "C" void pipec_cuda_k_conv2d_grad_weight(void *const *bufs,
           kName);
     return;
   }
-  if (cudnnConvolution(ConvPass::GradWeight, ints, dy, x, dw))
+  if (cudnnConvolution(ConvPass::GradWeight, s, dy, x, dw))
     return;
   Plan plan = makePlan(s);
   const bool pointwise = s.pointwise();

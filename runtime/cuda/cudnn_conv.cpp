@@ -57,13 +57,13 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
+#include <utility>
 
 namespace pipec {
 namespace cuda {
@@ -117,7 +117,17 @@ struct Plan {
   cudnnMathType_t math = CUDNN_FMA_MATH;
 };
 
-using Key = std::array<int64_t, 19>; // pass, math, the 17 ints
+/// What the descriptors depend on: the shape without its bias flag.
+using ShapeKey =
+    std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+               int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+               int64_t, int64_t>;
+ShapeKey shapeKey(const ConvShape &s) {
+  return {s.n,  s.c,  s.h,  s.w,  s.m,  s.kh, s.kw, s.oh,
+          s.ow, s.sh, s.sw, s.pt, s.pl, s.dh, s.dw, s.groups};
+}
+/// A plan's key: the pass, the math type and the shape.
+using Key = std::tuple<int, int, ShapeKey>;
 
 struct State {
   std::mutex mutex;
@@ -262,13 +272,11 @@ bool choose(const Perf *results, int count, cudnnMathType_t wanted,
 /// Makes the descriptors and times the algorithms (see the file comment);
 /// `plan` is already in the cache, so its descriptors are released with it
 /// whatever happens here.
-void makePlan(State &s, Plan &plan, ConvPass pass, const int64_t *ints,
+void makePlan(State &s, Plan &plan, ConvPass pass, const ConvShape &shape,
               const float *a, const float *b, float *out) {
   const Api &api = s.api;
-  const int64_t n = ints[0], c = ints[1], h = ints[2], w = ints[3], m = ints[4],
-                kh = ints[5], kw = ints[6], oh = ints[7], ow = ints[8],
-                sh = ints[9], sw = ints[10], pt = ints[11], pl = ints[12],
-                dh = ints[13], dw = ints[14], groups = ints[15];
+  const auto [n, c, h, w, m, kh, kw, oh, ow, sh, sw, pt, pl, dh, dw, groups] =
+      shapeKey(shape);
   for (int64_t v : {n, c, h, w, m, kh, kw, oh, ow, sh, sw, dh, dw, groups})
     if (v < 1 || !fitsCudnn(v))
       return;
@@ -359,26 +367,22 @@ void makePlan(State &s, Plan &plan, ConvPass pass, const int64_t *ints,
     plan.usable = false;
 }
 
-size_t elements(ConvPass pass, bool first, const int64_t *ints) {
-  const int64_t n = ints[0], c = ints[1], h = ints[2], w = ints[3], m = ints[4],
-                kh = ints[5], kw = ints[6], oh = ints[7], ow = ints[8],
-                groups = ints[15];
-  const int64_t x = n * c * h * w, y = n * m * oh * ow,
-                wt = m * (c / groups) * kh * kw;
+/// The element counts of a pass's two operands (a, b).
+std::pair<int64_t, int64_t> operandCounts(ConvPass pass, const ConvShape &s) {
   switch (pass) {
   case ConvPass::Forward:
-    return size_t(first ? x : wt);
+    return {s.xCount(), s.wCount()};
   case ConvPass::GradInput:
-    return size_t(first ? y : wt);
+    return {s.yCount(), s.wCount()};
   case ConvPass::GradWeight:
-    return size_t(first ? y : x);
+    return {s.yCount(), s.xCount()};
   }
-  return 0;
+  return {0, 0};
 }
 
 } // namespace
 
-bool cudnnConvolution(ConvPass pass, const int64_t *ints, const float *a,
+bool cudnnConvolution(ConvPass pass, const ConvShape &shape, const float *a,
                       const float *b, float *out) {
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -400,14 +404,11 @@ bool cudnnConvolution(ConvPass pass, const int64_t *ints, const float *a,
     }
   }
   checkDnn(api, api.cudnnSetStream(s.handle, ctx.stream), "cudnnSetStream");
-  Key key{};
-  key[0] = int64_t(pass);
-  key[1] = int64_t(wantedMath());
-  std::memcpy(key.data() + 2, ints, 17 * sizeof(int64_t));
+  const Key key{int(pass), int(wantedMath()), shapeKey(shape)};
   auto found = s.plans.find(key);
   if (found == s.plans.end()) {
     found = s.plans.emplace(key, Plan()).first;
-    makePlan(s, found->second, pass, ints, a, b, out);
+    makePlan(s, found->second, pass, shape, a, b, out);
   }
   const Plan &plan = found->second;
   if (!plan.usable)
@@ -415,14 +416,12 @@ bool cudnnConvolution(ConvPass pass, const int64_t *ints, const float *a,
   ++s.calls;
   if (ctx.matmulBf16) {
     // Both operands as bfloat16 values (float32 storage), in the staging.
-    const size_t na = elements(pass, true, ints),
-                 nb = elements(pass, false, ints);
-    const size_t offset = (na + 63) / 64 * 64;
+    const auto [na, nb] = operandCounts(pass, shape);
+    const int64_t offset = (na + 63) / 64 * 64;
     float *staged =
-        static_cast<float *>(bf16Staging(sizeof(float) * (offset + nb)));
-    roundToBf16Values(a, staged, int64_t(na), "cuDNN convolution (bf16)");
-    roundToBf16Values(b, staged + offset, int64_t(nb),
-                      "cuDNN convolution (bf16)");
+        static_cast<float *>(bf16Staging(sizeof(float) * size_t(offset + nb)));
+    roundToBf16Values(a, staged, na, "cuDNN convolution (bf16)");
+    roundToBf16Values(b, staged + offset, nb, "cuDNN convolution (bf16)");
     a = staged;
     b = staged + offset;
   }

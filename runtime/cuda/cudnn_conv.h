@@ -16,6 +16,8 @@
 #ifndef PIPEC_RUNTIME_CUDA_CUDNN_CONV_H
 #define PIPEC_RUNTIME_CUDA_CUDNN_CONV_H
 
+#include "conv_shape.h"
+
 #include <cstdint>
 
 namespace pipec {
@@ -27,14 +29,14 @@ enum class ConvPass { Forward, GradInput, GradWeight };
 ///   Forward:    a = X,  b = W, out = Y (without the bias);
 ///   GradInput:  a = dY, b = W, out = dX;
 ///   GradWeight: a = dY, b = X, out = dW;
-/// `ints` is the conv2d parameter block (include/pipec_rt.h). Returns false,
+/// `s` is the conv2d parameter block (include/pipec_rt.h). Returns false,
 /// having written nothing, when cuDNN is not loaded or turned off
 /// (PIPEC_CUDNN=0), cannot start on this GPU, cannot express the
 /// convolution (asymmetric padding, empty or beyond-32-bit dimensions) or
 /// has no deterministic algorithm for it in the context's arithmetic: the
 /// caller then runs the fallback.
 /// Throws RtError when a chosen algorithm fails.
-bool cudnnConvolution(ConvPass pass, const int64_t *ints, const float *a,
+bool cudnnConvolution(ConvPass pass, const ConvShape &s, const float *a,
                       const float *b, float *out);
 
 /// Turns the cuDNN path on or off for this process (the GPU tests run the

@@ -53,18 +53,13 @@ __global__ void broadcastBias(const float *c, float *y, int64_t m, int64_t n,
   }
 }
 
-/// dst[i] = src[i] rounded to the nearest bfloat16 (ties to even).
-__global__ void toBf16(const float *src, __nv_bfloat16 *dst, int64_t n) {
+/// dst[i] = src[i] rounded to the nearest bfloat16 (ties to even), stored
+/// as bfloat16 (T = __nv_bfloat16) or as its float32 value (T = float).
+template <typename T>
+__global__ void toBf16(const float *src, T *dst, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = __float2bfloat16_rn(src[i]);
-}
-
-/// dst[i] = float(bfloat16(src[i])), ties to even.
-__global__ void toBf16Values(const float *src, float *dst, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = __bfloat162float(__float2bfloat16_rn(src[i]));
+    dst[i] = static_cast<T>(__float2bfloat16_rn(src[i]));
 }
 
 /// Elements from the first to the last one that `batch` stored
@@ -155,7 +150,7 @@ void roundToBf16Values(const float *src, float *dst, int64_t n,
                        const char *what) {
   if (n <= 0)
     return;
-  toBf16Values<<<gridFor(n), 256, 0, context().stream>>>(src, dst, n);
+  toBf16<float><<<gridFor(n), 256, 0, context().stream>>>(src, dst, n);
   checkLaunch(what);
 }
 

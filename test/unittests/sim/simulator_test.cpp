@@ -54,6 +54,16 @@ Plan interleavedPlan(int p, int v, int microbatches) {
   return plan;
 }
 
+/// 2p one-layer stages on p devices in a V (device r holds stages r and
+/// 2p-1-r), for zb-v and dualpipev.
+Plan vPlan(int p, const std::string &schedule, int microbatches) {
+  Plan plan = straightPlan(2 * p, schedule, microbatches);
+  plan.chunks = 2;
+  for (int q = 0; q < 2 * p; ++q)
+    plan.stages[q].devices = {int(positionOfStage(Placement::V, p, q))};
+  return plan;
+}
+
 Topology freeNetwork(int devices = 64) {
   return Topology::flat(devices, 1e12, 0);
 }
@@ -196,11 +206,7 @@ TEST(SimUniform, ZeroBubbleV) {
   for (int p = 1; p <= 6; ++p)
     for (int m : {2 * p - 1, 2 * p, 3 * p + 2}) {
       SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
-      Plan plan = straightPlan(2 * p, "zb-v", m);
-      plan.chunks = 2;
-      for (int q = 0; q < 2 * p; ++q)
-        plan.stages[q].devices = {int(positionOfStage(Placement::V, p, q))};
-      SimResult v = simulate(uniformProfile(2 * p, 1, 2), plan);
+      SimResult v = simulate(uniformProfile(2 * p, 1, 2), vPlan(p, "zb-v", m));
       EXPECT_DOUBLE_EQ(v.iterationSeconds, 6.0 * m + (p - 1));
       SimResult h1 =
           simulate(uniformProfile(p, 2, 4), straightPlan(p, "zb-h1", m));
@@ -224,14 +230,10 @@ TEST(SimUniform, DualPipeV) {
   for (int p = 1; p <= 6; ++p)
     for (int m : {2 * p, 2 * p + 1, 3 * p + 2}) {
       SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
-      Plan plan = straightPlan(2 * p, "dualpipev", m);
-      plan.chunks = 2;
-      for (int q = 0; q < 2 * p; ++q)
-        plan.stages[q].devices = {int(positionOfStage(Placement::V, p, q))};
-      SimResult d = simulate(uniformProfile(2 * p, 1, 2), plan);
+      SimResult d =
+          simulate(uniformProfile(2 * p, 1, 2), vPlan(p, "dualpipev", m));
       EXPECT_DOUBLE_EQ(d.iterationSeconds, 6.0 * m + (p - 1));
-      plan.schedule = "zb-v";
-      SimResult v = simulate(uniformProfile(2 * p, 1, 2), plan);
+      SimResult v = simulate(uniformProfile(2 * p, 1, 2), vPlan(p, "zb-v", m));
       EXPECT_DOUBLE_EQ(d.iterationSeconds, v.iterationSeconds);
     }
 }
