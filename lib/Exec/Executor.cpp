@@ -87,6 +87,10 @@ bool pipec::executeFunction(func::FuncOp fn,
     }
     std::memcpy(allocate(arg), inputs[i].bytes.data(), inputs[i].bytes.size());
   }
+  // The kernels' context: float32 arithmetic on the CPU.
+  std::unique_ptr<pipec_kctx, void (*)(pipec_kctx *)> kernelContext(
+      pipec_rt_cpu_kernel_context_new(nullptr),
+      pipec_rt_cpu_kernel_context_free);
   auto module = fn->getParentOfType<ModuleOp>();
   for (Operation &op : body) {
     if (auto load = dyn_cast<ml_program::GlobalLoadOp>(op)) {
@@ -137,7 +141,8 @@ bool pipec::executeFunction(func::FuncOp fn,
         error = "the runtime has no kernel " + call.kernel;
         return false;
       }
-      kernel(ptrs.data(), call.ints.data(), call.reals.data());
+      kernel(kernelContext.get(), ptrs.data(), call.ints.data(),
+             call.reals.data());
     }
   }
   error = "function has no return";

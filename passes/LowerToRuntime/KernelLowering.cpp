@@ -100,7 +100,8 @@ void StageLowering::emitDeclarations() {
       for (Step &s : fp->steps)
         kernels.insert(s.call.kernel);
   for (const std::string &k : kernels)
-    declare(kernelSymbol(k, target), {ptr, ptr, ptr}, {});
+    declare(kernelSymbol(k, target), {ptr, ptr, ptr, ptr}, {});
+  declare("pipec_rt_kernel_context", {ptr}, {ptr});
   if (cuda())
     declare("pipec_rt_constant", {ptr, ptr, i64t}, {ptr});
   declare("pipec_rt_feed", {ptr, i64t, i64t, ptr}, {});
@@ -226,6 +227,14 @@ func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
   Value ctxArg = entry->getArgument(0), arena = entry->getArgument(1),
         slot = entry->getArgument(2), wbase = entry->getArgument(3);
   Value one = i64(ob, fp.fn.getLoc(), 1);
+  // ABI 3: every kernel gets the stage's kernel context, asked for once
+  // per call of the stage function.
+  Value kernelCtx =
+      fp.steps.empty()
+          ? Value()
+          : func::CallOp::create(ob, fp.fn.getLoc(), "pipec_rt_kernel_context",
+                                 TypeRange{ptr}, ValueRange{ctxArg})
+                .getResult(0);
   for (Step &s : fp.steps) {
     Location loc = s.loc;
     if (s.opId >= 0)
@@ -248,7 +257,7 @@ func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
     Value ints = constArray(ob, loc, ArrayRef<int64_t>(s.call.ints));
     Value reals = constArray(ob, loc, ArrayRef<double>(s.call.reals));
     func::CallOp::create(ob, loc, kernelSymbol(s.call.kernel, target),
-                         TypeRange{}, ValueRange{bufs, ints, reals});
+                         TypeRange{}, ValueRange{kernelCtx, bufs, ints, reals});
     if (s.opId >= 0)
       func::CallOp::create(
           ob, loc, "pipec_rt_op_end", TypeRange{},

@@ -81,6 +81,9 @@ public:
   /// meanwhile (Communicator::progress). A device whose work runs on the
   /// host thread never waits and ignores it.
   virtual void setWaitHook(std::function<void()> hook) { (void)hook; }
+  /// The context this device's kernels run in (include/pipec_rt.h,
+  /// pipec_kctx), owned by the device and the same for its whole life.
+  virtual pipec_kctx *kernelContext() = 0;
 };
 
 /// Device memory with an owner: released through its device.
@@ -107,7 +110,8 @@ struct DeviceRequest {
   int localRank = 0;
   bool allowTf32 = false;
   /// The stage's matrix products round their operands to bfloat16
-  /// (StageDesc::matmulPrecision "bf16"; CUDA only).
+  /// (StageDesc::matmulPrecision "bf16"): the kernel context's
+  /// matmulBf16.
   bool matmulBf16 = false;
 };
 

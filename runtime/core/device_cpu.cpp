@@ -6,6 +6,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "cpu/kernel_context.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -18,6 +19,9 @@ namespace {
 
 class CpuDevice final : public Device {
 public:
+  explicit CpuDevice(const DeviceRequest &request) {
+    kernels_.matmulBf16 = request.matmulBf16;
+  }
   std::string name() const override { return "cpu"; }
   bool hostAccessible() const override { return true; }
   char *allocate(int64_t bytes, const char *what) override {
@@ -44,12 +48,16 @@ public:
   }
   void synchronize() override {}
   const void *constant(const void *host, int64_t) override { return host; }
+  pipec_kctx *kernelContext() override { return &kernels_; }
+
+private:
+  cpu::KernelContext kernels_;
 };
 
 } // namespace
 
-std::unique_ptr<Device> makeCpuDevice(const DeviceRequest &) {
-  return std::make_unique<CpuDevice>();
+std::unique_ptr<Device> makeCpuDevice(const DeviceRequest &request) {
+  return std::make_unique<CpuDevice>(request);
 }
 
 } // namespace rt

@@ -18,7 +18,6 @@
 #include "core/resume.h"
 #include "core/status.h"
 #include "core/watchdog.h"
-#include "cpu/real.h"
 #include "pipec/formats/safetensors.h"
 #include "pipec_rt.h"
 
@@ -694,10 +693,6 @@ int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
   request.localRank = ctx.comm->localRank();
   request.allowTf32 = o.allowTf32;
   request.matmulBf16 = desc.matmulPrecision == "bf16";
-  // The CPU kernels' matrix products too (the CPU target's emulation of
-  // bf16; a CUDA stage's CPU kernels run only under --check-kernels, which
-  // a bf16 stage refuses).
-  pipec::cpu::setMatmulBf16(request.matmulBf16);
   ctx.device = factory(request);
   ctx.comm->useDevice(*ctx.device);
   // While this rank waits for its device, its messages in flight move (a

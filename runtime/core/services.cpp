@@ -241,6 +241,17 @@ extern "C" const void *pipec_rt_constant(pipec_ctx *ctx, const void *host,
   return out;
 }
 
+extern "C" pipec_kctx *pipec_rt_kernel_context(pipec_ctx *ctx) {
+  pipec_kctx *out = nullptr;
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_kernel_context");
+    if (!c.device)
+      throw RtError("pipec_rt_kernel_context: the stage has no device yet");
+    out = c.device->kernelContext();
+  });
+  return out;
+}
+
 void pipec::rt::collectQueueMarks(pipec_ctx &ctx) {
   QueueClock *clock = ctx.device ? ctx.device->queueClock() : nullptr;
   if (!clock || (!ctx.profiler.enabled() && !ctx.timeline.enabled()))

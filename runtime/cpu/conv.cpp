@@ -35,8 +35,8 @@
 /// have no bounds checks and vectorise for unit strides. Bottom / right
 /// padding never needs to be known: it is whatever oH / oW imply.
 ///
-/// im2col uses a per-thread scratch buffer that grows to the largest patch
-/// matrix seen (at most K x max(P, 1024) plus an Mg x 1024 block) and is
+/// im2col uses the kernel context's scratch, which grows to the largest
+/// patch matrix seen (at most K x max(P, 1024) plus an Mg x 1024 block) and is
 /// kept for the next call (no allocation in steady state).
 ///
 /// Malformed parameters (C or M not divisible by groups, non-positive
@@ -57,6 +57,7 @@
 
 using namespace pipec::rt;
 using pipec::cpu::blasGemm;
+using pipec::cpu::KernelContext;
 
 namespace {
 
@@ -117,21 +118,13 @@ inline void validRange(int64_t off, int64_t stride, int64_t inLen,
   lo = std::min(lo, hi);
 }
 
-/// A per-thread scratch buffer of at least n elements (contents undefined).
-template <class T> T *scratch(int64_t n) {
-  thread_local std::vector<T> buffer;
-  if (buffer.size() < size_t(n))
-    buffer.resize(size_t(n));
-  return buffer.data();
-}
-
 /// Row-major C[MxN] = op(A) * op(B) (+ C when accumulate), via OpenBLAS.
 /// Requires every dimension to fit a blasint (ConvShape::valid).
 template <class T>
-void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const T *a,
-          int64_t lda, const T *b, int64_t ldb, T *c, int64_t ldc,
-          bool accumulate) {
-  blasGemm(transA ? CblasTrans : CblasNoTrans,
+void gemm(KernelContext &kc, bool transA, bool transB, int64_t m, int64_t n,
+          int64_t k, const T *a, int64_t lda, const T *b, int64_t ldb, T *c,
+          int64_t ldc, bool accumulate) {
+  blasGemm(kc, transA ? CblasTrans : CblasNoTrans,
            transB ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
            blasint(k), T(1), a, blasint(lda), b, blasint(ldb),
            T(accumulate ? 1 : 0), c, blasint(ldc));
@@ -313,7 +306,8 @@ int64_t imageBlock(const ConvShape &s) {
 //===----------------------------------------------------------------------===//
 
 template <class T>
-void conv2dKernel(void *const *bufs, const int64_t *ints, const double *reals) {
+void conv2dKernel(KernelContext &kc, void *const *bufs, const int64_t *ints,
+                  const double *reals) {
   const T *x = static_cast<const T *>(bufs[0]);
   const T *w = static_cast<const T *>(bufs[1]);
   const T *bias = static_cast<const T *>(bufs[2]);
@@ -345,7 +339,7 @@ void conv2dKernel(void *const *bufs, const int64_t *ints, const double *reals) {
   const int64_t block = imageBlock(s);
   if (block == 1) {
     const bool pointwise = s.pointwise();
-    T *col = pointwise ? nullptr : scratch<T>(s.k * s.p);
+    T *col = pointwise ? nullptr : kc.scratch<T>(s.k * s.p);
     for (int64_t in = 0; in < s.n; ++in) {
       for (int64_t g = 0; g < s.groups; ++g) {
         const T *xg = x + (in * s.c + g * s.cg) * s.h * s.w;
@@ -354,7 +348,7 @@ void conv2dKernel(void *const *bufs, const int64_t *ints, const double *reals) {
           im2col(s, xg, col, s.p);
           patches = col;
         }
-        gemm(false, false, s.mg, s.p, s.k, w + g * s.mg * s.k, s.k, patches,
+        gemm(kc, false, false, s.mg, s.p, s.k, w + g * s.mg * s.k, s.k, patches,
              s.p, y + (in * s.m + g * s.mg) * s.p, s.p, /*accumulate=*/true);
       }
     }
@@ -362,7 +356,7 @@ void conv2dKernel(void *const *bufs, const int64_t *ints, const double *reals) {
   }
   // Blocks of images: col [K, nb * P], product [Mg, nb * P].
   const int64_t cols = block * s.p;
-  T *col = scratch<T>(s.k * cols + s.mg * cols);
+  T *col = kc.scratch<T>(s.k * cols + s.mg * cols);
   T *prod = col + s.k * cols;
   for (int64_t in0 = 0; in0 < s.n; in0 += block) {
     const int64_t nb = std::min(block, s.n - in0);
@@ -370,7 +364,7 @@ void conv2dKernel(void *const *bufs, const int64_t *ints, const double *reals) {
       for (int64_t b = 0; b < nb; ++b)
         im2col(s, x + ((in0 + b) * s.c + g * s.cg) * s.h * s.w, col + b * s.p,
                cols);
-      gemm(false, false, s.mg, nb * s.p, s.k, w + g * s.mg * s.k, s.k, col,
+      gemm(kc, false, false, s.mg, nb * s.p, s.k, w + g * s.mg * s.k, s.k, col,
            cols, prod, cols, /*accumulate=*/false);
       for (int64_t om = 0; om < s.mg; ++om)
         for (int64_t b = 0; b < nb; ++b) {
@@ -384,8 +378,8 @@ void conv2dKernel(void *const *bufs, const int64_t *ints, const double *reals) {
 }
 
 template <class T>
-void conv2dGradInputKernel(void *const *bufs, const int64_t *ints,
-                           const double *reals) {
+void conv2dGradInputKernel(KernelContext &kc, void *const *bufs,
+                           const int64_t *ints, const double *reals) {
   const T *dy = static_cast<const T *>(bufs[0]);
   const T *w = static_cast<const T *>(bufs[1]);
   T *dx = static_cast<T *>(bufs[2]);
@@ -415,7 +409,7 @@ void conv2dGradInputKernel(void *const *bufs, const int64_t *ints,
     return;
   }
   if (block == 1) {
-    T *col = pointwise ? nullptr : scratch<T>(s.k * s.p);
+    T *col = pointwise ? nullptr : kc.scratch<T>(s.k * s.p);
     for (int64_t in = 0; in < s.n; ++in) {
       for (int64_t g = 0; g < s.groups; ++g) {
         const T *dyg = dy + (in * s.m + g * s.mg) * s.p;
@@ -424,11 +418,11 @@ void conv2dGradInputKernel(void *const *bufs, const int64_t *ints,
         // [K, P] = W[g]^T (K x Mg) * dY[n, g] (Mg x P); with a pointwise
         // convolution K = Cg and P = H * W, so that is dX[n, g] itself.
         if (pointwise) {
-          gemm(true, false, s.k, s.p, s.mg, wg, s.k, dyg, s.p, dxg, s.p,
+          gemm(kc, true, false, s.k, s.p, s.mg, wg, s.k, dyg, s.p, dxg, s.p,
                /*accumulate=*/false);
           continue;
         }
-        gemm(true, false, s.k, s.p, s.mg, wg, s.k, dyg, s.p, col, s.p,
+        gemm(kc, true, false, s.k, s.p, s.mg, wg, s.k, dyg, s.p, col, s.p,
              /*accumulate=*/false);
         col2imAdd(s, col, s.p, dxg);
       }
@@ -437,7 +431,7 @@ void conv2dGradInputKernel(void *const *bufs, const int64_t *ints,
   }
   // Blocks of images: dY gathered into [Mg, nb * P], col [K, nb * P].
   const int64_t cols = block * s.p;
-  T *col = scratch<T>(s.k * cols + s.mg * cols);
+  T *col = kc.scratch<T>(s.k * cols + s.mg * cols);
   T *dyBlock = col + s.k * cols;
   for (int64_t in0 = 0; in0 < s.n; in0 += block) {
     const int64_t nb = std::min(block, s.n - in0);
@@ -447,8 +441,8 @@ void conv2dGradInputKernel(void *const *bufs, const int64_t *ints,
           std::memcpy(dyBlock + om * cols + b * s.p,
                       dy + ((in0 + b) * s.m + g * s.mg + om) * s.p,
                       sizeof(T) * size_t(s.p));
-      gemm(true, false, s.k, nb * s.p, s.mg, w + g * s.mg * s.k, s.k, dyBlock,
-           cols, col, cols, /*accumulate=*/false);
+      gemm(kc, true, false, s.k, nb * s.p, s.mg, w + g * s.mg * s.k, s.k,
+           dyBlock, cols, col, cols, /*accumulate=*/false);
       for (int64_t b = 0; b < nb; ++b)
         col2imAdd(s, col + b * s.p, cols,
                   dx + ((in0 + b) * s.c + g * s.cg) * s.h * s.w);
@@ -457,8 +451,8 @@ void conv2dGradInputKernel(void *const *bufs, const int64_t *ints,
 }
 
 template <class T>
-void conv2dGradWeightKernel(void *const *bufs, const int64_t *ints,
-                            const double *reals) {
+void conv2dGradWeightKernel(KernelContext &kc, void *const *bufs,
+                            const int64_t *ints, const double *reals) {
   const T *dy = static_cast<const T *>(bufs[0]);
   const T *x = static_cast<const T *>(bufs[1]);
   T *dw = static_cast<T *>(bufs[2]);
@@ -485,7 +479,7 @@ void conv2dGradWeightKernel(void *const *bufs, const int64_t *ints,
   const int64_t block = imageBlock(s);
   if (block == 1) {
     const bool pointwise = s.pointwise();
-    T *col = pointwise ? nullptr : scratch<T>(s.k * s.p);
+    T *col = pointwise ? nullptr : kc.scratch<T>(s.k * s.p);
     for (int64_t in = 0; in < s.n; ++in) {
       for (int64_t g = 0; g < s.groups; ++g) {
         const T *xg = x + (in * s.c + g * s.cg) * s.h * s.w;
@@ -496,8 +490,8 @@ void conv2dGradWeightKernel(void *const *bufs, const int64_t *ints,
         }
         // dW[g] (Mg x K) (+)= dY[n, g] (Mg x P) * col^T (P x K); the first
         // image overwrites, so dW needs no zeroing.
-        gemm(false, true, s.mg, s.k, s.p, dy + (in * s.m + g * s.mg) * s.p, s.p,
-             patches, s.p, dw + g * s.mg * s.k, s.k,
+        gemm(kc, false, true, s.mg, s.k, s.p, dy + (in * s.m + g * s.mg) * s.p,
+             s.p, patches, s.p, dw + g * s.mg * s.k, s.k,
              /*accumulate=*/in > 0);
       }
     }
@@ -505,7 +499,7 @@ void conv2dGradWeightKernel(void *const *bufs, const int64_t *ints,
   }
   // Blocks of images: dW[g] (+)= dY [Mg, nb * P] * col [K, nb * P]^T.
   const int64_t cols = block * s.p;
-  T *col = scratch<T>(s.k * cols + s.mg * cols);
+  T *col = kc.scratch<T>(s.k * cols + s.mg * cols);
   T *dyBlock = col + s.k * cols;
   for (int64_t in0 = 0; in0 < s.n; in0 += block) {
     const int64_t nb = std::min(block, s.n - in0);
@@ -518,7 +512,7 @@ void conv2dGradWeightKernel(void *const *bufs, const int64_t *ints,
                       dy + ((in0 + b) * s.m + g * s.mg + om) * s.p,
                       sizeof(T) * size_t(s.p));
       }
-      gemm(false, true, s.mg, s.k, nb * s.p, dyBlock, cols, col, cols,
+      gemm(kc, false, true, s.mg, s.k, nb * s.p, dyBlock, cols, col, cols,
            dw + g * s.mg * s.k, s.k, /*accumulate=*/in0 > 0);
     }
   }
@@ -526,6 +520,6 @@ void conv2dGradWeightKernel(void *const *bufs, const int64_t *ints,
 
 } // namespace
 
-PIPEC_CPU_KERNEL(pipec_k_conv2d, conv2dKernel)
-PIPEC_CPU_KERNEL(pipec_k_conv2d_grad_input, conv2dGradInputKernel)
-PIPEC_CPU_KERNEL(pipec_k_conv2d_grad_weight, conv2dGradWeightKernel)
+PIPEC_CPU_KERNEL_CTX(pipec_k_conv2d, conv2dKernel)
+PIPEC_CPU_KERNEL_CTX(pipec_k_conv2d_grad_input, conv2dGradInputKernel)
+PIPEC_CPU_KERNEL_CTX(pipec_k_conv2d_grad_weight, conv2dGradWeightKernel)

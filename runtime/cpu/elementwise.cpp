@@ -355,8 +355,8 @@ PIPEC_CPU_KERNEL(pipec_k_sgd, sgdKernel)
 //===----------------------------------------------------------------------===//
 
 /// Moves bytes: one entry point for every element type (no `_f64` twin).
-extern "C" void pipec_k_copy(void *const *bufs, const int64_t *ints,
-                             const double *) {
+extern "C" void pipec_k_copy(pipec_kctx *, void *const *bufs,
+                             const int64_t *ints, const double *) {
   int64_t nbytes = ints[0];
   if (nbytes > 0 && bufs[0] != bufs[1])
     std::memmove(bufs[1], bufs[0], size_t(nbytes));

@@ -37,10 +37,11 @@ bool fitsBlas(int64_t m, int64_t n, int64_t k) {
 /// Y[MxN] (+)= alpha * op(A) * op(B) for one matrix; `accumulate` selects
 /// beta = 1 (Y already holds the bias) or beta = 0. Requires M, N, K > 0.
 template <class T>
-void gemm(const T *a, const T *b, T *y, int64_t m, int64_t n, int64_t k,
-          bool transA, bool transB, T alpha, bool accumulate) {
+void gemm(pipec::cpu::KernelContext &kc, const T *a, const T *b, T *y,
+          int64_t m, int64_t n, int64_t k, bool transA, bool transB, T alpha,
+          bool accumulate) {
   if (fitsBlas(m, n, k)) {
-    blasGemm(transA ? CblasTrans : CblasNoTrans,
+    blasGemm(kc, transA ? CblasTrans : CblasNoTrans,
              transB ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
              blasint(k), alpha, a, blasint(transA ? m : k), b,
              blasint(transB ? k : n), T(accumulate ? 1 : 0), y, blasint(n));
@@ -60,7 +61,8 @@ void gemm(const T *a, const T *b, T *y, int64_t m, int64_t n, int64_t k,
 }
 
 template <class T>
-void gemmKernel(void *const *bufs, const int64_t *ints, const double *reals) {
+void gemmKernel(pipec::cpu::KernelContext &kc, void *const *bufs,
+                const int64_t *ints, const double *reals) {
   const T *a = static_cast<const T *>(bufs[0]);
   const T *b = static_cast<const T *>(bufs[1]);
   const T *c = static_cast<const T *>(bufs[2]);
@@ -101,12 +103,12 @@ void gemmKernel(void *const *bufs, const int64_t *ints, const double *reals) {
       std::memset(y, 0, sizeof(T) * size_t(m * n));
     return;
   }
-  gemm(a, b, y, m, n, k, transA, transB, alpha, /*accumulate=*/useC);
+  gemm(kc, a, b, y, m, n, k, transA, transB, alpha, /*accumulate=*/useC);
 }
 
 template <class T>
-void batchMatmulKernel(void *const *bufs, const int64_t *ints,
-                       const double *reals) {
+void batchMatmulKernel(pipec::cpu::KernelContext &kc, void *const *bufs,
+                       const int64_t *ints, const double *reals) {
   const T *a = static_cast<const T *>(bufs[0]);
   const T *b = static_cast<const T *>(bufs[1]);
   T *y = static_cast<T *>(bufs[2]);
@@ -143,18 +145,18 @@ void batchMatmulKernel(void *const *bufs, const int64_t *ints,
   // with batches * M rows (the common [batch, seq, K] x [K, N] MatMul).
   if (nest.rank == 1 && nest.strides[1][0] == 0 && !transA &&
       nest.strides[0][0] == m * k) {
-    gemm(a, b, y, batches * m, n, k, transA, transB, alpha, false);
+    gemm(kc, a, b, y, batches * m, n, k, transA, transB, alpha, false);
     return;
   }
   int64_t batch = 0;
   forEachIndex(nest, nest.rank, [&](const int64_t *offsets) {
-    gemm(a + offsets[0], b + offsets[1], y + batch * yMatrix, m, n, k, transA,
-          transB, alpha, false);
+    gemm(kc, a + offsets[0], b + offsets[1], y + batch * yMatrix, m, n, k,
+         transA, transB, alpha, false);
     ++batch;
   });
 }
 
 } // namespace
 
-PIPEC_CPU_KERNEL(pipec_k_gemm, gemmKernel)
-PIPEC_CPU_KERNEL(pipec_k_batch_matmul, batchMatmulKernel)
+PIPEC_CPU_KERNEL_CTX(pipec_k_gemm, gemmKernel)
+PIPEC_CPU_KERNEL_CTX(pipec_k_batch_matmul, batchMatmulKernel)

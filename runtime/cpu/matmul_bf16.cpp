@@ -7,7 +7,8 @@
 /// \file
 /// `--precision bf16` on the CPU target emulates the CUDA target's matrix
 /// products: each operand is rounded to bfloat16 (round to nearest, ties to
-/// even, NaN kept) into a per-thread copy, then OpenBLAS multiplies the
+/// even, NaN kept) into a copy kept in the
+/// kernel context, then OpenBLAS multiplies the
 /// copies in float32. The product of two bfloat16 values has at most 16
 /// significant bits, so every product is exact in float32 and only the
 /// order of the float32 sums differs from the GPU's. Every matrix product
@@ -19,7 +20,6 @@
 
 #include "cpu/real.h"
 
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -28,8 +28,6 @@ namespace pipec {
 namespace cpu {
 
 namespace {
-
-std::atomic<bool> gMatmulBf16{false};
 
 /// x rounded to the nearest bfloat16 (ties to even), as a float; a NaN
 /// stays a (quiet) NaN.
@@ -59,24 +57,21 @@ void roundMatrix(const float *x, blasint rows, blasint cols, blasint ld,
 
 } // namespace
 
-bool matmulBf16() { return gMatmulBf16.load(std::memory_order_relaxed); }
-void setMatmulBf16(bool on) { gMatmulBf16.store(on); }
-
-void blasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n,
-              blasint k, float alpha, const float *a, blasint lda,
-              const float *b, blasint ldb, float beta, float *c, blasint ldc) {
-  if (!matmulBf16() || m <= 0 || n <= 0 || k <= 0) {
+void blasGemm(KernelContext &kc, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,
+              blasint m, blasint n, blasint k, float alpha, const float *a,
+              blasint lda, const float *b, blasint ldb, float beta, float *c,
+              blasint ldc) {
+  if (!kc.matmulBf16 || m <= 0 || n <= 0 || k <= 0) {
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
                 ldc);
     return;
   }
   // Row-major storage: A is m x k (k x m transposed), B k x n (n x k).
-  thread_local std::vector<float> ra, rb;
   const bool tA = ta != CblasNoTrans, tB = tb != CblasNoTrans;
-  roundMatrix(a, tA ? k : m, tA ? m : k, lda, ra);
-  roundMatrix(b, tB ? n : k, tB ? k : n, ldb, rb);
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, ra.data(), tA ? m : k,
-              rb.data(), tB ? k : n, beta, c, ldc);
+  roundMatrix(a, tA ? k : m, tA ? m : k, lda, kc.bf16A);
+  roundMatrix(b, tB ? n : k, tB ? k : n, ldb, kc.bf16B);
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, kc.bf16A.data(),
+              tA ? m : k, kc.bf16B.data(), tB ? k : n, beta, c, ldc);
 }
 
 } // namespace cpu

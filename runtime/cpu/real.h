@@ -23,44 +23,55 @@
 #ifndef PIPEC_RUNTIME_CPU_REAL_H
 #define PIPEC_RUNTIME_CPU_REAL_H
 
+#include "cpu/kernel_context.h"
+
 #include <cblas.h>
 
 #include <cstdint>
 
 /// Defines the two C entry points `sym` (float) and `sym##_f64` (double) of
-/// the kernel template `impl<T>(bufs, ints, reals)`.
+/// the kernel template `impl<T>(bufs, ints, reals)`, which needs nothing
+/// from the kernel context.
 #define PIPEC_CPU_KERNEL(sym, impl)                                            \
-  extern "C" void sym(void *const *bufs, const int64_t *ints,                  \
+  extern "C" void sym(pipec_kctx *, void *const *bufs, const int64_t *ints,    \
                       const double *reals) {                                   \
     impl<float>(bufs, ints, reals);                                            \
   }                                                                            \
-  extern "C" void sym##_f64(void *const *bufs, const int64_t *ints,            \
-                            const double *reals) {                             \
+  extern "C" void sym##_f64(pipec_kctx *, void *const *bufs,                   \
+                            const int64_t *ints, const double *reals) {        \
     impl<double>(bufs, ints, reals);                                           \
+  }
+
+/// The same for a kernel template that works in the stage's CPU kernel
+/// context: `impl<T>(cpu::KernelContext &, bufs, ints, reals)`.
+#define PIPEC_CPU_KERNEL_CTX(sym, impl)                                        \
+  extern "C" void sym(pipec_kctx *kc, void *const *bufs, const int64_t *ints,  \
+                      const double *reals) {                                   \
+    impl<float>(pipec::cpu::kernelContext(kc, #sym), bufs, ints, reals);       \
+  }                                                                            \
+  extern "C" void sym##_f64(pipec_kctx *kc, void *const *bufs,                 \
+                            const int64_t *ints, const double *reals) {        \
+    impl<double>(pipec::cpu::kernelContext(kc, #sym "_f64"), bufs, ints,       \
+                 reals);                                                       \
   }
 
 namespace pipec {
 namespace cpu {
 
-/// Whether the process's float32 matrix products round their operands to
-/// bfloat16 first (a `--precision bf16` stage; set once by the runtime at
-/// start-up). See blasGemm.
-bool matmulBf16();
-void setMatmulBf16(bool on);
-
 /// Row-major BLAS GEMM, C = alpha op(A) op(B) + beta C, for either type.
-/// With matmulBf16(), the float32 one first rounds every element of A and
+/// With kc.matmulBf16, the float32 one first rounds every element of A and
 /// B to the nearest bfloat16 (ties to even) in a copy: a product of two
 /// such values is exact in float32, so the result is the CUDA target's
 /// bf16 arithmetic (bfloat16 operands, float32 accumulation) up to the
 /// order of the sums (cpu/matmul_bf16.cpp).
-void blasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n,
-              blasint k, float alpha, const float *a, blasint lda,
-              const float *b, blasint ldb, float beta, float *c, blasint ldc);
-inline void blasGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m,
-                     blasint n, blasint k, double alpha, const double *a,
-                     blasint lda, const double *b, blasint ldb, double beta,
-                     double *c, blasint ldc) {
+void blasGemm(KernelContext &kc, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,
+              blasint m, blasint n, blasint k, float alpha, const float *a,
+              blasint lda, const float *b, blasint ldb, float beta, float *c,
+              blasint ldc);
+inline void blasGemm(KernelContext &, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,
+                     blasint m, blasint n, blasint k, double alpha,
+                     const double *a, blasint lda, const double *b, blasint ldb,
+                     double beta, double *c, blasint ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
               ldc);
 }

@@ -185,9 +185,10 @@ __global__ void __launch_bounds__(1024)
 
 using namespace pipec::cuda;
 
-extern "C" void pipec_cuda_k_batchnorm_train(void *const *bufs,
+extern "C" void pipec_cuda_k_batchnorm_train(pipec_kctx *kc, void *const *bufs,
                                              const int64_t *ints,
                                              const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_batchnorm_train");
   const float *x = static_cast<const float *>(bufs[0]);
   const float *scale = static_cast<const float *>(bufs[1]);
   const float *bias = static_cast<const float *>(bufs[2]);
@@ -203,16 +204,16 @@ extern "C" void pipec_cuda_k_batchnorm_train(void *const *bufs,
   const double momentum = reals ? reals[1] : kDefaultMomentum;
   if (n <= 0 || c <= 0 || s <= 0)
     return;
-  batchNormTrainChannels<<<rowGrid(c), rowBlock(n * s, 1024), 0,
-                           context().stream>>>(
+  batchNormTrainChannels<<<rowGrid(c), rowBlock(n * s, 1024), 0, ctx.stream>>>(
       x, scale, bias, runMean, runVar, y, savedMean, savedInvStd, runMeanOut,
       runVarOut, n, c, s, eps, momentum);
   checkLaunch("pipec_cuda_k_batchnorm_train");
 }
 
-extern "C" void pipec_cuda_k_batchnorm_infer(void *const *bufs,
+extern "C" void pipec_cuda_k_batchnorm_infer(pipec_kctx *kc, void *const *bufs,
                                              const int64_t *ints,
                                              const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_batchnorm_infer");
   const char *kernel = "pipec_cuda_k_batchnorm_infer";
   const float *x = static_cast<const float *>(bufs[0]);
   const float *scale = static_cast<const float *>(bufs[1]);
@@ -224,8 +225,8 @@ extern "C" void pipec_cuda_k_batchnorm_infer(void *const *bufs,
   const double eps = reals ? reals[0] : kDefaultEpsilon;
   if (n <= 0 || c <= 0 || s <= 0)
     return;
-  cudaStream_t st = context().stream;
-  float *coef = static_cast<float *>(scratch(size_t(c) * sizeof(float)));
+  cudaStream_t st = ctx.stream;
+  float *coef = static_cast<float *>(scratch(ctx, size_t(c) * sizeof(float)));
   batchNormInferCoef<<<gridFor(c, kBlock), kBlock, 0, st>>>(scale, var, coef, c,
                                                             eps);
   checkLaunch(kernel);
@@ -235,9 +236,10 @@ extern "C" void pipec_cuda_k_batchnorm_infer(void *const *bufs,
   checkLaunch(kernel);
 }
 
-extern "C" void pipec_cuda_k_batchnorm_grad(void *const *bufs,
+extern "C" void pipec_cuda_k_batchnorm_grad(pipec_kctx *kc, void *const *bufs,
                                             const int64_t *ints,
                                             const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_batchnorm_grad");
   const char *kernel = "pipec_cuda_k_batchnorm_grad";
   const float *x = static_cast<const float *>(bufs[0]);
   const float *scale = static_cast<const float *>(bufs[1]);
@@ -250,7 +252,7 @@ extern "C" void pipec_cuda_k_batchnorm_grad(void *const *bufs,
   const int64_t n = ints[0], c = ints[1], s = ints[2];
   if (c <= 0)
     return;
-  cudaStream_t st = context().stream;
+  cudaStream_t st = ctx.stream;
   if (n <= 0 || s <= 0) {
     // No elements: zero parameter gradients (dX is empty).
     if (dScale)

@@ -14,12 +14,13 @@
 namespace pipec {
 namespace cuda {
 
-static Context gContext;
-
-Context &context() {
-  if (!gContext.stream)
-    throw rt::RtError("CUDA kernel called before the CUDA context exists");
-  return gContext;
+Context &context(pipec_kctx *kc, const char *kernel) {
+  auto &c = static_cast<Context &>(
+      rt::kernelContextOfKind(kc, pipec_kctx::Kind::Cuda, kernel));
+  if (!c.stream)
+    throw rt::RtError(std::string(kernel) +
+                      ": called before its CUDA context was initialised");
+  return c;
 }
 
 void check(cudaError_t e, const char *what) {
@@ -37,11 +38,11 @@ void fail(const char *what) { throw rt::RtError(what); }
 
 void checkLaunch(const char *kernel) { check(cudaGetLastError(), kernel); }
 
-void initContext(int device, bool allowTf32, bool matmulBf16) {
-  if (gContext.stream) {
-    if (gContext.device != device)
+void initContext(Context &c, int device, bool allowTf32, bool matmulBf16) {
+  if (c.stream) {
+    if (c.device != device)
       throw rt::RtError("CUDA context already bound to device " +
-                        std::to_string(gContext.device));
+                        std::to_string(c.device));
     return;
   }
   check(cudaSetDevice(device), "cudaSetDevice");
@@ -65,36 +66,40 @@ void initContext(int device, bool allowTf32, bool matmulBf16) {
                                     : pedantic ? CUBLAS_PEDANTIC_MATH
                                                : CUBLAS_DEFAULT_MATH),
             "cublasSetMathMode");
-  gContext.device = device;
-  gContext.stream = stream;
-  gContext.blas = blas;
-  gContext.allowTf32 = allowTf32;
-  gContext.matmulBf16 = matmulBf16;
-  gContext.compute = allowTf32  ? CUBLAS_COMPUTE_32F_FAST_TF32
-                     : pedantic ? CUBLAS_COMPUTE_32F_PEDANTIC
-                                : CUBLAS_COMPUTE_32F;
+  c.device = device;
+  c.stream = stream;
+  c.blas = blas;
+  c.allowTf32 = allowTf32;
+  c.matmulBf16 = matmulBf16;
+  c.compute = allowTf32  ? CUBLAS_COMPUTE_32F_FAST_TF32
+              : pedantic ? CUBLAS_COMPUTE_32F_PEDANTIC
+                         : CUBLAS_COMPUTE_32F;
 }
 
-void destroyContext() {
-  if (!gContext.stream)
+void destroyContext(Context &c) {
+  if (!c.stream)
     return;
-  cudaStreamSynchronize(gContext.stream);
+  cudaStreamSynchronize(c.stream);
   releaseCudnn();
-  if (gContext.scratch)
-    cudaFree(gContext.scratch);
-  if (gContext.bf16Staging)
-    cudaFree(gContext.bf16Staging);
-  cublasDestroy(gContext.blas);
-  cudaStreamDestroy(gContext.stream);
-  gContext = Context();
+  if (c.scratch)
+    cudaFree(c.scratch);
+  if (c.bf16Staging)
+    cudaFree(c.bf16Staging);
+  cublasDestroy(c.blas);
+  cudaStreamDestroy(c.stream);
+  c.device = -1;
+  c.stream = nullptr;
+  c.blas = nullptr;
+  c.scratch = c.bf16Staging = nullptr;
+  c.scratchBytes = c.bf16StagingBytes = 0;
 }
 
 /// `buffer` (of `size` bytes) grown to at least `bytes`; the old one may
 /// still be read by queued kernels, so it is freed after a synchronisation.
-static void *grow(void *&buffer, size_t &size, size_t bytes, const char *what) {
+static void *grow(Context &c, void *&buffer, size_t &size, size_t bytes,
+                  const char *what) {
   if (bytes <= size)
     return buffer;
-  Context &c = context();
   if (buffer) {
     check(cudaStreamSynchronize(c.stream), what);
     check(cudaFree(buffer), what);
@@ -107,14 +112,12 @@ static void *grow(void *&buffer, size_t &size, size_t bytes, const char *what) {
   return buffer;
 }
 
-void *scratch(size_t bytes) {
-  Context &c = context();
-  return grow(c.scratch, c.scratchBytes, bytes, "scratch");
+void *scratch(Context &c, size_t bytes) {
+  return grow(c, c.scratch, c.scratchBytes, bytes, "scratch");
 }
 
-void *bf16Staging(size_t bytes) {
-  Context &c = context();
-  return grow(c.bf16Staging, c.bf16StagingBytes, bytes,
+void *bf16Staging(Context &c, size_t bytes) {
+  return grow(c, c.bf16Staging, c.bf16StagingBytes, bytes,
               "bfloat16 operand staging");
 }
 

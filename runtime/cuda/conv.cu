@@ -242,12 +242,12 @@ __global__ void fillKernel(float *y, int64_t total, float value,
 // Launch helpers
 //===----------------------------------------------------------------------===//
 
-void fill(float *y, int64_t total, float value, const float *bias, int64_t m,
-          int64_t p, const char *kName) {
+void fill(Context &ctx, float *y, int64_t total, float value, const float *bias,
+          int64_t m, int64_t p, const char *kName) {
   if (total <= 0)
     return;
-  fillKernel<<<gridFor(total, kBlock), kBlock, 0, context().stream>>>(
-      y, total, value, bias, m, p);
+  fillKernel<<<gridFor(total, kBlock), kBlock, 0, ctx.stream>>>(y, total, value,
+                                                                bias, m, p);
   checkLaunch(kName);
 }
 
@@ -259,12 +259,12 @@ __global__ void addBiasKernel(float *y, const float *bias, I m, I p, I total) {
     y[e] += bias[(e / p) % m];
 }
 
-void addBias(float *y, const float *bias, int64_t n, int64_t m, int64_t p,
-             const char *kName) {
+void addBias(Context &ctx, float *y, const float *bias, int64_t n, int64_t m,
+             int64_t p, const char *kName) {
   const int64_t total = n * m * p;
   if (total <= 0)
     return;
-  cudaStream_t stream = context().stream;
+  cudaStream_t stream = ctx.stream;
   if (small(total))
     addBiasKernel<int32_t><<<gridFor(total, kBlock), kBlock, 0, stream>>>(
         y, bias, int32_t(m), int32_t(p), int32_t(total));
@@ -274,17 +274,18 @@ void addBias(float *y, const float *bias, int64_t n, int64_t m, int64_t p,
   checkLaunch(kName);
 }
 
-void poison(float *y, int64_t total, const char *kName) {
-  fill(y, total, std::numeric_limits<float>::quiet_NaN(), nullptr, 1, 1, kName);
+void poison(Context &ctx, float *y, int64_t total, const char *kName) {
+  fill(ctx, y, total, std::numeric_limits<float>::quiet_NaN(), nullptr, 1, 1,
+       kName);
 }
 
-void im2col(const float *x, float *col, const ConvShape &s, int64_t cnt,
-            const char *kName) {
+void im2col(Context &ctx, const float *x, float *col, const ConvShape &s,
+            int64_t cnt, const char *kName) {
   const Geom g = geomOf(s);
   const int64_t total = s.colRows() * cnt * s.p;
   if (total <= 0)
     return;
-  cudaStream_t stream = context().stream;
+  cudaStream_t stream = ctx.stream;
   if (small(total) && small(cnt * s.c * s.h * s.w) && smallCoordinates(g))
     im2colKernel<int32_t>
         <<<gridFor(total, kBlock), kBlock, 0, stream>>>(x, col, g, cnt);
@@ -294,13 +295,13 @@ void im2col(const float *x, float *col, const ConvShape &s, int64_t cnt,
   checkLaunch(kName);
 }
 
-void col2im(const float *col, float *dx, const ConvShape &s, int64_t cnt,
-            const char *kName) {
+void col2im(Context &ctx, const float *col, float *dx, const ConvShape &s,
+            int64_t cnt, const char *kName) {
   const Geom g = geomOf(s);
   const int64_t total = cnt * s.c * s.h * s.w;
   if (total <= 0)
     return;
-  cudaStream_t stream = context().stream;
+  cudaStream_t stream = ctx.stream;
   if (small(total) && small(s.colRows() * cnt * s.p) && smallCoordinates(g))
     col2imKernel<int32_t>
         <<<gridFor(total, kBlock), kBlock, 0, stream>>>(col, dx, g, cnt);
@@ -310,12 +311,12 @@ void col2im(const float *col, float *dx, const ConvShape &s, int64_t cnt,
   checkLaunch(kName);
 }
 
-void pack(const float *src, float *dst, int64_t m, int64_t cnt, int64_t p,
-          const char *kName) {
+void pack(Context &ctx, const float *src, float *dst, int64_t m, int64_t cnt,
+          int64_t p, const char *kName) {
   const int64_t total = m * cnt * p;
   if (total <= 0)
     return;
-  cudaStream_t stream = context().stream;
+  cudaStream_t stream = ctx.stream;
   if (small(total))
     packKernel<int32_t>
         <<<gridFor(total, kBlock), kBlock, 0, stream>>>(src, dst, m, cnt, p);
@@ -325,12 +326,12 @@ void pack(const float *src, float *dst, int64_t m, int64_t cnt, int64_t p,
   checkLaunch(kName);
 }
 
-void unpack(const float *src, float *dst, const float *bias, int64_t m,
-            int64_t cnt, int64_t p, const char *kName) {
+void unpack(Context &ctx, const float *src, float *dst, const float *bias,
+            int64_t m, int64_t cnt, int64_t p, const char *kName) {
   const int64_t total = m * cnt * p;
   if (total <= 0)
     return;
-  cudaStream_t stream = context().stream;
+  cudaStream_t stream = ctx.stream;
   if (small(total))
     unpackKernel<int32_t><<<gridFor(total, kBlock), kBlock, 0, stream>>>(
         src, dst, bias, m, cnt, p);
@@ -344,18 +345,19 @@ void unpack(const float *src, float *dst, const float *bias, int64_t m,
 /// with X_g = X + g * strideX and lda / ldb / ldc the row lengths of the
 /// stored matrices. Row-major C is column-major C^T = op(B)^T op(A)^T, so B
 /// goes first with the same transpose flags (see gemm.cu).
-void gemmGroups(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-                const float *a, int64_t lda, int64_t strideA, const float *b,
-                int64_t ldb, int64_t strideB, float *c, int64_t ldc,
-                int64_t strideC, int64_t batch, float beta, const char *kName) {
+void gemmGroups(Context &ctx, bool transA, bool transB, int64_t m, int64_t n,
+                int64_t k, const float *a, int64_t lda, int64_t strideA,
+                const float *b, int64_t ldb, int64_t strideB, float *c,
+                int64_t ldc, int64_t strideC, int64_t batch, float beta,
+                const char *kName) {
   if (!fitsInt(m) || !fitsInt(n) || !fitsInt(k) || !fitsInt(lda) ||
       !fitsInt(ldb) || !fitsInt(ldc) || !fitsInt(batch))
     fail((std::string(kName) +
           ": a matrix dimension exceeds cuBLAS's 32-bit limit")
              .c_str());
-  gemmStridedBatched(blasOp(transB), blasOp(transA), int(n), int(m), int(k),
-                     1.0f, b, int(ldb), strideB, a, int(lda), strideA, beta, c,
-                     int(ldc), strideC, int(batch), kName);
+  gemmStridedBatched(ctx, blasOp(transB), blasOp(transA), int(n), int(m),
+                     int(k), 1.0f, b, int(ldb), strideB, a, int(lda), strideA,
+                     beta, c, int(ldc), strideC, int(batch), kName);
 }
 
 //===----------------------------------------------------------------------===//
@@ -372,7 +374,7 @@ struct Plan {
   float *packed = nullptr;
 };
 
-Plan makePlan(const ConvShape &s) {
+Plan makePlan(Context &ctx, const ConvShape &s) {
   Plan plan;
   const double perImage =
       (double(s.colRows()) + double(s.m)) * double(s.p) * sizeof(float);
@@ -387,7 +389,8 @@ Plan makePlan(const ConvShape &s) {
     plan.packFloats = s.m * nb * s.p;
   const int64_t floats = plan.colFloats + plan.packFloats;
   if (floats > 0) {
-    float *base = static_cast<float *>(scratch(sizeof(float) * size_t(floats)));
+    float *base =
+        static_cast<float *>(scratch(ctx, sizeof(float) * size_t(floats)));
     plan.col = base;
     plan.packed = base + plan.colFloats;
   }
@@ -404,8 +407,9 @@ using namespace pipec::cuda;
 // Kernels
 //===----------------------------------------------------------------------===//
 
-extern "C" void pipec_cuda_k_conv2d(void *const *bufs, const int64_t *ints,
-                                    const double *reals) {
+extern "C" void pipec_cuda_k_conv2d(pipec_kctx *kc, void *const *bufs,
+                                    const int64_t *ints, const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_conv2d");
   const char *kName = "pipec_cuda_k_conv2d";
   const float *x = static_cast<const float *>(bufs[0]);
   const float *w = static_cast<const float *>(bufs[1]);
@@ -415,21 +419,21 @@ extern "C" void pipec_cuda_k_conv2d(void *const *bufs, const int64_t *ints,
   if (s.n <= 0 || s.m <= 0 || s.oh <= 0 || s.ow <= 0)
     return;
   if (!s.valid()) {
-    poison(y, s.yCount(), kName);
+    poison(ctx, y, s.yCount(), kName);
     return;
   }
   const float *b = s.hasBias ? bias : nullptr;
   if (s.k == 0) {
     // No input channels: Y is the bias (or zeros).
-    fill(y, s.yCount(), 0.0f, b, s.m, s.p, kName);
+    fill(ctx, y, s.yCount(), 0.0f, b, s.m, s.p, kName);
     return;
   }
-  if (cudnnConvolution(ConvPass::Forward, s, x, w, y)) {
+  if (cudnnConvolution(ctx, ConvPass::Forward, s, x, w, y)) {
     if (b)
-      addBias(y, b, s.n, s.m, s.p, kName);
+      addBias(ctx, y, b, s.n, s.m, s.p, kName);
     return;
   }
-  Plan plan = makePlan(s);
+  Plan plan = makePlan(ctx, s);
   const bool pointwise = s.pointwise();
   for (int64_t n0 = 0; n0 < s.n; n0 += plan.nb) {
     const int64_t cnt = std::min(plan.nb, s.n - n0);
@@ -438,21 +442,23 @@ extern "C" void pipec_cuda_k_conv2d(void *const *bufs, const int64_t *ints,
     float *yc = y + n0 * s.m * s.p;
     const float *col = xc;
     if (!(pointwise && cnt == 1)) {
-      im2col(xc, plan.col, s, cnt, kName);
+      im2col(ctx, xc, plan.col, s, cnt, kName);
       col = plan.col;
     }
     // One image: [M, 1, P] is Y's own layout.
     float *yt = cnt == 1 ? yc : plan.packed;
-    gemmGroups(false, false, s.mg, cols, s.k, w, s.k, s.mg * s.k, col, cols,
-               s.k * cols, yt, cols, s.mg * cols, s.groups, 0.0f, kName);
+    gemmGroups(ctx, false, false, s.mg, cols, s.k, w, s.k, s.mg * s.k, col,
+               cols, s.k * cols, yt, cols, s.mg * cols, s.groups, 0.0f, kName);
     if (cnt > 1 || b)
-      unpack(yt, yc, b, s.m, cnt, s.p, kName);
+      unpack(ctx, yt, yc, b, s.m, cnt, s.p, kName);
   }
 }
 
-extern "C" void pipec_cuda_k_conv2d_grad_input(void *const *bufs,
+extern "C" void pipec_cuda_k_conv2d_grad_input(pipec_kctx *kc,
+                                               void *const *bufs,
                                                const int64_t *ints,
                                                const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_conv2d_grad_input");
   const char *kName = "pipec_cuda_k_conv2d_grad_input";
   const float *dy = static_cast<const float *>(bufs[0]);
   const float *w = static_cast<const float *>(bufs[1]);
@@ -461,18 +467,18 @@ extern "C" void pipec_cuda_k_conv2d_grad_input(void *const *bufs,
   if (s.n <= 0 || s.c <= 0 || s.h <= 0 || s.w <= 0)
     return;
   if (!s.valid()) {
-    poison(dx, s.xCount(), kName);
+    poison(ctx, dx, s.xCount(), kName);
     return;
   }
   if (s.m == 0 || s.p == 0) {
-    check(cudaMemsetAsync(dx, 0, sizeof(float) * size_t(s.xCount()),
-                          context().stream),
-          kName);
+    check(
+        cudaMemsetAsync(dx, 0, sizeof(float) * size_t(s.xCount()), ctx.stream),
+        kName);
     return;
   }
-  if (cudnnConvolution(ConvPass::GradInput, s, dy, w, dx))
+  if (cudnnConvolution(ctx, ConvPass::GradInput, s, dy, w, dx))
     return;
-  Plan plan = makePlan(s);
+  Plan plan = makePlan(ctx, s);
   const bool pointwise = s.pointwise();
   for (int64_t n0 = 0; n0 < s.n; n0 += plan.nb) {
     const int64_t cnt = std::min(plan.nb, s.n - n0);
@@ -481,22 +487,24 @@ extern "C" void pipec_cuda_k_conv2d_grad_input(void *const *bufs,
     float *dxc = dx + n0 * s.c * s.h * s.w;
     const float *dyt = dyc;
     if (cnt > 1) {
-      pack(dyc, plan.packed, s.m, cnt, s.p, kName);
+      pack(ctx, dyc, plan.packed, s.m, cnt, s.p, kName);
       dyt = plan.packed;
     }
     // A single-image pointwise chunk: colGrad [Cg, P] per group is dX.
     const bool direct = pointwise && cnt == 1;
     float *colGrad = direct ? dxc : plan.col;
-    gemmGroups(true, false, s.k, cols, s.mg, w, s.k, s.mg * s.k, dyt, cols,
+    gemmGroups(ctx, true, false, s.k, cols, s.mg, w, s.k, s.mg * s.k, dyt, cols,
                s.mg * cols, colGrad, cols, s.k * cols, s.groups, 0.0f, kName);
     if (!direct)
-      col2im(colGrad, dxc, s, cnt, kName);
+      col2im(ctx, colGrad, dxc, s, cnt, kName);
   }
 }
 
-extern "C" void pipec_cuda_k_conv2d_grad_weight(void *const *bufs,
+extern "C" void pipec_cuda_k_conv2d_grad_weight(pipec_kctx *kc,
+                                                void *const *bufs,
                                                 const int64_t *ints,
                                                 const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_conv2d_grad_weight");
   const char *kName = "pipec_cuda_k_conv2d_grad_weight";
   const float *dy = static_cast<const float *>(bufs[0]);
   const float *x = static_cast<const float *>(bufs[1]);
@@ -505,18 +513,18 @@ extern "C" void pipec_cuda_k_conv2d_grad_weight(void *const *bufs,
   if (s.m <= 0 || s.cg <= 0 || s.kh <= 0 || s.kw <= 0)
     return; // dW is empty (or its shape is unknowable).
   if (!s.valid()) {
-    poison(dw, s.wCount(), kName);
+    poison(ctx, dw, s.wCount(), kName);
     return;
   }
   if (s.n <= 0 || s.p <= 0) {
-    check(cudaMemsetAsync(dw, 0, sizeof(float) * size_t(s.wCount()),
-                          context().stream),
-          kName);
+    check(
+        cudaMemsetAsync(dw, 0, sizeof(float) * size_t(s.wCount()), ctx.stream),
+        kName);
     return;
   }
-  if (cudnnConvolution(ConvPass::GradWeight, s, dy, x, dw))
+  if (cudnnConvolution(ctx, ConvPass::GradWeight, s, dy, x, dw))
     return;
-  Plan plan = makePlan(s);
+  Plan plan = makePlan(ctx, s);
   const bool pointwise = s.pointwise();
   for (int64_t n0 = 0; n0 < s.n; n0 += plan.nb) {
     const int64_t cnt = std::min(plan.nb, s.n - n0);
@@ -525,17 +533,17 @@ extern "C" void pipec_cuda_k_conv2d_grad_weight(void *const *bufs,
     const float *dyc = dy + n0 * s.m * s.p;
     const float *col = xc;
     if (!(pointwise && cnt == 1)) {
-      im2col(xc, plan.col, s, cnt, kName);
+      im2col(ctx, xc, plan.col, s, cnt, kName);
       col = plan.col;
     }
     const float *dyt = dyc;
     if (cnt > 1) {
-      pack(dyc, plan.packed, s.m, cnt, s.p, kName);
+      pack(ctx, dyc, plan.packed, s.m, cnt, s.p, kName);
       dyt = plan.packed;
     }
     // The first chunk overwrites dW, later ones add to it in image order.
-    gemmGroups(false, true, s.mg, s.k, cols, dyt, cols, s.mg * cols, col, cols,
-               s.k * cols, dw, s.k, s.mg * s.k, s.groups, n0 == 0 ? 0.0f : 1.0f,
-               kName);
+    gemmGroups(ctx, false, true, s.mg, s.k, cols, dyt, cols, s.mg * cols, col,
+               cols, s.k * cols, dw, s.k, s.mg * s.k, s.groups,
+               n0 == 0 ? 0.0f : 1.0f, kName);
   }
 }

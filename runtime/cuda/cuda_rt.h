@@ -6,26 +6,33 @@
 //===----------------------------------------------------------------------===//
 ///
 /// \file
-/// One stage process drives one GPU, so the CUDA kernels share one process
-/// context: the stream every kernel is launched on (in program order, so
-/// launches need no synchronisation among themselves), the cuBLAS handle
-/// bound to that stream, and a growable scratch buffer for kernels that need
-/// workspace. The CUDA device (device.cpp) creates it at start-up; a test
-/// creates it with `initContext`.
+/// Every CUDA kernel runs in the kernel context it is called with (ABI 3,
+/// include/pipec_rt.h): `Context` below, the CUDA derivation of
+/// pipec_kctx. It holds the stream every kernel is launched on (in program
+/// order, so launches need no synchronisation among themselves), the
+/// cuBLAS handle bound to that stream, the arithmetic (TF32, bfloat16
+/// operands) and a growable scratch buffer for kernels that need
+/// workspace. The CUDA device (device.cpp) owns the context of a stage
+/// executable; a test makes its own with `initContext`. Nothing here is
+/// process-wide except cuDNN's library handle and chosen algorithms
+/// (cudnn_conv.cpp).
 ///
-/// Kernels keep the C ABI of include/pipec_rt.h (`bufs`, `ints`, `reals`);
-/// every buffer pointer is a device pointer. The symbol of the CUDA twin of
-/// `pipec_k_NAME` is `pipec_cuda_k_NAME`; cuda_kernels.def lists the ones
-/// that exist. float32 only: `pipec compile --target cuda` refuses f64.
+/// Kernels keep the C ABI of include/pipec_rt.h (`kc`, `bufs`, `ints`,
+/// `reals`); every buffer pointer is a device pointer. The symbol of the
+/// CUDA twin of `pipec_k_NAME` is `pipec_cuda_k_NAME`; cuda_kernels.def
+/// lists the ones that exist. float32 only: `pipec compile --target cuda`
+/// refuses f64.
 ///
-/// Failures (a CUDA or cuBLAS error, an unsupported parameter) throw
-/// pipec::rt::RtError with one line naming the kernel, so the runtime
-/// reports them like every other error.
+/// Failures (a CUDA or cuBLAS error, an unsupported parameter, a kernel
+/// context that is not a CUDA one) throw pipec::rt::RtError with one line
+/// naming the kernel, so the runtime reports them like every other error.
 ///
 //===----------------------------------------------------------------------===//
 
 #ifndef PIPEC_RUNTIME_CUDA_CUDA_RT_H
 #define PIPEC_RUNTIME_CUDA_CUDA_RT_H
+
+#include "core/kernel_context.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -36,7 +43,8 @@
 namespace pipec {
 namespace cuda {
 
-struct Context {
+struct Context : pipec_kctx {
+  Context() : pipec_kctx(Kind::Cuda) {}
   int device = -1;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
@@ -51,26 +59,28 @@ struct Context {
   /// gemmStridedBatched below): CUBLAS_COMPUTE_32F, _FAST_TF32
   /// (--allow-tf32) or _PEDANTIC (PIPEC_CUBLAS_MATH=pedantic).
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  /// A `--precision bf16` stage: every matrix product first rounds its
-  /// operands to the nearest bfloat16 (ties to even, as a cast does) into
-  /// `bf16Staging`, then multiplies them on the tensor cores with float32
-  /// accumulation and a float32 result. Rounding ourselves keeps the
-  /// arithmetic the same whatever kernel cuBLAS picks (its
-  /// CUBLAS_COMPUTE_32F_FAST_16BF may leave small products in float32 and
-  /// does not round to nearest).
-  bool matmulBf16 = false;
+  /// With matmulBf16 (pipec_kctx, a `--precision bf16` stage) every matrix
+  /// product first rounds its operands to the nearest bfloat16 (ties to
+  /// even, as a cast does) into `bf16Staging`, then multiplies them on the
+  /// tensor cores with float32 accumulation and a float32 result. Rounding
+  /// ourselves keeps the arithmetic the same whatever kernel cuBLAS picks
+  /// (its CUBLAS_COMPUTE_32F_FAST_16BF may leave small products in float32
+  /// and does not round to nearest).
   void *bf16Staging = nullptr;
   size_t bf16StagingBytes = 0;
 };
 
-/// The process's context; throws unless initContext ran.
-Context &context();
-/// Selects `device`, creates the stream and the cuBLAS handle. Idempotent
-/// for the same device. `matmulBf16`: the stage's matrix products round
-/// their operands to bfloat16 (`--precision bf16`).
-void initContext(int device, bool allowTf32, bool matmulBf16 = false);
-/// Releases the handles (end of the process).
-void destroyContext();
+/// `kc` as a live CUDA context; throws RtError naming `kernel` when it is
+/// null, belongs to another device or was never initialised.
+Context &context(pipec_kctx *kc, const char *kernel);
+/// Selects `device`, creates the stream and the cuBLAS handle of `c`.
+/// Idempotent for the same device. `matmulBf16`: the stage's matrix
+/// products round their operands to bfloat16 (`--precision bf16`).
+void initContext(Context &c, int device, bool allowTf32,
+                 bool matmulBf16 = false);
+/// Releases the handles and buffers of `c` (its owner calls it while the
+/// CUDA runtime is still up: not a destructor, which could run at exit).
+void destroyContext(Context &c);
 
 /// Throws RtError "<what>: <CUDA error string>" unless `e` is cudaSuccess.
 void check(cudaError_t e, const char *what);
@@ -80,14 +90,14 @@ void checkBlas(cublasStatus_t s, const char *what);
 [[noreturn]] void fail(const char *what);
 
 /// Scratch of at least `bytes` bytes on the context's stream.
-void *scratch(size_t bytes);
+void *scratch(Context &c, size_t bytes);
 /// The bfloat16 operand staging of at least `bytes` bytes (matmulBf16).
-void *bf16Staging(size_t bytes);
+void *bf16Staging(Context &c, size_t bytes);
 
 /// dst[i] = src[i] rounded to the nearest bfloat16 value (ties to even),
 /// kept as float32 (n elements, on the context's stream). Defined in
 /// gemm.cu.
-void roundToBf16Values(const float *src, float *dst, int64_t n,
+void roundToBf16Values(Context &c, const float *src, float *dst, int64_t n,
                        const char *what);
 
 /// Whether `v` fits cuBLAS's 32-bit int parameters.
@@ -100,15 +110,16 @@ inline cublasOperation_t blasOp(bool trans) {
 /// Column-major C = alpha op(A) op(B) + beta C on float32 storage with the
 /// context's arithmetic (float32, or bfloat16 operands: matmulBf16);
 /// throws naming `what`. Defined in gemm.cu.
-void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-          float alpha, const float *a, int lda, const float *b, int ldb,
-          float beta, float *c, int ldc, const char *what);
+void gemm(Context &ctx, cublasOperation_t ta, cublasOperation_t tb, int m,
+          int n, int k, float alpha, const float *a, int lda, const float *b,
+          int ldb, float beta, float *c, int ldc, const char *what);
 /// `batch` such products, operand g at X + g * strideX.
-void gemmStridedBatched(cublasOperation_t ta, cublasOperation_t tb, int m,
-                        int n, int k, float alpha, const float *a, int lda,
-                        int64_t strideA, const float *b, int ldb,
-                        int64_t strideB, float beta, float *c, int ldc,
-                        int64_t strideC, int batch, const char *what);
+void gemmStridedBatched(Context &ctx, cublasOperation_t ta,
+                        cublasOperation_t tb, int m, int n, int k, float alpha,
+                        const float *a, int lda, int64_t strideA,
+                        const float *b, int ldb, int64_t strideB, float beta,
+                        float *c, int ldc, int64_t strideC, int batch,
+                        const char *what);
 
 /// Grid size for `n` elements with `block` threads per block, capped so a
 /// grid-stride loop covers the rest.
@@ -141,7 +152,8 @@ struct Strides {
 } // namespace pipec
 
 #define PIPEC_CUDA_KERNEL(sym, nbufs)                                          \
-  extern "C" void pipec_cuda_k_##sym(void *const *bufs, const int64_t *ints,   \
+  extern "C" void pipec_cuda_k_##sym(pipec_kctx *kc, void *const *bufs,        \
+                                     const int64_t *ints,                      \
                                      const double *reals);
 #include "cuda_kernels.def"
 

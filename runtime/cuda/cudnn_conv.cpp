@@ -126,8 +126,9 @@ ShapeKey shapeKey(const ConvShape &s) {
   return {s.n,  s.c,  s.h,  s.w,  s.m,  s.kh, s.kw, s.oh,
           s.ow, s.sh, s.sw, s.pt, s.pl, s.dh, s.dw, s.groups};
 }
-/// A plan's key: the pass, the math type and the shape.
-using Key = std::tuple<int, int, ShapeKey>;
+/// A plan's key: the pass, the math type, whether the operands are
+/// bfloat16 values (no transforming algorithms then) and the shape.
+using Key = std::tuple<int, int, bool, ShapeKey>;
 
 struct State {
   std::mutex mutex;
@@ -201,8 +202,7 @@ bool load(State &s) {
 
 /// cuDNN's math type for the context's arithmetic, and whether an
 /// algorithm of math type `got` computes it.
-cudnnMathType_t wantedMath() {
-  const Context &c = context();
+cudnnMathType_t wantedMath(const Context &c) {
   return c.allowTf32 || c.matmulBf16 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 bool mathAllowed(cudnnMathType_t wanted, cudnnMathType_t got) {
@@ -251,9 +251,8 @@ bool timed(const Api &api, cudnnStatus_t status, const char *call) {
 
 /// The fastest usable result of a Find call (sorted by time by cuDNN).
 template <typename Perf>
-bool choose(const Perf *results, int count, cudnnMathType_t wanted,
+bool choose(const Perf *results, int count, cudnnMathType_t wanted, bool bf16,
             size_t limit, Plan &plan) {
-  const bool bf16 = context().matmulBf16;
   for (int i = 0; i < count; ++i) {
     const Perf &r = results[i];
     if (r.status != CUDNN_STATUS_SUCCESS ||
@@ -272,8 +271,9 @@ bool choose(const Perf *results, int count, cudnnMathType_t wanted,
 /// Makes the descriptors and times the algorithms (see the file comment);
 /// `plan` is already in the cache, so its descriptors are released with it
 /// whatever happens here.
-void makePlan(State &s, Plan &plan, ConvPass pass, const ConvShape &shape,
-              const float *a, const float *b, float *out) {
+void makePlan(Context &ctx, State &s, Plan &plan, ConvPass pass,
+              const ConvShape &shape, const float *a, const float *b,
+              float *out) {
   const Api &api = s.api;
   const auto [n, c, h, w, m, kh, kw, oh, ow, sh, sw, pt, pl, dh, dw, groups] =
       shapeKey(shape);
@@ -285,7 +285,7 @@ void makePlan(State &s, Plan &plan, ConvPass pass, const ConvShape &shape,
       return;
   if (c % groups != 0 || m % groups != 0)
     return;
-  const cudnnMathType_t math = wantedMath();
+  const cudnnMathType_t math = wantedMath(ctx);
   // Cross-correlation (ONNX Conv), float32 accumulation. Any refusal: the
   // fallback.
   if (api.cudnnCreateTensorDescriptor(&plan.x) != CUDNN_STATUS_SUCCESS ||
@@ -324,13 +324,13 @@ void makePlan(State &s, Plan &plan, ConvPass pass, const ConvShape &shape,
     limit = std::min(limit, freeBytes / 2);
   else
     (void)cudaGetLastError();
-  void *workspace = limit ? scratch(limit) : nullptr;
+  void *workspace = limit ? scratch(ctx, limit) : nullptr;
   constexpr int kMax = 16;
   int count = 0;
   // Find fills `results` and `count` before pick reads them.
   auto pick = [&](const auto *results, cudnnStatus_t status, const char *call) {
     if (timed(api, status, call))
-      choose(results, count, math, limit, plan);
+      choose(results, count, math, ctx.matmulBf16, limit, plan);
   };
   switch (pass) {
   case ConvPass::Forward: {
@@ -382,14 +382,13 @@ std::pair<int64_t, int64_t> operandCounts(ConvPass pass, const ConvShape &s) {
 
 } // namespace
 
-bool cudnnConvolution(ConvPass pass, const ConvShape &shape, const float *a,
-                      const float *b, float *out) {
+bool cudnnConvolution(Context &ctx, ConvPass pass, const ConvShape &shape,
+                      const float *a, const float *b, float *out) {
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.enabled || !load(s))
     return false;
   const Api &api = s.api;
-  Context &ctx = context();
   if (!s.handle) {
     cudnnStatus_t status = api.cudnnCreate(&s.handle);
     if (status != CUDNN_STATUS_SUCCESS) {
@@ -404,11 +403,12 @@ bool cudnnConvolution(ConvPass pass, const ConvShape &shape, const float *a,
     }
   }
   checkDnn(api, api.cudnnSetStream(s.handle, ctx.stream), "cudnnSetStream");
-  const Key key{int(pass), int(wantedMath()), shapeKey(shape)};
+  const Key key{int(pass), int(wantedMath(ctx)), ctx.matmulBf16,
+                shapeKey(shape)};
   auto found = s.plans.find(key);
   if (found == s.plans.end()) {
     found = s.plans.emplace(key, Plan()).first;
-    makePlan(s, found->second, pass, shape, a, b, out);
+    makePlan(ctx, s, found->second, pass, shape, a, b, out);
   }
   const Plan &plan = found->second;
   if (!plan.usable)
@@ -418,14 +418,14 @@ bool cudnnConvolution(ConvPass pass, const ConvShape &shape, const float *a,
     // Both operands as bfloat16 values (float32 storage), in the staging.
     const auto [na, nb] = operandCounts(pass, shape);
     const int64_t offset = (na + 63) / 64 * 64;
-    float *staged =
-        static_cast<float *>(bf16Staging(sizeof(float) * size_t(offset + nb)));
-    roundToBf16Values(a, staged, na, "cuDNN convolution (bf16)");
-    roundToBf16Values(b, staged + offset, nb, "cuDNN convolution (bf16)");
+    float *staged = static_cast<float *>(
+        bf16Staging(ctx, sizeof(float) * size_t(offset + nb)));
+    roundToBf16Values(ctx, a, staged, na, "cuDNN convolution (bf16)");
+    roundToBf16Values(ctx, b, staged + offset, nb, "cuDNN convolution (bf16)");
     a = staged;
     b = staged + offset;
   }
-  void *workspace = plan.workspace ? scratch(plan.workspace) : nullptr;
+  void *workspace = plan.workspace ? scratch(ctx, plan.workspace) : nullptr;
   const float one = 1.0f, zero = 0.0f;
   switch (pass) {
   case ConvPass::Forward:

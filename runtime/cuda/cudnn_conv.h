@@ -17,6 +17,7 @@
 #define PIPEC_RUNTIME_CUDA_CUDNN_CONV_H
 
 #include "conv_shape.h"
+#include "cuda_rt.h"
 
 #include <cstdint>
 
@@ -25,7 +26,8 @@ namespace cuda {
 
 enum class ConvPass { Forward, GradInput, GradWeight };
 
-/// Runs one pass on the context's stream and overwrites `out`:
+/// Runs one pass on `ctx`'s stream, in its arithmetic, and overwrites
+/// `out`:
 ///   Forward:    a = X,  b = W, out = Y (without the bias);
 ///   GradInput:  a = dY, b = W, out = dX;
 ///   GradWeight: a = dY, b = X, out = dW;
@@ -36,8 +38,8 @@ enum class ConvPass { Forward, GradInput, GradWeight };
 /// has no deterministic algorithm for it in the context's arithmetic: the
 /// caller then runs the fallback.
 /// Throws RtError when a chosen algorithm fails.
-bool cudnnConvolution(ConvPass pass, const ConvShape &s, const float *a,
-                      const float *b, float *out);
+bool cudnnConvolution(Context &ctx, ConvPass pass, const ConvShape &s,
+                      const float *a, const float *b, float *out);
 
 /// Turns the cuDNN path on or off for this process (the GPU tests run the
 /// convolutions both ways); returns the previous setting.

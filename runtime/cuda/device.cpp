@@ -53,6 +53,7 @@ namespace {
 /// (error: the event's completion latency, microseconds).
 class StreamClock final : public rt::QueueClock {
 public:
+  explicit StreamClock(const Context &c) : c_(c) {}
   ~StreamClock() override {
     for (cudaEvent_t e : events_)
       cudaEventDestroy(e);
@@ -65,12 +66,12 @@ public:
       check(cudaEventCreate(&e), "cudaEventCreate (queue clock)");
       events_.push_back(e);
     }
-    check(cudaEventRecord(events_[used_], context().stream),
+    check(cudaEventRecord(events_[used_], c_.stream),
           "cudaEventRecord (queue clock)");
     return int64_t(used_++);
   }
   std::vector<double> collect() override {
-    cudaStream_t stream = context().stream;
+    cudaStream_t stream = c_.stream;
     check(cudaStreamSynchronize(stream), "queue clock: synchronize");
     if (!ref_)
       check(cudaEventCreate(&ref_), "cudaEventCreate (queue clock)");
@@ -92,6 +93,7 @@ public:
   }
 
 private:
+  const Context &c_;
   std::vector<cudaEvent_t> events_;
   size_t used_ = 0;
   cudaEvent_t ref_ = nullptr;
@@ -109,25 +111,26 @@ public:
           (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") +
           "); compile with --target cpu to train on CPUs");
     ordinal_ = request.localRank % count;
-    initContext(ordinal_, request.allowTf32, request.matmulBf16);
+    initContext(kernels_, ordinal_, request.allowTf32, request.matmulBf16);
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
     name_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ")";
   }
   ~CudaDevice() override {
-    cudaStreamSynchronize(context().stream);
+    cudaStreamSynchronize(kernels_.stream);
     for (UploadSlot &s : uploads_) {
       cudaEventDestroy(s.done);
       cudaFreeHost(s.host);
     }
     for (auto &[host, dev] : constants_)
       cudaFree(dev);
-    destroyContext();
+    destroyContext(kernels_);
   }
 
   std::string name() const override { return name_; }
   bool hostAccessible() const override { return false; }
   rt::QueueClock *queueClock() override { return clockOn_ ? &clock_ : nullptr; }
+  pipec_kctx *kernelContext() override { return &kernels_; }
 
   char *allocate(int64_t bytes, const char *what) override {
     void *p = nullptr;
@@ -142,13 +145,13 @@ public:
                         std::to_string(total) +
                         " bytes free): " + cudaGetErrorString(e));
     }
-    check(cudaMemsetAsync(p, 0, size, context().stream), "cudaMemset");
-    check(cudaStreamSynchronize(context().stream), "cudaMemset");
+    check(cudaMemsetAsync(p, 0, size, kernels_.stream), "cudaMemset");
+    check(cudaStreamSynchronize(kernels_.stream), "cudaMemset");
     return static_cast<char *>(p);
   }
   void release(char *p) override {
     if (p) {
-      cudaStreamSynchronize(context().stream);
+      cudaStreamSynchronize(kernels_.stream);
       cudaFree(p);
     }
   }
@@ -159,9 +162,9 @@ public:
       // Large (weights at start-up): straight from pageable memory, waited
       // for so that the caller may free `src` at once.
       check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice,
-                            context().stream),
+                            kernels_.stream),
             "copy to the GPU");
-      check(cudaStreamSynchronize(context().stream), "copy to the GPU");
+      check(cudaStreamSynchronize(kernels_.stream), "copy to the GPU");
       return;
     }
     // Small and frequent (feeds, received messages, lr, rng, step): the
@@ -170,22 +173,22 @@ public:
     UploadSlot &slot = uploadSlot(bytes);
     std::memcpy(slot.host, src, size_t(bytes));
     check(cudaMemcpyAsync(dst, slot.host, size_t(bytes), cudaMemcpyHostToDevice,
-                          context().stream),
+                          kernels_.stream),
           "copy to the GPU");
-    check(cudaEventRecord(slot.done, context().stream), "copy to the GPU");
+    check(cudaEventRecord(slot.done, kernels_.stream), "copy to the GPU");
   }
   void toHost(void *dst, const void *src, int64_t bytes) override {
     if (bytes <= 0)
       return;
     check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost,
-                          context().stream),
+                          kernels_.stream),
           "copy from the GPU");
     waitForStream("copy from the GPU");
   }
   void copy(void *dst, const void *src, int64_t bytes) override {
     if (bytes > 0)
       check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice,
-                            context().stream),
+                            kernels_.stream),
             "copy on the GPU");
   }
   void synchronize() override { waitForStream("GPU kernels"); }
@@ -207,7 +210,7 @@ private:
   /// runtime's message progress) it polls the stream and calls the hook
   /// between polls instead of blocking in cudaStreamSynchronize.
   void waitForStream(const char *what) {
-    cudaStream_t stream = context().stream;
+    cudaStream_t stream = kernels_.stream;
     if (!waitHook_) {
       check(cudaStreamSynchronize(stream), what);
       return;
@@ -245,9 +248,11 @@ private:
     return uploads_.back();
   }
 
+  /// The kernels' context: stream, cuBLAS handle, arithmetic, scratch.
+  Context kernels_;
   int ordinal_ = 0;
   std::string name_;
-  StreamClock clock_;
+  StreamClock clock_{kernels_};
   /// PIPEC_QUEUE_CLOCK=0: synchronise around each op and span instead (the
   /// old way; for comparing the two).
   const bool clockOn_ = !std::getenv("PIPEC_QUEUE_CLOCK") ||

@@ -60,8 +60,9 @@ __global__ void dropoutKernel(const float *x, const int64_t *rng, float *y,
 
 using namespace pipec::cuda;
 
-extern "C" void pipec_cuda_k_dropout(void *const *bufs, const int64_t *ints,
-                                     const double *reals) {
+extern "C" void pipec_cuda_k_dropout(pipec_kctx *kc, void *const *bufs,
+                                     const int64_t *ints, const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_dropout");
   const float *x = static_cast<const float *>(bufs[0]);
   const int64_t *rng = static_cast<const int64_t *>(bufs[1]);
   float *y = static_cast<float *>(bufs[2]);
@@ -72,7 +73,7 @@ extern "C" void pipec_cuda_k_dropout(void *const *bufs, const int64_t *ints,
   const float keepScale = ratio < 1 ? float(1.0 / (1.0 - ratio)) : 0.0f;
   if (n <= 0)
     return;
-  dropoutKernel<<<gridFor(n, kBlock), kBlock, 0, context().stream>>>(
+  dropoutKernel<<<gridFor(n, kBlock), kBlock, 0, ctx.stream>>>(
       x, rng, y, mask, n, sampleElems, salt, ratio, keepScale);
   checkLaunch("pipec_cuda_k_dropout");
 }

@@ -296,7 +296,7 @@ __global__ void binaryRows4(const float *a, const float *b, float *y,
 
 /// Launches binaryRows4 when the nest has that form; false otherwise.
 template <class Op>
-bool launchBinaryRows(const float *a, const float *b, float *y,
+bool launchBinaryRows(Context &ctx, const float *a, const float *b, float *y,
                       const Nest<2> &nest, int64_t n, Op op) {
   if (nest.rank < 1 || nest.rank > 2)
     return false;
@@ -310,7 +310,7 @@ bool launchBinaryRows(const float *a, const float *b, float *y,
       inner % 4 != 0 || (bInner == 1 && bOuter % 4 != 0) ||
       vectorCount(4, {a, b, y}) == 0)
     return false;
-  cudaStream_t s = context().stream;
+  cudaStream_t s = ctx.stream;
   const int64_t n4 = n / 4;
   if (fits32(n4))
     binaryRows4<Op, uint32_t><<<gridFor(n4, kBlock), kBlock, 0, s>>>(
@@ -323,11 +323,11 @@ bool launchBinaryRows(const float *a, const float *b, float *y,
 }
 
 template <class Op>
-void launchBinary(const float *a, const float *b, float *y, const Nest<2> &nest,
-                  int64_t n, Op op) {
-  if (launchBinaryRows(a, b, y, nest, n, op))
+void launchBinary(Context &ctx, const float *a, const float *b, float *y,
+                  const Nest<2> &nest, int64_t n, Op op) {
+  if (launchBinaryRows(ctx, a, b, y, nest, n, op))
     return;
-  cudaStream_t s = context().stream;
+  cudaStream_t s = ctx.stream;
   if (fits32(n))
     binaryKernel<Op, uint32_t>
         <<<gridFor(n, kBlock), kBlock, 0, s>>>(a, b, y, nest, n, op);
@@ -338,10 +338,10 @@ void launchBinary(const float *a, const float *b, float *y, const Nest<2> &nest,
 }
 
 template <class Op>
-void launchBinaryGrad(const float *a, const float *b, const float *dy,
-                      float *da, float *db, const Nest<2> &nest, int64_t n,
-                      Op op) {
-  cudaStream_t s = context().stream;
+void launchBinaryGrad(Context &ctx, const float *a, const float *b,
+                      const float *dy, float *da, float *db,
+                      const Nest<2> &nest, int64_t n, Op op) {
+  cudaStream_t s = ctx.stream;
   if (fits32(n))
     binaryGradKernel<Op, uint32_t>
         <<<gridFor(n, kBlock), kBlock, 0, s>>>(a, b, dy, da, db, nest, n, op);
@@ -384,9 +384,9 @@ __global__ void compareKernel(const T *a, const T *b, int64_t *y, Nest<2> nest,
 }
 
 template <class T>
-void launchCompare(const void *a, const void *b, int64_t *y,
+void launchCompare(Context &ctx, const void *a, const void *b, int64_t *y,
                    const Nest<2> &nest, int64_t n, int predicate) {
-  cudaStream_t s = context().stream;
+  cudaStream_t s = ctx.stream;
   const T *ta = static_cast<const T *>(a), *tb = static_cast<const T *>(b);
   if (fits32(n))
     compareKernel<T, uint32_t>
@@ -410,9 +410,9 @@ __global__ void whereKernel(const int64_t *c, const T *x, const T *yIn, T *out,
 }
 
 template <class T>
-void launchWhere(const int64_t *c, const void *x, const void *yIn, void *out,
-                 const Nest<3> &nest, int64_t n) {
-  cudaStream_t s = context().stream;
+void launchWhere(Context &ctx, const int64_t *c, const void *x, const void *yIn,
+                 void *out, const Nest<3> &nest, int64_t n) {
+  cudaStream_t s = ctx.stream;
   const T *tx = static_cast<const T *>(x), *ty = static_cast<const T *>(yIn);
   T *to = static_cast<T *>(out);
   if (fits32(n))
@@ -610,30 +610,31 @@ struct UnaryParams {
 };
 
 template <int Op>
-void launchUnary(const float *x, float *y, int64_t n, const UnaryParams &p) {
+void launchUnary(Context &ctx, const float *x, float *y, int64_t n,
+                 const UnaryParams &p) {
   const int64_t n4 = vectorCount(n, {x, y});
-  unaryKernel<Op>
-      <<<gridFor(n4 > 0 ? n4 : n, kBlock), kBlock, 0, context().stream>>>(
-          x, y, n, n4, p.alpha, p.beta);
+  unaryKernel<Op><<<gridFor(n4 > 0 ? n4 : n, kBlock), kBlock, 0, ctx.stream>>>(
+      x, y, n, n4, p.alpha, p.beta);
   checkLaunch("pipec_cuda_k_unary");
 }
 
 template <int Op>
-void launchUnaryGrad(const float *t, const float *dy, float *dx, int64_t n,
-                     const UnaryParams &p) {
+void launchUnaryGrad(Context &ctx, const float *t, const float *dy, float *dx,
+                     int64_t n, const UnaryParams &p) {
   const int64_t n4 = vectorCount(n, {t, dy, dx});
   unaryGradKernel<Op>
-      <<<gridFor(n4 > 0 ? n4 : n, kBlock), kBlock, 0, context().stream>>>(
+      <<<gridFor(n4 > 0 ? n4 : n, kBlock), kBlock, 0, ctx.stream>>>(
           t, dy, dx, n, n4, p.alpha, p.beta);
   checkLaunch("pipec_cuda_k_unary_grad");
 }
 
 /// dst = src (n floats) on the stream unless they are the same buffer.
-void copyFloats(const float *src, float *dst, int64_t n, const char *kernel) {
+void copyFloats(Context &ctx, const float *src, float *dst, int64_t n,
+                const char *kernel) {
   if (src == dst || n <= 0)
     return;
   check(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float),
-                        cudaMemcpyDeviceToDevice, context().stream),
+                        cudaMemcpyDeviceToDevice, ctx.stream),
         kernel);
 }
 
@@ -682,8 +683,9 @@ static bool withBinaryOp(int64_t opcode, bool powSquare, Fn &&fn) {
   }
 }
 
-extern "C" void pipec_cuda_k_binary(void *const *bufs, const int64_t *ints,
-                                    const double *) {
+extern "C" void pipec_cuda_k_binary(pipec_kctx *kc, void *const *bufs,
+                                    const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_binary");
   const float *a = static_cast<const float *>(bufs[0]);
   const float *b = static_cast<const float *>(bufs[1]);
   float *y = static_cast<float *>(bufs[2]);
@@ -692,12 +694,13 @@ extern "C" void pipec_cuda_k_binary(void *const *bufs, const int64_t *ints,
     return;
   const int64_t n = numelOf(nest);
   if (!withBinaryOp(ints[0], bIsScalar(ints),
-                    [&](auto op) { launchBinary(a, b, y, nest, n, op); }))
-    launchFill(y, n, kNaN, "pipec_cuda_k_binary");
+                    [&](auto op) { launchBinary(ctx, a, b, y, nest, n, op); }))
+    launchFill(ctx, y, n, kNaN, "pipec_cuda_k_binary");
 }
 
-extern "C" void pipec_cuda_k_binary_grad(void *const *bufs, const int64_t *ints,
-                                         const double *) {
+extern "C" void pipec_cuda_k_binary_grad(pipec_kctx *kc, void *const *bufs,
+                                         const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_binary_grad");
   const float *a = static_cast<const float *>(bufs[0]);
   const float *b = static_cast<const float *>(bufs[1]);
   const float *dy = static_cast<const float *>(bufs[2]);
@@ -708,17 +711,18 @@ extern "C" void pipec_cuda_k_binary_grad(void *const *bufs, const int64_t *ints,
     return;
   const int64_t n = numelOf(nest);
   if (!withBinaryOp(ints[0], false, [&](auto op) {
-        launchBinaryGrad(a, b, dy, da, db, nest, n, op);
+        launchBinaryGrad(ctx, a, b, dy, da, db, nest, n, op);
       })) {
     if (da)
-      launchFill(da, n, kNaN, "pipec_cuda_k_binary_grad");
+      launchFill(ctx, da, n, kNaN, "pipec_cuda_k_binary_grad");
     if (db)
-      launchFill(db, n, kNaN, "pipec_cuda_k_binary_grad");
+      launchFill(ctx, db, n, kNaN, "pipec_cuda_k_binary_grad");
   }
 }
 
-extern "C" void pipec_cuda_k_compare(void *const *bufs, const int64_t *ints,
-                                     const double *) {
+extern "C" void pipec_cuda_k_compare(pipec_kctx *kc, void *const *bufs,
+                                     const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_compare");
   int64_t *y = static_cast<int64_t *>(bufs[2]);
   Nest<2> nest;
   if (!binaryNest(ints, nest, "pipec_cuda_k_compare"))
@@ -726,17 +730,18 @@ extern "C" void pipec_cuda_k_compare(void *const *bufs, const int64_t *ints,
   const int64_t n = numelOf(nest);
   const int64_t predicate = ints[0], rank = ints[1];
   if (predicate < PIPEC_CMP_EQ || predicate > PIPEC_CMP_GE) {
-    launchFill(y, n, kBadInt, "pipec_cuda_k_compare");
+    launchFill(ctx, y, n, kBadInt, "pipec_cuda_k_compare");
     return;
   }
   if (ints[2 + 3 * rank] != 0)
-    launchCompare<int64_t>(bufs[0], bufs[1], y, nest, n, int(predicate));
+    launchCompare<int64_t>(ctx, bufs[0], bufs[1], y, nest, n, int(predicate));
   else
-    launchCompare<float>(bufs[0], bufs[1], y, nest, n, int(predicate));
+    launchCompare<float>(ctx, bufs[0], bufs[1], y, nest, n, int(predicate));
 }
 
-extern "C" void pipec_cuda_k_where(void *const *bufs, const int64_t *ints,
-                                   const double *) {
+extern "C" void pipec_cuda_k_where(pipec_kctx *kc, void *const *bufs,
+                                   const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_where");
   const bool isInt = ints[0] != 0;
   const int64_t rank = ints[1];
   checkRank(rank, "pipec_cuda_k_where");
@@ -749,17 +754,18 @@ extern "C" void pipec_cuda_k_where(void *const *bufs, const int64_t *ints,
   const int64_t n = numelOf(nest);
   const int64_t *c = static_cast<const int64_t *>(bufs[0]);
   if (isInt)
-    launchWhere<int64_t>(c, bufs[1], bufs[2], bufs[3], nest, n);
+    launchWhere<int64_t>(ctx, c, bufs[1], bufs[2], bufs[3], nest, n);
   else
-    launchWhere<float>(c, bufs[1], bufs[2], bufs[3], nest, n);
+    launchWhere<float>(ctx, c, bufs[1], bufs[2], bufs[3], nest, n);
 }
 
-extern "C" void pipec_cuda_k_cast(void *const *bufs, const int64_t *ints,
-                                  const double *) {
+extern "C" void pipec_cuda_k_cast(pipec_kctx *kc, void *const *bufs,
+                                  const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_cast");
   const int64_t direction = ints[0], n = ints[1];
   if (n <= 0)
     return;
-  cudaStream_t s = context().stream;
+  cudaStream_t s = ctx.stream;
   if (direction == PIPEC_CAST_I64_TO_F32)
     castI64ToF32<<<gridFor(n, kBlock), kBlock, 0, s>>>(
         static_cast<const int64_t *>(bufs[0]), static_cast<float *>(bufs[1]),
@@ -771,8 +777,9 @@ extern "C" void pipec_cuda_k_cast(void *const *bufs, const int64_t *ints,
   checkLaunch("pipec_cuda_k_cast");
 }
 
-extern "C" void pipec_cuda_k_unary(void *const *bufs, const int64_t *ints,
-                                   const double *reals) {
+extern "C" void pipec_cuda_k_unary(pipec_kctx *kc, void *const *bufs,
+                                   const int64_t *ints, const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_unary");
   const float *x = static_cast<const float *>(bufs[0]);
   float *y = static_cast<float *>(bufs[1]);
   const int64_t opcode = ints[0], n = ints[1];
@@ -781,67 +788,69 @@ extern "C" void pipec_cuda_k_unary(void *const *bufs, const int64_t *ints,
   const UnaryParams p(opcode, reals);
   switch (opcode) {
   case PIPEC_UN_COPY:
-    copyFloats(x, y, n, "pipec_cuda_k_unary");
+    copyFloats(ctx, x, y, n, "pipec_cuda_k_unary");
     break;
   case PIPEC_UN_RELU:
-    launchUnary<PIPEC_UN_RELU>(x, y, n, p);
+    launchUnary<PIPEC_UN_RELU>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_TANH:
-    launchUnary<PIPEC_UN_TANH>(x, y, n, p);
+    launchUnary<PIPEC_UN_TANH>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_SIGMOID:
-    launchUnary<PIPEC_UN_SIGMOID>(x, y, n, p);
+    launchUnary<PIPEC_UN_SIGMOID>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_NEG:
-    launchUnary<PIPEC_UN_NEG>(x, y, n, p);
+    launchUnary<PIPEC_UN_NEG>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_SCALE:
-    launchUnary<PIPEC_UN_SCALE>(x, y, n, p);
+    launchUnary<PIPEC_UN_SCALE>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_EXP:
-    launchUnary<PIPEC_UN_EXP>(x, y, n, p);
+    launchUnary<PIPEC_UN_EXP>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_ERF:
-    launchUnary<PIPEC_UN_ERF>(x, y, n, p);
+    launchUnary<PIPEC_UN_ERF>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_GELU:
-    launchUnary<PIPEC_UN_GELU>(x, y, n, p);
+    launchUnary<PIPEC_UN_GELU>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_GELU_TANH:
-    launchUnary<PIPEC_UN_GELU_TANH>(x, y, n, p);
+    launchUnary<PIPEC_UN_GELU_TANH>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_SQRT:
-    launchUnary<PIPEC_UN_SQRT>(x, y, n, p);
+    launchUnary<PIPEC_UN_SQRT>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_LOG:
-    launchUnary<PIPEC_UN_LOG>(x, y, n, p);
+    launchUnary<PIPEC_UN_LOG>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_LEAKY_RELU:
-    launchUnary<PIPEC_UN_LEAKY_RELU>(x, y, n, p);
+    launchUnary<PIPEC_UN_LEAKY_RELU>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_CLIP:
-    launchUnary<PIPEC_UN_CLIP>(x, y, n, p);
+    launchUnary<PIPEC_UN_CLIP>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_POW_SCALAR:
     if (p.alpha == 1.0f)
-      copyFloats(x, y, n, "pipec_cuda_k_unary");
+      copyFloats(ctx, x, y, n, "pipec_cuda_k_unary");
     else
-      launchUnary<PIPEC_UN_POW_SCALAR>(x, y, n, p);
+      launchUnary<PIPEC_UN_POW_SCALAR>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_ABS:
-    launchUnary<PIPEC_UN_ABS>(x, y, n, p);
+    launchUnary<PIPEC_UN_ABS>(ctx, x, y, n, p);
     break;
   case PIPEC_UN_RECIPROCAL:
-    launchUnary<PIPEC_UN_RECIPROCAL>(x, y, n, p);
+    launchUnary<PIPEC_UN_RECIPROCAL>(ctx, x, y, n, p);
     break;
   default:
-    launchFill(y, n, kNaN, "pipec_cuda_k_unary");
+    launchFill(ctx, y, n, kNaN, "pipec_cuda_k_unary");
     break;
   }
 }
 
-extern "C" void pipec_cuda_k_unary_grad(void *const *bufs, const int64_t *ints,
+extern "C" void pipec_cuda_k_unary_grad(pipec_kctx *kc, void *const *bufs,
+                                        const int64_t *ints,
                                         const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_unary_grad");
   const float *t = static_cast<const float *>(bufs[0]);
   const float *dy = static_cast<const float *>(bufs[1]);
   float *dx = static_cast<float *>(bufs[2]);
@@ -851,81 +860,83 @@ extern "C" void pipec_cuda_k_unary_grad(void *const *bufs, const int64_t *ints,
   const UnaryParams p(opcode, reals);
   switch (opcode) {
   case PIPEC_UN_COPY:
-    copyFloats(dy, dx, n, "pipec_cuda_k_unary_grad");
+    copyFloats(ctx, dy, dx, n, "pipec_cuda_k_unary_grad");
     break;
   case PIPEC_UN_RELU:
-    launchUnaryGrad<PIPEC_UN_RELU>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_RELU>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_TANH:
-    launchUnaryGrad<PIPEC_UN_TANH>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_TANH>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_SIGMOID:
-    launchUnaryGrad<PIPEC_UN_SIGMOID>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_SIGMOID>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_NEG:
-    launchUnaryGrad<PIPEC_UN_NEG>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_NEG>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_SCALE:
-    launchUnaryGrad<PIPEC_UN_SCALE>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_SCALE>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_EXP:
-    launchUnaryGrad<PIPEC_UN_EXP>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_EXP>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_ERF:
-    launchUnaryGrad<PIPEC_UN_ERF>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_ERF>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_GELU:
-    launchUnaryGrad<PIPEC_UN_GELU>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_GELU>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_GELU_TANH:
-    launchUnaryGrad<PIPEC_UN_GELU_TANH>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_GELU_TANH>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_SQRT:
-    launchUnaryGrad<PIPEC_UN_SQRT>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_SQRT>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_LOG:
-    launchUnaryGrad<PIPEC_UN_LOG>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_LOG>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_LEAKY_RELU:
-    launchUnaryGrad<PIPEC_UN_LEAKY_RELU>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_LEAKY_RELU>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_CLIP:
-    launchUnaryGrad<PIPEC_UN_CLIP>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_CLIP>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_POW_SCALAR:
     if (p.alpha == 0.0f)
-      check(cudaMemsetAsync(dx, 0, size_t(n) * sizeof(float), context().stream),
+      check(cudaMemsetAsync(dx, 0, size_t(n) * sizeof(float), ctx.stream),
             "pipec_cuda_k_unary_grad");
     else if (p.alpha == 1.0f)
-      copyFloats(dy, dx, n, "pipec_cuda_k_unary_grad");
+      copyFloats(ctx, dy, dx, n, "pipec_cuda_k_unary_grad");
     else
-      launchUnaryGrad<PIPEC_UN_POW_SCALAR>(t, dy, dx, n, p);
+      launchUnaryGrad<PIPEC_UN_POW_SCALAR>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_ABS:
-    launchUnaryGrad<PIPEC_UN_ABS>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_ABS>(ctx, t, dy, dx, n, p);
     break;
   case PIPEC_UN_RECIPROCAL:
-    launchUnaryGrad<PIPEC_UN_RECIPROCAL>(t, dy, dx, n, p);
+    launchUnaryGrad<PIPEC_UN_RECIPROCAL>(ctx, t, dy, dx, n, p);
     break;
   default:
-    launchFill(dx, n, kNaN, "pipec_cuda_k_unary_grad");
+    launchFill(ctx, dx, n, kNaN, "pipec_cuda_k_unary_grad");
     break;
   }
 }
 
-extern "C" void pipec_cuda_k_copy(void *const *bufs, const int64_t *ints,
-                                  const double *) {
+extern "C" void pipec_cuda_k_copy(pipec_kctx *kc, void *const *bufs,
+                                  const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_copy");
   const int64_t nbytes = ints[0];
   if (nbytes <= 0 || bufs[0] == bufs[1])
     return;
   check(cudaMemcpyAsync(bufs[1], bufs[0], size_t(nbytes),
-                        cudaMemcpyDeviceToDevice, context().stream),
+                        cudaMemcpyDeviceToDevice, ctx.stream),
         "pipec_cuda_k_copy");
 }
 
-extern "C" void pipec_cuda_k_fill(void *const *bufs, const int64_t *ints,
-                                  const double *reals) {
+extern "C" void pipec_cuda_k_fill(pipec_kctx *kc, void *const *bufs,
+                                  const int64_t *ints, const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_fill");
   const int64_t n = ints[0];
   const float value = reals ? float(reals[0]) : 0.0f;
-  launchFill(static_cast<float *>(bufs[0]), n, value, "pipec_cuda_k_fill");
+  launchFill(ctx, static_cast<float *>(bufs[0]), n, value, "pipec_cuda_k_fill");
 }

@@ -78,13 +78,14 @@ struct Bf16Operands {
   const __nv_bfloat16 *a, *b;
 };
 
-Bf16Operands stageBf16(const float *a, int64_t spanA, const float *b,
-                       int64_t spanB, const char *what) {
+Bf16Operands stageBf16(Context &ctx, const float *a, int64_t spanA,
+                       const float *b, int64_t spanB, const char *what) {
   const size_t bytesA = (size_t(spanA) * 2 + 255) / 256 * 256;
-  char *staging = static_cast<char *>(bf16Staging(bytesA + size_t(spanB) * 2));
+  char *staging =
+      static_cast<char *>(bf16Staging(ctx, bytesA + size_t(spanB) * 2));
   auto *da = reinterpret_cast<__nv_bfloat16 *>(staging);
   auto *db = reinterpret_cast<__nv_bfloat16 *>(staging + bytesA);
-  cudaStream_t stream = context().stream;
+  cudaStream_t stream = ctx.stream;
   toBf16<<<gridFor(spanA), 256, 0, stream>>>(a, da, spanA);
   toBf16<<<gridFor(spanB), 256, 0, stream>>>(b, db, spanB);
   checkLaunch(what);
@@ -93,14 +94,14 @@ Bf16Operands stageBf16(const float *a, int64_t spanA, const float *b,
 
 /// Row-major Y[MxN] = alpha op(A) op(B) + beta Y for one matrix; beta is 0
 /// or 1. Requires M, N, K > 0.
-void gemmOne(const float *a, const float *b, float *y, int64_t m, int64_t n,
-             int64_t k, bool transA, bool transB, float alpha, float beta,
-             const char *kernel) {
+void gemmOne(Context &ctx, const float *a, const float *b, float *y, int64_t m,
+             int64_t n, int64_t k, bool transA, bool transB, float alpha,
+             float beta, const char *kernel) {
   if (!fitsInt(m) || !fitsInt(n) || !fitsInt(k))
     fail((std::string(kernel) +
           ": a matrix dimension exceeds cuBLAS's 32-bit limit")
              .c_str());
-  gemm(blasOp(transB), blasOp(transA), int(n), int(m), int(k), alpha, b,
+  gemm(ctx, blasOp(transB), blasOp(transA), int(n), int(m), int(k), alpha, b,
        int(transB ? k : n), a, int(transA ? m : k), beta, y, int(n), kernel);
 }
 
@@ -146,27 +147,27 @@ bool canonicalize(int64_t nb, const int64_t *dims, const int64_t *as,
 
 } // namespace
 
-void roundToBf16Values(const float *src, float *dst, int64_t n,
+void roundToBf16Values(Context &ctx, const float *src, float *dst, int64_t n,
                        const char *what) {
   if (n <= 0)
     return;
-  toBf16<float><<<gridFor(n), 256, 0, context().stream>>>(src, dst, n);
+  toBf16<float><<<gridFor(n), 256, 0, ctx.stream>>>(src, dst, n);
   checkLaunch(what);
 }
 
-void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-          float alpha, const float *a, int lda, const float *b, int ldb,
-          float beta, float *c, int ldc, const char *what) {
-  gemmStridedBatched(ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc,
-                     0, 1, what);
+void gemm(Context &ctx, cublasOperation_t ta, cublasOperation_t tb, int m,
+          int n, int k, float alpha, const float *a, int lda, const float *b,
+          int ldb, float beta, float *c, int ldc, const char *what) {
+  gemmStridedBatched(ctx, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c,
+                     ldc, 0, 1, what);
 }
 
-void gemmStridedBatched(cublasOperation_t ta, cublasOperation_t tb, int m,
-                        int n, int k, float alpha, const float *a, int lda,
-                        int64_t strideA, const float *b, int ldb,
-                        int64_t strideB, float beta, float *c, int ldc,
-                        int64_t strideC, int batch, const char *what) {
-  Context &ctx = context();
+void gemmStridedBatched(Context &ctx, cublasOperation_t ta,
+                        cublasOperation_t tb, int m, int n, int k, float alpha,
+                        const float *a, int lda, int64_t strideA,
+                        const float *b, int ldb, int64_t strideB, float beta,
+                        float *c, int ldc, int64_t strideC, int batch,
+                        const char *what) {
   const void *pa = a, *pb = b;
   cudaDataType_t type = CUDA_R_32F;
   cublasComputeType_t compute = ctx.compute;
@@ -174,7 +175,7 @@ void gemmStridedBatched(cublasOperation_t ta, cublasOperation_t tb, int m,
     // op(A) is m x k and op(B) k x n (column-major, as cuBLAS sees them).
     const bool na = ta == CUBLAS_OP_N, nb = tb == CUBLAS_OP_N;
     Bf16Operands staged = stageBf16(
-        a, operandSpan(na ? m : k, na ? k : m, lda, strideA, batch), b,
+        ctx, a, operandSpan(na ? m : k, na ? k : m, lda, strideA, batch), b,
         operandSpan(nb ? k : n, nb ? n : k, ldb, strideB, batch), what);
     pa = staged.a;
     pb = staged.b;
@@ -199,9 +200,10 @@ void gemmStridedBatched(cublasOperation_t ta, cublasOperation_t tb, int m,
 
 using namespace pipec::cuda;
 
-extern "C" void pipec_cuda_k_gemm(void *const *bufs, const int64_t *ints,
-                                  const double *reals) {
+extern "C" void pipec_cuda_k_gemm(pipec_kctx *kc, void *const *bufs,
+                                  const int64_t *ints, const double *reals) {
   const char *kName = "pipec_cuda_k_gemm";
+  Context &ctx = context(kc, kName);
   const float *a = static_cast<const float *>(bufs[0]);
   const float *b = static_cast<const float *>(bufs[1]);
   const float *c = static_cast<const float *>(bufs[2]);
@@ -214,7 +216,6 @@ extern "C" void pipec_cuda_k_gemm(void *const *bufs, const int64_t *ints,
   const float beta = reals ? float(reals[1]) : 1.0f;
   if (m <= 0 || n <= 0)
     return;
-  Context &ctx = context();
 
   // Following BLAS, beta == 0 means "ignore C".
   const bool useC = hasC && beta != 0.0f;
@@ -230,13 +231,15 @@ extern "C" void pipec_cuda_k_gemm(void *const *bufs, const int64_t *ints,
             kName);
     return;
   }
-  gemmOne(a, b, y, m, n, k, transA, transB, alpha, useC ? 1.0f : 0.0f, kName);
+  gemmOne(ctx, a, b, y, m, n, k, transA, transB, alpha, useC ? 1.0f : 0.0f,
+          kName);
 }
 
-extern "C" void pipec_cuda_k_batch_matmul(void *const *bufs,
+extern "C" void pipec_cuda_k_batch_matmul(pipec_kctx *kc, void *const *bufs,
                                           const int64_t *ints,
                                           const double *reals) {
   const char *kName = "pipec_cuda_k_batch_matmul";
+  Context &ctx = context(kc, kName);
   const float *a = static_cast<const float *>(bufs[0]);
   const float *b = static_cast<const float *>(bufs[1]);
   float *y = static_cast<float *>(bufs[2]);
@@ -258,7 +261,6 @@ extern "C" void pipec_cuda_k_batch_matmul(void *const *bufs,
   for (int d = 0; d < nest.rank; ++d)
     batches *= nest.dims[d];
   const int64_t yMatrix = m * n;
-  Context &ctx = context();
   if (k <= 0 || alpha == 0.0f) {
     check(cudaMemsetAsync(y, 0, sizeof(float) * size_t(batches * yMatrix),
                           ctx.stream),
@@ -266,7 +268,7 @@ extern "C" void pipec_cuda_k_batch_matmul(void *const *bufs,
     return;
   }
   if (nest.rank == 0) {
-    gemmOne(a, b, y, m, n, k, transA, transB, alpha, 0.0f, kName);
+    gemmOne(ctx, a, b, y, m, n, k, transA, transB, alpha, 0.0f, kName);
     return;
   }
   // A stack of row-major A matrices against one shared B is one GEMM with
@@ -274,7 +276,8 @@ extern "C" void pipec_cuda_k_batch_matmul(void *const *bufs,
   // the CPU.
   if (nest.rank == 1 && nest.b[0] == 0 && !transA && nest.a[0] == m * k &&
       fitsInt(batches * m)) {
-    gemmOne(a, b, y, batches * m, n, k, transA, transB, alpha, 0.0f, kName);
+    gemmOne(ctx, a, b, y, batches * m, n, k, transA, transB, alpha, 0.0f,
+            kName);
     return;
   }
   if (!fitsInt(m) || !fitsInt(n) || !fitsInt(k))
@@ -290,10 +293,11 @@ extern "C" void pipec_cuda_k_batch_matmul(void *const *bufs,
   int64_t index[64] = {};
   int64_t aOff = 0, bOff = 0, yOff = 0;
   while (true) {
-    gemmStridedBatched(blasOp(transB), blasOp(transA), int(n), int(m), int(k),
-                       alpha, b + bOff, int(transB ? k : n), nest.b[inner],
-                       a + aOff, int(transA ? m : k), nest.a[inner], 0.0f,
-                       y + yOff, int(n), yMatrix, int(innerCount), kName);
+    gemmStridedBatched(ctx, blasOp(transB), blasOp(transA), int(n), int(m),
+                       int(k), alpha, b + bOff, int(transB ? k : n),
+                       nest.b[inner], a + aOff, int(transA ? m : k),
+                       nest.a[inner], 0.0f, y + yOff, int(n), yMatrix,
+                       int(innerCount), kName);
     yOff += innerCount * yMatrix;
     int d = inner - 1;
     for (; d >= 0; --d) {

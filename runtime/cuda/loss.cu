@@ -349,8 +349,9 @@ void fill(float *y, int64_t n, float value, cudaStream_t stream,
 
 using namespace pipec::cuda;
 
-extern "C" void pipec_cuda_k_sce_loss(void *const *bufs, const int64_t *ints,
-                                      const double *) {
+extern "C" void pipec_cuda_k_sce_loss(pipec_kctx *kc, void *const *bufs,
+                                      const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_sce_loss");
   const char *kName = "pipec_cuda_k_sce_loss";
   const float *scores = static_cast<const float *>(bufs[0]);
   const int64_t *labels = static_cast<const int64_t *>(bufs[1]);
@@ -358,7 +359,7 @@ extern "C" void pipec_cuda_k_sce_loss(void *const *bufs, const int64_t *ints,
   float *logProb = static_cast<float *>(bufs[4]);
   const SceParams p(ints, bufs[2]);
   const bool perPosition = p.reduction == kNone;
-  cudaStream_t stream = context().stream;
+  cudaStream_t stream = ctx.stream;
   if (p.reduction != kNone && p.reduction != kMean && p.reduction != kSum) {
     fill(loss, 1, std::numeric_limits<float>::quiet_NaN(), stream, kName);
     return;
@@ -371,8 +372,8 @@ extern "C" void pipec_cuda_k_sce_loss(void *const *bufs, const int64_t *ints,
   const int64_t positions = p.positions();
   double *lossPart = nullptr, *weightPart = nullptr;
   if (!perPosition && positions > 0) {
-    lossPart =
-        static_cast<double *>(scratch(sizeof(double) * size_t(positions) * 2));
+    lossPart = static_cast<double *>(
+        scratch(ctx, sizeof(double) * size_t(positions) * 2));
     weightPart = lossPart + positions;
   }
   if (positions > 0) {
@@ -391,9 +392,10 @@ extern "C" void pipec_cuda_k_sce_loss(void *const *bufs, const int64_t *ints,
   }
 }
 
-extern "C" void pipec_cuda_k_sce_loss_grad(void *const *bufs,
+extern "C" void pipec_cuda_k_sce_loss_grad(pipec_kctx *kc, void *const *bufs,
                                            const int64_t *ints,
                                            const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_sce_loss_grad");
   const char *kName = "pipec_cuda_k_sce_loss_grad";
   const float *scores = static_cast<const float *>(bufs[0]);
   const int64_t *labels = static_cast<const int64_t *>(bufs[1]);
@@ -402,7 +404,7 @@ extern "C" void pipec_cuda_k_sce_loss_grad(void *const *bufs,
   const SceParams p(ints, bufs[2]);
   if (p.n <= 0 || p.d <= 0 || p.c <= 0)
     return;
-  cudaStream_t stream = context().stream;
+  cudaStream_t stream = ctx.stream;
   if (p.reduction != kNone && p.reduction != kMean && p.reduction != kSum) {
     fill(dScores, p.n * p.c * p.d, std::numeric_limits<float>::quiet_NaN(),
          stream, kName);
@@ -411,7 +413,7 @@ extern "C" void pipec_cuda_k_sce_loss_grad(void *const *bufs,
   const int64_t positions = p.positions();
   double *totalWeight = nullptr;
   if (p.reduction == kMean) {
-    totalWeight = static_cast<double *>(scratch(sizeof(double)));
+    totalWeight = static_cast<double *>(scratch(ctx, sizeof(double)));
     sceTotalWeight<<<1, kReduceThreads, 0, stream>>>(labels, p, totalWeight);
     checkLaunch(kName);
   }

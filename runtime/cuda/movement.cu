@@ -85,10 +85,10 @@ __global__ void gatherStrided(const float *__restrict__ x,
   }
 }
 
-void launchGatherStrided(const float *x, float *y, const Nest<1> &nest,
-                         const char *kernel) {
+void launchGatherStrided(Context &ctx, const float *x, float *y,
+                         const Nest<1> &nest, const char *kernel) {
   const int64_t n = numelOf(nest);
-  cudaStream_t s = context().stream;
+  cudaStream_t s = ctx.stream;
   if (fits32(n))
     gatherStrided<uint32_t>
         <<<gridFor(n, kBlock), kBlock, 0, s>>>(x, y, nest, n);
@@ -545,8 +545,9 @@ using namespace pipec::cuda;
 // Entry points
 //===----------------------------------------------------------------------===//
 
-extern "C" void pipec_cuda_k_broadcast(void *const *bufs, const int64_t *ints,
-                                       const double *) {
+extern "C" void pipec_cuda_k_broadcast(pipec_kctx *kc, void *const *bufs,
+                                       const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_broadcast");
   const float *x = static_cast<const float *>(bufs[0]);
   float *y = static_cast<float *>(bufs[1]);
   const int64_t rank = ints[0];
@@ -556,11 +557,12 @@ extern "C" void pipec_cuda_k_broadcast(void *const *bufs, const int64_t *ints,
   Nest<1> nest;
   if (!buildNest(rank, yDims, strides, nest))
     return;
-  launchGatherStrided(x, y, nest, "pipec_cuda_k_broadcast");
+  launchGatherStrided(ctx, x, y, nest, "pipec_cuda_k_broadcast");
 }
 
-extern "C" void pipec_cuda_k_strided_copy(void *const *bufs,
+extern "C" void pipec_cuda_k_strided_copy(pipec_kctx *kc, void *const *bufs,
                                           const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_strided_copy");
   const char *kernel = "pipec_cuda_k_strided_copy";
   const int64_t rank = ints[0];
   checkRank(rank, kernel);
@@ -595,7 +597,7 @@ extern "C" void pipec_cuda_k_strided_copy(void *const *bufs,
   const float *src = static_cast<const float *>(bufs[0]) + srcOffset;
   float *dst = static_cast<float *>(bufs[1]) + dstOffset;
   const int64_t n = numelOf(par);
-  cudaStream_t s = context().stream;
+  cudaStream_t s = ctx.stream;
   if (fits32(n))
     stridedCopyKernel<uint32_t><<<gridFor(n, kBlock), kBlock, 0, s>>>(
         src, dst, par, n, serial, nSerial, lastSerial, accumulate);
@@ -605,8 +607,9 @@ extern "C" void pipec_cuda_k_strided_copy(void *const *bufs,
   checkLaunch(kernel);
 }
 
-extern "C" void pipec_cuda_k_transpose(void *const *bufs, const int64_t *ints,
-                                       const double *) {
+extern "C" void pipec_cuda_k_transpose(pipec_kctx *kc, void *const *bufs,
+                                       const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_transpose");
   const char *kernel = "pipec_cuda_k_transpose";
   const float *x = static_cast<const float *>(bufs[0]);
   float *y = static_cast<float *>(bufs[1]);
@@ -629,7 +632,7 @@ extern "C" void pipec_cuda_k_transpose(void *const *bufs, const int64_t *ints,
   for (int64_t i = 0; i < rank; ++i) {
     const int64_t p = perm[i];
     if (p < 0 || p >= rank || seen[p]) { // Not a permutation (as the CPU).
-      launchFill(y, numel, kNaN, kernel);
+      launchFill(ctx, y, numel, kNaN, kernel);
       return;
     }
     seen[p] = true;
@@ -642,7 +645,7 @@ extern "C" void pipec_cuda_k_transpose(void *const *bufs, const int64_t *ints,
   const int r = nest.rank;
   if (r == 0 || nest.strides[0][r - 1] == 1) {
     // X's innermost dimension stays innermost: reads are coalesced.
-    launchGatherStrided(x, y, nest, kernel);
+    launchGatherStrided(ctx, x, y, nest, kernel);
     return;
   }
   // Dimension p has X stride 1; tile the (p, r - 1) plane, the other
@@ -673,15 +676,16 @@ extern "C" void pipec_cuda_k_transpose(void *const *bufs, const int64_t *ints,
   const int64_t tilesI = (ni + kTile - 1) / kTile;
   const int64_t tilesJ = (nj + kTile - 1) / kTile;
   const int64_t nTiles = nBatch * tilesI * tilesJ;
-  transposeTiles<<<gridFor(nTiles, 1), dim3(kTile, kTileRows), 0,
-                   context().stream>>>(x, y, batch, ni, yStrides[p], nj,
-                                       nest.strides[0][r - 1], tilesI, tilesJ,
-                                       nTiles);
+  transposeTiles<<<gridFor(nTiles, 1), dim3(kTile, kTileRows), 0, ctx.stream>>>(
+      x, y, batch, ni, yStrides[p], nj, nest.strides[0][r - 1], tilesI, tilesJ,
+      nTiles);
   checkLaunch(kernel);
 }
 
-extern "C" void pipec_cuda_k_reduce_sum(void *const *bufs, const int64_t *ints,
+extern "C" void pipec_cuda_k_reduce_sum(pipec_kctx *kc, void *const *bufs,
+                                        const int64_t *ints,
                                         const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_reduce_sum");
   const char *kernel = "pipec_cuda_k_reduce_sum";
   const float *x = static_cast<const float *>(bufs[0]);
   float *y = static_cast<float *>(bufs[1]);
@@ -689,7 +693,7 @@ extern "C" void pipec_cuda_k_reduce_sum(void *const *bufs, const int64_t *ints,
   checkRank(rank, kernel);
   const int64_t *xDims = ints + 1;
   const int64_t *yStrides = ints + 1 + rank;
-  cudaStream_t s = context().stream;
+  cudaStream_t s = ctx.stream;
 
   const int64_t yCount = impliedYCount(rank, xDims, yStrides);
   int64_t xStrides[kMaxRank];
@@ -715,8 +719,8 @@ extern "C" void pipec_cuda_k_reduce_sum(void *const *bufs, const int64_t *ints,
     // column), then one per column over the chunks.
     const int64_t rows = nest.dims[0], cols = nest.dims[1];
     const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
-    float *partial =
-        static_cast<float *>(scratch(size_t(chunks * cols) * sizeof(float)));
+    float *partial = static_cast<float *>(
+        scratch(ctx, size_t(chunks * cols) * sizeof(float)));
     columnChunkSums<<<gridFor(chunks * cols, kBlock), kBlock, 0, s>>>(
         x, partial, rows, cols, chunks);
     columnChunkFinish<<<gridFor(cols, kBlock), kBlock, 0, s>>>(partial, y, cols,
@@ -787,7 +791,7 @@ extern "C" void pipec_cuda_k_reduce_sum(void *const *bufs, const int64_t *ints,
   const size_t rowBytes =
       red.nOuter > 1 ? aligned(size_t(nRows) * sizeof(float)) : 0;
   char *work = partialBytes + rowBytes
-                   ? static_cast<char *>(scratch(partialBytes + rowBytes))
+                   ? static_cast<char *>(scratch(ctx, partialBytes + rowBytes))
                    : nullptr;
   double *partial = reinterpret_cast<double *>(work);
   float *rows = reinterpret_cast<float *>(work + partialBytes);
@@ -828,8 +832,9 @@ extern "C" void pipec_cuda_k_reduce_sum(void *const *bufs, const int64_t *ints,
   checkLaunch(kernel);
 }
 
-extern "C" void pipec_cuda_k_gather(void *const *bufs, const int64_t *ints,
-                                    const double *) {
+extern "C" void pipec_cuda_k_gather(pipec_kctx *kc, void *const *bufs,
+                                    const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_gather");
   const int64_t outer = ints[0], axisDim = ints[1], inner = ints[2],
                 nIndices = ints[3];
   if (outer <= 0 || inner <= 0 || nIndices <= 0)
@@ -838,7 +843,7 @@ extern "C" void pipec_cuda_k_gather(void *const *bufs, const int64_t *ints,
   const float *data = static_cast<const float *>(bufs[0]);
   const int64_t *indices = static_cast<const int64_t *>(bufs[1]);
   float *y = static_cast<float *>(bufs[2]);
-  cudaStream_t s = context().stream;
+  cudaStream_t s = ctx.stream;
   if (fits32(n))
     gatherKernel<uint32_t><<<gridFor(n, kBlock), kBlock, 0, s>>>(
         data, indices, y, axisDim, inner, nIndices, n);
@@ -848,8 +853,9 @@ extern "C" void pipec_cuda_k_gather(void *const *bufs, const int64_t *ints,
   checkLaunch("pipec_cuda_k_gather");
 }
 
-extern "C" void pipec_cuda_k_gather_grad(void *const *bufs, const int64_t *ints,
-                                         const double *) {
+extern "C" void pipec_cuda_k_gather_grad(pipec_kctx *kc, void *const *bufs,
+                                         const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_gather_grad");
   const char *kernel = "pipec_cuda_k_gather_grad";
   const int64_t outer = ints[0], axisDim = ints[1], inner = ints[2],
                 nIndices = ints[3];
@@ -858,7 +864,7 @@ extern "C" void pipec_cuda_k_gather_grad(void *const *bufs, const int64_t *ints,
   const float *dy = static_cast<const float *>(bufs[0]);
   const int64_t *indices = static_cast<const int64_t *>(bufs[1]);
   float *dData = static_cast<float *>(bufs[2]);
-  cudaStream_t s = context().stream;
+  cudaStream_t s = ctx.stream;
   check(cudaMemsetAsync(dData, 0,
                         size_t(outer * axisDim * inner) * sizeof(float), s),
         kernel);
@@ -884,7 +890,7 @@ extern "C" void pipec_cuda_k_gather_grad(void *const *bufs, const int64_t *ints,
   const size_t keyBytes = aligned(size_t(count) * sizeof(uint64_t));
   const size_t posBytes = aligned(size_t(count) * sizeof(int32_t));
   char *base = static_cast<char *>(
-      scratch(aligned(sortBytes) + 2 * keyBytes + 2 * posBytes));
+      scratch(ctx, aligned(sortBytes) + 2 * keyBytes + 2 * posBytes));
   uint64_t *keysIn = reinterpret_cast<uint64_t *>(base);
   uint64_t *keysOut = reinterpret_cast<uint64_t *>(base + keyBytes);
   int32_t *posIn = reinterpret_cast<int32_t *>(base + 2 * keyBytes);

@@ -294,8 +294,10 @@ template <int N> struct LayerNormGradWarp {
 
 using namespace pipec::cuda;
 
-extern "C" void pipec_cuda_k_layernorm(void *const *bufs, const int64_t *ints,
+extern "C" void pipec_cuda_k_layernorm(pipec_kctx *kc, void *const *bufs,
+                                       const int64_t *ints,
                                        const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_layernorm");
   const float *x = static_cast<const float *>(bufs[0]);
   const float *scale = static_cast<const float *>(bufs[1]);
   const float *bias = static_cast<const float *>(bufs[2]);
@@ -307,17 +309,18 @@ extern "C" void pipec_cuda_k_layernorm(void *const *bufs, const int64_t *ints,
   if (outer <= 0 || inner <= 0)
     return;
   if (inner <= kWarpRow)
-    launchWarpRows<LayerNormWarp>(inner, context().stream, x, scale, bias, y,
-                                  meanOut, invStdOut, outer, int(inner), eps);
+    launchWarpRows<LayerNormWarp>(inner, ctx.stream, x, scale, bias, y, meanOut,
+                                  invStdOut, outer, int(inner), eps);
   else
-    layerNormRows<<<rowGrid(outer), rowBlock(inner), 0, context().stream>>>(
+    layerNormRows<<<rowGrid(outer), rowBlock(inner), 0, ctx.stream>>>(
         x, scale, bias, y, meanOut, invStdOut, outer, inner, eps);
   checkLaunch("pipec_cuda_k_layernorm");
 }
 
-extern "C" void pipec_cuda_k_layernorm_grad(void *const *bufs,
+extern "C" void pipec_cuda_k_layernorm_grad(pipec_kctx *kc, void *const *bufs,
                                             const int64_t *ints,
                                             const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_layernorm_grad");
   const char *kName = "pipec_cuda_k_layernorm_grad";
   const float *x = static_cast<const float *>(bufs[0]);
   const float *scale = static_cast<const float *>(bufs[1]);
@@ -331,7 +334,7 @@ extern "C" void pipec_cuda_k_layernorm_grad(void *const *bufs,
   const int64_t outer = std::max<int64_t>(ints[0], 0);
   if (inner <= 0)
     return;
-  cudaStream_t stream = context().stream;
+  cudaStream_t stream = ctx.stream;
 
   // Column sums first: dX may alias dY.
   if (dScale || dBias) {
@@ -344,8 +347,8 @@ extern "C" void pipec_cuda_k_layernorm_grad(void *const *bufs,
     }
     chunks = std::max<int64_t>(chunks, 1);
     const int64_t partials = chunks * inner;
-    double *part =
-        static_cast<double *>(scratch(sizeof(double) * size_t(partials) * 2));
+    double *part = static_cast<double *>(
+        scratch(ctx, sizeof(double) * size_t(partials) * 2));
     double *partScale = dScale ? part : nullptr;
     double *partBias = dBias ? part + partials : nullptr;
     layerNormColumnPartials<<<gridFor(partials), 256, 0, stream>>>(

@@ -120,23 +120,26 @@ __global__ void adagradKernel(const float *rPtr, const int64_t *tPtr,
 
 using namespace pipec::cuda;
 
-extern "C" void pipec_cuda_k_sgd(void *const *bufs, const int64_t *ints,
-                                 const double *) {
+extern "C" void pipec_cuda_k_sgd(pipec_kctx *kc, void *const *bufs,
+                                 const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_sgd");
   const int64_t n = ints[0];
   if (n <= 0)
     return;
-  sgdKernel<<<gridFor(n), 256, 0, context().stream>>>(
+  sgdKernel<<<gridFor(n), 256, 0, ctx.stream>>>(
       static_cast<const float *>(bufs[0]), static_cast<const float *>(bufs[1]),
       static_cast<const float *>(bufs[2]), static_cast<float *>(bufs[3]), n);
   checkLaunch("pipec_cuda_k_sgd");
 }
 
-extern "C" void pipec_cuda_k_momentum(void *const *bufs, const int64_t *ints,
+extern "C" void pipec_cuda_k_momentum(pipec_kctx *kc, void *const *bufs,
+                                      const int64_t *ints,
                                       const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_momentum");
   const int64_t n = ints[0];
   if (n <= 0)
     return;
-  momentumKernel<<<gridFor(n), 256, 0, context().stream>>>(
+  momentumKernel<<<gridFor(n), 256, 0, ctx.stream>>>(
       static_cast<const float *>(bufs[0]),
       static_cast<const int64_t *>(bufs[1]),
       static_cast<const float *>(bufs[2]), static_cast<const float *>(bufs[3]),
@@ -146,12 +149,13 @@ extern "C" void pipec_cuda_k_momentum(void *const *bufs, const int64_t *ints,
   checkLaunch("pipec_cuda_k_momentum");
 }
 
-extern "C" void pipec_cuda_k_adam(void *const *bufs, const int64_t *ints,
-                                  const double *reals) {
+extern "C" void pipec_cuda_k_adam(pipec_kctx *kc, void *const *bufs,
+                                  const int64_t *ints, const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_adam");
   const int64_t n = ints[0];
   if (n <= 0)
     return;
-  adamKernel<<<gridFor(n), 256, 0, context().stream>>>(
+  adamKernel<<<gridFor(n), 256, 0, ctx.stream>>>(
       static_cast<const float *>(bufs[0]),
       static_cast<const int64_t *>(bufs[1]),
       static_cast<const float *>(bufs[2]), static_cast<const float *>(bufs[3]),
@@ -162,12 +166,13 @@ extern "C" void pipec_cuda_k_adam(void *const *bufs, const int64_t *ints,
   checkLaunch("pipec_cuda_k_adam");
 }
 
-extern "C" void pipec_cuda_k_adagrad(void *const *bufs, const int64_t *ints,
-                                     const double *reals) {
+extern "C" void pipec_cuda_k_adagrad(pipec_kctx *kc, void *const *bufs,
+                                     const int64_t *ints, const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_adagrad");
   const int64_t n = ints[0];
   if (n <= 0)
     return;
-  adagradKernel<<<gridFor(n), 256, 0, context().stream>>>(
+  adagradKernel<<<gridFor(n), 256, 0, ctx.stream>>>(
       static_cast<const float *>(bufs[0]),
       static_cast<const int64_t *>(bufs[1]),
       static_cast<const float *>(bufs[2]), static_cast<const float *>(bufs[3]),

@@ -269,8 +269,9 @@ size_t aligned(size_t bytes) { return (bytes + 255) & ~size_t(255); }
 
 using namespace pipec::cuda;
 
-extern "C" void pipec_cuda_k_maxpool2d(void *const *bufs, const int64_t *ints,
-                                       const double *) {
+extern "C" void pipec_cuda_k_maxpool2d(pipec_kctx *kc, void *const *bufs,
+                                       const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_maxpool2d");
   const char *kernel = "pipec_cuda_k_maxpool2d";
   const float *x = static_cast<const float *>(bufs[0]);
   float *y = static_cast<float *>(bufs[1]);
@@ -280,12 +281,12 @@ extern "C" void pipec_cuda_k_maxpool2d(void *const *bufs, const int64_t *ints,
     return;
   const int64_t total = s.planes() * s.oh * s.ow;
   if (!s.valid()) {
-    launchFill(y, total, kNaN, kernel);
+    launchFill(ctx, y, total, kNaN, kernel);
     if (indices)
-      launchFill(indices, total, int64_t(-1), kernel);
+      launchFill(ctx, indices, total, int64_t(-1), kernel);
     return;
   }
-  cudaStream_t st = context().stream;
+  cudaStream_t st = ctx.stream;
   if (fits32(total))
     maxPoolKernel<uint32_t>
         <<<gridFor(total, kBlock), kBlock, 0, st>>>(x, y, indices, s, total);
@@ -295,9 +296,10 @@ extern "C" void pipec_cuda_k_maxpool2d(void *const *bufs, const int64_t *ints,
   checkLaunch(kernel);
 }
 
-extern "C" void pipec_cuda_k_maxpool2d_grad(void *const *bufs,
+extern "C" void pipec_cuda_k_maxpool2d_grad(pipec_kctx *kc, void *const *bufs,
                                             const int64_t *ints,
                                             const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_maxpool2d_grad");
   const char *kernel = "pipec_cuda_k_maxpool2d_grad";
   const float *dy = static_cast<const float *>(bufs[0]);
   const int64_t *indices = static_cast<const int64_t *>(bufs[1]);
@@ -305,7 +307,7 @@ extern "C" void pipec_cuda_k_maxpool2d_grad(void *const *bufs,
   const int64_t nX = ints[0], nY = ints[1];
   if (nX <= 0)
     return;
-  cudaStream_t st = context().stream;
+  cudaStream_t st = ctx.stream;
   check(cudaMemsetAsync(dx, 0, size_t(nX) * sizeof(float), st), kernel);
   if (nY <= 0)
     return;
@@ -331,7 +333,7 @@ extern "C" void pipec_cuda_k_maxpool2d_grad(void *const *bufs,
   const size_t keyBytes = aligned(size_t(count) * sizeof(uint64_t));
   const size_t posBytes = aligned(size_t(count) * sizeof(int32_t));
   char *base = static_cast<char *>(
-      scratch(2 * keyBytes + 2 * posBytes + aligned(sortBytes)));
+      scratch(ctx, 2 * keyBytes + 2 * posBytes + aligned(sortBytes)));
   uint64_t *keysIn = reinterpret_cast<uint64_t *>(base);
   uint64_t *keysOut = reinterpret_cast<uint64_t *>(base + keyBytes);
   int32_t *posIn = reinterpret_cast<int32_t *>(base + 2 * keyBytes);
@@ -349,8 +351,9 @@ extern "C" void pipec_cuda_k_maxpool2d_grad(void *const *bufs,
   checkLaunch(kernel);
 }
 
-extern "C" void pipec_cuda_k_avgpool2d(void *const *bufs, const int64_t *ints,
-                                       const double *) {
+extern "C" void pipec_cuda_k_avgpool2d(pipec_kctx *kc, void *const *bufs,
+                                       const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_avgpool2d");
   const char *kernel = "pipec_cuda_k_avgpool2d";
   const float *x = static_cast<const float *>(bufs[0]);
   float *y = static_cast<float *>(bufs[1]);
@@ -359,10 +362,10 @@ extern "C" void pipec_cuda_k_avgpool2d(void *const *bufs, const int64_t *ints,
     return;
   const int64_t total = s.planes() * s.oh * s.ow;
   if (!s.valid()) {
-    launchFill(y, total, kNaN, kernel);
+    launchFill(ctx, y, total, kNaN, kernel);
     return;
   }
-  cudaStream_t st = context().stream;
+  cudaStream_t st = ctx.stream;
   if (fits32(total))
     avgPoolKernel<uint32_t>
         <<<gridFor(total, kBlock), kBlock, 0, st>>>(x, y, s, total);
@@ -372,9 +375,10 @@ extern "C" void pipec_cuda_k_avgpool2d(void *const *bufs, const int64_t *ints,
   checkLaunch(kernel);
 }
 
-extern "C" void pipec_cuda_k_avgpool2d_grad(void *const *bufs,
+extern "C" void pipec_cuda_k_avgpool2d_grad(pipec_kctx *kc, void *const *bufs,
                                             const int64_t *ints,
                                             const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_avgpool2d_grad");
   const char *kernel = "pipec_cuda_k_avgpool2d_grad";
   const float *dy = static_cast<const float *>(bufs[0]);
   float *dx = static_cast<float *>(bufs[1]);
@@ -383,11 +387,11 @@ extern "C" void pipec_cuda_k_avgpool2d_grad(void *const *bufs,
     return;
   const int64_t total = s.planes() * s.h * s.w;
   if (!s.valid()) {
-    launchFill(dx, total, kNaN, kernel);
+    launchFill(ctx, dx, total, kNaN, kernel);
     return;
   }
   // oH or oW <= 0: no output, every thread writes 0 (empty ranges).
-  cudaStream_t st = context().stream;
+  cudaStream_t st = ctx.stream;
   if (fits32(total))
     avgPoolGradKernel<uint32_t>
         <<<gridFor(total, kBlock), kBlock, 0, st>>>(dy, dx, s, total);

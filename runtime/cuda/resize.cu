@@ -232,22 +232,25 @@ size_t aligned(size_t bytes) { return (bytes + 255) & ~size_t(255); }
 
 using namespace pipec::cuda;
 
-extern "C" void pipec_cuda_k_resize_linear(void *const *bufs,
+extern "C" void pipec_cuda_k_resize_linear(pipec_kctx *kc, void *const *bufs,
                                            const int64_t *ints,
                                            const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_resize_linear");
   const char *kernel = "pipec_cuda_k_resize_linear";
   const float *x = static_cast<const float *>(bufs[0]);
   float *y = static_cast<float *>(bufs[1]);
   const ResizeShape s(ints, reals);
   if (!s.valid()) {
-    launchFill(y, std::max<int64_t>(s.n * s.c * s.oh * s.ow, 0), kNaN, kernel);
+    launchFill(ctx, y, std::max<int64_t>(s.n * s.c * s.oh * s.ow, 0), kNaN,
+               kernel);
     return;
   }
   const int64_t total = s.planes() * s.oh * s.ow;
   if (total <= 0)
     return;
-  cudaStream_t st = context().stream;
-  Tap *taps = static_cast<Tap *>(scratch(size_t(s.oh + s.ow) * sizeof(Tap)));
+  cudaStream_t st = ctx.stream;
+  Tap *taps =
+      static_cast<Tap *>(scratch(ctx, size_t(s.oh + s.ow) * sizeof(Tap)));
   resizeTaps<<<gridFor(s.oh + s.ow, kBlock), kBlock, 0, st>>>(
       taps, s.h, s.w, s.oh, s.ow, s.scaleH, s.scaleW, s.mode);
   checkLaunch(kernel);
@@ -260,24 +263,27 @@ extern "C" void pipec_cuda_k_resize_linear(void *const *bufs,
   checkLaunch(kernel);
 }
 
-extern "C" void pipec_cuda_k_resize_linear_grad(void *const *bufs,
+extern "C" void pipec_cuda_k_resize_linear_grad(pipec_kctx *kc,
+                                                void *const *bufs,
                                                 const int64_t *ints,
                                                 const double *reals) {
+  Context &ctx = context(kc, "pipec_cuda_k_resize_linear_grad");
   const char *kernel = "pipec_cuda_k_resize_linear_grad";
   const float *dy = static_cast<const float *>(bufs[0]);
   float *dx = static_cast<float *>(bufs[1]);
   const ResizeShape s(ints, reals);
   if (!s.valid()) {
-    launchFill(dx, std::max<int64_t>(s.n * s.c * s.h * s.w, 0), kNaN, kernel);
+    launchFill(ctx, dx, std::max<int64_t>(s.n * s.c * s.h * s.w, 0), kNaN,
+               kernel);
     return;
   }
   const int64_t total = s.planes() * s.h * s.w;
   if (total <= 0)
     return;
-  cudaStream_t st = context().stream;
+  cudaStream_t st = ctx.stream;
   const size_t tapBytes = aligned(size_t(s.oh + s.ow) * sizeof(Tap));
   char *base = static_cast<char *>(
-      scratch(tapBytes + size_t(s.h + s.w) * sizeof(Range)));
+      scratch(ctx, tapBytes + size_t(s.h + s.w) * sizeof(Range)));
   Tap *taps = reinterpret_cast<Tap *>(base);
   Range *ranges = reinterpret_cast<Range *>(base + tapBytes);
   if (s.oh + s.ow > 0) {

@@ -36,6 +36,7 @@
 ///
 //===----------------------------------------------------------------------===//
 
+#include "pipec_rt.h"
 #include "shadow_compare.h"
 
 #include <cuda.h>
@@ -54,7 +55,21 @@
 
 namespace {
 
-using KernelFn = void (*)(void *const *, const int64_t *, const double *);
+using KernelFn = void (*)(pipec_kctx *, void *const *, const int64_t *,
+                          const double *);
+
+/// The CPU kernels' context, made once by the runtime's own
+/// pipec_rt_cpu_kernel_context_new with the arithmetic of the first CUDA
+/// context checked (null when the runtime has no such function).
+pipec_kctx *cpuContext(const pipec_kctx *like) {
+  using MakeFn = pipec_kctx *(*)(const pipec_kctx *);
+  static pipec_kctx *cpu = [like] {
+    auto make = reinterpret_cast<MakeFn>(
+        dlsym(RTLD_DEFAULT, "pipec_rt_cpu_kernel_context_new"));
+    return make ? make(like) : nullptr;
+  }();
+  return cpu;
+}
 
 struct Driver {
   CUresult (*getRange)(CUdeviceptr *, size_t *, CUdeviceptr) = nullptr;
@@ -185,7 +200,8 @@ std::string locate(const Allocation &a, size_t at, void *const *bufs,
 }
 
 void check(const char *name, KernelFn gpuFn, KernelFn cpuFn, int nbufs,
-           void *const *bufs, const int64_t *ints, const double *reals) {
+           pipec_kctx *kc, void *const *bufs, const int64_t *ints,
+           const double *reals) {
   Driver &drv = driver();
   Checker &ck = checker();
   std::lock_guard<std::mutex> lock(ck.mu);
@@ -200,7 +216,8 @@ void check(const char *name, KernelFn gpuFn, KernelFn cpuFn, int nbufs,
   // The allocations of the device buffers (deduplicated).
   std::vector<Allocation> allocs;
   std::vector<int> allocOf(size_t(nbufs), -1);
-  bool checkable = drv.ok && cpuFn;
+  pipec_kctx *cpuKc = cpuContext(kc);
+  bool checkable = drv.ok && cpuFn && cpuKc;
   if (checkable)
     drv.sync();
   for (int k = 0; checkable && k < nbufs; ++k) {
@@ -222,7 +239,7 @@ void check(const char *name, KernelFn gpuFn, KernelFn cpuFn, int nbufs,
   }
   if (!checkable) {
     ++st.skipped;
-    gpuFn(bufs, ints, reals);
+    gpuFn(kc, bufs, ints, reals);
     return;
   }
   auto fetch = [&](std::vector<char> &to, const Allocation &a) {
@@ -239,7 +256,7 @@ void check(const char *name, KernelFn gpuFn, KernelFn cpuFn, int nbufs,
     fetch(a.before, a);
     a.orig = a.before;
   }
-  gpuFn(bufs, ints, reals);
+  gpuFn(kc, bufs, ints, reals);
   drv.sync();
   for (Allocation &a : allocs)
     fetch(a.gpu, a);
@@ -250,7 +267,7 @@ void check(const char *name, KernelFn gpuFn, KernelFn cpuFn, int nbufs,
       Allocation &a = allocs[size_t(allocOf[size_t(k)])];
       hostBufs[size_t(k)] = a.before.data() + (CUdeviceptr(bufs[k]) - a.base);
     }
-  cpuFn(hostBufs.data(), ints, reals);
+  cpuFn(cpuKc, hostBufs.data(), ints, reals);
   ++st.calls;
   int64_t bad = 0, written = 0;
   double diff2 = 0, norm2 = 0, worstAbs = 0;
@@ -319,7 +336,8 @@ extern "C" void pipec_rt_check_report() {
 }
 
 #define PIPEC_CUDA_KERNEL(sym, nbufs)                                          \
-  extern "C" void pipec_cuda_k_##sym(void *const *bufs, const int64_t *ints,   \
+  extern "C" void pipec_cuda_k_##sym(pipec_kctx *kc, void *const *bufs,        \
+                                     const int64_t *ints,                      \
                                      const double *reals) {                    \
     static KernelFn gpu =                                                      \
         reinterpret_cast<KernelFn>(dlsym(RTLD_NEXT, "pipec_cuda_k_" #sym));    \
@@ -331,11 +349,11 @@ extern "C" void pipec_rt_check_report() {
       std::abort();                                                            \
     }                                                                          \
     if (tInside) {                                                             \
-      gpu(bufs, ints, reals);                                                  \
+      gpu(kc, bufs, ints, reals);                                              \
       return;                                                                  \
     }                                                                          \
     tInside = true;                                                            \
-    check(#sym, gpu, cpu, nbufs, bufs, ints, reals);                           \
+    check(#sym, gpu, cpu, nbufs, kc, bufs, ints, reals);                       \
     tInside = false;                                                           \
   }
 #include "cuda_kernels.def"

@@ -262,14 +262,15 @@ struct Shape {
 
 using namespace pipec::cuda;
 
-extern "C" void pipec_cuda_k_softmax(void *const *bufs, const int64_t *ints,
-                                     const double *) {
+extern "C" void pipec_cuda_k_softmax(pipec_kctx *kc, void *const *bufs,
+                                     const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_softmax");
   const float *x = static_cast<const float *>(bufs[0]);
   float *y = static_cast<float *>(bufs[1]);
   const Shape s(ints);
   if (s.empty())
     return;
-  cudaStream_t stream = context().stream;
+  cudaStream_t stream = ctx.stream;
   if (s.warpPerRow())
     launchWarpRows<SoftmaxWarp>(s.dim, stream, x, y, s.rows(), int(s.dim),
                                 s.isLog);
@@ -282,15 +283,16 @@ extern "C" void pipec_cuda_k_softmax(void *const *bufs, const int64_t *ints,
   checkLaunch("pipec_cuda_k_softmax");
 }
 
-extern "C" void pipec_cuda_k_softmax_grad(void *const *bufs,
+extern "C" void pipec_cuda_k_softmax_grad(pipec_kctx *kc, void *const *bufs,
                                           const int64_t *ints, const double *) {
+  Context &ctx = context(kc, "pipec_cuda_k_softmax_grad");
   const float *y = static_cast<const float *>(bufs[0]);
   const float *dy = static_cast<const float *>(bufs[1]);
   float *dx = static_cast<float *>(bufs[2]);
   const Shape s(ints);
   if (s.empty())
     return;
-  cudaStream_t stream = context().stream;
+  cudaStream_t stream = ctx.stream;
   if (s.warpPerRow())
     launchWarpRows<SoftmaxGradWarp>(s.dim, stream, y, dy, dx, s.rows(),
                                     int(s.dim), s.isLog);

@@ -166,10 +166,11 @@ __global__ void fillValue(T *__restrict__ y, int64_t n, T v) {
 }
 
 /// Launches fillValue on the context's stream.
-template <class T> void launchFill(T *y, int64_t n, T v, const char *kernel) {
+template <class T>
+void launchFill(Context &ctx, T *y, int64_t n, T v, const char *kernel) {
   if (n <= 0)
     return;
-  fillValue<T><<<gridFor(n), 256, 0, context().stream>>>(y, n, v);
+  fillValue<T><<<gridFor(n), 256, 0, ctx.stream>>>(y, n, v);
   checkLaunch(kernel);
 }
 

@@ -5,11 +5,13 @@
  * points:
  *
  *  1. Kernels, all with the uniform signature `pipec_kernel_fn`:
- *       void k(void *const *bufs, const int64_t *ints, const double *reals);
- *     `bufs` are tensor pointers (float32 unless noted), `ints` and `reals`
- *     the static parameters the compiler computed. The layout of each
- *     kernel's arrays is documented below and is part of the ABI. Output
- *     buffers may alias an input only where the kernel says so.
+ *       void k(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
+ *              const double *reals);
+ *     `kc` is the stage's kernel context (below), `bufs` are tensor
+ *     pointers (float32 unless noted), `ints` and `reals` the static
+ *     parameters the compiler computed. The layout of each kernel's arrays
+ *     is documented below and is part of the ABI. Output buffers may alias
+ *     an input only where the kernel says so.
  *
  *  2. Program services (communication, data feed, loss, optimizer
  *     hyper-parameters, profiling), taking the opaque `pipec_ctx`.
@@ -31,10 +33,24 @@ extern "C" {
 
 /// Version of this ABI. Bumped on any incompatible change; generated code
 /// records the version it was built against and the runtime refuses others.
-#define PIPEC_RT_ABI_VERSION 2
+/// Version 3: kernels take the stage's kernel context as first argument.
+#define PIPEC_RT_ABI_VERSION 3
 
-typedef void (*pipec_kernel_fn)(void *const *bufs, const int64_t *ints,
-                                const double *reals);
+/// The context a stage's kernels run in, owned by the stage's device and
+/// valid for the whole run: on the CPU the matrix products' arithmetic
+/// (`--precision bf16` rounds their operands) and the kernels' reusable
+/// working memory; on CUDA the stream every kernel is queued on, the
+/// cuBLAS handle, the arithmetic (TF32, bf16) and the device scratch.
+/// Generated code asks the runtime for it once per stage function call
+/// (pipec_rt_kernel_context) and passes it to every kernel; in-process
+/// callers (profiling executors, tests) make a CPU one with
+/// pipec_rt_cpu_kernel_context_new. A kernel never keeps it past its
+/// return, and reports a context of another device kind as an error, as it
+/// does any other bad parameter.
+typedef struct pipec_kctx pipec_kctx;
+
+typedef void (*pipec_kernel_fn)(pipec_kctx *kc, void *const *bufs,
+                                const int64_t *ints, const double *reals);
 
 /*===----------------------------------------------------------------------===*
  * Kernels (runtime/cpu). All tensors are dense, row-major, float32 unless
@@ -47,7 +63,8 @@ typedef void (*pipec_kernel_fn)(void *const *bufs, const int64_t *ints,
 ///   op(A) is MxK, op(B) is KxN, Y is MxN. C is read as C[i*cStrideM +
 ///   j*cStrideN] (strides are 0 along broadcast dimensions).
 /// reals: [alpha, beta]
-void pipec_k_gemm(void *const *bufs, const int64_t *ints, const double *reals);
+void pipec_k_gemm(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
+                  const double *reals);
 
 /// Batched matmul with broadcasting of the batch dimensions:
 /// Y[b] = alpha * op(A[b]) * op(B[b]).
@@ -57,8 +74,8 @@ void pipec_k_gemm(void *const *bufs, const int64_t *ints, const double *reals);
 ///   Batch strides are in elements (0 where that operand is broadcast). Y is
 ///   contiguous [batchDims..., M, N].
 /// reals: [alpha]
-void pipec_k_batch_matmul(void *const *bufs, const int64_t *ints,
-                          const double *reals);
+void pipec_k_batch_matmul(pipec_kctx *kc, void *const *bufs,
+                          const int64_t *ints, const double *reals);
 
 /// Elementwise binary op with numpy broadcasting, made explicit by strides.
 /// bufs: [A, B, Y]; Y may alias A or B when that operand is not broadcast.
@@ -66,7 +83,7 @@ void pipec_k_batch_matmul(void *const *bufs, const int64_t *ints,
 ///   dims are Y's dims; strides are in elements, 0 along broadcast dims.
 ///   rank may be 0 (scalars).
 /// opcode: PIPEC_BIN_*.
-void pipec_k_binary(void *const *bufs, const int64_t *ints,
+void pipec_k_binary(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                     const double *reals);
 enum {
   PIPEC_BIN_ADD = 0,
@@ -83,7 +100,7 @@ enum {
 /// 0/1 (booleans are int64 throughout pipec).
 /// ints: [predicate, rank, dims[rank], aStrides[rank], bStrides[rank], isInt]
 /// predicate: PIPEC_CMP_*. NaN compares false except for NE.
-void pipec_k_compare(void *const *bufs, const int64_t *ints,
+void pipec_k_compare(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                      const double *reals);
 enum {
   PIPEC_CMP_EQ = 0,
@@ -98,12 +115,14 @@ enum {
 /// Where). bufs: [C (int64), X, Y', Y]; X, Y' and Y are float32, or int64
 /// when isInt. ints: [isInt, rank, dims[rank], cStrides[rank],
 /// xStrides[rank], yStrides[rank]].
-void pipec_k_where(void *const *bufs, const int64_t *ints, const double *reals);
+void pipec_k_where(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
+                   const double *reals);
 
 /// Element type conversion. bufs: [X, Y]. ints: [direction, n].
 /// I64_TO_F32 rounds to nearest; F32_TO_I64 truncates toward zero, NaN and
 /// values outside int64 give INT64_MIN.
-void pipec_k_cast(void *const *bufs, const int64_t *ints, const double *reals);
+void pipec_k_cast(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
+                  const double *reals);
 enum {
   PIPEC_CAST_I64_TO_F32 = 0,
   PIPEC_CAST_F32_TO_I64 = 1,
@@ -112,7 +131,8 @@ enum {
 /// Elementwise unary op. bufs: [X, Y] (Y may alias X). ints: [opcode, n].
 /// reals: [alpha, beta] (SCALE: Y = alpha X; LEAKY_RELU: slope alpha;
 /// CLIP: min alpha, max beta; POW_SCALAR: X^alpha; others ignore them).
-void pipec_k_unary(void *const *bufs, const int64_t *ints, const double *reals);
+void pipec_k_unary(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
+                   const double *reals);
 enum {
   PIPEC_UN_COPY = 0,
   PIPEC_UN_RELU = 1,
@@ -138,33 +158,33 @@ enum {
 ///   SQRT and RECIPROCAL, and the forward input X for every other opcode
 ///   (dX may alias dY).
 /// ints: [opcode, n]. reals: as pipec_k_unary (alpha, beta).
-void pipec_k_unary_grad(void *const *bufs, const int64_t *ints,
+void pipec_k_unary_grad(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                         const double *reals);
 
 /// Softmax or log-softmax over one axis of a tensor viewed as
 /// [outer, dim, inner]. bufs: [X, Y]. ints: [outer, dim, inner, isLog].
 /// Numerically stable (max subtracted).
-void pipec_k_softmax(void *const *bufs, const int64_t *ints,
+void pipec_k_softmax(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                      const double *reals);
 
 /// Backward of softmax / log-softmax from the forward output Y.
 /// bufs: [Y, dY, dX]. ints: [outer, dim, inner, isLog].
 ///   softmax:     dX = Y * (dY - sum_axis(dY * Y))
 ///   log-softmax: dX = dY - exp(Y) * sum_axis(dY)
-void pipec_k_softmax_grad(void *const *bufs, const int64_t *ints,
-                          const double *reals);
+void pipec_k_softmax_grad(pipec_kctx *kc, void *const *bufs,
+                          const int64_t *ints, const double *reals);
 
 /// Full-shape gradients of a broadcasting binary op, before the compiler's
 /// sum onto each operand's shape: dA = dY * d(A op B)/dA, dB likewise, both
 /// with Y's dims. bufs: [A, B, dY, dA (or NULL), dB (or NULL)].
 /// ints: as pipec_k_binary. Needed for POW, MAX, MIN (ties go to A).
-void pipec_k_binary_grad(void *const *bufs, const int64_t *ints,
+void pipec_k_binary_grad(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                          const double *reals);
 
 /// Broadcast (ONNX Expand, adjoint of pipec_k_reduce_sum):
 /// Y[i] = X[sum_k i_k * xStrides[k]]. bufs: [X, Y].
 /// ints: [rank, yDims[rank], xStrides[rank]] (0 along broadcast dims).
-void pipec_k_broadcast(void *const *bufs, const int64_t *ints,
+void pipec_k_broadcast(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                        const double *reals);
 
 /// Strided copy (Slice, Split, Concat pieces, Pad interiors and their
@@ -173,39 +193,39 @@ void pipec_k_broadcast(void *const *bufs, const int64_t *ints,
 /// bufs: [src, dst]. ints: [rank, dims[rank], srcStrides[rank], srcOffset,
 /// dstStrides[rank], dstOffset, accumulate]. Strides may be negative
 /// (reversed slices). Elements are float32.
-void pipec_k_strided_copy(void *const *bufs, const int64_t *ints,
-                          const double *reals);
+void pipec_k_strided_copy(pipec_kctx *kc, void *const *bufs,
+                          const int64_t *ints, const double *reals);
 
 /// 2-D convolution (ONNX Conv, NCHW, groups, strides, pads, dilations).
 /// bufs: [X, W, B (or NULL), Y]. X [N,C,H,W], W [M, C/groups, kH, kW],
 /// Y [N, M, oH, oW]. ints: [N, C, H, W, M, kH, kW, oH, oW, strideH,
 /// strideW, padTop, padLeft, dilationH, dilationW, groups, hasBias].
 /// (Bottom/right padding is implied by oH/oW.)
-void pipec_k_conv2d(void *const *bufs, const int64_t *ints,
+void pipec_k_conv2d(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                     const double *reals);
 /// dX of pipec_k_conv2d. bufs: [dY, W, dX] (dX overwritten). ints: as conv2d.
-void pipec_k_conv2d_grad_input(void *const *bufs, const int64_t *ints,
-                               const double *reals);
+void pipec_k_conv2d_grad_input(pipec_kctx *kc, void *const *bufs,
+                               const int64_t *ints, const double *reals);
 /// dW of pipec_k_conv2d. bufs: [dY, X, dW] (dW overwritten). ints: as conv2d.
-void pipec_k_conv2d_grad_weight(void *const *bufs, const int64_t *ints,
-                                const double *reals);
+void pipec_k_conv2d_grad_weight(pipec_kctx *kc, void *const *bufs,
+                                const int64_t *ints, const double *reals);
 
 /// 2-D max pooling; padding never wins. bufs: [X, Y, Indices (int64 flat
 /// index into X per output element, or NULL)]. ints: [N, C, H, W, kH, kW,
 /// oH, oW, strideH, strideW, padTop, padLeft, dilationH, dilationW].
-void pipec_k_maxpool2d(void *const *bufs, const int64_t *ints,
+void pipec_k_maxpool2d(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                        const double *reals);
 /// dX of max pooling from the saved indices. bufs: [dY, Indices, dX]
 /// (dX overwritten). ints: [nX (elements of X), nY (elements of Y)].
-void pipec_k_maxpool2d_grad(void *const *bufs, const int64_t *ints,
-                            const double *reals);
+void pipec_k_maxpool2d_grad(pipec_kctx *kc, void *const *bufs,
+                            const int64_t *ints, const double *reals);
 /// 2-D average pooling. bufs: [X, Y]. ints: [N, C, H, W, kH, kW, oH, oW,
 /// strideH, strideW, padTop, padLeft, countIncludePad].
-void pipec_k_avgpool2d(void *const *bufs, const int64_t *ints,
+void pipec_k_avgpool2d(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                        const double *reals);
 /// dX of average pooling. bufs: [dY, dX] (dX overwritten). ints: as avgpool2d.
-void pipec_k_avgpool2d_grad(void *const *bufs, const int64_t *ints,
-                            const double *reals);
+void pipec_k_avgpool2d_grad(pipec_kctx *kc, void *const *bufs,
+                            const int64_t *ints, const double *reals);
 
 /// Coordinate transformations of pipec_k_resize_linear (ONNX Resize's
 /// coordinate_transformation_mode).
@@ -218,12 +238,12 @@ enum {
 /// ONNX Resize, linear mode, over H and W of NCHW (bilinear). bufs: [X, Y].
 /// ints: [N, C, H, W, oH, oW, mode (PIPEC_RESIZE_*)]. reals: [scaleH,
 /// scaleW] (ONNX's scales; oH/H and oW/W when the model gives sizes).
-void pipec_k_resize_linear(void *const *bufs, const int64_t *ints,
-                           const double *reals);
+void pipec_k_resize_linear(pipec_kctx *kc, void *const *bufs,
+                           const int64_t *ints, const double *reals);
 /// dX of pipec_k_resize_linear. bufs: [dY, dX] (dX overwritten). ints and
 /// reals: as pipec_k_resize_linear.
-void pipec_k_resize_linear_grad(void *const *bufs, const int64_t *ints,
-                                const double *reals);
+void pipec_k_resize_linear_grad(pipec_kctx *kc, void *const *bufs,
+                                const int64_t *ints, const double *reals);
 
 /// BatchNormalization in training mode (ONNX opset 15): batch statistics
 /// over N and the spatial dims, biased variance.
@@ -232,37 +252,37 @@ void pipec_k_resize_linear_grad(void *const *bufs, const int64_t *ints,
 ///        savedMean/savedInvStd are [C]).
 /// ints: [N, C, S] (S = product of spatial dims). reals: [epsilon, momentum]
 ///   runMeanOut = momentum runMean + (1 - momentum) mean (same for var).
-void pipec_k_batchnorm_train(void *const *bufs, const int64_t *ints,
-                             const double *reals);
+void pipec_k_batchnorm_train(pipec_kctx *kc, void *const *bufs,
+                             const int64_t *ints, const double *reals);
 /// BatchNormalization with given statistics (inference mode).
 /// bufs: [X, scale, bias, mean, var, Y]. ints: [N, C, S]. reals: [epsilon].
-void pipec_k_batchnorm_infer(void *const *bufs, const int64_t *ints,
-                             const double *reals);
+void pipec_k_batchnorm_infer(pipec_kctx *kc, void *const *bufs,
+                             const int64_t *ints, const double *reals);
 /// Gradients of training-mode batch normalization.
 /// bufs: [X, scale, savedMean, savedInvStd, dY, dX, dScale, dBias].
 /// ints: [N, C, S].
-void pipec_k_batchnorm_grad(void *const *bufs, const int64_t *ints,
-                            const double *reals);
+void pipec_k_batchnorm_grad(pipec_kctx *kc, void *const *bufs,
+                            const int64_t *ints, const double *reals);
 
 /// LayerNormalization over the trailing `inner` elements of each of `outer`
 /// rows. bufs: [X, scale [inner], bias [inner] (or NULL), Y, mean [outer],
 /// invStd [outer]]. ints: [outer, inner]. reals: [epsilon].
-void pipec_k_layernorm(void *const *bufs, const int64_t *ints,
+void pipec_k_layernorm(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                        const double *reals);
 /// Gradients of layer normalization. bufs: [X, scale, mean, invStd, dY, dX,
 /// dScale, dBias (or NULL)]. ints: [outer, inner].
-void pipec_k_layernorm_grad(void *const *bufs, const int64_t *ints,
-                            const double *reals);
+void pipec_k_layernorm_grad(pipec_kctx *kc, void *const *bufs,
+                            const int64_t *ints, const double *reals);
 
 /// Gather along one axis (ONNX Gather; embedding lookup): data viewed as
 /// [outer, axisDim, inner], indices (int64, negative wraps) of count
 /// nIndices, Y viewed as [outer, nIndices, inner]. bufs: [data, indices, Y].
 /// ints: [outer, axisDim, inner, nIndices]. Out-of-range indices give 0.
-void pipec_k_gather(void *const *bufs, const int64_t *ints,
+void pipec_k_gather(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                     const double *reals);
 /// dData of pipec_k_gather: zero, then scatter-add dY. bufs: [dY, indices,
 /// dData]. ints: as pipec_k_gather.
-void pipec_k_gather_grad(void *const *bufs, const int64_t *ints,
+void pipec_k_gather_grad(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                          const double *reals);
 
 /// Sum-reduction of X onto a broadcast-compatible shape (the adjoint of
@@ -271,19 +291,21 @@ void pipec_k_gather_grad(void *const *bufs, const int64_t *ints,
 ///   are Y's element strides for each X dimension, 0 along reduced dims.
 ///   Y's element count is implied; Y is overwritten (not accumulated).
 /// reals: [scale]
-void pipec_k_reduce_sum(void *const *bufs, const int64_t *ints,
+void pipec_k_reduce_sum(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                         const double *reals);
 
 /// General transpose. bufs: [X, Y]. ints: [rank, xDims[rank], perm[rank]]
 /// (ONNX semantics: Y.dims[i] = X.dims[perm[i]]).
-void pipec_k_transpose(void *const *bufs, const int64_t *ints,
+void pipec_k_transpose(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                        const double *reals);
 
 /// Byte copy. bufs: [src, dst]. ints: [nbytes].
-void pipec_k_copy(void *const *bufs, const int64_t *ints, const double *reals);
+void pipec_k_copy(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
+                  const double *reals);
 
 /// Fill. bufs: [Y]. ints: [n]. reals: [value].
-void pipec_k_fill(void *const *bufs, const int64_t *ints, const double *reals);
+void pipec_k_fill(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
+                  const double *reals);
 
 /// ONNX SoftmaxCrossEntropyLoss (opset 13 semantics).
 /// bufs: [scores, labels (int64), weights (C floats, or NULL), loss,
@@ -294,35 +316,37 @@ void pipec_k_fill(void *const *bufs, const int64_t *ints, const double *reals);
 /// ints: [N, C, D, reduction, hasWeights, hasIgnoreIndex, ignoreIndex]
 ///   reduction: 0 none, 1 mean, 2 sum. Mean divides by the sum of the
 ///   weights of the non-ignored targets (by their count without weights).
-void pipec_k_sce_loss(void *const *bufs, const int64_t *ints,
+void pipec_k_sce_loss(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                       const double *reals);
 
 /// Gradient of pipec_k_sce_loss with respect to the scores.
 /// bufs: [scores, labels (int64), weights (or NULL), dLoss, dScores]
 ///   dLoss has the shape of the forward loss output (scalar or [N, D]).
 /// ints: as pipec_k_sce_loss.
-void pipec_k_sce_loss_grad(void *const *bufs, const int64_t *ints,
-                           const double *reals);
+void pipec_k_sce_loss_grad(pipec_kctx *kc, void *const *bufs,
+                           const int64_t *ints, const double *reals);
 
 /// Plain SGD: Wout = W - lr * G. bufs: [W, G, lr (one float), Wout];
 /// Wout may alias W. ints: [n].
-void pipec_k_sgd(void *const *bufs, const int64_t *ints, const double *reals);
+void pipec_k_sgd(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
+                 const double *reals);
 
 /// ONNX Momentum (ai.onnx.preview.training), one tensor of n elements.
 /// bufs: [R (f32 scalar), T (i64 scalar), X, G, V, Xnew, Vnew]; Xnew may
 /// alias X and Vnew V. ints: [n, nesterov]. reals: [alpha, beta,
 /// norm_coefficient].
-void pipec_k_momentum(void *const *bufs, const int64_t *ints,
+void pipec_k_momentum(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                       const double *reals);
 
 /// ONNX Adam. bufs: [R, T, X, G, V, H, Xnew, Vnew, Hnew] (outputs may alias
 /// their inputs). ints: [n]. reals: [alpha, beta, norm_coefficient,
 /// norm_coefficient_post, epsilon].
-void pipec_k_adam(void *const *bufs, const int64_t *ints, const double *reals);
+void pipec_k_adam(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
+                  const double *reals);
 
 /// ONNX Adagrad. bufs: [R, T, X, G, H, Xnew, Hnew]. ints: [n].
 /// reals: [decay_factor, epsilon, norm_coefficient].
-void pipec_k_adagrad(void *const *bufs, const int64_t *ints,
+void pipec_k_adagrad(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                      const double *reals);
 
 /// Dropout in training mode with a mask that is a deterministic function of
@@ -331,7 +355,7 @@ void pipec_k_adagrad(void *const *bufs, const int64_t *ints,
 /// bufs: [X, rng (int64[2]: seed, global index of the microbatch's first
 /// sample), Y, Mask]; Mask holds 0 or 1/(1-ratio) and is what the backward
 /// multiplies dY with. ints: [n, sampleElems, salt]. reals: [ratio].
-void pipec_k_dropout(void *const *bufs, const int64_t *ints,
+void pipec_k_dropout(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                      const double *reals);
 
 /*===----------------------------------------------------------------------===*
@@ -342,7 +366,8 @@ void pipec_k_dropout(void *const *bufs, const int64_t *ints,
  * against them. The list is include/pipec_kernels.def.
  *===----------------------------------------------------------------------===*/
 #define PIPEC_KERNEL(sym)                                                      \
-  void sym##_f64(void *const *bufs, const int64_t *ints, const double *reals);
+  void sym##_f64(pipec_kctx *kc, void *const *bufs, const int64_t *ints,       \
+                 const double *reals);
 #define PIPEC_KERNEL_BYTES(sym)
 #include "pipec_kernels.def"
 
@@ -356,6 +381,17 @@ pipec_kernel_fn pipec_rt_find_kernel(const char *name);
  *===----------------------------------------------------------------------===*/
 
 typedef struct pipec_ctx pipec_ctx;
+
+/// The stage's kernel context (see pipec_kctx), the same for the whole run.
+pipec_kctx *pipec_rt_kernel_context(pipec_ctx *ctx);
+
+/// A new CPU kernel context, for callers outside a stage executable
+/// (profiling, tests, the CUDA kernel checker): float32 arithmetic when
+/// `like` is NULL, else the arithmetic of `like` (a context of any device;
+/// a `--precision bf16` one rounds the matrix products' operands to
+/// bfloat16). Freed with pipec_rt_cpu_kernel_context_free.
+pipec_kctx *pipec_rt_cpu_kernel_context_new(const pipec_kctx *like);
+void pipec_rt_cpu_kernel_context_free(pipec_kctx *kc);
 
 /// One training step of this stage: the generated schedule program.
 typedef void (*pipec_program_fn)(pipec_ctx *ctx, char *arena);

@@ -21,7 +21,7 @@ namespace {
 
 Json validDesc() {
   return Json::parse(R"({
-    "format": "pipec.stage/2", "abi": 2, "build_id": "3f9a",
+    "format": "pipec.stage/2", "abi": 3, "build_id": "3f9a",
     "stage": 1, "num_stages": 2,
     "microbatches": 4, "microbatch": 2, "global_batch": 8,
     "schedule": "gpipe", "arena_bytes": 1024,

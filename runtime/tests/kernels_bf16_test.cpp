@@ -22,10 +22,10 @@ using namespace pipec_test;
 
 namespace {
 
-/// The process's matrix products in bfloat16 while in scope.
+/// The tests' kernel context's matrix products in bfloat16 while in scope.
 struct Bf16Matmuls {
-  Bf16Matmuls() { pipec::cpu::setMatmulBf16(true); }
-  ~Bf16Matmuls() { pipec::cpu::setMatmulBf16(false); }
+  Bf16Matmuls() { kctx()->matmulBf16 = true; }
+  ~Bf16Matmuls() { kctx()->matmulBf16 = false; }
 };
 
 /// `x` rounded to the nearest bfloat16, ties to even (an independent
@@ -121,4 +121,51 @@ TEST(KernelBf16, RoundingTiesInfinityAndNaN) {
   EXPECT_EQ(y[1], 1.0f + 0x1p-6f);
   EXPECT_EQ(y[2], inf);
   EXPECT_TRUE(std::isnan(y[3]));
+}
+
+// ABI 3: the arithmetic travels in the kernel context, not in the process.
+// Two contexts side by side keep their own, a context made "like" another
+// copies it, and a kernel that needs its context refuses a missing one.
+TEST(KernelContext, ArithmeticIsPerContext) {
+  std::mt19937 rng(7);
+  const int64_t m = 9, n = 11, k = 13;
+  Floats a = randomFloats(rng, m * k), b = randomFloats(rng, k * n);
+  pipec_kctx *f32 = pipec_rt_cpu_kernel_context_new(nullptr);
+  pipec::cpu::KernelContext bf16Ctx;
+  bf16Ctx.matmulBf16 = true;
+  pipec_kctx *like = pipec_rt_cpu_kernel_context_new(&bf16Ctx);
+  EXPECT_TRUE(like->matmulBf16);
+  EXPECT_FALSE(f32->matmulBf16);
+  auto run = [&](pipec_kctx *kc) {
+    Floats y(size_t(m * n));
+    void *bufs[] = {a.data(), b.data(), nullptr, y.data()};
+    const int64_t ints[] = {m, n, k, 0, 0, 0, 0, 0};
+    const double reals[] = {1.0, 0.0};
+    pipec_k_gemm(kc, bufs, ints, reals);
+    return y;
+  };
+  Floats plain = run(f32), viaLike = run(like), viaBf16 = run(&bf16Ctx);
+  EXPECT_EQ(viaLike, viaBf16);
+  EXPECT_NE(plain, viaBf16) << "no bfloat16 rounding visible";
+  Floats want(size_t(m * n));
+  gemm(rounded(a).data(), rounded(b).data(), nullptr, want.data(), m, n, k, 0,
+       0, false, 0, 0, 1.0, 0.0);
+  EXPECT_EQ(viaBf16, want);
+  // The process-wide test context was not touched.
+  EXPECT_EQ(run(kctx()), plain);
+  pipec_rt_cpu_kernel_context_free(like);
+  pipec_rt_cpu_kernel_context_free(f32);
+
+  Floats y(size_t(m * n));
+  void *bufs[] = {a.data(), b.data(), nullptr, y.data()};
+  const int64_t ints[] = {m, n, k, 0, 0, 0, 0, 0};
+  const double reals[] = {1.0, 0.0};
+  try {
+    pipec_k_gemm(nullptr, bufs, ints, reals);
+    ADD_FAILURE() << "a missing kernel context was accepted";
+  } catch (const std::exception &e) {
+    EXPECT_NE(std::string(e.what()).find("pipec_k_gemm: no kernel context"),
+              std::string::npos)
+        << e.what();
+  }
 }

@@ -302,7 +302,7 @@ TEST(KernelConv2dGrad, DepthwisePointwiseOverwritesDx) {
     dy[i] = float(i) - 5.f;
   std::vector<float> dx(dy.size(), 7.f); // stale contents
   void *bufs[] = {dy.data(), wt.data(), dx.data()};
-  pipec_k_conv2d_grad_input(bufs, ints, nullptr);
+  pipec_k_conv2d_grad_input(kctx(), bufs, ints, nullptr);
   for (int64_t ch = 0; ch < c; ++ch)
     for (int64_t i = 0; i < h * w; ++i)
       EXPECT_FLOAT_EQ(dx[size_t(ch * h * w + i)],
@@ -316,7 +316,7 @@ TEST(KernelConv2dGrad, EmptyOutputZeroesDx) {
   const int64_t ints[] = {1, 2, 3, 3, 2, 3, 3, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0};
   std::vector<float> dy(1), wt(2 * 2 * 9, 1.f), dx(18, 7.f);
   void *bufs[] = {dy.data(), wt.data(), dx.data()};
-  pipec_k_conv2d_grad_input(bufs, ints, nullptr);
+  pipec_k_conv2d_grad_input(kctx(), bufs, ints, nullptr);
   for (float v : dx)
     EXPECT_EQ(v, 0.f);
 }

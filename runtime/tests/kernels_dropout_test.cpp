@@ -1,5 +1,5 @@
 //===- kernels_dropout_test.cpp - training-mode dropout -------------------===//
-#include "pipec_rt.h"
+#include "kernels_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@ void dropout(const std::vector<float> &x, int64_t seed, int64_t first,
   void *bufs[] = {const_cast<float *>(x.data()), rng, y.data(), mask.data()};
   int64_t ints[] = {int64_t(x.size()), sampleElems, salt};
   double reals[] = {ratio};
-  pipec_k_dropout(bufs, ints, reals);
+  pipec_k_dropout(pipec_test::kctx(), bufs, ints, reals);
 }
 } // namespace
 

@@ -109,7 +109,7 @@ TEST(KernelUnaryNew, ParameterDefaultsAndSpecialValues) {
   auto run = [&](int64_t op, const double *reals) {
     void *bufs[] = {x.data(), y.data()};
     int64_t ints[] = {op, n};
-    pipec_k_unary(bufs, ints, reals);
+    pipec_k_unary(kctx(), bufs, ints, reals);
   };
   // NULL reals: CLIP has no bounds, LEAKY_RELU slope 0, POW_SCALAR x^0.
   run(PIPEC_UN_CLIP, nullptr);
@@ -220,7 +220,7 @@ TEST(KernelUnaryGradNew, ConventionsAtKinks) {
     // NULL reals: CLIP without bounds passes everything.
     void *bufs[] = {x.data(), dy.data(), dx.data()};
     int64_t ints[] = {PIPEC_UN_CLIP, 5};
-    pipec_k_unary_grad(bufs, ints, nullptr);
+    pipec_k_unary_grad(kctx(), bufs, ints, nullptr);
     EXPECT_EQ(dx, dy);
   }
   // POW_SCALAR with exponent 0 has a zero gradient, also at x == 0.

@@ -33,7 +33,7 @@ inline void unary2(int64_t opcode, const float *x, float *y, int64_t n,
   void *bufs[] = {const_cast<float *>(x), y};
   int64_t ints[] = {opcode, n};
   double reals[] = {alpha, beta};
-  pipec_k_unary(bufs, ints, reals);
+  pipec_k_unary(kctx(), bufs, ints, reals);
 }
 
 /// pipec_k_unary_grad with both reals (alpha, beta).
@@ -42,7 +42,7 @@ inline void unaryGrad2(int64_t opcode, const float *t, const float *dy,
   void *bufs[] = {const_cast<float *>(t), const_cast<float *>(dy), dx};
   int64_t ints[] = {opcode, n};
   double reals[] = {alpha, beta};
-  pipec_k_unary_grad(bufs, ints, reals);
+  pipec_k_unary_grad(kctx(), bufs, ints, reals);
 }
 
 inline void binaryGrad(int64_t opcode, const float *a, const float *b,
@@ -54,7 +54,7 @@ inline void binaryGrad(int64_t opcode, const float *a, const float *b,
   ints.insert(ints.end(), dims.begin(), dims.end());
   ints.insert(ints.end(), aStrides.begin(), aStrides.end());
   ints.insert(ints.end(), bStrides.begin(), bStrides.end());
-  pipec_k_binary_grad(bufs, ints.data(), nullptr);
+  pipec_k_binary_grad(kctx(), bufs, ints.data(), nullptr);
 }
 
 //===----------------------------------------------------------------------===//
@@ -67,7 +67,7 @@ inline void broadcast(const float *x, float *y, const Dims &yDims,
   Dims ints = {int64_t(yDims.size())};
   ints.insert(ints.end(), yDims.begin(), yDims.end());
   ints.insert(ints.end(), xStrides.begin(), xStrides.end());
-  pipec_k_broadcast(bufs, ints.data(), nullptr);
+  pipec_k_broadcast(kctx(), bufs, ints.data(), nullptr);
 }
 
 inline void stridedCopy(const float *src, float *dst, const Dims &dims,
@@ -82,7 +82,7 @@ inline void stridedCopy(const float *src, float *dst, const Dims &dims,
   ints.insert(ints.end(), dstStrides.begin(), dstStrides.end());
   ints.push_back(dstOffset);
   ints.push_back(accumulate);
-  pipec_k_strided_copy(bufs, ints.data(), nullptr);
+  pipec_k_strided_copy(kctx(), bufs, ints.data(), nullptr);
 }
 
 inline void gather(const float *data, const int64_t *indices, float *y,
@@ -90,7 +90,7 @@ inline void gather(const float *data, const int64_t *indices, float *y,
                    int64_t nIndices) {
   void *bufs[] = {const_cast<float *>(data), const_cast<int64_t *>(indices), y};
   int64_t ints[] = {outer, axisDim, inner, nIndices};
-  pipec_k_gather(bufs, ints, nullptr);
+  pipec_k_gather(kctx(), bufs, ints, nullptr);
 }
 
 inline void gatherGrad(const float *dy, const int64_t *indices, float *dData,
@@ -99,7 +99,7 @@ inline void gatherGrad(const float *dy, const int64_t *indices, float *dData,
   void *bufs[] = {const_cast<float *>(dy), const_cast<int64_t *>(indices),
                   dData};
   int64_t ints[] = {outer, axisDim, inner, nIndices};
-  pipec_k_gather_grad(bufs, ints, nullptr);
+  pipec_k_gather_grad(kctx(), bufs, ints, nullptr);
 }
 
 //===----------------------------------------------------------------------===//
@@ -138,21 +138,21 @@ inline void conv2d(const ConvParams &p, const float *x, const float *w,
   void *bufs[] = {const_cast<float *>(x), const_cast<float *>(w),
                   const_cast<float *>(b), y};
   Int64s ints = p.ints();
-  pipec_k_conv2d(bufs, ints.data(), nullptr);
+  pipec_k_conv2d(kctx(), bufs, ints.data(), nullptr);
 }
 
 inline void conv2dGradInput(const ConvParams &p, const float *dy,
                             const float *w, float *dx) {
   void *bufs[] = {const_cast<float *>(dy), const_cast<float *>(w), dx};
   Int64s ints = p.ints();
-  pipec_k_conv2d_grad_input(bufs, ints.data(), nullptr);
+  pipec_k_conv2d_grad_input(kctx(), bufs, ints.data(), nullptr);
 }
 
 inline void conv2dGradWeight(const ConvParams &p, const float *dy,
                              const float *x, float *dw) {
   void *bufs[] = {const_cast<float *>(dy), const_cast<float *>(x), dw};
   Int64s ints = p.ints();
-  pipec_k_conv2d_grad_weight(bufs, ints.data(), nullptr);
+  pipec_k_conv2d_grad_weight(kctx(), bufs, ints.data(), nullptr);
 }
 
 //===----------------------------------------------------------------------===//
@@ -190,26 +190,26 @@ inline void maxpool2d(const PoolParams &p, const float *x, float *y,
                       int64_t *indices) {
   void *bufs[] = {const_cast<float *>(x), y, indices};
   Int64s ints = p.maxInts();
-  pipec_k_maxpool2d(bufs, ints.data(), nullptr);
+  pipec_k_maxpool2d(kctx(), bufs, ints.data(), nullptr);
 }
 
 inline void maxpool2dGrad(const float *dy, const int64_t *indices, float *dx,
                           int64_t nX, int64_t nY) {
   void *bufs[] = {const_cast<float *>(dy), const_cast<int64_t *>(indices), dx};
   int64_t ints[] = {nX, nY};
-  pipec_k_maxpool2d_grad(bufs, ints, nullptr);
+  pipec_k_maxpool2d_grad(kctx(), bufs, ints, nullptr);
 }
 
 inline void avgpool2d(const PoolParams &p, const float *x, float *y) {
   void *bufs[] = {const_cast<float *>(x), y};
   Int64s ints = p.avgInts();
-  pipec_k_avgpool2d(bufs, ints.data(), nullptr);
+  pipec_k_avgpool2d(kctx(), bufs, ints.data(), nullptr);
 }
 
 inline void avgpool2dGrad(const PoolParams &p, const float *dy, float *dx) {
   void *bufs[] = {const_cast<float *>(dy), dx};
   Int64s ints = p.avgInts();
-  pipec_k_avgpool2d_grad(bufs, ints.data(), nullptr);
+  pipec_k_avgpool2d_grad(kctx(), bufs, ints.data(), nullptr);
 }
 
 //===----------------------------------------------------------------------===//
@@ -243,7 +243,7 @@ inline BatchNormOut batchnormTrain(const Floats &x, const Floats &scale,
                   out.runVar.data()};
   int64_t ints[] = {n, c, s};
   double reals[] = {eps, momentum};
-  pipec_k_batchnorm_train(bufs, ints, reals);
+  pipec_k_batchnorm_train(kctx(), bufs, ints, reals);
   return out;
 }
 
@@ -260,7 +260,7 @@ inline void batchnormGrad(const Floats &x, const Floats &scale,
                   dScale,
                   dBias};
   int64_t ints[] = {n, c, s};
-  pipec_k_batchnorm_grad(bufs, ints, nullptr);
+  pipec_k_batchnorm_grad(kctx(), bufs, ints, nullptr);
 }
 
 inline void layernorm(const float *x, const float *scale, const float *bias,
@@ -274,7 +274,7 @@ inline void layernorm(const float *x, const float *scale, const float *bias,
                   invStd};
   int64_t ints[] = {outer, inner};
   double reals[] = {eps};
-  pipec_k_layernorm(bufs, ints, reals);
+  pipec_k_layernorm(kctx(), bufs, ints, reals);
 }
 
 inline void layernormGrad(const float *x, const float *scale, const float *mean,
@@ -290,7 +290,7 @@ inline void layernormGrad(const float *x, const float *scale, const float *mean,
                   dScale,
                   dBias};
   int64_t ints[] = {outer, inner};
-  pipec_k_layernorm_grad(bufs, ints, nullptr);
+  pipec_k_layernorm_grad(kctx(), bufs, ints, nullptr);
 }
 
 } // namespace pipec_test

@@ -87,7 +87,7 @@ TEST(KernelBatchNorm, RunningStatsInPlaceAndLargeMean) {
                   x.data(), mean.data(),  invStd.data(), rm.data(), rv.data()};
   int64_t ints[] = {n, c, s};
   double reals[] = {1e-5, 0.9};
-  pipec_k_batchnorm_train(bufs, ints, reals);
+  pipec_k_batchnorm_train(kctx(), bufs, ints, reals);
   for (int64_t ch = 0; ch < c; ++ch) {
     double m, v;
     channelStats(xCopy, n, c, s, ch, m, v);
@@ -122,7 +122,7 @@ TEST(KernelBatchNorm, InferenceModeMatchesFormula) {
                   mean.data(), var.data(),   y.data()};
   int64_t ints[] = {n, c, s};
   double reals[] = {1e-3};
-  pipec_k_batchnorm_infer(bufs, ints, reals);
+  pipec_k_batchnorm_infer(kctx(), bufs, ints, reals);
   for (int64_t i = 0; i < n * c * s; ++i) {
     size_t ch = size_t((i / s) % c);
     double ref = scale[ch] * (x[size_t(i)] - mean[ch]) /

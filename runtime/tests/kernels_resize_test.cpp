@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "pipec_rt.h"
+#include "kernels_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -65,7 +65,7 @@ TEST(KernelResizeLinear, MatchesTheOnnxDefinitionInEveryMode) {
       int64_t ints[] = {k.n, k.c, k.h, k.w, k.oh, k.ow, mode};
       double reals[] = {k.sh, k.sw};
       void *bufs[] = {x.data(), y.data()};
-      pipec_k_resize_linear(bufs, ints, reals);
+      pipec_k_resize_linear(pipec_test::kctx(), bufs, ints, reals);
       for (int64_t p = 0; p < k.n * k.c; ++p)
         for (int64_t o = 0; o < k.oh; ++o)
           for (int64_t q = 0; q < k.ow; ++q) {
@@ -101,8 +101,8 @@ TEST(KernelResizeLinear, BackwardIsTheAdjointOfTheForward) {
       double reals[] = {k.sh, k.sw};
       void *fwd[] = {x.data(), y.data()};
       void *bwd[] = {g.data(), dx.data()};
-      pipec_k_resize_linear(fwd, ints, reals);
-      pipec_k_resize_linear_grad(bwd, ints, reals);
+      pipec_k_resize_linear(pipec_test::kctx(), fwd, ints, reals);
+      pipec_k_resize_linear_grad(pipec_test::kctx(), bwd, ints, reals);
       double lhs = 0, rhs = 0, scale = 0;
       for (size_t i = 0; i < y.size(); ++i) {
         lhs += double(y[i]) * g[i];
@@ -119,7 +119,7 @@ TEST(KernelResizeLinear, BadParametersPoisonTheOutput) {
   int64_t ints[] = {1, 1, 2, 2, 2, 2, 9}; // unknown mode
   double reals[] = {1.0, 1.0};
   void *bufs[] = {x.data(), y.data()};
-  pipec_k_resize_linear(bufs, ints, reals);
+  pipec_k_resize_linear(pipec_test::kctx(), bufs, ints, reals);
   for (float v : y)
     EXPECT_TRUE(std::isnan(v));
 }

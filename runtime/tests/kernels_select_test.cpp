@@ -83,7 +83,7 @@ TEST(KernelCompare, FloatAndIntWithBroadcastingAndNaN) {
         void *bufs[3] = {isInt ? (void *)ia.data() : (void *)a.data(),
                          isInt ? (void *)ib.data() : (void *)b.data(),
                          y.data()};
-        pipec_k_compare(bufs, k.data(), nullptr);
+        pipec_k_compare(kctx(), bufs, k.data(), nullptr);
         Dims ys = rowMajorStrides(c.out);
         forEachMultiIndex(c.out, [&](const Dims &idx) {
           size_t ai = size_t(dotIndex(idx, c.strides[0]));
@@ -119,7 +119,7 @@ TEST(KernelWhere, SelectsWithThreeWayBroadcasting) {
                        isInt ? (void *)xi.data() : (void *)x.data(),
                        isInt ? (void *)yi.data() : (void *)y.data(),
                        isInt ? (void *)outI.data() : (void *)out.data()};
-      pipec_k_where(bufs, k.data(), nullptr);
+      pipec_k_where(kctx(), bufs, k.data(), nullptr);
       forEachMultiIndex(c.out, [&](const Dims &idx) {
         bool pick = cond[size_t(dotIndex(idx, c.strides[0]))] != 0;
         size_t xi0 = size_t(dotIndex(idx, c.strides[1]));
@@ -140,7 +140,7 @@ TEST(KernelCast, RoundTripsTruncationAndOutOfRange) {
   std::vector<int64_t> y(x.size());
   int64_t k[2] = {PIPEC_CAST_F32_TO_I64, int64_t(x.size())};
   void *bufs[2] = {x.data(), y.data()};
-  pipec_k_cast(bufs, k, nullptr);
+  pipec_k_cast(kctx(), bufs, k, nullptr);
   const int64_t bad = std::numeric_limits<int64_t>::min();
   std::vector<int64_t> want = {0, 1, -1, 0, int64_t(3e18f),
                                int64_t(-9.2233720e18f), bad, bad};
@@ -150,6 +150,6 @@ TEST(KernelCast, RoundTripsTruncationAndOutOfRange) {
   Floats f(i.size());
   int64_t k2[2] = {PIPEC_CAST_I64_TO_F32, int64_t(i.size())};
   void *bufs2[2] = {i.data(), f.data()};
-  pipec_k_cast(bufs2, k2, nullptr);
+  pipec_k_cast(kctx(), bufs2, k2, nullptr);
   EXPECT_EQ(f, (Floats{0.0f, 1.0f, -7.0f, 1099511627776.0f, 16777216.0f}));
 }

@@ -596,25 +596,25 @@ TEST(KernelCopyFillSgd, Semantics) {
   {
     void *bufs[] = {v.data(), v.data() + 2};
     int64_t ints[] = {int64_t(5 * sizeof(float))};
-    pipec_k_copy(bufs, ints, nullptr);
+    pipec_k_copy(kctx(), bufs, ints, nullptr);
   }
   EXPECT_EQ(v, (Floats{0, 1, 0, 1, 2, 3, 4, 7}));
   {
     void *bufs[] = {v.data() + 3, v.data()};
     int64_t ints[] = {int64_t(4 * sizeof(float))};
-    pipec_k_copy(bufs, ints, nullptr);
+    pipec_k_copy(kctx(), bufs, ints, nullptr);
   }
   EXPECT_EQ(v, (Floats{1, 2, 3, 4, 2, 3, 4, 7}));
   {
     void *bufs[] = {nullptr, nullptr};
     int64_t ints[] = {0};
-    pipec_k_copy(bufs, ints, nullptr);
+    pipec_k_copy(kctx(), bufs, ints, nullptr);
   }
   {
     void *bufs[] = {v.data() + 1};
     int64_t ints[] = {6};
     double reals[] = {-2.5};
-    pipec_k_fill(bufs, ints, reals);
+    pipec_k_fill(kctx(), bufs, ints, reals);
   }
   EXPECT_EQ(v, (Floats{1, -2.5, -2.5, -2.5, -2.5, -2.5, -2.5, 7}));
 
@@ -623,14 +623,14 @@ TEST(KernelCopyFillSgd, Semantics) {
   {
     void *bufs[] = {w.data(), g.data(), &lr, out.data()};
     int64_t ints[] = {3};
-    pipec_k_sgd(bufs, ints, nullptr);
+    pipec_k_sgd(kctx(), bufs, ints, nullptr);
   }
   for (int i = 0; i < 3; ++i)
     EXPECT_FLOAT_EQ(out[size_t(i)], w[size_t(i)] - 0.1f * g[size_t(i)]);
   {
     void *bufs[] = {w.data(), g.data(), &lr, w.data()}; // in place
     int64_t ints[] = {3};
-    pipec_k_sgd(bufs, ints, nullptr);
+    pipec_k_sgd(kctx(), bufs, ints, nullptr);
   }
   EXPECT_EQ(w, out);
 }

@@ -14,6 +14,7 @@
 #ifndef PIPEC_RUNTIME_TESTS_KERNELS_TEST_UTIL_H
 #define PIPEC_RUNTIME_TESTS_KERNELS_TEST_UTIL_H
 
+#include "cpu/kernel_context.h"
 #include "pipec_rt.h"
 
 #include <gtest/gtest.h>
@@ -28,6 +29,13 @@ namespace pipec_test {
 
 using Floats = std::vector<float>;
 using Dims = std::vector<int64_t>;
+
+/// The kernel context the tests call the CPU kernels with (float32
+/// arithmetic unless a test turns matmulBf16 on for a while).
+inline pipec::cpu::KernelContext *kctx() {
+  static pipec::cpu::KernelContext context;
+  return &context;
+}
 
 //===----------------------------------------------------------------------===//
 // Data and shapes
@@ -146,7 +154,7 @@ inline void gemm(const float *a, const float *b, const float *c, float *y,
                   const_cast<float *>(c), y};
   int64_t ints[] = {m, n, k, transA, transB, hasC, cStrideM, cStrideN};
   double reals[] = {alpha, beta};
-  pipec_k_gemm(bufs, ints, reals);
+  pipec_k_gemm(kctx(), bufs, ints, reals);
 }
 
 inline void batchMatmul(const float *a, const float *b, float *y,
@@ -160,7 +168,7 @@ inline void batchMatmul(const float *a, const float *b, float *y,
   ints.insert(ints.end(), bBatchStrides.begin(), bBatchStrides.end());
   ints.insert(ints.end(), {m, n, k, transA, transB});
   double reals[] = {alpha};
-  pipec_k_batch_matmul(bufs, ints.data(), reals);
+  pipec_k_batch_matmul(kctx(), bufs, ints.data(), reals);
 }
 
 inline void binary(int64_t opcode, const float *a, const float *b, float *y,
@@ -171,7 +179,7 @@ inline void binary(int64_t opcode, const float *a, const float *b, float *y,
   ints.insert(ints.end(), dims.begin(), dims.end());
   ints.insert(ints.end(), aStrides.begin(), aStrides.end());
   ints.insert(ints.end(), bStrides.begin(), bStrides.end());
-  pipec_k_binary(bufs, ints.data(), nullptr);
+  pipec_k_binary(kctx(), bufs, ints.data(), nullptr);
 }
 
 inline void unary(int64_t opcode, const float *x, float *y, int64_t n,
@@ -179,7 +187,7 @@ inline void unary(int64_t opcode, const float *x, float *y, int64_t n,
   void *bufs[] = {const_cast<float *>(x), y};
   int64_t ints[] = {opcode, n};
   double reals[] = {alpha};
-  pipec_k_unary(bufs, ints, reals);
+  pipec_k_unary(kctx(), bufs, ints, reals);
 }
 
 inline void unaryGrad(int64_t opcode, const float *t, const float *dy,
@@ -187,21 +195,21 @@ inline void unaryGrad(int64_t opcode, const float *t, const float *dy,
   void *bufs[] = {const_cast<float *>(t), const_cast<float *>(dy), dx};
   int64_t ints[] = {opcode, n};
   double reals[] = {alpha};
-  pipec_k_unary_grad(bufs, ints, reals);
+  pipec_k_unary_grad(kctx(), bufs, ints, reals);
 }
 
 inline void softmax(const float *x, float *y, int64_t outer, int64_t dim,
                     int64_t inner, bool isLog) {
   void *bufs[] = {const_cast<float *>(x), y};
   int64_t ints[] = {outer, dim, inner, isLog};
-  pipec_k_softmax(bufs, ints, nullptr);
+  pipec_k_softmax(kctx(), bufs, ints, nullptr);
 }
 
 inline void softmaxGrad(const float *y, const float *dy, float *dx,
                         int64_t outer, int64_t dim, int64_t inner, bool isLog) {
   void *bufs[] = {const_cast<float *>(y), const_cast<float *>(dy), dx};
   int64_t ints[] = {outer, dim, inner, isLog};
-  pipec_k_softmax_grad(bufs, ints, nullptr);
+  pipec_k_softmax_grad(kctx(), bufs, ints, nullptr);
 }
 
 inline void reduceSum(const float *x, float *y, const Dims &xDims,
@@ -211,7 +219,7 @@ inline void reduceSum(const float *x, float *y, const Dims &xDims,
   ints.insert(ints.end(), xDims.begin(), xDims.end());
   ints.insert(ints.end(), yStrides.begin(), yStrides.end());
   double reals[] = {scale};
-  pipec_k_reduce_sum(bufs, ints.data(), reals);
+  pipec_k_reduce_sum(kctx(), bufs, ints.data(), reals);
 }
 
 inline void transpose(const float *x, float *y, const Dims &xDims,
@@ -220,7 +228,7 @@ inline void transpose(const float *x, float *y, const Dims &xDims,
   Dims ints = {int64_t(xDims.size())};
   ints.insert(ints.end(), xDims.begin(), xDims.end());
   ints.insert(ints.end(), perm.begin(), perm.end());
-  pipec_k_transpose(bufs, ints.data(), nullptr);
+  pipec_k_transpose(kctx(), bufs, ints.data(), nullptr);
 }
 
 /// Parameters of SoftmaxCrossEntropyLoss; reduction 0 none, 1 mean, 2 sum.
@@ -239,7 +247,7 @@ inline void sceLoss(const SceConfig &cfg, const float *scores,
   int64_t ints[] = {
       cfg.n,         cfg.c,          cfg.d, cfg.reduction, weights != nullptr,
       cfg.hasIgnore, cfg.ignoreIndex};
-  pipec_k_sce_loss(bufs, ints, nullptr);
+  pipec_k_sce_loss(kctx(), bufs, ints, nullptr);
 }
 
 inline void sceLossGrad(const SceConfig &cfg, const float *scores,
@@ -251,7 +259,7 @@ inline void sceLossGrad(const SceConfig &cfg, const float *scores,
   int64_t ints[] = {
       cfg.n,         cfg.c,          cfg.d, cfg.reduction, weights != nullptr,
       cfg.hasIgnore, cfg.ignoreIndex};
-  pipec_k_sce_loss_grad(bufs, ints, nullptr);
+  pipec_k_sce_loss_grad(kctx(), bufs, ints, nullptr);
 }
 
 //===----------------------------------------------------------------------===//

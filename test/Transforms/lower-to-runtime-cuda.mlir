@@ -12,11 +12,12 @@
 // CHECK: @pipec_stage_meta("{{.*}}\22target\22:\22cuda\22
 // CHECK-LABEL: func.func private @pipec_s0_fwd
 // CHECK-SAME: (%[[CTX:.*]]: !llvm.ptr, %{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: !llvm.ptr)
-// CHECK: call @pipec_cuda_k_gemm(
+// CHECK: %[[KC:.*]] = call @pipec_rt_kernel_context(%[[CTX]])
+// CHECK: call @pipec_cuda_k_gemm(%[[KC]],
 // CHECK: %[[HOST:.*]] = llvm.mlir.addressof @__pipec_const_0
 // CHECK: %[[DEV:.*]] = call @pipec_rt_constant(%[[CTX]], %[[HOST]], %{{.*}}) : (!llvm.ptr, !llvm.ptr, i64) -> !llvm.ptr
 // CHECK: llvm.store %[[DEV]]
-// CHECK: call @pipec_cuda_k_binary(
+// CHECK: call @pipec_cuda_k_binary(%[[KC]],
 // CHECK-NOT: call @pipec_k_
 // CHECK: call @pipec_rt_cuda_main(
 

@@ -7,16 +7,20 @@
 // CHECK-SAME: \22loss\22:true
 // CHECK-SAME: \22policy\22:{\22flush\22:true,\22update\22:\22flush\22,\22versions_kept\22:1}
 // CHECK-SAME: \22stage\22:1
-// Stage functions call runtime kernels with (bufs, ints, reals).
+// Stage functions call runtime kernels with (kernel context, bufs, ints,
+// reals), the kernel context asked for once on entry (ABI 3).
 // CHECK-LABEL: func.func private @pipec_s1_fwd
 // CHECK-SAME: (%[[CTX:.*]]: !llvm.ptr, %[[ARENA:.*]]: !llvm.ptr, %[[SLOT:.*]]: i64, %[[WBASE:.*]]: !llvm.ptr)
+// CHECK: %[[KC:.*]] = call @pipec_rt_kernel_context(%[[CTX]]) : (!llvm.ptr) -> !llvm.ptr
+// CHECK-NOT: call @pipec_rt_kernel_context(
 // CHECK: call @pipec_rt_op_begin(%[[CTX]]
-// CHECK: call @pipec_k_unary(
-// CHECK: call @pipec_k_gemm(
-// CHECK: call @pipec_k_sce_loss(
+// CHECK: call @pipec_k_unary(%[[KC]],
+// CHECK: call @pipec_k_gemm(%[[KC]],
+// CHECK: call @pipec_k_sce_loss(%[[KC]],
 // CHECK-LABEL: func.func private @pipec_s1_bwd
-// CHECK: call @pipec_k_sce_loss_grad(
-// CHECK: call @pipec_k_unary_grad(
+// CHECK: %[[KC2:.*]] = call @pipec_rt_kernel_context(
+// CHECK: call @pipec_k_sce_loss_grad(%[[KC2]],
+// CHECK: call @pipec_k_unary_grad(%[[KC2]],
 // CHECK-LABEL: func.func private @pipec_s1_step
 // CHECK: call @pipec_k_sgd(
 // CHECK: call @pipec_k_fill(

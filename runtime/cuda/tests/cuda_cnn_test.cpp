@@ -107,7 +107,7 @@ void maxPoolGradCase(const Pool &p, Data data = Data::Random) {
   std::vector<int64_t> indices(size_t(p.nY()));
   void *fwd[] = {x.data(), y.data(), indices.data()};
   const std::vector<int64_t> ints = p.maxInts();
-  pipec_k_maxpool2d(fwd, ints.data(), nullptr);
+  pipec_k_maxpool2d(cpuContext(), fwd, ints.data(), nullptr);
   expectSameAsCpu("maxpool2d_grad",
                   {in(randf(size_t(p.nY()), -1, 1, 103)), inI64(indices),
                    out(size_t(p.nX()))},
@@ -331,7 +331,7 @@ void batchNormGradCase(const BatchNorm &b, bool withDx, bool withScale,
                  nullptr,  nullptr};
   const int64_t ints[] = {b.n, b.c, b.s};
   const double reals[] = {b.eps, b.momentum};
-  pipec_k_batchnorm_train(fwd, ints, reals);
+  pipec_k_batchnorm_train(cpuContext(), fwd, ints, reals);
   const size_t c = size_t(b.c);
   expectSameAsCpu("batchnorm_grad",
                   {in(x), in(scale), in(savedMean), in(savedInvStd),

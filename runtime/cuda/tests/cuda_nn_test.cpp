@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 using namespace pipec::cudatest;
@@ -73,6 +75,30 @@ void gemmCase(int64_t m, int64_t n, int64_t k, bool ta, bool tb, Bias bias,
                    bias == Bias::None ? null() : in(c), out(size_t(m * n))},
                   {m, n, k, ta, tb, bias != Bias::None, sm, sn}, {alpha, beta},
                   rtol, atol);
+}
+
+// ABI 3: a CUDA kernel works in the CUDA context it is given and refuses
+// anything else before touching the GPU (so this runs without one).
+TEST(CudaKernelContext, RefusesContextsThatAreNotLiveCudaOnes) {
+  float a = 1, b = 2, y = 0;
+  void *bufs[4] = {&a, &b, nullptr, &y};
+  const int64_t ints[8] = {1, 1, 1, 0, 0, 0, 0, 0};
+  const double reals[2] = {1, 0};
+  pipec::cuda::Context unopened;
+  const std::pair<pipec_kctx *, const char *> cases[] = {
+      {nullptr, "pipec_cuda_k_gemm: no kernel context"},
+      {cpuContext(), "a CUDA kernel needs a CUDA context"},
+      {&unopened, "called before its CUDA context was initialised"}};
+  for (const auto &[kc, want] : cases) {
+    try {
+      pipec_cuda_k_gemm(kc, bufs, ints, reals);
+      ADD_FAILURE() << "accepted: " << want;
+    } catch (const std::exception &e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(y, 0.0f);
 }
 
 TEST(CudaGemm, AllTransposeCombinations) {
@@ -268,7 +294,7 @@ void softmaxGradCase(int64_t outer, int64_t dim, int64_t inner, bool isLog,
   std::vector<float> x = randf(total, -4, 4, 31), y(total);
   void *fwd[] = {x.data(), y.data()};
   const int64_t fwdInts[] = {outer, dim, inner, isLog};
-  pipec_k_softmax(fwd, fwdInts, nullptr);
+  pipec_k_softmax(cpuContext(), fwd, fwdInts, nullptr);
   expectSameAsCpu(
       "softmax_grad",
       {in(y), in(randf(total, -1, 1, 32)), inPlace ? alias(1) : out(total)},
@@ -347,7 +373,7 @@ void layerNormGradCase(int64_t outer, int64_t inner, bool withDx,
                  y.data(), mean.data(),  invStd.data()};
   const int64_t fwdInts[] = {outer, inner};
   const double eps[] = {1e-5};
-  pipec_k_layernorm(fwd, fwdInts, eps);
+  pipec_k_layernorm(cpuContext(), fwd, fwdInts, eps);
   expectSameAsCpu("layernorm_grad",
                   {in(x), in(scale), in(mean), in(invStd),
                    in(randf(total, -1, 1, 53)),
@@ -640,7 +666,7 @@ std::vector<float> gpuGemm(const std::vector<float> &a,
   void *bufs[4] = {d[0], d[1], nullptr, d[2]};
   const int64_t ints[8] = {m, n, k, 0, 0, 0, 0, 0};
   const double reals[2] = {1, 0};
-  pipec_cuda_k_gemm(bufs, ints, reals);
+  pipec_cuda_k_gemm(gpuContext(), bufs, ints, reals);
   std::vector<float> y(size_t(m * n));
   EXPECT_EQ(cudaMemcpy(y.data(), d[2], y.size() * 4, cudaMemcpyDeviceToHost),
             cudaSuccess);

@@ -59,6 +59,20 @@ std::vector<float> randf(size_t n, float lo, float hi, unsigned seed) {
   return v;
 }
 
+namespace {
+cuda::Context &testContext() {
+  static cuda::Context context;
+  return context;
+}
+} // namespace
+
+pipec_kctx *gpuContext() { return &testContext(); }
+
+pipec_kctx *cpuContext() {
+  static pipec_kctx *context = pipec_rt_cpu_kernel_context_new(nullptr);
+  return context;
+}
+
 bool haveGpu() {
   static int state = -1;
   if (state < 0) {
@@ -66,7 +80,7 @@ bool haveGpu() {
     state = cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 1 : 0;
     if (state) {
       try {
-        cuda::initContext(0, false);
+        cuda::initContext(testContext(), 0, false);
       } catch (const std::exception &e) {
         ADD_FAILURE() << "a GPU is present but the CUDA context failed: "
                       << e.what();
@@ -122,10 +136,10 @@ void expectSameAsCpu(const std::string &name, std::vector<Arg> args,
     if (args[k].kind == Arg::Alias)
       gpuBufs[k] = gpuBufs[args[k].aliasOf];
 
-  cpu(cpuBufs.data(), ints.data(), reals.data());
+  cpu(cpuContext(), cpuBufs.data(), ints.data(), reals.data());
   try {
-    gpu(gpuBufs.data(), ints.data(), reals.data());
-    cuda::check(cudaStreamSynchronize(cuda::context().stream), name.c_str());
+    gpu(gpuContext(), gpuBufs.data(), ints.data(), reals.data());
+    cuda::check(cudaStreamSynchronize(testContext().stream), name.c_str());
   } catch (const std::exception &e) {
     ADD_FAILURE() << name << ": " << e.what();
   }
@@ -178,8 +192,8 @@ std::vector<float> roundedToBf16(std::vector<float> v) {
   return v;
 }
 
-Bf16Matmuls::Bf16Matmuls() { pipec::cuda::context().matmulBf16 = true; }
-Bf16Matmuls::~Bf16Matmuls() { pipec::cuda::context().matmulBf16 = false; }
+Bf16Matmuls::Bf16Matmuls() { testContext().matmulBf16 = true; }
+Bf16Matmuls::~Bf16Matmuls() { testContext().matmulBf16 = false; }
 
 } // namespace cudatest
 } // namespace pipec

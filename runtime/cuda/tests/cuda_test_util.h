@@ -17,6 +17,8 @@
 #ifndef PIPEC_RUNTIME_CUDA_TESTS_CUDA_TEST_UTIL_H
 #define PIPEC_RUNTIME_CUDA_TESTS_CUDA_TEST_UTIL_H
 
+#include "pipec_rt.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -58,6 +60,11 @@ std::vector<float> randf(size_t n, float lo = -1.f, float hi = 1.f,
 
 /// True when a CUDA device is present (and the context could be created).
 bool haveGpu();
+
+/// The tests' CUDA kernel context (GPU 0; made by haveGpu()) and the CPU
+/// kernel context of the reference kernels.
+pipec_kctx *gpuContext();
+pipec_kctx *cpuContext();
 
 /// Runs pipec_k_<name> and pipec_cuda_k_<name> and compares outputs:
 /// |gpu - cpu| <= atol + rtol |cpu| for floats, equality for int64.
