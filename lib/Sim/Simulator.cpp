@@ -963,7 +963,10 @@ std::string Simulator::buildStages() {
 /// passes (each op's backward working set on top of what the ops before it
 /// recomputed: its own values were last read by its consumers' backwards).
 /// Zero-bubble schedules also carry values from the backward's input half
-/// to its weight half in the slot (carried_bytes).
+/// to its weight half in the slot (carried_bytes). Gradients the stage
+/// holds in io (its outputs', passed on through additions, and its
+/// inputs') come off the one-stage working sets, which had them in
+/// scratch (ioHeld below).
 void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
   const StagePlan &plan_ = plan.stages[q];
   VStage &stage = stages[q];
@@ -995,21 +998,92 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
   // backward had it in scratch from its later consumer's backward on:
   // through every op after t's last consumer in this stage (t itself and
   // every op after it when none), until that consumer adds its part into a
-  // sum, which is in scratch here too. ioFrom[i]: the bytes of such
-  // gradients counted from op first + i on.
+  // sum, which is in scratch here too. When no op of the stage reads t, the
+  // io buffer is t's gradient itself, and an addition t passes it on to its
+  // operands unchanged (same shape: no copy, the lowering aliases it): an
+  // operand p's gradient is then the io buffer too, from t's backward down
+  // to p's other last reader below t (the one that starts p's sum in
+  // scratch), or down to p itself when t is its only reader, and on through
+  // p when p is an addition as well (a residual stream's gradient crossing
+  // several blocks). ioHeld[i]: the bytes of such io buffers that op
+  // first + i's backward finds live, each buffer counted once.
   std::vector<int> lastUser(needed.size(), -1);
+  std::vector<std::vector<int>> users(needed.size());
   for (int l = first; l <= last; ++l)
     for (int t : profile.producersOf(l))
-      if (t >= first && t < l)
+      if (t >= first && t < l) {
         lastUser[size_t(t - first)] = std::max(lastUser[size_t(t - first)], l);
-  std::vector<int64_t> ioFrom(needed.size() + 1, 0);
-  for (int t = first; t <= last; ++t)
-    if (sentOn[size_t(t)])
-      ioFrom[size_t(lastUser[size_t(t - first)] < 0
-                        ? t - first
-                        : lastUser[size_t(t - first)] + 1 - first)] +=
-          aligned(profile.ops[size_t(t)].outBytes);
-  int64_t inIo = 0;
+        users[size_t(t - first)].push_back(l);
+      }
+  std::vector<int64_t> ioHeld(needed.size(), 0);
+  for (int t = first; t <= last; ++t) {
+    if (!sentOn[size_t(t)])
+      continue;
+    std::vector<bool> covered(needed.size(), false);
+    auto cover = [&](int lo, int hi) {
+      for (int l = lo; l <= hi; ++l)
+        covered[size_t(l - first)] = true;
+    };
+    const int user = lastUser[size_t(t - first)];
+    cover(user < 0 ? t : user, last);
+    // The additions the io buffer passes through, and their operands.
+    std::vector<int> through;
+    if (user < 0)
+      through.push_back(t);
+    while (!through.empty()) {
+      const int a = through.back();
+      through.pop_back();
+      const ProfileOp &add = profile.ops[size_t(a)];
+      const std::vector<int> operands = profile.producersOf(a);
+      if (add.op != "add" || operands.size() != 2 || operands[0] == operands[1])
+        continue;
+      for (int p : operands) {
+        // (A smaller operand was broadcast: its gradient is a sum. A
+        // larger one is an op with more outputs, batch_norm's statistics.)
+        if (p < first || p >= a ||
+            profile.ops[size_t(p)].outBytes < add.outBytes)
+          continue;
+        int below = -1;
+        bool readAbove = false;
+        for (int u : users[size_t(p - first)])
+          if (u > a)
+            readAbove = true; // p's sum started before a: in scratch
+          else if (u < a)
+            below = std::max(below, u);
+        if (readAbove)
+          continue;
+        cover(below < 0 ? p : below, a);
+        if (below < 0)
+          through.push_back(p);
+      }
+    }
+    const int64_t bytes = aligned(profile.ops[size_t(t)].outBytes);
+    for (size_t i = 0; i < covered.size(); ++i)
+      if (covered[i])
+        ioHeld[i] += bytes;
+  }
+  // The gradient of an input p (computed by an earlier stage) ends in io
+  // too: once this stage's part of it is complete, at the backward of p's
+  // first reader here, it sits in io while the ops before that reader run
+  // their backwards; the one-stage profile still had it in scratch there
+  // (p's earlier readers and p itself are in earlier stages). A sole
+  // reader writes its part straight into io, so its own backward has it
+  // there too.
+  std::map<int, std::pair<int, int>> inputUser; // p -> first reader, count
+  for (int l = last; l >= first; --l)
+    for (int t : profile.producersOf(l))
+      if (t >= 0 && t < first) {
+        auto &[user, count] = inputUser[t];
+        user = l;
+        ++count;
+      }
+  const bool inputGradients =
+      q > 0 && !std::all_of(stages.begin(), stages.begin() + q,
+                            [](const VStage &s) { return s.paramBytes == 0; });
+  if (inputGradients)
+    for (const auto &[t, reader] : inputUser)
+      for (int l = first; l < reader.first + (reader.second == 1); ++l)
+        ioHeld[size_t(l - first)] += aligned(profile.ops[size_t(t)].outBytes);
   int64_t slot = 0, outputs = 0, plain = 0;
   int64_t recomputed = 0, forwardPeak = 0, backwardPeak = 0;
   // A split backward (zero bubble) carries the weight half's inputs in the
@@ -1031,8 +1105,8 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
       held = std::max(held, aligned(op.outBytes));
       outputs += aligned(op.outBytes);
     }
-    inIo += ioFrom[size_t(l - first)];
-    const int64_t backward = std::max<int64_t>(0, op.bwdScratchBytes - inIo);
+    const int64_t backward =
+        std::max<int64_t>(0, op.bwdScratchBytes - ioHeld[size_t(l - first)]);
     slot += held;
     plain = std::max({plain, op.fwdScratchBytes, backward});
     // When op l's backward runs, the values it computed were read by its

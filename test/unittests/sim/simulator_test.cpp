@@ -538,11 +538,13 @@ TEST(SimMemory, ArenaModelMatchesTheLoweringsLayout) {
   EXPECT_EQ(none.memory[0].activations, 2 * 128);
   EXPECT_EQ(none.memory[0].io, 64);
   EXPECT_EQ(none.memory[0].scratch, 256);
-  // Stage 1: its input (64) + 64 saved, one slot; io: the input gradient.
+  // Stage 1: its input (64) + 64 saved, one slot; io: the input gradient,
+  // which gemm(2), the input's sole reader, writes there itself: its
+  // working set less those 64 bytes (256 - 64) is below relu(3)'s 224.
   EXPECT_EQ(none.memory[1].activations, 128);
   EXPECT_EQ(none.memory[1].io, 64);
-  EXPECT_EQ(none.memory[1].scratch, 256);
-  EXPECT_EQ(none.memory[1].arena(), 128 + 64 + 256);
+  EXPECT_EQ(none.memory[1].scratch, 224);
+  EXPECT_EQ(none.memory[1].arena(), 128 + 64 + 224);
   // Full recomputation: stage 0 keeps only the output it sends (64 per
   // slot); gemm's 64 bytes are recomputed into scratch, where relu's
   // backward working set (192 - 64) sits on top of them.
@@ -576,6 +578,44 @@ TEST(SimMemory, ArenaModelMatchesTheLoweringsLayout) {
   EXPECT_EQ(frozen.peakInflight[0], 2);
   EXPECT_EQ(frozen.memory[0].activations, 128 + 128);
   EXPECT_EQ(frozen.memory[1].activations, 3 * 64 + 64);
+}
+
+TEST(SimMemory, GradientsHeldInIoLeaveScratch) {
+  // A residual block: gemm(0) -> relu(1) -> gemm(2), add(3) = gemm(2) +
+  // relu(1), sent to stage 1 (gemm(4) -> relu(5)). The one-stage profile's
+  // backward working sets hold every live gradient; in the stage, the
+  // add's output gradient arrives in io, and the add hands that buffer on
+  // to both operands: it stands for relu(1)'s partial gradient through
+  // gemm(2)'s backward (which counted it: 256 = dY + dX + dW + partial).
+  // Stage 1's input gradient is gemm(4)'s dX, written into io itself.
+  Profile profile = uniformProfile(6, 1, 2, /*outBytes=*/64);
+  profile.memoryModel = "arena";
+  const char *kinds[] = {"gemm", "relu", "gemm", "add", "gemm", "relu"};
+  const int64_t bwd[] = {128, 192, 256, 0, 200, 128};
+  for (int l = 0; l < 6; ++l) {
+    profile.ops[l].op = kinds[l];
+    profile.ops[l].savedBytes = 64;
+    profile.ops[l].bwdScratchBytes = bwd[l];
+    profile.ops[l].inputs =
+        l == 0 ? std::vector<int>{} : std::vector<int>{l - 1};
+  }
+  profile.ops[3].inputs = {2, 1};
+  profile.ops[0].paramBytes = 64;
+  Plan plan = straightPlan(2, "1f1b-flush", 4);
+  plan.stages[0].lastLayer = 3;
+  plan.stages[1].firstLayer = 4;
+  plan.stages[1].lastLayer = 5;
+  SimResult none = simulate(profile, plan);
+  ASSERT_TRUE(none.ok) << none.error;
+  EXPECT_EQ(none.memory[0].io, 64);
+  EXPECT_EQ(none.memory[0].scratch, 192); // max(128, 192, 256 - 64, 0)
+  EXPECT_EQ(none.memory[1].scratch, 136); // max(200 - 64, 128)
+  // Without the add's pass-through (a multiplication copies dY into new
+  // gradients), gemm(2)'s working set is all scratch.
+  profile.ops[3].op = "mul";
+  SimResult copied = simulate(profile, plan);
+  ASSERT_TRUE(copied.ok) << copied.error;
+  EXPECT_EQ(copied.memory[0].scratch, 256);
 }
 
 TEST(SimMemory, BuffersAndDeviceFit) {
