@@ -8,6 +8,7 @@
 
 #include "pipec_rt.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -50,6 +51,17 @@ public:
       throw FormatError(what + ": \"" + key +
                         "\" is not an integer >= " + std::to_string(min));
     return v.get<int64_t>();
+  }
+  /// A non-negative finite number, `dflt` when absent.
+  double number(const char *key, double dflt) const {
+    if (!has(key))
+      return dflt;
+    const Json &v = get(key);
+    if (!v.is_number() || !std::isfinite(v.get<double>()) ||
+        v.get<double>() < 0)
+      throw FormatError(what + ": \"" + key +
+                        "\" is not a non-negative number");
+    return v.get<double>();
   }
   bool boolean(const char *key, bool dflt) const {
     if (!has(key))
@@ -236,6 +248,9 @@ void parseOps(const Reader &r, const std::string &what, StageDesc &d) {
         named.has("bwd_scratch_bytes") ? named.integer("bwd_scratch_bytes") : 0;
     spec.carriedBytes =
         named.has("carried_bytes") ? named.integer("carried_bytes") : 0;
+    spec.fwdFlops = named.number("fwd_flops", 0);
+    spec.bwdFlops = named.number("bwd_flops", 0);
+    spec.touchedBytes = named.number("bytes", 0);
     if (named.has("inputs"))
       for (const Json &in : named.list("inputs")) {
         if (!in.is_string())
@@ -505,6 +520,9 @@ std::string writeStageDesc(const StageDesc &d) {
                         {"fwd_scratch_bytes", o.fwdScratchBytes},
                         {"bwd_scratch_bytes", o.bwdScratchBytes},
                         {"carried_bytes", o.carriedBytes},
+                        {"fwd_flops", o.fwdFlops},
+                        {"bwd_flops", o.bwdFlops},
+                        {"bytes", o.touchedBytes},
                         {"inputs", o.inputs}});
   return j.dump();
 }

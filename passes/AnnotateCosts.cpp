@@ -70,13 +70,10 @@ struct NNAnnotateCostsPass
       for (const ProfileOp &op : loaded.profile.ops)
         byName[op.name] = &op;
     } else {
-      dev = deviceModel(device);
+      std::string error;
+      dev = deviceModelByNameOrFile(device, error);
       if (!dev) {
-        std::string known;
-        for (const std::string &n : deviceModelNames())
-          known += (known.empty() ? "" : ", ") + n;
-        module.emitError("unknown device model '")
-            << device << "' (known: " << known << ")";
+        module.emitError(error);
         return signalPassFailure();
       }
     }
@@ -95,8 +92,10 @@ struct NNAnnotateCostsPass
       if (dev) {
         auto cost = cast<nn::CostOpInterface>(op);
         double f = cost.getForwardFlops(), bf = cost.getBackwardFlops();
-        fwd = dev->seconds(f, bytes.touched);
-        bwd = dev->seconds(bf, 2.0 * bytes.touched);
+        // (A calibrated model may know this op kind's efficiency.)
+        std::string kind = op->getName().stripDialect().str();
+        fwd = dev->seconds(f, bytes.touched, kind);
+        bwd = dev->seconds(bf, 2.0 * bytes.touched, kind);
       } else {
         const std::string &name = names[size_t(index)];
         auto it = byName.find(name);

@@ -37,6 +37,13 @@ struct ProfileOp {
   /// update of a continuous schedule); independent of the microbatch size.
   /// `pipec profile` measures it with the optimizer it compiled for.
   double optSeconds = 0;
+  /// The work of one microbatch's forward and backward kernels as the
+  /// analytic cost model counts it (nn::CostOpInterface): floating-point
+  /// operations, and the bytes the forward touches (its inputs, weights
+  /// and outputs; the model charges the backward twice that). `pipec
+  /// profile` records them beside the measured times, so a device model
+  /// can be calibrated against them (pipec/Calibrate.h); 0: unknown.
+  double fwdFlops = 0, bwdFlops = 0, touchedBytes = 0;
 };
 
 struct Profile {

@@ -42,14 +42,19 @@
 
 #include "pipec/CostModel.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 
 namespace pipec {
 
 namespace {
 
 constexpr int64_t kGiB = int64_t(1) << 30;
+constexpr const char *kDeviceFormat = "pipec.device/1";
 
 /// One row of the device table.
 struct DeviceRow {
@@ -79,9 +84,24 @@ constexpr DeviceRow kDevices[] = {
 
 } // namespace
 
-double DeviceModel::seconds(double flops, double bytes) const {
-  double compute = peakFlops > 0 ? std::max(flops, 0.0) / peakFlops : 0.0;
-  double memory = bandwidth > 0 ? std::max(bytes, 0.0) / bandwidth : 0.0;
+std::string costKind(const std::string &op) {
+  return op == "gemm" ? "matmul" : op;
+}
+
+double DeviceModel::seconds(double flops, double bytes,
+                            const std::string &kind) const {
+  if (auto it = kinds.find(costKind(kind));
+      it != kinds.end() && it->second.efficiency > 0) {
+    double compute = peakFlops > 0 ? std::max(flops, 0.0) / peakFlops : 0.0;
+    double memory = bandwidth > 0 ? std::max(bytes, 0.0) / bandwidth : 0.0;
+    const double roofline = std::max(compute, memory);
+    if (it->second.upTo <= 0 || roofline <= it->second.upTo)
+      return roofline / it->second.efficiency + it->second.overhead;
+  }
+  const double peak = peakFlops * computeEfficiency,
+               bw = bandwidth * bandwidthEfficiency;
+  double compute = peak > 0 ? std::max(flops, 0.0) / peak : 0.0;
+  double memory = bw > 0 ? std::max(bytes, 0.0) / bw : 0.0;
   return std::max(compute, memory) + opOverhead;
 }
 
@@ -97,6 +117,123 @@ std::optional<DeviceModel> deviceModel(const std::string &name) {
     model.opOverhead = row.opOverhead;
     return model;
   }
+  return std::nullopt;
+}
+
+std::string deviceModelToJson(const DeviceModel &model) {
+  nlohmann::ordered_json j = {
+      {"format", kDeviceFormat},
+      {"name", model.name},
+      {"peak_flops", model.peakFlops},
+      {"bandwidth", model.bandwidth},
+      {"memory_bytes", model.memoryBytes},
+      {"op_overhead", model.opOverhead},
+      {"compute_efficiency", model.computeEfficiency},
+      {"bandwidth_efficiency", model.bandwidthEfficiency}};
+  if (!model.kinds.empty()) {
+    nlohmann::ordered_json kinds = nlohmann::ordered_json::object();
+    for (const auto &[kind, fit] : model.kinds)
+      kinds[kind] = {{"efficiency", fit.efficiency},
+                     {"overhead", fit.overhead},
+                     {"up_to", fit.upTo}};
+    j["kinds"] = kinds;
+  }
+  return j.dump(2) + "\n";
+}
+
+std::optional<DeviceModel> deviceModelFromJson(const std::string &text,
+                                               std::string &error) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    error = "not a JSON object";
+    return std::nullopt;
+  }
+  auto format = j.find("format");
+  if (format == j.end() || !format->is_string() ||
+      format->get<std::string>() != kDeviceFormat) {
+    error = std::string("\"format\" must be \"") + kDeviceFormat + "\"";
+    return std::nullopt;
+  }
+  DeviceModel m;
+  if (auto name = j.find("name"); name != j.end() && name->is_string())
+    m.name = name->get<std::string>();
+  auto number = [&](const char *key, double &out, bool positive) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number() ||
+        !std::isfinite(it->get<double>()) || it->get<double>() < 0 ||
+        (positive && it->get<double>() <= 0)) {
+      error = std::string("\"") + key + "\" must be a " +
+              (positive ? "positive" : "non-negative") + " number";
+      return false;
+    }
+    out = it->get<double>();
+    return true;
+  };
+  double memory = 0;
+  if (!number("peak_flops", m.peakFlops, true) ||
+      !number("bandwidth", m.bandwidth, true) ||
+      !number("memory_bytes", memory, false) ||
+      !number("op_overhead", m.opOverhead, false) ||
+      !number("compute_efficiency", m.computeEfficiency, true) ||
+      !number("bandwidth_efficiency", m.bandwidthEfficiency, true))
+    return std::nullopt;
+  m.memoryBytes = static_cast<int64_t>(memory);
+  if (auto kinds = j.find("kinds"); kinds != j.end()) {
+    if (!kinds->is_object()) {
+      error = "\"kinds\" must map op kinds to {efficiency, overhead}";
+      return std::nullopt;
+    }
+    for (auto it = kinds->begin(); it != kinds->end(); ++it) {
+      auto field = [&](const char *key, double &out, bool positive) {
+        if (!it->is_object())
+          return false;
+        auto f = it->find(key);
+        if (f == it->end() || !f->is_number() ||
+            !std::isfinite(f->get<double>()) || f->get<double>() < 0 ||
+            (positive && f->get<double>() <= 0))
+          return false;
+        out = f->get<double>();
+        return true;
+      };
+      DeviceModel::KindFit fit;
+      if (!field("efficiency", fit.efficiency, true) ||
+          !field("overhead", fit.overhead, false) ||
+          !field("up_to", fit.upTo, false)) {
+        error = "\"kinds\": \"" + it.key() +
+                "\" needs a positive \"efficiency\" and non-negative "
+                "\"overhead\" and \"up_to\"";
+        return std::nullopt;
+      }
+      m.kinds[it.key()] = fit;
+    }
+  }
+  return m;
+}
+
+std::optional<DeviceModel> deviceModelByNameOrFile(const std::string &name,
+                                                   std::string &error) {
+  const std::string suffix = ".json";
+  if (name.size() > suffix.size() &&
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    std::ifstream in(name);
+    if (!in) {
+      error = "cannot read device model '" + name + "'";
+      return std::nullopt;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    std::optional<DeviceModel> m = deviceModelFromJson(text.str(), error);
+    if (!m)
+      error = "device model '" + name + "': " + error;
+    return m;
+  }
+  if (std::optional<DeviceModel> m = deviceModel(name))
+    return m;
+  std::string known;
+  for (const std::string &n : deviceModelNames())
+    known += (known.empty() ? "" : ", ") + n;
+  error = "unknown device model '" + name + "' (known: " + known +
+          ", or a pipec.device/1 file NAME.json)";
   return std::nullopt;
 }
 

@@ -119,7 +119,10 @@ readOp(const json &entry, size_t i,
   }
   for (auto [key, field] : {std::make_pair("fwd_s", &op.fwdSeconds),
                             std::make_pair("bwd_s", &op.bwdSeconds),
-                            std::make_pair("opt_s", &op.optSeconds)}) {
+                            std::make_pair("opt_s", &op.optSeconds),
+                            std::make_pair("fwd_flops", &op.fwdFlops),
+                            std::make_pair("bwd_flops", &op.bwdFlops),
+                            std::make_pair("bytes", &op.touchedBytes)}) {
     std::optional<double> seconds = readSeconds(entry, key, what, error);
     if (!seconds)
       return std::nullopt;
@@ -292,6 +295,11 @@ std::string profileToJson(const Profile &profile) {
       entry["carried_bytes"] = op.carriedBytes;
     if (op.optSeconds > 0)
       entry["opt_s"] = op.optSeconds;
+    if (op.fwdFlops > 0 || op.bwdFlops > 0 || op.touchedBytes > 0) {
+      entry["fwd_flops"] = op.fwdFlops;
+      entry["bwd_flops"] = op.bwdFlops;
+      entry["bytes"] = op.touchedBytes;
+    }
     // An empty list means "the previous op"; keep it implicit.
     if (!op.inputs.empty()) {
       ordered_json inputs = ordered_json::array();

@@ -121,6 +121,18 @@ void StageLowering::describeOps(formats::StageDesc &d) {
     spec.fwdScratchBytes = fwdScratch[i];
     spec.bwdScratchBytes = bwdScratch[i];
     spec.carriedBytes = carried[i];
+    // The cost model's work of one microbatch (the stage's tensors are a
+    // microbatch's), recorded so a profile can calibrate a device model.
+    if (auto cost = dyn_cast<nn::CostOpInterface>(op)) {
+      spec.fwdFlops = cost.getForwardFlops();
+      spec.bwdFlops = cost.getBackwardFlops();
+      double touched = 0;
+      for (Value r : op->getResults())
+        touched += double(nn::tensorBytes(r.getType()));
+      for (Value v : op->getOperands())
+        touched += double(nn::tensorBytes(v.getType()));
+      spec.touchedBytes = touched;
+    }
     d.ops.push_back(std::move(spec));
   }
 }

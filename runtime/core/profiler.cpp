@@ -94,6 +94,11 @@ std::string Profiler::toJson(const StageDesc &desc,
     o["fwd_scratch_bytes"] = op.fwdScratchBytes;
     o["bwd_scratch_bytes"] = op.bwdScratchBytes;
     o["carried_bytes"] = op.carriedBytes;
+    if (op.fwdFlops > 0 || op.bwdFlops > 0 || op.touchedBytes > 0) {
+      o["fwd_flops"] = op.fwdFlops;
+      o["bwd_flops"] = op.bwdFlops;
+      o["bytes"] = op.touchedBytes;
+    }
     o["inputs"] = op.inputs;
     ops.push_back(std::move(o));
   }

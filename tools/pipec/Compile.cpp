@@ -1106,7 +1106,8 @@ static void declareCompileOptions(Args &a) {
                      "them), stages x chunks - 1 of them")
       .opt("--device",
            "analytic cost model when no profile: cpu, v100, a100, "
-           "h100",
+           "h100 (and their -fp16/-bf16 rows), or a device model that "
+           "`pipec calibrate` fitted to a measured profile (FILE.json)",
            "cpu")
       .opt("--replicas", "replicas per stage, comma-separated (with a "
                          "gradient all-reduce; every schedule: interleaved "

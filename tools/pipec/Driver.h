@@ -61,6 +61,7 @@ int runCompile(const std::vector<std::string> &args);
 int runTrain(const std::vector<std::string> &args, const char *argv0);
 int runPlan(const std::vector<std::string> &args);
 int runSimulate(const std::vector<std::string> &args);
+int runCalibrate(const std::vector<std::string> &args);
 
 /// Options of `pipec compile` (also used by `pipec profile`).
 struct CompileOptions {

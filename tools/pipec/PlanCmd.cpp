@@ -12,6 +12,7 @@
 #include "Driver.h"
 #include "SysUtil.h"
 
+#include "pipec/Calibrate.h"
 #include "pipec/Export.h"
 #include "pipec/Planners.h"
 #include "pipec/Schedule.h"
@@ -19,6 +20,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <cstdio>
 
 using namespace pipec;
@@ -424,6 +426,147 @@ int pipec::driver::runSimulate(const std::vector<std::string> &argv) {
     if (!writeFile(a.get("--trace"), sim.traceJson, error))
       return fail("simulate", error);
     llvm::outs() << "pipec simulate: trace -> " << a.get("--trace") << "\n";
+  }
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// pipec calibrate
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Reads a measured profile for `pipec calibrate`.
+bool loadMeasured(const std::string &path, Profile &out) {
+  std::string text, error;
+  if (!readFile(path, text, error)) {
+    fail("calibrate", error);
+    return false;
+  }
+  ProfileResult p = profileFromJson(text);
+  if (!p.ok) {
+    fail("calibrate", "'" + path + "': " + p.error);
+    return false;
+  }
+  out = std::move(p.profile);
+  return true;
+}
+
+/// How well `model` predicts the kernels of `measured`: summed seconds and
+/// the geometric mean of max(predicted / measured, measured / predicted)
+/// over the kernels, each kernel weighted by its measured time (so the
+/// large kernels that make a step count most).
+struct Fit {
+  int kernels = 0;
+  double measured = 0, predicted = 0, weightedLogError = 0;
+  double factor() const {
+    return measured > 0 ? std::exp(weightedLogError / measured) : 0;
+  }
+};
+
+Fit fitOf(const DeviceModel &model, const Profile &measured) {
+  Fit f;
+  auto add = [&](double seconds, double predicted) {
+    if (seconds <= 0 || predicted <= 0)
+      return;
+    ++f.kernels;
+    f.measured += seconds;
+    f.predicted += predicted;
+    f.weightedLogError += seconds * std::fabs(std::log(predicted / seconds));
+  };
+  for (const ProfileOp &op : measured.ops) {
+    if (op.fwdFlops <= 0 && op.bwdFlops <= 0 && op.touchedBytes <= 0)
+      continue;
+    add(op.fwdSeconds, predictedForward(model, op));
+    add(op.bwdSeconds, predictedBackward(model, op));
+  }
+  return f;
+}
+
+void printFit(const char *label, const Fit &f) {
+  std::printf("  %-24s %9.3f ms  ratio %5.2f  per kernel x%.2f\n", label,
+              f.predicted * 1e3, f.measured > 0 ? f.predicted / f.measured : 0,
+              f.factor());
+}
+
+} // namespace
+
+int pipec::driver::runCalibrate(const std::vector<std::string> &argv) {
+  Args a("calibrate", argv);
+  a.positional("PROFILE.json",
+               "a profile `pipec profile` measured on the device (it records "
+               "each op's FLOPs and bytes beside its times)")
+      .opt("--device",
+           "the datasheet model to calibrate: cpu, v100, a100, h100, their "
+           "-fp16/-bf16 rows, or a pipec.device/1 file",
+           "cpu")
+      .opt("-o", "write the calibrated model here (pipec.device/1 JSON; use "
+                 "it as `pipec compile --device FILE.json`)")
+      .opt("--name", "the calibrated model's name (default: DEVICE-calibrated)")
+      .opt("--check",
+           "other measured profiles (comma-separated) to predict with the "
+           "datasheet and the calibrated model, to see how the calibration "
+           "carries over to other shapes");
+  if (!a.parse())
+    return a.helpShown ? 0 : 2;
+  if (a.positionals().size() != 1)
+    return fail("calibrate", "expected one measured PROFILE.json");
+  std::string error;
+  std::optional<DeviceModel> base =
+      deviceModelByNameOrFile(a.get("--device"), error);
+  if (!base)
+    return fail("calibrate", error);
+  Profile measured;
+  if (!loadMeasured(a.positionals()[0], measured))
+    return 1;
+  Calibration c = calibrateDevice(measured, *base);
+  if (!c.ok)
+    return fail("calibrate", "'" + a.positionals()[0] + "': " + c.error);
+  c.model.name = a.has("--name") && !a.get("--name").empty()
+                     ? a.get("--name")
+                     : base->name + "-calibrated";
+  std::printf("pipec calibrate: %s on %s (%s)\n", base->name.c_str(),
+              a.positionals()[0].c_str(), measured.device.c_str());
+  std::printf("  compute-bound kernels %4d: %9.3f ms measured, %9.3f ms at "
+              "the peak: efficiency %.3f\n",
+              c.compute.kernels, c.compute.measuredSeconds * 1e3,
+              c.compute.rooflineSeconds * 1e3, c.model.computeEfficiency);
+  std::printf("  memory-bound kernels  %4d: %9.3f ms measured, %9.3f ms at "
+              "the bandwidth: efficiency %.3f\n",
+              c.memory.kernels, c.memory.measuredSeconds * 1e3,
+              c.memory.rooflineSeconds * 1e3, c.model.bandwidthEfficiency);
+  std::printf("  per op kind (t = roofline / efficiency + overhead):\n");
+  for (const auto &[kind, k] : c.kinds)
+    if (auto fit = c.model.kinds.find(kind); fit != c.model.kinds.end())
+      std::printf("    %-28s %4d kernels %9.3f ms: efficiency %7.3f, "
+                  "overhead %7.2f us\n",
+                  kind.c_str(), k.kernels,
+                  (k.measuredSeconds + k.kernels * base->opOverhead) * 1e3,
+                  fit->second.efficiency, fit->second.overhead * 1e6);
+  auto report = [&](const std::string &path, const Profile &p) {
+    std::printf("%s: %.3f ms measured over %d kernels\n", path.c_str(),
+                fitOf(*base, p).measured * 1e3, fitOf(*base, p).kernels);
+    printFit(("datasheet " + base->name).c_str(), fitOf(*base, p));
+    printFit(c.model.name.c_str(), fitOf(c.model, p));
+  };
+  report(a.positionals()[0], measured);
+  if (a.has("--check"))
+    for (const std::string &path : sys::split(a.get("--check"), ',')) {
+      if (path.empty())
+        continue;
+      Profile other;
+      if (!loadMeasured(path, other))
+        return 1;
+      if (fitOf(*base, other).kernels == 0)
+        return fail("calibrate", "'" + path +
+                                     "' has no op with counted work and a "
+                                     "measured time");
+      report(path, other);
+    }
+  if (a.has("-o") && !a.get("-o").empty()) {
+    if (!writeFile(a.get("-o"), deviceModelToJson(c.model), error))
+      return fail("calibrate", error);
+    std::printf("pipec calibrate: device model -> %s\n", a.get("-o").c_str());
   }
   return 0;
 }

@@ -39,6 +39,8 @@ commands:
                                planners of the papers (no ONNX needed)
   simulate PLAN --profile P --topology T
                                predict time, bubble and memory of a plan
+  calibrate PROFILE --device D fit a device model's efficiencies to a
+                               profile measured on the device
   help [command]               show the options of a command
 
 a first run:
@@ -81,6 +83,8 @@ int main(int argc, char **argv) {
     return runPlan(args);
   if (cmd == "simulate")
     return runSimulate(args);
+  if (cmd == "calibrate")
+    return runCalibrate(args);
   llvm::errs() << "pipec: error: unknown command '" << cmd << "'\n\n";
   printUsage(llvm::errs());
   return 2;

@@ -86,6 +86,10 @@ struct OpSpec {
   /// What a split backward (zero bubble) carries for the op.
   int64_t carriedBytes = 0;
   std::vector<std::string> inputs;
+  /// The cost model's count of one microbatch's work (nn::CostOpInterface):
+  /// forward and backward FLOPs and the bytes the forward touches, written
+  /// into the profile beside the measured times (pipec/Calibrate.h).
+  double fwdFlops = 0, bwdFlops = 0, touchedBytes = 0;
 };
 
 /// A parsed `pipec.stage/2` document.
