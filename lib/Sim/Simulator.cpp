@@ -996,9 +996,10 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
     }
   // The gradient of an output t arrives in io. The one-stage profile's
   // backward had it in scratch from its later consumer's backward on:
-  // through every op after t's last consumer in this stage (t itself and
-  // every op after it when none), until that consumer adds its part into a
-  // sum, which is in scratch here too. When no op of the stage reads t, the
+  // through every op from t's last consumer in this stage on (t itself
+  // and every op after it when none); that consumer adds its part to the
+  // io buffer into a sum in scratch, which both count, but here the io
+  // part is not in scratch. When no op of the stage reads t, the
   // io buffer is t's gradient itself, and an addition t passes it on to its
   // operands unchanged (same shape: no copy, the lowering aliases it): an
   // operand p's gradient is then the io buffer too, from t's backward down
