@@ -55,7 +55,11 @@ struct Calibration {
 /// the fit and the class's predicted time adds up to its measured one.
 /// Each op kind: measured = roofline / efficiency + overhead, a least-
 /// squares line through its kernels when they span sizes (a factor 1.5 or
-/// more in roofline time), else the class rule; valid up to four times
+/// more in roofline time; through the origin with the kind's summed time
+/// when the line would have a negative overhead), else the class rule;
+/// either way the kind's predicted time adds up to its measured one (less
+/// the overheads' clipping where a kernel is faster than the base's
+/// overhead); valid up to four times
 /// its largest kernel (DeviceModel::KindFit::upTo). Op kinds differ far
 /// more than the two classes (on this CPU a matmul runs at twice the `cpu`
 /// row's peak, a batch norm at half its bandwidth), so kinds carry over to

@@ -91,9 +91,9 @@ Calibration calibrateDevice(const Profile &measured, const DeviceModel &base) {
       }
       double a = (n * srt - sr * st) / (n * srr - sr * sr);
       double b = (st - a * sr) / n;
-      if (b < 0) { // through the origin
+      if (b < 0) { // through the origin, keeping the kind's summed time
         b = 0;
-        a = srt / srr;
+        a = st / sr;
       }
       if (a > 0 && std::isfinite(a)) {
         fit.efficiency = 1 / a;

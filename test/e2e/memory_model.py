@@ -105,6 +105,23 @@ def main():
                            f"{model} profile: optimizer time on the ops with weights",
                            f"{len(timed)} ops with opt_s > 0 of {len(owners)} with weights "
                            f"({sum(o['opt_s'] for o in ops) * 1e3:.3f} ms per step)")
+                    # Each op's counted work rides along (pipec calibrate
+                    # fits a device model to it): every GEMM, matmul and
+                    # convolution has FLOPs, every op that moves data bytes.
+                    heavy = [o for o in ops if o["op"] in ("gemm", "matmul", "conv")]
+                    report(bool(heavy) and all(o.get("fwd_flops", 0) > 0 and o.get("bwd_flops", 0) > 0
+                                               and o.get("bytes", 0) > 0 for o in heavy),
+                           f"{model} profile: FLOPs and bytes of every GEMM/matmul/conv",
+                           f"{len(heavy)} such ops, {sum(o.get('fwd_flops', 0) for o in ops) / 1e6:.1f} "
+                           f"forward MFLOP in all")
+                    rc, out = run([args.pipec, "calibrate", profile, "--device", "cpu",
+                                   "-o", os.path.join(d, f"cpu-mb{microbatch}.json")])
+                    model_json = os.path.join(d, f"cpu-mb{microbatch}.json")
+                    fit = re.search(r"cpu-calibrated\s+([\d.]+) ms\s+ratio\s+([\d.]+)", out)
+                    report(rc == 0 and fit is not None and abs(float(fit.group(2)) - 1) < 0.1
+                           and json.load(open(model_json)).get("format") == "pipec.device/1",
+                           f"{model} calibrate on its own profile",
+                           fit.group(0) if fit else out[-300:])
             if not profiles[microbatch]:
                 continue
             o = os.path.join(d, tag)
