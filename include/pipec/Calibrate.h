@@ -59,8 +59,8 @@ struct Calibration {
 /// when the line would have a negative overhead), else the class rule;
 /// either way the kind's predicted time adds up to its measured one (less
 /// the overheads' clipping where a kernel is faster than the base's
-/// overhead); valid up to four times
-/// its largest kernel (DeviceModel::KindFit::upTo). Op kinds differ far
+/// overhead); valid from a quarter of its smallest kernel to four times
+/// its largest (DeviceModel::KindFit::from, upTo). Op kinds differ far
 /// more than the two classes (on this CPU a matmul runs at twice the `cpu`
 /// row's peak, a batch norm at half its bandwidth), so kinds carry over to
 /// other models where classes do not (bench/README.md, "Calibrated device

@@ -31,15 +31,16 @@ struct DeviceModel {
   /// and per-kernel overhead, replacing the class efficiencies and
   /// opOverhead for it (a calibration fits the kinds its profile has; the
   /// rest fall back to the two classes).
-  /// A kind's fit holds for kernels whose roofline time is at most
-  /// `upTo` seconds (0: any): four times the largest it was fitted on, so
-  /// a fit taken on small kernels (overhead-bound) is not stretched to
-  /// large ones, which then use the class efficiencies.
+  /// A kind's fit holds for kernels whose roofline time lies in [from,
+  /// upTo] seconds (upTo 0: any): a quarter of the smallest to four times
+  /// the largest it was fitted on, so a line taken on one range of sizes
+  /// is not stretched to another (an intercept fitted on large GEMMs is
+  /// no small GEMM's launch cost); other kernels use the classes.
   struct KindFit {
-    double efficiency = 1, overhead = 0, upTo = 0;
+    double efficiency = 1, overhead = 0, from = 0, upTo = 0;
     bool operator==(const KindFit &o) const {
       return efficiency == o.efficiency && overhead == o.overhead &&
-             upTo == o.upTo;
+             from == o.from && upTo == o.upTo;
     }
   };
   std::map<std::string, KindFit> kinds;

@@ -77,6 +77,7 @@ Calibration calibrateDevice(const Profile &measured, const DeviceModel &base) {
       rMin = rMin == 0 ? r : std::min(rMin, r);
       rMax = std::max(rMax, r);
     }
+    fit.from = rMin / 4;
     fit.upTo = 4 * rMax;
     // Least squares t = a r + b over the kind's kernels.
     bool fitted = false;

@@ -95,7 +95,8 @@ double DeviceModel::seconds(double flops, double bytes,
     double compute = peakFlops > 0 ? std::max(flops, 0.0) / peakFlops : 0.0;
     double memory = bandwidth > 0 ? std::max(bytes, 0.0) / bandwidth : 0.0;
     const double roofline = std::max(compute, memory);
-    if (it->second.upTo <= 0 || roofline <= it->second.upTo)
+    if (roofline >= it->second.from &&
+        (it->second.upTo <= 0 || roofline <= it->second.upTo))
       return roofline / it->second.efficiency + it->second.overhead;
   }
   const double peak = peakFlops * computeEfficiency,
@@ -135,6 +136,7 @@ std::string deviceModelToJson(const DeviceModel &model) {
     for (const auto &[kind, fit] : model.kinds)
       kinds[kind] = {{"efficiency", fit.efficiency},
                      {"overhead", fit.overhead},
+                     {"from", fit.from},
                      {"up_to", fit.upTo}};
     j["kinds"] = kinds;
   }
@@ -198,7 +200,8 @@ std::optional<DeviceModel> deviceModelFromJson(const std::string &text,
       DeviceModel::KindFit fit;
       if (!field("efficiency", fit.efficiency, true) ||
           !field("overhead", fit.overhead, false) ||
-          !field("up_to", fit.upTo, false)) {
+          !field("up_to", fit.upTo, false) ||
+          (it->contains("from") && !field("from", fit.from, false))) {
         error = "\"kinds\": \"" + it.key() +
                 "\" needs a positive \"efficiency\" and non-negative "
                 "\"overhead\" and \"up_to\"";

@@ -100,6 +100,10 @@ TEST(Calibrate, KindsOverrideTheClasses) {
   // Beyond four times its largest kernel a kind uses the class: a matmul
   // of 1e11 FLOPs (50x the fitted ones) at 2/3 of the peak.
   EXPECT_EQ(c.model.kinds.at("matmul").upTo, 4 * 2e-3);
+  EXPECT_EQ(c.model.kinds.at("matmul").from, 1e-3 / 4);
+  // Below a quarter of its smallest kernel, too: 1e7 FLOPs (10 us at the
+  // peak) at the class's 2/3 plus the base's 1 us.
+  EXPECT_NEAR(c.model.seconds(1e7, 0, "matmul"), 1.5e-5 + 1e-6, 1e-12);
   EXPECT_NEAR(c.model.seconds(1e11, 0, "matmul"), 0.15 + 1e-6, 1e-9);
   EXPECT_NEAR(c.model.seconds(1e9, 0, "matmul"), 2e-3 + 1e-6, 1e-12);
 }
