@@ -114,6 +114,12 @@ bool isExpensiveOp(std::string op) {
   return op == "gemm" || op == "matmul" || op == "conv";
 }
 
+/// Ops the lowering runs as views of their operand (passes/KernelCalls.cpp,
+/// isViewOp): no kernel, no bytes of their own.
+bool isViewKind(const std::string &op) {
+  return op == "reshape" || op == "flatten" || op == "identity";
+}
+
 /// One virtual stage (a plan stage).
 struct VStage {
   int group = 0; ///< device position: the rank programs' stage index
@@ -1115,7 +1121,10 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
     // recomputed is still held.
     forwardPeak = std::max(forwardPeak, recomputed + op.fwdScratchBytes);
     backwardPeak = std::max(backwardPeak, recomputed + backward);
-    recomputed += std::max<int64_t>(0, op.savedBytes - held);
+    // (A view of a stage input, stashed as a copy without recomputation,
+    // is recomputed as a view again: no bytes.)
+    if (!isViewKind(op.op))
+      recomputed += std::max<int64_t>(0, op.savedBytes - held);
   }
   if (splitBackward() && !carries)
     slot += outputs;

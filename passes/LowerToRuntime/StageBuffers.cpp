@@ -180,15 +180,24 @@ LogicalResult StageLowering::planFunction(Chunk &c, FunctionPlan &fp) {
   return success();
 }
 
-/// The layer whose kernels compute `v` (through views), or -1.
+/// The layer whose kernels compute `v` (through views), or -1. A view of
+/// a function argument (a flatten of the data feed, of a received input)
+/// is copied into its stash slot by the view's own layer: charged to it.
 static int64_t layerOf(const Chunk &c, Value v) {
+  auto idOf = [&](Operation *op) -> int64_t {
+    auto it = c.opIds.find(locationName(op->getLoc()));
+    return it == c.opIds.end() ? -1 : it->second;
+  };
   Operation *def = v.getDefiningOp();
-  while (def && isViewOp(def) && def->getNumOperands() > 0)
+  int64_t outerView = -1;
+  while (def && isViewOp(def) && def->getNumOperands() > 0) {
+    if (outerView < 0)
+      outerView = idOf(def);
     def = def->getOperand(0).getDefiningOp();
+  }
   if (!def)
-    return -1;
-  auto it = c.opIds.find(locationName(def->getLoc()));
-  return it == c.opIds.end() ? -1 : it->second;
+    return outerView;
+  return idOf(def);
 }
 
 /// Charges every stashed forward result (pipe.saved) to the layer that
