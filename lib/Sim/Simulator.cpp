@@ -83,6 +83,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipec/Arena.h"
 #include "pipec/Sim.h"
 
 #include "Trace.h"
@@ -319,6 +320,8 @@ private:
   std::string setShape();
   std::string buildStages();
   void arenaOfStage(int q, const std::vector<bool> &sentOn);
+  std::vector<int64_t> gradientsHeldInIo(int q,
+                                         const std::vector<bool> &sentOn) const;
   std::string assignDevices();
   /// Steps to simulate and the steady-state window (continuous schedules);
   /// notes whether a device is shared. Returns the number of ranks.
@@ -955,51 +958,13 @@ std::string Simulator::buildStages() {
   return "";
 }
 
-/// The arena model of stage q (memory_model "arena", the layout of
-/// passes/LowerToRuntime): a stash slot holds the stage's inputs, its
-/// outputs (sent on) and what its backward keeps (saved_bytes, charged to
-/// the op that computes the value; an output the backward reads is held
-/// once); io holds the gradients of the inputs and of the outputs; scratch
-/// is the largest working set of one op (fwd/bwd_scratch_bytes). With
-/// recomputation (passes/Recompute.cpp) `full` keeps nothing but inputs and
-/// outputs and `selective` also the results of GEMMs, matmuls and
-/// convolutions (the recomputed ops start from them); the backward first
-/// recomputes the rest in scratch, op by op (each op's forward working set
-/// on top of what was recomputed before it), then frees it as its sweep
-/// passes (each op's backward working set on top of what the ops before it
-/// recomputed: its own values were last read by its consumers' backwards).
-/// Zero-bubble schedules also carry values from the backward's input half
-/// to its weight half in the slot (carried_bytes). Gradients the stage
-/// holds in io (its outputs', passed on through additions, and its
-/// inputs') come off the one-stage working sets, which had them in
-/// scratch (ioHeld below).
-void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
-  const StagePlan &plan_ = plan.stages[q];
-  VStage &stage = stages[q];
-  const std::string mode =
-      options.recompute ? "full"
-                        : (plan_.recompute.empty() ? "none" : plan_.recompute);
-  auto aligned = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
-  auto expensive = [&](int l) {
-    return isExpensiveOp(profile.ops[size_t(l)].op);
-  };
-  const int first = plan_.firstLayer, last = plan_.lastLayer;
-  // Selective: the expensive ops whose results the recomputed ops start
-  // from (found backwards from every cheap op whose value the backward
-  // needs and the slot does not hold anyway).
-  std::vector<bool> needed(size_t(last - first + 1), false),
-      startsFrom(needed.size(), false);
-  if (mode == "selective")
-    for (int l = last; l >= first; --l) {
-      // (A value sent on is read from the slot, not recomputed.)
-      const ProfileOp &op = profile.ops[size_t(l)];
-      if (expensive(l) || sentOn[size_t(l)] ||
-          !(needed[size_t(l - first)] || op.savedBytes > 0))
-        continue;
-      for (int t : profile.producersOf(l))
-        if (t >= first && t < l)
-          (expensive(t) ? startsFrom : needed)[size_t(t - first)] = true;
-    }
+/// What op first + i of stage q finds live in io during its backward, of
+/// the gradients the one-stage profile's working sets (bwd_scratch_bytes)
+/// counted in scratch (arenaOfStage subtracts it from them).
+std::vector<int64_t>
+Simulator::gradientsHeldInIo(int q, const std::vector<bool> &sentOn) const {
+  const int first = plan.stages[q].firstLayer, last = plan.stages[q].lastLayer;
+  const size_t n = size_t(last - first + 1);
   // The gradient of an output t arrives in io. The one-stage profile's
   // backward had it in scratch from its later consumer's backward on:
   // through every op from t's last consumer in this stage on (t itself
@@ -1014,19 +979,19 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
   // p when p is an addition as well (a residual stream's gradient crossing
   // several blocks). ioHeld[i]: the bytes of such io buffers that op
   // first + i's backward finds live, each buffer counted once.
-  std::vector<int> lastUser(needed.size(), -1);
-  std::vector<std::vector<int>> users(needed.size());
+  std::vector<int> lastUser(n, -1);
+  std::vector<std::vector<int>> users(n);
   for (int l = first; l <= last; ++l)
     for (int t : profile.producersOf(l))
       if (t >= first && t < l) {
         lastUser[size_t(t - first)] = std::max(lastUser[size_t(t - first)], l);
         users[size_t(t - first)].push_back(l);
       }
-  std::vector<int64_t> ioHeld(needed.size(), 0);
+  std::vector<int64_t> ioHeld(n, 0);
   for (int t = first; t <= last; ++t) {
     if (!sentOn[size_t(t)])
       continue;
-    std::vector<bool> covered(needed.size(), false);
+    std::vector<bool> covered(n, false);
     auto cover = [&](int lo, int hi) {
       for (int l = lo; l <= hi; ++l)
         covered[size_t(l - first)] = true;
@@ -1064,7 +1029,7 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
           through.push_back(p);
       }
     }
-    const int64_t bytes = aligned(profile.ops[size_t(t)].outBytes);
+    const int64_t bytes = arenaAlign(profile.ops[size_t(t)].outBytes);
     for (size_t i = 0; i < covered.size(); ++i)
       if (covered[i])
         ioHeld[i] += bytes;
@@ -1090,7 +1055,56 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
   if (inputGradients)
     for (const auto &[t, reader] : inputUser)
       for (int l = first; l < reader.first + (reader.second == 1); ++l)
-        ioHeld[size_t(l - first)] += aligned(profile.ops[size_t(t)].outBytes);
+        ioHeld[size_t(l - first)] +=
+            arenaAlign(profile.ops[size_t(t)].outBytes);
+  return ioHeld;
+}
+
+/// The arena model of stage q (memory_model "arena", the layout of
+/// passes/LowerToRuntime): a stash slot holds the stage's inputs, its
+/// outputs (sent on) and what its backward keeps (saved_bytes, charged to
+/// the op that computes the value; an output the backward reads is held
+/// once); io holds the gradients of the inputs and of the outputs; scratch
+/// is the largest working set of one op (fwd/bwd_scratch_bytes). With
+/// recomputation (passes/Recompute.cpp) `full` keeps nothing but inputs and
+/// outputs and `selective` also the results of GEMMs, matmuls and
+/// convolutions (the recomputed ops start from them); the backward first
+/// recomputes the rest in scratch, op by op (each op's forward working set
+/// on top of what was recomputed before it), then frees it as its sweep
+/// passes (each op's backward working set on top of what the ops before it
+/// recomputed: its own values were last read by its consumers' backwards).
+/// Zero-bubble schedules also carry values from the backward's input half
+/// to its weight half in the slot (carried_bytes). Gradients the stage
+/// holds in io (its outputs', passed on through additions, and its
+/// inputs') come off the one-stage working sets, which had them in
+/// scratch (ioHeld below).
+void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
+  const StagePlan &plan_ = plan.stages[q];
+  VStage &stage = stages[q];
+  const std::string mode =
+      options.recompute ? "full"
+                        : (plan_.recompute.empty() ? "none" : plan_.recompute);
+  auto expensive = [&](int l) {
+    return isExpensiveOp(profile.ops[size_t(l)].op);
+  };
+  const int first = plan_.firstLayer, last = plan_.lastLayer;
+  // Selective: the expensive ops whose results the recomputed ops start
+  // from (found backwards from every cheap op whose value the backward
+  // needs and the slot does not hold anyway).
+  std::vector<bool> needed(size_t(last - first + 1), false),
+      startsFrom(needed.size(), false);
+  if (mode == "selective")
+    for (int l = last; l >= first; --l) {
+      // (A value sent on is read from the slot, not recomputed.)
+      const ProfileOp &op = profile.ops[size_t(l)];
+      if (expensive(l) || sentOn[size_t(l)] ||
+          !(needed[size_t(l - first)] || op.savedBytes > 0))
+        continue;
+      for (int t : profile.producersOf(l))
+        if (t >= first && t < l)
+          (expensive(t) ? startsFrom : needed)[size_t(t - first)] = true;
+    }
+  const std::vector<int64_t> ioHeld = gradientsHeldInIo(q, sentOn);
   int64_t slot = 0, outputs = 0, plain = 0;
   int64_t recomputed = 0, forwardPeak = 0, backwardPeak = 0;
   // A split backward (zero bubble) carries the weight half's inputs in the
@@ -1102,15 +1116,15 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
     const ProfileOp &op = profile.ops[size_t(l)];
     if (carries)
       slot += op.carriedBytes;
-    int64_t held =
-        mode == "none" ? op.savedBytes
-        : mode == "selective" && expensive(l)
-            ? std::max(op.savedBytes,
-                       startsFrom[size_t(l - first)] ? aligned(op.outBytes) : 0)
-            : 0;
+    int64_t held = mode == "none" ? op.savedBytes
+                   : mode == "selective" && expensive(l)
+                       ? std::max(op.savedBytes, startsFrom[size_t(l - first)]
+                                                     ? arenaAlign(op.outBytes)
+                                                     : 0)
+                       : 0;
     if (sentOn[size_t(l)]) {
-      held = std::max(held, aligned(op.outBytes));
-      outputs += aligned(op.outBytes);
+      held = std::max(held, arenaAlign(op.outBytes));
+      outputs += arenaAlign(op.outBytes);
     }
     const int64_t backward =
         std::max<int64_t>(0, op.bwdScratchBytes - ioHeld[size_t(l - first)]);
@@ -1131,9 +1145,9 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
   // The data feeds' tensors: the model inputs in the first stage, the
   // labels in the last (the loss).
   if (q == 0)
-    slot += aligned(profile.inputBytes);
+    slot += arenaAlign(profile.inputBytes);
   if (q == numQ - 1)
-    slot += aligned(profile.labelBytes);
+    slot += arenaAlign(profile.labelBytes);
   // A stage with no trained weight in or before it gets no gradient: its
   // backward reads nothing back, and its microbatches share one slot.
   stage.oneSlot =

@@ -45,6 +45,16 @@ Plan straightPlan(int stages, const std::string &schedule, int microbatches,
   return plan;
 }
 
+/// Two stages, one device each: layers 0..cut and cut + 1..last.
+Plan twoStagePlan(const std::string &schedule, int microbatches, int cut,
+                  int last) {
+  Plan plan = straightPlan(2, schedule, microbatches);
+  plan.stages[0].lastLayer = cut;
+  plan.stages[1].firstLayer = cut + 1;
+  plan.stages[1].lastLayer = last;
+  return plan;
+}
+
 /// p*v virtual stages of one layer each; virtual stage c*p + r on device r.
 Plan interleavedPlan(int p, int v, int microbatches) {
   Plan plan = straightPlan(p * v, "interleaved", microbatches);
@@ -498,10 +508,7 @@ TEST(SimMemory, WeightVersionsPerSchedule) {
 TEST(SimMemory, RecomputeStashesStageInputs) {
   // Stage inputs of 50 bytes, 10 saved bytes per layer, 2 layers per stage.
   Profile profile = uniformProfile(4, 1, 2, /*outBytes=*/50, 0, 10);
-  Plan plan = straightPlan(2, "gpipe", 6);
-  plan.stages[0].lastLayer = 1;
-  plan.stages[1].firstLayer = 2;
-  plan.stages[1].lastLayer = 3;
+  Plan plan = twoStagePlan("gpipe", 6, 1, 3);
   SimResult plain = simulate(profile, plan);
   EXPECT_EQ(plain.memory[1].activations, 6 * 20);
   SimOptions options;
@@ -526,10 +533,7 @@ TEST(SimMemory, ArenaModelMatchesTheLoweringsLayout) {
     profile.ops[l].bwdScratchBytes = bwd[l];
   }
   profile.ops[0].paramBytes = 64; // gradients flow back to stage 0
-  Plan plan = straightPlan(2, "1f1b-flush", 4);
-  plan.stages[0].lastLayer = 1;
-  plan.stages[1].firstLayer = 2;
-  plan.stages[1].lastLayer = 3;
+  Plan plan = twoStagePlan("1f1b-flush", 4, 1, 3);
   SimResult none = simulate(profile, plan);
   ASSERT_TRUE(none.ok) << none.error;
   // Stage 0 stashes 64 + 64 (relu's output is also sent: held once) in
@@ -601,10 +605,7 @@ TEST(SimMemory, GradientsHeldInIoLeaveScratch) {
   }
   profile.ops[3].inputs = {2, 1};
   profile.ops[0].paramBytes = 64;
-  Plan plan = straightPlan(2, "1f1b-flush", 4);
-  plan.stages[0].lastLayer = 3;
-  plan.stages[1].firstLayer = 4;
-  plan.stages[1].lastLayer = 5;
+  Plan plan = twoStagePlan("1f1b-flush", 4, 3, 5);
   SimResult none = simulate(profile, plan);
   ASSERT_TRUE(none.ok) << none.error;
   EXPECT_EQ(none.memory[0].io, 64);
