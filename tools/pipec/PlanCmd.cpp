@@ -543,11 +543,16 @@ int pipec::driver::runCalibrate(const std::vector<std::string> &argv) {
                   kind.c_str(), k.kernels,
                   (k.measuredSeconds + k.kernels * base->opOverhead) * 1e3,
                   fit->second.efficiency, fit->second.overhead * 1e6);
+  // Returns false (saying nothing) for a profile with no kernel to fit.
   auto report = [&](const std::string &path, const Profile &p) {
+    const Fit datasheet = fitOf(*base, p);
+    if (datasheet.kernels == 0)
+      return false;
     std::printf("%s: %.3f ms measured over %d kernels\n", path.c_str(),
-                fitOf(*base, p).measured * 1e3, fitOf(*base, p).kernels);
-    printFit(("datasheet " + base->name).c_str(), fitOf(*base, p));
+                datasheet.measured * 1e3, datasheet.kernels);
+    printFit(("datasheet " + base->name).c_str(), datasheet);
     printFit(c.model.name.c_str(), fitOf(c.model, p));
+    return true;
   };
   report(a.positionals()[0], measured);
   if (a.has("--check"))
@@ -557,11 +562,10 @@ int pipec::driver::runCalibrate(const std::vector<std::string> &argv) {
       Profile other;
       if (!loadMeasured(path, other))
         return 1;
-      if (fitOf(*base, other).kernels == 0)
+      if (!report(path, other))
         return fail("calibrate", "'" + path +
                                      "' has no op with counted work and a "
                                      "measured time");
-      report(path, other);
     }
   if (a.has("-o") && !a.get("-o").empty()) {
     if (!writeFile(a.get("-o"), deviceModelToJson(c.model), error))
