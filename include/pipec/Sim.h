@@ -86,6 +86,9 @@ struct StageMemory {
   /// region (gradients of the stage's inputs and outputs) and scratch (the
   /// largest working set of one op, and recomputed values); 0 otherwise.
   int64_t io = 0, scratch = 0;
+  /// True when the figures follow the lowering's arena (an "arena" profile):
+  /// arena() is then what the stage allocates.
+  bool arenaModel = false;
   int weightVersions = 1;
   int64_t total() const {
     return weights + gradients + optimizer + activations + buffers + io +

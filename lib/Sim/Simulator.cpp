@@ -1109,9 +1109,13 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
   int64_t recomputed = 0, forwardPeak = 0, backwardPeak = 0;
   // A split backward (zero bubble) carries the weight half's inputs in the
   // slot: what the input half computes for it (carried_bytes) in a stage
-  // whose inputs get gradients; in the first stage, whose input half
-  // computes nothing, the gradients of its outputs (they arrive in io).
-  const bool carries = splitBackward() && stage.inputBytes > 0;
+  // whose inputs get gradients; in a stage whose inputs get none (the
+  // first, or one after stages without weights), whose input half computes
+  // nothing, the gradients of its outputs (they arrive in io).
+  const bool inputGradients =
+      !std::all_of(stages.begin(), stages.begin() + q,
+                   [](const VStage &s) { return s.paramBytes == 0; });
+  const bool carries = splitBackward() && inputGradients;
   for (int l = first; l <= last; ++l) {
     const ProfileOp &op = profile.ops[size_t(l)];
     if (carries)
@@ -1140,6 +1144,15 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
     if (!isViewKind(op.op))
       recomputed += std::max<int64_t>(0, op.savedBytes - held);
   }
+  // A stage with no trained weight in or before it gets no gradient: it
+  // has no backward, receives no gradient of its outputs, and its
+  // microbatches share one slot. Its inputs get no gradient either when no
+  // stage before it trains a weight.
+  stage.oneSlot =
+      std::all_of(stages.begin(), stages.begin() + q + 1,
+                  [](const VStage &s) { return s.paramBytes == 0; });
+  if (stage.oneSlot)
+    outputs = 0;
   if (splitBackward() && !carries)
     slot += outputs;
   // The data feeds' tensors: the model inputs in the first stage, the
@@ -1148,11 +1161,6 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
     slot += arenaAlign(profile.inputBytes);
   if (q == numQ - 1)
     slot += arenaAlign(profile.labelBytes);
-  // A stage with no trained weight in or before it gets no gradient: its
-  // backward reads nothing back, and its microbatches share one slot.
-  stage.oneSlot =
-      std::all_of(stages.begin(), stages.begin() + q + 1,
-                  [](const VStage &s) { return s.paramBytes == 0; });
   const int64_t scratch =
       mode == "none" ? plain
                      : std::max({plain, forwardPeak, recomputed, backwardPeak});
@@ -1161,7 +1169,7 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
   };
   stage.arena = true;
   stage.slotBytes = stage.inputBytes + scaled(slot);
-  stage.ioBytes = stage.inputBytes + scaled(outputs);
+  stage.ioBytes = (inputGradients ? stage.inputBytes : 0) + scaled(outputs);
   stage.scratchBytes = scaled(scratch);
 }
 
@@ -1909,6 +1917,11 @@ void Simulator::accountStageMemory(SimResult &result,
       }
     }
     int64_t versions = peakWeightVersions(kind, rank.ops, m);
+    // A rank's chunks share its slots: one slot only when none of them
+    // has a backward.
+    bool oneSlot = true;
+    for (int c = 0; c < v; ++c)
+      oneSlot = oneSlot && stages[stageOf(c, rank.group)].oneSlot;
     for (int c = 0; c < v; ++c) {
       const int q = stageOf(c, rank.group);
       const VStage &stage = stages[q];
@@ -1923,11 +1936,12 @@ void Simulator::accountStageMemory(SimResult &result,
       // The lowering gives every chunk of a rank as many stash slots as the
       // rank has microbatches in flight over all its chunks.
       memory.activations =
-          stage.arena       ? (stage.oneSlot ? 1 : peakAll) * stage.stashBytes()
+          stage.arena       ? (oneSlot ? 1 : peakAll) * stage.stashBytes()
           : stage.recompute ? peak[c] * stage.inputBytes + stage.savedBytes
                             : peak[c] * stage.stashBytes();
       memory.io = stage.ioBytes;
       memory.scratch = stage.scratchBytes;
+      memory.arenaModel = stage.arena;
       const Buffers &b = buffers[r * v + c];
       memory.buffers = peakOf({&b.sent, &b.held});
       if (v == 1)

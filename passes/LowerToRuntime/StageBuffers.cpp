@@ -223,32 +223,64 @@ void StageLowering::attributeStash(Chunk &c) {
 /// do): the input half is every op that reads a weight (an input gradient
 /// such as dY.W^T) or feeds one that does; the other ops form the weight
 /// half, and every input-half value they read is carried, charged to the
-/// layer of the op that reads it.
+/// layer of the op that reads it. A layer with weights that reads a float
+/// activation but computes no gradient of it (its input needs none here:
+/// the MLP's first GEMM on the model input) would, with input gradients,
+/// read the weight and what its backward reads (dY.W^T): what feeds its
+/// backward belongs to the input half too.
 void StageLowering::attributeCarried(Chunk &c) {
   c.layerCarried.assign(c.layerOps.size(), 0);
   if (c.bwdw.fn)
     return; // already split: its carried values are in the slot
   Block &body = c.bwd.fn.getBody().front();
+  auto isWeight = [&](Value v) {
+    auto load = v.getDefiningOp<ml_program::GlobalLoadOp>();
+    auto global =
+        load ? module.lookupSymbol<ml_program::GlobalOp>(load.getGlobal())
+             : ml_program::GlobalOp();
+    return global && !global->hasAttr(pipe::attrs::kGradOf);
+  };
   auto readsWeight = [&](Operation &op) {
-    return llvm::any_of(op.getOperands(), [&](Value v) {
-      auto load = v.getDefiningOp<ml_program::GlobalLoadOp>();
-      auto global =
-          load ? module.lookupSymbol<ml_program::GlobalOp>(load.getGlobal())
-               : ml_program::GlobalOp();
-      return global && !global->hasAttr(pipe::attrs::kGradOf);
-    });
+    return llvm::any_of(op.getOperands(), isWeight);
   };
   auto cloneable = [](Operation &op) {
     return isa<ml_program::GlobalLoadOp, ml_program::GlobalStoreOp,
                nn::ConstantOp>(op);
   };
+  auto layerOf = [&](Operation &op) -> int64_t {
+    auto layer = c.opIds.find(locationName(op.getLoc()));
+    return layer == c.opIds.end() ? -1 : layer->second;
+  };
+  // The layers whose backward leaves out an input gradient that reads a
+  // weight (no op of theirs in the backward reads one).
+  llvm::DenseSet<int64_t> withoutInputGradient, readingWeights;
+  for (Operation &op : body.without_terminator())
+    if (readsWeight(op))
+      readingWeights.insert(layerOf(op));
+  for (auto [layer, op] : llvm::enumerate(c.layerOps)) {
+    bool floatActivation = llvm::any_of(op->getOperands(), [&](Value v) {
+      auto type = dyn_cast<RankedTensorType>(v.getType());
+      return type && isa<FloatType>(type.getElementType()) && !isWeight(v) &&
+             !v.getDefiningOp<nn::ConstantOp>();
+    });
+    if (readsWeight(*op) && floatActivation &&
+        !readingWeights.count(int64_t(layer)))
+      withoutInputGradient.insert(int64_t(layer));
+  }
   llvm::SmallPtrSet<Operation *, 32> inputHalf;
-  for (Operation &op : llvm::reverse(body.without_terminator()))
-    if (!cloneable(op) &&
-        (readsWeight(op) || llvm::any_of(op.getUsers(), [&](Operation *user) {
-           return inputHalf.count(user);
-         })))
+  for (Operation &op : llvm::reverse(body.without_terminator())) {
+    if (cloneable(op))
+      continue;
+    const int64_t layer = layerOf(op);
+    if (readsWeight(op) || llvm::any_of(op.getUsers(), [&](Operation *user) {
+          if (inputHalf.count(user))
+            return true;
+          const int64_t reader = layerOf(*user);
+          return !cloneable(*user) && reader != layer &&
+                 withoutInputGradient.count(reader);
+        }))
       inputHalf.insert(&op);
+  }
   llvm::DenseSet<Value> counted;
   for (Operation &op : body.without_terminator()) {
     if (inputHalf.count(&op) || cloneable(op))

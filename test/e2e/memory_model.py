@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """The simulator's memory model predicts every rank's arena within 5%.
 
-    /usr/bin/python3 test/e2e/memory_model.py --pipec build/bin/pipec --workdir DIR [--models gpt,resnet]
+    /usr/bin/python3 test/e2e/memory_model.py --pipec build/bin/pipec --workdir DIR [--models gpt,resnet,mlp]
 
-For the GPT example (4 layers, d=128, 4 heads, sequence 64, batch 32) and
-the ResNet example (width 16, 2 blocks per stage, batch 32) — the models of
-bench/recompute.py — `pipec profile` measures the model at the microbatch
+For the GPT example (4 layers, d=128, 4 heads, sequence 64, batch 32), the
+ResNet example (width 16, 2 blocks per stage, batch 32) — the models of
+bench/recompute.py — and the MLP example (784-256x4-10, batch 64: its
+first stage holds only the flatten of the data, which has no weights, so
+it has no backward and the next stage's input gets no gradient), `pipec
+profile` measures the model at the microbatch
 the runs use (its profile says what the compiled backward stashes per op
 and each op's scratch working set: memory_model "arena"). Each run below is
 compiled (stages cut by the analytic cost model, so that the cuts do not
@@ -45,6 +48,7 @@ MODELS = {
     "gpt": ("examples/gpt/make_gpt.py", ["--batch", "32", "--seq", "64", "--layers", "4", "--dim", "128",
                                          "--heads", "4", "--vocab", "256"]),
     "resnet": ("examples/resnet/make_resnet.py", ["--batch", "32", "--width", "16", "--blocks", "2"]),
+    "mlp": ("examples/mlp/make_mlp.py", ["--batch", "64", "--hidden", "256,256,256,256"]),
 }
 RUNS = [("s4-1f1b-flush-" + mode, 4, 8, "1f1b-flush", mode, 1) for mode in ("none", "full", "selective")]
 RUNS += [("s2-gpipe-none", 2, 4, "gpipe", "none", 1),

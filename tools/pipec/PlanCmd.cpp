@@ -99,7 +99,7 @@ void printSim(const SimResult &sim) {
   llvm::outs() << line;
   for (size_t s = 0; s < sim.memory.size(); ++s) {
     const StageMemory &m = sim.memory[s];
-    const bool arena = m.io > 0 || m.scratch > 0; // an "arena" profile
+    const bool arena = m.arenaModel; // an "arena" profile
     std::snprintf(line, sizeof line,
                   "  stage %zu: %.3f GiB (weights %.3f x%d, grads %.3f, "
                   "optimizer %.3f, activations %.3f, buffers %.3f",

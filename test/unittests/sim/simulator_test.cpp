@@ -619,6 +619,51 @@ TEST(SimMemory, GradientsHeldInIoLeaveScratch) {
   EXPECT_EQ(copied.memory[0].scratch, 256);
 }
 
+TEST(SimMemory, StagesAfterUntrainedOnesGetNoInputGradient) {
+  // The MLP's cut: a flatten without weights alone in stage 0, then
+  // gemm(1) in stage 1, relu(2) and gemm(3) in stage 2; outputs of 64
+  // bytes. Stage 0 has no backward (no gradient of its output comes back,
+  // one slot), and stage 1's input gets no gradient (io: its output's
+  // gradient only).
+  Profile profile = uniformProfile(4, 1, 2, /*outBytes=*/64);
+  profile.memoryModel = "arena";
+  const char *kinds[] = {"flatten", "gemm", "relu", "gemm"};
+  for (int l = 0; l < 4; ++l) {
+    profile.ops[l].op = kinds[l];
+    profile.ops[l].savedBytes = 64;
+    profile.ops[l].paramBytes = l % 2 ? 64 : 0;
+    profile.ops[l].carriedBytes = l == 3 ? 64 : 0; // gemm(3)'s dY
+  }
+  Plan plan = straightPlan(3, "1f1b-flush", 4);
+  plan.stages[1].firstLayer = plan.stages[1].lastLayer = 1;
+  plan.stages[2].firstLayer = 2;
+  plan.stages[2].lastLayer = 3;
+  SimResult flush = simulate(profile, plan);
+  ASSERT_TRUE(flush.ok) << flush.error;
+  EXPECT_EQ(flush.memory[0].activations, 64); // one slot
+  EXPECT_EQ(flush.memory[0].io, 0);
+  EXPECT_EQ(flush.memory[1].io, 64); // its output's gradient
+  EXPECT_EQ(flush.memory[2].io, 64); // its input's gradient
+  EXPECT_EQ(flush.memory[1].activations, 2 * (64 + 64)); // input, gemm
+  // Zero bubble: stage 1's input half computes nothing, so its weight
+  // half reads its output's gradient, carried from io in the slot; stage
+  // 2 carries what its input half computes for the weight half.
+  plan.schedule = "zb-h1";
+  SimResult zb = simulate(profile, plan);
+  ASSERT_TRUE(zb.ok) << zb.error;
+  EXPECT_EQ(zb.memory[1].activations, zb.peakInflight[1] * (64 + 64 + 64));
+  EXPECT_EQ(zb.memory[2].activations, zb.peakInflight[2] * (3 * 64 + 64));
+  // Interleaved, 2 devices x 2 chunks of one op each: device 0 holds the
+  // flatten (chunk 0) and relu(2) (chunk 1). Its chunks share its slots,
+  // so the flatten's stash takes every slot the device has.
+  Plan interleaved = interleavedPlan(2, 2, 4);
+  SimResult chunks = simulate(profile, interleaved);
+  ASSERT_TRUE(chunks.ok) << chunks.error;
+  EXPECT_GT(chunks.peakInflight[2], 1);
+  EXPECT_EQ(chunks.memory[0].activations,
+            chunks.memory[2].activations / (2 * 64) * 64);
+}
+
 TEST(SimMemory, BuffersAndDeviceFit) {
   Profile profile = uniformProfile(2, 1, 2, /*outBytes=*/1000, 100, 10);
   Topology slow = Topology::flat(2, 100, 0, /*memory=*/1 << 20);
