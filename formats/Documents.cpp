@@ -260,6 +260,30 @@ void parseOps(const Reader &r, const std::string &what, StageDesc &d) {
       }
     d.ops.push_back(std::move(spec));
   }
+  if (!r.has("fused_updates"))
+    return;
+  for (const Json &f : r.list("fused_updates")) {
+    FusedUpdate fused;
+    bool ok = f.is_object() && f.contains("ops") && f["ops"].is_array() &&
+              f.contains("elements") && f["elements"].is_array() &&
+              f["ops"].size() == f["elements"].size();
+    if (ok)
+      for (size_t i = 0; i < f["ops"].size(); ++i) {
+        const Json &op = f["ops"][i], &n = f["elements"][i];
+        ok = ok && op.is_number_integer() && op.get<int64_t>() >= 0 &&
+             size_t(op.get<int64_t>()) < d.ops.size() &&
+             n.is_number_integer() && n.get<int64_t>() >= 0;
+        if (ok) {
+          fused.ops.push_back(op.get<int64_t>());
+          fused.elements.push_back(n.get<int64_t>());
+        }
+      }
+    if (!ok)
+      throw FormatError(what + ": \"fused_updates\" must list objects with "
+                               "\"ops\" (indices of \"ops\") and as many "
+                               "\"elements\" (counts)");
+    d.fusedUpdates.push_back(std::move(fused));
+  }
 }
 
 } // namespace
@@ -524,6 +548,11 @@ std::string writeStageDesc(const StageDesc &d) {
                         {"bwd_flops", o.bwdFlops},
                         {"bytes", o.touchedBytes},
                         {"inputs", o.inputs}});
+  if (!d.fusedUpdates.empty()) {
+    j["fused_updates"] = Json::array();
+    for (const FusedUpdate &f : d.fusedUpdates)
+      j["fused_updates"].push_back({{"ops", f.ops}, {"elements", f.elements}});
+  }
   return j.dump();
 }
 

@@ -7,6 +7,7 @@
 #include "passes/LowerToRuntime/StageLowering.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
 using namespace pipec;
@@ -33,6 +34,140 @@ static int cudaKernelBuffers(StringRef kernel) {
   return -1;
 }
 
+/// A kernel that also runs on many tensors in one call
+/// (runtime/include/pipec_multi_tensor.def).
+struct MultiKernel {
+  const char *name; ///< the one-tensor kernel
+  int buffers, ints, firstOutput;
+  unsigned shared;
+};
+static const MultiKernel kMultiKernels[] = {
+#define PIPEC_MULTI_TENSOR(name, bufs, ints, firstOutput, shared)              \
+  {"pipec_k_" #name, bufs, ints, firstOutput, shared},
+#include "../runtime/include/pipec_multi_tensor.def"
+};
+
+/// The multi-tensor entry of `kernel` ("pipec_k_sgd" or its float64 twin
+/// "pipec_k_sgd_f64"), or null; `f64` says which.
+static const MultiKernel *multiKernelOf(StringRef kernel, bool &f64) {
+  f64 = kernel.consume_back("_f64");
+  for (const MultiKernel &m : kMultiKernels)
+    if (kernel == m.name)
+      return &m;
+  return nullptr;
+}
+
+/// Groups the updates of a step function (the optimizer's, and the fills
+/// that zero the gradients) into multi-tensor calls, one per kind and
+/// shared arguments: on a GPU one launch instead of one per weight. A call
+/// joins the group of its kind placed earliest only when no step between
+/// that group and it touches what it reads or writes (any other kernel
+/// counts as reading and writing all its buffers) and it touches no buffer
+/// of the group's own calls, so every buffer sees its reads and writes in
+/// the original order. A group of one stays the plain call.
+void StageLowering::fuseUpdates(FunctionPlan &fp) {
+  struct Entry {
+    std::vector<size_t> members; // indices into fp.steps
+    const MultiKernel *multi = nullptr;
+    std::string key;
+  };
+  std::vector<Entry> entries;
+  std::map<std::string, size_t> open; // key -> entry
+  auto access = [&](const Step &s, bool writes) {
+    bool f64 = false;
+    const MultiKernel *m = multiKernelOf(s.call.kernel, f64);
+    SmallVector<Buffer> out;
+    for (auto [i, buf] : llvm::enumerate(s.buffers))
+      if (buf.region != Buffer::Null && buf.region != Buffer::None &&
+          (!m || (writes ? int(i) >= m->firstOutput : int(i) < m->firstOutput)))
+        out.push_back(buf);
+    return out;
+  };
+  auto conflict = [&](const Step &s, const Entry &e) {
+    SmallVector<Buffer> reads = access(s, false), writes = access(s, true);
+    for (size_t k : e.members) {
+      SmallVector<Buffer> r = access(fp.steps[k], false),
+                          w = access(fp.steps[k], true);
+      for (const Buffer &b : writes)
+        if (llvm::is_contained(r, b) || llvm::is_contained(w, b))
+          return true;
+      for (const Buffer &b : reads)
+        if (llvm::is_contained(w, b))
+          return true;
+    }
+    return false;
+  };
+  for (size_t i = 0; i < fp.steps.size(); ++i) {
+    const Step &s = fp.steps[i];
+    bool f64 = false;
+    const MultiKernel *m = multiKernelOf(s.call.kernel, f64);
+    if (!m || int(s.buffers.size()) != m->buffers ||
+        int(s.call.ints.size()) != m->ints) {
+      entries.push_back({{i}, nullptr, ""});
+      continue;
+    }
+    // Calls of one group share the kernel, its non-length ints, its reals
+    // and the buffers every tensor shares.
+    std::string key = s.call.kernel;
+    for (size_t k = 1; k < s.call.ints.size(); ++k)
+      key += " i" + std::to_string(s.call.ints[k]);
+    for (double r : s.call.reals)
+      key += " r" + llvm::formatv("{0:e17}", r).str();
+    for (int b = 0; b < m->buffers; ++b)
+      if ((m->shared >> b) & 1u)
+        key += " b" + std::to_string(int(s.buffers[size_t(b)].region)) + ":" +
+               std::to_string(s.buffers[size_t(b)].offset) + ":" +
+               s.buffers[size_t(b)].symbol;
+    auto it = open.find(key);
+    bool joins = it != open.end();
+    // (The group's own calls count too: its tensors must not overlap.)
+    for (size_t e = joins ? it->second : 0; joins && e < entries.size(); ++e)
+      joins = !conflict(s, entries[e]);
+    if (joins) {
+      entries[it->second].members.push_back(i);
+      continue;
+    }
+    open[key] = entries.size();
+    entries.push_back({{i}, m, key});
+  }
+  std::vector<Step> steps;
+  for (const Entry &e : entries) {
+    if (e.members.size() == 1) {
+      steps.push_back(fp.steps[e.members.front()]);
+      continue;
+    }
+    const Step &first = fp.steps[e.members.front()];
+    bool f64 = false;
+    multiKernelOf(first.call.kernel, f64);
+    Step fused{{std::string(e.multi->name) + "_multi" + (f64 ? "_f64" : ""),
+                {},
+                {int64_t(e.members.size())},
+                first.call.reals},
+               {},
+               -2 - int64_t(fusedUpdates.size()),
+               first.loc};
+    formats::FusedUpdate timing;
+    for (size_t k : e.members) {
+      const Step &s = fp.steps[k];
+      fused.buffers.append(s.buffers.begin(), s.buffers.end());
+      fused.call.ints.append(s.call.ints.begin(), s.call.ints.end());
+      if (s.opId < 0)
+        continue;
+      // (A weight and its bias: one op, their elements summed.)
+      auto at = llvm::find(timing.ops, s.opId);
+      if (at == timing.ops.end()) {
+        timing.ops.push_back(s.opId);
+        timing.elements.push_back(s.call.ints.front());
+      } else {
+        timing.elements[size_t(at - timing.ops.begin())] += s.call.ints.front();
+      }
+    }
+    fusedUpdates.push_back(std::move(timing));
+    steps.push_back(std::move(fused));
+  }
+  fp.steps = std::move(steps);
+}
+
 /// The symbol generated code calls for `kernel` on `target`.
 static std::string kernelSymbol(StringRef kernel, StringRef target) {
   if (target == "cuda" && kernel.starts_with("pipec_k_"))
@@ -56,7 +191,16 @@ LogicalResult StageLowering::checkTarget() {
   for (auto &c : chunks)
     for (FunctionPlan *fp : c->plans())
       for (Step &st : fp->steps) {
-        int buffers = cudaKernelBuffers(st.call.kernel);
+        StringRef kernel = st.call.kernel;
+        int buffers = cudaKernelBuffers(kernel);
+        if (kernel.consume_back("_multi")) {
+          // K tensors of the one-tensor kernel's buffers.
+          bool f64 = false;
+          const MultiKernel *m = multiKernelOf(kernel, f64);
+          buffers = m && cudaKernelBuffers(kernel) == m->buffers
+                        ? int(st.call.ints.front()) * m->buffers
+                        : -1;
+        }
         if (buffers < 0) {
           auto &ops = missing[st.call.kernel];
           std::string op = locationName(st.loc);
@@ -235,12 +379,15 @@ func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
           : func::CallOp::create(ob, fp.fn.getLoc(), "pipec_rt_kernel_context",
                                  TypeRange{ptr}, ValueRange{ctxArg})
                 .getResult(0);
+  // A multi-tensor call is timed as profiler op (layer ops + its index).
+  const int64_t fusedBase = layerOpCount();
   for (Step &s : fp.steps) {
     Location loc = s.loc;
-    if (s.opId >= 0)
+    const int64_t timedAs = s.opId <= -2 ? fusedBase - 2 - s.opId : s.opId;
+    if (timedAs >= 0)
       func::CallOp::create(
           ob, loc, "pipec_rt_op_begin", TypeRange{},
-          ValueRange{ctxArg, i64(ob, loc, s.opId), i64(ob, loc, fp.phase)});
+          ValueRange{ctxArg, i64(ob, loc, timedAs), i64(ob, loc, fp.phase)});
     auto arrayType = LLVM::LLVMArrayType::get(ptr, s.buffers.size());
     Value bufs = LLVM::AllocaOp::create(ob, loc, ptr, arrayType, one);
     for (auto [i, buf] : llvm::enumerate(s.buffers)) {
@@ -258,10 +405,10 @@ func::FuncOp StageLowering::emitStageFunction(Chunk &c, FunctionPlan &fp) {
     Value reals = constArray(ob, loc, ArrayRef<double>(s.call.reals));
     func::CallOp::create(ob, loc, kernelSymbol(s.call.kernel, target),
                          TypeRange{}, ValueRange{kernelCtx, bufs, ints, reals});
-    if (s.opId >= 0)
+    if (timedAs >= 0)
       func::CallOp::create(
           ob, loc, "pipec_rt_op_end", TypeRange{},
-          ValueRange{ctxArg, i64(ob, loc, s.opId), i64(ob, loc, fp.phase)});
+          ValueRange{ctxArg, i64(ob, loc, timedAs), i64(ob, loc, fp.phase)});
   }
   func::ReturnOp::create(ob, fp.fn.getLoc());
   return fn;

@@ -565,6 +565,7 @@ LogicalResult StageLowering::collectChunk(Chunk &c) {
   for (FunctionPlan *fp : c.plans())
     if (failed(planFunction(c, *fp)))
       return failure();
+  fuseUpdates(c.step);
   attributeCarried(c);
   return success();
 }

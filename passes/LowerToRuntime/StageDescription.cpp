@@ -135,6 +135,7 @@ void StageLowering::describeOps(formats::StageDesc &d) {
     }
     d.ops.push_back(std::move(spec));
   }
+  d.fusedUpdates = fusedUpdates;
 }
 
 /// The stage description (pipec.stage/2, pipec/formats/Documents.h) that

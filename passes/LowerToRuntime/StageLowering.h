@@ -138,6 +138,7 @@ private:
   int64_t assignScratch(Chunk &c, FunctionPlan &fp, ArrayRef<int64_t> bytes);
   void attributeStash(Chunk &c);
   void attributeCarried(Chunk &c);
+  void fuseUpdates(FunctionPlan &fp);
   Buffer weightBuffer(Chunk &c, StringRef global, Type type);
   Buffer constBuffer(nn::ConstantOp op);
   Buffer allocate(int64_t &regionSize, Buffer::Region region, Type type);
@@ -189,6 +190,17 @@ private:
   bool continuous = false; ///< 1f1b / 2bw: windows of a running pipeline
   std::vector<std::unique_ptr<Chunk>> chunks;
   int constCounter = 0;
+  /// The step functions' multi-tensor calls (fuseUpdates): the ops whose
+  /// updates each one runs, and their elements. A fused step's opId is
+  /// -2 - its index here; it is timed as profiler op (number of layer
+  /// ops + index) and its time shared by elements among its ops.
+  std::vector<formats::FusedUpdate> fusedUpdates;
+  int64_t layerOpCount() const {
+    int64_t n = 0;
+    for (const auto &c : chunks)
+      n += int64_t(c->layerOps.size());
+    return n;
+  }
   std::map<std::vector<int64_t>, std::string> intArrays;
   std::map<std::vector<double>, std::string> realArrays;
   SmallVector<LLVM::GlobalOp> newGlobals;

@@ -764,7 +764,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
     metrics = openMetrics(o, reports, first);
   });
   if (!o.profileOut.empty())
-    ctx.profiler.enable(desc.ops.size());
+    ctx.profiler.enable(desc.ops.size() + desc.fusedUpdates.size());
   if (!o.trace.empty())
     ctx.timeline.enable(ctx.rank, desc.stage, int(desc.replica));
   ctx.losses.assign(size_t(desc.microbatches), 0.0);

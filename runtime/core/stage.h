@@ -15,6 +15,7 @@ namespace rt {
 
 using formats::checkManifest;
 using formats::FeedSpec;
+using formats::FusedUpdate;
 using formats::Manifest;
 using formats::ManifestStage;
 using formats::manifestStage;

@@ -80,6 +80,7 @@ void destroyContext(Context &c) {
   if (!c.stream)
     return;
   cudaStreamSynchronize(c.stream);
+  releaseMultiTensorTables(c);
   releaseCudnn();
   if (c.scratch)
     cudaFree(c.scratch);

@@ -68,6 +68,10 @@ struct Context : pipec_kctx {
   /// and does not round to nearest).
   void *bf16Staging = nullptr;
   size_t bf16StagingBytes = 0;
+  /// The device tables of the multi-tensor kernels' calls (optimizer.cu):
+  /// uploaded on a call site's first call, kept while its buffers are the
+  /// same (the arena's are, step after step).
+  void *multiTensorTables = nullptr;
 };
 
 /// `kc` as a live CUDA context; throws RtError naming `kernel` when it is
@@ -81,6 +85,9 @@ void initContext(Context &c, int device, bool allowTf32,
 /// Releases the handles and buffers of `c` (its owner calls it while the
 /// CUDA runtime is still up: not a destructor, which could run at exit).
 void destroyContext(Context &c);
+
+/// Frees the multi-tensor tables of `c` (after a synchronisation).
+void releaseMultiTensorTables(Context &c);
 
 /// Throws RtError "<what>: <CUDA error string>" unless `e` is cudaSuccess.
 void check(cudaError_t e, const char *what);
@@ -156,5 +163,11 @@ struct Strides {
                                      const int64_t *ints,                      \
                                      const double *reals);
 #include "cuda_kernels.def"
+/// pipec_cuda_k_NAME_multi (include/pipec_multi_tensor.def): one launch
+/// for K tensors.
+#define PIPEC_MULTI_TENSOR(name, bufs, ints, firstOutput, shared)              \
+  extern "C" void pipec_cuda_k_##name##_multi(                                 \
+      pipec_kctx *kc, void *const *b, const int64_t *i, const double *r);
+#include "pipec_multi_tensor.def"
 
 #endif // PIPEC_RUNTIME_CUDA_CUDA_RT_H

@@ -16,6 +16,9 @@ struct Entry {
 constexpr Entry kCudaKernels[] = {
 #define PIPEC_CUDA_KERNEL(sym, nbufs) {#sym, &pipec_cuda_k_##sym},
 #include "cuda_kernels.def"
+#define PIPEC_MULTI_TENSOR(name, bufs, ints, firstOutput, shared)              \
+  {#name "_multi", &pipec_cuda_k_##name##_multi},
+#include "pipec_multi_tensor.def"
 };
 } // namespace
 

@@ -335,25 +335,48 @@ extern "C" void pipec_rt_check_report() {
   ck.report();
 }
 
+namespace {
+/// One call of the kernel `name` (its CUDA and CPU entry points), checked
+/// unless it is made from inside a check (a kernel calling another).
+void shadowCall(const char *name, KernelFn gpu, KernelFn cpu, int nbufs,
+                pipec_kctx *kc, void *const *bufs, const int64_t *ints,
+                const double *reals) {
+  if (!gpu) {
+    std::fprintf(stderr, "pipec-check: no pipec_cuda_k_%s to check\n", name);
+    std::abort();
+  }
+  if (tInside) {
+    gpu(kc, bufs, ints, reals);
+    return;
+  }
+  tInside = true;
+  check(name, gpu, cpu, nbufs, kc, bufs, ints, reals);
+  tInside = false;
+}
+} // namespace
+
+/// The CUDA entry point of `name` after this library's, and its CPU twin.
+#define PIPEC_SHADOWED(name)                                                   \
+  static KernelFn gpu =                                                        \
+      reinterpret_cast<KernelFn>(dlsym(RTLD_NEXT, "pipec_cuda_k_" name));      \
+  static KernelFn cpu =                                                        \
+      reinterpret_cast<KernelFn>(dlsym(RTLD_DEFAULT, "pipec_k_" name));
+
 #define PIPEC_CUDA_KERNEL(sym, nbufs)                                          \
   extern "C" void pipec_cuda_k_##sym(pipec_kctx *kc, void *const *bufs,        \
                                      const int64_t *ints,                      \
                                      const double *reals) {                    \
-    static KernelFn gpu =                                                      \
-        reinterpret_cast<KernelFn>(dlsym(RTLD_NEXT, "pipec_cuda_k_" #sym));    \
-    static KernelFn cpu =                                                      \
-        reinterpret_cast<KernelFn>(dlsym(RTLD_DEFAULT, "pipec_k_" #sym));      \
-    if (!gpu) {                                                                \
-      std::fprintf(stderr,                                                     \
-                   "pipec-check: no pipec_cuda_k_" #sym " to check\n");        \
-      std::abort();                                                            \
-    }                                                                          \
-    if (tInside) {                                                             \
-      gpu(kc, bufs, ints, reals);                                              \
-      return;                                                                  \
-    }                                                                          \
-    tInside = true;                                                            \
-    check(#sym, gpu, cpu, nbufs, kc, bufs, ints, reals);                       \
-    tInside = false;                                                           \
+    PIPEC_SHADOWED(#sym)                                                       \
+    shadowCall(#sym, gpu, cpu, nbufs, kc, bufs, ints, reals);                  \
   }
 #include "cuda_kernels.def"
+// The multi-tensor kernels: K tensors' buffers (ints[0] = K).
+#define PIPEC_MULTI_TENSOR(name, nbufs, nints, firstOutput, shared)            \
+  extern "C" void pipec_cuda_k_##name##_multi(                                 \
+      pipec_kctx *kc, void *const *bufs, const int64_t *ints,                  \
+      const double *reals) {                                                   \
+    PIPEC_SHADOWED(#name "_multi")                                             \
+    shadowCall(#name "_multi", gpu, cpu, int(ints[0] * (nbufs)), kc, bufs,     \
+               ints, reals);                                                   \
+  }
+#include "pipec_multi_tensor.def"

@@ -359,6 +359,25 @@ void pipec_k_dropout(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
                      const double *reals);
 
 /*===----------------------------------------------------------------------===*
+ * Multi-tensor kernels. For each kernel NAME of pipec_multi_tensor.def
+ * (fill, sgd, momentum, adam, adagrad), pipec_k_NAME_multi runs
+ * pipec_k_NAME on K tensors in one call (on a GPU, one launch):
+ *   ints:  [K, then tensor 0's ints of pipec_k_NAME, tensor 1's, ...]
+ *   bufs:  tensor 0's bufs of pipec_k_NAME, then tensor 1's, ...
+ *   reals: pipec_k_NAME's reals, one set for every tensor.
+ * The buffers the .def marks shared (the learning rate, the update count)
+ * are the same for every tensor of a call. Each tensor's result is
+ * pipec_k_NAME's, bit for bit; tensors must not overlap. The compiler
+ * groups a step function's updates into these calls.
+ *===----------------------------------------------------------------------===*/
+#define PIPEC_K_MULTI(name) pipec_k_##name##_multi
+#define PIPEC_MULTI_TENSOR(name, bufs, ints, firstOutput, shared)              \
+  void PIPEC_K_MULTI(name)(pipec_kctx * kc, void *const *bufs_,                \
+                           const int64_t *ints_, const double *reals);
+#include "pipec_multi_tensor.def"
+#undef PIPEC_K_MULTI
+
+/*===----------------------------------------------------------------------===*
  * Float64 twins. Every kernel above but pipec_k_copy also exists as
  * `<name>_f64` with the same parameter layout, in which every float32
  * tensor is float64 instead (int64 tensors stay int64; pipec_k_cast's

@@ -159,3 +159,23 @@ TEST(CoreTimeline, QueueMarkedSpansTakeTheirMarksTimes) {
   EXPECT_NEAR(j[2]["dur"].get<double>(), 0.25e6, 1e-3);
   EXPECT_EQ(j[3]["name"], "recv");
 }
+
+TEST(CoreProfiler, MultiTensorUpdatesAreSharedByElements) {
+  // One multi-tensor call (profiler op 2, after the two layer ops) updates
+  // op 0's 30 elements and op 1's 10: its time splits 3:1, on top of what
+  // op 0 measured alone.
+  StageDesc d = twoOpStage();
+  d.fusedUpdates = {{{0, 1}, {30, 10}}};
+  Profiler p;
+  p.enable(d.ops.size() + d.fusedUpdates.size());
+  p.setCounting(true);
+  sleepOp(p, 2, 2, 8);
+  sleepOp(p, 0, 2, 2);
+  p.stepCounted();
+  const double call = p.seconds(2, 2), alone = p.seconds(0, 2);
+  nlohmann::json j = nlohmann::json::parse(p.toJson(d, "cpu"));
+  const double op0 = j["ops"][0]["opt_s"], op1 = j["ops"][1]["opt_s"];
+  EXPECT_NEAR(op1, call / 4, 1e-12);
+  EXPECT_NEAR(op0, alone + 3 * call / 4, 1e-12);
+  EXPECT_EQ(j["ops"].size(), 2u); // the call is not an op of the profile
+}

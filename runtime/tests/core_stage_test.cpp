@@ -308,6 +308,7 @@ TEST(CoreStageDesc, WriterRoundTrips) {
   j["ops"][0]["fwd_scratch_bytes"] = 128;
   j["ops"][0]["bwd_scratch_bytes"] = 192;
   j["ops"][0]["carried_bytes"] = 64;
+  j["fused_updates"] = Json::parse(R"([{"ops": [0], "elements": [12]}])");
   StageDesc a = parseStageDesc(j.dump());
   std::string text = formats::writeStageDesc(a);
   EXPECT_TRUE(contains(text, "\"format\":\"pipec.stage/2\"")) << text;
@@ -338,6 +339,17 @@ TEST(CoreStageDesc, WriterRoundTrips) {
   EXPECT_EQ(b.ops[0].fwdScratchBytes, 128);
   EXPECT_EQ(b.ops[0].bwdScratchBytes, 192);
   EXPECT_EQ(b.ops[0].carriedBytes, 64);
+  ASSERT_EQ(b.fusedUpdates.size(), 1u);
+  EXPECT_EQ(b.fusedUpdates[0].ops, std::vector<int64_t>{0});
+  EXPECT_EQ(b.fusedUpdates[0].elements, std::vector<int64_t>{12});
+  // A multi-tensor call naming an op the stage does not have, or lists of
+  // two lengths, is refused.
+  for (const char *bad : {R"([{"ops": [7], "elements": [1]}])",
+                          R"([{"ops": [0], "elements": [1, 2]}])"}) {
+    Json k = j;
+    k["fused_updates"] = Json::parse(bad);
+    EXPECT_THROW(parseStageDesc(k.dump()), std::exception) << bad;
+  }
   // Absent: none (a stage whose figures are not the whole model's).
   EXPECT_EQ(parseStageDesc(validDesc().dump()).memoryModel, "");
   EXPECT_FALSE(

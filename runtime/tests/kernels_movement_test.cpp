@@ -260,6 +260,13 @@ TEST(KernelRegistry, EveryKernelDeclaredInTheHeaderIsRegistered) {
   EXPECT_GE(names.size(), 34u); // as of ABI version 1
   for (const std::string &name : names)
     EXPECT_NE(pipec_rt_find_kernel(name.c_str()), nullptr) << name;
+  // The multi-tensor kernels, declared by a macro over their list.
+  for (const char *name : {
+#define PIPEC_MULTI_TENSOR(name, bufs, ints, firstOutput, shared)              \
+  "pipec_k_" #name "_multi", "pipec_k_" #name "_multi_f64",
+#include "pipec_multi_tensor.def"
+       })
+    EXPECT_NE(pipec_rt_find_kernel(name), nullptr) << name;
   EXPECT_EQ(pipec_rt_find_kernel("pipec_k_conv2d"), &pipec_k_conv2d);
   EXPECT_EQ(pipec_rt_find_kernel("pipec_k_gather_grad"), &pipec_k_gather_grad);
 }

@@ -1,4 +1,5 @@
 // RUN: pipec-opt %S/Inputs/scheduled_gpipe.mlir --pipe-lower-to-runtime=stage=1 | FileCheck %s
+// RUN: pipec-opt %S/Inputs/scheduled_gpipe.mlir --pipe-lower-to-runtime=stage=1 | FileCheck %s --check-prefix=STEP
 // RUN: pipec-opt %S/Inputs/tiny_mlp.mlir --nn-annotate-costs=profile=%S/Inputs/tiny_profile.json --pipec-train-pipeline="stages=2 microbatches=2 schedule=gpipe" --pipec-lower-stage="stage=0" | FileCheck %s --check-prefix=LLVM
 // RUN: not pipec-opt %S/Inputs/tiny_mlp.mlir --pipe-lower-to-runtime 2>&1 | FileCheck %s --check-prefix=NOSCHED
 
@@ -21,9 +22,13 @@
 // CHECK: %[[KC2:.*]] = call @pipec_rt_kernel_context(
 // CHECK: call @pipec_k_sce_loss_grad(%[[KC2]],
 // CHECK: call @pipec_k_unary_grad(%[[KC2]],
+// The step function: the stage's two SGD updates (weight of 15 elements,
+// bias of 3) in one multi-tensor call, its two gradients zeroed in
+// another; each call is timed as a profiler op after the 3 layer ops (3,
+// 4), which the profile shares among the ops by elements.
 // CHECK-LABEL: func.func private @pipec_s1_step
-// CHECK: call @pipec_k_sgd(
-// CHECK: call @pipec_k_fill(
+// CHECK: call @pipec_k_sgd_multi(
+// CHECK: call @pipec_k_fill_multi(
 // The schedule program: first the step's receives posted ahead (a no-op
 // unless the run has --prefetch), then receive, feed labels, forward, record
 // the loss ...
@@ -85,3 +90,17 @@
 // F64-SAME: \22dtype\22:\22f64\22
 // F64-NOT: call @pipec_k_{{[a-z_]+[a-z]}}(
 // F64: call @pipec_k_unary_f64
+
+// STEP: llvm.mlir.global internal constant @[[K2:__pipec_ints_[0-9]+]](dense<[2, 15, 3]>
+// STEP-LABEL: func.func private @pipec_s1_step
+// STEP: %[[T0:.*]] = llvm.mlir.constant(3 : i64)
+// STEP: call @pipec_rt_op_begin(%{{.*}}, %[[T0]],
+// STEP: llvm.alloca %{{.*}} x !llvm.array<8 x ptr>
+// STEP: %[[I0:.*]] = llvm.mlir.addressof @[[K2]]
+// STEP: call @pipec_k_sgd_multi(%{{.*}}, %{{.*}}, %[[I0]],
+// STEP-NOT: call @pipec_k_sgd(
+// STEP: %[[T1:.*]] = llvm.mlir.constant(4 : i64)
+// STEP: call @pipec_rt_op_begin(%{{.*}}, %[[T1]],
+// STEP: call @pipec_k_fill_multi(
+// STEP-NOT: call @pipec_k_
+// STEP: return

@@ -12,6 +12,7 @@ test/gpu/gpu_e2e.py, run by scripts/test-gpu.sh on a GPU machine.)
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,6 +73,14 @@ def main():
     else:
         detail += ": " + text[-600:]
     checks.report(ok, "compile --target cuda (2 stages)", detail)
+    if ok:
+        # The step function updates every weight in one launch and zeroes
+        # every gradient in another (multi-tensor kernels), not one per
+        # weight.
+        _, undefined = run(["nm", "-u", os.path.join(out, "stage1")])
+        calls = sorted(set(re.findall(r"pipec_cuda_k_(\w+)", undefined)))
+        checks.report({"sgd_multi", "fill_multi"} <= set(calls) and "sgd" not in calls and "fill" not in calls,
+                      "CUDA step function: multi-tensor update and zeroing", ", ".join(calls))
 
     # Without a GPU the stages stop at start-up with one line saying so.
     if ok and not have_gpu():
@@ -88,7 +97,6 @@ def main():
 
     # A model needing a kernel without a CUDA twin is refused; once every
     # kernel has one, the CNN must build for cuda.
-    import re
     listed = set(re.findall(r"PIPEC_KERNEL(?:_BYTES)?\(pipec_k_(\w+)\)",
                             open(os.path.join(ROOT, "runtime/include/pipec_kernels.def")).read()))
     twins = set(re.findall(r"PIPEC_CUDA_KERNEL\((\w+),",

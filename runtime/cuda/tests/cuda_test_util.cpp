@@ -4,8 +4,6 @@
 #include "cuda_rt.h"
 #include "pipec_rt.h"
 
-extern "C" pipec_kernel_fn pipec_cuda_find_kernel(const char *name);
-
 #include <cmath>
 #include <cstring>
 #include <dlfcn.h>

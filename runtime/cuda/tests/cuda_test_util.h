@@ -26,6 +26,10 @@
 #include <string>
 #include <vector>
 
+/// The CUDA twin of a kernel (runtime/cuda/registry.cpp): "gemm",
+/// "pipec_k_gemm" or "pipec_cuda_k_gemm"; NULL when there is none.
+extern "C" pipec_kernel_fn pipec_cuda_find_kernel(const char *name);
+
 namespace pipec {
 namespace cudatest {
 

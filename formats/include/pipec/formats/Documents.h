@@ -92,6 +92,15 @@ struct OpSpec {
   double fwdFlops = 0, bwdFlops = 0, touchedBytes = 0;
 };
 
+/// One multi-tensor call of a step function (the optimizer updates of
+/// several ops in one kernel call): the ops ("ops" indices) whose updates
+/// it runs and each one's elements. The profiler times the call as one
+/// span and shares it among the ops by elements.
+struct FusedUpdate {
+  std::vector<int64_t> ops;
+  std::vector<int64_t> elements;
+};
+
 /// A parsed `pipec.stage/2` document.
 struct StageDesc {
   std::string buildId;
@@ -143,6 +152,8 @@ struct StageDesc {
   std::vector<FeedSpec> feeds;
   bool loss = false;
   std::vector<OpSpec> ops;
+  /// "fused_updates": the step function's multi-tensor calls.
+  std::vector<FusedUpdate> fusedUpdates;
   /// Bytes of a float element: 4 (float32), or 8 in the float64 reference
   /// mode ("precision": "f64"), where every float tensor of the stage,
   /// message, loss and checkpoint is a double.
