@@ -359,17 +359,24 @@ __global__ void multiKernel(void *const *ptrs, const int64_t *ns,
   }
 }
 
-template <int Bufs, typename Update>
+/// Each kernel's layout, from its line of pipec_multi_tensor.def.
+#define PIPEC_MULTI_TENSOR(name, bufs, ints, firstOutput, shared)              \
+  struct name##Layout {                                                        \
+    static constexpr int kBufs = bufs, kInts = ints;                           \
+    static constexpr unsigned kShared = shared;                                \
+  };
+#include "pipec_multi_tensor.def"
+
+template <typename Layout, typename Update>
 void launchMulti(Context &ctx, void *const *bufs, const int64_t *ints,
-                 int intsPer, unsigned shared, const Update &u,
-                 const char *what) {
-  const MultiTable *table =
-      multiTable(ctx, Bufs, intsPer, shared, bufs, ints, what);
+                 const Update &u, const char *what) {
+  const MultiTable *table = multiTable(ctx, Layout::kBufs, Layout::kInts,
+                                       Layout::kShared, bufs, ints, what);
   if (!table)
     return;
   const unsigned grid =
       unsigned(table->numChunks < 65535 ? table->numChunks : 65535);
-  multiKernel<Bufs><<<grid, 256, 0, ctx.stream>>>(
+  multiKernel<Layout::kBufs><<<grid, 256, 0, ctx.stream>>>(
       table->ptrs, table->ns, table->chunks, table->numChunks, u);
   checkLaunch(what);
 }
@@ -456,8 +463,8 @@ extern "C" void pipec_cuda_k_fill_multi(pipec_kctx *kc, void *const *bufs,
                                         const double *reals) {
   const char *what = "pipec_cuda_k_fill_multi";
   Context &ctx = context(kc, what);
-  launchMulti<1>(ctx, bufs, ints, 1, 0x0,
-                 FillUpdate{reals ? float(reals[0]) : 0.0f}, what);
+  launchMulti<fillLayout>(ctx, bufs, ints,
+                          FillUpdate{reals ? float(reals[0]) : 0.0f}, what);
 }
 
 extern "C" void pipec_cuda_k_sgd_multi(pipec_kctx *kc, void *const *bufs,
@@ -465,8 +472,8 @@ extern "C" void pipec_cuda_k_sgd_multi(pipec_kctx *kc, void *const *bufs,
   const char *what = "pipec_cuda_k_sgd_multi";
   Context &ctx = context(kc, what);
   if (ints[0] > 0)
-    launchMulti<4>(ctx, bufs, ints, 1, 0x4,
-                   SgdUpdate{static_cast<const float *>(bufs[2])}, what);
+    launchMulti<sgdLayout>(
+        ctx, bufs, ints, SgdUpdate{static_cast<const float *>(bufs[2])}, what);
 }
 
 extern "C" void pipec_cuda_k_momentum_multi(pipec_kctx *kc, void *const *bufs,
@@ -475,12 +482,12 @@ extern "C" void pipec_cuda_k_momentum_multi(pipec_kctx *kc, void *const *bufs,
   const char *what = "pipec_cuda_k_momentum_multi";
   Context &ctx = context(kc, what);
   if (ints[0] > 0)
-    launchMulti<7>(ctx, bufs, ints, 2, 0x3,
-                   MomentumUpdate{static_cast<const float *>(bufs[0]),
-                                  static_cast<const int64_t *>(bufs[1]),
-                                  ints[2] != 0, float(reals[0]),
-                                  float(reals[1]), float(reals[2])},
-                   what);
+    launchMulti<momentumLayout>(
+        ctx, bufs, ints,
+        MomentumUpdate{static_cast<const float *>(bufs[0]),
+                       static_cast<const int64_t *>(bufs[1]), ints[2] != 0,
+                       float(reals[0]), float(reals[1]), float(reals[2])},
+        what);
 }
 
 extern "C" void pipec_cuda_k_adam_multi(pipec_kctx *kc, void *const *bufs,
@@ -489,12 +496,12 @@ extern "C" void pipec_cuda_k_adam_multi(pipec_kctx *kc, void *const *bufs,
   const char *what = "pipec_cuda_k_adam_multi";
   Context &ctx = context(kc, what);
   if (ints[0] > 0)
-    launchMulti<9>(ctx, bufs, ints, 1, 0x3,
-                   AdamUpdate{static_cast<const float *>(bufs[0]),
-                              static_cast<const int64_t *>(bufs[1]), reals[0],
-                              reals[1], float(reals[2]), float(reals[3]),
-                              float(reals[4])},
-                   what);
+    launchMulti<adamLayout>(ctx, bufs, ints,
+                            AdamUpdate{static_cast<const float *>(bufs[0]),
+                                       static_cast<const int64_t *>(bufs[1]),
+                                       reals[0], reals[1], float(reals[2]),
+                                       float(reals[3]), float(reals[4])},
+                            what);
 }
 
 extern "C" void pipec_cuda_k_adagrad_multi(pipec_kctx *kc, void *const *bufs,
@@ -503,10 +510,10 @@ extern "C" void pipec_cuda_k_adagrad_multi(pipec_kctx *kc, void *const *bufs,
   const char *what = "pipec_cuda_k_adagrad_multi";
   Context &ctx = context(kc, what);
   if (ints[0] > 0)
-    launchMulti<7>(ctx, bufs, ints, 1, 0x3,
-                   AdagradUpdate{static_cast<const float *>(bufs[0]),
-                                 static_cast<const int64_t *>(bufs[1]),
-                                 float(reals[0]), float(reals[1]),
-                                 float(reals[2])},
-                   what);
+    launchMulti<adagradLayout>(
+        ctx, bufs, ints,
+        AdagradUpdate{static_cast<const float *>(bufs[0]),
+                      static_cast<const int64_t *>(bufs[1]), float(reals[0]),
+                      float(reals[1]), float(reals[2])},
+        what);
 }
