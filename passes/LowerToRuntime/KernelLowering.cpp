@@ -246,8 +246,11 @@ void StageLowering::emitDeclarations() {
   for (const std::string &k : kernels)
     declare(kernelSymbol(k, target), {ptr, ptr, ptr, ptr}, {});
   declare("pipec_rt_kernel_context", {ptr}, {ptr});
-  if (cuda())
+  if (cuda()) {
     declare("pipec_rt_constant", {ptr, ptr, i64t}, {ptr});
+    auto stageFn = db.getFunctionType({ptr, ptr, i64t, ptr}, {});
+    declare("pipec_rt_run", {ptr, stageFn, ptr, i64t, ptr}, {});
+  }
   declare("pipec_rt_feed", {ptr, i64t, i64t, ptr}, {});
   declare("pipec_rt_send", {ptr, i64t, i64t, i64t, ptr, i64t}, {});
   declare("pipec_rt_recv", {ptr, i64t, i64t, i64t, ptr, i64t}, {});

@@ -167,10 +167,21 @@ LogicalResult StageLowering::prepareSite(Operation *op, Site &s) {
 
 /// One lowered stage function inside a profiler span of `phase` (0
 /// forward, 1 backward, 2 update).
+/// One call of the stage function `fn`: on CUDA through the runtime, which
+/// may replay it as a CUDA graph (pipec_rt_run, --cuda-graphs).
+void StageLowering::callStage(Site &s, func::FuncOp fn, Value slot,
+                              Value weights) {
+  if (!cuda())
+    return s.call(fn.getSymName(), {s.ctx, s.arena, slot, weights});
+  Value f = func::ConstantOp::create(s.pb, s.loc, fn.getFunctionType(),
+                                     fn.getSymName());
+  s.call("pipec_rt_run", {s.ctx, f, s.arena, slot, weights});
+}
+
 void StageLowering::emitRun(Site &s, int64_t phase, func::FuncOp fn,
                             Value weights) {
   s.call("pipec_rt_span_begin", {s.ctx, i64(s.pb, s.loc, phase), s.mb});
-  s.call(fn.getSymName(), {s.ctx, s.arena, s.slot, weights});
+  callStage(s, fn, s.slot, weights);
   s.call("pipec_rt_span_end", {s.ctx, i64(s.pb, s.loc, phase)});
 }
 
@@ -310,7 +321,7 @@ void StageLowering::emitStep(Site &s) {
     s.call(c.step.fn.getArgAttr(i, "pipe.step_count") ? "pipec_rt_step"
                                                       : "pipec_rt_lr",
            {s.ctx, pointer(pb, s.loc, c, buf, s.arena, zero)});
-  s.call(c.lowered[2].getSymName(), {s.ctx, s.arena, zero, s.arena});
+  callStage(s, c.lowered[2], zero, s.arena);
   s.call("pipec_rt_span_end", {s.ctx, i64(pb, s.loc, 2)});
 }
 

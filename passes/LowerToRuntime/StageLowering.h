@@ -156,6 +156,7 @@ private:
   LogicalResult prepareSite(Operation *op, Site &s);
   LogicalResult lowerPipeOp(Operation *op, Site &s);
   void emitRun(Site &s, int64_t phase, func::FuncOp fn, Value weights);
+  void callStage(Site &s, func::FuncOp fn, Value slot, Value weights);
   void emitGradientReduce(pipe::AllReduceOp reduce, Site &s);
   LogicalResult emitTieReduce(pipe::TieReduceOp tie, Site &s);
   void emitStep(Site &s);

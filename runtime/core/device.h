@@ -84,6 +84,19 @@ public:
   /// The context this device's kernels run in (include/pipec_rt.h,
   /// pipec_kctx), owned by the device and the same for its whole life.
   virtual pipec_kctx *kernelContext() = 0;
+  /// Runs `body`, one call of the stage function `fn` on (arena, slot,
+  /// wbase) (pipec_rt_run). A device may record the work `body` queues the
+  /// first times and replay the recording later (CUDA graphs); the default
+  /// runs it.
+  virtual void runStageFunction(const void *fn, void *arena, int64_t slot,
+                                void *wbase,
+                                const std::function<void()> &body) {
+    (void)fn, (void)arena, (void)slot, (void)wbase;
+    body();
+  }
+  /// Stage-function calls replayed from a recording so far (the rank
+  /// summary's replayed_stage_calls).
+  virtual int64_t replayedCalls() const { return 0; }
 };
 
 /// Device memory with an owner: released through its device.
@@ -113,6 +126,9 @@ struct DeviceRequest {
   /// (StageDesc::matmulPrecision "bf16"): the kernel context's
   /// matmulBf16.
   bool matmulBf16 = false;
+  /// Replay each stage function's queued work as a CUDA graph
+  /// (pipec_rt_run; --cuda-graphs, not while profiling ops).
+  bool cudaGraphs = false;
 };
 
 using DeviceFactory = std::unique_ptr<Device> (*)(const DeviceRequest &);

@@ -638,6 +638,8 @@ std::string rankSummary(pipec_ctx &ctx) {
   summary["weight_versions_kept"] = desc.policy.versionsKept;
   summary["weight_copy_bytes"] = ctx.versions.copyBytes();
   summary["posted_recv_bytes_peak"] = ctx.postedBytesPeak;
+  // Stage-function calls replayed as CUDA graphs (--cuda-graphs).
+  summary["replayed_stage_calls"] = ctx.device->replayedCalls();
   struct rusage usage;
   if (getrusage(RUSAGE_SELF, &usage) == 0)
     summary["max_rss_bytes"] = int64_t(usage.ru_maxrss) * 1024;
@@ -692,6 +694,9 @@ int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
   DeviceRequest request;
   request.localRank = ctx.comm->localRank();
   request.allowTf32 = o.allowTf32;
+  // A capture records the kernels' launches, not the profiler's host-side
+  // timing around each op, nor the checker's copies around each kernel.
+  request.cudaGraphs = o.cudaGraphs && o.profileOut.empty() && !o.checkKernels;
   request.matmulBf16 = desc.matmulPrecision == "bf16";
   ctx.device = factory(request);
   ctx.comm->useDevice(*ctx.device);

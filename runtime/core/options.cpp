@@ -137,6 +137,9 @@ std::string usageText(const char *argv0) {
          "CPU too and report\n"
          "                         where the GPU parts from it (slow; "
          "debugging)\n"
+         "  --cuda-graphs          CUDA stages: capture each stage function "
+         "once as a CUDA\n"
+         "                         graph and replay it (fewer launches)\n"
          "  --vertical-sync        1f1b only: every stage uses the input "
          "stage's "
          "weight version\n"
@@ -222,6 +225,8 @@ Options parseOptions(int argc, char **argv) {
       noValue(), o.allowTf32 = true;
     else if (flag == "--check-kernels")
       noValue(), o.checkKernels = true;
+    else if (flag == "--cuda-graphs")
+      noValue(), o.cudaGraphs = true;
     else if (flag == "--vertical-sync")
       noValue(), o.verticalSync = true;
     else if (flag == "--quiet")

@@ -68,6 +68,9 @@ struct Options {
   /// CUDA stages: every kernel call checked against the CPU kernel
   /// (libpipec_rt_cuda_check.so preloaded; runtime/cuda/shadow_check.cpp).
   bool checkKernels = false;
+  /// CUDA stages: each stage function's work captured once as a CUDA graph
+  /// and replayed (off while ops are profiled or kernels checked).
+  bool cudaGraphs = false;
   /// PipeDream vertical sync for 1f1b.
   bool verticalSync = false;
   bool quiet = false;

@@ -1,7 +1,7 @@
 //===- services.cpp - Data, loss, learning-rate and profiler services -----===//
 //
 // Part of pipec's runtime core. Implements pipec_rt_feed, pipec_rt_loss,
-// pipec_rt_loss_seed, pipec_rt_lr and pipec_rt_op_begin / _end.
+// pipec_rt_loss_seed, pipec_rt_lr, pipec_rt_run and pipec_rt_op_begin / _end.
 //
 //===----------------------------------------------------------------------===//
 
@@ -207,6 +207,17 @@ extern "C" void pipec_rt_span_end(pipec_ctx *ctx, int64_t kind) {
   if (!ctx || !ctx->timeline.enabled())
     return;
   guarded([&] { ctx->timeline.end(int(kind), queueMark(ctx)); });
+}
+
+extern "C" void pipec_rt_run(pipec_ctx *ctx, pipec_stage_fn fn, void *arena,
+                             int64_t slot, void *wbase) {
+  guarded([&] {
+    pipec_ctx &c = checkedContext(ctx, "pipec_rt_run");
+    if (!fn)
+      throw RtError("pipec_rt_run: null stage function");
+    c.device->runStageFunction(reinterpret_cast<const void *>(fn), arena, slot,
+                               wbase, [&] { fn(ctx, arena, slot, wbase); });
+  });
 }
 
 extern "C" void pipec_rt_op_begin(pipec_ctx *ctx, int64_t op, int64_t phase) {

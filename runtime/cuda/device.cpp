@@ -39,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <unistd.h>
 #include <vector>
 
@@ -112,12 +113,25 @@ public:
           "); compile with --target cpu to train on CPUs");
     ordinal_ = request.localRank % count;
     initContext(kernels_, ordinal_, request.allowTf32, request.matmulBf16);
+    graphsOn_ = request.cudaGraphs;
+    if (graphsOn_) {
+      // cuBLAS inside a capture uses the workspace it is given (it must not
+      // allocate one while the stream is captured).
+      check(cudaMalloc(&blasWorkspace_, kBlasWorkspace),
+            "the cuBLAS workspace of --cuda-graphs");
+      checkBlas(
+          cublasSetWorkspace(kernels_.blas, blasWorkspace_, kBlasWorkspace),
+          "cublasSetWorkspace");
+    }
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
     name_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ")";
   }
   ~CudaDevice() override {
     cudaStreamSynchronize(kernels_.stream);
+    for (auto &[key, g] : graphs_)
+      if (g.exec)
+        cudaGraphExecDestroy(g.exec);
     for (UploadSlot &s : uploads_) {
       cudaEventDestroy(s.done);
       cudaFreeHost(s.host);
@@ -125,6 +139,8 @@ public:
     for (auto &[host, dev] : constants_)
       cudaFree(dev);
     destroyContext(kernels_);
+    if (blasWorkspace_)
+      cudaFree(blasWorkspace_);
   }
 
   std::string name() const override { return name_; }
@@ -195,6 +211,27 @@ public:
   void setWaitHook(std::function<void()> hook) override {
     waitHook_ = std::move(hook);
   }
+  /// --cuda-graphs: the first call of a stage function on given buffers
+  /// runs as it is (it may grow scratch, upload constants and tables, find
+  /// cuDNN algorithms: nothing a capture may do); the second is captured
+  /// into a graph, which that call and every later one launches. A call
+  /// that cannot be captured (a kernel that waits for the host, say) runs
+  /// uncaptured from then on, said once on stderr.
+  void runStageFunction(const void *fn, void *arena, int64_t slot, void *wbase,
+                        const std::function<void()> &body) override {
+    if (!graphsOn_)
+      return body();
+    Graph &g = graphs_[{fn, arena, slot, wbase}];
+    if (g.uncapturable || g.calls++ == 0)
+      return body();
+    if (!g.exec && !capture(g, body))
+      return body();
+    check(cudaGraphLaunch(g.exec, kernels_.stream), "cudaGraphLaunch");
+    ++graphLaunches_;
+  }
+
+  int64_t replayedCalls() const override { return graphLaunches_; }
+
   const void *constant(const void *host, int64_t bytes) override {
     auto it = constants_.find(host);
     if (it != constants_.end())
@@ -206,6 +243,52 @@ public:
   }
 
 private:
+  struct Graph {
+    int64_t calls = 0;
+    cudaGraphExec_t exec = nullptr;
+    bool uncapturable = false;
+  };
+
+  /// Records `body`'s work on the stream into `g.exec`; false (and `g`
+  /// marked uncapturable, the stream usable again) when CUDA refuses.
+  bool capture(Graph &g, const std::function<void()> &body) {
+    cudaStream_t stream = kernels_.stream;
+    std::string why;
+    cudaGraph_t graph = nullptr;
+    cudaError_t e =
+        cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+      try {
+        body();
+      } catch (const std::exception &x) {
+        why = x.what();
+      }
+      cudaError_t end = cudaStreamEndCapture(stream, &graph);
+      if (why.empty() && end != cudaSuccess)
+        why = cudaGetErrorString(end);
+      if (why.empty() &&
+          (e = cudaGraphInstantiate(&g.exec, graph, 0)) != cudaSuccess)
+        why = cudaGetErrorString(e);
+    } else {
+      why = cudaGetErrorString(e);
+    }
+    if (graph)
+      cudaGraphDestroy(graph);
+    if (!why.empty()) {
+      cudaGetLastError(); // clear the capture's error
+      g.exec = nullptr;
+      g.uncapturable = true;
+      if (!warnedCapture_)
+        std::fprintf(stderr,
+                     "pipec-rt: note: --cuda-graphs: a stage function could "
+                     "not be captured (%s); it runs without a graph\n",
+                     why.c_str());
+      warnedCapture_ = true;
+      return false;
+    }
+    return true;
+  }
+
   /// Waits for every queued kernel and copy. With a wait hook (the
   /// runtime's message progress) it polls the stream and calls the hook
   /// between polls instead of blocking in cudaStreamSynchronize.
@@ -260,6 +343,12 @@ private:
   std::map<const void *, char *> constants_;
   std::deque<UploadSlot> uploads_;
   std::function<void()> waitHook_;
+  /// --cuda-graphs: one graph per (stage function, arena, slot, weights).
+  bool graphsOn_ = false, warnedCapture_ = false;
+  std::map<std::tuple<const void *, void *, int64_t, void *>, Graph> graphs_;
+  int64_t graphLaunches_ = 0;
+  static constexpr size_t kBlasWorkspace = size_t(32) << 20;
+  void *blasWorkspace_ = nullptr;
 };
 
 } // namespace

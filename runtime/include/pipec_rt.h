@@ -520,6 +520,21 @@ void pipec_rt_release(pipec_ctx *ctx, int64_t mb);
 /// microbatch still needs that version.
 void pipec_rt_update(pipec_ctx *ctx);
 
+/// A stage function of the generated code: one forward, backward (or its
+/// weight half) or optimizer step of the stage, on the arena, stash slot
+/// `slot` and the weights at `wbase`.
+typedef void (*pipec_stage_fn)(pipec_ctx *ctx, void *arena, int64_t slot,
+                               void *wbase);
+
+/// Runs `fn(ctx, arena, slot, wbase)` (what `--target cuda` code calls
+/// instead of calling the stage function itself). With --cuda-graphs the
+/// device captures the call as a CUDA graph on its second run with the same
+/// (fn, arena, slot, wbase) and replays the graph from then on (the first
+/// run grows the scratch buffers, uploads constants and finds algorithms,
+/// which a capture cannot). Otherwise, and on the CPU, it calls `fn`.
+void pipec_rt_run(pipec_ctx *ctx, pipec_stage_fn fn, void *arena, int64_t slot,
+                  void *wbase);
+
 /// Timeline hooks (pipec train --trace) around a forward (kind 0), backward
 /// (1) or optimizer update (2) of microbatch `mb` (the program's index; -1
 /// for none).

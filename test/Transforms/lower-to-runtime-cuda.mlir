@@ -19,6 +19,16 @@
 // CHECK: llvm.store %[[DEV]]
 // CHECK: call @pipec_cuda_k_binary(%[[KC]],
 // CHECK-NOT: call @pipec_k_
+// The program calls each stage function through pipec_rt_run, which may
+// replay it as a CUDA graph (--cuda-graphs); the optimizer step too.
+// CHECK-LABEL: func.func @pipec_program
+// CHECK: %[[FWD:.*]] = constant @pipec_s0_fwd : (!llvm.ptr, !llvm.ptr, i64, !llvm.ptr) -> ()
+// CHECK: call @pipec_rt_run(%{{.*}}, %[[FWD]],
+// CHECK-NOT: call @pipec_s0_
+// CHECK: %[[BWD:.*]] = constant @pipec_s0_bwd
+// CHECK: call @pipec_rt_run(%{{.*}}, %[[BWD]],
+// CHECK: %[[STEP:.*]] = constant @pipec_s0_step
+// CHECK: call @pipec_rt_run(%{{.*}}, %[[STEP]],
 // CHECK: call @pipec_rt_cuda_main(
 
 // --precision bf16: float32 tensors, bfloat16 matrix products (on the CPU
@@ -30,6 +40,8 @@
 // CPU: \22target\22:\22cpu\22
 // CPU-NOT: pipec_rt_constant(
 // CPU: call @pipec_k_binary(
+// CPU-NOT: pipec_rt_run
+// CPU: call @pipec_s0_fwd(
 // CPU: call @pipec_rt_main(
 
 // The training pipeline alone (its memory planning makes the constant's

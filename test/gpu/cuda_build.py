@@ -81,6 +81,9 @@ def main():
         calls = sorted(set(re.findall(r"pipec_cuda_k_(\w+)", undefined)))
         checks.report({"sgd_multi", "fill_multi"} <= set(calls) and "sgd" not in calls and "fill" not in calls,
                       "CUDA step function: multi-tensor update and zeroing", ", ".join(calls))
+        # Stage functions are called through the runtime (CUDA graphs).
+        checks.report(re.search(r"\bpipec_rt_run\b", undefined) is not None,
+                      "CUDA stage functions run through pipec_rt_run (--cuda-graphs)", "")
 
     # Without a GPU the stages stop at start-up with one line saying so.
     if ok and not have_gpu():

@@ -22,6 +22,7 @@ build machine has no GPU:
 scripts/test-gpu.sh runs both halves.
 """
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -368,7 +369,46 @@ def run_cases(args):
     for name in CHECK_CASES:
         if not only or name in only:
             kernel_check(args, checks, cases_dir, name)
+    for name in GRAPH_CASES:
+        if not only or name in only:
+            graphs_check(args, checks, cases_dir, name)
     return checks.summary()
+
+
+# --cuda-graphs: flush and continuous schedules (weight versions move wbase),
+# split backwards, Adam (the update count in device memory), a ResNet
+# (cuDNN and batch norm).
+GRAPH_CASES = ["mlp-s4-1f1b", "mlp-s4-zb-h1", "gpt-s2-1f1b-flush", "gpt-s2-adam", "resnet-s2-1f1b-flush"]
+
+
+def graphs_check(args, checks, cases_dir, name):
+    """`name` again with --cuda-graphs: the same losses as the run without,
+    bit for bit (the same kernels on the same bytes), and every rank
+    replayed stage functions as graphs."""
+    model = dict((c[0], c[1]) for c in CASES)[name]
+    d = os.path.join(cases_dir, name)
+    data_dir = os.path.join(cases_dir, "data-" + model)
+    metrics = os.path.join(d, "graphs.jsonl")
+    for f in glob.glob(os.path.join(d, "graphs-summary.*.json")) + [metrics]:
+        if os.path.exists(f):
+            os.remove(f)
+    rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, case_steps(name), lr=case_lr(name)) +
+                             ["--quiet", "--cuda-graphs", "--metrics", metrics,
+                              "--checkpoint-dir", os.path.join(d, "graphs_ckpt"),
+                              "--summary-out", os.path.join(d, "graphs-summary.{stage}.json")]), timeout=300)
+    if rc != 0:
+        checks.report(False, f"{name} --cuda-graphs", f"exit {rc}: {out[-1500:]}")
+        return
+    got, want = losses(metrics), losses(os.path.join(d, "metrics.jsonl"))
+    replayed = []
+    for f in sorted(glob.glob(os.path.join(d, "graphs-summary.*.json"))):
+        with open(f) as fh:
+            replayed.append(json.load(fh).get("replayed_stage_calls", 0))
+    notes = [l for l in out.splitlines() if "--cuda-graphs" in l]
+    checks.report(got == want and replayed and all(r > 0 for r in replayed) and not notes,
+                  f"{name} --cuda-graphs: losses bit for bit, stage functions replayed",
+                  f"{len(got)} losses {'equal' if got == want else 'differ'}; replayed per stage {replayed}; "
+                  + " | ".join(notes)[:300])
 
 
 def kernel_check(args, checks, cases_dir, name):

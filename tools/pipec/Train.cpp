@@ -336,6 +336,10 @@ void declareTrainOptions(Args &a) {
       .flag("--allow-tf32", "CUDA stages: TF32 tensor-core math in float32 "
                             "GEMMs (off: float32 results match the CPU "
                             "kernels to rounding)")
+      .flag("--cuda-graphs",
+            "CUDA stages: capture each forward, backward and update once as "
+            "a CUDA graph and replay it (fewer kernel launches; off while "
+            "--profile-out or --check-kernels)")
       .flag("--check-kernels",
             "CUDA stages: run every kernel call on the CPU kernel too and "
             "report where the GPU parts from it (slow; for debugging)")
@@ -385,7 +389,7 @@ std::vector<std::string> stageArguments(const Args &a,
     stageArgs.push_back("--vertical-sync");
   if (a.has("--prefetch"))
     stageArgs.push_back("--prefetch");
-  for (const char *flag : {"--allow-tf32", "--check-kernels"})
+  for (const char *flag : {"--allow-tf32", "--check-kernels", "--cuda-graphs"})
     if (a.has(flag))
       stageArgs.push_back(flag);
   if (a.has("--quiet"))
