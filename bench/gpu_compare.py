@@ -172,9 +172,9 @@ def pipec_launch(args, b, build, extra):
                                "--labels", os.path.join(b, "y.npy")])
 
 
-def run_pipec(args, b, build, steps=None, env=None):
+def run_pipec(args, b, build, steps=None, env=None, flags=()):
     shutil.rmtree(os.path.join(b, build, "checkpoints"), ignore_errors=True)
-    cmd = pipec_launch(args, b, build, ["--steps", str(steps or STEPS)])
+    cmd = pipec_launch(args, b, build, ["--steps", str(steps or STEPS)] + list(flags))
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180,
                        env=dict(os.environ, **(env or {})))
     m = re.search(r"done: .* final loss ([0-9.]+)\s+([0-9.]+) samples/s", p.stdout)
@@ -432,10 +432,13 @@ def run(args):
         parts = [p for p in parts if p not in ("profile", "trace")]
     if env("PIPEC_BENCH_GPT", "1") != "0":
         draw_weights(b, BUILDS)
-        s1 = s4 = s4np = sb = loss1 = loss4 = lossb = None
+        s1 = s4 = s4np = sb = loss1 = loss4 = lossb = s1g = s4g = None
         if "pipec" in parts:
             s1, loss1 = run_pipec(args, b, "s1")
             s4, loss4 = run_pipec(args, b, "s4")
+            # Each stage function replayed as a CUDA graph.
+            s1g, _ = run_pipec(args, b, "s1", flags=["--cuda-graphs"])
+            s4g, _ = run_pipec(args, b, "s4", flags=["--cuda-graphs"])
             # The same without the runtime's message progress between ops
             # and during GPU waits (runtime/README.md, Communication).
             s4np, _ = run_pipec(args, b, "s4", env={"PIPEC_MESSAGE_PROGRESS": "0"})
@@ -450,6 +453,8 @@ def run(args):
             ("fp32", "pipec, 1 stage, PIPEC_CUDNN=0 (im2col)", s1i),
                 ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
                 ("fp32", "pipec, 4 stages, PIPEC_MESSAGE_PROGRESS=0", s4np),
+                ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),
+                ("fp32", "pipec, 4 stages, --cuda-graphs", s4g),
                 ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch) if eager else None)]
         if env("PIPEC_BENCH_PEDANTIC", "0") != "0":
             # The 1-stage build again with cuBLAS's pedantic math mode (what
@@ -492,10 +497,12 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
     sb, lossb = run_pipec(args, r, "s1-bf16", RESNET_STEPS)
     # The convolutions without cuDNN (im2col + cuBLAS), for what cuDNN buys.
     s1i, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN": "0"})
+    s1g, _ = run_pipec(args, r, "s1", RESNET_STEPS, flags=["--cuda-graphs"])
     if env("PIPEC_BENCH_PROFILE", "1") != "0":
         profile_pipec(args, r, "s1", microbatches=1, label="resnet50")
     rows = [("fp32", "pipec --target cuda, 1 stage", s1),
             ("fp32", "pipec, 1 stage, PIPEC_CUDNN=0 (im2col)", s1i),
+            ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),
             ("fp32", "PyTorch eager", run_torch_resnet(r, False, profile=profile_torch)),
             ("bf16", "pipec --target cuda --precision bf16, 1 stage", sb),
             ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True))]
