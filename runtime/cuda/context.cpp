@@ -110,6 +110,7 @@ static void *grow(Context &c, void *&buffer, size_t &size, size_t bytes,
   size_t want = bytes < (1u << 20) ? (1u << 20) : bytes;
   check(cudaMalloc(&buffer, want), what);
   size = want;
+  ++c.buffersMoved;
   return buffer;
 }
 

@@ -72,6 +72,10 @@ struct Context : pipec_kctx {
   /// uploaded on a call site's first call, kept while its buffers are the
   /// same (the arena's are, step after step).
   void *multiTensorTables = nullptr;
+  /// Counts the times a buffer above (scratch, staging, a multi-tensor
+  /// table) was freed or moved: a CUDA graph captured before holds the old
+  /// addresses and must be captured again (device.cpp, --cuda-graphs).
+  uint64_t buffersMoved = 0;
 };
 
 /// `kc` as a live CUDA context; throws RtError naming `kernel` when it is

@@ -222,6 +222,13 @@ public:
     if (!graphsOn_)
       return body();
     Graph &g = graphs_[{fn, arena, slot, wbase}];
+    if (g.exec && g.buffersMoved != kernels_.buffersMoved) {
+      // A kernel's scratch or table moved since the capture: run this call
+      // as a first one again (it may need to upload), capture the next.
+      cudaGraphExecDestroy(g.exec);
+      g.exec = nullptr;
+      g.calls = 0;
+    }
     if (g.uncapturable || g.calls++ == 0)
       return body();
     if (!g.exec && !capture(g, body))
@@ -247,6 +254,8 @@ private:
     int64_t calls = 0;
     cudaGraphExec_t exec = nullptr;
     bool uncapturable = false;
+    /// Context::buffersMoved when captured.
+    uint64_t buffersMoved = 0;
   };
 
   /// Records `body`'s work on the stream into `g.exec`; false (and `g`
@@ -255,6 +264,7 @@ private:
     cudaStream_t stream = kernels_.stream;
     std::string why;
     cudaGraph_t graph = nullptr;
+    const uint64_t moved = kernels_.buffersMoved;
     cudaError_t e =
         cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
     if (e == cudaSuccess) {
@@ -266,6 +276,8 @@ private:
       cudaError_t end = cudaStreamEndCapture(stream, &graph);
       if (why.empty() && end != cudaSuccess)
         why = cudaGetErrorString(end);
+      if (why.empty() && kernels_.buffersMoved != moved)
+        why = "a kernel's scratch moved while it was captured";
       if (why.empty() &&
           (e = cudaGraphInstantiate(&g.exec, graph, 0)) != cudaSuccess)
         why = cudaGetErrorString(e);
@@ -274,7 +286,10 @@ private:
     }
     if (graph)
       cudaGraphDestroy(graph);
+    g.buffersMoved = moved;
     if (!why.empty()) {
+      if (g.exec)
+        cudaGraphExecDestroy(g.exec);
       cudaGetLastError(); // clear the capture's error
       g.exec = nullptr;
       g.uncapturable = true;

@@ -279,6 +279,8 @@ void freeTables(Context &c) {
     cudaStreamSynchronize(c.stream); // no queued kernel reads them any more
   for (auto &entry : tablesOf(c))
     cudaFree(entry.second.allocation);
+  if (!tablesOf(c).empty())
+    ++c.buffersMoved;
   tablesOf(c).clear();
 }
 

@@ -12,6 +12,7 @@
 
 #include "cuda_test_util.h"
 
+#include "cuda_rt.h"
 #include "device_factory.h"
 
 #include <cuda_runtime.h>
@@ -48,10 +49,24 @@ TEST(CudaGraphs, ReplaysAStageFunctionWithWhatTheHostWroteSince) {
   device->toHost(back.data(), w, n * 4);
   for (float v : back)
     ASSERT_EQ(v, expected);
+  const float lastRate = 0.5f;
   EXPECT_EQ(device->replayedCalls(), 3); // calls 2 (captured), 3, 4
   // Another slot: its own first call runs as it is.
   device->runStageFunction(&key, w, 1, nullptr, body);
   EXPECT_EQ(device->replayedCalls(), 3);
+  // The kernels' scratch moves (another function needed more): the graph
+  // of slot 0 is dropped, its next call runs as a first one, the one after
+  // is captured again.
+  auto &ctx = *static_cast<cuda::Context *>(device->kernelContext());
+  cuda::scratch(ctx, size_t(256) << 20);
+  device->runStageFunction(&key, w, 0, nullptr, body);
+  EXPECT_EQ(device->replayedCalls(), 3);
+  device->runStageFunction(&key, w, 0, nullptr, body);
+  EXPECT_EQ(device->replayedCalls(), 4);
+  expected -= 3 * lastRate; // slot 1's call and these two
+  device->toHost(back.data(), w, n * 4);
+  for (float v : back)
+    ASSERT_EQ(v, expected);
   // A body that waits for the host cannot be captured: it runs without.
   int waited = 0;
   auto waits = [&] {
