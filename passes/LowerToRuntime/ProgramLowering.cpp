@@ -165,8 +165,6 @@ LogicalResult StageLowering::prepareSite(Operation *op, Site &s) {
   return success();
 }
 
-/// One lowered stage function inside a profiler span of `phase` (0
-/// forward, 1 backward, 2 update).
 /// One call of the stage function `fn`: on CUDA through the runtime, which
 /// may replay it as a CUDA graph (pipec_rt_run, --cuda-graphs).
 void StageLowering::callStage(Site &s, func::FuncOp fn, Value slot,
@@ -178,6 +176,8 @@ void StageLowering::callStage(Site &s, func::FuncOp fn, Value slot,
   s.call("pipec_rt_run", {s.ctx, f, s.arena, slot, weights});
 }
 
+/// One lowered stage function inside a profiler span of `phase` (0
+/// forward, 1 backward, 2 update).
 void StageLowering::emitRun(Site &s, int64_t phase, func::FuncOp fn,
                             Value weights) {
   s.call("pipec_rt_span_begin", {s.ctx, i64(s.pb, s.loc, phase), s.mb});

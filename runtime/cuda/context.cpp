@@ -52,6 +52,14 @@ void initContext(Context &c, int device, bool allowTf32, bool matmulBf16) {
   cublasHandle_t blas = nullptr;
   checkBlas(cublasCreate(&blas), "cublasCreate");
   checkBlas(cublasSetStream(blas, stream), "cublasSetStream");
+  // A workspace of its own (after cublasSetStream, which resets it): cuBLAS
+  // then never allocates one inside a CUDA graph capture (--cuda-graphs),
+  // and runs with and without graphs pick their GEMM algorithms alike.
+  check(cudaMalloc(&c.blasWorkspace, Context::kBlasWorkspaceBytes),
+        "the cuBLAS workspace");
+  checkBlas(
+      cublasSetWorkspace(blas, c.blasWorkspace, Context::kBlasWorkspaceBytes),
+      "cublasSetWorkspace");
   // Pointer mode host: alpha/beta come from the kernels' `reals`.
   checkBlas(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST),
             "cublasSetPointerMode");
@@ -87,6 +95,9 @@ void destroyContext(Context &c) {
   if (c.bf16Staging)
     cudaFree(c.bf16Staging);
   cublasDestroy(c.blas);
+  if (c.blasWorkspace)
+    cudaFree(c.blasWorkspace);
+  c.blasWorkspace = nullptr;
   cudaStreamDestroy(c.stream);
   c.device = -1;
   c.stream = nullptr;

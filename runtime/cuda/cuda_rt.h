@@ -76,6 +76,9 @@ struct Context : pipec_kctx {
   /// table) was freed or moved: a CUDA graph captured before holds the old
   /// addresses and must be captured again (device.cpp, --cuda-graphs).
   uint64_t buffersMoved = 0;
+  /// cuBLAS's workspace (set once by initContext).
+  void *blasWorkspace = nullptr;
+  static constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
 };
 
 /// `kc` as a live CUDA context; throws RtError naming `kernel` when it is

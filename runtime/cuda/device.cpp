@@ -114,15 +114,6 @@ public:
     ordinal_ = request.localRank % count;
     initContext(kernels_, ordinal_, request.allowTf32, request.matmulBf16);
     graphsOn_ = request.cudaGraphs;
-    if (graphsOn_) {
-      // cuBLAS inside a capture uses the workspace it is given (it must not
-      // allocate one while the stream is captured).
-      check(cudaMalloc(&blasWorkspace_, kBlasWorkspace),
-            "the cuBLAS workspace of --cuda-graphs");
-      checkBlas(
-          cublasSetWorkspace(kernels_.blas, blasWorkspace_, kBlasWorkspace),
-          "cublasSetWorkspace");
-    }
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
     name_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ")";
@@ -139,8 +130,6 @@ public:
     for (auto &[host, dev] : constants_)
       cudaFree(dev);
     destroyContext(kernels_);
-    if (blasWorkspace_)
-      cudaFree(blasWorkspace_);
   }
 
   std::string name() const override { return name_; }
@@ -272,15 +261,20 @@ private:
         body();
       } catch (const std::exception &x) {
         why = x.what();
+      } catch (...) {
+        why = "an exception";
       }
       cudaError_t end = cudaStreamEndCapture(stream, &graph);
       if (why.empty() && end != cudaSuccess)
         why = cudaGetErrorString(end);
       if (why.empty() && kernels_.buffersMoved != moved)
         why = "a kernel's scratch moved while it was captured";
+      cudaGraphExec_t exec = nullptr;
       if (why.empty() &&
-          (e = cudaGraphInstantiate(&g.exec, graph, 0)) != cudaSuccess)
+          (e = cudaGraphInstantiate(&exec, graph, 0)) != cudaSuccess)
         why = cudaGetErrorString(e);
+      if (why.empty())
+        g.exec = exec;
     } else {
       why = cudaGetErrorString(e);
     }
@@ -288,8 +282,6 @@ private:
       cudaGraphDestroy(graph);
     g.buffersMoved = moved;
     if (!why.empty()) {
-      if (g.exec)
-        cudaGraphExecDestroy(g.exec);
       cudaGetLastError(); // clear the capture's error
       g.exec = nullptr;
       g.uncapturable = true;
@@ -362,8 +354,6 @@ private:
   bool graphsOn_ = false, warnedCapture_ = false;
   std::map<std::tuple<const void *, void *, int64_t, void *>, Graph> graphs_;
   int64_t graphLaunches_ = 0;
-  static constexpr size_t kBlasWorkspace = size_t(32) << 20;
-  void *blasWorkspace_ = nullptr;
 };
 
 } // namespace

@@ -335,8 +335,11 @@ const MultiTable *multiTable(Context &ctx, int bufsPer, int intsPer,
   std::memcpy(host.data() + ptrBytes + nBytes, chunks.data(), chunkBytes);
   MultiTable table;
   check(cudaMalloc(&table.allocation, host.size()), what);
-  check(cudaMemcpy(table.allocation, host.data(), host.size(),
-                   cudaMemcpyHostToDevice),
+  // On the kernels' stream, so that the launch after it reads the table
+  // (a plain cudaMemcpy from pageable memory may return before the bytes
+  // land, and the legacy stream does not order a non-blocking one).
+  check(cudaMemcpyAsync(table.allocation, host.data(), host.size(),
+                        cudaMemcpyHostToDevice, ctx.stream),
         what);
   char *base = static_cast<char *>(table.allocation);
   table.ptrs = reinterpret_cast<void *const *>(base);
@@ -483,6 +486,9 @@ extern "C" void pipec_cuda_k_momentum_multi(pipec_kctx *kc, void *const *bufs,
                                             const double *reals) {
   const char *what = "pipec_cuda_k_momentum_multi";
   Context &ctx = context(kc, what);
+  for (int64_t t = 1; t < ints[0]; ++t)
+    if (ints[2 + 2 * t] != ints[2]) // one Nesterov flag per call
+      fail("pipec_cuda_k_momentum_multi: tensors differ in nesterov");
   if (ints[0] > 0)
     launchMulti<momentumLayout>(
         ctx, bufs, ints,

@@ -83,6 +83,9 @@ void upload(const Kind &kind, const std::vector<int64_t> &lengths, Tensors &t) {
     if (kind.ints == 2)
       t.ints.push_back(1); // momentum: Nesterov
   }
+  // (The kernels run on the test context's non-blocking stream, which the
+  // copies above do not order.)
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 std::vector<std::vector<float>> download(const Kind &kind, const Tensors &t) {
