@@ -12,7 +12,8 @@ and 4 stage processes:
    `pipec compile --profile` plans the stages with those times;
 2. `pipec train --trace --summary-out` runs it for real;
 3. `pipec simulate` predicts the same plan on the same profile, with a
-   one-level topology for processes on one host (`--bandwidth`, `--latency`).
+   one-level topology for processes on one host whose link `pipec topology
+   --measure` measured (or `--bandwidth`, `--latency` as given).
 
 Printed per configuration: measured iteration time (median of the steps
 after the first two) and the simulator's prediction, their ratio; the
@@ -72,8 +73,9 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--stages", default="2,4")
     ap.add_argument("--microbatches", type=int, default=8)
-    ap.add_argument("--bandwidth", type=float, default=5e9, help="bytes/s between processes (shared memory)")
-    ap.add_argument("--latency", type=float, default=5e-6)
+    ap.add_argument("--bandwidth", type=float, default=None,
+                    help="bytes/s between processes (default: measured by `pipec topology --measure`)")
+    ap.add_argument("--latency", type=float, default=None, help="seconds per message (with --bandwidth)")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
@@ -94,11 +96,26 @@ def main():
           f"{'(p-1)/m':>7}  per stage: arena / max RSS MiB, weight versions")
     for p in [int(s) for s in a.stages.split(",")]:
         topo = os.path.join(a.workdir, f"host-{p}.json")
-        with open(topo, "w") as f:
-            json.dump({"format": "pipec.topology/1", "name": f"{p} processes on one host",
-                       "device_memory_bytes": 24 << 30,
-                       "levels": [{"name": "host", "count": p, "bandwidth": a.bandwidth, "latency": a.latency,
-                                   "processors": os.cpu_count()}]}, f)
+        if a.bandwidth is None:
+            # The link measured between two processes here (pipec-linkprobe).
+            # (The MLP's messages are 32 x 1024 floats, 128 KiB: fitted
+            # around that.)
+            out = sh([a.pipec, "topology", "--measure", "--processes", str(p), "--fit-from", "32K",
+                      "--fit-to", "512K", "-o", topo])
+            link = re.search(r"latency .* GB/s", out)
+            print(f"p{p}: measured {link.group(0) if link else '?'}", flush=True)
+            with open(topo) as f:
+                t = json.load(f)
+            t["levels"][0]["processors"] = os.cpu_count()  # (also when p <= cores)
+            with open(topo, "w") as f:
+                json.dump(t, f)
+        else:
+            with open(topo, "w") as f:
+                json.dump({"format": "pipec.topology/1", "name": f"{p} processes on one host",
+                           "device_memory_bytes": 24 << 30,
+                           "levels": [{"name": "host", "count": p, "bandwidth": a.bandwidth,
+                                       "latency": a.latency if a.latency is not None else 5e-6,
+                                       "processors": os.cpu_count()}]}, f)
         for sched in ("gpipe", "1f1b-flush", "1f1b", "2bw", "interleaved", "zb-h1", "zb-h2"):
             out = os.path.join(a.workdir, f"p{p}-{sched}")
             extra = ["--chunks", "2"] if sched == "interleaved" else []

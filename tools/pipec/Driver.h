@@ -62,6 +62,7 @@ int runTrain(const std::vector<std::string> &args, const char *argv0);
 int runPlan(const std::vector<std::string> &args);
 int runSimulate(const std::vector<std::string> &args);
 int runCalibrate(const std::vector<std::string> &args);
+int runTopology(const std::vector<std::string> &args, const char *argv0);
 
 /// Options of `pipec compile` (also used by `pipec profile`).
 struct CompileOptions {

@@ -41,6 +41,9 @@ commands:
                                predict time, bubble and memory of a plan
   calibrate PROFILE --device D fit a device model's efficiencies to a
                                profile measured on the device
+  topology --measure -o T      time messages between processes here and
+                               write the topology (link, cores) for plan
+                               and simulate
   help [command]               show the options of a command
 
 a first run:
@@ -85,6 +88,8 @@ int main(int argc, char **argv) {
     return runSimulate(args);
   if (cmd == "calibrate")
     return runCalibrate(args);
+  if (cmd == "topology")
+    return runTopology(args, argv[0]);
   llvm::errs() << "pipec: error: unknown command '" << cmd << "'\n\n";
   printUsage(llvm::errs());
   return 2;

@@ -1,0 +1,66 @@
+#!/usr/bin/python3
+"""`pipec topology --measure` writes a measured topology the planners read.
+
+    /usr/bin/python3 test/e2e/topology_measure.py --pipec build/bin/pipec --workdir DIR
+
+pipec-linkprobe runs as two MPI ranks (through the launcher `pipec train`
+uses) and times messages of 8 B to 64 MiB; pipec fits latency + bytes /
+bandwidth to them. Checked: the topology has the processes asked for, a
+positive latency under a millisecond and a bandwidth between 10 MB/s and
+1 TB/s (processes on one machine), `processors` = the cores when the
+processes outnumber them, the fit's line is printed, and `pipec plan`
+plans on it; without --measure the command says what it does instead.
+Prints `N passed, M failed`.
+"""
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from e2e_common import Checks, pipec_workdir_args, run  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def main():
+    args = pipec_workdir_args(__doc__.split("\n")[0])
+    for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+        os.environ.setdefault(k, "1")
+    checks = Checks()
+    topo = os.path.join(args.workdir, "host.json")
+    processes = max(4, (os.cpu_count() or 1) + 1)
+    rc, out = run([args.pipec, "topology", "--measure", "--processes", str(processes), "-o", topo], timeout=240)
+    fit = re.search(r"latency ([\d.]+) us, bandwidth ([\d.]+) GB/s \(worst fit error (\d+)%", out)
+    checks.report(rc == 0 and fit is not None and os.path.exists(topo), "pipec topology --measure",
+                  fit.group(0) if fit else f"exit {rc}: {out[-800:]}")
+    if rc != 0 or not os.path.exists(topo):
+        return checks.summary()
+    t = json.load(open(topo))
+    level = t["levels"][0] if t.get("levels") else {}
+    ok = (t.get("format") == "pipec.topology/1" and len(t["levels"]) == 1 and level.get("count") == processes
+          and 0 < level.get("latency", 0) < 1e-3 and 1e7 < level.get("bandwidth", 0) < 1e12
+          and level.get("processors") == os.cpu_count() and t.get("device_memory_bytes", 0) > 0)
+    checks.report(ok, "the topology: one host level, the measured link, shared cores",
+                  json.dumps(level))
+    # The printed figures are the file's.
+    if fit:
+        checks.report(abs(float(fit.group(1)) * 1e-6 - level["latency"]) <= 0.01e-6 + 1e-3 * level["latency"]
+                      and abs(float(fit.group(2)) * 1e9 - level["bandwidth"]) <= 0.01e9,
+                      "printed latency and bandwidth are the topology's", fit.group(0))
+    # The planners read it.
+    profile = os.path.join(ROOT, "examples", "profiles", "resnet50.json")
+    rc, out = run([args.pipec, "plan", "--profile", profile, "--topology", topo, "--algorithm", "pipedream",
+                   "-o", os.path.join(args.workdir, "plan.json")])
+    checks.report(rc == 0 and os.path.exists(os.path.join(args.workdir, "plan.json")),
+                  "pipec plan on the measured topology", out.strip().splitlines()[-1] if out.strip() else f"exit {rc}")
+    # Nothing to do without --measure: one line saying so.
+    rc, out = run([args.pipec, "topology", "-o", topo])
+    checks.report(rc != 0 and "--measure" in out and len(out.strip().splitlines()) <= 2,
+                  "pipec topology without --measure", out.strip())
+    return checks.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
