@@ -122,7 +122,8 @@ def resume_tied(args, src, ref):
                     "--checkpoint-dir", os.path.join(d, "s1-resumed"),
                     "--metrics", os.path.join(d, "s1-resumed.jsonl")])]
     for build, targs in legs:
-        rc, log = run([args.pipec, "train", os.path.join(d, build)] + data + targs)
+        rc, log = run([args.pipec, "train", os.path.join(d, build)] + data + targs +
+                      ["--watchdog-first-step-s", "120"])
         if rc != 0:
             return False, f"train {build} {' '.join(targs[:2])}: {log[-400:]}"
 
@@ -215,7 +216,10 @@ def main():
             frozen = [b for b in ref["buffers"] if "running_" not in b]
             rc, log2 = run([args.pipec, "train", out, "--steps", str(ref["steps"]), "--lr", str(ref["lr"]),
                             "--inputs", os.path.join(src, "x.npy"), "--labels", labels_of[flat],
-                            "--checkpoint-every", "1", "--quiet"])
+                            "--checkpoint-every", "1", "--quiet",
+                            # A first step that hangs is stopped, naming the
+                            # rank waited for, before run()'s 300 s limit.
+                            "--watchdog-first-step-s", "120"])
             if rc != 0:
                 report(False, name, "train: " + log2[-600:])
                 continue
