@@ -367,7 +367,8 @@ __global__ void multiKernel(void *const *ptrs, const int64_t *ns,
 /// Each kernel's layout, from its line of pipec_multi_tensor.def.
 #define PIPEC_MULTI_TENSOR(name, bufs, ints, firstOutput, shared)              \
   struct name##Layout {                                                        \
-    static constexpr int kBufs = bufs, kInts = ints;                           \
+    static constexpr int kBufs = bufs, kInts = ints,                           \
+                         kFirstOutput = firstOutput;                           \
     static constexpr unsigned kShared = shared;                                \
   };
 #include "pipec_multi_tensor.def"
@@ -451,6 +452,15 @@ struct AdagradUpdate {
                    static_cast<const float *>(p[4]), out(p, 5), out(p, 6), i);
   }
 };
+
+// The functors' buffer indices are the .def's layouts.
+static_assert(fillLayout::kFirstOutput == 0 && fillLayout::kBufs == 1, "");
+static_assert(sgdLayout::kFirstOutput == 3 && sgdLayout::kShared == 0x4, "");
+static_assert(momentumLayout::kFirstOutput == 5 && momentumLayout::kBufs == 7,
+              "");
+static_assert(adamLayout::kFirstOutput == 6 && adamLayout::kBufs == 9, "");
+static_assert(adagradLayout::kFirstOutput == 5 && adagradLayout::kBufs == 7,
+              "");
 
 } // namespace
 
