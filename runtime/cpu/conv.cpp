@@ -47,6 +47,7 @@
 
 #include "pipec_rt.h"
 
+#include "core/conv_shape.h"
 #include "cpu/real.h"
 #include "cpu/strided.h"
 
@@ -58,55 +59,9 @@
 using namespace pipec::rt;
 using pipec::cpu::blasGemm;
 using pipec::cpu::KernelContext;
+using pipec::rt::ConvShape;
 
 namespace {
-
-//===----------------------------------------------------------------------===//
-// Shape
-//===----------------------------------------------------------------------===//
-
-/// The parameter block shared by the three kernels, with derived sizes.
-struct ConvShape {
-  int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, pt, pl, dh, dw, groups;
-  bool hasBias;
-  int64_t cg = 0, mg = 0; ///< Channels per group (input, output).
-  int64_t k = 0;          ///< Patch length Cg * kH * kW.
-  int64_t p = 0;          ///< Output pixels oH * oW.
-
-  explicit ConvShape(const int64_t *ints)
-      : n(ints[0]), c(ints[1]), h(ints[2]), w(ints[3]), m(ints[4]), kh(ints[5]),
-        kw(ints[6]), oh(ints[7]), ow(ints[8]), sh(ints[9]), sw(ints[10]),
-        pt(ints[11]), pl(ints[12]), dh(ints[13]), dw(ints[14]),
-        groups(ints[15]), hasBias(ints[16] != 0) {
-    if (groups > 0) {
-      cg = c / groups;
-      mg = m / groups;
-    }
-    k = cg * kh * kw;
-    p = oh * ow;
-  }
-
-  bool valid() const {
-    if (n < 0 || c < 0 || h < 0 || w < 0 || m < 0 || oh < 0 || ow < 0)
-      return false;
-    if (groups <= 0 || c % groups != 0 || m % groups != 0)
-      return false;
-    if (kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0)
-      return false;
-    const int64_t limit = INT_MAX;
-    return mg <= limit && k <= limit && p <= limit && h * w <= limit;
-  }
-
-  /// 1x1, stride 1, unpadded: col(X) == X.
-  bool pointwise() const {
-    return kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 &&
-           oh == h && ow == w;
-  }
-
-  int64_t xCount() const { return n * c * h * w; }
-  int64_t yCount() const { return n * m * p; }
-  int64_t wCount() const { return m * k; }
-};
 
 /// The output positions o in [0, outLen) whose input position
 /// o * stride + off lies in [0, inLen), as [lo, hi) (empty: lo == hi).

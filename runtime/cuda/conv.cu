@@ -55,7 +55,7 @@
 ///
 //===----------------------------------------------------------------------===//
 
-#include "conv_shape.h"
+#include "core/conv_shape.h"
 #include "cuda_rt.h"
 #include "cudnn_conv.h"
 #include "pipec_rt.h"

@@ -16,13 +16,15 @@
 #ifndef PIPEC_RUNTIME_CUDA_CUDNN_CONV_H
 #define PIPEC_RUNTIME_CUDA_CUDNN_CONV_H
 
-#include "conv_shape.h"
+#include "core/conv_shape.h"
 #include "cuda_rt.h"
 
 #include <cstdint>
 
 namespace pipec {
 namespace cuda {
+
+using rt::ConvShape;
 
 enum class ConvPass { Forward, GradInput, GradWeight };
 

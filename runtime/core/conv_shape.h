@@ -1,25 +1,27 @@
 //===- conv_shape.h - The conv2d parameter block ----------------*- C++ -*-===//
 //
-// Part of pipec's CUDA runtime: read by conv.cu (im2col + cuBLAS) and
-// cudnn_conv.cpp (cuDNN).
+// Part of pipec's runtime: the `ints` of pipec_k_conv2d and its gradients
+// (include/pipec_rt.h), read by the CPU kernels (cpu/conv.cpp) and the CUDA
+// ones (cuda/conv.cu, im2col + cuBLAS; cuda/cudnn_conv.cpp, cuDNN).
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef PIPEC_RUNTIME_CUDA_CONV_SHAPE_H
-#define PIPEC_RUNTIME_CUDA_CONV_SHAPE_H
+#ifndef PIPEC_RUNTIME_CORE_CONV_SHAPE_H
+#define PIPEC_RUNTIME_CORE_CONV_SHAPE_H
 
 #include <climits>
 #include <cstdint>
 
 namespace pipec {
-namespace cuda {
+namespace rt {
 
-/// The parameter block shared by the three kernels (as cpu/conv.cpp reads
-/// it), with derived sizes.
+/// The parameter block shared by the three kernels, with derived sizes.
 struct ConvShape {
   int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, pt, pl, dh, dw, groups;
   bool hasBias;
-  int64_t cg = 0, mg = 0, k = 0, p = 0;
+  int64_t cg = 0, mg = 0; ///< Channels per group (input, output).
+  int64_t k = 0;          ///< Patch length Cg * kH * kW.
+  int64_t p = 0;          ///< Output pixels oH * oW.
 
   explicit ConvShape(const int64_t *ints)
       : n(ints[0]), c(ints[1]), h(ints[2]), w(ints[3]), m(ints[4]), kh(ints[5]),
@@ -34,6 +36,7 @@ struct ConvShape {
     p = oh * ow;
   }
 
+  /// Every size fits the BLAS and cuDNN int parameters.
   bool valid() const {
     if (n < 0 || c < 0 || h < 0 || w < 0 || m < 0 || oh < 0 || ow < 0)
       return false;
@@ -46,6 +49,7 @@ struct ConvShape {
            groups <= limit;
   }
 
+  /// 1x1, stride 1, unpadded: col(X) == X.
   bool pointwise() const {
     return kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 &&
            oh == h && ow == w;
@@ -58,7 +62,7 @@ struct ConvShape {
   int64_t colRows() const { return c * kh * kw; }
 };
 
-} // namespace cuda
+} // namespace rt
 } // namespace pipec
 
-#endif // PIPEC_RUNTIME_CUDA_CONV_SHAPE_H
+#endif // PIPEC_RUNTIME_CORE_CONV_SHAPE_H
