@@ -320,6 +320,13 @@ private:
   std::string setShape();
   std::string buildStages();
   void arenaOfStage(int q, const std::vector<bool> &sentOn);
+  /// True when no stage before `end` trains a weight: no gradient flows
+  /// back into stage `end` (its inputs get none), and a stage q with
+  /// untrainedBefore(q + 1) has no backward at all.
+  bool untrainedBefore(int end) const {
+    return std::all_of(stages.begin(), stages.begin() + end,
+                       [](const VStage &s) { return s.paramBytes == 0; });
+  }
   std::vector<int64_t> gradientsHeldInIo(int q,
                                          const std::vector<bool> &sentOn) const;
   std::string assignDevices();
@@ -1049,10 +1056,7 @@ Simulator::gradientsHeldInIo(int q, const std::vector<bool> &sentOn) const {
         user = l;
         ++count;
       }
-  const bool inputGradients =
-      q > 0 && !std::all_of(stages.begin(), stages.begin() + q,
-                            [](const VStage &s) { return s.paramBytes == 0; });
-  if (inputGradients)
+  if (!untrainedBefore(q))
     for (const auto &[t, reader] : inputUser)
       for (int l = first; l < reader.first + (reader.second == 1); ++l)
         ioHeld[size_t(l - first)] +=
@@ -1112,9 +1116,7 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
   // whose inputs get gradients; in a stage whose inputs get none (the
   // first, or one after stages without weights), whose input half computes
   // nothing, the gradients of its outputs (they arrive in io).
-  const bool inputGradients =
-      !std::all_of(stages.begin(), stages.begin() + q,
-                   [](const VStage &s) { return s.paramBytes == 0; });
+  const bool inputGradients = !untrainedBefore(q);
   const bool carries = splitBackward() && inputGradients;
   for (int l = first; l <= last; ++l) {
     const ProfileOp &op = profile.ops[size_t(l)];
@@ -1148,9 +1150,7 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
   // has no backward, receives no gradient of its outputs, and its
   // microbatches share one slot. Its inputs get no gradient either when no
   // stage before it trains a weight.
-  stage.oneSlot =
-      std::all_of(stages.begin(), stages.begin() + q + 1,
-                  [](const VStage &s) { return s.paramBytes == 0; });
+  stage.oneSlot = untrainedBefore(q + 1);
   if (stage.oneSlot)
     outputs = 0;
   if (splitBackward() && !carries)

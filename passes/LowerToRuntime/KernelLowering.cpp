@@ -69,7 +69,7 @@ void StageLowering::fuseUpdates(FunctionPlan &fp) {
   struct Entry {
     std::vector<size_t> members; // indices into fp.steps
     const MultiKernel *multi = nullptr;
-    std::string key;
+    bool f64 = false;
   };
   std::vector<Entry> entries;
   std::map<std::string, size_t> open; // key -> entry
@@ -103,7 +103,7 @@ void StageLowering::fuseUpdates(FunctionPlan &fp) {
     const MultiKernel *m = multiKernelOf(s.call.kernel, f64);
     if (!m || int(s.buffers.size()) != m->buffers ||
         int(s.call.ints.size()) != m->ints) {
-      entries.push_back({{i}, nullptr, ""});
+      entries.push_back({{i}, nullptr, false});
       continue;
     }
     // Calls of one group share the kernel, its non-length ints, its reals
@@ -128,7 +128,7 @@ void StageLowering::fuseUpdates(FunctionPlan &fp) {
       continue;
     }
     open[key] = entries.size();
-    entries.push_back({{i}, m, key});
+    entries.push_back({{i}, m, f64});
   }
   std::vector<Step> steps;
   for (const Entry &e : entries) {
@@ -137,9 +137,7 @@ void StageLowering::fuseUpdates(FunctionPlan &fp) {
       continue;
     }
     const Step &first = fp.steps[e.members.front()];
-    bool f64 = false;
-    multiKernelOf(first.call.kernel, f64);
-    Step fused{{std::string(e.multi->name) + "_multi" + (f64 ? "_f64" : ""),
+    Step fused{{std::string(e.multi->name) + "_multi" + (e.f64 ? "_f64" : ""),
                 {},
                 {int64_t(e.members.size())},
                 first.call.reals},
