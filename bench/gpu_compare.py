@@ -450,7 +450,6 @@ def run(args):
             trace_pipec(args, b, "s4")
         eager = "eager" in parts
         rows = [("fp32", "pipec --target cuda, 1 stage", s1),
-            ("fp32", "pipec, 1 stage, PIPEC_CUDNN=0 (im2col)", s1i),
                 ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
                 ("fp32", "pipec, 4 stages, PIPEC_MESSAGE_PROGRESS=0", s4np),
                 ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),

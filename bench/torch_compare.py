@@ -43,6 +43,7 @@ only (never by the build or the tests):
     apt-get install -y --no-install-recommends python3-torch
 """
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -75,7 +76,7 @@ CLASSES = ["gemm", "conv", "elementwise", "norm", "softmax", "pool",
 
 def need_torch():
     try:
-        import torch  # noqa: F401
+        importlib.import_module("torch")
     except ImportError:
         sys.exit("error: this benchmark needs PyTorch in /usr/bin/python3 "
                  "(Debian's python3-torch; the build and tests do not):\n"

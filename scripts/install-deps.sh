@@ -9,6 +9,8 @@ PKGS=(
   libopenmpi-dev openmpi-bin libopenblas-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-onnx python3-numpy
+  # lint.python_scripts: names the scripts use but never define.
+  python3-pyflakes
   # A private one-node SLURM for e2e.slurm (pipec train --launcher srun).
   slurmctld slurmd slurm-client munge
 )

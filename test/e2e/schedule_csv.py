@@ -82,8 +82,7 @@ def main():
                    "--vocab", "64", "--data-steps", "2"])
     if rc != 0:
         report(False, "generate", out[-500:])
-        print(f"{passed} passed, {failed} failed")
-        return 1
+        return checks.summary()
     x, y = os.path.join(d, "x.npy"), os.path.join(d, "y.npy")
     profile = os.path.join(d, "profile.json")
     rc, out = run([args.pipec, "profile", model, "-o", profile, "--steps", "3"])

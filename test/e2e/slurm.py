@@ -20,8 +20,6 @@ binaries are missing or the test does not run as root (the daemons need
 it). Prints one line per check and `N passed, M failed`.
 """
 import argparse
-import glob
-import json
 import os
 import shutil
 import signal

@@ -256,7 +256,7 @@ def main():
             for b in frozen:
                 if b in got:
                     problems.append(f"buffer '{b}' was trained")
-                if f"get no gradient and are constants" not in log or b not in log:
+                if "get no gradient and are constants" not in log or b not in log:
                     problems.append(f"buffer '{b}' not reported as a constant")
             detail = (f"{len(ref['parameters'])} parameters + {len(ref['buffers'])} buffers, "
                       f"loss {losses[0]:.6f} -> {losses[-1]:.6f} (rel. error vs PyTorch "
