@@ -11,7 +11,9 @@
 #   scripts/test-gpu.sh run       on the GPU machine, in a copy of the
 #       repository with .gpu-bundle/ beside it: unpacks the packages into a
 #       private prefix, runs every CUDA kernel against its CPU twin
-#       (pipec_cuda_tests), reads pipec's exported schedule CSVs with
+#       (pipec_cuda_tests), runs the communicator contract and times the
+#       messages between two ranks on the GPU (pipec-linkprobe-cuda; fit
+#       them here with pipec topology --fit), reads pipec's exported schedule CSVs with
 #       PyTorch's torch.distributed.pipelining (test/gpu/torch_csv.py),
 #       then the e2e cases; the last line is the
 #       summary of the checks `N passed, M failed`, then the benchmark
@@ -39,6 +41,7 @@ prepare() {
   cp "$build/runtime/libpipec_rt_cuda.so" "$build/runtime/libpipec_rt_cuda_check.so" "$BUNDLE/lib/"
   cp "$build/runtime/cuda/tests/pipec_cuda_tests" "$BUNDLE/bin/"
   cp "$build/runtime/cuda/tests/pipec_cuda_communicator_contract" "$BUNDLE/bin/"
+  cp "$build/bin/pipec-linkprobe-cuda" "$BUNDLE/bin/"
   /usr/bin/python3 test/gpu/gpu_e2e.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
   # pipec's exported schedules, for PyTorch's own reader there.
   /usr/bin/python3 test/gpu/torch_csv.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
@@ -81,14 +84,22 @@ run() {
   echo "cuBLAS from $cublas"
   local rc=0
   if [ -z "${PIPEC_GPU_BENCH_ONLY:-}" ]; then
-  # PIPEC_GPU_ONLY=CASE,... runs those e2e cases alone (no kernel tests).
+  # PIPEC_GPU_ONLY=CASE,... runs those e2e cases without the kernel tests
+  # and the schedule CSVs (the communicator's checks and link still run).
   if [ -z "${PIPEC_GPU_ONLY:-}" ]; then
   "$BUNDLE/bin/pipec_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/kernels.log" | tail -40 || rc=1
   grep -q "FAILED" "$out/kernels.log" && rc=1
+  fi
   # The communicator contract with tensors in GPU memory (3 ranks, one GPU).
   "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator.log" || rc=1
   tail -1 "$out/communicator.log" | grep -q " 0 failed" || rc=1
+  # The link between two stage processes sharing the GPU, as their
+  # messages cross it (fitted here: pipec topology --fit linkprobe_cuda.json).
+  "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+    "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda.json" || rc=1
+  [ -f "$out/linkprobe_cuda.json" ] && cat "$out/linkprobe_cuda.json"
+  if [ -z "${PIPEC_GPU_ONLY:-}" ]; then
   # The exported schedule CSVs through torch.distributed.pipelining's reader.
   python3 test/gpu/torch_csv.py run --bundle "$BUNDLE" 2>&1 | tee "$out/torch_csv.log" || rc=1
   tail -1 "$out/torch_csv.log" | grep -q " 0 failed" || rc=1

@@ -16,7 +16,8 @@
 /// not as an MPI truncation error. Sends leave from a host copy (made
 /// before `send` returns, so the caller may overwrite the source); a device
 /// the host cannot read is copied out with its ordered copies, and a
-/// receive or an all-reduce goes through a HostView.
+/// receive lands in host memory first. Those host buffers are reused
+/// (StagingPool); an all-reduce goes through a HostView.
 ///
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +28,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 
 namespace pipec {
 namespace rt {
@@ -111,12 +115,102 @@ private:
   int size_ = 1;
 };
 
+/// Host buffers for messages, kept for the next message: a send's copy, a
+/// posted receive's landing place, a host-staged receive. The device
+/// allocates them (Device::allocateStaging: page-locked on a GPU, so that
+/// its copies run at the bus's speed), and a step sends the same sizes over
+/// and over: a fresh buffer per message of tens of MiB costs its page
+/// faults (and on a GPU a copy at pageable speed) every time. A buffer is
+/// reused for a message of at least half its size; at most kKeepBytes are
+/// kept idle. The buffers go back to the device in `clear` (the
+/// communicator's finalize, while the device lives); a pool dropped without
+/// it leaves them to the process's end.
+class StagingPool {
+public:
+  static constexpr int64_t kKeepBytes = int64_t(4) << 30;
+
+  /// A buffer taken from the pool; goes back when destroyed.
+  class Buffer {
+  public:
+    Buffer() = default;
+    Buffer(std::shared_ptr<StagingPool> pool, char *data, int64_t capacity)
+        : pool_(std::move(pool)), data_(data), capacity_(capacity) {}
+    Buffer(Buffer &&o) noexcept
+        : pool_(std::move(o.pool_)), data_(o.data_), capacity_(o.capacity_) {
+      o.data_ = nullptr;
+    }
+    Buffer &operator=(Buffer &&o) noexcept {
+      std::swap(pool_, o.pool_);
+      std::swap(data_, o.data_);
+      std::swap(capacity_, o.capacity_);
+      return *this;
+    }
+    ~Buffer() {
+      if (pool_ && data_)
+        pool_->give(data_, capacity_);
+    }
+    char *data() const { return data_; }
+
+  private:
+    std::shared_ptr<StagingPool> pool_;
+    char *data_ = nullptr;
+    int64_t capacity_ = 0;
+  };
+
+  static Buffer take(const std::shared_ptr<StagingPool> &pool, Device &device,
+                     int64_t bytes) {
+    bytes = std::max<int64_t>(bytes, 1);
+    {
+      std::lock_guard<std::mutex> lock(pool->mutex_);
+      pool->device_ = &device;
+      auto it = pool->idle_.lower_bound(bytes);
+      if (it != pool->idle_.end() && it->first <= 2 * bytes) {
+        Buffer b(pool, it->second, it->first);
+        pool->idleBytes_ -= it->first;
+        pool->idle_.erase(it);
+        return b;
+      }
+    }
+    return Buffer(pool, device.allocateStaging(bytes), bytes);
+  }
+
+  /// Returns every idle buffer to the device; buffers given back later are
+  /// left to the process's end (the device may be gone by then).
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto &[capacity, data] : idle_)
+      device_->releaseStaging(data);
+    idle_.clear();
+    idleBytes_ = 0;
+    closed_ = true;
+  }
+
+private:
+  void give(char *data, int64_t capacity) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_)
+      return;
+    if (idleBytes_ + capacity > kKeepBytes) {
+      device_->releaseStaging(data);
+      return;
+    }
+    idle_.emplace(capacity, data);
+    idleBytes_ += capacity;
+  }
+
+  std::mutex mutex_;
+  Device *device_ = nullptr;
+  std::multimap<int64_t, char *> idle_;
+  int64_t idleBytes_ = 0;
+  bool closed_ = false;
+};
+
 class MpiTransfer : public Transfer {
 public:
-  MpiTransfer(std::unique_ptr<char[]> data, std::string what)
+  MpiTransfer(StagingPool::Buffer data, std::string what)
       : data_(std::move(data)), what_(std::move(what)) {}
   std::vector<MPI_Request> requests;
-  char *data() { return data_.get(); }
+  char *data() { return data_.data(); }
   bool test() override {
     int flag = 0;
     mpiCheck(MPI_Testall(int(requests.size()), requests.data(), &flag,
@@ -131,17 +225,18 @@ public:
   }
 
 private:
-  std::unique_ptr<char[]> data_;
+  StagingPool::Buffer data_;
   std::string what_;
 };
 
 class MpiPostedReceive : public PostedReceive {
 public:
-  MpiPostedReceive(Device &device, int64_t bytes, std::string what)
+  MpiPostedReceive(Device &device, int64_t bytes, std::string what,
+                   StagingPool::Buffer data)
       : device_(device), bytes_(bytes), what_(std::move(what)),
-        data_(new char[size_t(std::max<int64_t>(bytes, 1))]) {}
+        data_(std::move(data)) {}
   std::vector<MPI_Request> requests;
-  char *data() { return data_.get(); }
+  char *data() { return data_.data(); }
   int64_t stagingBytes() const override { return bytes_; }
   void finish(void *dst) override {
     std::vector<MPI_Status> statuses(requests.size());
@@ -159,14 +254,14 @@ public:
     }
     if (got != bytes_)
       throw RtError(sizeMismatch(what_, got, bytes_));
-    device_.toDevice(dst, data_.get(), bytes_);
+    device_.toDevice(dst, data_.data(), bytes_);
   }
 
 private:
   Device &device_;
   int64_t bytes_;
   std::string what_;
-  std::unique_ptr<char[]> data_;
+  StagingPool::Buffer data_;
 };
 
 class MpiCommunicator : public Communicator {
@@ -208,6 +303,7 @@ public:
   }
 
   void finalize() override {
+    staging_->clear();
     if (initialised_) {
       initialised_ = false;
       MPI_Finalize();
@@ -248,7 +344,7 @@ public:
   std::unique_ptr<Transfer> sendHost(const void *data, int64_t bytes, int peer,
                                      int tag,
                                      const std::string &what) override {
-    auto transfer = std::make_unique<MpiTransfer>(nullptr, what);
+    auto transfer = std::make_unique<MpiTransfer>(StagingPool::Buffer(), what);
     // (MPI_Isend reads the buffer only; its C binding takes const void *.)
     postChunks(true, static_cast<char *>(const_cast<void *>(data)), bytes, peer,
                tag, what, transfer->requests);
@@ -273,8 +369,7 @@ public:
   std::unique_ptr<Transfer> send(const void *src, int64_t bytes, int peer,
                                  int tag, const std::string &what) override {
     auto transfer = std::make_unique<MpiTransfer>(
-        std::unique_ptr<char[]>(new char[size_t(std::max<int64_t>(bytes, 1))]),
-        what);
+        StagingPool::take(staging_, device(), bytes), what);
     device().toHost(transfer->data(), src, bytes);
     postChunks(true, transfer->data(), bytes, peer, tag, what,
                transfer->requests);
@@ -283,16 +378,21 @@ public:
 
   std::unique_ptr<PostedReceive> post(int64_t bytes, int peer, int tag,
                                       const std::string &what) override {
-    auto posted = std::make_unique<MpiPostedReceive>(device(), bytes, what);
+    auto posted = std::make_unique<MpiPostedReceive>(
+        device(), bytes, what, StagingPool::take(staging_, device(), bytes));
     postChunks(false, posted->data(), bytes, peer, tag, what, posted->requests);
     return posted;
   }
 
   void receive(void *dst, int64_t bytes, int peer, int tag,
                const std::string &what) override {
-    HostView into(device(), dst, bytes);
-    receiveChunks(into.get(), bytes, peer, tag, what);
-    into.push();
+    if (!hostStaged_) {
+      receiveChunks(static_cast<char *>(dst), bytes, peer, tag, what);
+      return;
+    }
+    StagingPool::Buffer into = StagingPool::take(staging_, device(), bytes);
+    receiveChunks(into.data(), bytes, peer, tag, what);
+    device().toDevice(dst, into.data(), bytes);
   }
 
   void progress() override {
@@ -402,6 +502,7 @@ private:
   int tagUpperBound_ = 32767;
   Device *device_ = nullptr;
   bool hostStaged_ = false;
+  std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
 };
 
 } // namespace

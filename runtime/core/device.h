@@ -59,6 +59,9 @@ public:
   virtual ~Device() = default;
   /// For messages: "cpu", "cuda:0 (NVIDIA H200)".
   virtual std::string name() const = 0;
+  /// The memory the device has in all (the host's physical memory for the
+  /// CPU device; a topology's device_memory_bytes).
+  virtual int64_t memoryBytes() const = 0;
   /// Arena pointers may be dereferenced by host code.
   virtual bool hostAccessible() const = 0;
   /// `bytes` zeroed bytes, 64-byte aligned; throws RtError naming the size.
@@ -66,6 +69,11 @@ public:
   virtual void release(char *p) = 0;
   virtual void toDevice(void *dst, const void *src, int64_t bytes) = 0;
   virtual void toHost(void *dst, const void *src, int64_t bytes) = 0;
+  /// Host memory that toHost and toDevice move fastest (page-locked on a
+  /// GPU): the communicator's message staging. Plain host memory by
+  /// default; `bytes` >= 1.
+  virtual char *allocateStaging(int64_t bytes);
+  virtual void releaseStaging(char *p);
   /// Device-to-device, ordered with the kernels.
   virtual void copy(void *dst, const void *src, int64_t bytes) = 0;
   /// Waits for every queued kernel and copy.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 
 namespace pipec {
 namespace rt {
@@ -23,6 +24,9 @@ public:
     kernels_.matmulBf16 = request.matmulBf16;
   }
   std::string name() const override { return "cpu"; }
+  int64_t memoryBytes() const override {
+    return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  }
   bool hostAccessible() const override { return true; }
   char *allocate(int64_t bytes, const char *what) override {
     size_t size = size_t((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
@@ -55,6 +59,17 @@ private:
 };
 
 } // namespace
+
+char *Device::allocateStaging(int64_t bytes) {
+  size_t size = size_t((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+  char *p = static_cast<char *>(std::aligned_alloc(64, size));
+  if (!p)
+    throw RtError("cannot allocate a message staging buffer of " +
+                  std::to_string(bytes) + " bytes");
+  return p;
+}
+
+void Device::releaseStaging(char *p) { std::free(p); }
 
 std::unique_ptr<Device> makeCpuDevice(const DeviceRequest &request) {
   return std::make_unique<CpuDevice>(request);

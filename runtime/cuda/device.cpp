@@ -38,6 +38,8 @@
 #include <dlfcn.h>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unistd.h>
@@ -117,6 +119,7 @@ public:
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
     name_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ")";
+    memoryBytes_ = int64_t(prop.totalGlobalMem);
   }
   ~CudaDevice() override {
     cudaStreamSynchronize(kernels_.stream);
@@ -133,9 +136,34 @@ public:
   }
 
   std::string name() const override { return name_; }
+  int64_t memoryBytes() const override { return memoryBytes_; }
   bool hostAccessible() const override { return false; }
   rt::QueueClock *queueClock() override { return clockOn_ ? &clock_ : nullptr; }
   pipec_kctx *kernelContext() override { return &kernels_; }
+
+  /// Page-locked, so that a message's copies run at the bus's speed;
+  /// pageable memory when the system refuses more page-locked memory.
+  char *allocateStaging(int64_t bytes) override {
+    void *p = nullptr;
+    if (cudaHostAlloc(&p, size_t(std::max<int64_t>(bytes, 1)),
+                      cudaHostAllocDefault) == cudaSuccess) {
+      std::lock_guard<std::mutex> lock(stagingMutex_);
+      pinnedStaging_.insert(p);
+      return static_cast<char *>(p);
+    }
+    cudaGetLastError(); // the refusal is not a sticky error
+    return rt::Device::allocateStaging(bytes);
+  }
+  void releaseStaging(char *p) override {
+    {
+      std::lock_guard<std::mutex> lock(stagingMutex_);
+      if (pinnedStaging_.erase(p) == 0) {
+        rt::Device::releaseStaging(p);
+        return;
+      }
+    }
+    cudaFreeHost(p);
+  }
 
   char *allocate(int64_t bytes, const char *what) override {
     void *p = nullptr;
@@ -342,6 +370,9 @@ private:
   Context kernels_;
   int ordinal_ = 0;
   std::string name_;
+  int64_t memoryBytes_ = 0;
+  std::mutex stagingMutex_;
+  std::set<void *> pinnedStaging_;
   StreamClock clock_{kernels_};
   /// PIPEC_QUEUE_CLOCK=0: synchronise around each op and span instead (the
   /// old way; for comparing the two).

@@ -9,7 +9,9 @@ bandwidth to them. Checked: the topology has the processes asked for, a
 positive latency under a millisecond and a bandwidth between 10 MB/s and
 1 TB/s (processes on one machine), `processors` = the cores when the
 processes outnumber them, the fit's line is printed, and `pipec plan`
-plans on it; without --measure the command says what it does instead.
+plans on it; `--fit` fits a probe file run by hand (`--processors` set);
+the CUDA probe without a GPU refuses clearly; without --measure the
+command says what it does instead.
 Prints `N passed, M failed`.
 """
 import json
@@ -55,6 +57,35 @@ def main():
                    "-o", os.path.join(args.workdir, "plan.json")])
     checks.report(rc == 0 and os.path.exists(os.path.join(args.workdir, "plan.json")),
                   "pipec plan on the measured topology", out.strip().splitlines()[-1] if out.strip() else f"exit {rc}")
+    # A probe file measured elsewhere (a node without the compiler) is fitted
+    # with --fit; processes sharing one device say so with --processors.
+    bindir = os.path.dirname(os.path.abspath(args.pipec))
+    probe = os.path.join(args.workdir, "probe.json")
+    rc, out = run(["mpirun", "--oversubscribe", "-n", "2", os.path.join(bindir, "pipec-linkprobe"),
+                   "--out", probe], timeout=240)
+    ok = rc == 0 and os.path.exists(probe)
+    checks.report(ok, "pipec-linkprobe run by hand", out.strip()[-300:] if not ok else
+                  json.dumps({k: v for k, v in json.load(open(probe)).items() if k not in ("sizes", "seconds")}))
+    if ok:
+        fitted = os.path.join(args.workdir, "fitted.json")
+        rc, out = run([args.pipec, "topology", "--fit", probe, "--processes", "4", "--processors", "1",
+                       "-o", fitted])
+        t = json.load(open(fitted)) if rc == 0 and os.path.exists(fitted) else {}
+        level = t.get("levels", [{}])[0]
+        checks.report(rc == 0 and level.get("count") == 4 and level.get("processors") == 1
+                      and 1e7 < level.get("bandwidth", 0) < 1e12 and t.get("device_memory_bytes", 0) > 0,
+                      "pipec topology --fit PROBE --processors 1", out.strip().splitlines()[0] if out.strip() else "")
+    rc, out = run([args.pipec, "topology", "--fit", topo, "-o", os.path.join(args.workdir, "x.json")])
+    checks.report(rc != 0 and "not a pipec.linkprobe/1 file" in out, "--fit of a file that is no probe's",
+                  out.strip())
+    # The CUDA probe (built with the toolkit) on a machine without a GPU:
+    # a clear refusal, not a hang. On a GPU machine it measures.
+    if os.path.exists(os.path.join(bindir, "pipec-linkprobe-cuda")):
+        rc, out = run([args.pipec, "topology", "--measure", "--target", "cuda", "-o",
+                       os.path.join(args.workdir, "cuda.json")], timeout=240)
+        gpu = re.search(r"latency [\d.]+ us, bandwidth [\d.]+ GB/s .* on cuda", out)
+        checks.report((rc == 0 and gpu is not None) or (rc != 0 and "GPU" in out),
+                      "pipec topology --measure --target cuda", out.strip().splitlines()[-1] if out.strip() else "")
     # Nothing to do without --measure: one line saying so.
     rc, out = run([args.pipec, "topology", "-o", topo])
     checks.report(rc != 0 and "--measure" in out and len(out.strip().splitlines()) <= 2,

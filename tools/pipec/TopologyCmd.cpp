@@ -5,19 +5,24 @@
 //===----------------------------------------------------------------------===//
 ///
 /// \file
-/// `pipec topology --measure [--processes N] -o T.json` writes the
-/// topology of N stage processes on this machine with a link measured
-/// rather than assumed: pipec-linkprobe (beside pipec) runs as two MPI
-/// ranks through the same launcher as `pipec train` and times messages of
-/// 8 bytes to 64 MiB the way a CPU stage sends them (a staging copy, then
-/// MPI); the link is latency + bytes / bandwidth fitted to the times of
-/// the messages of --fit-from .. --fit-to bytes (64 KiB .. 64 MiB by
-/// default; fitLink below). Smaller messages go by another protocol
-/// (OpenMPI's eager one, below 4 KiB here), and on one host the copies of
-/// messages that fit the caches run about twice as fast as the larger
-/// ones: fit the range the model's messages fall in. With more processes than
-/// cores the host level says how many `processors` they share, which the
-/// simulator's processor sharing uses. The device memory is the machine's.
+/// `pipec topology --measure [--target cpu|cuda] [--processes N] -o T.json`
+/// writes the topology of N stage processes on this machine with a link
+/// measured rather than assumed: pipec-linkprobe (or pipec-linkprobe-cuda,
+/// beside pipec) runs as two MPI ranks through the same launcher as `pipec
+/// train` and times messages of 8 bytes to 64 MiB through the runtime's own
+/// communicator and device, so a message costs what a stage's does (on the
+/// CPU a staging copy, then MPI; on a GPU also the copies to and from the
+/// host). `--fit PROBE.json` fits a file the probe wrote elsewhere (a GPU
+/// node needs no compiler: `mpirun -n 2 pipec-linkprobe-cuda --out F`).
+/// The link is latency + bytes / bandwidth fitted to the times of the
+/// messages of --fit-from .. --fit-to bytes (64 KiB .. 64 MiB by default;
+/// fitLink below). Smaller messages go by another protocol (OpenMPI's
+/// eager one, below 4 KiB here), and on one host the copies of messages
+/// that fit the caches run about twice as fast as the larger ones: fit the
+/// range the model's messages fall in. The host level says how many
+/// `processors` the processes share (--processors; for CPU stages the
+/// cores when they outnumber them), which the simulator's processor
+/// sharing uses. The device memory is the probed device's.
 ///
 //===----------------------------------------------------------------------===//
 
@@ -89,14 +94,106 @@ bool fitLink(const std::vector<double> &sizes,
 
 } // namespace
 
+namespace {
+
+/// What a probe file (pipec-linkprobe's output) holds.
+struct ProbeTimes {
+  std::vector<double> sizes, seconds;
+  std::string device, transport;
+  int64_t deviceMemoryBytes = 0;
+};
+
+bool readProbe(const std::string &path, ProbeTimes &probe, std::string &error) {
+  std::string text;
+  if (!sys::readFile(path, text, error))
+    return false;
+  llvm::Expected<llvm::json::Value> doc = llvm::json::parse(text);
+  if (!doc) {
+    error = path + ": " + llvm::toString(doc.takeError());
+    return false;
+  }
+  const llvm::json::Object *object = doc->getAsObject();
+  if (!object || object->getString("format") != "pipec.linkprobe/1") {
+    error = path + ": not a pipec.linkprobe/1 file (pipec-linkprobe's "
+                   "output)";
+    return false;
+  }
+  for (auto [key, into] :
+       {std::pair{"sizes", &probe.sizes}, {"seconds", &probe.seconds}}) {
+    const llvm::json::Array *list = object->getArray(key);
+    for (size_t k = 0; list && k < list->size(); ++k)
+      if (std::optional<double> v = (*list)[k].getAsNumber())
+        into->push_back(*v);
+  }
+  probe.device = object->getString("device").value_or("").str();
+  probe.transport = object->getString("transport").value_or("").str();
+  probe.deviceMemoryBytes =
+      object->getInteger("device_memory_bytes").value_or(0);
+  return true;
+}
+
+/// Runs `probeName` (beside pipec, else on PATH) as two MPI ranks and
+/// reads what it wrote.
+bool runProbe(const std::string &probeName, const std::string &mpirunOpt,
+              const char *argv0, ProbeTimes &probe, std::string &error) {
+  std::string mpirun = findLauncher(mpirunOpt, error);
+  if (mpirun.empty())
+    return false;
+  std::string self = llvm::sys::fs::getMainExecutable(
+      argv0, reinterpret_cast<void *>(&pipec::driver::runTopology));
+  std::string path =
+      (llvm::sys::path::parent_path(self) + "/" + probeName).str();
+  if (!sys::canExecute(path))
+    path = sys::findProgram(probeName);
+  if (path.empty()) {
+    error = probeName +
+            " is neither beside pipec nor on PATH (it is built "
+            "with pipec" +
+            (probeName == "pipec-linkprobe"
+                 ? std::string(")")
+                 : std::string(" when the CUDA toolkit is found)"));
+    return false;
+  }
+  std::string tmp = sys::makeTempDir("pipec-topology", error);
+  if (tmp.empty())
+    return false;
+  LaunchPlan plan;
+  plan.bins = {path, path};
+  plan.stageArgs = {"--out", tmp + "/probe.json"};
+  plan.exportEnv = exportedEnv();
+  llvm::outs() << "pipec topology: timing messages of 8 B to 64 MiB between "
+                  "two processes ("
+               << probeName << ")\n";
+  llvm::outs().flush();
+  int rc = runLauncher(mpirunCommand(mpirun, plan, geteuid() == 0));
+  bool read = rc == 0 && readProbe(tmp + "/probe.json", probe, error);
+  sys::removeAll(tmp);
+  if (rc != 0)
+    error = "the probe failed (exit status " + std::to_string(rc) + ")";
+  return read;
+}
+
+} // namespace
+
 int pipec::driver::runTopology(const std::vector<std::string> &argv,
                                const char *argv0) {
   Args a("topology", argv);
   a.flag("--measure", "time messages between two processes on this machine "
                       "and fit the link (latency + bytes / bandwidth)")
+      .opt("--fit",
+           "fit the link to a probe file instead of measuring (mpirun -n 2 "
+           "pipec-linkprobe[-cuda] --out FILE on the machine that trains)",
+           "")
+      .opt("--target",
+           "whose messages to time: cpu (host memory) or cuda (GPU memory)",
+           "cpu")
       .opt("-o", "output topology (pipec.topology/1)", "topology.json")
       .opt("--processes", "stage processes the topology has on this machine",
            "2")
+      .opt("--processors",
+           "devices those processes share (0: the cores when they outnumber "
+           "them, for cpu; one GPU each, for cuda)",
+           "0")
       .opt("--fit-from",
            "smallest message the link is fitted to (bytes, "
            "or with K/M/G)",
@@ -107,77 +204,55 @@ int pipec::driver::runTopology(const std::vector<std::string> &argv,
     return 2;
   if (a.helpShown)
     return 0;
-  if (!a.has("--measure"))
+  const std::string fitFile = a.get("--fit");
+  if (!a.has("--measure") && fitFile.empty())
     return fail("topology", "nothing to do: --measure writes a measured "
-                            "topology (hand-written ones: "
-                            "examples/topologies)");
-  int64_t processes = 2, from = 0, to = 0;
+                            "topology, --fit FILE one fitted to a probe "
+                            "file (hand-written ones: examples/topologies)");
+  if (a.has("--measure") && !fitFile.empty())
+    return fail("topology", "--measure and --fit exclude each other");
+  const std::string target = a.get("--target");
+  if (target != "cpu" && target != "cuda")
+    return fail("topology",
+                "--target must be cpu or cuda, not '" + target + "'");
+  int64_t processes = 2, processors = 0, from = 0, to = 0;
   if (!a.getInt("--processes", processes, 1) ||
+      !a.getInt("--processors", processors, 0) ||
       !a.getBytes("--fit-from", from) || !a.getBytes("--fit-to", to))
     return 2;
   if (from < 8 || to > (int64_t(64) << 20) || from * 2 > to)
     return fail("topology", "--fit-from and --fit-to must span at least a "
                             "factor of 2 within 8 B .. 64 MiB");
   std::string error;
-  std::string mpirun = findLauncher(a.get("--mpirun"), error);
-  if (mpirun.empty())
+  ProbeTimes probe;
+  if (!fitFile.empty() ? !readProbe(fitFile, probe, error)
+                       : !runProbe(target == "cuda" ? "pipec-linkprobe-cuda"
+                                                    : "pipec-linkprobe",
+                                   a.get("--mpirun"), argv0, probe, error))
     return fail("topology", error);
-  std::string self = llvm::sys::fs::getMainExecutable(
-      argv0, reinterpret_cast<void *>(&pipec::driver::runTopology));
-  std::string probe =
-      (llvm::sys::path::parent_path(self) + "/pipec-linkprobe").str();
-  if (!sys::canExecute(probe))
-    probe = sys::findProgram("pipec-linkprobe");
-  if (probe.empty())
-    return fail("topology", "pipec-linkprobe is neither beside pipec nor "
-                            "on PATH (it is built with pipec)");
-  std::string tmp = sys::makeTempDir("pipec-topology", error);
-  if (tmp.empty())
-    return fail("topology", error);
-  LaunchPlan plan;
-  plan.bins = {probe, probe};
-  plan.stageArgs = {"--out", tmp + "/probe.json"};
-  plan.exportEnv = exportedEnv();
-  llvm::outs() << "pipec topology: timing messages of 8 B to 64 MiB between "
-                  "two processes\n";
-  llvm::outs().flush();
-  int rc = runLauncher(mpirunCommand(mpirun, plan, geteuid() == 0));
-  std::string text;
-  bool read = rc == 0 && sys::readFile(tmp + "/probe.json", text, error);
-  sys::removeAll(tmp);
-  if (!read)
-    return fail("topology", rc != 0 ? "the probe failed (exit status " +
-                                          std::to_string(rc) + ")"
-                                    : error);
-  std::vector<double> sizes, seconds;
-  llvm::Expected<llvm::json::Value> doc = llvm::json::parse(text);
-  if (!doc)
-    return fail("topology",
-                "the probe's output: " + llvm::toString(doc.takeError()));
-  const llvm::json::Object *object = doc->getAsObject();
-  for (auto [key, into] : {std::pair{"sizes", &sizes}, {"seconds", &seconds}}) {
-    const llvm::json::Array *list = object ? object->getArray(key) : nullptr;
-    for (size_t k = 0; list && k < list->size(); ++k)
-      if (std::optional<double> v = (*list)[k].getAsNumber())
-        into->push_back(*v);
-  }
+  const bool cuda = probe.device.rfind("cuda", 0) == 0;
   double latency = 0, bandwidth = 0, worst = 0;
-  if (!fitLink(sizes, seconds, double(from), double(to), latency, bandwidth,
-               worst, error))
+  if (!fitLink(probe.sizes, probe.seconds, double(from), double(to), latency,
+               bandwidth, worst, error))
     return fail("topology", error);
 
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   Topology topology;
   topology.deviceMemoryBytes =
-      int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+      probe.deviceMemoryBytes > 0
+          ? probe.deviceMemoryBytes
+          : int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
   TopologyLevel host;
   char name[256] = "this machine";
   gethostname(name, sizeof(name) - 1);
-  host.name = std::string("host ") + name;
+  host.name =
+      fitFile.empty() ? std::string("host ") + name : "the host of " + fitFile;
   host.count = int(processes);
   host.bandwidth = bandwidth;
   host.latency = latency;
-  if (cores > 0 && processes > cores)
+  if (processors > 0)
+    host.processors = int(processors);
+  else if (!cuda && fitFile.empty() && cores > 0 && processes > cores)
     host.processors = int(cores);
   topology.levels.push_back(host);
   std::string out = sys::absolute(a.get("-o"));
@@ -186,12 +261,17 @@ int pipec::driver::runTopology(const std::vector<std::string> &argv,
   char line[512];
   std::snprintf(line, sizeof line,
                 "pipec topology: latency %.2f us, bandwidth %.2f GB/s "
-                "(worst fit error %.0f%% over %s .. %s); %lld processes "
-                "on %s, %ld cores%s\n",
+                "(worst fit error %.0f%% over %s .. %s) on %s, %s; %lld "
+                "processes",
                 latency * 1e6, bandwidth / 1e9, worst * 100,
                 a.get("--fit-from").c_str(), a.get("--fit-to").c_str(),
-                static_cast<long long>(processes), name, cores,
-                host.processors ? " shared" : "");
-  llvm::outs() << line << "pipec topology: wrote " << out << "\n";
+                probe.device.empty() ? "cpu" : probe.device.c_str(),
+                probe.transport.empty() ? "MPI" : probe.transport.c_str(),
+                static_cast<long long>(processes));
+  llvm::outs() << line;
+  if (host.processors)
+    llvm::outs() << " sharing " << host.processors
+                 << (cuda ? " GPU(s)" : " cores");
+  llvm::outs() << "\npipec topology: wrote " << out << "\n";
   return 0;
 }
