@@ -17,8 +17,9 @@ and 4 stage processes:
 
 Printed per configuration: measured iteration time (median of the steps
 after the first two) and the simulator's prediction, their ratio; the
-measured bubble (idle device time / busy compute time, both from the trace:
-busy = forwards + backwards + updates) against the simulator's and the
+measured bubble (idle processor time / busy compute time, both from the
+trace: busy = forwards + backwards + updates; the processors are
+min(processes, cores)) against the simulator's and the
 closed form (p-1)/m of the flush schedules ((p-1)/(v m) interleaved) on
 uniform stages; per stage the
 arena the compiler planned, the peak resident memory of the process and the
@@ -62,7 +63,9 @@ def measured(out, steps, warm=2):
             busy += e["dur"] * 1e-6
     counted = steps - warm
     busy_per_step = busy / counted
-    bubble = (len(ranks) * it - busy_per_step) / busy_per_step
+    # The time there was to fill: the processors' (as the simulator counts
+    # it when processes share them), not the processes'.
+    bubble = (min(len(ranks), os.cpu_count() or 1) * it - busy_per_step) / busy_per_step
     return it, bubble
 
 

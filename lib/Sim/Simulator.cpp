@@ -1835,8 +1835,24 @@ void Simulator::accountTime(SimResult &result, double iteration) const {
   // of the microbatches.
   busy *= lanes.count;
   const int64_t mAll = lanes.roundRobin() ? m * lanes.count : m;
+  // Devices that share processors (a topology level's `processors`) can be
+  // busy together only as far as their processors go: a group of them
+  // counts min(devices, processors) towards the time there was to fill.
+  double capacity = 0;
+  std::map<int, int> sharing; // processor-sharing group -> its devices
+  for (const std::vector<int> &onDevice : deviceRanks) {
+    const int g = onDevice.empty() || psGroupOfRank.empty()
+                      ? -1
+                      : psGroupOfRank[size_t(onDevice.front())];
+    if (g < 0)
+      capacity += 1;
+    else
+      ++sharing[g];
+  }
+  for (auto [g, devices] : sharing)
+    capacity += std::min(devices, psGroups[g].processors);
   const double deviceTime =
-      static_cast<double>(deviceRanks.size() * lanes.count) * iteration;
+      capacity * static_cast<double>(lanes.count) * iteration;
   const double idle = std::max(0.0, deviceTime - busy);
   result.iterationSeconds = iteration;
   result.samplesPerSecond =

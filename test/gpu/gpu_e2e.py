@@ -381,10 +381,18 @@ def run_cases(args):
 GRAPH_CASES = ["mlp-s4-1f1b", "mlp-s4-zb-h1", "gpt-s2-1f1b-flush", "gpt-s2-adam", "resnet-s2-1f1b-flush"]
 
 
+# Convolutions go to the cuDNN algorithm each process times fastest
+# (runtime/cuda/cudnn_conv.cpp): two processes may choose differently, and
+# their results agree to rounding only (seen on an H200, 2026-11-27: the
+# ResNet's losses parted once in two runs). Those cases compare within this.
+GRAPH_CONV_TOL = 1e-6
+
+
 def graphs_check(args, checks, cases_dir, name):
     """`name` again with --cuda-graphs: the same losses as the run without,
-    bit for bit (the same kernels on the same bytes), and every rank
-    replayed stage functions as graphs."""
+    bit for bit (the same kernels on the same bytes; within GRAPH_CONV_TOL
+    for models with convolutions), and every rank replayed stage functions
+    as graphs."""
     model = dict((c[0], c[1]) for c in CASES)[name]
     d = os.path.join(cases_dir, name)
     data_dir = os.path.join(cases_dir, "data-" + model)
@@ -405,10 +413,13 @@ def graphs_check(args, checks, cases_dir, name):
         with open(f) as fh:
             replayed.append(json.load(fh).get("replayed_stage_calls", 0))
     notes = [l for l in out.splitlines() if "--cuda-graphs" in l]
-    checks.report(got == want and replayed and all(r > 0 for r in replayed) and not notes,
-                  f"{name} --cuda-graphs: losses bit for bit, stage functions replayed",
-                  f"{len(got)} losses {'equal' if got == want else 'differ'}; replayed per stage {replayed}; "
-                  + " | ".join(notes)[:300])
+    conv = model in ("resnet", "vgg")
+    same, detail = (compare_losses(got, want, GRAPH_CONV_TOL) if conv else
+                    (got == want, f"{len(got)} losses {'equal' if got == want else 'differ'}"))
+    checks.report(same and replayed and all(r > 0 for r in replayed) and not notes,
+                  f"{name} --cuda-graphs: losses {'within rounding' if conv else 'bit for bit'}, "
+                  "stage functions replayed",
+                  f"{detail}; replayed per stage {replayed}; " + " | ".join(notes)[:300])
 
 
 def kernel_check(args, checks, cases_dir, name):

@@ -64,6 +64,10 @@ TEST(SimProcessorSharing, OneProcessorRunsTheWholeWork) {
     ASSERT_TRUE(shared.ok) << shared.error;
     EXPECT_NEAR(own.iterationSeconds, alone, 1e-9);
     EXPECT_NEAR(shared.iterationSeconds, 16.0, 1e-9);
+    // The one processor is never idle: no bubble (the time to fill is the
+    // processors', not the devices': it was 100% when counted per device).
+    EXPECT_NEAR(shared.bubbleFraction, 0.0, 1e-9);
+    EXPECT_NEAR(own.bubbleFraction, (2 * alone - 16) / 16, 1e-9);
   }
 }
 
