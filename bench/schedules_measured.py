@@ -16,10 +16,13 @@ and 4 stage processes:
    --measure` measured (or `--bandwidth`, `--latency` as given).
 
 Printed per configuration: measured iteration time (median of the steps
-after the first two) and the simulator's prediction, their ratio; the
-measured bubble (idle processor time / busy compute time, both from the
-trace: busy = forwards + backwards + updates; the processors are
-min(processes, cores)) against the simulator's and the
+after the first two) and the simulator's prediction, their ratio (and
+the ratio to the prediction with `--messages-on-link`, messages that do
+not share the processors: `link`); the
+measured bubble (idle device time / busy compute time, both from the
+trace: busy = forwards + backwards + updates; "-" with more processes
+than cores, whose traced spans the sharing stretches) against the
+simulator's (its processors' idle time over its full-speed work) and the
 closed form (p-1)/m of the flush schedules ((p-1)/(v m) interleaved) on
 uniform stages; per stage the
 arena the compiler planned, the peak resident memory of the process and the
@@ -63,9 +66,12 @@ def measured(out, steps, warm=2):
             busy += e["dur"] * 1e-6
     counted = steps - warm
     busy_per_step = busy / counted
-    # The time there was to fill: the processors' (as the simulator counts
-    # it when processes share them), not the processes'.
-    bubble = (min(len(ranks), os.cpu_count() or 1) * it - busy_per_step) / busy_per_step
+    # With more processes than cores the traced spans are stretched by the
+    # sharing, while the simulator's bubble is its processors' idle time
+    # over its full-speed work: not comparable (None).
+    if len(ranks) > (os.cpu_count() or 1):
+        return it, None
+    bubble = (len(ranks) * it - busy_per_step) / busy_per_step
     return it, bubble
 
 
@@ -95,7 +101,7 @@ def main():
     sh([a.pipec, "profile", onnx_path, "--microbatch", str(256 // m), "--threads", "1", "-o", profile])
 
     print(f"MLP 784-1024x4-10, batch 256 = {m} x {256 // m}, {a.steps} steps, {os.cpu_count()} cores")
-    print(f"{'config':<18} {'measured s':>10} {'sim s':>8} {'ratio':>6} {'bubble':>7} {'sim':>6} "
+    print(f"{'config':<18} {'measured s':>10} {'sim s':>8} {'ratio':>6} {'link':>6} {'bubble':>7} {'sim':>6} "
           f"{'(p-1)/m':>7}  per stage: arena / max RSS MiB, weight versions")
     for p in [int(s) for s in a.stages.split(",")]:
         topo = os.path.join(a.workdir, f"host-{p}.json")
@@ -131,6 +137,10 @@ def main():
                       "--trace", os.path.join(out, "sim-trace.json")])
             mt = re.search(r"iteration ([\d.e+-]+) s .* bubble ([\d.]+)%", sim)
             sim_it, sim_bubble = float(mt.group(1)), float(mt.group(2)) / 100
+            # The model before messages shared the processors, for comparison.
+            link = sh([a.pipec, "simulate", os.path.join(out, "plan.json"), "--profile", profile, "--topology",
+                       topo, "--messages-on-link"])
+            link_it = float(re.search(r"iteration ([\d.e+-]+) s", link).group(1))
             it, bubble = measured(out, a.steps)
             stages = []
             for r in range(p):
@@ -140,8 +150,9 @@ def main():
                               f" v{s['weight_versions_peak']}")
             closed = (f"{(p - 1) / m:.2f}" if sched in ("gpipe", "1f1b-flush")
                       else f"{(p - 1) / (2 * m):.2f}" if sched == "interleaved" else "-")
-            print(f"p{p} {sched:<15} {it:>10.4f} {sim_it:>8.4f} {it / sim_it:>6.2f} {bubble:>7.2f} "
-                  f"{sim_bubble:>6.2f} {closed:>7}  " + ", ".join(stages), flush=True)
+            shown = f"{bubble:>7.2f}" if bubble is not None else f"{'-':>7}"
+            print(f"p{p} {sched:<15} {it:>10.4f} {sim_it:>8.4f} {it / sim_it:>6.2f} {it / link_it:>6.2f} "
+                  f"{shown} {sim_bubble:>6.2f} {closed:>7}  " + ", ".join(stages), flush=True)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,13 @@ struct SimOptions {
   /// microbatches. Default: PipeDream's 1F1B-RR, microbatch k whole on
   /// replica k mod r.
   bool splitReplicas = false;
+  /// Devices that share processors (a topology level's `processors`) also
+  /// share them with the messages between them: a message's copies are the
+  /// processors' work (the staging copies and MPI's on CPUs; on a GPU that
+  /// four processes time-slice, a copy waits for its context's turn), so
+  /// it runs in the processor sharing for the link's time at full speed.
+  /// False: it takes the link alone and overlaps every op.
+  bool messagesShareProcessors = true;
   /// Lets several plan stages list the same device (a device holding
   /// several, typically non-adjacent, stages: MadPipe's special processor,
   /// madpipe.md §2.4) for plans of any planner. Plans of the madpipe planner

@@ -20,7 +20,9 @@
 //    DESIGN.md §4); its gradient goes back b -> a with the same size. The
 //    bytes of the edges crossing a boundary sum to cutBytes(profile, cut,
 //    &plan). A transfer costs topology.p2pSeconds(bytes, src, dst) on a FIFO
-//    link per directed device pair and overlaps compute.
+//    link per directed device pair and overlaps compute; between two
+//    devices that share processors it is their processors' work instead and
+//    runs in the processor sharing (SimOptions::messagesShareProcessors).
 //  - Each rank (one replica of one stage, or of one device position of an
 //    interleaved pipeline) runs its program in order; an op starts when the
 //    device is free and its inputs have arrived: F(q, k) needs the
@@ -548,10 +550,34 @@ private:
   };
   std::vector<PsGroup> psGroups;
   std::vector<int> psGroupOfRank; ///< -1: a processor of its own
+  /// Per running id (ranks, then messages) its work, start and scheduled
+  /// completion.
   std::vector<double> psWork, psBegin, psFinish;
   bool psRank(int r) const {
     return !psGroups.empty() && psGroupOfRank[r] >= 0;
   }
+  /// A message between two devices of one processor-sharing group: its
+  /// copies (staging, MPI's copies, a GPU's copies to and from the host)
+  /// are work of the processors the group shares, so it runs in the
+  /// group's sharing, `work` = the link's time at full speed, and arrives
+  /// when it ends (running id ranks.size() + its index).
+  struct PsMessage {
+    int group = -1, sender = 0, receiver = 0, q = 0, row = 0, slot = 0;
+    int64_t k = 0, bytes = 0;
+    bool gradient = false;
+    double ready = 0;
+  };
+  std::vector<PsMessage> psMessages;
+  int psGroupOf(int id) const {
+    return id < static_cast<int>(ranks.size())
+               ? psGroupOfRank[id]
+               : psMessages[id - ranks.size()].group;
+  }
+  /// Starts a message in its group's sharing (psMessages), unless the two
+  /// ranks do not share processors: false then.
+  bool psSend(int64_t bytes, int sender, int receiver, int q, int64_t k,
+              bool gradient, int row, int slot);
+  void psMessageArrived(const PsMessage &message, double time);
   std::string setUpProcessorSharing();
   /// Brings group g's running ops to `now`, then gives every one its new
   /// completion time at the group's new rate.
@@ -1207,6 +1233,58 @@ double Simulator::transfer(int64_t bytes, int sender, int receiver,
   return end;
 }
 
+bool Simulator::psSend(int64_t bytes, int sender, int receiver, int q,
+                       int64_t k, bool gradient, int row, int slot) {
+  if (!options.messagesShareProcessors || psGroups.empty())
+    return false;
+  const int g = psGroupOfRank[sender];
+  if (g < 0 || psGroupOfRank[receiver] != g ||
+      ranks[sender].device == ranks[receiver].device)
+    return false;
+  const Link &link = linkOf(ranks[sender].device, ranks[receiver].device);
+  const double seconds = topology.p2pSecondsAtLevel(bytes, link.level);
+  if (!std::isfinite(seconds) || !(seconds > 0))
+    return false; // transfer() reports it, or it costs nothing
+  PsMessage message;
+  message.group = g;
+  message.sender = sender;
+  message.receiver = receiver;
+  message.q = q;
+  message.k = k;
+  message.bytes = bytes;
+  message.gradient = gradient;
+  message.row = row;
+  message.slot = slot;
+  message.ready = now;
+  const int id = static_cast<int>(ranks.size() + psMessages.size());
+  psMessages.push_back(message);
+  psWork.push_back(seconds);
+  psBegin.push_back(now);
+  psFinish.push_back(kUnknown);
+  psBeginOp(id);
+  return true;
+}
+
+void Simulator::psMessageArrived(const PsMessage &message, double time) {
+  const int src = ranks[message.sender].device,
+            dst = ranks[message.receiver].device;
+  const int chunk = stages[message.q].chunk;
+  if (options.trace) {
+    std::string name = message.gradient ? "gradient" : "activation";
+    trace.push_back({"send " + name, src, sim::Send, message.ready,
+                     time - message.ready, message.k, chunk, message.q});
+    trace.push_back({"recv " + name, dst, sim::Recv, message.ready,
+                     time - message.ready, message.k, chunk, message.q});
+  }
+  buffers[static_cast<size_t>(message.sender) * v + chunk].sent.push_back(
+      {message.ready, time, message.bytes});
+  (message.gradient ? gradients : activations)
+      .deliver(message.row, message.k, message.slot, time);
+  woken.clear();
+  woken.push_back(message.receiver);
+  tryStart(message.receiver);
+}
+
 void Simulator::updateRounds(Rank &rank) {
   rank.updatesAfter.assign(rank.ops.size(), 0);
   if (kind != ScheduleKind::OneFOneB && kind != ScheduleKind::TwoBW)
@@ -1488,8 +1566,9 @@ void Simulator::send(int r, int q, int64_t k, double time, bool gradient) {
                                 ? std::llround(static_cast<double>(edge.bytes) *
                                                (1.0 / lanes.count))
                                 : edge.bytes;
-      mailbox.deliver(e, k, 0,
-                      transfer(bytes, r, receiver, time, q, k, gradient));
+      if (!psSend(bytes, r, receiver, q, k, gradient, e, 0))
+        mailbox.deliver(e, k, 0,
+                        transfer(bytes, r, receiver, time, q, k, gradient));
       woken.push_back(receiver);
       continue;
     }
@@ -1501,8 +1580,9 @@ void Simulator::send(int r, int q, int64_t k, double time, bool gradient) {
           int receiver = firstRank[g] + j;
           int64_t bytes =
               std::llround(static_cast<double>(edge.bytes) * fraction);
-          mailbox.deliver(e, k, j,
-                          transfer(bytes, r, receiver, time, q, k, gradient));
+          if (!psSend(bytes, r, receiver, q, k, gradient, e, j))
+            mailbox.deliver(e, k, j,
+                            transfer(bytes, r, receiver, time, q, k, gradient));
           woken.push_back(receiver);
         });
   }
@@ -1600,6 +1680,7 @@ std::string Simulator::setUpProcessorSharing() {
   psWork.assign(ranks.size(), 0);
   psBegin.assign(ranks.size(), 0);
   psFinish.assign(ranks.size(), kUnknown);
+  psMessages.clear();
   return "";
 }
 
@@ -1622,7 +1703,7 @@ void Simulator::psReschedule(int g) {
 }
 
 void Simulator::psBeginOp(int r) {
-  const int g = psGroupOfRank[r];
+  const int g = psGroupOf(r);
   psAdvance(g); // the others' progress up to now, at the old rate
   psGroups[g].running.emplace_back(r, psWork[r]);
   psBegin[r] = now;
@@ -1630,7 +1711,7 @@ void Simulator::psBeginOp(int r) {
 }
 
 void Simulator::psEndOp(int r, double time) {
-  const int g = psGroupOfRank[r];
+  const int g = psGroupOf(r);
   auto &running = psGroups[g].running;
   psAdvance(g);
   running.erase(
@@ -1638,6 +1719,10 @@ void Simulator::psEndOp(int r, double time) {
                    [&](const auto &entry) { return entry.first == r; }));
   psFinish[r] = kUnknown;
   psReschedule(g);
+  if (r >= static_cast<int>(ranks.size())) {
+    psMessageArrived(psMessages[r - ranks.size()], time);
+    return;
+  }
   // Busy for as long as it ran, slowed or not (as a real trace shows it).
   ranks[r].busySeconds += time - psBegin[r];
   if (options.trace)

@@ -375,7 +375,10 @@ int pipec::driver::runSimulate(const std::vector<std::string> &argv) {
                              "CSV (torch.distributed.pipelining's format, as "
                              "pipec compile --schedule-csv reads it) on the "
                              "plan's stages instead of the plan's schedule")
-      .flag("--recompute", "recompute activations in the backward");
+      .flag("--recompute", "recompute activations in the backward")
+      .flag("--messages-on-link",
+            "messages between devices sharing processors take their link "
+            "only (by default their copies share the processors too)");
   if (!a.parse())
     return a.helpShown ? 0 : 2;
   if (a.positionals().size() != 1)
@@ -397,6 +400,7 @@ int pipec::driver::runSimulate(const std::vector<std::string> &argv) {
   if (!simOptions(a, "simulate", options))
     return 2;
   options.trace = a.has("--trace");
+  options.messagesShareProcessors = !a.has("--messages-on-link");
   options.splitReplicas = options.splitReplicas || plan.plan.splitReplicas;
   SimResult sim;
   if (a.has("--schedule-csv")) {

@@ -15,6 +15,7 @@
 #include "sim_test_util.h"
 
 #include <gtest/gtest.h>
+#include <map>
 #include <nlohmann/json.hpp>
 
 using namespace pipec;
@@ -140,4 +141,59 @@ TEST(SimProcessorSharing, ReplicasSharingProcessorsAreNotCollapsedToALane) {
   ASSERT_TRUE(a.ok && b.ok && own.ok) << a.error << b.error << own.error;
   EXPECT_DOUBLE_EQ(a.iterationSeconds, b.iterationSeconds);
   EXPECT_GT(a.iterationSeconds, own.iterationSeconds + 1e-9);
+}
+
+TEST(SimProcessorSharing, MessagesShareTheProcessors) {
+  // gpipe, 2 stages, 4 microbatches, f = b = 1 s, every message 0.5 s.
+  // On one processor the messages' copies are its work too: 16 s of ops
+  // and 8 messages x 0.5 s, and the processor is never idle: 20 s. Taking
+  // the link alone the messages overlap the ops (at most 20 s, at least
+  // the 16 s of ops). With a processor each nothing is shared: the option
+  // changes nothing.
+  Plan plan = straightPlan(2, "gpipe", 4);
+  const Profile withBytes = simtest::uniformProfile(2, 1, 1, /*outBytes=*/8);
+  auto hostWithLink = [](int processors) {
+    Topology topology = Topology::flat(2, 1e15, 0.5);
+    topology.levels[0].processors = processors;
+    return topology;
+  };
+  SimOptions shared, onLink;
+  onLink.messagesShareProcessors = false;
+  SimResult a = simulatePlan(withBytes, hostWithLink(1), plan, shared);
+  SimResult b = simulatePlan(withBytes, hostWithLink(1), plan, onLink);
+  SimResult c = simulatePlan(withBytes, hostWithLink(0), plan, shared);
+  SimResult d = simulatePlan(withBytes, hostWithLink(0), plan, onLink);
+  ASSERT_TRUE(a.ok && b.ok && c.ok && d.ok)
+      << a.error << b.error << c.error << d.error;
+  EXPECT_NEAR(a.iterationSeconds, 20.0, 1e-9);
+  EXPECT_GE(b.iterationSeconds, 16.0 - 1e-9);
+  EXPECT_LT(b.iterationSeconds, 20.0 - 1e-3);
+  EXPECT_NEAR(c.iterationSeconds, d.iterationSeconds, 1e-12);
+  // A message still arrives whole before its receiver starts: traced sends
+  // end before the receiving forward begins.
+  SimOptions traced;
+  traced.trace = true;
+  SimResult t = simulatePlan(withBytes, hostWithLink(1), plan, traced);
+  ASSERT_TRUE(t.ok) << t.error;
+  nlohmann::json events = nlohmann::json::parse(t.traceJson);
+  std::map<std::string, double> sendEnd, forwardStart;
+  for (const auto &event : events) {
+    if (event.value("ph", "") != "X")
+      continue;
+    const std::string name = event.value("name", "");
+    const double start = event["ts"].get<double>() / 1e6;
+    const double length = event["dur"].get<double>() / 1e6;
+    const auto args = event.value("args", nlohmann::json::object());
+    const std::string mb = std::to_string(args.value("microbatch", -1));
+    if (name == "send activation")
+      sendEnd[mb] = start + length;
+    if (event.value("pid", -1) == 1 && event.value("tid", -1) == 0 &&
+        name.rfind("F", 0) == 0)
+      forwardStart[name.substr(1)] = start;
+  }
+  ASSERT_EQ(sendEnd.size(), 4u);
+  for (auto [mb, end] : sendEnd) {
+    ASSERT_TRUE(forwardStart.count(mb)) << mb;
+    EXPECT_LE(end, forwardStart[mb] + 1e-9) << "microbatch " << mb;
+  }
 }
