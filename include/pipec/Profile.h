@@ -64,6 +64,13 @@ struct Profile {
   /// copies a stage's weights into a stashed version (1f1b's weight
   /// stashing, 2bw's shadow copy); 0: unknown (such copies are then free).
   double copyBytesPerSecond = 0;
+  /// What a step of the whole model took beyond its ops' own times, per
+  /// forward or backward op call (`pipec profile`: the measured step's wall
+  /// time less its ops' times, over its op calls): the runtime between ops,
+  /// the feeds and the loss, a device waiting for the host. The simulator
+  /// adds it to every op's forward, and to every backward that takes time.
+  /// 0: none, or not measured.
+  double opOverheadSeconds = 0;
 
   /// Producers of op i with the chain default applied (op i-1 when the
   /// list is empty and i > 0).

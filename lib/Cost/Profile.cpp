@@ -240,6 +240,11 @@ ProfileResult profileFromJson(const std::string &text) {
   if (!copyRate)
     return fail(error);
   profile.copyBytesPerSecond = *copyRate;
+  std::optional<double> overhead =
+      readSeconds(doc, "op_overhead_s", "top level", error);
+  if (!overhead)
+    return fail(error);
+  profile.opOverheadSeconds = *overhead;
 
   auto ops = doc.find("ops");
   if (ops == doc.end() || !ops->is_array())
@@ -324,6 +329,8 @@ std::string profileToJson(const Profile &profile) {
   }
   if (profile.copyBytesPerSecond > 0)
     doc["copy_bytes_per_s"] = profile.copyBytesPerSecond;
+  if (profile.opOverheadSeconds > 0)
+    doc["op_overhead_s"] = profile.opOverheadSeconds;
   doc["ops"] = std::move(ops);
   return doc.dump(2) + "\n";
 }

@@ -911,20 +911,24 @@ std::string Simulator::buildStages() {
     VStage &stage = stages[q];
     stage.group = groupOf(q);
     stage.chunk = int(chunkOfStage(placement, p, q));
-    double fwd = 0, bwd = 0, cheapFwd = 0;
+    double fwd = 0, bwd = 0, cheapFwd = 0, overheadFwd = 0, overheadBwd = 0;
     int64_t saved = 0;
     for (int l = plan_.firstLayer; l <= plan_.lastLayer; ++l) {
       stageOfLayer[l] = q;
       fwd += profile.ops[l].fwdSeconds;
       bwd += profile.ops[l].bwdSeconds;
+      // The runtime's time per op call (not scaled with the microbatch).
+      overheadFwd += profile.opOverheadSeconds;
+      if (profile.ops[l].bwdSeconds > 0)
+        overheadBwd += profile.opOverheadSeconds;
       stage.optimizer += profile.ops[l].optSeconds;
       stage.paramBytes += profile.ops[l].paramBytes;
       saved += profile.ops[l].savedBytes;
       if (!isExpensiveOp(profile.ops[l].op))
         cheapFwd += profile.ops[l].fwdSeconds;
     }
-    stage.fwd = sigma * fwd;
-    double backward = sigma * bwd;
+    stage.fwd = sigma * fwd + overheadFwd;
+    double backward = sigma * bwd + overheadBwd;
     stage.recompute = options.recompute || plan_.recompute == "full";
     // Full recomputation runs the stage's forward again in its backward;
     // selective all but the GEMMs, matmuls and convolutions.

@@ -809,9 +809,9 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
     else
       pipec_rt_flush(&ctx);
     collectQueueMarks(ctx);
-    if (counted)
-      ctx.profiler.stepCounted();
     double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    if (counted)
+      ctx.profiler.stepCounted(wall);
     watchdogStepTime(wall);
     double loss = stepLoss(ctx);
     if (!std::isfinite(loss)) {

@@ -137,6 +137,21 @@ std::string Profiler::toJson(const StageDesc &desc,
   doc["label_bytes"] = labelBytes;
   doc["stage"] = desc.stage;
   doc["steps"] = countedSteps;
+  if (countedWall > 0 && desc.numStages == 1) {
+    // A stage of several would count its waits for messages too.
+    double opSeconds = 0, calls = 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      opSeconds += slots[i].total;
+      if (i % kPhases < 2) // forward and backward calls
+        calls += double(slots[i].calls);
+    }
+    const double stepSeconds = countedWall / steps;
+    doc["step_s"] = stepSeconds;
+    doc["op_overhead_s"] =
+        calls > 0
+            ? std::max(0.0, stepSeconds - opSeconds / steps) / (calls / steps)
+            : 0.0;
+  }
   doc["ops"] = std::move(ops);
   return doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }

@@ -9,6 +9,10 @@
 /// pipec_rt_op_begin/end and writes it as `pipec.profile/1`
 /// (DESIGN.md §7): fwd_s / bwd_s are mean seconds per microbatch of phase 0
 /// / 1 over the counted steps, opt_s is the mean seconds per step of phase 2.
+/// A stage that is the whole model also gets step_s, the mean wall time of
+/// its counted steps, and op_overhead_s: what that time holds beyond its
+/// ops' times (the runtime between ops, the feeds, the loss, the device
+/// waiting for the host), per forward and backward op call.
 /// When profiling is off the hooks return after one branch.
 ///
 /// On a device with a queue clock (device.h; CUDA events) an op's begin and
@@ -43,8 +47,12 @@ public:
 
   /// Whether the current step's times are accumulated (false in warm-up).
   void setCounting(bool counting) { this->counting = counting; }
-  /// Records that one more step was counted.
-  void stepCounted() { ++countedSteps; }
+  /// Records that one more step was counted, and its wall time (the
+  /// program, the device's queue and the step's sends; 0: not measured).
+  void stepCounted(double wallSeconds = 0) {
+    ++countedSteps;
+    countedWall += wallSeconds;
+  }
   int64_t stepsCounted() const { return countedSteps; }
 
   /// Marks the start / end of op `op` in `phase`. Throws RtError on an op or
@@ -85,6 +93,7 @@ private:
   double copyRate = 0;
   bool counting = true;
   int64_t countedSteps = 0;
+  double countedWall = 0;
   std::vector<Slot> slots;
   /// Spans of counted steps waiting for their marks' times: slot index,
   /// begin mark, end mark.

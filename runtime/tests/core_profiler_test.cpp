@@ -179,3 +179,39 @@ TEST(CoreProfiler, MultiTensorUpdatesAreSharedByElements) {
   EXPECT_NEAR(op0, alone + 3 * call / 4, 1e-12);
   EXPECT_EQ(j["ops"].size(), 2u); // the call is not an op of the profile
 }
+
+TEST(CoreProfiler, StepTimeBeyondTheOpsIsOverheadPerOpCall) {
+  // One stage that is the whole model: each counted step takes `wall`, its
+  // ops (two forwards and a backward per microbatch, two microbatches) take
+  // what they measured; the rest, per forward or backward call, is the
+  // profile's op_overhead_s. A stage of several writes neither (its wall
+  // time holds its waits for messages).
+  StageDesc d = twoOpStage();
+  d.numStages = 1;
+  Profiler p;
+  p.enable(d.ops.size());
+  p.setCounting(true);
+  for (int step = 0; step < 2; ++step) {
+    for (int mb = 0; mb < 2; ++mb) {
+      sleepOp(p, 0, 0, 1);
+      sleepOp(p, 1, 0, 1);
+      sleepOp(p, 0, 1, 1);
+    }
+    sleepOp(p, 0, 2, 1); // the update is an op's time, not overhead
+    p.stepCounted(0.050);
+  }
+  double ops = 0;
+  for (size_t op = 0; op < 2; ++op)
+    for (int phase = 0; phase < Profiler::kPhases; ++phase)
+      ops += p.seconds(op, phase);
+  nlohmann::json j = nlohmann::json::parse(p.toJson(d, "cpu"));
+  EXPECT_NEAR(j["step_s"].get<double>(), 0.050, 1e-12);
+  // 6 forward and backward calls per step.
+  EXPECT_NEAR(j["op_overhead_s"].get<double>(), (0.050 - ops / 2) / 6, 1e-12);
+  EXPECT_GT(j["op_overhead_s"].get<double>(), 0);
+
+  d.numStages = 2;
+  nlohmann::json two = nlohmann::json::parse(p.toJson(d, "cpu"));
+  EXPECT_FALSE(two.contains("op_overhead_s"));
+  EXPECT_FALSE(two.contains("step_s"));
+}

@@ -171,6 +171,20 @@ TEST(ProfileTest, OptimizerAndCopyTimesRoundTrip) {
                  "top level: 'copy_bytes_per_s' must be a non-negative");
 }
 
+TEST(ProfileTest, OpOverheadRoundTrips) {
+  ProfileResult read = profileFromJson(
+      R"({"format": "pipec.profile/1", "op_overhead_s": 3e-6, "step_s": 0.01,
+          "ops": [{"name": "fc", "op": "gemm"}]})");
+  ASSERT_TRUE(read.ok) << read.error;
+  EXPECT_EQ(read.profile.opOverheadSeconds, 3e-6);
+  ProfileResult back = profileFromJson(profileToJson(read.profile));
+  ASSERT_TRUE(back.ok) << back.error;
+  EXPECT_EQ(back.profile.opOverheadSeconds, 3e-6);
+  expectRejected(R"({"format": "pipec.profile/1", "op_overhead_s": -1,
+                     "ops": [{"name": "a"}]})",
+                 "top level: 'op_overhead_s' must be a non-negative");
+}
+
 TEST(ProfileTest, MinimalChain) {
   ProfileResult result =
       profileFromJson(withOps(R"({"name": "a"}, {"name": "b"})"));

@@ -11,8 +11,10 @@
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
 #include <unistd.h>
 
 using namespace pipec::driver;
@@ -110,6 +112,27 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
   if (rc != 0)
     return fail("profile", "the profiling run failed (exit status " +
                                std::to_string(rc) + ")");
+  // The step against its ops: what the runtime adds per op call.
+  std::string text;
+  if (sys::readFile(outPath, text, error)) {
+    if (llvm::Expected<llvm::json::Value> doc = llvm::json::parse(text)) {
+      const llvm::json::Object *top = doc->getAsObject();
+      std::optional<double> step =
+                                top ? top->getNumber("step_s") : std::nullopt,
+                            overhead = top ? top->getNumber("op_overhead_s")
+                                           : std::nullopt;
+      if (step && overhead) {
+        char line[160];
+        std::snprintf(line, sizeof line,
+                      "pipec profile: a step takes %.3f ms; beyond its ops' "
+                      "times, %.2f us per op call (op_overhead_s)\n",
+                      *step * 1e3, *overhead * 1e6);
+        llvm::outs() << line;
+      }
+    } else {
+      llvm::consumeError(doc.takeError());
+    }
+  }
   llvm::outs() << "pipec profile: wrote " << outPath << "\n";
   (void)argv0;
   return 0;

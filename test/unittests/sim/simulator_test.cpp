@@ -305,6 +305,19 @@ TEST(SimCost, OptimizerAndVersionCopiesRunOnCompute) {
   EXPECT_NEAR(two.devices[0].busySeconds, 8 * 3.75, 1e-6);
 }
 
+TEST(SimCost, OpOverheadPerCall) {
+  // Three layers of forward 1 and backward 2, the last without a backward:
+  // the profile's op_overhead_s (0.1) is added to three forwards and two
+  // backwards per microbatch, unscaled by the microbatch.
+  Profile profile = uniformProfile(3, 1, 2);
+  profile.ops[2].bwdSeconds = 0;
+  profile.opOverheadSeconds = 0.1;
+  Plan plan = straightPlan(1, "gpipe", 4);
+  plan.stages[0].lastLayer = 2;
+  EXPECT_NEAR(simulate(profile, plan).iterationSeconds, 4 * (3 + 4 + 5 * 0.1),
+              1e-9);
+}
+
 TEST(SimCost, PointToPointTransfers) {
   // Two stages, one microbatch: F0, send, F1, B1, send, B0.
   Profile profile = uniformProfile(2, 1, 2, /*outBytes=*/1000);
