@@ -497,11 +497,14 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
     # The convolutions without cuDNN (im2col + cuBLAS), for what cuDNN buys.
     s1i, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN": "0"})
     s1g, _ = run_pipec(args, r, "s1", RESNET_STEPS, flags=["--cuda-graphs"])
+    # cuDNN's non-deterministic algorithms allowed (as PyTorch's default).
+    s1n, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN_DETERMINISTIC": "0"})
     if env("PIPEC_BENCH_PROFILE", "1") != "0":
         profile_pipec(args, r, "s1", microbatches=1, label="resnet50")
     rows = [("fp32", "pipec --target cuda, 1 stage", s1),
             ("fp32", "pipec, 1 stage, PIPEC_CUDNN=0 (im2col)", s1i),
             ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),
+            ("fp32", "pipec, 1 stage, PIPEC_CUDNN_DETERMINISTIC=0", s1n),
             ("fp32", "PyTorch eager", run_torch_resnet(r, False, profile=profile_torch)),
             ("bf16", "pipec --target cuda --precision bf16, 1 stage", sb),
             ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True))]

@@ -27,6 +27,8 @@
 /// fastest deterministic one whose math type is allowed and whose
 /// workspace fits (kWorkspaceLimit, less when the GPU has less than twice
 /// that free); a shape without one is remembered and goes to the fallback.
+/// PIPEC_CUDNN_DETERMINISTIC=0 lets the non-deterministic ones compete too
+/// (the backward passes' atomics; not measured on a GPU yet).
 /// Deterministic algorithms give the same result for the same inputs
 /// within a process; two processes may time their way to different
 /// algorithms for a shape, which then agree to rounding only. In bf16 the
@@ -249,6 +251,17 @@ bool timed(const Api &api, cudnnStatus_t status, const char *call) {
   return false;
 }
 
+/// Whether algorithms whose sums' order varies from run to run (atomics:
+/// the backward passes' ALGO_0 and ALGO_3, which PyTorch's default
+/// cudnn.benchmark may pick) are allowed: PIPEC_CUDNN_DETERMINISTIC=0.
+bool anyDeterminism() {
+  static const bool any = [] {
+    const char *flag = std::getenv("PIPEC_CUDNN_DETERMINISTIC");
+    return flag && std::string(flag) == "0";
+  }();
+  return any;
+}
+
 /// The fastest usable result of a Find call (sorted by time by cuDNN).
 template <typename Perf>
 bool choose(const Perf *results, int count, cudnnMathType_t wanted, bool bf16,
@@ -256,8 +269,9 @@ bool choose(const Perf *results, int count, cudnnMathType_t wanted, bool bf16,
   for (int i = 0; i < count; ++i) {
     const Perf &r = results[i];
     if (r.status != CUDNN_STATUS_SUCCESS ||
-        r.determinism != CUDNN_DETERMINISTIC || r.memory > limit ||
-        !mathAllowed(wanted, r.mathType) || (bf16 && transforms(r.algo)))
+        (r.determinism != CUDNN_DETERMINISTIC && !anyDeterminism()) ||
+        r.memory > limit || !mathAllowed(wanted, r.mathType) ||
+        (bf16 && transforms(r.algo)))
       continue;
     plan.algo = int(r.algo);
     plan.workspace = r.memory;

@@ -372,6 +372,8 @@ def run_cases(args):
     for name in GRAPH_CASES:
         if not only or name in only:
             graphs_check(args, checks, cases_dir, name)
+    if not only or NONDETERMINISTIC_CASE in only:
+        nondeterministic_check(args, checks, cases_dir, NONDETERMINISTIC_CASE)
     return checks.summary()
 
 
@@ -420,6 +422,29 @@ def graphs_check(args, checks, cases_dir, name):
                   f"{name} --cuda-graphs: losses {'within rounding' if conv else 'bit for bit'}, "
                   "stage functions replayed",
                   f"{detail}; replayed per stage {replayed}; " + " | ".join(notes)[:300])
+
+
+# PIPEC_CUDNN_DETERMINISTIC=0 (cuDNN's atomic backward algorithms allowed):
+# the ResNet still matches the CPU run of the same compile.
+NONDETERMINISTIC_CASE = "resnet-s2-1f1b-flush"
+
+
+def nondeterministic_check(args, checks, cases_dir, name):
+    model = dict((c[0], c[1]) for c in CASES)[name]
+    d = os.path.join(cases_dir, name)
+    data_dir = os.path.join(cases_dir, "data-" + model)
+    metrics = os.path.join(d, "nondeterministic.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, case_steps(name), lr=case_lr(name)) +
+                             ["--quiet", "--metrics", metrics,
+                              "--checkpoint-dir", os.path.join(d, "nondeterministic_ckpt")]),
+                  timeout=300, env=dict(os.environ, PIPEC_CUDNN_DETERMINISTIC="0"))
+    if rc != 0:
+        checks.report(False, f"{name} PIPEC_CUDNN_DETERMINISTIC=0", f"exit {rc}: {out[-1500:]}")
+        return
+    ok, detail = compare_losses(losses(metrics), losses(os.path.join(d, "cpu_metrics.jsonl")), case_tol(name))
+    checks.report(ok, f"{name} PIPEC_CUDNN_DETERMINISTIC=0 losses", detail)
 
 
 def kernel_check(args, checks, cases_dir, name):
