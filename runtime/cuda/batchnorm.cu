@@ -9,7 +9,8 @@
 ///
 /// \file
 /// Training forward and backward: one thread block per channel, reducing
-/// the channel's N * S values (rows of S at stride C * S) with the
+/// the channel's N * S values (rows of S at stride C * S; each thread walks
+/// its values with channel_walk.h, no division per value) with the
 /// deterministic block reduction of block_reduce.cuh, in double as on the
 /// CPU:
 ///
@@ -43,6 +44,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "block_reduce.cuh"
+#include "channel_walk.h"
 #include "cuda_rt.h"
 #include "pipec_rt.h"
 
@@ -56,13 +58,6 @@ constexpr double kDefaultEpsilon = 1e-5;
 constexpr double kDefaultMomentum = 0.9;
 constexpr int kBlock = 256;
 
-/// Offset of the e-th value (row-major over [N, S]) of channel ch.
-__device__ __forceinline__ int64_t channelOffset(int64_t e, int64_t ch,
-                                                 int64_t c, int64_t s) {
-  const int64_t i = e / s;
-  return (i * c + ch) * s + (e - i * s);
-}
-
 __global__ void __launch_bounds__(1024)
     batchNormTrainChannels(const float *x, const float *scale,
                            const float *bias, const float *runMean,
@@ -75,12 +70,14 @@ __global__ void __launch_bounds__(1024)
   const double countD = double(n) * double(s);
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     double acc = 0;
-    for (int64_t e = threadIdx.x; e < count; e += blockDim.x)
-      acc += double(x[channelOffset(e, ch, c, s)]);
+    for (ChannelWalk w(threadIdx.x, blockDim.x, ch, c, s); w.e < count;
+         w.next())
+      acc += double(x[w.at]);
     const double mean = blockReduce(acc, SumOp(), 0.0, red) / countD;
     acc = 0;
-    for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-      const double d = double(x[channelOffset(e, ch, c, s)]) - mean;
+    for (ChannelWalk w(threadIdx.x, blockDim.x, ch, c, s); w.e < count;
+         w.next()) {
+      const double d = double(x[w.at]) - mean;
       acc = __dadd_rn(acc, __dmul_rn(d, d));
     }
     const double var = blockReduce(acc, SumOp(), 0.0, red) / countD;
@@ -89,8 +86,9 @@ __global__ void __launch_bounds__(1024)
     const float lo = float(mean - double(hi));
     const float a = float(double(scale[ch]) * invStd);
     const float b = bias[ch];
-    for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-      const int64_t at = channelOffset(e, ch, c, s);
+    for (ChannelWalk w(threadIdx.x, blockDim.x, ch, c, s); w.e < count;
+         w.next()) {
+      const int64_t at = w.at;
       y[at] = __fadd_rn(__fmul_rn(__fsub_rn(__fsub_rn(x[at], hi), lo), a), b);
     }
     if (threadIdx.x == 0) {
@@ -144,13 +142,15 @@ __global__ void __launch_bounds__(1024)
   const double countD = double(n) * double(s);
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     double acc = 0;
-    for (int64_t e = threadIdx.x; e < count; e += blockDim.x)
-      acc += double(x[channelOffset(e, ch, c, s)]);
+    for (ChannelWalk w(threadIdx.x, blockDim.x, ch, c, s); w.e < count;
+         w.next())
+      acc += double(x[w.at]);
     const double meanD = blockReduce(acc, SumOp(), 0.0, red) / countD;
     const double invStd = double(savedInvStd[ch]);
     double sumDy = 0, sumDyXhat = 0;
-    for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-      const int64_t at = channelOffset(e, ch, c, s);
+    for (ChannelWalk w(threadIdx.x, blockDim.x, ch, c, s); w.e < count;
+         w.next()) {
+      const int64_t at = w.at;
       const double g = double(dy[at]);
       const double xhat = __dmul_rn(double(x[at]) - meanD, invStd);
       sumDy += g;
@@ -162,8 +162,9 @@ __global__ void __launch_bounds__(1024)
       const double k = double(scale[ch]) * invStd;
       const double meanDy = sumDy / countD;
       const double meanDyXhat = sumDyXhat / countD;
-      for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-        const int64_t at = channelOffset(e, ch, c, s);
+      for (ChannelWalk w(threadIdx.x, blockDim.x, ch, c, s); w.e < count;
+           w.next()) {
+        const int64_t at = w.at;
         const double xhat = __dmul_rn(double(x[at]) - meanD, invStd);
         const double inner =
             __dsub_rn(double(dy[at]) - meanDy, __dmul_rn(xhat, meanDyXhat));
