@@ -42,14 +42,17 @@ namespace {
 
 /// Y[i, j] = beta * C[i * strideM + j * strideN] for an M x N Y. Each
 /// element of an exactly aliased C == Y (strides N, 1) is read by the
-/// thread that writes it.
-__global__ void broadcastBias(const float *c, float *y, int64_t m, int64_t n,
+/// thread that writes it. The index arithmetic is I: 32-bit when M x N
+/// fits (a 64-bit division per element is emulated in tens of
+/// instructions), offsets 64-bit.
+template <typename I>
+__global__ void broadcastBias(const float *c, float *y, I m, I n,
                               int64_t strideM, int64_t strideN, float beta) {
-  const int64_t total = m * n;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = e / n, j = e - i * n;
-    y[e] = __fmul_rn(beta, c[i * strideM + j * strideN]);
+  const I total = m * n;
+  for (I e = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); e < total;
+       e += I(gridDim.x) * I(blockDim.x)) {
+    const I i = e / n, j = e - i * n;
+    y[e] = __fmul_rn(beta, c[int64_t(i) * strideM + int64_t(j) * strideN]);
   }
 }
 
@@ -220,8 +223,14 @@ extern "C" void pipec_cuda_k_gemm(pipec_kctx *kc, void *const *bufs,
   // Following BLAS, beta == 0 means "ignore C".
   const bool useC = hasC && beta != 0.0f;
   if (useC) {
-    broadcastBias<<<gridFor(m * n), 256, 0, ctx.stream>>>(c, y, m, n, cStrideM,
-                                                          cStrideN, beta);
+    // (A grid-stride index stays below total + grid * 256 < 2^31 with
+    // total < 2^30.)
+    if (m * n < (int64_t(1) << 30))
+      broadcastBias<int32_t><<<gridFor(m * n), 256, 0, ctx.stream>>>(
+          c, y, int32_t(m), int32_t(n), cStrideM, cStrideN, beta);
+    else
+      broadcastBias<int64_t><<<gridFor(m * n), 256, 0, ctx.stream>>>(
+          c, y, m, n, cStrideM, cStrideN, beta);
     checkLaunch(kName);
   }
   if (k <= 0 || alpha == 0.0f) {
