@@ -1249,19 +1249,9 @@ bool Simulator::psSend(int64_t bytes, int sender, int receiver, int q,
   const double seconds = topology.p2pSecondsAtLevel(bytes, link.level);
   if (!std::isfinite(seconds) || !(seconds > 0))
     return false; // transfer() reports it, or it costs nothing
-  PsMessage message;
-  message.group = g;
-  message.sender = sender;
-  message.receiver = receiver;
-  message.q = q;
-  message.k = k;
-  message.bytes = bytes;
-  message.gradient = gradient;
-  message.row = row;
-  message.slot = slot;
-  message.ready = now;
   const int id = static_cast<int>(ranks.size() + psMessages.size());
-  psMessages.push_back(message);
+  psMessages.push_back(
+      {g, sender, receiver, q, row, slot, k, bytes, gradient, now});
   psWork.push_back(seconds);
   psBegin.push_back(now);
   psFinish.push_back(kUnknown);

@@ -254,6 +254,12 @@ def prepare(args):
     print(f"bundle: {len(manifest)} cases in {bundle}")
 
 
+def case_dirs(cases_dir, name):
+    """(model, the case's run folder, its model's data folder)."""
+    model = dict((c[0], c[1]) for c in CASES)[name]
+    return model, os.path.join(cases_dir, name), os.path.join(cases_dir, "data-" + model)
+
+
 def launch_cmd(mpirun, run_dir, extra):
     """mpirun's MPMD line for a run folder: one process per rank, in rank
     order (manifest stages[].ranks), each with the run's flags."""
@@ -395,9 +401,7 @@ def graphs_check(args, checks, cases_dir, name):
     bit for bit (the same kernels on the same bytes; within GRAPH_CONV_TOL
     for models with convolutions), and every rank replayed stage functions
     as graphs."""
-    model = dict((c[0], c[1]) for c in CASES)[name]
-    d = os.path.join(cases_dir, name)
-    data_dir = os.path.join(cases_dir, "data-" + model)
+    model, d, data_dir = case_dirs(cases_dir, name)
     metrics = os.path.join(d, "graphs.jsonl")
     for f in glob.glob(os.path.join(d, "graphs-summary.*.json")) + [metrics]:
         if os.path.exists(f):
@@ -430,9 +434,7 @@ NONDETERMINISTIC_CASE = "resnet-s2-1f1b-flush"
 
 
 def nondeterministic_check(args, checks, cases_dir, name):
-    model = dict((c[0], c[1]) for c in CASES)[name]
-    d = os.path.join(cases_dir, name)
-    data_dir = os.path.join(cases_dir, "data-" + model)
+    model, d, data_dir = case_dirs(cases_dir, name)
     metrics = os.path.join(d, "nondeterministic.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
@@ -450,9 +452,7 @@ def nondeterministic_check(args, checks, cases_dir, name):
 def kernel_check(args, checks, cases_dir, name):
     """One step of `name` with --check-kernels: every kernel call of every
     rank against the CPU kernel on the same bytes."""
-    model = dict((c[0], c[1]) for c in CASES)[name]
-    d = os.path.join(cases_dir, name)
-    data_dir = os.path.join(cases_dir, "data-" + model)
+    model, d, data_dir = case_dirs(cases_dir, name)
     shutil.rmtree(os.path.join(d, "check_ckpt"), ignore_errors=True)
     rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, 1, lr=case_lr(name)) +
                              ["--quiet", "--metrics", os.path.join(d, "check.jsonl"),
@@ -476,9 +476,7 @@ def kernel_check(args, checks, cases_dir, name):
 
 
 def resume_check(args, checks, cases_dir):
-    model = dict((c[0], c[1]) for c in CASES)[RESUME_CASE]
-    d = os.path.join(cases_dir, RESUME_CASE)
-    data_dir = os.path.join(cases_dir, "data-" + model)
+    model, d, data_dir = case_dirs(cases_dir, RESUME_CASE)
     metrics = os.path.join(d, "resume_metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
@@ -497,9 +495,7 @@ def resume_check(args, checks, cases_dir):
 
 
 def nan_check(args, checks, cases_dir):
-    model = dict((c[0], c[1]) for c in CASES)[NAN_CASE]
-    d = os.path.join(cases_dir, NAN_CASE)
-    data_dir = os.path.join(cases_dir, "data-" + model)
+    model, d, data_dir = case_dirs(cases_dir, NAN_CASE)
     extra = train_args(model, data_dir)
     extra[extra.index("--lr") + 1] = "1e30"
     rc, out = run(launch_cmd(args.mpirun, d, extra + ["--quiet", "--metrics", os.path.join(d, "nan.jsonl"),
@@ -519,9 +515,7 @@ def trace_check(args, checks, cases_dir):
     the profile says "device-queue", every rank's compute spans are in the
     trace with positive lengths in step order, and the ops' time per step
     is close to the step itself (nothing synchronises around each op)."""
-    model = dict((c[0], c[1]) for c in CASES)[TRACE_CASE]
-    d = os.path.join(cases_dir, TRACE_CASE)
-    data_dir = os.path.join(cases_dir, "data-" + model)
+    model, d, data_dir = case_dirs(cases_dir, TRACE_CASE)
     trace = os.path.join(d, "trace.json")
     prof = os.path.join(d, "profile.json")
     rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir) +
@@ -551,9 +545,7 @@ def trace_check(args, checks, cases_dir):
 
 
 def kill_check(args, checks, cases_dir):
-    model = dict((c[0], c[1]) for c in CASES)[KILL_CASE]
-    d = os.path.join(cases_dir, KILL_CASE)
-    data_dir = os.path.join(cases_dir, "data-" + model)
+    model, d, data_dir = case_dirs(cases_dir, KILL_CASE)
     cmd = launch_cmd(args.mpirun, d, train_args(model, data_dir, 100000) +
                      ["--metrics", os.path.join(d, "kill.jsonl"), "--checkpoint-dir", os.path.join(d, "kill_ckpt"),
                       "--watchdog-s", "20"])
