@@ -47,6 +47,12 @@ LAYERS, DIM, HEADS, SEQ, VOCAB, STEPS = CONFIGS["small"]
 BATCH, MICROBATCHES = 32, 4
 
 
+def results_dir():
+    """Where the GPU run keeps its files (scripts/test-gpu.sh sets
+    PIPEC_GPU_RESULTS), else the device tool's $OUT, else nowhere."""
+    return os.environ.get("PIPEC_GPU_RESULTS") or os.environ.get("OUT")
+
+
 def use_config(name):
     global LAYERS, DIM, HEADS, SEQ, VOCAB, STEPS
     LAYERS, DIM, HEADS, SEQ, VOCAB, STEPS = CONFIGS[name]
@@ -196,8 +202,8 @@ def profile_pipec(args, b, build="s1", microbatches=MICROBATCHES, label="gpt"):
     if p.returncode != 0 or not os.path.exists(out):
         print("profile run failed:", p.stdout[-1500:])
         return
-    if os.environ.get("OUT"):  # the GPU machine's results folder
-        shutil.copy(out, os.path.join(os.environ["OUT"], f"profile_{label}_{build}.json"))
+    if results_dir():
+        shutil.copy(out, os.path.join(results_dir(), f"profile_{label}_{build}.json"))
     prof = json.load(open(out))
     kinds = {}
     for op in prof["ops"]:
@@ -308,8 +314,8 @@ def trace_pipec(args, b, build):
         print("trace run failed:", p.stdout[-1500:])
         return
     for f in files:
-        if os.environ.get("OUT"):
-            shutil.copy(os.path.join(b, f), os.path.join(os.environ["OUT"], "gpt_" + f))
+        if results_dir():
+            shutil.copy(os.path.join(b, f), os.path.join(results_dir(), "gpt_" + f))
     print(f"pipec {build}: trace of 3 steps in {len(files)} files ({', '.join(files)})")
 
 

@@ -20,7 +20,9 @@
 #       bench/gpu_compare.py (pipec against PyTorch on the same GPU).
 #
 # With the device tool: run(command="scripts/test-gpu.sh run",
-# carry=[".gpu-bundle/debs", ".gpu-bundle/packed.tar.gz"]). Results also go to $OUT (or .gpu-bundle/results).
+# carry=[".gpu-bundle/debs", ".gpu-bundle/packed.tar.gz"]). Results go to
+# .gpu-bundle/results, and with $OUT set (the device tool) into
+# $OUT/results.tgz, with e2e.log and bench.log beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -78,8 +80,18 @@ run() {
   echo "cuDNN from ${cudnn:-nowhere (convolutions on im2col + cuBLAS)}"
   export LD_LIBRARY_PATH=$BUNDLE/lib:$cublas:${cudnn:+$cudnn:}$P/usr/lib/x86_64-linux-gnu:$P/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
   export PATH=$P/usr/bin:$PATH
-  local out=${OUT:-$BUNDLE/results}
-  mkdir -p "$out"
+  # Every result goes to $BUNDLE/results. The device tool brings back at
+  # most 8 files from $OUT: there, when this script ends, they are packed
+  # into $OUT/results.tgz beside the summary logs. (A `timeout` around the
+  # script stops it only once its current step ends: pack again after it.)
+  local out=$BUNDLE/results
+  rm -rf "$out"; mkdir -p "$out"
+  export PIPEC_GPU_RESULTS=$out
+  if [ -n "${OUT:-}" ]; then
+    # shellcheck disable=SC2064 # the paths are fixed now
+    trap "tar czf '$OUT/results.tgz' -C '$BUNDLE' results 2>/dev/null;
+          cp '$out/e2e.log' '$out/bench.log' '$OUT/' 2>/dev/null || true" EXIT
+  fi
   nvidia-smi -L || true
   echo "cuBLAS from $cublas"
   local rc=0
