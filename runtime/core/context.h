@@ -69,6 +69,9 @@ struct pipec_ctx {
 
   /// Data sources, one per entry of desc.feeds.
   std::vector<pipec::rt::Feed> feeds;
+  /// The host copy a feed fills on a device the host cannot read, reused
+  /// from microbatch to microbatch (HostView's `reuse`).
+  std::vector<char> feedStaging;
 
   /// Microbatch losses of the current step (loss stage only).
   std::vector<double> losses; ///< float32 losses widened exactly

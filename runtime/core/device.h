@@ -153,32 +153,47 @@ int runStage(int argc, char **argv, const char *meta, pipec_program_fn program,
 
 /// Host bytes standing for the device range [data, data + bytes) while host
 /// code reads or writes it: the range itself on a host-accessible device,
-/// else a host copy, filled by `pull` and written back by `push`.
+/// else a host copy, filled by `pull` and written back by `push`. The copy
+/// is zeroed, fresh memory, unless the caller lends a buffer to reuse
+/// (`reuse`, grown as needed and not zeroed: for ranges the caller writes
+/// whole, every step, such as a data feed's microbatch, where a fresh
+/// buffer of tens of MiB cost its zeroing and page faults each time).
 class HostView {
 public:
-  HostView(Device &device, void *data, int64_t bytes)
+  HostView(Device &device, void *data, int64_t bytes,
+           std::vector<char> *reuse = nullptr)
       : device_(device), data_(static_cast<char *>(data)), bytes_(bytes) {
-    if (!device.hostAccessible())
-      copy_.assign(size_t(bytes > 0 ? bytes : 1), 0);
+    if (device.hostAccessible())
+      return;
+    const size_t size = size_t(bytes > 0 ? bytes : 1);
+    if (reuse) {
+      if (reuse->size() < size)
+        reuse->resize(size);
+      copy_ = reuse->data();
+      return;
+    }
+    owned_.assign(size, 0);
+    copy_ = owned_.data();
   }
-  char *get() { return copy_.empty() ? data_ : copy_.data(); }
+  char *get() { return copy_ ? copy_ : data_; }
   /// The device's current bytes.
   char *pull() {
-    if (!copy_.empty())
-      device_.toHost(copy_.data(), data_, bytes_);
+    if (copy_)
+      device_.toHost(copy_, data_, bytes_);
     return get();
   }
   /// The host bytes to the device.
   void push() {
-    if (!copy_.empty())
-      device_.toDevice(data_, copy_.data(), bytes_);
+    if (copy_)
+      device_.toDevice(data_, copy_, bytes_);
   }
 
 private:
   Device &device_;
   char *data_;
   int64_t bytes_;
-  std::vector<char> copy_;
+  char *copy_ = nullptr;
+  std::vector<char> owned_;
 };
 
 } // namespace rt

@@ -39,7 +39,8 @@ extern "C" void pipec_rt_feed(pipec_ctx *ctx, int64_t feed, int64_t mb,
     checkMicrobatch(c, "pipec_rt_feed", mb);
     checkPointer(dst, "pipec_rt_feed");
     const Feed &f = c.feeds[size_t(feed)];
-    HostView view(*c.device, dst, f.spec().bytes);
+    // Every byte is written: the host copy is reused without zeroing.
+    HostView view(*c.device, dst, f.spec().bytes, &c.feedStaging);
     f.fill(c.step, mb, view.get());
     view.push();
   });
