@@ -85,6 +85,11 @@ def main():
     ap.add_argument("--bandwidth", type=float, default=None,
                     help="bytes/s between processes (default: measured by `pipec topology --measure`)")
     ap.add_argument("--latency", type=float, default=None, help="seconds per message (with --bandwidth)")
+    ap.add_argument("--profiles", type=int, default=3,
+                    help="profiles to take; the simulator gets each op's median time")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="train every configuration this many times, the schedules in turn, and print the "
+                         "median measured step and its spread (this VM's steps move 10-20%% from run to run)")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
@@ -98,7 +103,22 @@ def main():
     # One BLAS thread: the op times of one processor. A stage process gets
     # cores / processes threads (one each here for p >= 2 on 2 cores), and
     # the simulated host shares os.cpu_count() processors among them.
-    sh([a.pipec, "profile", onnx_path, "--microbatch", str(256 // m), "--threads", "1", "-o", profile])
+    # Several profiles, each op's times their median: one profile moves by
+    # 10-20% with the machine's moment, and every prediction with it.
+    parts = []
+    for i in range(a.profiles):
+        part = os.path.join(a.workdir, f"profile.{i}.json")
+        sh([a.pipec, "profile", onnx_path, "--microbatch", str(256 // m), "--threads", "1", "-o", part])
+        with open(part) as f:
+            parts.append(json.load(f))
+    merged = parts[0]
+    for i, op in enumerate(merged["ops"]):
+        for key in ("fwd_s", "bwd_s", "opt_s"):
+            op[key] = statistics.median(p["ops"][i][key] for p in parts)
+    if "op_overhead_s" in merged:
+        merged["op_overhead_s"] = statistics.median(p.get("op_overhead_s", 0) for p in parts)
+    with open(profile, "w") as f:
+        json.dump(merged, f, indent=1)
 
     print(f"MLP 784-1024x4-10, batch 256 = {m} x {256 // m}, {a.steps} steps, {os.cpu_count()} cores")
     print(f"{'config':<18} {'measured s':>10} {'sim s':>8} {'ratio':>6} {'link':>6} {'bubble':>7} {'sim':>6} "
@@ -125,14 +145,21 @@ def main():
                            "levels": [{"name": "host", "count": p, "bandwidth": a.bandwidth,
                                        "latency": a.latency if a.latency is not None else 5e-6,
                                        "processors": os.cpu_count()}]}, f)
-        for sched in ("gpipe", "1f1b-flush", "1f1b", "2bw", "interleaved", "zb-h1", "zb-h2"):
+        def train(out):
+            sh([a.pipec, "train", out, "--steps", str(a.steps), "--lr", "0.01", "--inputs", xs, "--labels", ys,
+                "--quiet", "--trace", os.path.join(out, "trace.json"),
+                "--summary-out", os.path.join(out, "summary.json")])
+            return measured(out, a.steps)
+
+        schedules = ("gpipe", "1f1b-flush", "1f1b", "2bw", "interleaved", "zb-h1", "zb-h2")
+        runs, predicted = {}, {}
+        for sched in schedules:
             out = os.path.join(a.workdir, f"p{p}-{sched}")
             extra = ["--chunks", "2"] if sched == "interleaved" else []
             sh([a.pipec, "compile", onnx_path, "--stages", str(p), "--microbatches", str(m), "--schedule", sched,
                 "--profile", profile, "-o", out, "--quiet", *extra])
-            sh([a.pipec, "train", out, "--steps", str(a.steps), "--lr", "0.01", "--inputs", xs, "--labels", ys,
-                "--quiet", "--trace", os.path.join(out, "trace.json"),
-                "--summary-out", os.path.join(out, "summary.json")])
+            it, bubble = train(out)
+            runs[sched] = [it]
             sim = sh([a.pipec, "simulate", os.path.join(out, "plan.json"), "--profile", profile, "--topology", topo,
                       "--trace", os.path.join(out, "sim-trace.json")])
             mt = re.search(r"iteration ([\d.e+-]+) s .* bubble ([\d.]+)%", sim)
@@ -141,7 +168,7 @@ def main():
             link = sh([a.pipec, "simulate", os.path.join(out, "plan.json"), "--profile", profile, "--topology",
                        topo, "--messages-on-link"])
             link_it = float(re.search(r"iteration ([\d.e+-]+) s", link).group(1))
-            it, bubble = measured(out, a.steps)
+            predicted[sched] = sim_it
             stages = []
             for r in range(p):
                 with open(os.path.join(out, f"summary.stage{r}.json")) as f:
@@ -153,6 +180,16 @@ def main():
             shown = f"{bubble:>7.2f}" if bubble is not None else f"{'-':>7}"
             print(f"p{p} {sched:<15} {it:>10.4f} {sim_it:>8.4f} {it / sim_it:>6.2f} {it / link_it:>6.2f} "
                   f"{shown} {sim_bubble:>6.2f} {closed:>7}  " + ", ".join(stages), flush=True)
+        # More runs of every configuration, the schedules in turn (so that a
+        # slow spell of the machine does not fall on one schedule alone).
+        for _ in range(a.repeats - 1):
+            for sched in schedules:
+                runs[sched].append(train(os.path.join(a.workdir, f"p{p}-{sched}"))[0])
+        if a.repeats > 1:
+            print(f"p{p}, {a.repeats} runs each: median measured / simulated (lowest .. highest run)")
+            for sched in schedules:
+                r = sorted(x / predicted[sched] for x in runs[sched])
+                print(f"p{p} {sched:<15} {statistics.median(r):>6.2f}  ({r[0]:.2f} .. {r[-1]:.2f})", flush=True)
 
 
 if __name__ == "__main__":
