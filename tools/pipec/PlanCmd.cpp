@@ -507,6 +507,10 @@ int pipec::driver::runCalibrate(const std::vector<std::string> &argv) {
       .opt("-o", "write the calibrated model here (pipec.device/1 JSON; use "
                  "it as `pipec compile --device FILE.json`)")
       .opt("--name", "the calibrated model's name (default: DEVICE-calibrated)")
+      .opt("--memory",
+           "the device's memory in bytes (or with K/M/G; default: the "
+           "datasheet model's), for a device the datasheet rows lack "
+           "(an H200 calibrated on the h100 row)")
       .opt("--check",
            "other measured profiles (comma-separated) to predict with the "
            "datasheet and the calibrated model, to see how the calibration "
@@ -529,6 +533,14 @@ int pipec::driver::runCalibrate(const std::vector<std::string> &argv) {
   c.model.name = a.has("--name") && !a.get("--name").empty()
                      ? a.get("--name")
                      : base->name + "-calibrated";
+  if (a.has("--memory")) {
+    int64_t memory = 0;
+    if (!a.getBytes("--memory", memory))
+      return 2;
+    if (memory <= 0)
+      return fail("calibrate", "--memory must be a positive size");
+    c.model.memoryBytes = memory;
+  }
   std::printf("pipec calibrate: %s on %s (%s)\n", base->name.c_str(),
               a.positionals()[0].c_str(), measured.device.c_str());
   std::printf("  compute-bound kernels %4d: %9.3f ms measured, %9.3f ms at "

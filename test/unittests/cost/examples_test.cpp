@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "pipec/Calibrate.h"
 #include "pipec/CostModel.h"
 #include "pipec/Profile.h"
 #include "pipec/Topology.h"
@@ -398,3 +399,35 @@ TEST(CostExamples, Gpt3TensorParallelProfileIsPerGpu) {
 }
 
 } // namespace
+
+TEST(CostExamples, MeasuredDeviceModelsAreTheirProfilesCalibration) {
+  // examples/devices: each file is what `pipec calibrate` gives on the
+  // measured profile it names (bench/data), with its name and memory.
+  struct Shipped {
+    const char *file, *profile, *base;
+  };
+  const fs::path data =
+      fs::path(PIPEC_SOURCE_DIR) / "bench" / "data" / "h200-2026-11-27";
+  for (const Shipped &s :
+       {Shipped{"h200-fp32-gpt2.json", "profile_gpt2_fp32.json", "h100"},
+        Shipped{"h200-fp32-resnet50.json", "profile_resnet50_fp32.json",
+                "h100"},
+        Shipped{"h200-bf16-gpt2.json", "profile_gpt2_bf16.json",
+                "h100-bf16"}}) {
+    SCOPED_TRACE(s.file);
+    std::string error;
+    std::optional<DeviceModel> shipped =
+        deviceModelFromJson(readText(examplesDir("devices") / s.file), error);
+    ASSERT_TRUE(shipped) << error;
+    ProfileResult measured = profileFromJson(readText(data / s.profile));
+    ASSERT_TRUE(measured.ok) << measured.error;
+    std::optional<DeviceModel> base = deviceModelByNameOrFile(s.base, error);
+    ASSERT_TRUE(base) << error;
+    Calibration fresh = calibrateDevice(measured.profile, *base);
+    ASSERT_TRUE(fresh.ok) << fresh.error;
+    fresh.model.name = shipped->name;
+    fresh.model.memoryBytes = shipped->memoryBytes;
+    EXPECT_EQ(deviceModelToJson(fresh.model), deviceModelToJson(*shipped));
+    EXPECT_EQ(shipped->memoryBytes, 150109880320) << "the H200's memory";
+  }
+}
