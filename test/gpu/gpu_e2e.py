@@ -246,6 +246,10 @@ def prepare(args):
     if rc != 0:
         sys.exit(f"prepare: CPU run to step {RESUME_AT}: {text[-800:]}")
     shutil.copytree(os.path.join(cpu, "checkpoints"), os.path.join(cases_dir, "resume-cpu-checkpoints"))
+    # The CPU build itself, to resume a checkpoint the GPU writes (the
+    # other way round; its stage executables need MPI and OpenBLAS only).
+    shutil.copytree(cpu, os.path.join(cases_dir, "resume-cpu-run"),
+                    ignore=shutil.ignore_patterns("checkpoints", "metrics.jsonl", "obj"))
     shutil.rmtree(work)
     for model in MODELS:  # compiled already; the GPU machine needs the data only
         os.remove(os.path.join(cases_dir, "data-" + model, "model.onnx"))
@@ -367,6 +371,7 @@ def run_cases(args):
         checks.report(ok, name + " weights", detail)
     if not only or RESUME_CASE in only:
         resume_check(args, checks, cases_dir)
+        resume_on_cpu_check(args, checks, cases_dir)
         nan_check(args, checks, cases_dir)
     if not only or TRACE_CASE in only:
         trace_check(args, checks, cases_dir)
@@ -491,6 +496,40 @@ def resume_check(args, checks, cases_dir):
     want = losses(os.path.join(d, "cpu_metrics.jsonl"))[RESUME_AT:]
     ok, detail = compare_losses(got, want)
     checks.report(ok, "resume a CPU checkpoint on the GPU",
+                  f"steps {RESUME_AT + 1}..{STEPS} against the uninterrupted CPU run: {detail}")
+
+
+def resume_on_cpu_check(args, checks, cases_dir):
+    """The other way round: the GPU build trains RESUME_AT steps, and the
+    CPU build of the same model resumes its checkpoint for the rest; the
+    losses continue the uninterrupted CPU run's."""
+    model, d, data_dir = case_dirs(cases_dir, RESUME_CASE)
+    cpu_run = os.path.join(cases_dir, "resume-cpu-run")
+    if not os.path.isdir(cpu_run):
+        checks.report(False, "resume a GPU checkpoint on the CPU", "the bundle has no resume-cpu-run")
+        return
+    gpu_ckpt = os.path.join(d, "gpu_ckpt")
+    shutil.rmtree(gpu_ckpt, ignore_errors=True)
+    rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, RESUME_AT) +
+                             ["--quiet", "--metrics", os.path.join(d, "gpu_part.jsonl"),
+                              "--checkpoint-dir", gpu_ckpt]), timeout=300)
+    if rc != 0:
+        checks.report(False, "resume a GPU checkpoint on the CPU", f"GPU part: exit {rc}: {out[-1500:]}")
+        return
+    metrics = os.path.join(cpu_run, "resumed.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    shutil.rmtree(os.path.join(cpu_run, "ckpt"), ignore_errors=True)
+    rc, out = run(launch_cmd(args.mpirun, cpu_run, train_args(model, data_dir) +
+                             ["--quiet", "--resume-from", gpu_ckpt, "--metrics", metrics,
+                              "--checkpoint-dir", os.path.join(cpu_run, "ckpt")]), timeout=300)
+    if rc != 0:
+        checks.report(False, "resume a GPU checkpoint on the CPU", f"CPU part: exit {rc}: {out[-1500:]}")
+        return
+    got = losses(metrics)[-(STEPS - RESUME_AT):]
+    want = losses(os.path.join(d, "cpu_metrics.jsonl"))[RESUME_AT:]
+    ok, detail = compare_losses(got, want)
+    checks.report(ok, "resume a GPU checkpoint on the CPU",
                   f"steps {RESUME_AT + 1}..{STEPS} against the uninterrupted CPU run: {detail}")
 
 
