@@ -577,7 +577,7 @@ private:
   /// ranks do not share processors: false then.
   bool psSend(int64_t bytes, int sender, int receiver, int q, int64_t k,
               bool gradient, int row, int slot);
-  void psMessageArrived(const PsMessage &message, double time);
+  void psMessageArrived(PsMessage message, double time);
   std::string setUpProcessorSharing();
   /// Brings group g's running ops to `now`, then gives every one its new
   /// completion time at the group's new rate.
@@ -1259,7 +1259,8 @@ bool Simulator::psSend(int64_t bytes, int sender, int receiver, int q,
   return true;
 }
 
-void Simulator::psMessageArrived(const PsMessage &message, double time) {
+void Simulator::psMessageArrived(PsMessage message, double time) {
+  // (A copy: what it wakes may send, and psMessages grow.)
   const int src = ranks[message.sender].device,
             dst = ranks[message.receiver].device;
   const int chunk = stages[message.q].chunk;
