@@ -43,7 +43,7 @@ prepare() {
   cp "$build/runtime/libpipec_rt_cuda.so" "$build/runtime/libpipec_rt_cuda_check.so" "$BUNDLE/lib/"
   cp "$build/runtime/cuda/tests/pipec_cuda_tests" "$BUNDLE/bin/"
   cp "$build/runtime/cuda/tests/pipec_cuda_communicator_contract" "$BUNDLE/bin/"
-  cp "$build/bin/pipec-linkprobe-cuda" "$BUNDLE/bin/"
+  cp "$build/bin/pipec-linkprobe-cuda" "$build/bin/pipec-linkprobe" "$BUNDLE/bin/"
   /usr/bin/python3 test/gpu/gpu_e2e.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
   # pipec's exported schedules, for PyTorch's own reader there.
   /usr/bin/python3 test/gpu/torch_csv.py prepare --pipec "$build/bin/pipec" --bundle "$BUNDLE"
@@ -111,6 +111,12 @@ run() {
   "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda.json" || rc=1
   [ -f "$out/linkprobe_cuda.json" ] && cat "$out/linkprobe_cuda.json"
+  # The same between host buffers, to tell MPI's share from the GPU's (on
+  # the H200 of 2026-11-27 messages up to 16 KiB took 152 us with GPU
+  # buffers and 32 KiB ones 28 us).
+  "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+    "$BUNDLE/bin/pipec-linkprobe" --out "$out/linkprobe_cpu.json" || true
+  [ -f "$out/linkprobe_cpu.json" ] && cat "$out/linkprobe_cpu.json"
   if [ -z "${PIPEC_GPU_ONLY:-}" ]; then
   # The exported schedule CSVs through torch.distributed.pipelining's reader.
   python3 test/gpu/torch_csv.py run --bundle "$BUNDLE" 2>&1 | tee "$out/torch_csv.log" || rc=1
