@@ -480,23 +480,30 @@ def kernel_check(args, checks, cases_dir, name):
         checks.report(ok, f"{name}: weights of the checked run", detail)
 
 
-def resume_check(args, checks, cases_dir):
+def resume_and_compare(args, checks, cases_dir, label, run_dir, src, metrics, ckpt_dir, failed_part=""):
+    """Runs `run_dir` (a build of RESUME_CASE's model) from the checkpoint
+    `src` to STEPS; its losses after RESUME_AT must continue the
+    uninterrupted CPU run's."""
     model, d, data_dir = case_dirs(cases_dir, RESUME_CASE)
-    metrics = os.path.join(d, "resume_metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    src = os.path.join(cases_dir, "resume-cpu-checkpoints")
-    rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir) +
+    rc, out = run(launch_cmd(args.mpirun, run_dir, train_args(model, data_dir) +
                              ["--quiet", "--resume-from", src, "--metrics", metrics,
-                              "--checkpoint-dir", os.path.join(d, "resume_ckpt")]), timeout=300)
+                              "--checkpoint-dir", ckpt_dir]), timeout=300)
     if rc != 0:
-        checks.report(False, "resume a CPU checkpoint on the GPU", f"exit {rc}: {out[-1500:]}")
+        checks.report(False, label, f"{failed_part}exit {rc}: {out[-1500:]}")
         return
     got = losses(metrics)[-(STEPS - RESUME_AT):]
     want = losses(os.path.join(d, "cpu_metrics.jsonl"))[RESUME_AT:]
     ok, detail = compare_losses(got, want)
-    checks.report(ok, "resume a CPU checkpoint on the GPU",
-                  f"steps {RESUME_AT + 1}..{STEPS} against the uninterrupted CPU run: {detail}")
+    checks.report(ok, label, f"steps {RESUME_AT + 1}..{STEPS} against the uninterrupted CPU run: {detail}")
+
+
+def resume_check(args, checks, cases_dir):
+    _, d, _ = case_dirs(cases_dir, RESUME_CASE)
+    resume_and_compare(args, checks, cases_dir, "resume a CPU checkpoint on the GPU", d,
+                       os.path.join(cases_dir, "resume-cpu-checkpoints"),
+                       os.path.join(d, "resume_metrics.jsonl"), os.path.join(d, "resume_ckpt"))
 
 
 def resume_on_cpu_check(args, checks, cases_dir):
@@ -516,21 +523,10 @@ def resume_on_cpu_check(args, checks, cases_dir):
     if rc != 0:
         checks.report(False, "resume a GPU checkpoint on the CPU", f"GPU part: exit {rc}: {out[-1500:]}")
         return
-    metrics = os.path.join(cpu_run, "resumed.jsonl")
-    if os.path.exists(metrics):
-        os.remove(metrics)
     shutil.rmtree(os.path.join(cpu_run, "ckpt"), ignore_errors=True)
-    rc, out = run(launch_cmd(args.mpirun, cpu_run, train_args(model, data_dir) +
-                             ["--quiet", "--resume-from", gpu_ckpt, "--metrics", metrics,
-                              "--checkpoint-dir", os.path.join(cpu_run, "ckpt")]), timeout=300)
-    if rc != 0:
-        checks.report(False, "resume a GPU checkpoint on the CPU", f"CPU part: exit {rc}: {out[-1500:]}")
-        return
-    got = losses(metrics)[-(STEPS - RESUME_AT):]
-    want = losses(os.path.join(d, "cpu_metrics.jsonl"))[RESUME_AT:]
-    ok, detail = compare_losses(got, want)
-    checks.report(ok, "resume a GPU checkpoint on the CPU",
-                  f"steps {RESUME_AT + 1}..{STEPS} against the uninterrupted CPU run: {detail}")
+    resume_and_compare(args, checks, cases_dir, "resume a GPU checkpoint on the CPU", cpu_run, gpu_ckpt,
+                       os.path.join(cpu_run, "resumed.jsonl"), os.path.join(cpu_run, "ckpt"),
+                       failed_part="CPU part: ")
 
 
 def nan_check(args, checks, cases_dir):
