@@ -8,17 +8,23 @@ For an MLP (784-1024x4-10, global batch 256) and each schedule pipec
 compiles (gpipe, 1f1b-flush, 1f1b, 2bw, interleaved with v = 2, zb-h1, zb-h2) on 2
 and 4 stage processes:
 
-1. `pipec profile` measures every op once (pipec.profile/1), and
-   `pipec compile --profile` plans the stages with those times;
-2. `pipec train --trace --summary-out` runs it for real;
-3. `pipec simulate` predicts the same plan on the same profile, with a
+1. `pipec profile` measures every op (pipec.profile/1; each op's median
+   over `--profiles` profiles), and `pipec compile --profile` plans the
+   stages with those times;
+2. `pipec train --trace --summary-out` runs it for real, between two more
+   profiles taken just before and just after it (this VM's speed moves by
+   a third from one minute to the next, more than the 15% the simulator
+   is held to: the op times it is given are the ones of the training's
+   minute, each op's mean of the two);
+3. `pipec simulate` predicts the same plan on the bracketing profiles, with a
    one-level topology for processes on one host whose link `pipec topology
    --measure` measured (or `--bandwidth`, `--latency` as given).
 
 Printed per configuration: measured iteration time (median of the steps
 after the first two) and the simulator's prediction, their ratio (and
 the ratio to the prediction with `--messages-on-link`, messages that do
-not share the processors: `link`); the
+not share the processors: `link`; and to the prediction from the
+up-front profile that planned the stages: `first`); the
 measured bubble (idle device time / busy compute time, both from the
 trace: busy = forwards + backwards + updates; "-" with more processes
 than cores, whose traced spans the sharing stretches) against the
@@ -105,23 +111,27 @@ def main():
     # the simulated host shares os.cpu_count() processors among them.
     # Several profiles, each op's times their median: one profile moves by
     # 10-20% with the machine's moment, and every prediction with it.
-    parts = []
-    for i in range(a.profiles):
-        part = os.path.join(a.workdir, f"profile.{i}.json")
+    def take_profile(name):
+        part = os.path.join(a.workdir, name)
         sh([a.pipec, "profile", onnx_path, "--microbatch", str(256 // m), "--threads", "1", "-o", part])
         with open(part) as f:
-            parts.append(json.load(f))
-    merged = parts[0]
-    for i, op in enumerate(merged["ops"]):
-        for key in ("fwd_s", "bwd_s", "opt_s"):
-            op[key] = statistics.median(p["ops"][i][key] for p in parts)
-    if "op_overhead_s" in merged:
-        merged["op_overhead_s"] = statistics.median(p.get("op_overhead_s", 0) for p in parts)
-    with open(profile, "w") as f:
-        json.dump(merged, f, indent=1)
+            return json.load(f)
+
+    def merge(parts, into, combine):
+        merged = parts[0]
+        for i, op in enumerate(merged["ops"]):
+            for key in ("fwd_s", "bwd_s", "opt_s"):
+                op[key] = combine(p["ops"][i][key] for p in parts)
+        if "op_overhead_s" in merged:
+            merged["op_overhead_s"] = combine(p.get("op_overhead_s", 0) for p in parts)
+        with open(into, "w") as f:
+            json.dump(merged, f, indent=1)
+
+    merge([take_profile(f"profile.{i}.json") for i in range(a.profiles)], profile, statistics.median)
 
     print(f"MLP 784-1024x4-10, batch 256 = {m} x {256 // m}, {a.steps} steps, {os.cpu_count()} cores")
-    print(f"{'config':<18} {'measured s':>10} {'sim s':>8} {'ratio':>6} {'link':>6} {'bubble':>7} {'sim':>6} "
+    print(f"{'config':<18} {'measured s':>10} {'sim s':>8} {'ratio':>6} {'link':>6} {'first':>6} {'bubble':>7} "
+          f"{'sim':>6} "
           f"{'(p-1)/m':>7}  per stage: arena / max RSS MiB, weight versions")
     for p in [int(s) for s in a.stages.split(",")]:
         topo = os.path.join(a.workdir, f"host-{p}.json")
@@ -145,30 +155,38 @@ def main():
                            "levels": [{"name": "host", "count": p, "bandwidth": a.bandwidth,
                                        "latency": a.latency if a.latency is not None else 5e-6,
                                        "processors": os.cpu_count()}]}, f)
-        def train(out):
+        def simulate(out, prof, *extra):
+            sim = sh([a.pipec, "simulate", os.path.join(out, "plan.json"), "--profile", prof, "--topology", topo,
+                      *extra])
+            mt = re.search(r"iteration ([\d.e+-]+) s .* bubble ([\d.]+)%", sim)
+            return float(mt.group(1)), float(mt.group(2)) / 100
+
+        def train(out, run=0):
+            """(measured step, measured bubble, predicted step, predicted
+            bubble): the prediction on the profiles just before and after
+            (kept as OUT/profile.bracket.RUN.json)."""
+            before = take_profile("profile.before.json")
             sh([a.pipec, "train", out, "--steps", str(a.steps), "--lr", "0.01", "--inputs", xs, "--labels", ys,
                 "--quiet", "--trace", os.path.join(out, "trace.json"),
                 "--summary-out", os.path.join(out, "summary.json")])
-            return measured(out, a.steps)
+            it, bubble = measured(out, a.steps)
+            bracket = os.path.join(out, f"profile.bracket.{run}.json")
+            merge([before, take_profile("profile.after.json")], bracket, statistics.mean)
+            sim_it, sim_bubble = simulate(out, bracket, "--trace", os.path.join(out, "sim-trace.json"))
+            return it, bubble, sim_it, sim_bubble
 
         schedules = ("gpipe", "1f1b-flush", "1f1b", "2bw", "interleaved", "zb-h1", "zb-h2")
-        runs, predicted = {}, {}
+        runs = {}
         for sched in schedules:
             out = os.path.join(a.workdir, f"p{p}-{sched}")
             extra = ["--chunks", "2"] if sched == "interleaved" else []
             sh([a.pipec, "compile", onnx_path, "--stages", str(p), "--microbatches", str(m), "--schedule", sched,
                 "--profile", profile, "-o", out, "--quiet", *extra])
-            it, bubble = train(out)
-            runs[sched] = [it]
-            sim = sh([a.pipec, "simulate", os.path.join(out, "plan.json"), "--profile", profile, "--topology", topo,
-                      "--trace", os.path.join(out, "sim-trace.json")])
-            mt = re.search(r"iteration ([\d.e+-]+) s .* bubble ([\d.]+)%", sim)
-            sim_it, sim_bubble = float(mt.group(1)), float(mt.group(2)) / 100
+            it, bubble, sim_it, sim_bubble = train(out)
+            runs[sched] = [it / sim_it]
             # The model before messages shared the processors, for comparison.
-            link = sh([a.pipec, "simulate", os.path.join(out, "plan.json"), "--profile", profile, "--topology",
-                       topo, "--messages-on-link"])
-            link_it = float(re.search(r"iteration ([\d.e+-]+) s", link).group(1))
-            predicted[sched] = sim_it
+            link_it = simulate(out, os.path.join(out, "profile.bracket.0.json"), "--messages-on-link")[0]
+            first_it = simulate(out, profile)[0]
             stages = []
             for r in range(p):
                 with open(os.path.join(out, f"summary.stage{r}.json")) as f:
@@ -179,16 +197,17 @@ def main():
                       else f"{(p - 1) / (2 * m):.2f}" if sched == "interleaved" else "-")
             shown = f"{bubble:>7.2f}" if bubble is not None else f"{'-':>7}"
             print(f"p{p} {sched:<15} {it:>10.4f} {sim_it:>8.4f} {it / sim_it:>6.2f} {it / link_it:>6.2f} "
-                  f"{shown} {sim_bubble:>6.2f} {closed:>7}  " + ", ".join(stages), flush=True)
+                  f"{it / first_it:>6.2f} {shown} {sim_bubble:>6.2f} {closed:>7}  " + ", ".join(stages), flush=True)
         # More runs of every configuration, the schedules in turn (so that a
         # slow spell of the machine does not fall on one schedule alone).
-        for _ in range(a.repeats - 1):
+        for run in range(1, a.repeats):
             for sched in schedules:
-                runs[sched].append(train(os.path.join(a.workdir, f"p{p}-{sched}"))[0])
+                it, _, sim_it, _ = train(os.path.join(a.workdir, f"p{p}-{sched}"), run)
+                runs[sched].append(it / sim_it)
         if a.repeats > 1:
             print(f"p{p}, {a.repeats} runs each: median measured / simulated (lowest .. highest run)")
             for sched in schedules:
-                r = sorted(x / predicted[sched] for x in runs[sched])
+                r = sorted(runs[sched])
                 print(f"p{p} {sched:<15} {statistics.median(r):>6.2f}  ({r[0]:.2f} .. {r[-1]:.2f})", flush=True)
 
 
