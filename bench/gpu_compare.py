@@ -438,13 +438,21 @@ def run(args):
         parts = [p for p in parts if p not in ("profile", "trace")]
     if env("PIPEC_BENCH_GPT", "1") != "0":
         draw_weights(b, BUILDS)
-        s1 = s4 = s4np = sb = loss1 = loss4 = lossb = s1g = s4g = None
+        s1 = s4 = s4np = sb = loss1 = loss4 = lossb = s1g = s4g = s4ipc = None
         if "pipec" in parts:
             s1, loss1 = run_pipec(args, b, "s1")
             s4, loss4 = run_pipec(args, b, "s4")
-            # Each stage function replayed as a CUDA graph.
-            s1g, _ = run_pipec(args, b, "s1", flags=["--cuda-graphs"])
-            s4g, _ = run_pipec(args, b, "s4", flags=["--cuda-graphs"])
+            # Each stage function replayed as a CUDA graph (measured on an
+            # H200 on 2026-11-27: +1% and -1.5%; PIPEC_BENCH_GRAPHS=1).
+            if env("PIPEC_BENCH_GRAPHS", "0") != "0":
+                s1g, _ = run_pipec(args, b, "s1", flags=["--cuda-graphs"])
+                s4g, _ = run_pipec(args, b, "s4", flags=["--cuda-graphs"])
+            # The four stages' tensors by CUDA IPC instead of through host
+            # memory (runtime/cuda/comm_ipc.cpp); the same bytes, so the
+            # same loss.
+            s4ipc, loss4ipc = run_pipec(args, b, "s4", env={"PIPEC_CUDA_IPC": "1"})
+            if s4ipc is not None and loss4ipc != loss4:
+                print(f"PIPEC_CUDA_IPC=1: final loss {loss4ipc} against {loss4} host-staged")
             # The same without the runtime's message progress between ops
             # and during GPU waits (runtime/README.md, Communication).
             s4np, _ = run_pipec(args, b, "s4", env={"PIPEC_MESSAGE_PROGRESS": "0"})
@@ -458,6 +466,7 @@ def run(args):
         rows = [("fp32", "pipec --target cuda, 1 stage", s1),
                 ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
                 ("fp32", "pipec, 4 stages, PIPEC_MESSAGE_PROGRESS=0", s4np),
+                ("fp32", "pipec, 4 stages, PIPEC_CUDA_IPC=1", s4ipc),
                 ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),
                 ("fp32", "pipec, 4 stages, --cuda-graphs", s4g),
                 ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch) if eager else None)]
@@ -502,7 +511,9 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
     sb, lossb = run_pipec(args, r, "s1-bf16", RESNET_STEPS)
     # The convolutions without cuDNN (im2col + cuBLAS), for what cuDNN buys.
     s1i, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN": "0"})
-    s1g, _ = run_pipec(args, r, "s1", RESNET_STEPS, flags=["--cuda-graphs"])
+    s1g = None
+    if env("PIPEC_BENCH_GRAPHS", "0") != "0":  # (-6% on an H200, 2026-11-27)
+        s1g, _ = run_pipec(args, r, "s1", RESNET_STEPS, flags=["--cuda-graphs"])
     # cuDNN's non-deterministic algorithms allowed (as PyTorch's default).
     s1n, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN_DETERMINISTIC": "0"})
     if env("PIPEC_BENCH_PROFILE", "1") != "0":

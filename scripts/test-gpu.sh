@@ -106,11 +106,19 @@ run() {
   "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator.log" || rc=1
   tail -1 "$out/communicator.log" | grep -q " 0 failed" || rc=1
+  # The same with CUDA IPC between the ranks (PIPEC_CUDA_IPC=1, opt-in).
+  PIPEC_CUDA_IPC=1 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+    "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_ipc.log" || rc=1
+  tail -1 "$out/communicator_ipc.log" | grep -q " 0 failed" || rc=1
   # The link between two stage processes sharing the GPU, as their
-  # messages cross it (fitted here: pipec topology --fit linkprobe_cuda.json).
+  # messages cross it (fitted here: pipec topology --fit linkprobe_cuda.json),
+  # host-staged and by CUDA IPC.
   "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda.json" || rc=1
   [ -f "$out/linkprobe_cuda.json" ] && cat "$out/linkprobe_cuda.json"
+  PIPEC_CUDA_IPC=1 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+    "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda_ipc.json" || rc=1
+  [ -f "$out/linkprobe_cuda_ipc.json" ] && cat "$out/linkprobe_cuda_ipc.json"
   # The same between host buffers, to tell MPI's share from the GPU's (on
   # the H200 of 2026-11-27 messages up to 16 KiB took 152 us with GPU
   # buffers and 32 KiB ones 28 us).

@@ -640,6 +640,8 @@ std::string rankSummary(pipec_ctx &ctx) {
   summary["posted_recv_bytes_peak"] = ctx.postedBytesPeak;
   // Stage-function calls replayed as CUDA graphs (--cuda-graphs).
   summary["replayed_stage_calls"] = ctx.device->replayedCalls();
+  // How this rank's tensors travel ("MPI (host-staged) + CUDA IPC ...").
+  summary["transport"] = ctx.comm->name();
   struct rusage usage;
   if (getrusage(RUSAGE_SELF, &usage) == 0)
     summary["max_rss_bytes"] = int64_t(usage.ru_maxrss) * 1024;

@@ -465,5 +465,5 @@ extern "C" int pipec_rt_cuda_main(int argc, char **argv,
   preloadKernelChecker(argv);
   return pipec::rt::runStage(argc, argv, stage_meta_json, program,
                              pipec::cuda::makeCudaDevice,
-                             pipec::rt::makeMpiCommunicator, "cuda");
+                             pipec::cuda::makeCudaCommunicator, "cuda");
 }

@@ -5,10 +5,10 @@
 //===----------------------------------------------------------------------===//
 ///
 /// \file
-/// The CUDA device's factory without CUDA's headers, so that tests of the
-/// runtime core (the communicator contract) can run against the CUDA
-/// device as well as the CPU one. Throws RtError naming why when no GPU is
-/// visible ("no CUDA GPU is visible").
+/// The CUDA device's and communicator's factories without CUDA's headers, so
+/// that tests of the runtime core (the communicator contract) can run against
+/// the CUDA device as well as the CPU one. Throws RtError naming why when no
+/// GPU is visible ("no CUDA GPU is visible").
 ///
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +21,11 @@ namespace pipec {
 namespace cuda {
 
 std::unique_ptr<rt::Device> makeCudaDevice(const rt::DeviceRequest &request);
+
+/// The communicator of CUDA stage executables: MPI, with tensors between
+/// ranks sharing a GPU moved by CUDA IPC when PIPEC_CUDA_IPC=1
+/// (comm_ipc.cpp).
+std::unique_ptr<rt::Communicator> makeCudaCommunicator(int &argc, char **&argv);
 
 } // namespace cuda
 } // namespace pipec

@@ -385,6 +385,9 @@ def run_cases(args):
             graphs_check(args, checks, cases_dir, name)
     if not only or NONDETERMINISTIC_CASE in only:
         nondeterministic_check(args, checks, cases_dir, NONDETERMINISTIC_CASE)
+    for name in IPC_CASES:
+        if not only or name in only:
+            ipc_check(args, checks, cases_dir, name)
     return checks.summary()
 
 
@@ -452,6 +455,42 @@ def nondeterministic_check(args, checks, cases_dir, name):
         return
     ok, detail = compare_losses(losses(metrics), losses(os.path.join(d, "cpu_metrics.jsonl")), case_tol(name))
     checks.report(ok, f"{name} PIPEC_CUDNN_DETERMINISTIC=0 losses", detail)
+
+
+# PIPEC_CUDA_IPC=1 (runtime/cuda/comm_ipc.cpp): the tensors between ranks
+# sharing the GPU move by CUDA IPC instead of through host memory. The same
+# bytes arrive, so the losses equal the host-staged run's bit for bit:
+# flush and continuous schedules, 4 ranks, a V schedule (two chunks per
+# rank, messages both ways), replicas (their sums stay on MPI), prefetched
+# receives (posted ones) and the GPT.
+IPC_CASES = ["mlp-s4-1f1b", "mlp-s4-zb-h2", "mlp-s2-zb-v", "mlp-s2-rr-replicas", "gpt-s4-1f1b-flush"]
+IPC_PREFETCH_CASE = "mlp-s4-1f1b"
+
+
+def ipc_check(args, checks, cases_dir, name):
+    model, d, data_dir = case_dirs(cases_dir, name)
+    metrics = os.path.join(d, "ipc.jsonl")
+    for f in glob.glob(os.path.join(d, "ipc-summary.*.json")) + [metrics]:
+        if os.path.exists(f):
+            os.remove(f)
+    extra = ["--prefetch"] if name == IPC_PREFETCH_CASE else []
+    rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, case_steps(name), lr=case_lr(name)) +
+                             ["--quiet", "--metrics", metrics, *extra,
+                              "--checkpoint-dir", os.path.join(d, "ipc_ckpt"),
+                              "--summary-out", os.path.join(d, "ipc-summary.{stage}.json")]),
+                  timeout=300, env=dict(os.environ, PIPEC_CUDA_IPC="1"))
+    label = f"{name} PIPEC_CUDA_IPC=1{' --prefetch' if extra else ''}"
+    if rc != 0:
+        checks.report(False, label, f"exit {rc}: {out[-1500:]}")
+        return
+    transports = []
+    for f in sorted(glob.glob(os.path.join(d, "ipc-summary.*.json"))):
+        with open(f) as fh:
+            transports.append(json.load(fh).get("transport", "?"))
+    got, want = losses(metrics), losses(os.path.join(d, "metrics.jsonl"))
+    used = bool(transports) and all("CUDA IPC" in t for t in transports)
+    checks.report(got == want and used, label + ": losses bit for bit as host-staged, every rank on CUDA IPC",
+                  f"{len(got)} losses {'equal' if got == want else 'differ'}; transports {sorted(set(transports))}")
 
 
 def kernel_check(args, checks, cases_dir, name):

@@ -109,7 +109,11 @@ int main(int argc, char **argv) {
       out = argv[i + 1];
   std::unique_ptr<Communicator> comm;
   try {
+#ifdef PIPEC_LINKPROBE_CUDA
+    comm = pipec::cuda::makeCudaCommunicator(argc, argv);
+#else
     comm = makeMpiCommunicator(argc, argv);
+#endif
     if (comm->size() != 2 || out.empty()) {
       if (comm->rank() == 0)
         std::fprintf(stderr, "pipec-linkprobe: error: run as 2 ranks with "

@@ -354,7 +354,11 @@ int main(int argc, char **argv) {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Device> device;
   try {
+#ifdef PIPEC_CONTRACT_CUDA
+    comm = pipec::cuda::makeCudaCommunicator(argc, argv);
+#else
     comm = makeMpiCommunicator(argc, argv);
+#endif
     me = comm->rank();
     DeviceRequest request;
     request.localRank = comm->localRank();
