@@ -212,6 +212,10 @@ def main():
                 summaries.append(json.load(f))
         if len(summaries) != (ranks or stages):
             raise Failure(f"{len(summaries)} rank summaries for {ranks or stages} ranks")
+        # CPU stages send their tensors over MPI, and the summaries say so.
+        transports = {s.get("transport") for s in summaries}
+        if transports != {"MPI"}:
+            raise Failure(f"rank summaries name the transports {sorted(map(str, transports))}, not MPI")
         return owner, weights, losses, summaries, tt
 
     def compare(weights, losses, want_w, want_l):
