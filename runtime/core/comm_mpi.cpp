@@ -25,6 +25,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/mpi_c.h"
+#include "core/mpi_errors.h"
 
 #include <algorithm>
 #include <limits>
@@ -37,16 +38,6 @@ namespace rt {
 namespace {
 
 constexpr int64_t kChunkBytes = int64_t(1) << 30;
-
-void mpiCheck(int rc, const char *call, const std::string &what) {
-  if (rc == MPI_SUCCESS)
-    return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  throw RtError(what + ": " + call +
-                " failed: " + std::string(text, size_t(len)));
-}
 
 MPI_Op mpiOp(ReduceOp op) {
   switch (op) {
@@ -87,13 +78,6 @@ void postChunks(bool sending, char *data, int64_t bytes, int peer, int tag,
                "MPI_Irecv", what);
     requests.push_back(request);
   });
-}
-
-std::string sizeMismatch(const std::string &what, int64_t got,
-                         int64_t expected) {
-  return what + ": received " + std::to_string(got) + " bytes but expected " +
-         std::to_string(expected) +
-         " (sender and receiver disagree on the tensor size)";
 }
 
 class MpiGroup : public CommGroup {

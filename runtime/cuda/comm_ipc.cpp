@@ -48,6 +48,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/mpi_c.h"
+#include "core/mpi_errors.h"
 #include "cuda_rt.h"
 #include "device_factory.h"
 
@@ -68,9 +69,11 @@ namespace {
 using rt::CommGroup;
 using rt::Communicator;
 using rt::Device;
+using rt::mpiCheck;
 using rt::PostedReceive;
 using rt::ReduceOp;
 using rt::RtError;
+using rt::sizeMismatch;
 using rt::Transfer;
 
 constexpr uint32_t kMagic = 0x70697063; // "pipc"
@@ -93,26 +96,9 @@ struct Ack {
   cudaIpcEventHandle_t read;
 };
 
-void mpiCheck(int rc, const char *call, const std::string &what) {
-  if (rc == MPI_SUCCESS)
-    return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  throw RtError(what + ": " + call +
-                " failed: " + std::string(text, size_t(len)));
-}
-
 void cudaCheck(cudaError_t e, const std::string &what) {
   if (e != cudaSuccess)
     throw RtError(what + ": " + cudaGetErrorString(e));
-}
-
-std::string sizeMismatch(const std::string &what, int64_t got,
-                         int64_t expected) {
-  return what + ": received " + std::to_string(got) + " bytes but expected " +
-         std::to_string(expected) +
-         " (sender and receiver disagree on the tensor size)";
 }
 
 /// A sender's slot for one peer.
