@@ -2,21 +2,22 @@
 #include "Launch.h"
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
-#include <optional>
-#include <poll.h>
-#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <map>
-#include <sstream>
-#include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <map>
 #include <netinet/in.h>
+#include <optional>
+#include <poll.h>
+#include <set>
+#include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -216,6 +217,27 @@ std::string pipec::driver::shellQuote(const std::string &s) {
   for (char c : s)
     q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
+}
+
+std::vector<std::string> pipec::driver::exportedEnv() {
+  // OPENBLAS_NUM_THREADS when the user set it (else each rank shares its
+  // own host's cores among the ranks on that host: runtime core/main.cpp),
+  // and every PIPEC_ variable set here: the runtime's switches
+  // (PIPEC_CUDA_IPC, PIPEC_CUDNN, PIPEC_MESSAGE_PROGRESS, ...) must be the
+  // same on every rank, and OpenMPI passes nothing else to the ranks of
+  // other hosts.
+  std::vector<std::string> vars;
+  if (std::getenv("OPENBLAS_NUM_THREADS"))
+    vars.push_back("OPENBLAS_NUM_THREADS");
+  std::set<std::string> pipec;
+  for (char **e = environ; e && *e; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    if (entry.rfind("PIPEC_", 0) == 0 && eq != std::string::npos)
+      pipec.insert(entry.substr(0, eq));
+  }
+  vars.insert(vars.end(), pipec.begin(), pipec.end());
+  return vars;
 }
 
 std::vector<std::string> pipec::driver::mpirunCommand(const std::string &mpirun,

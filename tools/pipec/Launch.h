@@ -130,7 +130,8 @@ bool isLauncherNoise(const std::string &block);
 std::string shellQuote(const std::string &s);
 
 /// The environment variables every rank must see (exported by the
-/// launcher): OPENBLAS_NUM_THREADS when the user set it.
+/// launcher): OPENBLAS_NUM_THREADS when the user set it, then every
+/// PIPEC_ variable that is set, by name.
 std::vector<std::string> exportedEnv();
 
 /// The launcher program `requested` (mpirun, srun or a path) found on

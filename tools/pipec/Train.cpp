@@ -27,14 +27,6 @@
 
 using namespace pipec::driver;
 
-std::vector<std::string> pipec::driver::exportedEnv() {
-  // OPENBLAS_NUM_THREADS when the user set it (else each rank shares its
-  // own host's cores among the ranks on that host: runtime core/main.cpp).
-  if (std::getenv("OPENBLAS_NUM_THREADS"))
-    return {"OPENBLAS_NUM_THREADS"};
-  return {};
-}
-
 std::string pipec::driver::findLauncher(const std::string &requested,
                                         std::string &error) {
   std::string path = sys::findProgram(requested);

@@ -9,6 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <cstdio>
 #include <fstream>
 
@@ -135,6 +138,32 @@ TEST(MpirunLine, LocalOversubscribesPlacedDoesNot) {
             "-np 1 -x OPENBLAS_NUM_THREADS --host a:2 /o/stage0 --steps 2 : "
             "-np 1 -x OPENBLAS_NUM_THREADS --host a:2 /o/stage1 --steps 2 : "
             "-np 1 -x OPENBLAS_NUM_THREADS --host b:1 /o/stage2 --steps 2");
+}
+
+TEST(MpirunLine, ExportsEveryPipecVariable) {
+  // The runtime's switches reach the ranks of every host (OpenMPI passes
+  // only what -x names to other hosts); other variables stay out.
+  const char *blas = std::getenv("OPENBLAS_NUM_THREADS");
+  const std::string blasWas = blas ? blas : "";
+  setenv("PIPEC_CUDA_IPC", "1", 1);
+  setenv("PIPEC_CUDNN", "0", 1);
+  setenv("PIPECX_NOT_OURS", "1", 1);
+  unsetenv("OPENBLAS_NUM_THREADS");
+  std::vector<std::string> vars = exportedEnv();
+  EXPECT_NE(std::find(vars.begin(), vars.end(), "PIPEC_CUDA_IPC"), vars.end());
+  EXPECT_NE(std::find(vars.begin(), vars.end(), "PIPEC_CUDNN"), vars.end());
+  EXPECT_EQ(std::find(vars.begin(), vars.end(), "PIPECX_NOT_OURS"), vars.end());
+  EXPECT_EQ(std::find(vars.begin(), vars.end(), "OPENBLAS_NUM_THREADS"),
+            vars.end());
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  vars = exportedEnv();
+  ASSERT_FALSE(vars.empty());
+  EXPECT_EQ(vars.front(), "OPENBLAS_NUM_THREADS");
+  for (const char *v : {"PIPEC_CUDA_IPC", "PIPEC_CUDNN", "PIPECX_NOT_OURS",
+                        "OPENBLAS_NUM_THREADS"})
+    unsetenv(v);
+  if (blas)
+    setenv("OPENBLAS_NUM_THREADS", blasWas.c_str(), 1);
 }
 
 TEST(SrunLine, MultiProgFile) {
