@@ -12,8 +12,10 @@
 /// train` and times messages of 8 bytes to 64 MiB through the runtime's own
 /// communicator and device, so a message costs what a stage's does (on the
 /// CPU a staging copy, then MPI; on a GPU also the copies to and from the
-/// host). `--fit PROBE.json` fits a file the probe wrote elsewhere (a GPU
-/// node needs no compiler: `mpirun -n 2 pipec-linkprobe-cuda --out F`).
+/// host; with PIPEC_CUDA_IPC=1, which the launcher passes on, the CUDA
+/// IPC path between ranks sharing a GPU instead). `--fit PROBE.json` fits
+/// a file the probe wrote elsewhere (a GPU node needs no compiler:
+/// `mpirun -n 2 pipec-linkprobe-cuda --out F`).
 /// The link is latency + bytes / bandwidth fitted to the times of the
 /// messages of --fit-from .. --fit-to bytes (64 KiB .. 64 MiB by default;
 /// fitLink below). Smaller messages go by another protocol (OpenMPI's
