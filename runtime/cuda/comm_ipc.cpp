@@ -38,9 +38,16 @@
 ///     slot, then sends A an acknowledgement (the slot, and on first use
 ///     the read event's handle) on a second duplicated communicator.
 /// Neither side's host waits for the GPU: the order is kept by the two
-/// events on the device. A receive of another size than sent reports both
-/// sizes and leaves the message to be received with its own size, as the
-/// MPI communicator does.
+/// events on the device. A slot is kept until the job ends, so a rank
+/// holds at most the bytes it had in flight to each peer at once (what
+/// the host-staged path holds in page-locked staging). A receive of
+/// another size than sent, blocking or posted, reports both sizes and
+/// leaves the message to be received with its own size. At the end
+/// (`finalize`, every rank) each rank takes the acknowledgements still on
+/// their way (it learns how many from an allgather), closes what it
+/// imported, and only after a barrier frees what it exported.
+/// Acknowledgements are taken without CUDA calls (`progress` may run
+/// inside a stream capture); a slot's read event is opened in `send`.
 ///
 //===----------------------------------------------------------------------===//
 
@@ -54,6 +61,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -85,15 +93,15 @@ struct Control {
   int64_t bytes = 0;
   int32_t firstUse = 0; ///< the handles below are set
   int32_t pad = 0;
-  cudaIpcMemHandle_t memory;
-  cudaIpcEventHandle_t written;
+  cudaIpcMemHandle_t memory{};
+  cudaIpcEventHandle_t written{};
 };
 
 /// What B sends A once its read of a slot is queued (step 3).
 struct Ack {
   int32_t slot = -1;
   int32_t firstUse = 0;
-  cudaIpcEventHandle_t read;
+  cudaIpcEventHandle_t read{};
 };
 
 void cudaCheck(cudaError_t e, const std::string &what) {
@@ -106,8 +114,11 @@ struct Slot {
   char *data = nullptr;
   int64_t capacity = 0;
   cudaEvent_t written = nullptr;
-  /// The peer's read event of this slot (opened from its first ack).
+  /// The peer's read event of this slot, opened (in `send`, never during
+  /// a stream capture) from the handle its first ack brought.
   cudaEvent_t read = nullptr;
+  cudaIpcEventHandle_t readHandle{};
+  bool readHandleCame = false;
   bool busy = false, sent = false, readSinceWait = false;
 };
 
@@ -139,9 +150,10 @@ class IpcCommunicator;
 
 class IpcPostedReceive : public PostedReceive {
 public:
-  IpcPostedReceive(IpcCommunicator &owner, int64_t bytes, int peer,
+  IpcPostedReceive(IpcCommunicator &owner, int64_t bytes, int peer, int tag,
                    std::string what)
-      : owner_(owner), bytes_(bytes), peer_(peer), what_(std::move(what)) {}
+      : owner_(owner), bytes_(bytes), peer_(peer), tag_(tag),
+        what_(std::move(what)) {}
   Control control;
   MPI_Request request = MPI_REQUEST_NULL;
   void finish(void *dst) override;
@@ -150,7 +162,7 @@ public:
 private:
   IpcCommunicator &owner_;
   int64_t bytes_;
-  int peer_;
+  int peer_, tag_;
   std::string what_;
 };
 
@@ -181,16 +193,23 @@ public:
                     "0 (every tensor through host memory)");
     // Every rank takes part in the allgather, so that the choice is the
     // same on both sides of every pair (each rank reads the variable the
-    // launcher exported to all).
+    // launcher exported to all). The GPU is named by its UUID (one per MIG
+    // instance, whose instances share a bus id and cannot open each
+    // other's memory) and the host's name.
     int ordinal = -1;
     cudaCheck(cudaGetDevice(&ordinal), "CUDA IPC: the current GPU");
-    char bus[64] = {0};
-    cudaCheck(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, ordinal),
-              "CUDA IPC: the GPU's PCI bus id");
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, ordinal),
+              "CUDA IPC: the GPU's UUID");
+    std::string uuid;
+    for (unsigned char byte : prop.uuid.bytes) {
+      static const char hex[] = "0123456789abcdef";
+      uuid += hex[byte >> 4];
+      uuid += hex[byte & 15];
+    }
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
-    const std::string mine =
-        std::string(mode) + "|" + host + "|" + std::string(bus);
+    const std::string mine = std::string(mode) + "|" + host + "|" + uuid;
     const std::vector<std::string> all =
         inner_->allgather(mine, "CUDA IPC: which ranks share a GPU");
     samePeer_.assign(all.size(), false);
@@ -218,31 +237,67 @@ public:
   }
 
   void finalize() override {
+    // (A failure while tearing down, on a device in a bad state, must not
+    // keep the transport from closing: the job's result is already out.)
+    try {
+      closeIpc();
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "pipec-rt: note: closing CUDA IPC: %s\n", e.what());
+    }
+    inner_->finalize();
+  }
+
+  /// finalize's part for the IPC path.
+  void closeIpc() {
     if (control_ != MPI_COMM_NULL) {
-      // Every queued copy out of a peer's slots, and every
-      // acknowledgement, is done before any rank frees its slots.
-      device_->synchronize();
+      // (Collective, every rank.) First every acknowledgement: each rank
+      // learns how many its peers sent it and takes the ones still on
+      // their way, so that no message is left unmatched and every ack
+      // send completes. A message never received (a receive of the wrong
+      // size in a test) leaves its slot busy: counting, not waiting for
+      // free slots, keeps that from hanging.
+      const int n = size(), me = rank();
+      std::vector<int64_t> mine(size_t(n), 0), all(size_t(n) * size_t(n), 0);
+      for (int r = 0; r < n; ++r)
+        mine[size_t(r)] = acksSentTo_[r];
+      inner_->allgather(mine.data(), int(n * sizeof(int64_t)), all.data(),
+                        "CUDA IPC: the acknowledgements sent");
+      for (int r = 0; r < n; ++r)
+        while (acksFrom_[r] < all[size_t(r) * size_t(n) + size_t(me)])
+          takeAck(r);
       for (auto &pending : ackSends_)
         MPI_Wait(&pending.first, MPI_STATUS_IGNORE);
       ackSends_.clear();
+      // Every copy out of a peer's slot is done; then what this rank
+      // imported is closed everywhere before anything exported is freed
+      // (freeing an exported allocation or event while another process
+      // still has it open is undefined).
+      device_->synchronize();
       MPI_Barrier(control_);
       for (auto &[key, o] : opened_) {
-        cudaIpcCloseMemHandle(o.data);
-        cudaEventDestroy(o.written);
-        cudaEventDestroy(o.read);
+        if (o.data)
+          cudaIpcCloseMemHandle(o.data);
+        if (o.written)
+          cudaEventDestroy(o.written);
       }
+      for (auto &[peer, slots] : slots_)
+        for (Slot &slot : slots)
+          if (slot.read)
+            cudaEventDestroy(slot.read);
+      MPI_Barrier(control_);
+      for (auto &[key, o] : opened_)
+        if (o.read)
+          cudaEventDestroy(o.read);
       opened_.clear();
       for (auto &[peer, slots] : slots_)
-        for (Slot &s : slots) {
-          cudaFree(s.data);
-          cudaEventDestroy(s.written);
-          cudaEventDestroy(s.read);
+        for (Slot &slot : slots) {
+          cudaFree(slot.data);
+          cudaEventDestroy(slot.written);
         }
       slots_.clear();
       MPI_Comm_free(&control_);
       MPI_Comm_free(&acks_);
     }
-    inner_->finalize();
   }
   void abort(int status) override { inner_->abort(status); }
 
@@ -302,6 +357,9 @@ public:
       takeAcks();
       const int id = freeSlot(peer, bytes, what);
       Slot &s = slots_[peer][size_t(id)];
+      if (s.readHandleCame && !s.read)
+        cudaCheck(cudaIpcOpenEventHandle(&s.read, s.readHandle),
+                  what + ": opening the receiver's CUDA IPC event");
       if (s.readSinceWait) // the peer's last read of it, on the device
         cudaCheck(cudaStreamWaitEvent(stream_, s.read, 0), what);
       s.readSinceWait = false;
@@ -328,7 +386,12 @@ public:
                                       const std::string &what) override {
     if (!shares(peer))
       return inner_->post(bytes, peer, tag, what);
-    auto posted = std::make_unique<IpcPostedReceive>(*this, bytes, peer, what);
+    auto posted =
+        std::make_unique<IpcPostedReceive>(*this, bytes, peer, tag, what);
+    // A record left by a receive of the wrong size comes first (its
+    // request stays null: finish has nothing to wait for).
+    if (takeKept(peer, tag, posted->control))
+      return posted;
     mpiCheck(MPI_Irecv(&posted->control, int(sizeof(Control)), MPI_BYTE, peer,
                        tag, control_, &posted->request),
              "MPI_Irecv", what);
@@ -343,15 +406,18 @@ public:
     }
     // A record left by a receive of the wrong size comes first.
     Control c;
-    auto kept = mismatched_.find({peer, tag});
-    if (kept != mismatched_.end() && !kept->second.empty()) {
-      c = kept->second.front();
-      kept->second.pop_front();
-    } else {
+    if (!takeKept(peer, tag, c))
       mpiCheck(MPI_Recv(&c, int(sizeof(Control)), MPI_BYTE, peer, tag, control_,
                         MPI_STATUS_IGNORE),
                "MPI_Recv", what);
-    }
+    checkRecord(c, bytes, peer, tag, what);
+    land(c, dst, peer, what);
+  }
+
+  /// Throws unless `c` is a record of `bytes` bytes; a record of another
+  /// size is kept, to be received with its own size (as MPI keeps it).
+  void checkRecord(const Control &c, int64_t bytes, int peer, int tag,
+                   const std::string &what) {
     if (c.magic != kMagic)
       throw RtError(what + ": not a CUDA IPC control record (is "
                            "PIPEC_CUDA_IPC the same on every rank?)");
@@ -359,7 +425,6 @@ public:
       mismatched_[{peer, tag}].push_front(c);
       throw RtError(sizeMismatch(what, c.bytes, bytes));
     }
-    land(c, dst, peer, what);
   }
 
   /// Step 3 for a record of the right size: the copy out of the peer's
@@ -368,13 +433,7 @@ public:
     if (c.bytes == 0)
       return;
     Opened &o = opened_[{peer, c.slot}];
-    if (c.firstUse) {
-      if (o.data) { // a slot id is never reused for another allocation
-        cudaIpcCloseMemHandle(o.data);
-        cudaEventDestroy(o.written);
-        cudaEventDestroy(o.read);
-        o = Opened();
-      }
+    if (c.firstUse && !o.data) {
       void *mapped = nullptr;
       cudaCheck(cudaIpcOpenMemHandle(&mapped, c.memory,
                                      cudaIpcMemLazyEnablePeerAccess),
@@ -404,6 +463,7 @@ public:
     mpiCheck(
         MPI_Isend(&ack, int(sizeof(Ack)), MPI_BYTE, peer, 0, acks_, &request),
         "MPI_Isend", what + ": its CUDA IPC acknowledgement");
+    ++acksSentTo_[peer];
     // Completed acknowledgements leave the front of the queue (a deque:
     // the records of those still in flight do not move).
     while (!ackSends_.empty()) {
@@ -422,7 +482,8 @@ private:
   }
 
   /// Takes every acknowledgement that has arrived: those slots may be
-  /// written again once the device has passed the peer's read.
+  /// written again once the device has passed the peer's read. (No CUDA
+  /// call here: progress() may run inside a stream capture.)
   void takeAcks() {
     for (;;) {
       int flag = 0;
@@ -431,22 +492,40 @@ private:
                "MPI_Iprobe", "CUDA IPC: the peers' acknowledgements");
       if (!flag)
         return;
-      Ack ack;
-      mpiCheck(MPI_Recv(&ack, int(sizeof(Ack)), MPI_BYTE, status.MPI_SOURCE, 0,
-                        acks_, MPI_STATUS_IGNORE),
-               "MPI_Recv", "CUDA IPC: a peer's acknowledgement");
-      std::vector<Slot> &slots = slots_[status.MPI_SOURCE];
-      if (ack.slot < 0 || size_t(ack.slot) >= slots.size())
-        throw RtError("CUDA IPC: rank " + std::to_string(status.MPI_SOURCE) +
-                      " acknowledged slot " + std::to_string(ack.slot) +
-                      ", which this rank never sent it");
-      Slot &s = slots[size_t(ack.slot)];
-      if (ack.firstUse)
-        cudaCheck(cudaIpcOpenEventHandle(&s.read, ack.read),
-                  "CUDA IPC: opening a peer's read event");
-      s.busy = false;
-      s.readSinceWait = true;
+      takeAck(status.MPI_SOURCE);
     }
+  }
+
+  /// Receives one acknowledgement from `peer` (blocking).
+  void takeAck(int peer) {
+    Ack ack;
+    mpiCheck(MPI_Recv(&ack, int(sizeof(Ack)), MPI_BYTE, peer, 0, acks_,
+                      MPI_STATUS_IGNORE),
+             "MPI_Recv", "CUDA IPC: a peer's acknowledgement");
+    ++acksFrom_[peer];
+    std::vector<Slot> &slots = slots_[peer];
+    if (ack.slot < 0 || size_t(ack.slot) >= slots.size())
+      throw RtError("CUDA IPC: rank " + std::to_string(peer) +
+                    " acknowledged slot " + std::to_string(ack.slot) +
+                    ", which this rank never sent it");
+    Slot &s = slots[size_t(ack.slot)];
+    if (ack.firstUse) {
+      s.readHandle = ack.read;
+      s.readHandleCame = true;
+    }
+    s.busy = false;
+    s.readSinceWait = true;
+  }
+
+  /// Takes the record kept for (peer, tag) by a receive of the wrong
+  /// size, if there is one.
+  bool takeKept(int peer, int tag, Control &c) {
+    auto kept = mismatched_.find({peer, tag});
+    if (kept == mismatched_.end() || kept->second.empty())
+      return false;
+    c = kept->second.front();
+    kept->second.pop_front();
+    return true;
   }
 
   /// A slot for `bytes` to `peer` that the peer has finished with: the
@@ -485,14 +564,13 @@ private:
   std::map<std::pair<int, int>, Opened> opened_;
   std::map<std::pair<int, int>, std::deque<Control>> mismatched_;
   std::deque<std::pair<MPI_Request, Ack>> ackSends_;
+  /// Acknowledgements sent to and received from each rank (finalize).
+  std::map<int, int64_t> acksSentTo_, acksFrom_;
 };
 
 void IpcPostedReceive::finish(void *dst) {
   mpiCheck(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait", what_);
-  if (control.magic != kMagic)
-    throw RtError(what_ + ": not a CUDA IPC control record");
-  if (control.bytes != bytes_)
-    throw RtError(sizeMismatch(what_, control.bytes, bytes_));
+  owner_.checkRecord(control, bytes_, peer_, tag_, what_);
   owner_.land(control, dst, peer_, what_);
 }
 
