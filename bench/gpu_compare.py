@@ -299,11 +299,13 @@ def run_torch_resnet(b, compiled, bf16=False, profile=False):
     return x.shape[0] / wall
 
 
-def trace_pipec(args, b, build):
+def trace_pipec(args, b, build, label="gpt"):
     """Three steps of `build` with --trace (every rank's computations,
     sends, receives and waits from CUDA events): where the pipeline's
     time goes beyond the 1-stage build's (compare with `pipec simulate`
-    on the 1-stage profile). Copied to the results folder."""
+    on the 1-stage profile), and per rank the step's compute, messages
+    and the device's idle time (bench/trace_gaps.py). Copied to the
+    results folder."""
     out = os.path.join(b, f"trace-{build}.json")
     cmd = pipec_launch(args, b, build, ["--steps", "3", "--trace", out, "--quiet",
                                         "--checkpoint-dir", os.path.join(b, "trace_ckpt")])
@@ -315,8 +317,11 @@ def trace_pipec(args, b, build):
         return
     for f in files:
         if results_dir():
-            shutil.copy(os.path.join(b, f), os.path.join(results_dir(), "gpt_" + f))
-    print(f"pipec {build}: trace of 3 steps in {len(files)} files ({', '.join(files)})")
+            shutil.copy(os.path.join(b, f), os.path.join(results_dir(), f"{label}_" + f))
+    print(f"pipec {label} {build}: trace of 3 steps in {len(files)} files ({', '.join(files)})")
+    sys.path.insert(0, HERE)
+    import trace_gaps
+    trace_gaps.report([os.path.join(b, f) for f in files], skip=1, top=5)
 
 
 def run_torch(compiled, bf16=False, profile=False):
@@ -518,6 +523,9 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
     s1n, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN_DETERMINISTIC": "0"})
     if env("PIPEC_BENCH_PROFILE", "1") != "0":
         profile_pipec(args, r, "s1", microbatches=1, label="resnet50")
+        # Where the step's time outside the ops goes (32 of 130 ms on an
+        # H200, 2026-11-27).
+        trace_pipec(args, r, "s1", label="resnet50")
     rows = [("fp32", "pipec --target cuda, 1 stage", s1),
             ("fp32", "pipec, 1 stage, PIPEC_CUDNN=0 (im2col)", s1i),
             ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),
