@@ -453,7 +453,7 @@ def run(args):
                 s1g, _ = run_pipec(args, b, "s1", flags=["--cuda-graphs"])
                 s4g, _ = run_pipec(args, b, "s4", flags=["--cuda-graphs"])
             # The four stages' tensors by CUDA IPC instead of through host
-            # memory (runtime/cuda/comm_ipc.cpp); the same bytes, so the
+            # memory (runtime/cuda/comm_cuda.cpp); the same bytes, so the
             # same loss.
             s4ipc, loss4ipc = run_pipec(args, b, "s4", env={"PIPEC_CUDA_IPC": "1"})
             if s4ipc is not None and loss4ipc != loss4:

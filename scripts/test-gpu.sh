@@ -78,7 +78,14 @@ run() {
   [ -n "$cudnn" ] || cudnn=$(python3 -c 'import glob, os, nvidia.cudnn as m; print((glob.glob(os.path.join(list(m.__path__)[0], "lib", "libcudnn.so.9*")) or [""])[0])' 2>/dev/null || true)
   cudnn=${cudnn:+$(dirname "$cudnn")}
   echo "cuDNN from ${cudnn:-nowhere (convolutions on im2col + cuBLAS)}"
-  export LD_LIBRARY_PATH=$BUNDLE/lib:$cublas:${cudnn:+$cudnn:}$P/usr/lib/x86_64-linux-gnu:$P/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
+  # NCCL (opened at run time with PIPEC_NCCL=1): the toolkit's, else
+  # PyTorch's wheel's.
+  local nccl
+  nccl=$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name 'libnccl.so.2*' 2>/dev/null | head -1)
+  [ -n "$nccl" ] || nccl=$(python3 -c 'import glob, os, nvidia.nccl as m; print((glob.glob(os.path.join(list(m.__path__)[0], "lib", "libnccl.so.2*")) or [""])[0])' 2>/dev/null || true)
+  nccl=${nccl:+$(dirname "$nccl")}
+  echo "NCCL from ${nccl:-nowhere}"
+  export LD_LIBRARY_PATH=$BUNDLE/lib:$cublas:${cudnn:+$cudnn:}${nccl:+$nccl:}$P/usr/lib/x86_64-linux-gnu:$P/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
   export PATH=$P/usr/bin:$PATH
   # Every result goes to $BUNDLE/results. The device tool brings back at
   # most 8 files from $OUT: there, when this script ends, they are packed
@@ -110,6 +117,12 @@ run() {
   PIPEC_CUDA_IPC=1 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_ipc.log" || rc=1
   tail -1 "$out/communicator_ipc.log" | grep -q " 0 failed" || rc=1
+  # And with NCCL's sums (PIPEC_NCCL=1, opt-in): on one GPU only groups of
+  # one rank may use it (NCCL refuses two ranks on a GPU).
+  PIPEC_NCCL=1 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+    "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_nccl.log" || rc=1
+  tail -1 "$out/communicator_nccl.log" | grep -q " 0 failed" || rc=1
+  grep -q "NCCL sums" "$out/communicator_nccl.log" || { echo "NCCL was not opened"; rc=1; }
   # The link between two stage processes sharing the GPU, as their
   # messages cross it (fitted here: pipec topology --fit linkprobe_cuda.json),
   # host-staged and by CUDA IPC.

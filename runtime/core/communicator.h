@@ -24,7 +24,7 @@
 /// communicator (comm_mpi.cpp) serves both runtimes today: on a device
 /// whose memory the host cannot read it stages every tensor through host
 /// memory with the device's copies. CUDA stage executables wrap it
-/// (runtime/cuda/comm_ipc.cpp) so that ranks sharing a GPU may move their
+/// (runtime/cuda/comm_cuda.cpp) so that ranks sharing a GPU may move their
 /// tensors by CUDA IPC instead (PIPEC_CUDA_IPC=1). A NCCL communicator keeps
 /// the same contract with the tensors moved on the device (issue: GPU backend);
 /// it still bootstraps, and exchanges host values, over MPI.

@@ -6,7 +6,7 @@
 ///
 /// \file
 /// The errors the MPI-based communicators report (core/comm_mpi.cpp, and
-/// the CUDA communicator's IPC path, runtime/cuda/comm_ipc.cpp), worded
+/// the CUDA communicator's IPC path, runtime/cuda/comm_cuda.cpp), worded
 /// alike.
 ///
 //===----------------------------------------------------------------------===//

@@ -24,7 +24,7 @@ std::unique_ptr<rt::Device> makeCudaDevice(const rt::DeviceRequest &request);
 
 /// The communicator of CUDA stage executables: MPI, with tensors between
 /// ranks sharing a GPU moved by CUDA IPC when PIPEC_CUDA_IPC=1
-/// (comm_ipc.cpp).
+/// (comm_cuda.cpp).
 std::unique_ptr<rt::Communicator> makeCudaCommunicator(int &argc, char **&argv);
 
 } // namespace cuda

@@ -457,9 +457,11 @@ def nondeterministic_check(args, checks, cases_dir, name):
     checks.report(ok, f"{name} PIPEC_CUDNN_DETERMINISTIC=0 losses", detail)
 
 
-# PIPEC_CUDA_IPC=1 (runtime/cuda/comm_ipc.cpp): the tensors between ranks
-# sharing the GPU move by CUDA IPC instead of through host memory. The same
-# bytes arrive, so the losses equal the host-staged run's bit for bit:
+# PIPEC_CUDA_IPC=1 (runtime/cuda/comm_cuda.cpp): the tensors between ranks
+# sharing the GPU move by CUDA IPC instead of through host memory; with
+# PIPEC_NCCL=1 as well, whose sums the replicas sharing the GPU must leave
+# to MPI. The same bytes arrive, so the losses equal the host-staged run's
+# bit for bit:
 # flush and continuous schedules, 4 ranks, a V schedule (two chunks per
 # rank, messages both ways), replicas (their sums stay on MPI), prefetched
 # receives (posted ones) and the GPT.
@@ -478,8 +480,8 @@ def ipc_check(args, checks, cases_dir, name):
                              ["--quiet", "--metrics", metrics, *extra,
                               "--checkpoint-dir", os.path.join(d, "ipc_ckpt"),
                               "--summary-out", os.path.join(d, "ipc-summary.{stage}.json")]),
-                  timeout=300, env=dict(os.environ, PIPEC_CUDA_IPC="1"))
-    label = f"{name} PIPEC_CUDA_IPC=1{' --prefetch' if extra else ''}"
+                  timeout=300, env=dict(os.environ, PIPEC_CUDA_IPC="1", PIPEC_NCCL="1"))
+    label = f"{name} PIPEC_CUDA_IPC=1 PIPEC_NCCL=1{' --prefetch' if extra else ''}"
     if rc != 0:
         checks.report(False, label, f"exit {rc}: {out[-1500:]}")
         return

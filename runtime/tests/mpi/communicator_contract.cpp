@@ -305,6 +305,26 @@ void checkSums(Communicator &comm, Device &device) {
           "float64 sum over the odd ranks");
   else
     check(d[0] == double(r) && d[2] == -1.0, "an even rank's data untouched");
+  // Each rank a group of its own, summed twice (the CUDA communicator with
+  // PIPEC_NCCL=1 makes a NCCL communicator of one rank at the first sum:
+  // NCCL's start and sum, on one GPU too).
+  std::unique_ptr<CommGroup> alone = comm.split(r, 0, "each rank alone");
+  check(alone && alone->size() == 1, "a group of one rank");
+  if (!alone)
+    return;
+  for (int round = 0; round < 2; ++round) {
+    for (int64_t i = 0; i < count; ++i)
+      f[size_t(i)] = float(r) + float(i) / 4;
+    device.toDevice(fb.get(), f.data(), count * 4);
+    comm.allreduceSum(*alone, fb.get(), count, /*f64=*/false, 2.0,
+                      "a sum over one rank");
+    device.toHost(f.data(), fb.get(), count * 4);
+    bool same = true;
+    for (int64_t i = 0; i < count; ++i)
+      same &= f[size_t(i)] == 2 * (float(r) + float(i) / 4);
+    check(same, "a sum over a group of one rank, scaled by 2 (round " +
+                    std::to_string(round + 1) + ")");
+  }
 }
 
 } // namespace

@@ -1,4 +1,4 @@
-//===- comm_ipc.cpp - Tensors between ranks that share a GPU -------------===//
+//===- comm_cuda.cpp - The communicator of CUDA stages: MPI, IPC, NCCL ----===//
 //
 // Part of pipec's CUDA runtime.
 //
@@ -7,8 +7,21 @@
 /// \file
 /// The communicator of CUDA stage executables (`makeCudaCommunicator`): the
 /// MPI communicator (core/comm_mpi.cpp) for the job, host values and every
-/// tensor, except that with `PIPEC_CUDA_IPC=1` the tensors between two
-/// ranks on the same GPU move through CUDA IPC instead of host memory.
+/// tensor, except that
+///  - with `PIPEC_CUDA_IPC=1` the tensors between two ranks on the same GPU
+///    move through CUDA IPC instead of host memory (below);
+///  - with `PIPEC_NCCL=1` the sums over a group (a stage's replicas, the
+///    stages of tied weights) whose ranks each have a GPU of their own go
+///    by ncclAllReduce on the kernels' stream, then cuBLAS's scal for the
+///    scale. NCCL is opened with dlopen; its communicator is made at the
+///    group's first sum, bootstrapped over MPI (the first member's unique
+///    id reaches the others through the MPI group's own sum). A group with
+///    two ranks on one GPU (NCCL refuses it) keeps MPI. Point-to-point
+///    messages do not go by NCCL (runtime README, "Not yet": NCCL pairs
+///    them by order, the runtime's contract by tag).
+/// Both are off by default until they have run on a GPU; the machines
+/// lent to this project have one GPU, where NCCL can only make groups of
+/// one rank (the communicator contract checks those).
 /// Off by default until it has run on a GPU (issue 12): the host-staged
 /// path costs a copy to the host, MPI's copy and a copy back (3.3 GB/s
 /// between two ranks sharing an H200, 2026-11-27), this one copy on the
@@ -60,12 +73,16 @@
 #include "device_factory.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <nccl.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -146,6 +163,78 @@ public:
   }
 };
 
+/// NCCL's entry points, opened with dlopen ("libnccl.so.2") when
+/// PIPEC_NCCL=1 (<nccl.h> gives the signatures only: a GPU node without
+/// NCCL still runs every stage).
+struct Nccl {
+  void *library = nullptr;
+  decltype(&ncclGetUniqueId) getUniqueId = nullptr;
+  decltype(&ncclCommInitRank) commInitRank = nullptr;
+  decltype(&ncclAllReduce) allReduce = nullptr;
+  decltype(&ncclCommDestroy) commDestroy = nullptr;
+  decltype(&ncclGetErrorString) errorString = nullptr;
+  std::string why; ///< why it is not there
+
+  bool load() {
+    for (const char *name : {"libnccl.so.2", "libnccl.so"})
+      if ((library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+        break;
+    if (!library) {
+      const char *error = dlerror();
+      why = error ? error : "libnccl.so.2 not found";
+      return false;
+    }
+    getUniqueId = reinterpret_cast<decltype(getUniqueId)>(
+        dlsym(library, "ncclGetUniqueId"));
+    commInitRank = reinterpret_cast<decltype(commInitRank)>(
+        dlsym(library, "ncclCommInitRank"));
+    allReduce =
+        reinterpret_cast<decltype(allReduce)>(dlsym(library, "ncclAllReduce"));
+    commDestroy = reinterpret_cast<decltype(commDestroy)>(
+        dlsym(library, "ncclCommDestroy"));
+    errorString = reinterpret_cast<decltype(errorString)>(
+        dlsym(library, "ncclGetErrorString"));
+    if (getUniqueId && commInitRank && allReduce && commDestroy && errorString)
+      return true;
+    why = "the NCCL found lacks ncclCommInitRank or ncclAllReduce";
+    dlclose(library);
+    library = nullptr;
+    return false;
+  }
+
+  void check(ncclResult_t r, const std::string &what) const {
+    if (r != ncclSuccess)
+      throw RtError(what + ": " + errorString(r));
+  }
+};
+
+/// A group of the CUDA communicator: the MPI group, and a NCCL
+/// communicator over the same ranks when every member has a GPU of its own
+/// (made at the group's first sum).
+class CudaGroup final : public CommGroup {
+public:
+  CudaGroup(std::unique_ptr<CommGroup> mpi, std::vector<int> members, int index,
+            const Nccl &nccl)
+      : mpi(std::move(mpi)), members(std::move(members)), index(index),
+        nccl_(nccl) {}
+  ~CudaGroup() override {
+    if (comm)
+      nccl_.commDestroy(comm);
+  }
+  int size() const override { return mpi->size(); }
+
+  std::unique_ptr<CommGroup> mpi;
+  /// The members' world ranks in the group's order (key, then rank, as
+  /// MPI_Comm_split orders them), and this rank's place among them.
+  std::vector<int> members;
+  int index = -1;
+  bool decided = false;
+  ncclComm_t comm = nullptr;
+
+private:
+  const Nccl &nccl_;
+};
+
 class IpcCommunicator;
 
 class IpcPostedReceive : public PostedReceive {
@@ -172,9 +261,11 @@ public:
       : inner_(std::move(inner)) {}
 
   std::string name() const override {
-    return ipcPeers_ ? inner_->name() + " + CUDA IPC between ranks sharing "
-                                        "a GPU"
-                     : inner_->name();
+    return inner_->name() +
+           (ipcPeers_ ? " + CUDA IPC between ranks sharing a GPU" : "") +
+           (ncclOn_
+                ? " + NCCL sums where a group's ranks have GPUs of their own"
+                : "");
   }
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -191,6 +282,18 @@ public:
       throw RtError("PIPEC_CUDA_IPC=" + mode +
                     ": expected 1 (CUDA IPC between ranks sharing a GPU) or "
                     "0 (every tensor through host memory)");
+    const char *ncclChoice = std::getenv("PIPEC_NCCL");
+    const std::string ncclMode = ncclChoice ? ncclChoice : "0";
+    if (ncclMode != "0" && ncclMode != "1")
+      throw RtError("PIPEC_NCCL=" + ncclMode +
+                    ": expected 1 (sums over groups of ranks on GPUs of their "
+                    "own by NCCL) or 0 (by MPI)");
+    const bool ncclLoaded = ncclMode == "1" && nccl_.load();
+    if (ncclMode == "1" && !ncclLoaded)
+      std::fprintf(stderr,
+                   "pipec-rt: note: PIPEC_NCCL=1 but NCCL cannot be opened "
+                   "(%s): sums go over MPI\n",
+                   nccl_.why.c_str());
     // Every rank takes part in the allgather, so that the choice is the
     // same on both sides of every pair (each rank reads the variable the
     // launcher exported to all). The GPU is named by its UUID (one per MIG
@@ -209,20 +312,32 @@ public:
     }
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
-    const std::string mine = std::string(mode) + "|" + host + "|" + uuid;
-    const std::vector<std::string> all =
-        inner_->allgather(mine, "CUDA IPC: which ranks share a GPU");
+    // "IPC mode, NCCL mode, NCCL opened, GPU" of every rank.
+    const std::string gpu = std::string(host) + "|" + uuid;
+    const std::string mine =
+        mode + ncclMode + (ncclLoaded ? "1" : "0") + "|" + gpu;
+    const std::vector<std::string> all = inner_->allgather(
+        mine, "the CUDA communicator: which ranks share a GPU");
     samePeer_.assign(all.size(), false);
+    gpuOf_.assign(all.size(), "");
+    bool everyoneOpenedNccl = true;
     for (size_t r = 0; r < all.size(); ++r) {
+      gpuOf_[r] = all[r].substr(4);
+      everyoneOpenedNccl = everyoneOpenedNccl && all[r][2] == '1';
       if (int(r) == rank())
         continue;
-      if (all[r].substr(0, 1) != mode)
-        throw RtError("PIPEC_CUDA_IPC differs between rank " +
-                      std::to_string(rank()) + " (" + mode + ") and rank " +
-                      std::to_string(r) + " (" + all[r].substr(0, 1) + ")");
-      samePeer_[r] = mode == "1" && all[r] == mine;
+      for (auto [at, variable] :
+           {std::pair{0, "PIPEC_CUDA_IPC"}, std::pair{1, "PIPEC_NCCL"}})
+        if (all[r][size_t(at)] != mine[size_t(at)])
+          throw RtError(std::string(variable) + " differs between rank " +
+                        std::to_string(rank()) + " (" + mine[size_t(at)] +
+                        ") and rank " + std::to_string(r) + " (" +
+                        all[r][size_t(at)] + ")");
+      samePeer_[r] = mode == "1" && gpuOf_[r] == gpu;
       ipcPeers_ += samePeer_[r];
     }
+    ncclOn_ = ncclMode == "1" && everyoneOpenedNccl;
+    stream_ = context(device.kernelContext(), "the CUDA communicator").stream;
     // (Collective over every rank: with the variable on, each makes the
     // two communicators, whether it has a peer on its GPU or not.)
     if (mode != "1")
@@ -233,7 +348,6 @@ public:
              "CUDA IPC: its acknowledgements");
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(acks_, MPI_ERRORS_RETURN);
-    stream_ = context(device.kernelContext(), "CUDA IPC").stream;
   }
 
   void finalize() override {
@@ -333,11 +447,47 @@ public:
   }
   std::unique_ptr<CommGroup> split(int color, int key,
                                    const std::string &what) override {
-    return inner_->split(color, key, what);
+    std::unique_ptr<CommGroup> mpi = inner_->split(color, key, what);
+    // Every rank's (color, key) too (collective, as the split is): the
+    // members of this rank's group, in the group's order.
+    const int32_t mine[2] = {color, key};
+    std::vector<int32_t> all(size_t(size()) * 2);
+    inner_->allgather(mine, int(sizeof mine), all.data(), what);
+    if (!mpi)
+      return nullptr;
+    std::vector<std::pair<int32_t, int>> order;
+    for (int r = 0; r < size(); ++r)
+      if (all[size_t(r) * 2] == color)
+        order.emplace_back(all[size_t(r) * 2 + 1], r);
+    std::sort(order.begin(), order.end());
+    std::vector<int> members;
+    int index = -1;
+    for (auto [k, r] : order) {
+      if (r == rank())
+        index = int(members.size());
+      members.push_back(r);
+    }
+    return std::make_unique<CudaGroup>(std::move(mpi), std::move(members),
+                                       index, nccl_);
   }
+
   void allreduceSum(CommGroup &group, void *data, int64_t count, bool f64,
                     double scale, const std::string &what) override {
-    inner_->allreduceSum(group, data, count, f64, scale, what);
+    CudaGroup &g = static_cast<CudaGroup &>(group);
+    if (!g.decided)
+      startNccl(g, what);
+    if (!g.comm) {
+      inner_->allreduceSum(*g.mpi, data, count, f64, scale, what);
+      return;
+    }
+    // On the stream the kernels run on: ordered after the gradients'
+    // kernels and before whatever reads the sums.
+    nccl_.check(nccl_.allReduce(data, data, size_t(count),
+                                f64 ? ncclFloat64 : ncclFloat32, ncclSum,
+                                g.comm, stream_),
+                what + ": ncclAllReduce");
+    if (scale != 1.0)
+      scaleOnDevice(data, count, f64, scale, what);
   }
   void progress() override {
     inner_->progress();
@@ -476,6 +626,64 @@ public:
   }
 
 private:
+  /// At a group's first sum (every member is in it): a NCCL communicator
+  /// over the members when NCCL is on and every member has a GPU of its
+  /// own (NCCL refuses two ranks on one GPU). The first member's unique id
+  /// reaches the others through the MPI group's own sum: its 128 bytes as
+  /// small whole numbers, the others adding zeros.
+  void startNccl(CudaGroup &g, const std::string &what) {
+    g.decided = true;
+    if (!ncclOn_)
+      return;
+    std::set<std::string> gpus;
+    for (int r : g.members)
+      gpus.insert(gpuOf_[size_t(r)]);
+    if (gpus.size() != g.members.size())
+      return;
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (g.index == 0)
+      nccl_.check(nccl_.getUniqueId(&id), what + ": ncclGetUniqueId");
+    std::vector<float> bytes(NCCL_UNIQUE_ID_BYTES, 0.0f);
+    for (size_t i = 0; i < bytes.size(); ++i)
+      bytes[i] = float(static_cast<unsigned char>(id.internal[i]));
+    rt::DeviceBuffer buffer;
+    buffer.allocate(*device_, int64_t(bytes.size() * sizeof(float)),
+                    "NCCL's unique id");
+    device_->toDevice(buffer.get(), bytes.data(),
+                      int64_t(bytes.size() * sizeof(float)));
+    inner_->allreduceSum(*g.mpi, buffer.get(), int64_t(bytes.size()), false,
+                         1.0, what + ": NCCL's unique id");
+    device_->toHost(bytes.data(), buffer.get(),
+                    int64_t(bytes.size() * sizeof(float)));
+    for (size_t i = 0; i < bytes.size(); ++i)
+      id.internal[i] = char(static_cast<unsigned char>(int(bytes[i])));
+    nccl_.check(nccl_.commInitRank(&g.comm, int(g.members.size()), id, g.index),
+                what + ": ncclCommInitRank");
+  }
+
+  /// data *= scale, on the kernels' stream (cuBLAS's scal, as the MPI
+  /// path multiplies after the sum).
+  void scaleOnDevice(void *data, int64_t count, bool f64, double scale,
+                     const std::string &what) {
+    Context &ctx = context(device_->kernelContext(), "the CUDA communicator");
+    const int64_t chunk = int64_t(1) << 30;
+    for (int64_t done = 0; done < count; done += chunk) {
+      const int n = int(std::min(chunk, count - done));
+      if (f64) {
+        const double s = scale;
+        checkBlas(
+            cublasDscal(ctx.blas, n, &s, static_cast<double *>(data) + done, 1),
+            (what + ": scaling the sum").c_str());
+      } else {
+        const float s = float(scale);
+        checkBlas(
+            cublasSscal(ctx.blas, n, &s, static_cast<float *>(data) + done, 1),
+            (what + ": scaling the sum").c_str());
+      }
+    }
+  }
+
   bool shares(int peer) const {
     return ipcPeers_ && peer >= 0 && peer < int(samePeer_.size()) &&
            samePeer_[size_t(peer)];
@@ -558,6 +766,10 @@ private:
   Device *device_ = nullptr;
   cudaStream_t stream_ = nullptr;
   std::vector<bool> samePeer_;
+  /// Every rank's GPU ("host|uuid"), and whether sums may go by NCCL.
+  std::vector<std::string> gpuOf_;
+  Nccl nccl_;
+  bool ncclOn_ = false;
   int ipcPeers_ = 0;
   MPI_Comm control_ = MPI_COMM_NULL, acks_ = MPI_COMM_NULL;
   std::map<int, std::vector<Slot>> slots_;
