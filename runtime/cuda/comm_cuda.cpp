@@ -19,18 +19,20 @@
 ///    two ranks on one GPU (NCCL refuses it) keeps MPI. Point-to-point
 ///    messages do not go by NCCL (runtime README, "Not yet": NCCL pairs
 ///    them by order, the runtime's contract by tag).
-/// Both are off by default until they have run on a GPU; the machines
-/// lent to this project have one GPU, where NCCL can only make groups of
-/// one rank (the communicator contract checks those).
-/// Off by default until it has run on a GPU (issue 12): the host-staged
-/// path costs a copy to the host, MPI's copy and a copy back (3.3 GB/s
-/// between two ranks sharing an H200, 2026-11-27), this one copy on the
-/// GPU.
+/// Both are off by default until they have run on a GPU (issue 12); the
+/// machines lent to this project have one GPU, where NCCL can only make
+/// groups of one rank (the communicator contract checks those).
 ///
-/// Which peers: every rank publishes its host name and its GPU's PCI bus
-/// id when the device is set (`useDevice`, an allgather over MPI); a peer
-/// with both equal shares the GPU. NCCL refuses such ranks (runtime
-/// README), which is why they need a transport of their own.
+/// Which GPU: every rank publishes its host name, its GPU's UUID and PCI
+/// bus id when the device is set (`useDevice`, an allgather over MPI). For
+/// IPC a peer with the same host and UUID shares the GPU (a MIG instance
+/// has a UUID of its own, and instances cannot open each other's memory).
+/// For NCCL the key is the host and bus id, as NCCL's own duplicate check
+/// has it.
+///
+/// CUDA IPC: the host-staged path costs a copy to the host, MPI's copy and
+/// a copy back (3.3 GB/s between two ranks sharing an H200, 2026-11-27);
+/// this one copy on the GPU.
 ///
 /// A message of `bytes` from rank A to rank B, tag T:
 ///  1. A takes a staging slot of its own for B (device memory from
@@ -173,9 +175,23 @@ struct Nccl {
   decltype(&ncclAllReduce) allReduce = nullptr;
   decltype(&ncclCommDestroy) commDestroy = nullptr;
   decltype(&ncclGetErrorString) errorString = nullptr;
+  decltype(&ncclCommInitRankConfig) commInitRankConfig = nullptr;
   std::string why; ///< why it is not there
 
+  /// ncclCommInitRank, blocking whatever NCCL_COMM_BLOCKING says (a
+  /// non-blocking communicator would answer ncclInProgress).
+  ncclResult_t init(ncclComm_t *comm, int nranks, ncclUniqueId id,
+                    int rank) const {
+    if (!commInitRankConfig)
+      return commInitRank(comm, nranks, id, rank);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1;
+    return commInitRankConfig(comm, nranks, id, rank, &config);
+  }
+
   bool load() {
+    if (library)
+      return true;
     for (const char *name : {"libnccl.so.2", "libnccl.so"})
       if ((library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
         break;
@@ -194,9 +210,12 @@ struct Nccl {
         dlsym(library, "ncclCommDestroy"));
     errorString = reinterpret_cast<decltype(errorString)>(
         dlsym(library, "ncclGetErrorString"));
+    commInitRankConfig = reinterpret_cast<decltype(commInitRankConfig)>(
+        dlsym(library, "ncclCommInitRankConfig"));
     if (getUniqueId && commInitRank && allReduce && commDestroy && errorString)
       return true;
-    why = "the NCCL found lacks ncclCommInitRank or ncclAllReduce";
+    why = "the NCCL found lacks ncclGetUniqueId, ncclCommInitRank, "
+          "ncclAllReduce, ncclCommDestroy or ncclGetErrorString";
     dlclose(library);
     library = nullptr;
     return false;
@@ -263,9 +282,9 @@ public:
   std::string name() const override {
     return inner_->name() +
            (ipcPeers_ ? " + CUDA IPC between ranks sharing a GPU" : "") +
-           (ncclOn_
-                ? " + NCCL sums where a group's ranks have GPUs of their own"
-                : "");
+           (ncclUsed_ ? " + NCCL sums where a group's ranks have GPUs of "
+                        "their own"
+                      : "");
   }
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -312,17 +331,23 @@ public:
     }
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
-    // "IPC mode, NCCL mode, NCCL opened, GPU" of every rank.
+    char bus[64] = {0};
+    cudaCheck(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, ordinal),
+              "the CUDA communicator: the GPU's PCI bus id");
+    // "IPC mode, NCCL mode, NCCL opened|bus id|host|UUID" of every rank.
     const std::string gpu = std::string(host) + "|" + uuid;
-    const std::string mine =
-        mode + ncclMode + (ncclLoaded ? "1" : "0") + "|" + gpu;
+    const std::string mine = mode + ncclMode + (ncclLoaded ? "1" : "0") + "|" +
+                             std::string(bus) + "|" + gpu;
     const std::vector<std::string> all = inner_->allgather(
         mine, "the CUDA communicator: which ranks share a GPU");
     samePeer_.assign(all.size(), false);
-    gpuOf_.assign(all.size(), "");
+    ncclGpuOf_.assign(all.size(), "");
     bool everyoneOpenedNccl = true;
     for (size_t r = 0; r < all.size(); ++r) {
-      gpuOf_[r] = all[r].substr(4);
+      const size_t bar = all[r].find('|', 4);
+      const std::string gpuOfR = all[r].substr(bar + 1);
+      ncclGpuOf_[r] = gpuOfR.substr(0, gpuOfR.find('|')) + "|" +
+                      all[r].substr(4, bar - 4); // host|bus id
       everyoneOpenedNccl = everyoneOpenedNccl && all[r][2] == '1';
       if (int(r) == rank())
         continue;
@@ -333,7 +358,7 @@ public:
                         std::to_string(rank()) + " (" + mine[size_t(at)] +
                         ") and rank " + std::to_string(r) + " (" +
                         all[r][size_t(at)] + ")");
-      samePeer_[r] = mode == "1" && gpuOf_[r] == gpu;
+      samePeer_[r] = mode == "1" && gpuOfR == gpu;
       ipcPeers_ += samePeer_[r];
     }
     ncclOn_ = ncclMode == "1" && everyoneOpenedNccl;
@@ -637,7 +662,7 @@ private:
       return;
     std::set<std::string> gpus;
     for (int r : g.members)
-      gpus.insert(gpuOf_[size_t(r)]);
+      gpus.insert(ncclGpuOf_[size_t(r)]);
     if (gpus.size() != g.members.size())
       return;
     ncclUniqueId id;
@@ -658,8 +683,9 @@ private:
                     int64_t(bytes.size() * sizeof(float)));
     for (size_t i = 0; i < bytes.size(); ++i)
       id.internal[i] = char(static_cast<unsigned char>(int(bytes[i])));
-    nccl_.check(nccl_.commInitRank(&g.comm, int(g.members.size()), id, g.index),
+    nccl_.check(nccl_.init(&g.comm, int(g.members.size()), id, g.index),
                 what + ": ncclCommInitRank");
+    ncclUsed_ = true;
   }
 
   /// data *= scale, on the kernels' stream (cuBLAS's scal, as the MPI
@@ -766,10 +792,11 @@ private:
   Device *device_ = nullptr;
   cudaStream_t stream_ = nullptr;
   std::vector<bool> samePeer_;
-  /// Every rank's GPU ("host|uuid"), and whether sums may go by NCCL.
-  std::vector<std::string> gpuOf_;
+  /// Every rank's GPU as NCCL tells them apart ("host|bus id"), and
+  /// whether sums may go by NCCL (and some group's did).
+  std::vector<std::string> ncclGpuOf_;
   Nccl nccl_;
-  bool ncclOn_ = false;
+  bool ncclOn_ = false, ncclUsed_ = false;
   int ipcPeers_ = 0;
   MPI_Comm control_ = MPI_COMM_NULL, acks_ = MPI_COMM_NULL;
   std::map<int, std::vector<Slot>> slots_;
