@@ -254,11 +254,11 @@ private:
   const Nccl &nccl_;
 };
 
-class IpcCommunicator;
+class CudaCommunicator;
 
 class IpcPostedReceive : public PostedReceive {
 public:
-  IpcPostedReceive(IpcCommunicator &owner, int64_t bytes, int peer, int tag,
+  IpcPostedReceive(CudaCommunicator &owner, int64_t bytes, int peer, int tag,
                    std::string what)
       : owner_(owner), bytes_(bytes), peer_(peer), tag_(tag),
         what_(std::move(what)) {}
@@ -268,15 +268,15 @@ public:
   int64_t stagingBytes() const override { return 0; }
 
 private:
-  IpcCommunicator &owner_;
+  CudaCommunicator &owner_;
   int64_t bytes_;
   int peer_, tag_;
   std::string what_;
 };
 
-class IpcCommunicator final : public Communicator {
+class CudaCommunicator final : public Communicator {
 public:
-  explicit IpcCommunicator(std::unique_ptr<Communicator> inner)
+  explicit CudaCommunicator(std::unique_ptr<Communicator> inner)
       : inner_(std::move(inner)) {}
 
   std::string name() const override {
@@ -817,7 +817,8 @@ void IpcPostedReceive::finish(void *dst) {
 
 std::unique_ptr<rt::Communicator> makeCudaCommunicator(int &argc,
                                                        char **&argv) {
-  return std::make_unique<IpcCommunicator>(rt::makeMpiCommunicator(argc, argv));
+  return std::make_unique<CudaCommunicator>(
+      rt::makeMpiCommunicator(argc, argv));
 }
 
 } // namespace cuda
