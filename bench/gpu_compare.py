@@ -181,8 +181,14 @@ def pipec_launch(args, b, build, extra):
 def run_pipec(args, b, build, steps=None, env=None, flags=()):
     shutil.rmtree(os.path.join(b, build, "checkpoints"), ignore_errors=True)
     cmd = pipec_launch(args, b, build, ["--steps", str(steps or STEPS)] + list(flags))
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180,
-                       env=dict(os.environ, **(env or {})))
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180,
+                           env=dict(os.environ, **(env or {})))
+    except subprocess.TimeoutExpired:
+        # (The ranks outlive a killed launcher: end them, or they hold the GPU.)
+        subprocess.run(["pkill", "-9", "-f", os.path.join(b, build) + "/stage"], check=False)
+        print(f"{build} {' '.join(f'{k}={v}' for k, v in (env or {}).items())}: timed out after 180 s")
+        return None, None
     m = re.search(r"done: .* final loss ([0-9.]+)\s+([0-9.]+) samples/s", p.stdout)
     if p.returncode != 0 or not m:
         print(p.stdout[-2000:])

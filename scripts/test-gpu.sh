@@ -113,13 +113,14 @@ run() {
   "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator.log" || rc=1
   tail -1 "$out/communicator.log" | grep -q " 0 failed" || rc=1
-  # The same with CUDA IPC between the ranks (PIPEC_CUDA_IPC=1, opt-in).
-  PIPEC_CUDA_IPC=1 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+  # The same with CUDA IPC between the ranks (PIPEC_CUDA_IPC=1, opt-in;
+  # never run before: a hang is cut at 90 s).
+  PIPEC_CUDA_IPC=1 timeout 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_ipc.log" || rc=1
   tail -1 "$out/communicator_ipc.log" | grep -q " 0 failed" || rc=1
   # And with NCCL's sums (PIPEC_NCCL=1, opt-in): on one GPU only groups of
   # one rank may use it (NCCL refuses two ranks on a GPU).
-  PIPEC_NCCL=1 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+  PIPEC_NCCL=1 timeout 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_nccl.log" || rc=1
   tail -1 "$out/communicator_nccl.log" | grep -q " 0 failed" || rc=1
   grep -q "NCCL sums" "$out/communicator_nccl.log" || { echo "NCCL was not opened"; rc=1; }
@@ -129,7 +130,7 @@ run() {
   "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda.json" || rc=1
   [ -f "$out/linkprobe_cuda.json" ] && cat "$out/linkprobe_cuda.json"
-  PIPEC_CUDA_IPC=1 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+  PIPEC_CUDA_IPC=1 timeout 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda_ipc.json" || rc=1
   [ -f "$out/linkprobe_cuda_ipc.json" ] && cat "$out/linkprobe_cuda_ipc.json"
   # The same between host buffers, to tell MPI's share from the GPU's (on

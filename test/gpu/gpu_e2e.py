@@ -385,9 +385,10 @@ def run_cases(args):
             graphs_check(args, checks, cases_dir, name)
     if not only or NONDETERMINISTIC_CASE in only:
         nondeterministic_check(args, checks, cases_dir, NONDETERMINISTIC_CASE)
+    ipc_ok = True
     for name in IPC_CASES:
-        if not only or name in only:
-            ipc_check(args, checks, cases_dir, name)
+        if (not only or name in only) and ipc_ok:
+            ipc_ok = ipc_check(args, checks, cases_dir, name)
     return checks.summary()
 
 
@@ -470,21 +471,29 @@ IPC_PREFETCH_CASE = "mlp-s4-1f1b"
 
 
 def ipc_check(args, checks, cases_dir, name):
+    """False when the run failed or hung (the other IPC cases are then
+    left out: a hang of the new transport must not eat the device's
+    time)."""
     model, d, data_dir = case_dirs(cases_dir, name)
     metrics = os.path.join(d, "ipc.jsonl")
     for f in glob.glob(os.path.join(d, "ipc-summary.*.json")) + [metrics]:
         if os.path.exists(f):
             os.remove(f)
     extra = ["--prefetch"] if name == IPC_PREFETCH_CASE else []
-    rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, case_steps(name), lr=case_lr(name)) +
-                             ["--quiet", "--metrics", metrics, *extra,
-                              "--checkpoint-dir", os.path.join(d, "ipc_ckpt"),
-                              "--summary-out", os.path.join(d, "ipc-summary.{stage}.json")]),
-                  timeout=300, env=dict(os.environ, PIPEC_CUDA_IPC="1", PIPEC_NCCL="1"))
     label = f"{name} PIPEC_CUDA_IPC=1 PIPEC_NCCL=1{' --prefetch' if extra else ''}"
+    try:
+        rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, case_steps(name), lr=case_lr(name)) +
+                                 ["--quiet", "--metrics", metrics, *extra,
+                                  "--checkpoint-dir", os.path.join(d, "ipc_ckpt"),
+                                  "--summary-out", os.path.join(d, "ipc-summary.{stage}.json")]),
+                      timeout=120, env=dict(os.environ, PIPEC_CUDA_IPC="1", PIPEC_NCCL="1"))
+    except subprocess.TimeoutExpired:
+        subprocess.run(["pkill", "-9", "-f", d + "/stage"], check=False)
+        checks.report(False, label, "timed out after 120 s (the other IPC cases left out)")
+        return False
     if rc != 0:
-        checks.report(False, label, f"exit {rc}: {out[-1500:]}")
-        return
+        checks.report(False, label, f"exit {rc}: {out[-1500:]} (the other IPC cases left out)")
+        return False
     transports = []
     for f in sorted(glob.glob(os.path.join(d, "ipc-summary.*.json"))):
         with open(f) as fh:
@@ -493,6 +502,7 @@ def ipc_check(args, checks, cases_dir, name):
     used = bool(transports) and all("CUDA IPC" in t for t in transports)
     checks.report(got == want and used, label + ": losses bit for bit as host-staged, every rank on CUDA IPC",
                   f"{len(got)} losses {'equal' if got == want else 'differ'}; transports {sorted(set(transports))}")
+    return True
 
 
 def kernel_check(args, checks, cases_dir, name):
