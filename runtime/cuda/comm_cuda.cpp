@@ -123,9 +123,15 @@ struct Ack {
   cudaIpcEventHandle_t read{};
 };
 
-void cudaCheck(cudaError_t e, const std::string &what) {
-  if (e != cudaSuccess)
-    throw RtError(what + ": " + cudaGetErrorString(e));
+/// An on/off switch of the environment (unset: off); a value other than 0
+/// or 1 is refused, saying what each means.
+bool switchedOn(const char *name, const char *on, const char *off) {
+  const char *value = std::getenv(name);
+  const std::string v = value ? value : "0";
+  if (v != "0" && v != "1")
+    throw RtError(std::string(name) + "=" + v + ": expected 1 (" + on +
+                  ") or 0 (" + off + ")");
+  return v == "1";
 }
 
 /// A sender's slot for one peer.
@@ -295,20 +301,14 @@ public:
   void useDevice(Device &device) override {
     inner_->useDevice(device);
     device_ = &device;
-    const char *choice = std::getenv("PIPEC_CUDA_IPC");
-    const std::string mode = choice ? choice : "0";
-    if (mode != "0" && mode != "1")
-      throw RtError("PIPEC_CUDA_IPC=" + mode +
-                    ": expected 1 (CUDA IPC between ranks sharing a GPU) or "
-                    "0 (every tensor through host memory)");
-    const char *ncclChoice = std::getenv("PIPEC_NCCL");
-    const std::string ncclMode = ncclChoice ? ncclChoice : "0";
-    if (ncclMode != "0" && ncclMode != "1")
-      throw RtError("PIPEC_NCCL=" + ncclMode +
-                    ": expected 1 (sums over groups of ranks on GPUs of their "
-                    "own by NCCL) or 0 (by MPI)");
-    const bool ncclLoaded = ncclMode == "1" && nccl_.load();
-    if (ncclMode == "1" && !ncclLoaded)
+    const bool ipc =
+        switchedOn("PIPEC_CUDA_IPC", "CUDA IPC between ranks sharing a GPU",
+                   "every tensor through host memory");
+    const bool ncclWanted = switchedOn(
+        "PIPEC_NCCL", "sums over groups of ranks on GPUs of their own by NCCL",
+        "by MPI");
+    const bool ncclLoaded = ncclWanted && nccl_.load();
+    if (ncclWanted && !ncclLoaded)
       std::fprintf(stderr,
                    "pipec-rt: note: PIPEC_NCCL=1 but NCCL cannot be opened "
                    "(%s): sums go over MPI\n",
@@ -319,10 +319,9 @@ public:
     // instance, whose instances share a bus id and cannot open each
     // other's memory) and the host's name.
     int ordinal = -1;
-    cudaCheck(cudaGetDevice(&ordinal), "CUDA IPC: the current GPU");
+    check(cudaGetDevice(&ordinal), "CUDA IPC: the current GPU");
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, ordinal),
-              "CUDA IPC: the GPU's UUID");
+    check(cudaGetDeviceProperties(&prop, ordinal), "CUDA IPC: the GPU's UUID");
     std::string uuid;
     for (unsigned char byte : prop.uuid.bytes) {
       static const char hex[] = "0123456789abcdef";
@@ -332,12 +331,13 @@ public:
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
     char bus[64] = {0};
-    cudaCheck(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, ordinal),
-              "the CUDA communicator: the GPU's PCI bus id");
+    check(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, ordinal),
+          "the CUDA communicator: the GPU's PCI bus id");
     // "IPC mode, NCCL mode, NCCL opened|bus id|host|UUID" of every rank.
     const std::string gpu = std::string(host) + "|" + uuid;
-    const std::string mine = mode + ncclMode + (ncclLoaded ? "1" : "0") + "|" +
-                             std::string(bus) + "|" + gpu;
+    const std::string mine =
+        std::string(ipc ? "1" : "0") + (ncclWanted ? "1" : "0") +
+        (ncclLoaded ? "1" : "0") + "|" + std::string(bus) + "|" + gpu;
     const std::vector<std::string> all = inner_->allgather(
         mine, "the CUDA communicator: which ranks share a GPU");
     samePeer_.assign(all.size(), false);
@@ -358,14 +358,14 @@ public:
                         std::to_string(rank()) + " (" + mine[size_t(at)] +
                         ") and rank " + std::to_string(r) + " (" +
                         all[r][size_t(at)] + ")");
-      samePeer_[r] = mode == "1" && gpuOfR == gpu;
+      samePeer_[r] = ipc && gpuOfR == gpu;
       ipcPeers_ += samePeer_[r];
     }
-    ncclOn_ = ncclMode == "1" && everyoneOpenedNccl;
+    ncclOn_ = ncclWanted && everyoneOpenedNccl;
     stream_ = context(device.kernelContext(), "the CUDA communicator").stream;
     // (Collective over every rank: with the variable on, each makes the
     // two communicators, whether it has a peer on its GPU or not.)
-    if (mode != "1")
+    if (!ipc)
       return;
     mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup",
              "CUDA IPC: its control records");
@@ -533,21 +533,21 @@ public:
       const int id = freeSlot(peer, bytes, what);
       Slot &s = slots_[peer][size_t(id)];
       if (s.readHandleCame && !s.read)
-        cudaCheck(cudaIpcOpenEventHandle(&s.read, s.readHandle),
-                  what + ": opening the receiver's CUDA IPC event");
+        check(cudaIpcOpenEventHandle(&s.read, s.readHandle),
+              what + ": opening the receiver's CUDA IPC event");
       if (s.readSinceWait) // the peer's last read of it, on the device
-        cudaCheck(cudaStreamWaitEvent(stream_, s.read, 0), what);
+        check(cudaStreamWaitEvent(stream_, s.read, 0), what);
       s.readSinceWait = false;
-      cudaCheck(cudaMemcpyAsync(s.data, src, size_t(bytes),
-                                cudaMemcpyDeviceToDevice, stream_),
-                what + ": the copy into the CUDA IPC slot");
-      cudaCheck(cudaEventRecord(s.written, stream_), what);
+      check(cudaMemcpyAsync(s.data, src, size_t(bytes),
+                            cudaMemcpyDeviceToDevice, stream_),
+            what + ": the copy into the CUDA IPC slot");
+      check(cudaEventRecord(s.written, stream_), what);
       s.busy = true;
       c.slot = id;
       if (!s.sent) {
         c.firstUse = 1;
-        cudaCheck(cudaIpcGetMemHandle(&c.memory, s.data), what);
-        cudaCheck(cudaIpcGetEventHandle(&c.written, s.written), what);
+        check(cudaIpcGetMemHandle(&c.memory, s.data), what);
+        check(cudaIpcGetEventHandle(&c.written, s.written), what);
         s.sent = true;
       }
     }
@@ -610,29 +610,29 @@ public:
     Opened &o = opened_[{peer, c.slot}];
     if (c.firstUse && !o.data) {
       void *mapped = nullptr;
-      cudaCheck(cudaIpcOpenMemHandle(&mapped, c.memory,
-                                     cudaIpcMemLazyEnablePeerAccess),
-                what + ": opening the sender's CUDA IPC slot");
+      check(cudaIpcOpenMemHandle(&mapped, c.memory,
+                                 cudaIpcMemLazyEnablePeerAccess),
+            what + ": opening the sender's CUDA IPC slot");
       o.data = static_cast<char *>(mapped);
-      cudaCheck(cudaIpcOpenEventHandle(&o.written, c.written),
-                what + ": opening the sender's CUDA IPC event");
-      cudaCheck(cudaEventCreateWithFlags(&o.read, cudaEventDisableTiming |
-                                                      cudaEventInterprocess),
-                what);
+      check(cudaIpcOpenEventHandle(&o.written, c.written),
+            what + ": opening the sender's CUDA IPC event");
+      check(cudaEventCreateWithFlags(&o.read, cudaEventDisableTiming |
+                                                  cudaEventInterprocess),
+            what);
     }
     if (!o.data)
       throw RtError(what + ": a CUDA IPC slot used before its handles came");
-    cudaCheck(cudaStreamWaitEvent(stream_, o.written, 0), what);
-    cudaCheck(cudaMemcpyAsync(dst, o.data, size_t(c.bytes),
-                              cudaMemcpyDeviceToDevice, stream_),
-              what + ": the copy out of the CUDA IPC slot");
-    cudaCheck(cudaEventRecord(o.read, stream_), what);
+    check(cudaStreamWaitEvent(stream_, o.written, 0), what);
+    check(cudaMemcpyAsync(dst, o.data, size_t(c.bytes),
+                          cudaMemcpyDeviceToDevice, stream_),
+          what + ": the copy out of the CUDA IPC slot");
+    check(cudaEventRecord(o.read, stream_), what);
     ackSends_.emplace_back(MPI_REQUEST_NULL, Ack());
     auto &[request, ack] = ackSends_.back();
     ack.slot = c.slot;
     if (!o.acked) {
       ack.firstUse = 1;
-      cudaCheck(cudaIpcGetEventHandle(&ack.read, o.read), what);
+      check(cudaIpcGetEventHandle(&ack.read, o.read), what);
       o.acked = true;
     }
     mpiCheck(
@@ -776,13 +776,13 @@ private:
     Slot s;
     s.capacity = std::max<int64_t>(bytes, int64_t(1) << 16);
     void *p = nullptr;
-    cudaCheck(cudaMalloc(&p, size_t(s.capacity)),
-              what + ": a CUDA IPC slot of " + std::to_string(s.capacity) +
-                  " bytes");
+    check(cudaMalloc(&p, size_t(s.capacity)), what + ": a CUDA IPC slot of " +
+                                                  std::to_string(s.capacity) +
+                                                  " bytes");
     s.data = static_cast<char *>(p);
-    cudaCheck(cudaEventCreateWithFlags(&s.written, cudaEventDisableTiming |
-                                                       cudaEventInterprocess),
-              what);
+    check(cudaEventCreateWithFlags(&s.written, cudaEventDisableTiming |
+                                                   cudaEventInterprocess),
+          what);
     slots.push_back(s);
     return int(slots.size()) - 1;
   }

@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace pipec {
 namespace cuda {
@@ -98,6 +99,9 @@ void releaseMultiTensorTables(Context &c);
 
 /// Throws RtError "<what>: <CUDA error string>" unless `e` is cudaSuccess.
 void check(cudaError_t e, const char *what);
+inline void check(cudaError_t e, const std::string &what) {
+  check(e, what.c_str());
+}
 /// Throws RtError "<what>: cuBLAS status N" unless `s` is success.
 void checkBlas(cublasStatus_t s, const char *what);
 /// Throws RtError with `what` (an unsupported parameter, say).
