@@ -137,7 +137,7 @@ def PipeBuildSchedulePass : Pass<"pipe-build-schedule", "mlir::ModuleOp"> {
     weight versions across all programs.
   }];
   let options = [
-    Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, zb-h1, or custom (with schedule-csv)">,
+    Option<"schedule", "schedule", "std::string", "\"1f1b-flush\"", "gpipe, 1f1b-flush, 1f1b, 2bw, interleaved, zb-h1, zb-h2, zb-v, dualpipev, or custom (with schedule-csv)">,
     Option<"scheduleCsv", "schedule-csv", "std::string", "\"\"",
            "custom: the order per rank from a torch.distributed.pipelining compute-only CSV (stage q on rank q mod p; its stages, chunks and microbatches must match)">,
     Option<"microbatches", "microbatches", "int", "1", "microbatches per step">,

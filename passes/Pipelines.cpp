@@ -85,20 +85,51 @@ void pipec::buildStageLoweringPipeline(OpPassManager &pm, int stage,
 namespace {
 struct TrainPipelineCLOptions
     : public PassPipelineOptions<TrainPipelineCLOptions> {
-  Option<std::string> profile{*this, "profile", llvm::cl::init("")};
-  Option<std::string> device{*this, "device", llvm::cl::init("cpu")};
-  Option<int> stages{*this, "stages", llvm::cl::init(1)};
-  Option<std::string> loss{*this, "loss", llvm::cl::init("cross-entropy")};
-  Option<std::string> schedule{*this, "schedule", llvm::cl::init("1f1b-flush")};
-  Option<int> microbatches{*this, "microbatches", llvm::cl::init(1)};
-  Option<std::string> optimizer{*this, "optimizer", llvm::cl::init("sgd")};
-  Option<std::string> precision{*this, "precision", llvm::cl::init("f32")};
+  Option<std::string> profile{
+      *this, "profile",
+      llvm::cl::desc("pipec.profile/1 file of measured op times"),
+      llvm::cl::init("")};
+  Option<std::string> device{
+      *this, "device",
+      llvm::cl::desc("analytic device model when no profile is given: cpu, "
+                     "v100, a100, h100, ..."),
+      llvm::cl::init("cpu")};
+  Option<int> stages{*this, "stages", llvm::cl::desc("pipeline stages"),
+                     llvm::cl::init(1)};
+  Option<std::string> loss{
+      *this, "loss",
+      llvm::cl::desc("cross-entropy or model (the model computes its loss)"),
+      llvm::cl::init("cross-entropy")};
+  Option<std::string> schedule{
+      *this, "schedule",
+      llvm::cl::desc(
+          "as --pipe-build-schedule's schedule= (gpipe, 1f1b-flush, ...)"),
+      llvm::cl::init("1f1b-flush")};
+  Option<int> microbatches{*this, "microbatches",
+                           llvm::cl::desc("microbatches per step"),
+                           llvm::cl::init(1)};
+  Option<std::string> optimizer{
+      *this, "optimizer",
+      llvm::cl::desc("sgd, momentum, nesterov, adam or adagrad"),
+      llvm::cl::init("sgd")};
+  Option<std::string> precision{*this, "precision",
+                                llvm::cl::desc("f32, f64 or bf16"),
+                                llvm::cl::init("f32")};
 };
 struct LowerStageCLOptions : public PassPipelineOptions<LowerStageCLOptions> {
-  Option<int> stage{*this, "stage", llvm::cl::init(0)};
-  Option<int> replica{*this, "replica", llvm::cl::init(0)};
-  Option<std::string> buildId{*this, "build-id", llvm::cl::init("dev")};
-  Option<std::string> target{*this, "target", llvm::cl::init("cpu")};
+  Option<int> stage{*this, "stage",
+                    llvm::cl::desc("the pipeline stage to lower"),
+                    llvm::cl::init(0)};
+  Option<int> replica{
+      *this, "replica",
+      llvm::cl::desc("the replica of the stage (replicated stages)"),
+      llvm::cl::init(0)};
+  Option<std::string> buildId{
+      *this, "build-id",
+      llvm::cl::desc("the build id the stage checks against the manifest's"),
+      llvm::cl::init("dev")};
+  Option<std::string> target{*this, "target", llvm::cl::desc("cpu or cuda"),
+                             llvm::cl::init("cpu")};
 };
 } // namespace
 

@@ -15,11 +15,23 @@ mkdir -p "$OUT/corpus"
 INC="-Iinclude -I. -Ibuild -isystem /usr/lib/llvm-22/include"
 DEFS="-DONNX_NAMESPACE=onnx -DONNX_ML=1 -D_GNU_SOURCE -D__STDC_CONSTANT_MACROS -D__STDC_FORMAT_MACROS -D__STDC_LIMIT_MACROS"
 FLAGS="-std=c++17 -O1 -g -fsanitize=fuzzer,address -fno-omit-frame-pointer"
-echo "fuzz: compiling the importer with $CXX (libFuzzer + ASan)"
-$CXX $FLAGS $DEFS $INC -c lib/Import/OnnxImporter.cpp -o "$OUT/OnnxImporter.o"
-$CXX $FLAGS $DEFS $INC -c lib/Import/ConstFold.cpp -o "$OUT/ConstFold.o"
-$CXX $FLAGS $DEFS $INC -c tools/fuzz/import_fuzz.cpp -o "$OUT/import_fuzz.o"
-$CXX $FLAGS "$OUT"/import_fuzz.o "$OUT"/OnnxImporter.o "$OUT"/ConstFold.o \
+command -v "$CXX" >/dev/null || {
+  echo "fuzz: $CXX not found (apt-get install -y clang-14, or set CXX_FUZZ)"
+  exit 1
+}
+# Every source of the importer (lib/Import/CMakeLists.txt's PipecImport),
+# instrumented; linked as objects, so the per-op registrations of ops/*.cpp
+# (static initialisers) are kept.
+SOURCES=(lib/Import/*.cpp lib/Import/ops/*.cpp tools/fuzz/import_fuzz.cpp)
+echo "fuzz: compiling the importer (${#SOURCES[@]} files) with $CXX (libFuzzer + ASan)"
+OBJECTS=()
+for src in "${SOURCES[@]}"; do
+  obj="$OUT/obj/${src//\//_}.o"
+  mkdir -p "$OUT/obj"
+  $CXX $FLAGS $DEFS $INC -c "$src" -o "$obj"
+  OBJECTS+=("$obj")
+done
+$CXX $FLAGS "${OBJECTS[@]}" \
   build/lib/libPipecNN.a /usr/lib/llvm-22/lib/libMLIR.so.22.1 \
   /usr/lib/llvm-22/lib/libLLVM.so.1 -lonnx -lonnx_proto -lprotobuf -lpthread \
   -Wl,-rpath,/usr/lib/llvm-22/lib -o "$OUT/import_fuzz"

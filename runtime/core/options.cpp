@@ -89,6 +89,7 @@ std::string usageText(const char *argv0) {
          "[--resume-from DIR]\n"
          "       [--no-weight-stashing] [--vertical-sync] [--prefetch] "
          "[--quiet] [--watchdog-s S] [--watchdog-first-step-s S]\n"
+         "       [--allow-tf32] [--check-kernels] [--cuda-graphs]\n"
          "  --manifest PATH        the build's manifest (default: "
          "manifest.json "
          "beside the executable)\n"

@@ -103,13 +103,13 @@ def main():
 
     # 3. Errors and help.
     rc, text = run([runner, work, "--steps", "1"], env=env)
-    checks.report(rc == 1 and "pipec train: error:" in text and "manifest.json" in text
+    checks.report(rc == 1 and "pipec-run: error:" in text and "manifest.json" in text
                   and len(text.strip().splitlines()) == 1,
                   "not a compile output", f"exit {rc}: {tail(text)}")
     rc, text = run([runner, os.path.join(node, "run"), "--stepz", "1"], env=env)
     checks.report(rc == 2 and "unknown option '--stepz'" in text, "unknown option", f"exit {rc}: {tail(text, 120)}")
     rc, text = run([runner, "--help"], env=env)
-    checks.report(rc == 0 and "usage: pipec train" in text and "--steps" in text, "--help", f"exit {rc}")
+    checks.report(rc == 0 and "usage: pipec-run" in text and "--steps" in text, "--help", f"exit {rc}")
     return checks.summary()
 
 

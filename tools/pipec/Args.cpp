@@ -55,7 +55,7 @@ Args &Args::positional(const std::string &name, const std::string &help) {
 
 void Args::usage(bool toStdout) const {
   std::ostream &os = toStdout ? std::cout : std::cerr;
-  os << "usage: pipec " << command << (posName.empty() ? "" : " " + posName)
+  os << "usage: " << who << (posName.empty() ? "" : " " + posName)
      << " [options]\n";
   if (!posHelp.empty())
     os << "  " << posName << ": " << posHelp << "\n";
@@ -63,6 +63,8 @@ void Args::usage(bool toStdout) const {
   for (auto &[name, spec] : specs) {
     std::string left = "  " + name + (spec.isFlag ? "" : " VALUE");
     os << left;
+    if (left.size() >= 30) // a long name: its help on the next line
+      os << '\n' << std::string(30, ' ');
     for (size_t i = left.size(); i < 30; ++i)
       os << ' ';
     os << spec.help;
@@ -91,8 +93,7 @@ bool Args::parse() {
     auto it = std::find_if(specs.begin(), specs.end(),
                            [&](auto &s) { return s.first == name; });
     if (it == specs.end()) {
-      std::cerr << "pipec " << command << ": error: unknown option '" << name
-                << "'\n";
+      std::cerr << who << ": error: unknown option '" << name << "'\n";
       usage(false);
       return false;
     }
@@ -105,8 +106,7 @@ bool Args::parse() {
     } else if (i + 1 < raw.size()) {
       values[name] = raw[++i];
     } else {
-      std::cerr << "pipec " << command << ": error: option '" << name
-                << "' needs a value\n";
+      std::cerr << who << ": error: option '" << name << "' needs a value\n";
       return false;
     }
   }
@@ -137,7 +137,7 @@ bool Args::getBytes(const std::string &name, int64_t &out) const {
   uint64_t value = 0;
   if (!parseInteger(text, value) || value == 0 ||
       value > uint64_t(INT64_MAX / scale)) {
-    std::cerr << "pipec " << command << ": error: " << name
+    std::cerr << who << ": error: " << name
               << " takes bytes, optionally with K, M or G (KiB, MiB, "
                  "GiB), got '"
               << get(name) << "'\n";
@@ -150,8 +150,8 @@ bool Args::getBytes(const std::string &name, int64_t &out) const {
 bool Args::getInt(const std::string &name, int64_t &out, int64_t min) const {
   std::string v = get(name);
   if (!parseInteger(v, out) || out < min) {
-    std::cerr << "pipec " << command << ": error: " << name
-              << " must be an integer >= " << min << ", got '" << v << "'\n";
+    std::cerr << who << ": error: " << name << " must be an integer >= " << min
+              << ", got '" << v << "'\n";
     return false;
   }
   return true;
@@ -162,8 +162,8 @@ bool Args::getDouble(const std::string &name, double &out) const {
   char *end = nullptr;
   out = v.empty() ? 0 : std::strtod(v.c_str(), &end);
   if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(out)) {
-    std::cerr << "pipec " << command << ": error: " << name
-              << " must be a number, got '" << v << "'\n";
+    std::cerr << who << ": error: " << name << " must be a number, got '" << v
+              << "'\n";
     return false;
   }
   return true;
@@ -171,6 +171,8 @@ bool Args::getDouble(const std::string &name, double &out) const {
 
 int pipec::driver::fail(const std::string &command, const std::string &message,
                         int rc) {
-  std::cerr << "pipec " << command << ": error: " << message << "\n";
+  // "pipec-run" names a program of its own; the rest are pipec's commands.
+  std::cerr << (command.rfind("pipec-", 0) == 0 ? "" : "pipec ") << command
+            << ": error: " << message << "\n";
   return rc;
 }

@@ -470,8 +470,15 @@ void Compilation::noteImport() {
     if (auto g = dyn_cast<ml_program::GlobalOp>(op))
       params += cast<RankedTensorType>(g.getType()).getNumElements();
   });
-  say("imported " + o.model + ": " + std::to_string(layers) + " layers, " +
-      std::to_string(params) + " parameters; global batch " +
+  // The layers are numbered from 0; a cross-entropy loss the compiler adds
+  // becomes the next one, in the last stage (the stage lines show it).
+  std::string numbering =
+      " (0-" + std::to_string(std::max<int64_t>(layers - 1, 0)) +
+      (o.loss == "model" ? ")"
+                         : "; the loss is layer " + std::to_string(layers) +
+                               ", in the last stage)");
+  say("imported " + o.model + ": " + std::to_string(layers) + " layers" +
+      numbering + ", " + std::to_string(params) + " parameters; global batch " +
       std::to_string(batch) + " = " + std::to_string(o.microbatches) +
       " microbatches of " + std::to_string(microbatch));
   if (auto names = (*module)->getAttrOfType<ArrayAttr>("pipec.gradient_free")) {
@@ -1090,9 +1097,10 @@ static void declareCompileOptions(Args &a) {
            "activation recomputation: none, full (stash each "
            "stage's inputs only, re-run its forward at the "
            "start of its backward) or selective (stash the "
-           "gemm/matmul/conv outputs, recompute the rest); "
-           "one mode, or one per pipeline stage, "
-           "comma-separated",
+           "gemm/matmul/conv outputs, recompute the rest), or "
+           "auto (with --memory-limit: per stage the least "
+           "recomputation that fits); one mode, or one per "
+           "pipeline stage, comma-separated",
            "none")
       .opt("--memory-limit", "bytes one rank's arena may take (K, M, G "
                              "suffixes: KiB, MiB, GiB); a plan over it is "

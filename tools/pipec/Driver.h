@@ -15,7 +15,11 @@ namespace pipec::driver {
 class Args {
 public:
   Args(std::string command, std::vector<std::string> args)
-      : command(std::move(command)), raw(std::move(args)) {}
+      : who("pipec " + command), raw(std::move(args)) {}
+
+  /// The name usage and errors give the program ("pipec train" by default;
+  /// "pipec-run" for the launcher without the compiler).
+  void callAs(std::string name) { who = std::move(name); }
 
   /// Declares an option taking a value.
   Args &opt(const std::string &name, const std::string &help,
@@ -44,7 +48,7 @@ private:
     std::string help, dflt;
     bool isFlag;
   };
-  std::string command;
+  std::string who;
   std::vector<std::string> raw;
   std::vector<std::pair<std::string, Spec>> specs;
   std::string posName, posHelp;

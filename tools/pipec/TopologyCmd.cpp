@@ -196,8 +196,9 @@ int pipec::driver::runTopology(const std::vector<std::string> &argv,
       .opt("--processes", "stage processes the topology has on this machine",
            "2")
       .opt("--processors",
-           "devices those processes share (0: the cores when they outnumber "
-           "them, for cpu; one GPU each, for cuda)",
+           "devices those processes share (0: for cpu with --measure, this "
+           "machine's cores when the processes outnumber them; with --fit, "
+           "whose probe ran elsewhere, and for cuda: one each)",
            "0")
       .opt("--fit-from",
            "smallest message the link is fitted to (bytes, "

@@ -19,6 +19,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <set>
@@ -511,12 +512,18 @@ int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
 
 int pipec::driver::runTrain(const std::vector<std::string> &argv,
                             const char *argv0) {
+  // pipec-run is this command without the compiler: it names itself.
+  const bool standalone =
+      argv0 && std::filesystem::path(argv0).filename() == "pipec-run";
+  const std::string me = standalone ? "pipec-run" : "train";
   Args a("train", argv);
+  if (standalone)
+    a.callAs("pipec-run");
   declareTrainOptions(a);
   if (!a.parse())
     return a.helpShown ? 0 : 2;
   if (a.positionals().size() != 1)
-    return fail("train", "expected the OUT folder of `pipec compile`", 2);
+    return fail(me, "expected the OUT folder of `pipec compile`", 2);
   std::string out = absolute(a.positionals()[0]);
   std::string manifest = out + "/manifest.json";
   std::vector<std::string> bins;
@@ -524,15 +531,16 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   std::string error;
   bool replicated = false;
   if (!readStages(manifest, bins, stageOfRank, error, replicated))
-    return fail("train", error);
+    return fail(me, error);
   if (a.has("--vertical-sync") && replicated)
-    return fail("train", "--vertical-sync is not defined for replicated "
-                         "stages: a replicated stage updates once per round "
-                         "of its replicas' minibatches, so the version "
-                         "numbers of its stages differ",
+    return fail(me,
+                "--vertical-sync is not defined for replicated "
+                "stages: a replicated stage updates once per round "
+                "of its replicas' minibatches, so the version "
+                "numbers of its stages differ",
                 2);
   if (a.has("--resume") && a.has("--resume-from"))
-    return fail("train", "give --resume or --resume-from, not both", 2);
+    return fail(me, "give --resume or --resume-from, not both", 2);
   int64_t steps, every, seed;
   double lr;
   if (!a.getInt("--steps", steps, 1) || !a.getDouble("--lr", lr) ||
@@ -544,24 +552,24 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   plan.stageArgs = stageArguments(a, manifest, steps, every, seed);
   plan.exportEnv = exportedEnv();
   if (!planLaunch(a, plan, error))
-    return fail("train", error, 2);
+    return fail(me, error, 2);
   Launcher launcher;
   launcher.out = out;
   const std::string launcherKind = a.get("--launcher");
   if (launcherKind != "mpirun" && launcherKind != "srun")
-    return fail("train", "--launcher must be mpirun or srun, not '" +
-                             launcherKind + "'", 2);
+    return fail(
+        me, "--launcher must be mpirun or srun, not '" + launcherKind + "'", 2);
   launcher.srun = launcherKind == "srun";
   const std::string wanted = launcher.srun ? "srun" : a.get("--mpirun");
   launcher.path = findLauncher(wanted, error);
   if (launcher.path.empty() && !a.has("--dry-run"))
-    return fail("train", error);
+    return fail(me, error);
   if (launcher.path.empty())
     launcher.path = wanted;
   std::vector<std::string> cmd = launcher.command(plan);
   if (a.has("--dry-run")) {
     if (!launcher.writeFiles(plan, error))
-      return fail("train", error);
+      return fail(me, error);
     std::cout << launcher.line(cmd) << "\n";
     return 0;
   }
@@ -578,7 +586,7 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     cmd = launcher.command(withStatus);
   }
   if (!launcher.writeFiles(plan, error))
-    return fail("train", error);
+    return fail(me, error);
   // The ranks print their own error line; pass their exit status through
   // (1 error, 2 usage, 3 non-finite loss, 4 a watchdog stopped the job; the
   // launcher's code for a killed rank).
@@ -604,10 +612,11 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   if (rc == 0 && a.has("--trace")) {
     std::string error;
     if (!mergeTraces(absolute(a.get("--trace")), bins.size(), error))
-      return fail("train", error);
+      return fail(me, error);
     if (!a.has("--quiet"))
-      std::cout << "pipec train: wrote the trace of " << bins.size()
-                << " ranks to " << a.get("--trace") << "\n";
+      std::cout << (standalone ? "pipec-run" : "pipec train")
+                << ": wrote the trace of " << bins.size() << " ranks to "
+                << a.get("--trace") << "\n";
   }
   return rc < 0 ? 1 : rc;
 }

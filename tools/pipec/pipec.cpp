@@ -46,9 +46,11 @@ commands:
                                and simulate
   help [command]               show the options of a command
 
-a first run:
+a first run (in the source tree: the example MLP and a learnable dataset):
+  /usr/bin/python3 examples/mlp/make_mlp.py --data-steps 8
   pipec compile examples/mlp/mlp.onnx --stages 4 --microbatches 8 -o out/
-  pipec train out/ --steps 50 --lr 0.05
+  pipec train out/ --steps 100 --lr 0.5 --inputs examples/mlp/x.npy \
+      --labels examples/mlp/y.npy
 
 Run `pipec <command> --help` for the options of each command.
 )";
