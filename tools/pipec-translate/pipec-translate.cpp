@@ -21,36 +21,41 @@
 
 using namespace llvm;
 
+static cl::OptionCategory translateCategory("pipec-translate options");
+
 static cl::opt<bool> importOnnx("import-onnx",
                                 cl::desc("Import an ONNX model (default)"),
-                                cl::init(true));
-static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"));
+                                cl::init(true), cl::cat(translateCategory));
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"),
+                                      cl::cat(translateCategory));
 static cl::opt<bool> listOps("list-ops",
                              cl::desc("Print the operators the importer "
                                       "converts, with their opset and family"),
-                             cl::init(false));
+                             cl::init(false), cl::cat(translateCategory));
 static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
-                                       cl::value_desc("file"), cl::init("-"));
+                                       cl::value_desc("file"), cl::init("-"),
+                                       cl::cat(translateCategory));
 static cl::opt<int64_t> batch("batch",
                               cl::desc("Leading (batch) dimension of every "
                                        "model input"),
-                              cl::init(0));
+                              cl::init(0), cl::cat(translateCategory));
 static cl::list<std::string>
     inputShapes("input-shape",
                 cl::desc("Static shape of an input: NAME=D0xD1x..."),
-                cl::value_desc("NAME=DIMS"));
+                cl::value_desc("NAME=DIMS"), cl::cat(translateCategory));
 
 static cl::list<std::string>
     freeze("freeze",
            cl::desc("Float initializers to import as constants (not trained), "
                     "comma-separated"),
-           cl::value_desc("NAME,..."), cl::CommaSeparated);
+           cl::value_desc("NAME,..."), cl::CommaSeparated,
+           cl::cat(translateCategory));
 
 static cl::opt<bool> untieWeights(
     "untie-weights",
     cl::desc("Give every node that reads a shared float initializer its own "
              "copy (exports that merged equal initializers)"),
-    cl::init(false));
+    cl::init(false), cl::cat(translateCategory));
 
 /// The registry as a Markdown table.
 static void printOps(raw_ostream &os) {
@@ -89,6 +94,8 @@ int main(int argc, char **argv) {
   InitLLVM y(argc, argv);
   mlir::registerAsmPrinterCLOptions();
   mlir::registerMLIRContextCLOptions();
+  // --help shows this tool's options; --help-hidden adds LLVM's and MLIR's.
+  cl::HideUnrelatedOptions(translateCategory);
   cl::ParseCommandLineOptions(argc, argv, "pipec ONNX -> MLIR translator\n");
   if (listOps) {
     printOps(outs());
