@@ -222,7 +222,11 @@ size_t itemSize(const std::string &descr) {
   return 0;
 }
 
-bool parse(const char *bytes, size_t size, Array &out, std::string &error) {
+namespace {
+/// The header of a `.npy` image (`out` without data) and where its data
+/// begins; `size` may be the header's part of the file only.
+bool parseHeaderOf(const char *bytes, size_t size, Array &out,
+                   size_t &dataOffset, std::string &error) {
   const auto *p = reinterpret_cast<const unsigned char *>(bytes);
   if (size < kMagicLen + 2 || std::memcmp(bytes, kMagic, kMagicLen) != 0) {
     error = "not a .npy file (bad magic; expected \\x93NUMPY)";
@@ -254,18 +258,27 @@ bool parse(const char *bytes, size_t size, Array &out, std::string &error) {
   Array array;
   if (!HeaderParser(header).parse(array, error))
     return false;
-  size_t item = itemSize(array.descr);
-  if (item == 0) {
+  if (itemSize(array.descr) == 0) {
     error = "unsupported dtype '" + array.descr +
             "' (little-endian numeric dtypes only)";
     return false;
   }
+  dataOffset = prefix + headerLen;
+  out = std::move(array);
+  return true;
+}
+} // namespace
+
+bool parse(const char *bytes, size_t size, Array &out, std::string &error) {
+  Array array;
+  size_t dataOffset = 0;
+  if (!parseHeaderOf(bytes, size, array, dataOffset, error))
+    return false;
   uint64_t expected;
-  if (!byteCount(array.shape, item, expected)) {
+  if (!byteCount(array.shape, itemSize(array.descr), expected)) {
     error = "shape " + shapeString(array.shape) + " is too large";
     return false;
   }
-  size_t dataOffset = prefix + headerLen;
   uint64_t have = size - dataOffset;
   if (have < expected) {
     error = "truncated data: shape " + shapeString(array.shape) + " of '" +
@@ -281,6 +294,38 @@ bool parse(const char *bytes, size_t size, Array &out, std::string &error) {
   }
   array.data.assign(bytes + dataOffset, bytes + size);
   out = std::move(array);
+  return true;
+}
+
+bool readHeader(const std::string &path, Array &out, std::string &error) {
+  FilePtr f(std::fopen(path.c_str(), "rb"));
+  if (!f) {
+    error = "cannot open '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  // A version 1 header is at most 65535 + 10 bytes; a larger one (version
+  // 2 or 3) is read whole below.
+  std::vector<char> bytes(65536 + 16);
+  bytes.resize(std::fread(bytes.data(), 1, bytes.size(), f.get()));
+  size_t dataOffset = 0;
+  std::string why;
+  if (bytes.size() >= kMagicLen + 2 + 4 && bytes[6] >= 2 &&
+      std::memcmp(bytes.data(), kMagic, kMagicLen) == 0) {
+    size_t need = kMagicLen + 2 + 4 +
+                  readLE(reinterpret_cast<const unsigned char *>(bytes.data() +
+                                                                 kMagicLen + 2),
+                         4);
+    if (need > bytes.size() && need < (size_t(1) << 30)) {
+      size_t had = bytes.size();
+      bytes.resize(need);
+      bytes.resize(had +
+                   std::fread(bytes.data() + had, 1, need - had, f.get()));
+    }
+  }
+  if (!parseHeaderOf(bytes.data(), bytes.size(), out, dataOffset, why)) {
+    error = "'" + path + "' is not a valid .npy file: " + why;
+    return false;
+  }
   return true;
 }
 

@@ -303,6 +303,9 @@ bool Importer::load() {
   if (givenBytes) {
     bytes = *givenBytes;
   } else {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+      return fail("'" + path + "' is a folder, not an ONNX model");
     std::ifstream in(path, std::ios::binary);
     if (!in)
       return fail("cannot open '" + path + "': " + std::strerror(errno));
@@ -320,6 +323,11 @@ bool Importer::load() {
       model.graph().node_size() == 0)
     return fail("'" + path + "' is not an ONNX model (no IR version or empty "
                 "graph)");
+  if (model.graph().output_size() == 0)
+    return fail("'" + path +
+                "' has no graph outputs: nothing to train (the "
+                "first output is the model's prediction, or its loss with "
+                "--loss model)");
   for (const auto &op : model.opset_import())
     if (isDefaultDomain(op.domain()))
       opset = op.version();
@@ -563,6 +571,31 @@ bool Importer::specialiseAndInfer() {
   std::set<std::string> initNames;
   for (const auto &init : graph->initializer())
     initNames.insert(init.name());
+  // Every --input-shape names a model input, with its number of dimensions
+  // (a misspelt name was ignored, and a wrong rank surfaced as an internal
+  // error of some later op).
+  std::string inputList;
+  for (const auto &input : graph->input())
+    if (!initNames.count(input.name()) && !heavy.count(input.name()))
+      inputList += (inputList.empty() ? "'" : ", '") + input.name() + "'";
+  for (const auto &[name, dims] : opts.inputShapes) {
+    const onnx::ValueInfoProto *found = nullptr;
+    for (const auto &input : graph->input())
+      if (input.name() == name && !initNames.count(name) && !heavy.count(name))
+        found = &input;
+    if (!found)
+      return fail("--input-shape names '" + name +
+                  "', which is not an input of the model (its inputs: " +
+                  inputList + ")");
+    const auto &given = found->type().tensor_type();
+    if (given.has_shape() && given.shape().dim_size() > 0 &&
+        given.shape().dim_size() != static_cast<int>(dims.size()))
+      return fail("--input-shape gives '" + name + "' " +
+                  std::to_string(dims.size()) +
+                  " dimensions, but the model's "
+                  "input has " +
+                  std::to_string(given.shape().dim_size()));
+  }
   for (auto &input : *graph->mutable_input()) {
     if (initNames.count(input.name()) || heavy.count(input.name()))
       continue;
@@ -704,9 +737,16 @@ FailureOr<RankedTensorType> Importer::typeOf(const std::string &name,
   }
   Type elem = elementType(vt.elemType);
   if (!elem) {
-    fail(where + ": '" + name + "' has ONNX element type " +
+    const std::string typeName =
+        onnx::TensorProto_DataType_IsValid(vt.elemType)
+            ? onnx::TensorProto_DataType_Name(
+                  static_cast<onnx::TensorProto_DataType>(vt.elemType))
+            : std::to_string(vt.elemType);
+    fail(where + ": '" + name + "' has ONNX element type " + typeName + " (" +
          std::to_string(vt.elemType) +
-         "; pipec supports float32, int64 and bool tensors");
+         "); pipec supports float32, int64 and bool tensors (export the "
+         "model in float32; `--precision f64` or `bf16` chooses the "
+         "arithmetic)");
     return failure();
   }
   // Element counts beyond 2^40 (and products that would overflow) are
@@ -1204,7 +1244,9 @@ bool Importer::emit() {
   for (auto &[name, global] : globals)
     global->moveBefore(fn);
   if (failed(verify(module)))
-    return fail("internal error: the imported module does not verify");
+    return fail("the imported model does not verify (the diagnostic above "
+                "names the ONNX node): shapes or types that disagree, in the "
+                "file or after --batch/--input-shape");
   return true;
 }
 
@@ -1386,6 +1428,11 @@ OwningOpRef<ModuleOp> pipec::importOnnxBytes(MLIRContext &context,
 }
 
 int64_t pipec::onnxFileBatch(const std::string &path, std::string &error) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    error = "'" + path + "' is a folder, not an ONNX model";
+    return -1;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     error = "cannot open '" + path + "': " + std::strerror(errno);

@@ -421,8 +421,11 @@ AutoPlanResult pipec::planAuto(const Profile &profile, const Topology &topology,
     result.ok = true;
     result.best = best->plan;
     result.best.algorithm = "auto:" + best->plan.algorithm;
+    // plan.json keeps the candidates that are plans; a planner that made
+    // none (refused, or not applicable) is only in the printed table.
     for (const PlanCandidate &c : result.candidates)
-      result.best.candidates.push_back(c.plan);
+      if (!c.plan.stages.empty())
+        result.best.candidates.push_back(c.plan);
     return result;
   }
   // Nothing fits: say what the smallest plan would need.

@@ -147,6 +147,38 @@ bool readCheckpointList(const std::string &listPath, nlohmann::json &doc) {
     throw RtError("cannot resume: '" + listPath + "' is not valid JSON (" +
                   e.what() + ")");
   }
+  // The fields this file's readers take, with their types (a wrong type
+  // would otherwise surface as a bare JSON exception naming no file).
+  auto bad = [&](const std::string &what) {
+    throw RtError("cannot resume: '" + listPath + "' is not a valid " +
+                  "pipec.checkpoint-manifest/1: " + what);
+  };
+  if (!doc.is_object())
+    bad("the top level is not a JSON object");
+  if (doc.value("format", nlohmann::json()) != "pipec.checkpoint-manifest/1")
+    bad("\"format\" is not \"pipec.checkpoint-manifest/1\"");
+  if (!doc.contains("stages") || !doc["stages"].is_array())
+    bad("\"stages\" is not a list");
+  for (const nlohmann::json &e : doc["stages"]) {
+    if (!e.is_object())
+      bad("an entry of \"stages\" is not an object");
+    auto has = [&](const char *key, bool ok) {
+      if (!e.contains(key) || !ok)
+        bad(std::string("an entry of \"stages\" has no ") + key +
+            " of the right type");
+    };
+    has("stage", e.contains("stage") && e["stage"].is_number_integer());
+    has("file", e.contains("file") && e["file"].is_string());
+    has("bytes", e.contains("bytes") && e["bytes"].is_number_integer());
+    has("fnv1a64", e.contains("fnv1a64") && e["fnv1a64"].is_string());
+    if (e.contains("hosts")) {
+      if (!e["hosts"].is_array())
+        bad("an entry's \"hosts\" is not a list");
+      for (const nlohmann::json &h : e["hosts"])
+        if (!h.is_string())
+          bad("an entry's \"hosts\" holds a non-string");
+    }
+  }
   return true;
 }
 
@@ -350,8 +382,15 @@ void verifyStageCheckpoint(const std::string &dir, int64_t step,
       std::filesystem::path(dir) / checkpointFolderName(step);
   const std::string listPath = (folder / "checkpoint.json").string();
   nlohmann::json doc;
-  if (!readCheckpointList(listPath, doc))
-    return; // written before checkpoint manifests existed
+  if (!readCheckpointList(listPath, doc)) {
+    // Written before checkpoint manifests existed, or the file was lost:
+    // the stage files load unchecked, and the user is told.
+    std::fprintf(stderr,
+                 "pipec-rt: warning: '%s' is missing: stage %d's checkpoint "
+                 "file is loaded without its size and checksum check\n",
+                 listPath.c_str(), int(desc.stage));
+    return;
+  }
   const std::string file = "stage" + std::to_string(desc.stage) +
                            ".safetensors";
   for (const nlohmann::json &e : doc.value("stages", nlohmann::json::array())) {

@@ -676,6 +676,30 @@ std::optional<int> readDescriptionAndOptions(pipec_ctx &ctx, int argc,
   return std::nullopt;
 }
 
+/// Refuses, before the first step, an output `path` (a folder if `folder`)
+/// that could not be written: the nearest existing ancestor of the place
+/// must be a folder this process may write in. (A file written at the end
+/// of a long run, into a path that was never possible, lost the run.)
+void checkWritablePlace(const std::string &flag, const std::string &path,
+                        bool folder) {
+  namespace fs = std::filesystem;
+  if (path.empty())
+    return;
+  fs::path place = folder ? fs::path(path) : fs::path(path).parent_path();
+  if (place.empty())
+    place = ".";
+  std::error_code ec;
+  while (!fs::exists(place, ec) && place.has_parent_path() &&
+         place.parent_path() != place)
+    place = place.parent_path();
+  if (!fs::is_directory(place, ec))
+    throw RtError(flag + " '" + path + "': '" + place.string() +
+                  "' is not a folder");
+  if (access(place.c_str(), W_OK | X_OK) != 0)
+    throw RtError(flag + " '" + path + "': cannot write in '" + place.string() +
+                  "': " + std::strerror(errno));
+}
+
 /// The device, the arena with the weights (and a resumed checkpoint) in it,
 /// weight versions and feeds; returns the step to start from.
 int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
@@ -686,6 +710,13 @@ int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
   if (desc.target != target)
     throw RtError("this stage was compiled for --target " + desc.target +
                   " but linked with the " + target + " runtime");
+  // Every rank writes its checkpoint files; rank 0 the gathered reports.
+  checkWritablePlace("--checkpoint-dir", o.checkpointDir, true);
+  if (reports) {
+    checkWritablePlace("--summary-out", o.summaryOut, false);
+    checkWritablePlace("--trace", o.trace, false);
+    checkWritablePlace("--profile-out", o.profileOut, false);
+  }
   if (o.checkKernels && desc.target != "cuda")
     throw RtError("--check-kernels checks CUDA kernels against the CPU "
                   "kernels; this stage runs the CPU kernels already");
@@ -735,6 +766,17 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
                   "program");
   auto ctxOwner = std::make_unique<pipec_ctx>();
   pipec_ctx &ctx = *ctxOwner;
+  // An error that leaves this function ends the job in fatal(), through
+  // the communicator (errorLocation().comm): the context that owns it must
+  // outlive the unwinding, so it is let go, never destroyed, then (the
+  // process exits in fatal()).
+  struct KeepContextOnError {
+    std::unique_ptr<pipec_ctx> &owner;
+    ~KeepContextOnError() {
+      if (std::uncaught_exceptions() > 0)
+        (void)owner.release();
+    }
+  } keepContext{ctxOwner};
   if (std::optional<int> early = readDescriptionAndOptions(ctx, argc, argv,
                                                            meta))
     return *early;
@@ -817,13 +859,15 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
     watchdogStepTime(wall);
     double loss = stepLoss(ctx);
     if (!std::isfinite(loss)) {
+      // Every rank knows the step's loss and stops; rank 0 says it once.
       std::fflush(stdout);
-      std::fprintf(stderr, "%s\n",
-                   formatError(std::string("loss is ") + nonFiniteName(loss) +
-                               " at step " + std::to_string(t + 1) +
-                               " (last good checkpoint: " + lastCheckpoint +
-                               ")")
-                       .c_str());
+      if (ctx.rank == 0)
+        std::fprintf(stderr, "%s\n",
+                     formatError(std::string("loss is ") + nonFiniteName(loss) +
+                                 " at step " + std::to_string(t + 1) +
+                                 " (last good checkpoint: " + lastCheckpoint +
+                                 ")")
+                         .c_str());
       std::fflush(stderr);
       leaveJob(ctx, RankState::Error);
       return 3;

@@ -107,6 +107,11 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  if (batch.getNumOccurrences() > 0 && batch <= 0) {
+    errs() << "pipec-translate: error: --batch must be >= 1, got " << batch
+           << "\n";
+    return 1;
+  }
   pipec::ImportOptions options;
   options.batch = batch;
   options.frozen.insert(freeze.begin(), freeze.end());

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 
 namespace {
 
@@ -147,11 +148,16 @@ bool Args::getBytes(const std::string &name, int64_t &out) const {
   return true;
 }
 
-bool Args::getInt(const std::string &name, int64_t &out, int64_t min) const {
+bool Args::getInt(const std::string &name, int64_t &out, int64_t min,
+                  int64_t max) const {
   std::string v = get(name);
-  if (!parseInteger(v, out) || out < min) {
-    std::cerr << who << ": error: " << name << " must be an integer >= " << min
-              << ", got '" << v << "'\n";
+  if (!parseInteger(v, out) || out < min || out > max) {
+    std::cerr << who << ": error: " << name << " must be an integer ";
+    if (max == std::numeric_limits<int64_t>::max())
+      std::cerr << ">= " << min;
+    else
+      std::cerr << "from " << min << " to " << max;
+    std::cerr << ", got '" << v << "'\n";
     return false;
   }
   return true;

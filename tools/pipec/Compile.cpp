@@ -34,7 +34,9 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/xxhash.h"
 
+#include <cctype>
 #include <chrono>
+#include <filesystem>
 
 using namespace mlir;
 using namespace pipec;
@@ -107,8 +109,10 @@ std::string humanBytes(int64_t bytes) {
   char buf[32];
   if (bytes >= (1 << 20))
     snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
-  else
+  else if (bytes >= 1024)
     snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+  else
+    snprintf(buf, sizeof buf, "%lld bytes", static_cast<long long>(bytes));
   return buf;
 }
 
@@ -970,6 +974,69 @@ bool Compilation::lowerAndLinkStage(int s) {
   return true;
 }
 
+/// pipec's own names for a stage's files: stageN, stageNrM (an executable),
+/// obj/ + one of those + .o, weights/stageN.safetensors.
+bool isStageFileName(const std::string &rel) {
+  auto digits = [](const std::string &t, size_t &i) {
+    size_t from = i;
+    while (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i])))
+      ++i;
+    return i > from;
+  };
+  std::string t = rel;
+  bool object = false;
+  if (t.rfind("weights/", 0) == 0) {
+    t = t.substr(8);
+    size_t i = 5;
+    return t.rfind("stage", 0) == 0 && digits(t, i) &&
+           t.substr(i) == ".safetensors";
+  }
+  if (t.rfind("obj/", 0) == 0) {
+    t = t.substr(4);
+    object = true;
+  }
+  size_t i = 5;
+  if (t.rfind("stage", 0) != 0 || !digits(t, i))
+    return false;
+  if (i < t.size() && t[i] == 'r' && !digits(t, ++i))
+    return false;
+  return t.substr(i) == (object ? ".o" : "");
+}
+
+/// A folder compiled before with more stages or replicas kept their
+/// executables, objects and weights beside the new build's: removes the
+/// files of pipec's stage names that `manifest` does not list; returns how
+/// many.
+int removeStaleStageFiles(const std::string &outDir,
+                          const formats::Manifest &manifest) {
+  namespace fs = std::filesystem;
+  std::set<std::string> keep;
+  for (const formats::ManifestStage &st : manifest.stages) {
+    std::vector<std::string> binaries = st.binaries;
+    binaries.push_back(st.binary);
+    for (const std::string &b : binaries) {
+      keep.insert(b);
+      keep.insert("obj/" + b + ".o");
+    }
+    keep.insert(st.weights);
+  }
+  int removed = 0;
+  for (const char *sub : {"", "obj", "weights"}) {
+    std::error_code ec;
+    fs::directory_iterator it(fs::path(outDir) / sub, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      std::string rel = (fs::path(sub) / it->path().filename()).string();
+      std::error_code fileEc;
+      if (!it->is_regular_file(fileEc) || keep.count(rel) ||
+          !isStageFileName(rel))
+        continue;
+      if (fs::remove(it->path(), fileEc))
+        ++removed;
+    }
+  }
+  return removed;
+}
+
 /// manifest.json (pipec/formats/Documents.h): the stages, model inputs and
 /// labels at the global batch.
 bool Compilation::writeManifest() {
@@ -1013,6 +1080,9 @@ bool Compilation::writeManifest() {
   if (!writeText(o.outDir + "/manifest.json", formats::writeManifest(manifest),
                  error))
     return failWith(error);
+  if (int removed = removeStaleStageFiles(o.outDir, manifest))
+    say("removed " + std::to_string(removed) +
+        " stage file(s) of an earlier build in " + o.outDir);
   return true;
 }
 
@@ -1311,6 +1381,23 @@ static bool parseModelOptions(const Args &a, CompileOptions &o) {
       !a.getDouble("--beta2", o.beta2) || !a.getDouble("--epsilon", o.epsilon) ||
       !a.getDouble("--weight-decay", o.weightDecay))
     return false;
+  // The ranges in which the update rules mean what they say (ONNX's
+  // Momentum, Adam and Adagrad): a decay factor in [0, 1), a non-negative
+  // epsilon and weight decay.
+  for (auto [flag, value] :
+       {std::pair<const char *, double>{"--momentum", o.momentum},
+        {"--beta1", o.beta1},
+        {"--beta2", o.beta2}})
+    if (!(value >= 0 && value < 1))
+      return !fail("compile",
+                   std::string(flag) + " must be in [0, 1), got " + a.get(flag),
+                   2);
+  if (!(o.epsilon >= 0) || !(o.weightDecay >= 0))
+    return !fail("compile",
+                 std::string(o.epsilon >= 0 ? "--weight-decay" : "--epsilon") +
+                     " must be >= 0, got " +
+                     a.get(o.epsilon >= 0 ? "--weight-decay" : "--epsilon"),
+                 2);
   o.precision = a.get("--precision");
   if (o.precision != "f32" && o.precision != "f64" && o.precision != "bf16")
     return !fail("compile",
@@ -1360,7 +1447,8 @@ int pipec::driver::runCompile(const std::vector<std::string> &argv) {
   int64_t stages, micro, batch = 0;
   if (!a.getInt("--stages", stages, 1) ||
       !a.getInt("--microbatches", micro, 1) ||
-      (a.has("--batch") && !a.getInt("--batch", batch, 1)))
+      (a.has("--batch") &&
+       !a.getInt("--batch", batch, 1, std::numeric_limits<int64_t>::max())))
     return 2;
   o.stages = stages;
   o.microbatches = micro;
@@ -1381,7 +1469,8 @@ int pipec::driver::runImport(const std::vector<std::string> &argv) {
   if (a.positionals().size() != 1)
     return fail("import", "expected one MODEL.onnx", 2);
   ImportOptions options;
-  if (a.has("--batch") && !a.getInt("--batch", options.batch, 1))
+  if (a.has("--batch") && !a.getInt("--batch", options.batch, 1,
+                                    std::numeric_limits<int64_t>::max()))
     return 2;
   if (!parseShapes(a, options.inputShapes, "import"))
     return 2;

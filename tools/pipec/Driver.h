@@ -3,9 +3,10 @@
 #define PIPEC_TOOLS_PIPEC_DRIVER_H
 
 #include <cstdint>
+#include <limits>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,10 @@ public:
 
   std::string get(const std::string &name) const;
   bool has(const std::string &name) const;
-  bool getInt(const std::string &name, int64_t &out, int64_t min) const;
+  /// An integer in [min, max]; the default max is the largest `int`, as
+  /// most counts end up in one (a larger value would wrap around).
+  bool getInt(const std::string &name, int64_t &out, int64_t min,
+              int64_t max = std::numeric_limits<int>::max()) const;
   bool getDouble(const std::string &name, double &out) const;
   /// Bytes > 0, optionally with K, M or G (KiB, MiB, GiB): "512M".
   bool getBytes(const std::string &name, int64_t &out) const;

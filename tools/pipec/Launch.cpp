@@ -598,8 +598,49 @@ bool pipec::driver::parseRankDeath(const std::string &line, RankDeath &death) {
   return true;
 }
 
+namespace {
+/// The signal pipec got while a launcher ran (0: none).
+volatile std::sig_atomic_t launcherInterrupt = 0;
+void noteInterrupt(int signal) { launcherInterrupt = signal; }
+
+/// SIGINT, SIGTERM and SIGHUP noted (not fatal) while it lives, so that
+/// pipec stops the job and cleans up after it instead of dying first.
+class InterruptsNoted {
+public:
+  InterruptsNoted() {
+    launcherInterrupt = 0;
+    struct sigaction action = {};
+    action.sa_handler = noteInterrupt;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < 3; ++i)
+      ::sigaction(kSignals[i], &action, &saved[i]);
+  }
+  ~InterruptsNoted() {
+    for (size_t i = 0; i < 3; ++i)
+      ::sigaction(kSignals[i], &saved[i], nullptr);
+  }
+
+private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction saved[3];
+};
+
+/// The ranks of `start` without a status record yet.
+std::vector<int> ranksNotStarted(const StartWatch &start) {
+  std::vector<int> missing;
+  for (size_t r = 0; r < start.ranks; ++r)
+    if (::access((start.statusDir + "/rank-" + std::to_string(r) + ".status")
+                     .c_str(),
+                 F_OK) != 0)
+      missing.push_back(int(r));
+  return missing;
+}
+} // namespace
+
 int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
-                               LauncherReport *report, double graceSeconds) {
+                               LauncherReport *report, double graceSeconds,
+                               const StartWatch *start) {
+  InterruptsNoted interrupts;
   std::fflush(stdout);
   std::fflush(stderr);
   int fds[2];
@@ -634,8 +675,11 @@ int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
   char buffer[4096];
   using Clock = std::chrono::steady_clock;
   std::optional<Clock::time_point> stopAt, killAt, drainUntil;
+  const Clock::time_point launched = Clock::now();
+  bool allStarted = !start || start->ranks == 0;
   int status = 0;
   bool exited = false;
+  int interrupted = 0;
   for (;;) {
     struct pollfd pfd = {fds[0], POLLIN, 0};
     int ready = ::poll(&pfd, 1, 200);
@@ -659,6 +703,30 @@ int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
       break;
     if (exited)
       continue;
+    // pipec was told to stop: the launcher ends the ranks (SIGTERM), then
+    // pipec cleans up (its status folder) and exits 128 + the signal.
+    if (launcherInterrupt && !interrupted) {
+      interrupted = launcherInterrupt;
+      filter.mute();
+      ::kill(pid, SIGTERM);
+      killAt = now + std::chrono::seconds(5);
+    }
+    // A rank that never joined: the others wait in MPI_Init for ever.
+    if (!allStarted && !killAt &&
+        now - launched > std::chrono::duration<double>(start->seconds)) {
+      std::vector<int> missing = ranksNotStarted(*start);
+      allStarted = missing.empty();
+      if (!missing.empty()) {
+        if (report)
+          report->notStarted = missing;
+        filter.mute();
+        ::kill(pid, SIGTERM);
+        killAt = now + std::chrono::seconds(3);
+      }
+    } else if (!allStarted && !killAt && start &&
+               ranksNotStarted(*start).empty()) {
+      allStarted = true;
+    }
     // A watchdog fired: the ranks end on their own; a launcher that waits
     // for a host it cannot reach is stopped after the grace period.
     if (filter.watchdogSeen() && !stopAt)
@@ -679,6 +747,13 @@ int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
   if (!exited)
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+  if (interrupted) {
+    if (report)
+      report->interrupted = interrupted;
+    return 128 + interrupted;
+  }
+  if (report && !report->notStarted.empty())
+    return 1;
   if (report && report->stopped)
     return kWatchdogStatus;
   if (WIFEXITED(status))

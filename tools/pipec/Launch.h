@@ -109,9 +109,28 @@ struct LauncherReport {
   /// line (mpirun waits for daemons on a host it cannot reach); pipec
   /// stopped it.
   bool stopped = false;
+  /// Ranks that had not joined the job (no status record) by the start-up
+  /// deadline (StartWatch); pipec stopped the job.
+  std::vector<int> notStarted;
+  /// pipec itself got SIGINT, SIGTERM or SIGHUP (0: none): it stopped the
+  /// launcher and returned 128 + that signal.
+  int interrupted = 0;
 };
+
+/// A start-up deadline: every rank makes its status record
+/// (`statusDir`/rank-R.status) once it has joined MPI; a rank without one
+/// `seconds` after the launch (a stage executable that exits or hangs
+/// before MPI_Init) would leave the others waiting in MPI_Init forever.
+/// Only where every rank runs on this machine (their records are here).
+struct StartWatch {
+  std::string statusDir;
+  size_t ranks = 0;
+  double seconds = 60;
+};
+
 int runLauncher(const std::vector<std::string> &cmd,
-                LauncherReport *report = nullptr, double graceSeconds = 5);
+                LauncherReport *report = nullptr, double graceSeconds = 5,
+                const StartWatch *start = nullptr);
 
 /// One line from the ranks' watchdog lines: the rank that the others wait
 /// for and that reported nothing itself (lost, or on a lost host or link),

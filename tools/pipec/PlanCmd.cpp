@@ -246,7 +246,9 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
                              "planner's choice)")
       .opt("--global-batch", "samples per iteration")
       .opt("--microbatch", "samples per microbatch (default: the profile's)")
-      .opt("--stages", "pipeline depth (default: the planner's choice)")
+      .opt("--stages",
+           "pipeline depth (default: the planner's choice; for madpipe the "
+           "devices used, which may hold more than one stage each)")
       .opt("--chunks", "virtual chunks per device (interleaved)")
       .opt("--optimizer",
            "sgd, momentum or adam (optimizer state in the "
@@ -285,11 +287,13 @@ int pipec::driver::runPlan(const std::vector<std::string> &argv) {
     return 2;
   options.microbatches = v;
   v = 0;
-  if (a.has("--global-batch") && !a.getInt("--global-batch", v, 1))
+  if (a.has("--global-batch") &&
+      !a.getInt("--global-batch", v, 1, std::numeric_limits<int64_t>::max()))
     return 2;
   options.globalBatch = v;
   v = 0;
-  if (a.has("--microbatch") && !a.getInt("--microbatch", v, 1))
+  if (a.has("--microbatch") &&
+      !a.getInt("--microbatch", v, 1, std::numeric_limits<int64_t>::max()))
     return 2;
   options.microbatchSize = v;
   v = 0;

@@ -45,7 +45,9 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
     return fail("profile", "expected one MODEL.onnx", 2);
   int64_t steps, warmup, micro = 0, threads = 0;
   if (!a.getInt("--steps", steps, 1) || !a.getInt("--warmup", warmup, 0) ||
-      (a.has("--microbatch") && !a.getInt("--microbatch", micro, 1)) ||
+      (a.has("--microbatch") &&
+       !a.getInt("--microbatch", micro, 1,
+                 std::numeric_limits<int64_t>::max())) ||
       (a.has("--threads") && !a.getInt("--threads", threads, 1)))
     return 2;
   if (threads > 0) // the runtime and the launcher honour it

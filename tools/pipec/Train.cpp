@@ -14,6 +14,7 @@
 #include "Launch.h"
 #include "SysUtil.h"
 #include "pipec/formats/Documents.h"
+#include "pipec/formats/npy.h"
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,86 @@ std::string pipec::driver::findLauncher(const std::string &requested,
 namespace {
 
 using sys::absolute;
+
+/// --inputs and --labels together: both or neither where the build's loss
+/// reads labels, and (for the files this machine holds) as many rows in
+/// each, since every file is read in order and cycled on its own: files of
+/// different lengths pair inputs with other samples' labels from the first
+/// wrap on. The stage executables check each file's dtype and shape.
+bool checkDataFiles(const Args &a, const std::string &manifestPath,
+                    std::string &error) {
+  pipec::formats::Manifest manifest;
+  if (!pipec::formats::readManifest(manifestPath, manifest, error))
+    return false;
+  const bool inputs = a.has("--inputs"), labels = a.has("--labels");
+  if (labels && !inputs) {
+    error = "--labels without --inputs: the labels would be paired with "
+            "synthetic inputs; give both (or neither, to train on "
+            "synthetic data)";
+    return false;
+  }
+  if (inputs && !labels && manifest.hasLabels) {
+    error = "--inputs without --labels: this build's loss reads labels, "
+            "which would be synthetic; give both (or neither)";
+    return false;
+  }
+  std::vector<std::string> files;
+  if (inputs)
+    files = sys::split(a.get("--inputs"), ',');
+  if (labels)
+    files.push_back(a.get("--labels"));
+  std::string first;
+  int64_t firstRows = -1;
+  for (const std::string &file : files) {
+    if (!sys::exists(file))
+      continue; // on the machines that read it only; the stages check
+    pipec::npy::Array header;
+    if (!pipec::npy::readHeader(file, header, error))
+      return false;
+    if (header.shape.empty())
+      continue; // a 0-d array: the stage refuses it
+    if (firstRows < 0) {
+      first = file;
+      firstRows = header.shape[0];
+    } else if (header.shape[0] != firstRows) {
+      error = "'" + first + "' holds " + std::to_string(firstRows) +
+              " samples but '" + file + "' " + std::to_string(header.shape[0]) +
+              ": inputs and labels must have as many rows (each file is "
+              "read in order and cycled on its own)";
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Why `path` is not a complete ELF file ("" when it is one): the magic,
+/// and the section header table inside the file (what a truncated copy
+/// loses first: it lies at the end).
+std::string elfProblem(const std::string &path) {
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return std::string("cannot open it: ") + std::strerror(errno);
+  unsigned char header[64] = {};
+  size_t got = std::fread(header, 1, sizeof header, f);
+  std::fseek(f, 0, SEEK_END);
+  long size = std::ftell(f);
+  std::fclose(f);
+  if (got < 4 || std::memcmp(header,
+                             "\x7f"
+                             "ELF",
+                             4) != 0)
+    return "not an ELF executable";
+  if (got < 64 || header[4] != 2 /* ELFCLASS64 */)
+    return "not a 64-bit ELF file";
+  uint64_t shoff = 0;
+  for (int i = 7; i >= 0; --i)
+    shoff = (shoff << 8) | header[0x28 + i];
+  uint16_t shentsize = uint16_t(header[0x3a] | header[0x3b] << 8);
+  uint16_t shnum = uint16_t(header[0x3c] | header[0x3d] << 8);
+  if (size < 0 || shoff + uint64_t(shentsize) * shnum > uint64_t(size))
+    return "truncated (" + std::to_string(size) + " bytes)";
+  return "";
+}
 
 /// Stage binaries of a build folder, from its manifest, and whether some
 /// stage has several replicas.
@@ -85,8 +166,21 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
         return false;
       }
       std::string path = dir + "/" + name;
-      if (!sys::canExecute(path)) {
+      if (!sys::exists(path)) {
         error = "stage executable '" + path + "' is missing";
+        return false;
+      }
+      if (!sys::canExecute(path)) {
+        error = "stage executable '" + path +
+                "' is not executable (its "
+                "permissions; compile again or chmod +x)";
+        return false;
+      }
+      // An ELF executable, whole: a damaged copy would start (or fail to
+      // start) as a crash of the launcher, once per try.
+      if (std::string why = elfProblem(path); !why.empty()) {
+        error = "stage executable '" + path + "' is damaged: " + why +
+                " (compile again, or copy the run folder again)";
         return false;
       }
       byRank[rank] = path;
@@ -462,6 +556,24 @@ struct Launcher {
 /// rank that died), and the exit status pipec train returns.
 int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
                   const std::string &statusDir) {
+  if (report.interrupted) {
+    std::cerr << "pipec: stopped by signal " << report.interrupted
+              << ": the job was ended; the last complete checkpoint "
+                 "(if any) is kept\n";
+    return rc;
+  }
+  if (!report.notStarted.empty()) {
+    std::vector<std::string> names;
+    for (int r : report.notStarted)
+      names.push_back("rank " + std::to_string(r) + " (stage " +
+                      std::to_string(plan.stageOfRank[size_t(r)]) + ")");
+    std::cerr << "pipec: error: " << sys::join(names, ", ")
+              << " had not joined the job (MPI_Init had not returned) by the "
+                 "start-up deadline (PIPEC_START_TIMEOUT_S, default 60 s): "
+                 "a stage executable that exits or hangs before MPI_Init "
+                 "keeps every rank waiting there; the job was stopped\n";
+    return 1;
+  }
   if (report.daemonsFailed) {
     std::cerr << "pipec: error: the launcher could not start its daemon on "
                  "every host (the line above names the host: unreachable, "
@@ -541,10 +653,32 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
                 2);
   if (a.has("--resume") && a.has("--resume-from"))
     return fail(me, "give --resume or --resume-from, not both", 2);
+  // The values the stage executables would refuse, refused here with this
+  // command's usage (not the stage's).
+  for (const char *flag : {"--watchdog-s", "--watchdog-first-step-s"}) {
+    double seconds = 0;
+    if (a.has(flag) && !a.getDouble(flag, seconds))
+      return 2;
+    if (seconds < 0)
+      return fail(me, std::string(flag) + " must be >= 0 (0: off)", 2);
+  }
+  for (const char *flag : {"--inputs", "--labels"})
+    if (a.has(flag))
+      for (const std::string &file : sys::split(a.get(flag), ','))
+        if (file.empty())
+          return fail(me,
+                      std::string(flag) + " has an empty file name: '" +
+                          a.get(flag) + "'",
+                      2);
+  if (!checkDataFiles(a, manifest, error))
+    return fail(me, error, 2);
   int64_t steps, every, seed;
   double lr;
-  if (!a.getInt("--steps", steps, 1) || !a.getDouble("--lr", lr) ||
-      !a.getInt("--checkpoint-every", every, 0) || !a.getInt("--seed", seed, 0))
+  if (!a.getInt("--steps", steps, 1, std::numeric_limits<int64_t>::max()) ||
+      !a.getDouble("--lr", lr) ||
+      !a.getInt("--checkpoint-every", every, 0,
+                std::numeric_limits<int64_t>::max()) ||
+      !a.getInt("--seed", seed, 0, std::numeric_limits<int64_t>::max()))
     return 2;
   LaunchPlan plan;
   plan.bins = bins;
@@ -591,7 +725,17 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   // (1 error, 2 usage, 3 non-finite loss, 4 a watchdog stopped the job; the
   // launcher's code for a killed rank).
   LauncherReport report;
-  int rc = runLauncher(cmd, &report);
+  // Where every rank runs here, a rank that has not joined MPI 60 s after
+  // the launch (PIPEC_START_TIMEOUT_S; 0: no deadline) stops the job.
+  StartWatch startWatch;
+  startWatch.statusDir = statusDir;
+  startWatch.ranks = bins.size();
+  if (const char *t = std::getenv("PIPEC_START_TIMEOUT_S"))
+    startWatch.seconds = std::atof(t);
+  const bool watchStart = !statusDir.empty() && plan.hostOfRank.empty() &&
+                          !launcher.srun && startWatch.seconds > 0;
+  const StartWatch *start = watchStart ? &startWatch : nullptr;
+  int rc = runLauncher(cmd, &report, 5, start);
   // On this machine only: a launch that failed before any rank started
   // (OpenMPI's launcher can fail to start its daemons on a loaded machine:
   // "Returned value Error (-1) instead of ORTE_SUCCESS") ran nothing:
@@ -600,11 +744,11 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   const bool started =
       statusDir.empty() || anyRankStarted(statusDir, bins.size());
   if (rc != 0 && rc != 2 && !started && plan.hostOfRank.empty() &&
-      !launcher.srun) {
+      !launcher.srun && !report.interrupted && report.notStarted.empty()) {
     std::cerr << "pipec: note: mpirun failed before any rank started (exit "
               << rc << "); launching once more\n";
     report = LauncherReport();
-    rc = runLauncher(cmd, &report);
+    rc = runLauncher(cmd, &report, 5, start);
   }
   rc = reportOutcome(rc, report, plan, statusDir);
   if (!statusDir.empty())

@@ -53,6 +53,10 @@ bool parse(const char *bytes, size_t size, Array &out, std::string &error);
 /// Reads and decodes a `.npy` file; errors name the file.
 bool readFile(const std::string &path, Array &out, std::string &error);
 
+/// Reads only the header of a `.npy` file (dtype, order, shape; `data` left
+/// empty), without reading the data; errors name the file.
+bool readHeader(const std::string &path, Array &out, std::string &error);
+
 /// Encodes an array (version 1.0 header, or 2.0 when the header does not fit
 /// in 65535 bytes). `bytes` must equal numel(shape) * itemSize(descr).
 bool serialize(const std::string &descr, const std::vector<int64_t> &shape,
