@@ -341,6 +341,14 @@ def main():
         ("2bw-with-too-few-microbatches", [p("mlp.onnx"), "--stages", "4", "--microbatches", "2",
                                            "--schedule", "2bw"],
          [r"2bw", r"p - 1 = 3", r"got 2"]),
+        ("stages-past-int", [p("mlp.onnx"), "--stages", "4294967298", "--microbatches", "4"],
+         [r"--stages", r"2147483647"]),
+        ("input-shape-unknown-name", [p("mlp.onnx"), "--stages", "2", "--microbatches", "4",
+                                      "--input-shape", "nosuch=1x2"],
+         [r"nosuch", r"not an input"]),
+        ("momentum-out-of-range", [p("mlp.onnx"), "--stages", "2", "--microbatches", "4",
+                                   "--optimizer", "momentum", "--momentum", "1.5"],
+         [r"--momentum", r"\[0, 1\)"]),
     ]
     for name, cargs, facts in compile_cases:
         cmd = [pipec, "compile"] + cargs + ["-o", p(f"out-{name}"), "--quiet"]
@@ -408,6 +416,81 @@ def main():
             train(mixed, "--steps", "2", "--inputs", xs, "--labels", ys, tag="mixed"), facts,
             only_error_line=True)
         R.report("train manifest-of-another-build", problems, line)
+
+    # Data files that do not pair: refused before launch, naming them.
+    np.save(p("y_half.npy"), y[:len(y) // 2])
+    pair_cases = [
+        ("labels-fewer-rows-than-inputs", ["--steps", "2", "--inputs", xs, "--labels", p("y_half.npy")],
+         ["y_half.npy"], [r"as many samples", r"(?<![\d.])%d(?![\d.])" % (len(y) // 2)]),
+        ("labels-without-inputs", ["--steps", "2", "--labels", ys], [], [r"--labels without --inputs"]),
+        ("inputs-without-labels", ["--steps", "2", "--inputs", xs], [], [r"--inputs without --labels"]),
+    ]
+    for name, targs, names, facts in pair_cases:
+        problems, line, _, _ = check_failure(train(A, *targs, tag=name), facts, names=names,
+                                             only_error_line=True)
+        R.report(f"train {name}", problems, line)
+
+    # An output path that can never be written is refused before step 1
+    # (it used to lose the run at its end, and the error after start-up
+    # crashed the ranks).
+    with open(p("a-file"), "w") as f:
+        f.write("not a folder\n")
+    for name, targs in (("checkpoint-dir-is-a-file", ["--checkpoint-dir", p("a-file")]),
+                        ("summary-out-under-a-file", ["--summary-out", os.path.join(p("a-file"), "s.json")])):
+        cmd = [pipec, "train", A, "--lr", "0.05", "--quiet", "--steps", "2", "--inputs", xs,
+               "--labels", ys, "--metrics", p(f"metrics-{name}.jsonl")] + targs
+        problems, line, _, _ = check_failure(cmd, [r"not a folder"], names=["a-file"], only_error_line=True)
+        R.report(f"train {name}", problems, line)
+
+    # A disk that fills during a checkpoint (a 512 KiB tmpfs: stage 1's file
+    # fits, stage 0's does not; root only): one
+    # error line, exit 1, no crash, and `latest` never names the partial
+    # checkpoint.
+    small = p("small-disk")
+    os.makedirs(small, exist_ok=True)
+    mounted = os.geteuid() == 0 and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", small],
+        capture_output=True).returncode == 0
+    if not mounted:
+        R.report("train disk-full-during-checkpoint", [], "skipped: needs root and tmpfs")
+    else:
+        try:
+            problems, line, _, _ = check_failure(
+                train(A, "--steps", "3", "--checkpoint-every", "1", "--checkpoint-dir",
+                      os.path.join(small, "ck"), "--inputs", xs, "--labels", ys, tag="diskfull"),
+                [r"no space left"])
+            latest = os.path.join(small, "ck", "latest")
+            if os.path.exists(latest):
+                problems.append(f"latest exists ({open(latest).read().strip()}) after a failed checkpoint")
+            R.report("train disk-full-during-checkpoint", problems, line)
+        finally:
+            subprocess.run(["umount", small], capture_output=True)
+
+    # Damaged stage executables are refused before launch.
+    damaged = p("build-damaged")
+    shutil.copytree(A, damaged)
+    with open(os.path.join(damaged, "stage1"), "r+b") as f:
+        f.truncate(10000)
+    problems, line, _, _ = check_failure(train(damaged, "--steps", "1", tag="damaged"),
+                                         [r"damaged", r"truncated"], names=["stage1"],
+                                         only_error_line=True)
+    R.report("train truncated-stage-executable", problems, line)
+
+    # A stage executable that exits before MPI_Init (here /bin/true) left the
+    # other ranks in MPI_Init for ever: the start-up deadline stops the job.
+    never = p("build-never-starts")
+    shutil.copytree(A, never)
+    shutil.copyfile("/bin/true", os.path.join(never, "stage1"))
+    os.environ["PIPEC_START_TIMEOUT_S"] = "5"
+    try:
+        problems, line, _, secs = check_failure(train(never, "--steps", "1", tag="never"),
+                                                [r"rank 1 \(stage 1\)", r"not joined", r"MPI_Init"],
+                                                only_error_line=True)
+    finally:
+        del os.environ["PIPEC_START_TIMEOUT_S"]
+    if secs > 30:
+        problems.append(f"took {secs:.0f} s with a 5 s deadline")
+    R.report("train stage-never-joins-mpi", problems, line)
 
     # A successful run leaves complete checkpoints and no temporary files.
     rc, out, _ = run(train(A, "--steps", "3", "--checkpoint-every", "1", "--inputs", xs, "--labels", ys,
@@ -484,6 +567,21 @@ def main():
                "--metrics", p(f"metrics-{case}.jsonl"), "--inputs", xs, "--labels", ys] + targs
         problems, line, _, _ = check_failure(cmd, facts, only_error_line=True)
         R.report(f"train {case}", problems, line)
+
+    # A checkpoint.json whose fields have the wrong types is refused by name.
+    typed = p("ckpt-wrong-types")
+    shutil.copytree(p(f"ckpt-{name}"), typed)
+    listing = os.path.join(typed, "step-000005", "checkpoint.json")
+    with open(listing) as f:
+        doc = json.load(f)
+    doc["stages"][0]["bytes"] = "abc"
+    with open(listing, "w") as f:
+        json.dump(doc, f)
+    cmd = [pipec, "train", A, "--lr", "0.05", "--quiet", "--checkpoint-dir", typed, "--steps", "6",
+           "--resume", "--metrics", p("metrics-wrong-types.jsonl"), "--inputs", xs, "--labels", ys]
+    problems, line, _, _ = check_failure(cmd, [r"cannot resume", r"checkpoint-manifest", r"bytes"],
+                                         names=["checkpoint.json"], only_error_line=True)
+    R.report("train resume-checkpoint-json-wrong-types", problems, line)
 
     # --resume-from a checkpoint of another plan of the same model: 4 stages
     # for 2 steps, 2 stages to step 4, 3 stages with replicas 2,1,1 to step

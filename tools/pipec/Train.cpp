@@ -67,28 +67,44 @@ bool checkDataFiles(const Args &a, const std::string &manifestPath,
             "which would be synthetic; give both (or neither)";
     return false;
   }
-  std::vector<std::string> files;
-  if (inputs)
-    files = sys::split(a.get("--inputs"), ',');
+  // (file, the manifest tensor it feeds); samples are counted by elements,
+  // as labels may come flat (one row per token).
+  std::vector<std::pair<std::string, const pipec::formats::ManifestTensor *>>
+      files;
+  if (inputs) {
+    std::vector<std::string> names = sys::split(a.get("--inputs"), ',');
+    for (size_t i = 0; i < names.size(); ++i)
+      files.emplace_back(
+          names[i], i < manifest.inputs.size() ? &manifest.inputs[i] : nullptr);
+  }
   if (labels)
-    files.push_back(a.get("--labels"));
+    files.emplace_back(a.get("--labels"),
+                       manifest.hasLabels ? &manifest.labels : nullptr);
   std::string first;
-  int64_t firstRows = -1;
-  for (const std::string &file : files) {
-    if (!sys::exists(file))
-      continue; // on the machines that read it only; the stages check
+  int64_t firstSamples = -1;
+  for (const auto &[file, tensor] : files) {
+    if (!tensor || !sys::exists(file) || manifest.globalBatch <= 0)
+      continue; // the stages check the count and each file where it is read
+    int64_t perSample = 1;
+    for (int64_t d : tensor->shape)
+      perSample *= d;
+    perSample /= manifest.globalBatch;
     pipec::npy::Array header;
     if (!pipec::npy::readHeader(file, header, error))
       return false;
-    if (header.shape.empty())
-      continue; // a 0-d array: the stage refuses it
-    if (firstRows < 0) {
+    int64_t elements = 1;
+    for (int64_t d : header.shape)
+      elements *= d;
+    if (perSample <= 0 || header.shape.empty() || elements % perSample != 0)
+      continue; // a shape the stage executable refuses, naming it
+    const int64_t samples = elements / perSample;
+    if (firstSamples < 0) {
       first = file;
-      firstRows = header.shape[0];
-    } else if (header.shape[0] != firstRows) {
-      error = "'" + first + "' holds " + std::to_string(firstRows) +
-              " samples but '" + file + "' " + std::to_string(header.shape[0]) +
-              ": inputs and labels must have as many rows (each file is "
+      firstSamples = samples;
+    } else if (samples != firstSamples) {
+      error = "'" + first + "' holds " + std::to_string(firstSamples) +
+              " samples but '" + file + "' " + std::to_string(samples) +
+              ": inputs and labels must hold as many samples (each file is "
               "read in order and cycled on its own)";
       return false;
     }
