@@ -20,6 +20,13 @@ and 4 stage processes:
    one-level topology for processes on one host whose link `pipec topology
    --measure` measured (or `--bandwidth`, `--latency` as given).
 
+With more processes than cores (p = 4 here) the ranks are bound to cores
+by default (`--bind-cores auto`: `pipec train --bind-cores`, ranks 0-1 on
+one core, 2-3 on the other), and the topology says so (`pipec topology
+--measure --bind-cores`: a level of 2 ranks per core, one processor each):
+unbound, the kernel's scheduler places and moves the 4 processes as it
+likes, and the same run moves by 10-60% from one run to the next.
+
 Printed per configuration: measured iteration time (median of the steps
 after the first two) and the simulator's prediction, their ratio (and
 the ratio to the prediction with `--messages-on-link`, messages that do
@@ -93,6 +100,9 @@ def main():
     ap.add_argument("--latency", type=float, default=None, help="seconds per message (with --bandwidth)")
     ap.add_argument("--profiles", type=int, default=3,
                     help="profiles to take; the simulator gets each op's median time")
+    ap.add_argument("--bind-cores", choices=("auto", "on", "off"), default="auto",
+                    help="train with `pipec train --bind-cores` and simulate the cores that "
+                         "topology describes (auto: when the processes outnumber the cores)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="train every configuration this many times, the schedules in turn, and print the "
                          "median measured step and its spread (this VM's steps move 10-20%% from run to run)")
@@ -135,26 +145,34 @@ def main():
           f"{'(p-1)/m':>7}  per stage: arena / max RSS MiB, weight versions")
     for p in [int(s) for s in a.stages.split(",")]:
         topo = os.path.join(a.workdir, f"host-{p}.json")
+        cores = os.cpu_count() or 1
+        bind = a.bind_cores == "on" or (a.bind_cores == "auto" and p > cores)
+        if bind and p > cores and p % cores:
+            sys.exit(f"--bind-cores: {p} processes do not fall evenly on {cores} cores")
+        bound_to_core = bind and p > cores  # a level of ranks per core
         if a.bandwidth is None:
             # The link measured between two processes here (pipec-linkprobe).
             # (The MLP's messages are 32 x 1024 floats, 128 KiB: fitted
             # around that.)
             out = sh([a.pipec, "topology", "--measure", "--processes", str(p), "--fit-from", "32K",
-                      "--fit-to", "512K", "-o", topo])
+                      "--fit-to", "512K", "-o", topo] + (["--bind-cores"] if bind else []))
             link = re.search(r"latency .* GB/s", out)
-            print(f"p{p}: measured {link.group(0) if link else '?'}", flush=True)
+            print(f"p{p}: measured {link.group(0) if link else '?'}"
+                  f"{f', ranks bound {p // cores} to a core' if bound_to_core else ''}", flush=True)
             with open(topo) as f:
                 t = json.load(f)
-            t["levels"][0]["processors"] = os.cpu_count()  # (also when p <= cores)
+            if not bound_to_core:
+                t["levels"][0]["processors"] = cores  # (also when p <= cores)
             with open(topo, "w") as f:
                 json.dump(t, f)
         else:
+            link = {"bandwidth": a.bandwidth, "latency": a.latency if a.latency is not None else 5e-6}
+            levels = ([{"name": "core", "count": p // cores, "processors": 1, **link},
+                       {"name": "host", "count": cores, **link}] if bound_to_core else
+                      [{"name": "host", "count": p, "processors": cores, **link}])
             with open(topo, "w") as f:
                 json.dump({"format": "pipec.topology/1", "name": f"{p} processes on one host",
-                           "device_memory_bytes": 24 << 30,
-                           "levels": [{"name": "host", "count": p, "bandwidth": a.bandwidth,
-                                       "latency": a.latency if a.latency is not None else 5e-6,
-                                       "processors": os.cpu_count()}]}, f)
+                           "device_memory_bytes": 24 << 30, "levels": levels}, f)
         def simulate(out, prof, *extra):
             sim = sh([a.pipec, "simulate", os.path.join(out, "plan.json"), "--profile", prof, "--topology", topo,
                       *extra])
@@ -168,7 +186,7 @@ def main():
             before = take_profile("profile.before.json")
             sh([a.pipec, "train", out, "--steps", str(a.steps), "--lr", "0.01", "--inputs", xs, "--labels", ys,
                 "--quiet", "--trace", os.path.join(out, "trace.json"),
-                "--summary-out", os.path.join(out, "summary.json")])
+                "--summary-out", os.path.join(out, "summary.json")] + (["--bind-cores"] if bind else []))
             it, bubble = measured(out, a.steps)
             bracket = os.path.join(out, f"profile.bracket.{run}.json")
             merge([before, take_profile("profile.after.json")], bracket, statistics.mean)

@@ -93,6 +93,8 @@ struct pipec_ctx {
   std::map<std::tuple<int64_t, int64_t, int64_t>, PostedRecv> postedRecvs;
   /// Most bytes of posted receives held at once (staging memory).
   int64_t postedBytes = 0, postedBytesPeak = 0;
+  /// --bind-cores: the CPUs this rank is pinned to ("0", "2-3"); "" unbound.
+  std::string boundCpus;
 
   pipec::rt::Profiler profiler;
   pipec::rt::Timeline timeline;

@@ -38,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sched.h>
 #include <set>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -182,6 +183,48 @@ void setBlasThreadsPerHost(int local) {
     set(threads);
 }
 
+/// --bind-cores: this process (every thread: OpenBLAS's pool exists
+/// already) pinned to the block of the CPUs it may use that falls to the
+/// `local`-th of `size` ranks on this host: CPUs [i C / L, (i + 1) C / L)
+/// when the ranks are no more than the CPUs, else CPU floor(i C / L), so
+/// ranks 2j and 2j + 1 share CPU j for 2C ranks (the grouping `pipec
+/// topology --measure --bind-cores` describes). Returns the CPUs, e.g.
+/// "0" or "2-3"; throws RtError when the kernel refuses.
+std::string bindToCoreBlock(int local, int size) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+    throw RtError(std::string("--bind-cores: cannot read this process's "
+                              "CPUs: ") +
+                  std::strerror(errno));
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed))
+      cpus.push_back(c);
+  const int64_t n = int64_t(cpus.size()), l = std::max(size, 1);
+  int64_t first = int64_t(local) * n / l, last = first;
+  if (l <= n)
+    last = (int64_t(local) + 1) * n / l - 1;
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (int64_t k = first; k <= last; ++k)
+    CPU_SET(cpus[size_t(k)], &mine);
+  std::error_code ec;
+  for (const auto &task :
+       std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    pid_t tid = pid_t(std::atoi(task.path().filename().c_str()));
+    if (tid > 0 && sched_setaffinity(tid, sizeof mine, &mine) != 0)
+      throw RtError(std::string("--bind-cores: cannot pin thread ") +
+                    std::to_string(tid) + ": " + std::strerror(errno));
+  }
+  if (ec || sched_setaffinity(0, sizeof mine, &mine) != 0)
+    throw RtError(std::string("--bind-cores: cannot pin this process: ") +
+                  std::strerror(errno));
+  return first == last ? std::to_string(cpus[size_t(first)])
+                       : std::to_string(cpus[size_t(first)]) + "-" +
+                             std::to_string(cpus[size_t(last)]);
+}
+
 /// The watchdog (core/watchdog.h) with every rank's stage and host for its
 /// message; collective (the host names are gathered).
 void startRankWatchdog(const pipec_ctx &ctx) {
@@ -216,6 +259,9 @@ void startCommunicator(pipec_ctx &ctx, int &argc, char **&argv,
   if (!ctx.options.statusDir.empty())
     openRankStatus(ctx.options.statusDir, ctx.rank, ctx.desc.stage);
   setBlasThreadsPerHost(ctx.comm->localSize());
+  if (ctx.options.bindCores)
+    ctx.boundCpus =
+        bindToCoreBlock(ctx.comm->localRank(), ctx.comm->localSize());
 }
 
 /// This rank's part in the job ended (after a clean end or an agreed
@@ -642,6 +688,8 @@ std::string rankSummary(pipec_ctx &ctx) {
   summary["replayed_stage_calls"] = ctx.device->replayedCalls();
   // How this rank's tensors travel ("MPI (host-staged) + CUDA IPC ...").
   summary["transport"] = ctx.comm->name();
+  // --bind-cores: the CPUs this rank was pinned to ("" unbound).
+  summary["cpus"] = ctx.boundCpus;
   struct rusage usage;
   if (getrusage(RUSAGE_SELF, &usage) == 0)
     summary["max_rss_bytes"] = int64_t(usage.ru_maxrss) * 1024;

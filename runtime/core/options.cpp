@@ -89,7 +89,8 @@ std::string usageText(const char *argv0) {
          "[--resume-from DIR]\n"
          "       [--no-weight-stashing] [--vertical-sync] [--prefetch] "
          "[--quiet] [--watchdog-s S] [--watchdog-first-step-s S]\n"
-         "       [--allow-tf32] [--check-kernels] [--cuda-graphs]\n"
+         "       [--allow-tf32] [--check-kernels] [--cuda-graphs] "
+         "[--bind-cores]\n"
          "  --manifest PATH        the build's manifest (default: "
          "manifest.json "
          "beside the executable)\n"
@@ -132,6 +133,10 @@ std::string usageText(const char *argv0) {
          "receives at its start\n"
          "                         (staging buffers) instead of receiving "
          "at the point of use\n"
+         "  --bind-cores           pin this rank to its block of the host's "
+         "CPUs (the ranks of a\n"
+         "                         host in rank order; several to a CPU when "
+         "they outnumber them)\n"
          "  --allow-tf32           CUDA stages: TF32 tensor-core math in "
          "float32 GEMMs\n"
          "  --check-kernels        CUDA stages: run every kernel call on the "
@@ -222,6 +227,8 @@ Options parseOptions(int argc, char **argv) {
       noValue(), o.noWeightStashing = true;
     else if (flag == "--prefetch")
       noValue(), o.prefetch = true;
+    else if (flag == "--bind-cores")
+      noValue(), o.bindCores = true;
     else if (flag == "--allow-tf32")
       noValue(), o.allowTf32 = true;
     else if (flag == "--check-kernels")

@@ -62,6 +62,10 @@ struct Options {
   bool noWeightStashing = false;
   /// Post the step's receives at its start (synchronous schedules).
   bool prefetch = false;
+  /// Pin this rank (every thread) to its block of the host's CPUs: the
+  /// CPUs this process may use, split among the ranks on the host in rank
+  /// order (several ranks on one CPU when they outnumber the CPUs).
+  bool bindCores = false;
   /// TF32 tensor-core math for float32 GEMMs on a CUDA device (off: float32
   /// results match the CPU kernels to rounding).
   bool allowTf32 = false;

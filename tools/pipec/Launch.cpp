@@ -764,7 +764,8 @@ int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
 }
 
 std::string
-pipec::driver::summarizeWatchdog(const std::vector<std::string> &lines) {
+pipec::driver::summarizeWatchdog(const std::vector<std::string> &lines,
+                                 const std::vector<int> &stageOfRank) {
   if (lines.empty())
     return "";
   // "... watchdog: rank X (stage S, host H) made no progress for N s in step
@@ -819,5 +820,19 @@ pipec::driver::summarizeWatchdog(const std::vector<std::string> &lines) {
            "link to it is lost); the last complete checkpoint is " +
            checkpoint + "; the job was stopped (--watchdog-s)";
   }
-  return lines.front();
+  std::vector<std::string> silent;
+  for (size_t r = 0; r < stageOfRank.size(); ++r)
+    if (!reporters.count(int(r)))
+      silent.push_back("rank " + std::to_string(r) + " (stage " +
+                       std::to_string(stageOfRank[r]) + ")");
+  if (silent.empty() || silent.size() == stageOfRank.size())
+    return lines.front();
+  std::string list;
+  for (const std::string &s : silent)
+    list += (list.empty() ? "" : ", ") + s;
+  return lines.front() + "\npipec: note: " + list +
+         " made no watchdog report while the others waited: the likely "
+         "stalled " +
+         (silent.size() == 1 ? "one" : "ones") +
+         " (stopped, or stuck outside the runtime)";
 }

@@ -135,8 +135,11 @@ int runLauncher(const std::vector<std::string> &cmd,
 /// One line from the ranks' watchdog lines: the rank that the others wait
 /// for and that reported nothing itself (lost, or on a lost host or link),
 /// with who waited, the step and the last complete checkpoint; else the
-/// first line as it is.
-std::string summarizeWatchdog(const std::vector<std::string> &lines);
+/// first line as it is, and, given the job's `stageOfRank`, a note naming
+/// the ranks that reported nothing (in a collective nobody can name the
+/// peer it waits for; a stopped or stuck rank cannot report).
+std::string summarizeWatchdog(const std::vector<std::string> &lines,
+                              const std::vector<int> &stageOfRank = {});
 
 /// The death OpenMPI reports in `line`, if it reports one.
 bool parseRankDeath(const std::string &line, RankDeath &death);

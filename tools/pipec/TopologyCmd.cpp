@@ -200,6 +200,11 @@ int pipec::driver::runTopology(const std::vector<std::string> &argv,
            "machine's cores when the processes outnumber them; with --fit, "
            "whose probe ran elsewhere, and for cuda: one each)",
            "0")
+      .flag("--bind-cores",
+            "the processes will run with `pipec train --bind-cores` (each "
+            "pinned to its block of this machine's cores, in rank order): "
+            "when they outnumber the cores, the topology says which share "
+            "one (a level of processes per core, one processor each)")
       .opt("--fit-from",
            "smallest message the link is fitted to (bytes, "
            "or with K/M/G)",
@@ -229,6 +234,17 @@ int pipec::driver::runTopology(const std::vector<std::string> &argv,
   if (from < 8 || to > (int64_t(64) << 20) || from * 2 > to)
     return fail("topology", "--fit-from and --fit-to must span at least a "
                             "factor of 2 within 8 B .. 64 MiB");
+  {
+    // Refused before the probe's minute: groups must be equal.
+    const long c = processors > 0 ? processors : sysconf(_SC_NPROCESSORS_ONLN);
+    if (a.has("--bind-cores") && target == "cpu" && c > 0 && processes > c &&
+        processes % c != 0)
+      return fail("topology",
+                  "--bind-cores: " + std::to_string(processes) +
+                      " processes do not fall evenly on " + std::to_string(c) +
+                      " cores (a topology level needs equal groups); use a "
+                      "multiple of the cores");
+  }
   std::string error;
   ProbeTimes probe;
   if (!fitFile.empty() ? !readProbe(fitFile, probe, error)
@@ -261,6 +277,28 @@ int pipec::driver::runTopology(const std::vector<std::string> &argv,
     host.processors = int(processors);
   else if (!cuda && fitFile.empty() && cores > 0 && processes > cores)
     host.processors = int(cores);
+  if (a.has("--bind-cores") && !cuda && host.processors > 0 &&
+      processes > host.processors) {
+    // Bound in rank order, processes/cores to a core: ranks [k P/C,
+    // (k+1) P/C) share core k (the runtime's --bind-cores).
+    const int64_t cpus = host.processors;
+    if (processes % cpus != 0)
+      return fail("topology",
+                  "--bind-cores: " + std::to_string(processes) +
+                      " processes do not fall evenly on " +
+                      std::to_string(cpus) +
+                      " cores (a topology level needs equal groups); use a "
+                      "multiple of the cores");
+    TopologyLevel core = host;
+    core.name = "core of " + host.name;
+    core.count = int(processes / cpus);
+    core.processors = 1;
+    host.count = int(cpus);
+    host.processors = 0;
+    topology.levels.push_back(core);
+  } else if (a.has("--bind-cores") && !cuda) {
+    host.processors = 0; // a core (or more) of its own each
+  }
   topology.levels.push_back(host);
   std::string out = sys::absolute(a.get("-o"));
   if (!sys::writeFile(out, topologyToJson(topology) + "\n", error))
@@ -276,7 +314,9 @@ int pipec::driver::runTopology(const std::vector<std::string> &argv,
                 probe.transport.empty() ? "MPI" : probe.transport.c_str(),
                 static_cast<long long>(processes));
   llvm::outs() << line;
-  if (host.processors)
+  if (topology.levels.size() > 1)
+    llvm::outs() << ", bound " << topology.levels[0].count << " to a core";
+  else if (host.processors)
     llvm::outs() << " sharing " << host.processors
                  << (cuda ? " GPU(s)" : " cores");
   llvm::outs() << "\npipec topology: wrote " << out << "\n";

@@ -112,9 +112,9 @@ bool checkDataFiles(const Args &a, const std::string &manifestPath,
   return true;
 }
 
-/// Why `path` is not a complete ELF file ("" when it is one): the magic,
-/// and the section header table inside the file (what a truncated copy
-/// loses first: it lies at the end).
+/// Why `path` is neither a complete ELF file nor a script ("" when it is
+/// one): the magic, and the section header table inside the file (what a
+/// truncated copy loses first: it lies at the end).
 std::string elfProblem(const std::string &path) {
   std::FILE *f = std::fopen(path.c_str(), "rb");
   if (!f)
@@ -124,11 +124,11 @@ std::string elfProblem(const std::string &path) {
   std::fseek(f, 0, SEEK_END);
   long size = std::ftell(f);
   std::fclose(f);
-  if (got < 4 || std::memcmp(header,
-                             "\x7f"
-                             "ELF",
-                             4) != 0)
-    return "not an ELF executable";
+  if (got >= 2 && header[0] == '#' && header[1] == '!')
+    return ""; // a script (a wrapper around a stage executable)
+  static const unsigned char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
+  if (got < 4 || std::memcmp(header, kElfMagic, 4) != 0)
+    return "neither an ELF executable nor a script";
   if (got < 64 || header[4] != 2 /* ELFCLASS64 */)
     return "not a 64-bit ELF file";
   uint64_t shoff = 0;
@@ -192,8 +192,8 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
                 "permissions; compile again or chmod +x)";
         return false;
       }
-      // An ELF executable, whole: a damaged copy would start (or fail to
-      // start) as a crash of the launcher, once per try.
+      // An ELF executable, whole (or a script): a damaged copy would start (or
+      // fail to start) as a crash of the launcher, once per try.
       if (std::string why = elfProblem(path); !why.empty()) {
         error = "stage executable '" + path + "' is damaged: " + why +
                 " (compile again, or copy the run folder again)";
@@ -433,6 +433,11 @@ void declareTrainOptions(Args &a) {
                                     "weights (PipeDream's ablation)")
       .flag("--vertical-sync", "1f1b only: every stage uses the input "
                                "stage's weight version for a minibatch")
+      .flag("--bind-cores",
+            "pin each rank to its block of its host's CPUs, in rank order "
+            "(several ranks to a CPU when they outnumber them): steadier "
+            "steps, and the sharing `pipec topology --measure --bind-cores` "
+            "describes to the simulator")
       .flag("--prefetch", "post the step's receives at its start (staging "
                           "buffers; synchronous schedules) instead of "
                           "receiving each message where it is used")
@@ -492,6 +497,8 @@ std::vector<std::string> stageArguments(const Args &a,
     stageArgs.push_back("--vertical-sync");
   if (a.has("--prefetch"))
     stageArgs.push_back("--prefetch");
+  if (a.has("--bind-cores"))
+    stageArgs.push_back("--bind-cores");
   for (const char *flag : {"--allow-tf32", "--check-kernels", "--cuda-graphs"})
     if (a.has(flag))
       stageArgs.push_back(flag);
@@ -599,7 +606,7 @@ int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
   }
   // A watchdog stopped the job: one line for all the ranks that reported.
   if (!report.watchdog.empty()) {
-    std::cerr << summarizeWatchdog(report.watchdog) << "\n";
+    std::cerr << summarizeWatchdog(report.watchdog, plan.stageOfRank) << "\n";
     if (report.stopped)
       std::cerr << "pipec: note: pipec stopped the launcher 5 s after "
                    "the first watchdog line; ranks it cannot reach end by "
