@@ -11,7 +11,8 @@ positive latency under a millisecond and a bandwidth between 10 MB/s and
 processes outnumber them, the fit's line is printed, and `pipec plan`
 plans on it; `--fit` fits a probe file run by hand (`--processors` set);
 the CUDA probe without a GPU refuses clearly; without --measure the
-command says what it does instead.
+command says what it does instead; `--bind-cores` (topology and train):
+the ranks pinned in rank order as the topology says, the same losses.
 Prints `N passed, M failed`.
 """
 import json
@@ -86,6 +87,59 @@ def main():
         gpu = re.search(r"latency [\d.]+ us, bandwidth [\d.]+ GB/s .* on cuda", out)
         checks.report((rc == 0 and gpu is not None) or (rc != 0 and "GPU" in out),
                       "pipec topology --measure --target cuda", out.strip().splitlines()[-1] if out.strip() else "")
+    # --bind-cores: the ranks pinned to blocks of the CPUs in rank order,
+    # as the topology says (a level of ranks per core when they outnumber
+    # the cores), and the numbers unchanged by the pinning.
+    cpus = sorted(os.sched_getaffinity(0))
+    ncpu = len(cpus)
+    ranks = 2 * ncpu if ncpu <= 4 else 4
+    btopo = os.path.join(args.workdir, "bound.json")
+    rc, out = run([args.pipec, "topology", "--measure", "--processes", str(ranks), "--bind-cores",
+                   "-o", btopo], timeout=240)
+    levels = json.load(open(btopo))["levels"] if rc == 0 and os.path.exists(btopo) else []
+    if ranks > ncpu:
+        ok = (len(levels) == 2 and levels[0].get("count") == ranks // ncpu and levels[0].get("processors") == 1
+              and levels[1].get("count") == ncpu and not levels[1].get("processors"))
+    else:
+        ok = len(levels) == 1 and not levels[0].get("processors")
+    checks.report(ok, f"pipec topology --measure --processes {ranks} --bind-cores",
+                  json.dumps([{k: l.get(k) for k in ("count", "processors")} for l in levels]) if ok
+                  else f"exit {rc}: {out[-400:]} {levels}")
+    rc, out = run([args.pipec, "topology", "--measure", "--processes", str(2 * ncpu + 1), "--bind-cores",
+                   "-o", os.path.join(args.workdir, "uneven.json")])
+    checks.report(rc != 0 and "do not fall evenly" in out and "pipec-linkprobe" not in out,
+                  "--bind-cores with uneven groups (refused before probing)", out.strip()[-200:])
+    data = os.path.join(args.workdir, "mlp")
+    os.makedirs(data, exist_ok=True)
+    rc, out = run([sys.executable, os.path.join(ROOT, "examples", "mlp", "make_mlp.py"), "-o",
+                   os.path.join(data, "mlp.onnx"), "--batch", "16", "--hidden", "32,32,32", "--data-steps", "2"])
+    build = os.path.join(args.workdir, "bound-build")
+    if rc == 0:
+        rc, out = run([args.pipec, "compile", os.path.join(data, "mlp.onnx"), "--stages", str(ranks),
+                       "--microbatches", str(ranks), "-o", build, "--quiet"])
+    losses = {}
+    for mode in ("free", "bound"):
+        if rc != 0:
+            break
+        rc, out = run([args.pipec, "train", build, "--steps", "3", "--quiet", "--inputs",
+                       os.path.join(data, "x.npy"), "--labels", os.path.join(data, "y.npy"),
+                       "--metrics", os.path.join(args.workdir, f"{mode}.jsonl"),
+                       "--summary-out", os.path.join(args.workdir, f"{mode}-{{stage}}.json")]
+                      + (["--bind-cores"] if mode == "bound" else []))
+        if rc == 0:
+            with open(os.path.join(args.workdir, f"{mode}.jsonl")) as f:
+                losses[mode] = [json.loads(l)["loss"] for l in f if l.strip()]
+    got = []
+    for r in range(ranks):
+        path = os.path.join(args.workdir, f"bound-{r}.json")
+        got.append(json.load(open(path)).get("cpus") if os.path.exists(path) else None)
+    want = []
+    for r in range(ranks):
+        lo, hi = r * ncpu // ranks, ((r + 1) * ncpu // ranks - 1 if ranks <= ncpu else r * ncpu // ranks)
+        want.append(str(cpus[lo]) if lo == hi else f"{cpus[lo]}-{cpus[hi]}")
+    checks.report(rc == 0 and got == want and losses.get("free") == losses.get("bound") and losses.get("free"),
+                  f"pipec train --bind-cores on {ranks} ranks",
+                  f"cpus {got}, losses as unbound" if rc == 0 else f"exit {rc}: {out[-600:]}")
     # Nothing to do without --measure: one line saying so.
     rc, out = run([args.pipec, "topology", "-o", topo])
     checks.report(rc != 0 and "--measure" in out and len(out.strip().splitlines()) <= 2,
