@@ -145,7 +145,7 @@ def main():
           f"{'(p-1)/m':>7}  per stage: arena / max RSS MiB, weight versions")
     for p in [int(s) for s in a.stages.split(",")]:
         topo = os.path.join(a.workdir, f"host-{p}.json")
-        cores = os.cpu_count() or 1
+        cores = len(os.sched_getaffinity(0)) or 1  # as --bind-cores counts them
         bind = a.bind_cores == "on" or (a.bind_cores == "auto" and p > cores)
         if bind and p > cores and p % cores:
             sys.exit(f"--bind-cores: {p} processes do not fall evenly on {cores} cores")

@@ -742,11 +742,15 @@ FailureOr<RankedTensorType> Importer::typeOf(const std::string &name,
             ? onnx::TensorProto_DataType_Name(
                   static_cast<onnx::TensorProto_DataType>(vt.elemType))
             : std::to_string(vt.elemType);
+    const bool isFloat = vt.elemType == onnx::TensorProto_DataType_FLOAT16 ||
+                         vt.elemType == onnx::TensorProto_DataType_BFLOAT16 ||
+                         vt.elemType == onnx::TensorProto_DataType_DOUBLE;
     fail(where + ": '" + name + "' has ONNX element type " + typeName + " (" +
          std::to_string(vt.elemType) +
-         "); pipec supports float32, int64 and bool tensors (export the "
-         "model in float32; `--precision f64` or `bf16` chooses the "
-         "arithmetic)");
+         "); pipec supports float32, int64 and bool tensors" +
+         (isFloat ? " (export the model in float32; `--precision f64` or "
+                    "`bf16` chooses the arithmetic)"
+                  : " (export integer tensors such as token ids as int64)"));
     return failure();
   }
   // Element counts beyond 2^40 (and products that would overflow) are

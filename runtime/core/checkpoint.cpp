@@ -384,11 +384,14 @@ void verifyStageCheckpoint(const std::string &dir, int64_t step,
   nlohmann::json doc;
   if (!readCheckpointList(listPath, doc)) {
     // Written before checkpoint manifests existed, or the file was lost:
-    // the stage files load unchecked, and the user is told.
-    std::fprintf(stderr,
-                 "pipec-rt: warning: '%s' is missing: stage %d's checkpoint "
-                 "file is loaded without its size and checksum check\n",
-                 listPath.c_str(), int(desc.stage));
+    // the stage files load unchecked, and the user is told (once, by the
+    // first stage's first replica).
+    if (desc.stage == 0 && desc.replica == 0)
+      std::fprintf(stderr,
+                   "pipec-rt: warning: '%s' is missing: the stage files of "
+                   "this checkpoint load without their size and checksum "
+                   "check\n",
+                   listPath.c_str());
     return;
   }
   const std::string file = "stage" + std::to_string(desc.stage) +

@@ -174,7 +174,13 @@ const char *nonFiniteName(double v) {
 void setBlasThreadsPerHost(int local) {
   if (std::getenv("OPENBLAS_NUM_THREADS"))
     return;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  // The CPUs this process may use (a cpuset or taskset limits them), as
+  // --bind-cores and `pipec topology` count them.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  long cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0
+                   ? CPU_COUNT(&allowed)
+                   : sysconf(_SC_NPROCESSORS_ONLN);
   int threads = int(std::max<long>(1, cores / std::max(local, 1)));
   // Through the symbol, so that a BLAS other than OpenBLAS links too.
   using SetThreads = void (*)(int);
@@ -213,7 +219,9 @@ std::string bindToCoreBlock(int local, int size) {
   for (const auto &task :
        std::filesystem::directory_iterator("/proc/self/task", ec)) {
     pid_t tid = pid_t(std::atoi(task.path().filename().c_str()));
-    if (tid > 0 && sched_setaffinity(tid, sizeof mine, &mine) != 0)
+    // (A thread that ended since the listing: ESRCH, nothing to pin.)
+    if (tid > 0 && sched_setaffinity(tid, sizeof mine, &mine) != 0 &&
+        errno != ESRCH)
       throw RtError(std::string("--bind-cores: cannot pin thread ") +
                     std::to_string(tid) + ": " + std::strerror(errno));
   }
@@ -250,6 +258,8 @@ void startCommunicator(pipec_ctx &ctx, int &argc, char **&argv,
   // neighbour that wrote to it (OpenMPI's TCP transport writes with writev,
   // which raises SIGPIPE).
   std::signal(SIGPIPE, SIG_IGN);
+  if (!ctx.options.statusDir.empty())
+    markRankStarted(ctx.options.statusDir);
   ctx.comm = factory(argc, argv);
   loc.comm = ctx.comm.get();
   ctx.rank = ctx.comm->rank();
@@ -733,10 +743,14 @@ void checkWritablePlace(const std::string &flag, const std::string &path,
   namespace fs = std::filesystem;
   if (path.empty())
     return;
-  fs::path place = folder ? fs::path(path) : fs::path(path).parent_path();
+  std::error_code ec;
+  fs::path place = fs::absolute(fs::path(path), ec);
+  if (ec)
+    place = fs::path(path);
+  if (!folder)
+    place = place.parent_path();
   if (place.empty())
     place = ".";
-  std::error_code ec;
   while (!fs::exists(place, ec) && place.has_parent_path() &&
          place.parent_path() != place)
     place = place.parent_path();

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -31,6 +32,20 @@ extern "C" void onTerminate(int sig) {
 }
 
 } // namespace
+
+void markRankStarted(const std::string &dir) {
+  const char *rank = nullptr;
+  for (const char *var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if ((rank = std::getenv(var)))
+      break;
+  if (!rank || dir.empty())
+    return;
+  ::mkdir(dir.c_str(), 0700);
+  std::string path = dir + "/rank-" + std::string(rank) + ".started";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0)
+    ::close(fd);
+}
 
 void openRankStatus(const std::string &dir, int rank, int stage) {
   // The launcher made the folder on its own host; on another host (no

@@ -50,6 +50,13 @@ static_assert(sizeof(RankStatusRecord) == 32, "fixed layout");
 /// that record `Terminated` before the default action. Throws RtError.
 void openRankStatus(const std::string &dir, int rank, int stage);
 
+/// Before MPI starts: an empty DIR/rank-R.started, R the launcher's rank
+/// (OMPI_COMM_WORLD_RANK, PMIX_RANK or SLURM_PROCID; nothing when none is
+/// set), so that a launcher whose job never got through MPI_Init can tell
+/// the ranks that are waiting there (a marker) from the one that never
+/// started (none). Best effort: never throws.
+void markRankStarted(const std::string &dir);
+
 /// Records the step being executed (no-op without a status file).
 void setStatusStep(int64_t step);
 

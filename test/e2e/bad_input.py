@@ -483,9 +483,10 @@ def main():
     shutil.copyfile("/bin/true", os.path.join(never, "stage1"))
     os.environ["PIPEC_START_TIMEOUT_S"] = "5"
     try:
-        problems, line, _, secs = check_failure(train(never, "--steps", "1", tag="never"),
-                                                [r"rank 1 \(stage 1\)", r"not joined", r"MPI_Init"],
-                                                only_error_line=True)
+        problems, line, _, secs = check_failure(
+            train(never, "--steps", "1", tag="never"),
+            [r"rank 1 \(stage 1\) never started the runtime", r"rank 0 \(stage 0\) waited for it in MPI_Init"],
+            only_error_line=True)
     finally:
         del os.environ["PIPEC_START_TIMEOUT_S"]
     if secs > 30:

@@ -599,43 +599,49 @@ bool pipec::driver::parseRankDeath(const std::string &line, RankDeath &death) {
 }
 
 namespace {
-/// The signal pipec got while a launcher ran (0: none).
+/// The signal pipec got while an InterruptsNoted lived (0: none).
 volatile std::sig_atomic_t launcherInterrupt = 0;
 void noteInterrupt(int signal) { launcherInterrupt = signal; }
+int interruptsDepth = 0;
+struct sigaction savedActions[3];
+constexpr int kInterruptSignals[3] = {SIGINT, SIGTERM, SIGHUP};
 
-/// SIGINT, SIGTERM and SIGHUP noted (not fatal) while it lives, so that
-/// pipec stops the job and cleans up after it instead of dying first.
-class InterruptsNoted {
-public:
-  InterruptsNoted() {
-    launcherInterrupt = 0;
-    struct sigaction action = {};
-    action.sa_handler = noteInterrupt;
-    sigemptyset(&action.sa_mask);
-    for (size_t i = 0; i < 3; ++i)
-      ::sigaction(kSignals[i], &action, &saved[i]);
+/// The ranks of `start` without a status record yet, split into those
+/// that started the runtime (a marker: waiting in MPI_Init) and those that
+/// never did.
+void ranksNotStarted(const StartWatch &start, std::vector<int> &never,
+                     std::vector<int> &waiting) {
+  never.clear();
+  waiting.clear();
+  for (size_t r = 0; r < start.ranks; ++r) {
+    const std::string base = start.statusDir + "/rank-" + std::to_string(r);
+    if (::access((base + ".status").c_str(), F_OK) == 0)
+      continue;
+    (::access((base + ".started").c_str(), F_OK) == 0 ? waiting : never)
+        .push_back(int(r));
   }
-  ~InterruptsNoted() {
-    for (size_t i = 0; i < 3; ++i)
-      ::sigaction(kSignals[i], &saved[i], nullptr);
-  }
-
-private:
-  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction saved[3];
-};
-
-/// The ranks of `start` without a status record yet.
-std::vector<int> ranksNotStarted(const StartWatch &start) {
-  std::vector<int> missing;
-  for (size_t r = 0; r < start.ranks; ++r)
-    if (::access((start.statusDir + "/rank-" + std::to_string(r) + ".status")
-                     .c_str(),
-                 F_OK) != 0)
-      missing.push_back(int(r));
-  return missing;
 }
 } // namespace
+
+InterruptsNoted::InterruptsNoted() {
+  if (interruptsDepth++ > 0)
+    return; // an outer one holds them (and what was noted)
+  launcherInterrupt = 0;
+  struct sigaction action = {};
+  action.sa_handler = noteInterrupt;
+  sigemptyset(&action.sa_mask);
+  for (size_t i = 0; i < 3; ++i)
+    ::sigaction(kInterruptSignals[i], &action, &savedActions[i]);
+}
+
+InterruptsNoted::~InterruptsNoted() {
+  if (--interruptsDepth > 0)
+    return;
+  for (size_t i = 0; i < 3; ++i)
+    ::sigaction(kInterruptSignals[i], &savedActions[i], nullptr);
+}
+
+int InterruptsNoted::signal() { return int(launcherInterrupt); }
 
 int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
                                LauncherReport *report, double graceSeconds,
@@ -701,31 +707,34 @@ int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
     }
     if (drainUntil && now > *drainUntil)
       break;
-    if (exited)
-      continue;
-    // pipec was told to stop: the launcher ends the ranks (SIGTERM), then
-    // pipec cleans up (its status folder) and exits 128 + the signal.
+    // pipec was told to stop (the launcher may have died of the same
+    // signal already): it ends the ranks (SIGTERM through the launcher),
+    // then pipec cleans up (its status folder) and exits 128 + the signal.
     if (launcherInterrupt && !interrupted) {
       interrupted = launcherInterrupt;
       filter.mute();
-      ::kill(pid, SIGTERM);
-      killAt = now + std::chrono::seconds(5);
+      if (!exited) {
+        ::kill(pid, SIGTERM);
+        killAt = now + std::chrono::seconds(5);
+      }
     }
+    if (exited)
+      continue;
     // A rank that never joined: the others wait in MPI_Init for ever.
-    if (!allStarted && !killAt &&
-        now - launched > std::chrono::duration<double>(start->seconds)) {
-      std::vector<int> missing = ranksNotStarted(*start);
-      allStarted = missing.empty();
-      if (!missing.empty()) {
-        if (report)
-          report->notStarted = missing;
+    if (!allStarted && !killAt) {
+      std::vector<int> never, waiting;
+      ranksNotStarted(*start, never, waiting);
+      allStarted = never.empty() && waiting.empty();
+      if (!allStarted &&
+          now - launched > std::chrono::duration<double>(start->seconds)) {
+        if (report) {
+          report->notStarted = never;
+          report->waitingInInit = waiting;
+        }
         filter.mute();
         ::kill(pid, SIGTERM);
         killAt = now + std::chrono::seconds(3);
       }
-    } else if (!allStarted && !killAt && start &&
-               ranksNotStarted(*start).empty()) {
-      allStarted = true;
     }
     // A watchdog fired: the ranks end on their own; a launcher that waits
     // for a host it cannot reach is stopped after the grace period.
@@ -747,12 +756,14 @@ int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
   if (!exited)
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+  if (!interrupted)
+    interrupted = launcherInterrupt;
   if (interrupted) {
     if (report)
       report->interrupted = interrupted;
     return 128 + interrupted;
   }
-  if (report && !report->notStarted.empty())
+  if (report && (!report->notStarted.empty() || !report->waitingInInit.empty()))
     return 1;
   if (report && report->stopped)
     return kWatchdogStatus;
@@ -831,8 +842,7 @@ pipec::driver::summarizeWatchdog(const std::vector<std::string> &lines,
   for (const std::string &s : silent)
     list += (list.empty() ? "" : ", ") + s;
   return lines.front() + "\npipec: note: " + list +
-         " made no watchdog report while the others waited: the likely "
-         "stalled " +
-         (silent.size() == 1 ? "one" : "ones") +
-         " (stopped, or stuck outside the runtime)";
+         " had made no watchdog report when the job was stopped: stalled "
+         "(stopped, or stuck outside the runtime), or blocked later than "
+         "the others";
 }

@@ -109,9 +109,10 @@ struct LauncherReport {
   /// line (mpirun waits for daemons on a host it cannot reach); pipec
   /// stopped it.
   bool stopped = false;
-  /// Ranks that had not joined the job (no status record) by the start-up
-  /// deadline (StartWatch); pipec stopped the job.
-  std::vector<int> notStarted;
+  /// At the start-up deadline (StartWatch), the ranks that had not joined
+  /// the job: those that never started the runtime (no marker: exited or
+  /// hung before it), and those waiting in MPI_Init; pipec stopped the job.
+  std::vector<int> notStarted, waitingInInit;
   /// pipec itself got SIGINT, SIGTERM or SIGHUP (0: none): it stopped the
   /// launcher and returned 128 + that signal.
   int interrupted = 0;
@@ -126,6 +127,21 @@ struct StartWatch {
   std::string statusDir;
   size_t ranks = 0;
   double seconds = 60;
+};
+
+/// SIGINT, SIGTERM and SIGHUP noted, not fatal, while one lives (nested:
+/// the outermost installs and restores the handlers, and clears what was
+/// noted), so that pipec stops the job and cleans up after it instead of
+/// dying first; runLauncher holds one, and a caller that launches more than
+/// once or cleans up afterwards holds one around all of it.
+class InterruptsNoted {
+public:
+  InterruptsNoted();
+  ~InterruptsNoted();
+  InterruptsNoted(const InterruptsNoted &) = delete;
+  InterruptsNoted &operator=(const InterruptsNoted &) = delete;
+  /// The signal noted (0: none).
+  static int signal();
 };
 
 int runLauncher(const std::vector<std::string> &cmd,

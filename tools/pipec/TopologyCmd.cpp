@@ -42,6 +42,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sched.h>
 #include <unistd.h>
 
 using namespace pipec;
@@ -234,9 +235,18 @@ int pipec::driver::runTopology(const std::vector<std::string> &argv,
   if (from < 8 || to > (int64_t(64) << 20) || from * 2 > to)
     return fail("topology", "--fit-from and --fit-to must span at least a "
                             "factor of 2 within 8 B .. 64 MiB");
+  // The CPUs this process may use (a cpuset or taskset limits them): what
+  // the runtime's --bind-cores and OpenBLAS threads count too.
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
   {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+      cores = CPU_COUNT(&allowed);
+  }
+  if (fitFile.empty()) {
     // Refused before the probe's minute: groups must be equal.
-    const long c = processors > 0 ? processors : sysconf(_SC_NPROCESSORS_ONLN);
+    const long c = processors > 0 ? processors : cores;
     if (a.has("--bind-cores") && target == "cpu" && c > 0 && processes > c &&
         processes % c != 0)
       return fail("topology",
@@ -258,7 +268,6 @@ int pipec::driver::runTopology(const std::vector<std::string> &argv,
                bandwidth, worst, error))
     return fail("topology", error);
 
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   Topology topology;
   topology.deviceMemoryBytes =
       probe.deviceMemoryBytes > 0

@@ -88,6 +88,8 @@ bool checkDataFiles(const Args &a, const std::string &manifestPath,
     int64_t perSample = 1;
     for (int64_t d : tensor->shape)
       perSample *= d;
+    if (perSample % manifest.globalBatch != 0)
+      continue; // no batch dimension to count samples by
     perSample /= manifest.globalBatch;
     pipec::npy::Array header;
     if (!pipec::npy::readHeader(file, header, error))
@@ -129,8 +131,11 @@ std::string elfProblem(const std::string &path) {
   static const unsigned char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
   if (got < 4 || std::memcmp(header, kElfMagic, 4) != 0)
     return "neither an ELF executable nor a script";
-  if (got < 64 || header[4] != 2 /* ELFCLASS64 */)
-    return "not a 64-bit ELF file";
+  // The section headers' end, for 64-bit little-endian files (the targets
+  // pipec builds for); other classes and byte orders pass unchecked.
+  if (got < 64 || header[4] != 2 /* ELFCLASS64 */ ||
+      header[5] != 1 /* ELFDATA2LSB */)
+    return "";
   uint64_t shoff = 0;
   for (int i = 7; i >= 0; --i)
     shoff = (shoff << 8) | header[0x28 + i];
@@ -585,16 +590,28 @@ int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
                  "(if any) is kept\n";
     return rc;
   }
-  if (!report.notStarted.empty()) {
-    std::vector<std::string> names;
-    for (int r : report.notStarted)
-      names.push_back("rank " + std::to_string(r) + " (stage " +
+  if (!report.notStarted.empty() || !report.waitingInInit.empty()) {
+    auto names = [&](const std::vector<int> &ranks) {
+      std::vector<std::string> out;
+      for (int r : ranks)
+        out.push_back("rank " + std::to_string(r) + " (stage " +
                       std::to_string(plan.stageOfRank[size_t(r)]) + ")");
-    std::cerr << "pipec: error: " << sys::join(names, ", ")
-              << " had not joined the job (MPI_Init had not returned) by the "
-                 "start-up deadline (PIPEC_START_TIMEOUT_S, default 60 s): "
-                 "a stage executable that exits or hangs before MPI_Init "
-                 "keeps every rank waiting there; the job was stopped\n";
+      return sys::join(out, ", ");
+    };
+    std::cerr << "pipec: error: the job had not started by the start-up "
+                 "deadline (PIPEC_START_TIMEOUT_S, default 60 s): ";
+    if (!report.notStarted.empty())
+      std::cerr << names(report.notStarted)
+                << " never started the runtime (its executable exited or "
+                   "hangs before it)"
+                << (report.waitingInInit.empty()
+                        ? ""
+                        : "; " + names(report.waitingInInit) +
+                              " waited for it in MPI_Init");
+    else
+      std::cerr << names(report.waitingInInit)
+                << " waited in MPI_Init (MPI could not bring the job up)";
+    std::cerr << "; the job was stopped\n";
     return 1;
   }
   if (report.daemonsFailed) {
@@ -747,6 +764,9 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   // The ranks print their own error line; pass their exit status through
   // (1 error, 2 usage, 3 non-finite loss, 4 a watchdog stopped the job; the
   // launcher's code for a killed rank).
+  // A signal from here on stops the job and still cleans up (the status
+  // folder), also between the two launches below and during the clean-up.
+  InterruptsNoted interrupts;
   LauncherReport report;
   // Where every rank runs here, a rank that has not joined MPI 60 s after
   // the launch (PIPEC_START_TIMEOUT_S; 0: no deadline) stops the job.
@@ -767,11 +787,16 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   const bool started =
       statusDir.empty() || anyRankStarted(statusDir, bins.size());
   if (rc != 0 && rc != 2 && !started && plan.hostOfRank.empty() &&
-      !launcher.srun && !report.interrupted && report.notStarted.empty()) {
+      !launcher.srun && !InterruptsNoted::signal() &&
+      report.notStarted.empty() && report.waitingInInit.empty()) {
     std::cerr << "pipec: note: mpirun failed before any rank started (exit "
               << rc << "); launching once more\n";
     report = LauncherReport();
     rc = runLauncher(cmd, &report, 5, start);
+  }
+  if (const int sig = InterruptsNoted::signal(); sig && !report.interrupted) {
+    report.interrupted = sig; // noted after the launcher ended
+    rc = 128 + sig;
   }
   rc = reportOutcome(rc, report, plan, statusDir);
   if (!statusDir.empty())

@@ -259,12 +259,12 @@ TEST(Watchdog, SummaryNamesTheRankNobodyHearsFrom) {
       "for 5 s in step 2, waiting in a collective (...)"};
   EXPECT_EQ(summarizeWatchdog(collective), collective[0]);
   EXPECT_EQ(summarizeWatchdog({}), "");
-  // With the job's ranks: the one that reported nothing is named.
+  // With the job's ranks: those that reported nothing are named.
   EXPECT_EQ(summarizeWatchdog(collective, {0, 1, 1}),
             collective[0] + "\npipec: note: rank 1 (stage 1), rank 2 (stage "
-                            "1) made no watchdog report while the others "
-                            "waited: the likely stalled ones (stopped, or "
-                            "stuck outside the runtime)");
+                            "1) had made no watchdog report when the job was "
+                            "stopped: stalled (stopped, or stuck outside the "
+                            "runtime), or blocked later than the others");
   // Everyone reported: no note.
   EXPECT_EQ(summarizeWatchdog(collective, {0}), collective[0]);
 }
