@@ -112,8 +112,8 @@ std::string validatePlan(const Plan &plan, int numLayers) {
              ".." + std::to_string(stage.lastLayer) + ")";
     if (stage.lastLayer >= numLayers)
       return what + " ends at layer " + std::to_string(stage.lastLayer) +
-             " but the profile has only " + std::to_string(numLayers) +
-             " layers";
+             " but there are only " + std::to_string(numLayers) +
+             " layers (0.." + std::to_string(numLayers - 1) + ")";
     if (stage.replicas < 1)
       return what + " has " + std::to_string(stage.replicas) +
              " replicas (must be at least 1)";

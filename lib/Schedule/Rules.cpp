@@ -102,12 +102,14 @@ struct Checker {
     if (q.splitSamples < 0)
       add("split-samples",
           "split-samples must be >= 0, got " + str(q.splitSamples));
-    if (q.chunks > 1 && replicated() && !split)
+    // (zb-v and dualpipev, also of two chunks, refuse replicas in shape().)
+    if (q.kind == ScheduleKind::Interleaved && q.chunks > 1 && replicated() &&
+        !split)
       add("split-samples",
           "replicated stages combine with the interleaved schedule in the "
-          "split replica mode only (pipec compile --replica-mode split, pass "
-          "option split-samples=N: every replica runs a slice of every "
-          "microbatch); 1F1B-RR's round robin is not interleaved");
+          "split replica mode only (--replica-mode split: every replica runs "
+          "a slice of every microbatch); 1F1B-RR's round robin is not "
+          "interleaved");
     if (q.kind == ScheduleKind::Custom && (replicated() || split))
       add("custom",
           "a schedule read from a file (the custom schedule) runs one rank "

@@ -129,7 +129,13 @@ private:
     return false;
   }
 
-  bool parseRows(const std::string &text) {
+  bool parseRows(const std::string &raw) {
+    // A UTF-8 byte order mark (spreadsheets write one) is not a cell, and
+    // a lone CR (old Mac line ends) ends a line as LF and CRLF do.
+    std::string text = raw.rfind("\xEF\xBB\xBF", 0) == 0 ? raw.substr(3) : raw;
+    for (size_t i = 0; i < text.size(); ++i)
+      if (text[i] == '\r' && (i + 1 == text.size() || text[i + 1] != '\n'))
+        text[i] = '\n';
     std::istringstream in(text);
     std::string line;
     std::vector<std::vector<Action>> parsed;
@@ -230,7 +236,8 @@ private:
           return fail(at(r, a.column) + ": " + name(a) +
                       " runs before the forward " + str(a.stage) + "F" +
                       str(a.microbatch) + " on its rank");
-        if (a.type == 'W' && s.i < 0)
+        // (A W after a full backward B: the mixed case below says it.)
+        if (a.type == 'W' && s.i < 0 && s.b < 0)
           return fail(at(r, a.column) + ": " + name(a) +
                       " runs before its input gradient " + str(a.stage) + "I" +
                       str(a.microbatch));

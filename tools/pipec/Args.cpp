@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
+#include "SysUtil.h"
 
 #include <algorithm>
 #include <cctype>
@@ -181,4 +182,35 @@ int pipec::driver::fail(const std::string &command, const std::string &message,
   std::cerr << (command.rfind("pipec-", 0) == 0 ? "" : "pipec ") << command
             << ": error: " << message << "\n";
   return rc;
+}
+
+bool pipec::driver::parseInputShapes(
+    const Args &a, std::map<std::string, std::vector<int64_t>> &out,
+    const std::string &command) {
+  // The option's text lives here while its pieces are read.
+  const std::string spec = a.get("--input-shape");
+  if (spec.empty())
+    return true;
+  for (const std::string &item : sys::split(spec, ',')) {
+    const size_t eq = item.rfind('=');
+    std::vector<int64_t> shape;
+    bool ok = eq != std::string::npos && eq > 0;
+    if (ok)
+      for (const std::string &d : sys::split(item.substr(eq + 1), 'x')) {
+        int64_t v = 0;
+        if (!parseInteger(d, v) || v <= 0) {
+          ok = false;
+          break;
+        }
+        shape.push_back(v);
+      }
+    if (!ok) {
+      fail(command, "bad --input-shape '" + item +
+                        "' (expected NAME=D0xD1x..., several separated by "
+                        "',')");
+      return false;
+    }
+    out[item.substr(0, eq)] = shape;
+  }
+  return true;
 }

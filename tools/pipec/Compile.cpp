@@ -71,28 +71,6 @@ private:
   ScopedDiagnosticHandler handler;
 };
 
-bool parseShapes(const Args &a, std::map<std::string, std::vector<int64_t>> &out,
-                 const std::string &cmd) {
-  std::string spec = a.get("--input-shape");
-  if (spec.empty())
-    return true;
-  for (llvm::StringRef item : llvm::split(spec, ',')) {
-    auto [name, dims] = item.rsplit('=');
-    std::vector<int64_t> shape;
-    for (llvm::StringRef d : llvm::split(dims, 'x')) {
-      int64_t v;
-      if (d.getAsInteger(10, v) || v <= 0) {
-        fail(cmd, "bad --input-shape '" + item.str() +
-                      "' (expected NAME=D0xD1x..., several separated by ',')");
-        return false;
-      }
-      shape.push_back(v);
-    }
-    out[name.str()] = shape;
-  }
-  return true;
-}
-
 void registerAll(DialectRegistry &registry) {
   registerImportDialects(registry);
   registry.insert<pipe::PipeDialect, arith::ArithDialect, scf::SCFDialect,
@@ -474,13 +452,12 @@ void Compilation::noteImport() {
     if (auto g = dyn_cast<ml_program::GlobalOp>(op))
       params += cast<RankedTensorType>(g.getType()).getNumElements();
   });
-  // The layers are numbered from 0; a cross-entropy loss the compiler adds
-  // becomes the next one, in the last stage (the stage lines show it).
+  // The layers are numbered from 0 (--cuts numbers them so); the loss the
+  // compiler adds comes after them, in the last stage (the stage lines
+  // count its layers too).
   std::string numbering =
       " (0-" + std::to_string(std::max<int64_t>(layers - 1, 0)) +
-      (o.loss == "model" ? ")"
-                         : "; the loss is layer " + std::to_string(layers) +
-                               ", in the last stage)");
+      (o.loss == "model" ? ")" : "; the loss follows, in the last stage)");
   say("imported " + o.model + ": " + std::to_string(layers) + " layers" +
       numbering + ", " + std::to_string(params) + " parameters; global batch " +
       std::to_string(batch) + " = " + std::to_string(o.microbatches) +
@@ -1429,7 +1406,7 @@ static bool parseModelOptions(const Args &a, CompileOptions &o) {
       if (!name.trim().empty())
         o.frozen.insert(name.trim().str());
   }
-  if (!parseShapes(a, o.inputShapes, "compile"))
+  if (!parseInputShapes(a, o.inputShapes, "compile"))
     return false;
   return true;
 }
@@ -1472,7 +1449,7 @@ int pipec::driver::runImport(const std::vector<std::string> &argv) {
   if (a.has("--batch") && !a.getInt("--batch", options.batch, 1,
                                     std::numeric_limits<int64_t>::max()))
     return 2;
-  if (!parseShapes(a, options.inputShapes, "import"))
+  if (!parseInputShapes(a, options.inputShapes, "import"))
     return 2;
   DialectRegistry registry;
   registerAll(registry);

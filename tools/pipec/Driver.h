@@ -60,6 +60,12 @@ private:
   std::vector<std::string> pos;
 };
 
+/// --input-shape NAME=D0xD1x...[,...] into `out`; false after one error
+/// line of `command` when a piece is malformed.
+bool parseInputShapes(const Args &a,
+                      std::map<std::string, std::vector<int64_t>> &out,
+                      const std::string &command);
+
 /// One error line, "pipec <command>: error: ...".
 int fail(const std::string &command, const std::string &message, int rc = 1);
 

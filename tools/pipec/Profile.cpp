@@ -6,8 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Driver.h"
+
 #include "Launch.h"
 #include "SysUtil.h"
+#include <filesystem>
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -52,6 +54,30 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
     return 2;
   if (threads > 0) // the runtime and the launcher honour it
     setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  {
+    // Where the profile goes, checked before a minute of measuring: a
+    // regular file (or none yet) in a folder that exists. The runtime
+    // writes it to a temporary name and renames it over the target, which
+    // would replace a device file.
+    const std::string out = a.get("-o");
+    if (out.empty())
+      return fail("profile", "-o needs a file name", 2);
+    std::error_code ec;
+    const std::filesystem::path path = std::filesystem::absolute(out, ec);
+    const auto status = std::filesystem::status(path, ec);
+    if (std::filesystem::is_directory(status))
+      return fail("profile", "-o '" + out + "' is a folder; give a file name",
+                  2);
+    if (std::filesystem::exists(status) &&
+        !std::filesystem::is_regular_file(status))
+      return fail("profile",
+                  "-o '" + out + "' exists and is not a regular file", 2);
+    if (!std::filesystem::is_directory(path.parent_path(), ec))
+      return fail("profile",
+                  "-o '" + out + "': the folder '" +
+                      path.parent_path().string() + "' does not exist",
+                  2);
+  }
   if (a.get("--target") != "cpu" && a.get("--target") != "cuda")
     return fail("profile",
                 "--target is cpu or cuda, got '" + a.get("--target") + "'", 2);
@@ -65,19 +91,8 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
   o.batch = micro;
   o.quiet = true;
   o.target = a.get("--target");
-  if (a.has("--input-shape")) {
-    for (llvm::StringRef item : llvm::split(a.get("--input-shape"), ',')) {
-      auto [name, dims] = item.rsplit('=');
-      std::vector<int64_t> shape;
-      for (llvm::StringRef d : llvm::split(dims, 'x')) {
-        int64_t v;
-        if (d.getAsInteger(10, v) || v <= 0)
-          return fail("profile", "bad --input-shape '" + item.str() + "'", 2);
-        shape.push_back(v);
-      }
-      o.inputShapes[name.str()] = shape;
-    }
-  }
+  if (!parseInputShapes(a, o.inputShapes, "profile"))
+    return 2;
   llvm::outs() << "pipec profile: compiling " << o.model << " (one stage)\n";
   int rc = compileModel(o);
   if (rc != 0) {

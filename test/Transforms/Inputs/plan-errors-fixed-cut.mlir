@@ -2,7 +2,7 @@
 // that does not split the model's layers into the stages.
 
 // Layer 5 of a 3-layer model: the cut is [5, 2].
-// expected-error @below {{the fixed cut (last layers 5) does not split the 3 layers into 2 stages: stage 0 ends at layer 5 but the profile has only 3 layers}}
+// expected-error @below {{the fixed cut (last layers 5) does not split the 3 layers into 2 stages: stage 0 ends at layer 5 but there are only 3 layers (0..2)}}
 module {
   func.func @main(%x: tensor<4x5xf32>) -> tensor<4x5xf32> {
     %0 = nn.relu %x {nn.cost = #nn.cost<fwd = 1.0e-3, bwd = 1.0e-3, out_bytes = 80, param_bytes = 0, saved_bytes = 80>} : tensor<4x5xf32>

@@ -1,6 +1,6 @@
 // Input of build-schedule-errors.mlir, run with --pipe-build-schedule="schedule=interleaved microbatches=2 chunks=2 replicas=2"
 // Rule "split-samples": round-robin replicas (no split-samples) with the interleaved schedule.
-// expected-error @+1 {{replicated stages combine with the interleaved schedule in the split replica mode only (pipec compile --replica-mode split, pass option split-samples=N: every replica runs a slice of every microbatch); 1F1B-RR's round robin is not interleaved}}
+// expected-error @+1 {{replicated stages combine with the interleaved schedule in the split replica mode only (--replica-mode split: every replica runs a slice of every microbatch); 1F1B-RR's round robin is not interleaved}}
 module {
   func.func @s0_fwd(%x: tensor<2xf32> {pipe.feed = 0 : i64}) -> tensor<2xf32> attributes {pipe.stage = 0 : i64} {
     return %x : tensor<2xf32>
