@@ -562,7 +562,9 @@ std::string checkRequest(ScheduleKind kind, int stages, int64_t microbatches,
   const char *name = scheduleKindName(kind);
   if (kind == ScheduleKind::Custom)
     return "the custom schedule has no generator: its order per rank comes "
-           "from a file (a compute-only CSV, pipec compile --schedule-csv)";
+           "from a file (a compute-only CSV: give it with --schedule-csv; a "
+           "build of pipec compile keeps it as schedule.csv beside its "
+           "plan.json)";
   if (stages < 1)
     return "a pipeline needs at least one stage (got " + str(stages) + ")";
   if (options.steps < 1)

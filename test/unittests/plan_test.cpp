@@ -410,8 +410,8 @@ TEST(ValidatePlanTest, CatchesEachViolation) {
   plan = goodPlan(); // past the end
   plan.stages[2].lastLayer = 10;
   expectViolation(plan, 10,
-                  "stage 2 ends at layer 10 but the profile has "
-                  "only 10 layers");
+                  "stage 2 ends at layer 10 but there are only 10 "
+                  "layers (0..9)");
 
   plan = goodPlan(); // not covering
   plan.stages[2].lastLayer = 8;

@@ -615,6 +615,16 @@ bool Compilation::prepareOutputs() {
     if (!writeText(o.outDir + "/schedule.csv", synthCsv, error))
       return failWith(error);
     llvm::sys::fs::remove(synthPath);
+  } else if (!o.scheduleCsv.empty()) {
+    // The order a --schedule-csv build runs, kept beside its plan.json, so
+    // that `pipec simulate OUT/plan.json --schedule-csv OUT/schedule.csv`
+    // works without the original file.
+    auto csv = llvm::MemoryBuffer::getFile(o.scheduleCsv);
+    if (!csv)
+      return failWith("cannot read '" + o.scheduleCsv + "'");
+    if (!writeText(o.outDir + "/schedule.csv", (*csv)->getBuffer().str(),
+                   error))
+      return failWith(error);
   }
   if (o.emitMlir) {
     std::string text;
