@@ -1274,6 +1274,15 @@ static bool parseScheduleOptions(const Args &a, CompileOptions &o) {
                      2);
       o.replicas.push_back(r);
     }
+    // (Before the file sets the stage count a single number would expand to.)
+    if (a.has("--schedule-csv") &&
+        std::any_of(o.replicas.begin(), o.replicas.end(),
+                    [](int r) { return r != 1; }))
+      return !fail("compile",
+                   "--replicas " + list +
+                       ": a schedule read from a file (--schedule-csv) runs "
+                       "one rank per stage; its order names no replicas",
+                   2);
     if (o.replicas.size() == 1)
       o.replicas.assign(o.stages, o.replicas[0]);
   }
