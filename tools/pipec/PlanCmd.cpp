@@ -18,6 +18,7 @@
 #include "pipec/Schedule.h"
 #include "pipec/Sim.h"
 
+#include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
@@ -400,6 +401,16 @@ int pipec::driver::runSimulate(const std::vector<std::string> &argv) {
   std::string invalid = validatePlan(plan.plan, profile.ops.size());
   if (!invalid.empty())
     return fail("simulate", "the plan does not fit the profile: " + invalid);
+  if (plan.plan.microbatchSize != profile.microbatch && profile.microbatch > 0)
+    llvm::outs() << "pipec simulate: note: the profile was measured at "
+                    "microbatch "
+                 << profile.microbatch << " and the plan runs "
+                 << plan.plan.microbatchSize
+                 << ": op times and activations scaled linearly by "
+                 << llvm::format("%.3g", double(plan.plan.microbatchSize) /
+                                             double(profile.microbatch))
+                 << " (profile at the plan's microbatch for measured "
+                    "times)\n";
   SimOptions options;
   if (!simOptions(a, "simulate", options))
     return 2;
