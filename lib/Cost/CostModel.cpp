@@ -207,6 +207,13 @@ std::optional<DeviceModel> deviceModelFromJson(const std::string &text,
                 "\"overhead\" and \"up_to\"";
         return std::nullopt;
       }
+      if (fit.upTo > 0 && fit.from > fit.upTo) {
+        error = "\"kinds\": \"" + it.key() + "\" is valid from " +
+                std::to_string(fit.from) + " s up to " +
+                std::to_string(fit.upTo) +
+                " s: \"from\" must not exceed \"up_to\" (0: no limit)";
+        return std::nullopt;
+      }
       m.kinds[it.key()] = fit;
     }
   }

@@ -158,6 +158,15 @@ TEST(Calibrate, DeviceModelJsonRoundTripsAndIsChecked) {
   bad.replace(bad.find("0.7"), 3, "-0.7");
   EXPECT_FALSE(deviceModelFromJson(bad, error));
   EXPECT_NE(error.find("compute_efficiency"), std::string::npos) << error;
+  // A kind's line valid from a time past its end.
+  DeviceModel inverted = d;
+  DeviceModel::KindFit fit;
+  fit.efficiency = 0.5;
+  fit.from = 1;
+  fit.upTo = 0.5;
+  inverted.kinds["matmul"] = fit;
+  EXPECT_FALSE(deviceModelFromJson(deviceModelToJson(inverted), error));
+  EXPECT_NE(error.find("\"from\" must not exceed"), std::string::npos) << error;
 
   // By name or from a file.
   EXPECT_TRUE(deviceModelByNameOrFile("h100", error));
