@@ -193,6 +193,18 @@ def main():
             report(rc == 0 and len(losses) == STEPS and worst <= 1e-6 and csv_ok and "chose" in line,
                    "synth within --memory-limit", f"{line[len('pipec compile: '):][:150]}; losses vs zb-h1 "
                    f"{worst:.1e}, schedule.csv {'kept' if csv_ok else 'MISSING'}")
+        # With --recompute auto, a limit that zb-h1's in-flight count misses
+        # even with full recomputation goes to the synthesiser, which caps
+        # the count (it used to be refused by the auto choice first).
+        o = os.path.join(d, "synth-auto")
+        rc, out = run([args.pipec, "compile", model, "-o", o, "--stages", "4", "--microbatches", "8",
+                       "--schedule", "synth", "--recompute", "auto", "--memory-limit", "250K"])
+        full = os.path.join(d, "synth-full")
+        rc_full, _ = run([args.pipec, "compile", model, "-o", full, "--stages", "4", "--microbatches", "8",
+                          "--schedule", "synth", "--recompute", "full", "--memory-limit", "250K"])
+        capped = "the synthesiser caps it" in out
+        report(rc == 0 and rc_full == 0 and capped, "synth with --recompute auto where zb-h1 misses the limit",
+               f"auto exit {rc}, full exit {rc_full}, capped by the synthesiser: {capped}")
 
     # 4. Refusals: one clear line naming rank and step, nothing written.
     bad = {

@@ -694,6 +694,13 @@ bool Compilation::chooseRecompute() {
       if (chosen[size_t(r)].empty() && bytes <= o.memoryLimit)
         chosen[size_t(r)] = mode;
     }
+    // --schedule synth: these arenas hold zb-h1's microbatches in flight;
+    // the synthesiser caps them to fit the limit, so the least memory
+    // (full) goes on to it, and it refuses, with the bytes, if no cap fits.
+    if (chosen[size_t(r)].empty() && o.synthesize) {
+      chosen[size_t(r)] = "full";
+      line += " (zb-h1's in-flight count; the synthesiser caps it)";
+    }
     if (chosen[size_t(r)].empty())
       return failWith(
           "stage " + std::to_string(r) + " needs " +
