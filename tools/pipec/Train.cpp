@@ -45,16 +45,22 @@ namespace {
 
 using sys::absolute;
 
-/// --inputs and --labels together: both or neither where the build's loss
-/// reads labels, and (for the files this machine holds) as many rows in
+/// --inputs and --labels: no empty file name (the stage executable would
+/// refuse it with its own usage); together, both or neither where the build's
+/// loss reads labels, and (for the files this machine holds) as many rows in
 /// each, since every file is read in order and cycled on its own: files of
 /// different lengths pair inputs with other samples' labels from the first
 /// wrap on. The stage executables check each file's dtype and shape.
-bool checkDataFiles(const Args &a, const std::string &manifestPath,
+bool checkDataFiles(const Args &a, const pipec::formats::Manifest &manifest,
                     std::string &error) {
-  pipec::formats::Manifest manifest;
-  if (!pipec::formats::readManifest(manifestPath, manifest, error))
-    return false;
+  for (const char *flag : {"--inputs", "--labels"})
+    if (a.has(flag))
+      for (const std::string &file : sys::split(a.get(flag), ','))
+        if (file.empty()) {
+          error = std::string(flag) + " has an empty file name: '" +
+                  a.get(flag) + "'";
+          return false;
+        }
   const bool inputs = a.has("--inputs"), labels = a.has("--labels");
   if (labels && !inputs) {
     error = "--labels without --inputs: the labels would be paired with "
@@ -146,11 +152,12 @@ std::string elfProblem(const std::string &path) {
   return "";
 }
 
-/// Stage binaries of a build folder, from its manifest, and whether some
-/// stage has several replicas.
-bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
-                std::vector<int> &stageOfRank, std::string &error,
-                bool &replicated) {
+/// Stage binaries of a build folder, from its manifest (read into
+/// `manifest`), and whether some stage has several replicas.
+bool readStages(const std::string &manifestPath,
+                pipec::formats::Manifest &manifest,
+                std::vector<std::string> &bins, std::vector<int> &stageOfRank,
+                std::string &error, bool &replicated) {
   replicated = false;
   if (!sys::exists(manifestPath)) {
     error = "cannot read '" + manifestPath + "' (is this a `pipec compile` "
@@ -158,7 +165,6 @@ bool readStages(const std::string &manifestPath, std::vector<std::string> &bins,
     return false;
   }
   // The manifest through the formats library, as the stage binaries read it.
-  pipec::formats::Manifest manifest;
   if (!pipec::formats::readManifest(manifestPath, manifest, error))
     return false;
   if (manifest.stages.empty()) {
@@ -682,7 +688,8 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
   std::vector<int> stageOfRank;
   std::string error;
   bool replicated = false;
-  if (!readStages(manifest, bins, stageOfRank, error, replicated))
+  pipec::formats::Manifest build;
+  if (!readStages(manifest, build, bins, stageOfRank, error, replicated))
     return fail(me, error);
   if (a.has("--vertical-sync") && replicated)
     return fail(me,
@@ -702,15 +709,7 @@ int pipec::driver::runTrain(const std::vector<std::string> &argv,
     if (seconds < 0)
       return fail(me, std::string(flag) + " must be >= 0 (0: off)", 2);
   }
-  for (const char *flag : {"--inputs", "--labels"})
-    if (a.has(flag))
-      for (const std::string &file : sys::split(a.get(flag), ','))
-        if (file.empty())
-          return fail(me,
-                      std::string(flag) + " has an empty file name: '" +
-                          a.get(flag) + "'",
-                      2);
-  if (!checkDataFiles(a, manifest, error))
+  if (!checkDataFiles(a, build, error))
     return fail(me, error, 2);
   int64_t steps, every, seed;
   double lr;
