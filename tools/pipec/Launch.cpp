@@ -614,14 +614,28 @@ void ranksNotStarted(const StartWatch &start, std::vector<int> &never,
   never.clear();
   waiting.clear();
   for (size_t r = 0; r < start.ranks; ++r) {
-    const std::string base = start.statusDir + "/rank-" + std::to_string(r);
-    if (::access((base + ".status").c_str(), F_OK) == 0)
+    if (::access(rankStatusPath(start.statusDir, r).c_str(), F_OK) == 0)
       continue;
-    (::access((base + ".started").c_str(), F_OK) == 0 ? waiting : never)
+    (::access(rankStatusPath(start.statusDir, r, "started").c_str(), F_OK) == 0
+         ? waiting
+         : never)
         .push_back(int(r));
   }
 }
 } // namespace
+
+std::string pipec::driver::rankStatusPath(const std::string &statusDir,
+                                          size_t rank, const char *kind) {
+  return statusDir + "/rank-" + std::to_string(rank) + "." + kind;
+}
+
+std::string pipec::driver::rankName(int rank,
+                                    const std::vector<int> &stageOfRank) {
+  std::string name = "rank " + std::to_string(rank);
+  if (rank >= 0 && size_t(rank) < stageOfRank.size())
+    name += " (stage " + std::to_string(stageOfRank[size_t(rank)]) + ")";
+  return name;
+}
 
 InterruptsNoted::InterruptsNoted() {
   if (interruptsDepth++ > 0)
@@ -834,8 +848,7 @@ pipec::driver::summarizeWatchdog(const std::vector<std::string> &lines,
   std::vector<std::string> silent;
   for (size_t r = 0; r < stageOfRank.size(); ++r)
     if (!reporters.count(int(r)))
-      silent.push_back("rank " + std::to_string(r) + " (stage " +
-                       std::to_string(stageOfRank[r]) + ")");
+      silent.push_back(rankName(int(r), stageOfRank));
   if (silent.empty() || silent.size() == stageOfRank.size())
     return lines.front();
   std::string list;

@@ -118,6 +118,15 @@ struct LauncherReport {
   int interrupted = 0;
 };
 
+/// A rank's file in a job's status folder (runtime core/status.h):
+/// `statusDir`/rank-R.status, its record once it has joined MPI, or
+/// rank-R.started, the marker it leaves before MPI_Init.
+std::string rankStatusPath(const std::string &statusDir, size_t rank,
+                           const char *kind = "status");
+
+/// "rank R (stage S)", or "rank R" when `stageOfRank` does not list it.
+std::string rankName(int rank, const std::vector<int> &stageOfRank);
+
 /// A start-up deadline: every rank makes its status record
 /// (`statusDir`/rank-R.status) once it has joined MPI; a rank without one
 /// `seconds` after the launch (a stage executable that exits or hangs

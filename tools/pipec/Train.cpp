@@ -230,7 +230,7 @@ bool readStages(const std::string &manifestPath,
 /// True when some rank created its status record (it got past MPI_Init).
 bool anyRankStarted(const std::string &statusDir, size_t ranks) {
   for (size_t r = 0; r < ranks; ++r)
-    if (sys::exists(statusDir + "/rank-" + std::to_string(r) + ".status"))
+    if (sys::exists(rankStatusPath(statusDir, r)))
       return true;
   return false;
 }
@@ -259,7 +259,7 @@ void reportSilentRanks(const std::string &statusDir,
   bool someoneReported = report.rankReported;
   for (size_t r = 0; r < ranks; ++r) {
     Record &rec = records[r];
-    rec.path = statusDir + "/rank-" + std::to_string(r) + ".status";
+    rec.path = rankStatusPath(statusDir, r);
     std::string data, unreadable;
     if (!sys::readFile(rec.path, data, unreadable))
       continue;
@@ -292,11 +292,8 @@ void reportSilentRanks(const std::string &statusDir,
         records[size_t(d.rank)].complete ||
         !seenDead.insert(size_t(d.rank)).second)
       continue;
-    std::cerr << "pipec: error: rank " << d.rank
-              << (size_t(d.rank) < stageOfRank.size()
-                      ? " (stage " + std::to_string(stageOfRank[d.rank]) + ")"
-                      : std::string())
-              << " on " << d.host << " died without a report (" << d.how << ")"
+    std::cerr << "pipec: error: " << rankName(d.rank, stageOfRank) << " on "
+              << d.host << " died without a report (" << d.how << ")"
               << (localStep > 0 ? " during step " + std::to_string(localStep)
                                 : std::string())
               << "; the job was stopped\n";
@@ -600,8 +597,7 @@ int reportOutcome(int rc, const LauncherReport &report, const LaunchPlan &plan,
     auto names = [&](const std::vector<int> &ranks) {
       std::vector<std::string> out;
       for (int r : ranks)
-        out.push_back("rank " + std::to_string(r) + " (stage " +
-                      std::to_string(plan.stageOfRank[size_t(r)]) + ")");
+        out.push_back(rankName(r, plan.stageOfRank));
       return sys::join(out, ", ");
     };
     std::cerr << "pipec: error: the job had not started by the start-up "
