@@ -171,16 +171,25 @@ const char *nonFiniteName(double v) {
 /// ranks on this host (MPI's shared-memory split tells them, whatever
 /// launched the job), unless OPENBLAS_NUM_THREADS says otherwise. Each host
 /// decides for itself; a launcher cannot know another machine's cores.
+/// The CPUs this process may use (a cpuset or taskset limits them), in
+/// order, as --bind-cores and `pipec topology` count them; empty when the
+/// kernel does not say.
+std::vector<int> allowedCpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed))
+        cpus.push_back(c);
+  return cpus;
+}
+
 void setBlasThreadsPerHost(int local) {
   if (std::getenv("OPENBLAS_NUM_THREADS"))
     return;
-  // The CPUs this process may use (a cpuset or taskset limits them), as
-  // --bind-cores and `pipec topology` count them.
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  long cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0
-                   ? CPU_COUNT(&allowed)
-                   : sysconf(_SC_NPROCESSORS_ONLN);
+  const size_t allowed = allowedCpus().size();
+  long cores = allowed ? long(allowed) : sysconf(_SC_NPROCESSORS_ONLN);
   int threads = int(std::max<long>(1, cores / std::max(local, 1)));
   // Through the symbol, so that a BLAS other than OpenBLAS links too.
   using SetThreads = void (*)(int);
@@ -197,16 +206,11 @@ void setBlasThreadsPerHost(int local) {
 /// topology --measure --bind-cores` describes). Returns the CPUs, e.g.
 /// "0" or "2-3"; throws RtError when the kernel refuses.
 std::string bindToCoreBlock(int local, int size) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+  const std::vector<int> cpus = allowedCpus();
+  if (cpus.empty())
     throw RtError(std::string("--bind-cores: cannot read this process's "
                               "CPUs: ") +
                   std::strerror(errno));
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &allowed))
-      cpus.push_back(c);
   const int64_t n = int64_t(cpus.size()), l = std::max(size, 1);
   int64_t first = int64_t(local) * n / l, last = first;
   if (l <= n)
@@ -819,6 +823,58 @@ int64_t setUpStage(pipec_ctx &ctx, DeviceBuffer &arena, DeviceFactory factory,
   return first;
 }
 
+/// A non-finite step loss: every rank knows it (the loss is all-reduced)
+/// and leaves the job; rank 0 says so once, naming the step and the last
+/// good checkpoint. The caller returns 3.
+void stopOnNonFiniteLoss(pipec_ctx &ctx, double loss, int64_t t,
+                         const std::string &lastCheckpoint) {
+  std::fflush(stdout);
+  if (ctx.rank == 0)
+    std::fprintf(stderr, "%s\n",
+                 formatError(std::string("loss is ") + nonFiniteName(loss) +
+                             " at step " + std::to_string(t + 1) +
+                             " (last good checkpoint: " + lastCheckpoint + ")")
+                     .c_str());
+  std::fflush(stderr);
+  leaveJob(ctx, RankState::Error);
+}
+
+/// After the last step `t` of a continuous pipeline, the draining windows:
+/// the backwards (and updates) of the microbatches still in flight, at most
+/// window_reach of them, m per window; every forward there lies outside
+/// the run.
+void drainContinuousPipeline(pipec_ctx &ctx, pipec_program_fn program,
+                             char *arena, int64_t t) {
+  const StageDesc &desc = ctx.desc;
+  int64_t drain =
+      (desc.windowReach + desc.microbatches - 1) / desc.microbatches;
+  for (int64_t d = 0; d < std::max<int64_t>(drain, 1); ++d) {
+    ctx.step = ctx.options.steps + d;
+    program(&ctx, arena);
+  }
+  ctx.device->synchronize();
+  pipec_rt_flush(&ctx);
+  collectQueueMarks(ctx);
+  ctx.step = t;
+}
+
+/// Rank 0's summary line: the final loss and the mean rate over the steps
+/// after the first one run (`laterWall` their summed time).
+void printDoneLine(const pipec_ctx &ctx, int64_t first, double lastLoss,
+                   double laterWall, const std::string &lastCheckpoint) {
+  const Options &o = ctx.options;
+  int64_t ran = o.steps - first;
+  int64_t timed = ran > 1 ? ran - 1 : 1;
+  double meanRate =
+      double(timed * ctx.desc.globalBatch) / std::max(laterWall, 1e-12);
+  std::printf("done: %lld steps  final loss %.6f  %.1f samples/s (%s)  "
+              "checkpoint %s\n",
+              static_cast<long long>(o.steps), lastLoss, meanRate,
+              ran > 1 ? "mean excluding the first step run" : "one step",
+              lastCheckpoint.c_str());
+  std::fflush(stdout);
+}
+
 int run(int argc, char **argv, const char *meta, pipec_program_fn program,
         DeviceFactory factory, CommunicatorFactory commFactory,
         const char *target) {
@@ -921,17 +977,7 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
     watchdogStepTime(wall);
     double loss = stepLoss(ctx);
     if (!std::isfinite(loss)) {
-      // Every rank knows the step's loss and stops; rank 0 says it once.
-      std::fflush(stdout);
-      if (ctx.rank == 0)
-        std::fprintf(stderr, "%s\n",
-                     formatError(std::string("loss is ") + nonFiniteName(loss) +
-                                 " at step " + std::to_string(t + 1) +
-                                 " (last good checkpoint: " + lastCheckpoint +
-                                 ")")
-                         .c_str());
-      std::fflush(stderr);
-      leaveJob(ctx, RankState::Error);
+      stopOnNonFiniteLoss(ctx, loss, t, lastCheckpoint);
       return 3;
     }
     if (reports) {
@@ -943,38 +989,15 @@ int run(int argc, char **argv, const char *meta, pipec_program_fn program,
     }
 
     bool last = t + 1 == o.steps;
-    if (last && ctx.continuous) {
-      // The draining windows: the backwards (and updates) of the
-      // microbatches still in flight, at most window_reach of them, m per
-      // window; every forward there lies outside the run.
-      int64_t drain = (desc.windowReach + desc.microbatches - 1) /
-                      desc.microbatches;
-      for (int64_t d = 0; d < std::max<int64_t>(drain, 1); ++d) {
-        ctx.step = o.steps + d;
-        program(&ctx, arena.get());
-      }
-      ctx.device->synchronize();
-      pipec_rt_flush(&ctx);
-      collectQueueMarks(ctx);
-      ctx.step = t;
-    }
+    if (last && ctx.continuous)
+      drainContinuousPipeline(ctx, program, arena.get(), t);
     if (last || (o.checkpointEvery > 0 && (t + 1) % o.checkpointEvery == 0))
       lastCheckpoint = checkpointStep(ctx, arena.get(), t);
   }
 
   writeRunOutputs(ctx);
-  if (reports) {
-    int64_t ran = o.steps - first;
-    int64_t timed = ran > 1 ? ran - 1 : 1;
-    double meanRate =
-        double(timed * desc.globalBatch) / std::max(laterWall, 1e-12);
-    std::printf("done: %lld steps  final loss %.6f  %.1f samples/s (%s)  "
-                "checkpoint %s\n",
-                static_cast<long long>(o.steps), lastLoss, meanRate,
-                ran > 1 ? "mean excluding the first step run" : "one step",
-                lastCheckpoint.c_str());
-    std::fflush(stdout);
-  }
+  if (reports)
+    printDoneLine(ctx, first, lastLoss, laterWall, lastCheckpoint);
   loc.step = o.steps;
   leaveJob(ctx, RankState::Finished);
   return 0;
