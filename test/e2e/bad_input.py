@@ -265,6 +265,7 @@ def main():
     y_bad = y.copy()
     y_bad[70] = 10  # 10 classes: valid labels are 0..9
     np.save(p("y_out_of_range.npy"), y_bad)
+    np.save(p("y_half.npy"), y[:len(y) // 2])
     x_inf = x.copy()
     x_inf[B + 5, 0, 3, 3] = np.inf  # row 69: in the second global batch -> step 2
     np.save(p("x_inf.npy"), x_inf)
@@ -390,6 +391,11 @@ def main():
          ["x_wrong_shape.npy"], [r"shape", r"27"]),
         ("labels-out-of-range", ["--steps", "2", "--inputs", xs, "--labels", p("y_out_of_range.npy")],
          ["y_out_of_range.npy"], [r"row 70\b", r"(?<![\d.])10(?![\d.])"]),
+        # Data files that do not pair: refused before launch, naming them.
+        ("labels-fewer-rows-than-inputs", ["--steps", "2", "--inputs", xs, "--labels", p("y_half.npy")],
+         ["y_half.npy"], [r"as many samples", r"(?<![\d.])%d(?![\d.])" % (len(y) // 2)]),
+        ("labels-without-inputs", ["--steps", "2", "--labels", ys], [], [r"--labels without --inputs"]),
+        ("inputs-without-labels", ["--steps", "2", "--inputs", xs], [], [r"--inputs without --labels"]),
     ]
     # A refusal at start-up is agreed on by the ranks and printed once: the
     # output is pipec's one line, without the launcher's abort banner.
@@ -416,19 +422,6 @@ def main():
             train(mixed, "--steps", "2", "--inputs", xs, "--labels", ys, tag="mixed"), facts,
             only_error_line=True)
         R.report("train manifest-of-another-build", problems, line)
-
-    # Data files that do not pair: refused before launch, naming them.
-    np.save(p("y_half.npy"), y[:len(y) // 2])
-    pair_cases = [
-        ("labels-fewer-rows-than-inputs", ["--steps", "2", "--inputs", xs, "--labels", p("y_half.npy")],
-         ["y_half.npy"], [r"as many samples", r"(?<![\d.])%d(?![\d.])" % (len(y) // 2)]),
-        ("labels-without-inputs", ["--steps", "2", "--labels", ys], [], [r"--labels without --inputs"]),
-        ("inputs-without-labels", ["--steps", "2", "--inputs", xs], [], [r"--inputs without --labels"]),
-    ]
-    for name, targs, names, facts in pair_cases:
-        problems, line, _, _ = check_failure(train(A, *targs, tag=name), facts, names=names,
-                                             only_error_line=True)
-        R.report(f"train {name}", problems, line)
 
     # An output path that can never be written is refused before step 1
     # (it used to lose the run at its end, and the error after start-up
