@@ -404,7 +404,7 @@ def print_table(title, rows, flops, batch, name):
     result = {}
     for precision, label, sps in rows:
         if not sps:
-            print(f"{label:52s} not measured (failed, or not run: PIPEC_BENCH_PARTS)")
+            print(f"{label:52s} not measured (failed, or not run: PIPEC_BENCH_PARTS, PIPEC_BENCH_GRAPHS=1)")
             continue
         peaks = FP32_PEAK if precision == "fp32" else BF16_PEAK
         peak = next((v for k, v in peaks.items() if k in name), list(peaks.values())[0])
@@ -458,12 +458,12 @@ def run(args):
             if env("PIPEC_BENCH_GRAPHS", "0") != "0":
                 s1g, _ = run_pipec(args, b, "s1", flags=["--cuda-graphs"])
                 s4g, _ = run_pipec(args, b, "s4", flags=["--cuda-graphs"])
-            # The four stages' tensors by CUDA IPC instead of through host
-            # memory (runtime/cuda/comm_cuda.cpp); the same bytes, so the
-            # same loss.
-            s4ipc, loss4ipc = run_pipec(args, b, "s4", env={"PIPEC_CUDA_IPC": "1"})
+            # The four stages' tensors through host memory instead of by
+            # CUDA IPC (the default, runtime/cuda/comm_cuda.cpp); the same
+            # bytes, so the same loss.
+            s4ipc, loss4ipc = run_pipec(args, b, "s4", env={"PIPEC_CUDA_IPC": "0"})
             if s4ipc is not None and loss4ipc != loss4:
-                print(f"PIPEC_CUDA_IPC=1: final loss {loss4ipc} against {loss4} host-staged")
+                print(f"PIPEC_CUDA_IPC=0: final loss {loss4ipc} against {loss4} by CUDA IPC")
             # The same without the runtime's message progress between ops
             # and during GPU waits (runtime/README.md, Communication).
             s4np, _ = run_pipec(args, b, "s4", env={"PIPEC_MESSAGE_PROGRESS": "0"})
@@ -477,7 +477,7 @@ def run(args):
         rows = [("fp32", "pipec --target cuda, 1 stage", s1),
                 ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
                 ("fp32", "pipec, 4 stages, PIPEC_MESSAGE_PROGRESS=0", s4np),
-                ("fp32", "pipec, 4 stages, PIPEC_CUDA_IPC=1", s4ipc),
+                ("fp32", "pipec, 4 stages, PIPEC_CUDA_IPC=0 (host-staged)", s4ipc),
                 ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),
                 ("fp32", "pipec, 4 stages, --cuda-graphs", s4g),
                 ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch) if eager else None)]

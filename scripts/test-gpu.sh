@@ -109,15 +109,16 @@ run() {
   "$BUNDLE/bin/pipec_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/kernels.log" | tail -40 || rc=1
   grep -q "FAILED" "$out/kernels.log" && rc=1
   fi
-  # The communicator contract with tensors in GPU memory (3 ranks, one GPU).
-  "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+  # The communicator contract with tensors in GPU memory (3 ranks, one GPU):
+  # host-staged (PIPEC_CUDA_IPC=0), then the default, CUDA IPC between the
+  # ranks (a hang is cut at 90 s).
+  PIPEC_CUDA_IPC=0 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator.log" || rc=1
   tail -1 "$out/communicator.log" | grep -q " 0 failed" || rc=1
-  # The same with CUDA IPC between the ranks (PIPEC_CUDA_IPC=1, opt-in;
-  # never run before: a hang is cut at 90 s).
-  PIPEC_CUDA_IPC=1 timeout 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+  timeout 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_ipc.log" || rc=1
   tail -1 "$out/communicator_ipc.log" | grep -q " 0 failed" || rc=1
+  grep -q "CUDA IPC" "$out/communicator_ipc.log" || { echo "CUDA IPC is not the default"; rc=1; }
   # And with NCCL's sums (PIPEC_NCCL=1, opt-in): on one GPU only groups of
   # one rank may use it (NCCL refuses two ranks on a GPU).
   PIPEC_NCCL=1 timeout 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
@@ -127,10 +128,10 @@ run() {
   # The link between two stage processes sharing the GPU, as their
   # messages cross it (fitted here: pipec topology --fit linkprobe_cuda.json),
   # host-staged and by CUDA IPC.
-  "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+  PIPEC_CUDA_IPC=0 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda.json" || rc=1
   [ -f "$out/linkprobe_cuda.json" ] && cat "$out/linkprobe_cuda.json"
-  PIPEC_CUDA_IPC=1 timeout 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+  timeout 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda_ipc.json" || rc=1
   [ -f "$out/linkprobe_cuda_ipc.json" ] && cat "$out/linkprobe_cuda_ipc.json"
   # The same between host buffers, to tell MPI's share from the GPU's (on
@@ -139,6 +140,21 @@ run() {
   "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe" --out "$out/linkprobe_cpu.json" || true
   [ -f "$out/linkprobe_cpu.json" ] && cat "$out/linkprobe_cpu.json"
+  # PIPEC_GPU_LINK_VARIANTS=1: the host-staged probe under other MPI
+  # settings, to find where small messages between CUDA ranks lose their
+  # time (150 us up to 16 KiB against 27 us at 32 KiB on an H200).
+  if [ "${PIPEC_GPU_LINK_VARIANTS:-0}" = 1 ]; then
+    local v
+    for v in pml_ob1:OMPI_MCA_pml=ob1 pml_ucx:OMPI_MCA_pml=ucx \
+             no_yield:OMPI_MCA_mpi_yield_when_idle=0 \
+             vader_eager64k:OMPI_MCA_btl_vader_eager_limit=65536; do
+      env PIPEC_CUDA_IPC=0 "${v#*:}" timeout 60 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+        "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_${v%%:*}.json" >/dev/null 2>&1 || true
+      [ -f "$out/linkprobe_${v%%:*}.json" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); \
+print(sys.argv[2], ' '.join(f'{s*1e6:.1f}' for s in d['seconds'][:14]), 'us (8 B .. 64 KiB)')" \
+        "$out/linkprobe_${v%%:*}.json" "${v%%:*}"
+    done
+  fi
   if [ -z "${PIPEC_GPU_ONLY:-}" ]; then
   # The exported schedule CSVs through torch.distributed.pipelining's reader.
   python3 test/gpu/torch_csv.py run --bundle "$BUNDLE" 2>&1 | tee "$out/torch_csv.log" || rc=1

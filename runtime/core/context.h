@@ -16,6 +16,7 @@
 #include "core/communicator.h"
 #include "core/device.h"
 #include "core/feed.h"
+#include "core/feed_prefetch.h"
 #include "core/options.h"
 #include "core/profiler.h"
 #include "core/stage.h"
@@ -69,8 +70,14 @@ struct pipec_ctx {
 
   /// Data sources, one per entry of desc.feeds.
   std::vector<pipec::rt::Feed> feeds;
-  /// The host copy a feed fills on a device the host cannot read, reused
-  /// from microbatch to microbatch (HostView's `reuse`).
+  /// On a device the host cannot read, the feeds' microbatches are filled
+  /// ahead into page-locked memory (feed_prefetch.h); declared after
+  /// `feeds` and `device`, which it uses until it is destroyed. Null on the
+  /// CPU (the feeds write the arena) and with PIPEC_FEED_PREFETCH=0.
+  std::unique_ptr<pipec::rt::FeedPrefetcher> feedPrefetch;
+  /// The host copy a feed fills without the prefetcher on a device the
+  /// host cannot read, reused from microbatch to microbatch (HostView's
+  /// `reuse`).
   std::vector<char> feedStaging;
 
   /// Microbatch losses of the current step (loss stage only).

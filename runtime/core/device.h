@@ -54,6 +54,18 @@ public:
   virtual std::vector<double> collect() = 0;
 };
 
+/// A point in a device's queue that any thread may wait for: recorded by
+/// the runtime's thread after some work, waited for by another (the feed
+/// prefetcher, before it overwrites memory a queued copy reads).
+class DeviceFence {
+public:
+  virtual ~DeviceFence() = default;
+  /// Marks the current end of the device's queue.
+  virtual void record() = 0;
+  /// Returns once the work queued before the last record() has run.
+  virtual void wait() = 0;
+};
+
 class Device {
 public:
   virtual ~Device() = default;
@@ -74,6 +86,16 @@ public:
   /// default; `bytes` >= 1.
   virtual char *allocateStaging(int64_t bytes);
   virtual void releaseStaging(char *p);
+  /// Queues a copy of `bytes` from `staging` (from allocateStaging) to
+  /// `dst`, ordered with the kernels, and may return before it has run:
+  /// the caller keeps `staging` unchanged until a fence recorded after this
+  /// call is reached. By default toDevice (a copy made before returning).
+  virtual void toDeviceQueued(void *dst, const char *staging, int64_t bytes) {
+    toDevice(dst, staging, bytes);
+  }
+  /// A fence of this device's queue; the default is reached as soon as it
+  /// is recorded (a device whose work runs before its calls return).
+  virtual std::unique_ptr<DeviceFence> makeFence();
   /// Device-to-device, ordered with the kernels.
   virtual void copy(void *dst, const void *src, int64_t bytes) = 0;
   /// Waits for every queued kernel and copy.

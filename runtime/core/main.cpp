@@ -148,6 +148,17 @@ void setUpFeeds(pipec_ctx &ctx) {
       ctx.feeds.push_back(Feed::fromNpy(spec, ctx.desc.globalBatch, file));
     ctx.feeds.back().setSlice(ctx.desc.microbatch, ctx.desc.sliceFirst);
   }
+  // A device the host cannot read: microbatches filled ahead
+  // (feed_prefetch.h); PIPEC_FEED_PREFETCH=0 fills each when asked.
+  const char *prefetch = std::getenv("PIPEC_FEED_PREFETCH");
+  const std::string value = prefetch ? prefetch : "";
+  if (!value.empty() && value != "0" && value != "1")
+    throw RtError("PIPEC_FEED_PREFETCH=" + value +
+                  ": expected 1 (fill the feeds' next microbatches ahead, the "
+                  "default) or 0 (fill each when the program asks)");
+  if (!ctx.device->hostAccessible() && value != "0" && !ctx.feeds.empty())
+    ctx.feedPrefetch = std::make_unique<FeedPrefetcher>(*ctx.device, ctx.feeds,
+                                                        ctx.desc.microbatches);
 }
 
 /// Finds the rank of replica 0 of the single stage that computes the loss.
@@ -700,6 +711,12 @@ std::string rankSummary(pipec_ctx &ctx) {
   summary["posted_recv_bytes_peak"] = ctx.postedBytesPeak;
   // Stage-function calls replayed as CUDA graphs (--cuda-graphs).
   summary["replayed_stage_calls"] = ctx.device->replayedCalls();
+  // Feed requests served from microbatches filled ahead, and filled when
+  // asked (feed_prefetch.h; both 0 where the feeds write the arena).
+  summary["feeds_prefetched"] =
+      ctx.feedPrefetch ? ctx.feedPrefetch->prefetched() : 0;
+  summary["feeds_filled_on_request"] =
+      ctx.feedPrefetch ? ctx.feedPrefetch->filledOnTheSpot() : 0;
   // How this rank's tensors travel ("MPI (host-staged) + CUDA IPC ...").
   summary["transport"] = ctx.comm->name();
   // --bind-cores: the CPUs this rank was pinned to ("" unbound).

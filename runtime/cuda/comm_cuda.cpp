@@ -8,8 +8,8 @@
 /// The communicator of CUDA stage executables (`makeCudaCommunicator`): the
 /// MPI communicator (core/comm_mpi.cpp) for the job, host values and every
 /// tensor, except that
-///  - with `PIPEC_CUDA_IPC=1` the tensors between two ranks on the same GPU
-///    move through CUDA IPC instead of host memory (below);
+///  - the tensors between two ranks on the same GPU move through CUDA IPC
+///    instead of host memory (below; `PIPEC_CUDA_IPC=0` turns it off);
 ///  - with `PIPEC_NCCL=1` the sums over a group (a stage's replicas, the
 ///    stages of tied weights) whose ranks each have a GPU of their own go
 ///    by ncclAllReduce on the kernels' stream, then cuBLAS's scal for the
@@ -19,9 +19,12 @@
 ///    two ranks on one GPU (NCCL refuses it) keeps MPI. Point-to-point
 ///    messages do not go by NCCL (runtime README, "Not yet": NCCL pairs
 ///    them by order, the runtime's contract by tag).
-/// Both are off by default until they have run on a GPU (issue 12); the
-/// machines lent to this project have one GPU, where NCCL can only make
-/// groups of one rank (the communicator contract checks those).
+/// CUDA IPC is on by default since the GPU suite of 2026-11-27 (an H200:
+/// the communicator contract, five e2e cases bit for bit as host-staged,
+/// and the 4-stage GPT 6% faster). NCCL stays opt-in: the machines lent
+/// to this project have one GPU, where NCCL can only make groups of one
+/// rank (the communicator contract checks those, and they passed there),
+/// so a sum between two GPUs by NCCL has never run.
 ///
 /// Which GPU: every rank publishes its host name, its GPU's UUID and PCI
 /// bus id when the device is set (`useDevice`, an allgather over MPI). For
@@ -123,11 +126,12 @@ struct Ack {
   cudaIpcEventHandle_t read{};
 };
 
-/// An on/off switch of the environment (unset: off); a value other than 0
-/// or 1 is refused, saying what each means.
-bool switchedOn(const char *name, const char *on, const char *off) {
+/// An on/off switch of the environment (unset: `byDefault`); a value other
+/// than 0 or 1 is refused, saying what each means.
+bool switchedOn(const char *name, bool byDefault, const char *on,
+                const char *off) {
   const char *value = std::getenv(name);
-  const std::string v = value ? value : "0";
+  const std::string v = value && *value ? value : byDefault ? "1" : "0";
   if (v != "0" && v != "1")
     throw RtError(std::string(name) + "=" + v + ": expected 1 (" + on +
                   ") or 0 (" + off + ")");
@@ -301,12 +305,12 @@ public:
   void useDevice(Device &device) override {
     inner_->useDevice(device);
     device_ = &device;
-    const bool ipc =
-        switchedOn("PIPEC_CUDA_IPC", "CUDA IPC between ranks sharing a GPU",
-                   "every tensor through host memory");
+    const bool ipc = switchedOn("PIPEC_CUDA_IPC", true,
+                                "CUDA IPC between ranks sharing a GPU",
+                                "every tensor through host memory");
     const bool ncclWanted = switchedOn(
-        "PIPEC_NCCL", "sums over groups of ranks on GPUs of their own by NCCL",
-        "by MPI");
+        "PIPEC_NCCL", false,
+        "sums over groups of ranks on GPUs of their own by NCCL", "by MPI");
     const bool ncclLoaded = ncclWanted && nccl_.load();
     if (ncclWanted && !ncclLoaded)
       std::fprintf(stderr,
@@ -612,7 +616,8 @@ public:
       void *mapped = nullptr;
       check(cudaIpcOpenMemHandle(&mapped, c.memory,
                                  cudaIpcMemLazyEnablePeerAccess),
-            what + ": opening the sender's CUDA IPC slot");
+            what + ": opening the sender's CUDA IPC slot (PIPEC_CUDA_IPC=0 "
+                   "moves the tensors through host memory instead)");
       o.data = static_cast<char *>(mapped);
       check(cudaIpcOpenEventHandle(&o.written, c.written),
             what + ": opening the sender's CUDA IPC event");

@@ -102,6 +102,30 @@ private:
   cudaEvent_t ref_ = nullptr;
 };
 
+/// A CUDA event on the kernels' stream; waited for from any thread.
+class CudaFence final : public rt::DeviceFence {
+public:
+  CudaFence(int ordinal, cudaStream_t stream)
+      : ordinal_(ordinal), stream_(stream) {
+    check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming),
+          "cudaEventCreate");
+  }
+  ~CudaFence() override { cudaEventDestroy(event_); }
+  void record() override {
+    check(cudaEventRecord(event_, stream_), "recording a fence");
+  }
+  void wait() override {
+    // (The calling thread may not have the stage's GPU current yet.)
+    check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    check(cudaEventSynchronize(event_), "GPU kernels");
+  }
+
+private:
+  int ordinal_;
+  cudaStream_t stream_;
+  cudaEvent_t event_ = nullptr;
+};
+
 class CudaDevice final : public rt::Device {
 public:
   explicit CudaDevice(const rt::DeviceRequest &request) {
@@ -209,6 +233,17 @@ public:
                           kernels_.stream),
           "copy to the GPU");
     check(cudaEventRecord(slot.done, kernels_.stream), "copy to the GPU");
+  }
+  /// From page-locked staging: queued without a wait, without a copy into
+  /// an upload slot.
+  void toDeviceQueued(void *dst, const char *staging, int64_t bytes) override {
+    if (bytes > 0)
+      check(cudaMemcpyAsync(dst, staging, size_t(bytes), cudaMemcpyHostToDevice,
+                            kernels_.stream),
+            "copy to the GPU");
+  }
+  std::unique_ptr<rt::DeviceFence> makeFence() override {
+    return std::make_unique<CudaFence>(ordinal_, kernels_.stream);
   }
   void toHost(void *dst, const void *src, int64_t bytes) override {
     if (bytes <= 0)

@@ -7,10 +7,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/feed.h"
-#include "pipec/formats/npy.h"
+#include "core/feed_prefetch.h"
 #include "core_test_util.h"
+#include "pipec/formats/npy.h"
 
 #include <gtest/gtest.h>
 
@@ -217,4 +219,71 @@ TEST(CoreFileFeed, LabelsOfFlattenedOutputsAreReadPerSample) {
   ASSERT_TRUE(npy::writeFile(tmp / "yodd.npy", "<i8", {rows * T - 1},
                              labels.data(), (labels.size() - 1) * 8, error));
   EXPECT_THROW(Feed::fromNpy(spec, B, tmp / "yodd.npy"), RtError);
+}
+
+// The feed prefetcher (feed_prefetch.h) on the CPU device: its buffers are
+// plain memory and its copies and fences run at once, so each request's
+// bytes must be Feed::fill's, whichever way they were filled, and the
+// requests of a repeating order must come from microbatches filled ahead.
+namespace {
+
+struct PrefetchRun {
+  std::unique_ptr<Device> device = makeCpuDevice(DeviceRequest());
+  std::vector<Feed> feeds;
+  PrefetchRun() {
+    feeds.emplace_back(inputSpec(3, {5, 7}, 0), 12, 42);
+    feeds.emplace_back(labelSpec(3, 10), 12, 42);
+  }
+  /// Asks for (step, mb) of both feeds; checks the bytes.
+  void request(FeedPrefetcher &p, int64_t step, int64_t mb) {
+    for (size_t i = 0; i < feeds.size(); ++i) {
+      const int64_t bytes = feeds[i].spec().bytes;
+      std::vector<char> got(size_t(bytes), 0x55);
+      std::vector<char> want(size_t(bytes), 0);
+      p.feed(i, step, mb, got.data());
+      feeds[i].fill(step, mb, want.data());
+      ASSERT_EQ(got, want) << "feed " << i << " step " << step << " mb " << mb;
+    }
+    p.settle();
+  }
+};
+
+} // namespace
+
+TEST(CoreFeedPrefetch, InOrderMicrobatchesComeFilledAhead) {
+  PrefetchRun run;
+  FeedPrefetcher p(*run.device, run.feeds, 4);
+  for (int64_t step = 0; step < 3; ++step)
+    for (int64_t mb = 0; mb < 4; ++mb)
+      run.request(p, step, mb);
+  // Only the very first request of each feed was not foreseen.
+  EXPECT_EQ(p.filledOnTheSpot(), 2);
+  EXPECT_EQ(p.prefetched(), 2 * 12 - 2);
+}
+
+TEST(CoreFeedPrefetch, AReplicasOrderIsLearnedInItsFirstStep) {
+  // Round-robin replica 1 of 2 takes microbatches 1 and 3 of 4.
+  PrefetchRun run;
+  FeedPrefetcher p(*run.device, run.feeds, 4);
+  for (int64_t step = 5; step < 9; ++step)
+    for (int64_t mb : {1, 3})
+      run.request(p, step, mb);
+  // Step 5: 1 (not foreseen), 3 (2 was guessed); step 6's 1 (4 guessed);
+  // from then on every request was foreseen.
+  EXPECT_EQ(p.filledOnTheSpot(), 2 * 3);
+  EXPECT_EQ(p.prefetched(), 2 * (8 - 3));
+}
+
+TEST(CoreFeedPrefetch, UnforeseenRequestsStillGetTheirBytes) {
+  PrefetchRun run;
+  FeedPrefetcher p(*run.device, run.feeds, 4);
+  for (int64_t step = 0; step < 2; ++step)
+    for (int64_t mb = 0; mb < 4; ++mb)
+      run.request(p, step, mb);
+  // Out of the learned order: repeats, jumps back, another step.
+  for (auto [step, mb] : std::vector<std::pair<int64_t, int64_t>>{
+           {2, 2}, {2, 2}, {2, 0}, {7, 3}, {3, 1}, {3, 2}, {3, 3}, {4, 0}})
+    run.request(p, step, mb);
+  EXPECT_GT(p.filledOnTheSpot(), 2);
+  EXPECT_GT(p.prefetched(), 0);
 }

@@ -349,12 +349,14 @@ def run_cases(args):
         data_dir = os.path.join(cases_dir, "data-" + model)
         shutil.rmtree(os.path.join(d, "checkpoints"), ignore_errors=True)
         metrics = os.path.join(d, "metrics.jsonl")
-        if os.path.exists(metrics):
-            os.remove(metrics)
+        for f in glob.glob(os.path.join(d, "summary.*.json")) + [metrics]:
+            if os.path.exists(f):
+                os.remove(f)
         t0 = time.time()
         try:
             rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, case_steps(name), lr=case_lr(name)) +
-                                     ["--quiet"]), timeout=300)
+                                     ["--quiet", "--summary-out", os.path.join(d, "summary.{stage}.json")]),
+                          timeout=300)
         except subprocess.TimeoutExpired:
             checks.report(False, name, "timed out after 300 s")
             continue
@@ -369,6 +371,7 @@ def run_cases(args):
         ok, detail = compare_weights(os.path.join(d, "checkpoints"), os.path.join(d, "cpu_final"),
                                      case_tol(name), BF16_VECTOR_TOL if name.endswith("-bf16") else None)
         checks.report(ok, name + " weights", detail)
+    feed_prefetch_check(checks, cases_dir, [c["name"] for c in cases if not only or c["name"] in only])
     if not only or RESUME_CASE in only:
         resume_check(args, checks, cases_dir)
         resume_on_cpu_check(args, checks, cases_dir)
@@ -458,11 +461,11 @@ def nondeterministic_check(args, checks, cases_dir, name):
     checks.report(ok, f"{name} PIPEC_CUDNN_DETERMINISTIC=0 losses", detail)
 
 
-# PIPEC_CUDA_IPC=1 (runtime/cuda/comm_cuda.cpp): the tensors between ranks
-# sharing the GPU move by CUDA IPC instead of through host memory; with
-# PIPEC_NCCL=1 as well, whose sums the replicas sharing the GPU must leave
-# to MPI. The same bytes arrive, so the losses equal the host-staged run's
-# bit for bit:
+# CUDA IPC (runtime/cuda/comm_cuda.cpp) is the default between ranks
+# sharing the GPU: the cases above ran on it. Here the same cases run with
+# PIPEC_CUDA_IPC=0, every tensor through host memory, and PIPEC_NCCL=1,
+# whose sums the replicas sharing the GPU must leave to MPI. The same bytes
+# arrive, so the losses equal the default run's bit for bit:
 # flush and continuous schedules, 4 ranks, a V schedule (two chunks per
 # rank, messages both ways), replicas (their sums stay on MPI), prefetched
 # receives (posted ones) and the GPT.
@@ -470,39 +473,63 @@ IPC_CASES = ["mlp-s4-1f1b", "mlp-s4-zb-h2", "mlp-s2-zb-v", "mlp-s2-rr-replicas",
 IPC_PREFETCH_CASE = "mlp-s4-1f1b"
 
 
+def transports_of(pattern):
+    names = []
+    for f in sorted(glob.glob(pattern)):
+        with open(f) as fh:
+            names.append(json.load(fh).get("transport", "?"))
+    return names
+
+
 def ipc_check(args, checks, cases_dir, name):
-    """False when the run failed or hung (the other IPC cases are then
-    left out: a hang of the new transport must not eat the device's
-    time)."""
+    """False when the run failed or hung (the other cases of this check are
+    then left out: a hang must not eat the device's time)."""
     model, d, data_dir = case_dirs(cases_dir, name)
-    metrics = os.path.join(d, "ipc.jsonl")
-    for f in glob.glob(os.path.join(d, "ipc-summary.*.json")) + [metrics]:
+    metrics = os.path.join(d, "staged.jsonl")
+    for f in glob.glob(os.path.join(d, "staged-summary.*.json")) + [metrics]:
         if os.path.exists(f):
             os.remove(f)
     extra = ["--prefetch"] if name == IPC_PREFETCH_CASE else []
-    label = f"{name} PIPEC_CUDA_IPC=1 PIPEC_NCCL=1{' --prefetch' if extra else ''}"
+    label = f"{name} PIPEC_CUDA_IPC=0 PIPEC_NCCL=1{' --prefetch' if extra else ''}"
     try:
         rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, case_steps(name), lr=case_lr(name)) +
                                  ["--quiet", "--metrics", metrics, *extra,
-                                  "--checkpoint-dir", os.path.join(d, "ipc_ckpt"),
-                                  "--summary-out", os.path.join(d, "ipc-summary.{stage}.json")]),
-                      timeout=120, env=dict(os.environ, PIPEC_CUDA_IPC="1", PIPEC_NCCL="1"))
+                                  "--checkpoint-dir", os.path.join(d, "staged_ckpt"),
+                                  "--summary-out", os.path.join(d, "staged-summary.{stage}.json")]),
+                      timeout=120, env=dict(os.environ, PIPEC_CUDA_IPC="0", PIPEC_NCCL="1"))
     except subprocess.TimeoutExpired:
         subprocess.run(["pkill", "-9", "-f", d + "/stage"], check=False)
-        checks.report(False, label, "timed out after 120 s (the other IPC cases left out)")
+        checks.report(False, label, "timed out after 120 s (the other cases of this check left out)")
         return False
     if rc != 0:
-        checks.report(False, label, f"exit {rc}: {out[-1500:]} (the other IPC cases left out)")
+        checks.report(False, label, f"exit {rc}: {out[-1500:]} (the other cases of this check left out)")
         return False
-    transports = []
-    for f in sorted(glob.glob(os.path.join(d, "ipc-summary.*.json"))):
-        with open(f) as fh:
-            transports.append(json.load(fh).get("transport", "?"))
+    staged = transports_of(os.path.join(d, "staged-summary.*.json"))
+    default = transports_of(os.path.join(d, "summary.*.json"))
     got, want = losses(metrics), losses(os.path.join(d, "metrics.jsonl"))
-    used = bool(transports) and all("CUDA IPC" in t for t in transports)
-    checks.report(got == want and used, label + ": losses bit for bit as host-staged, every rank on CUDA IPC",
-                  f"{len(got)} losses {'equal' if got == want else 'differ'}; transports {sorted(set(transports))}")
+    used = (bool(default) and all("CUDA IPC" in t for t in default) and bool(staged)
+            and not any("CUDA IPC" in t for t in staged))
+    checks.report(got == want and used,
+                  label + ": losses bit for bit as the default run's, which had every rank on CUDA IPC",
+                  f"{len(got)} losses {'equal' if got == want else 'differ'}; transports: default "
+                  f"{sorted(set(default))}, PIPEC_CUDA_IPC=0 {sorted(set(staged))}")
     return True
+
+
+def feed_prefetch_check(checks, cases_dir, names):
+    """The runs above filled their feeds' microbatches ahead
+    (runtime/core/feed_prefetch.h): over every rank that has feeds, the
+    requests served from a buffer filled ahead against those filled when
+    asked (the first of each feed, and those out of the learned order)."""
+    ahead = asked = 0
+    for name in names:
+        for f in glob.glob(os.path.join(cases_dir, name, "summary.*.json")):
+            with open(f) as fh:
+                summary = json.load(fh)
+            ahead += summary.get("feeds_prefetched", 0)
+            asked += summary.get("feeds_filled_on_request", 0)
+    checks.report(ahead > asked > 0, "feeds filled ahead",
+                  f"{ahead} requests filled ahead, {asked} filled when asked, over {len(names)} cases")
 
 
 def kernel_check(args, checks, cases_dir, name):

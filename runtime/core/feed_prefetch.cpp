@@ -1,0 +1,176 @@
+//===- feed_prefetch.cpp - Feeds filled ahead, off the host's path --------===//
+//
+// Part of pipec's runtime core. See feed_prefetch.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "core/feed_prefetch.h"
+
+#include <algorithm>
+
+namespace pipec {
+namespace rt {
+
+FeedPrefetcher::FeedPrefetcher(Device &device, const std::vector<Feed> &feeds,
+                               int64_t microbatches)
+    : device_(device), feeds_(feeds), microbatches_(microbatches),
+      state_(feeds.size()) {
+  for (size_t i = 0; i < feeds.size(); ++i)
+    for (Buffer &b : state_[i].buffers) {
+      b.host =
+          device.allocateStaging(std::max<int64_t>(feeds[i].spec().bytes, 1));
+      b.copied = device.makeFence();
+    }
+  thread_ = std::thread([this] { worker(); });
+}
+
+FeedPrefetcher::~FeedPrefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+  // (A failed fence must not keep the memory from being returned: the
+  // run's result is already out.)
+  for (PerFeed &f : state_)
+    for (Buffer &b : f.buffers) {
+      try {
+        if (b.copyQueued)
+          b.copied->wait();
+      } catch (...) {
+      }
+      device_.releaseStaging(b.host);
+    }
+}
+
+int FeedPrefetcher::find(const PerFeed &f, Key key) {
+  for (int i = 0; i < 2; ++i)
+    if (f.buffers[i].state != State::Free && f.buffers[i].key == key)
+      return i;
+  return -1;
+}
+
+bool FeedPrefetcher::learnAndPredict(PerFeed &f, Key key, Key &next) {
+  if (f.firstStep < 0)
+    f.firstStep = key.step;
+  if (!f.orderComplete && key.step != f.firstStep)
+    f.orderComplete = true;
+  if (!f.orderComplete) {
+    f.order.push_back(key.mb);
+    f.position = f.order.size() - 1;
+    // Still learning: the next microbatch of this step, a guess.
+    next = key.mb + 1 < microbatches_ ? Key{key.step, key.mb + 1}
+                                      : Key{key.step + 1, 0};
+    return true;
+  }
+  // The order repeats: the request after the last one's position, else
+  // wherever this microbatch stands in it.
+  size_t at =
+      f.position + 1 < f.order.size() && f.order[f.position + 1] == key.mb
+          ? f.position + 1
+          : size_t(std::find(f.order.begin(), f.order.end(), key.mb) -
+                   f.order.begin());
+  if (at >= f.order.size())
+    return false;
+  f.position = at;
+  next = at + 1 < f.order.size() ? Key{key.step, f.order[at + 1]}
+                                 : Key{key.step + 1, f.order.front()};
+  return true;
+}
+
+void FeedPrefetcher::feed(size_t feedIndex, int64_t step, int64_t mb,
+                          void *dst) {
+  const Feed &source = feeds_[feedIndex];
+  const int64_t bytes = source.spec().bytes;
+  PerFeed &f = state_[feedIndex];
+  const Key key{step, mb};
+  std::unique_lock<std::mutex> lock(mutex_);
+  int use = find(f, key);
+  if (use >= 0) {
+    changed_.wait(lock, [&] { return f.buffers[use].state == State::Ready; });
+    ++hits_;
+  } else {
+    // Not foreseen: a buffer that is not being filled, filled here.
+    changed_.wait(lock, [&] {
+      return f.buffers[0].state != State::Filling ||
+             f.buffers[1].state != State::Filling;
+    });
+    use = f.buffers[0].state != State::Filling ? 0 : 1;
+    Buffer &b = f.buffers[use];
+    // (Only this thread hands buffers to the filling thread, and this one
+    // is not filling: it may be written without the lock.)
+    lock.unlock();
+    if (b.copyQueued)
+      b.copied->wait();
+    source.fill(step, mb, b.host);
+    lock.lock();
+    b.copyQueued = false;
+    b.error = nullptr;
+    ++misses_;
+  }
+  Buffer &b = f.buffers[use];
+  b.state = State::Free;
+  b.key = Key{};
+  if (b.error) {
+    std::exception_ptr e = b.error;
+    b.error = nullptr;
+    std::rethrow_exception(e);
+  }
+  device_.toDeviceQueued(dst, b.host, bytes);
+  b.copied->record();
+  b.copyQueued = true;
+
+  Key next;
+  if (!learnAndPredict(f, key, next) || find(f, next) >= 0)
+    return;
+  Buffer &other = f.buffers[1 - use];
+  if (other.state == State::Filling)
+    return; // (a guess still being filled: rare, and only a lost chance)
+  other.state = State::Filling;
+  other.key = next;
+  jobs_.push_back(Job{feedIndex, 1 - use, next});
+  lock.unlock();
+  changed_.notify_all();
+}
+
+void FeedPrefetcher::settle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] {
+    for (const PerFeed &f : state_)
+      for (const Buffer &b : f.buffers)
+        if (b.state == State::Filling)
+          return false;
+    return true;
+  });
+}
+
+void FeedPrefetcher::worker() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+    if (stop_)
+      return;
+    Job job = jobs_.front();
+    jobs_.erase(jobs_.begin());
+    Buffer &b = state_[job.feed].buffers[job.buffer];
+    const bool waitFirst = b.copyQueued;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      if (waitFirst)
+        b.copied->wait(); // its last copy has run: it may be overwritten
+      feeds_[job.feed].fill(job.key.step, job.key.mb, b.host);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    b.copyQueued = false;
+    b.error = error;
+    b.state = State::Ready;
+    changed_.notify_all();
+  }
+}
+
+} // namespace rt
+} // namespace pipec
