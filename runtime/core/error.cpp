@@ -41,10 +41,13 @@ void fatal(const std::string &message) {
   std::fflush(stderr);
   setStatusState(RankState::Error);
   const ErrorLocation &loc = errorLocation();
+  const bool threadsIdle = !loc.stopThreads || loc.stopThreads();
   if (loc.comm && loc.worldSize == 1)
     loc.comm->finalize(); // no peer to end; avoids mpirun's abort banner
   else if (loc.comm)
     loc.comm->abort(1);
+  if (!threadsIdle)
+    std::_Exit(1);
   std::exit(1);
 }
 

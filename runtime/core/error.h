@@ -19,6 +19,7 @@
 #include "pipec/formats/Documents.h"
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -43,6 +44,11 @@ struct ErrorLocation {
   Communicator *comm = nullptr;
   /// The job's number of ranks once known.
   int worldSize = 0;
+  /// Stops this rank's background threads (the feed prefetcher's) before
+  /// the process ends: true once they are idle. When they do not stop in
+  /// time, `fatal` ends the process without exit's clean-up, which could
+  /// free memory a thread still writes.
+  std::function<bool()> stopThreads;
 };
 
 /// The process-wide location, updated by pipec_rt_main.

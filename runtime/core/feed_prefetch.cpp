@@ -6,6 +6,8 @@
 
 #include "core/feed_prefetch.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 
 namespace pipec {
@@ -22,9 +24,20 @@ FeedPrefetcher::FeedPrefetcher(Device &device, const std::vector<Feed> &feeds,
       b.copied = device.makeFence();
     }
   thread_ = std::thread([this] { worker(); });
+  errorLocation().stopThreads = [this] {
+    return stop(std::chrono::milliseconds(2000));
+  };
+}
+
+bool FeedPrefetcher::stop(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  stop_ = true;
+  changed_.notify_all();
+  return changed_.wait_for(lock, timeout, [&] { return !busy_; });
 }
 
 FeedPrefetcher::~FeedPrefetcher() {
+  errorLocation().stopThreads = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -155,6 +168,7 @@ void FeedPrefetcher::worker() {
     jobs_.erase(jobs_.begin());
     Buffer &b = state_[job.feed].buffers[job.buffer];
     const bool waitFirst = b.copyQueued;
+    busy_ = true;
     lock.unlock();
     std::exception_ptr error;
     try {
@@ -165,6 +179,7 @@ void FeedPrefetcher::worker() {
       error = std::current_exception();
     }
     lock.lock();
+    busy_ = false;
     b.copyQueued = false;
     b.error = error;
     b.state = State::Ready;

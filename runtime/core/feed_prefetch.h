@@ -39,6 +39,7 @@
 #include "core/device.h"
 #include "core/feed.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -68,6 +69,11 @@ public:
   /// Returns once no microbatch is being filled ahead (the tests: the time
   /// a device takes between two requests).
   void settle();
+
+  /// Takes no more work and waits up to `timeout` for the filling thread
+  /// to be idle; true if it is (the fatal-error path: ErrorLocation's
+  /// stopThreads, set while the prefetcher lives).
+  bool stop(std::chrono::milliseconds timeout);
 
   /// Requests served from a buffer filled ahead / filled on the spot.
   int64_t prefetched() const { return hits_; }
@@ -115,6 +121,7 @@ private:
   std::condition_variable changed_;
   std::vector<Job> jobs_;
   bool stop_ = false;
+  bool busy_ = false; ///< the filling thread is running a job
   int64_t hits_ = 0, misses_ = 0;
   std::thread thread_;
 };

@@ -287,3 +287,16 @@ TEST(CoreFeedPrefetch, UnforeseenRequestsStillGetTheirBytes) {
   EXPECT_GT(p.filledOnTheSpot(), 2);
   EXPECT_GT(p.prefetched(), 0);
 }
+
+TEST(CoreFeedPrefetch, StopsForTheFatalPath) {
+  // fatal() asks the prefetcher (through ErrorLocation::stopThreads) to be
+  // idle before the process ends; the hook lives as long as it does.
+  PrefetchRun run;
+  {
+    FeedPrefetcher p(*run.device, run.feeds, 4);
+    run.request(p, 0, 0);
+    ASSERT_TRUE(bool(errorLocation().stopThreads));
+    EXPECT_TRUE(errorLocation().stopThreads());
+  }
+  EXPECT_FALSE(bool(errorLocation().stopThreads));
+}
