@@ -125,6 +125,18 @@ run() {
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_nccl.log" || rc=1
   tail -1 "$out/communicator_nccl.log" | grep -q " 0 failed" || rc=1
   grep -q "NCCL sums" "$out/communicator_nccl.log" || { echo "NCCL was not opened"; rc=1; }
+  # NCCL between the ranks on the one GPU: each rank's own NCCL_HOSTID
+  # makes it a host of its own to NCCL, which then passes its duplicate-GPU
+  # check and joins the ranks over its socket transport (loopback); the
+  # runtime keys NCCL's groups the same way (cuda/comm_cuda.cpp).
+  NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 PIPEC_NCCL=1 timeout 120 \
+    "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+    sh -c 'NCCL_HOSTID=pipec-rank-$OMPI_COMM_WORLD_RANK exec "$0"' \
+    "$BUNDLE/bin/pipec_cuda_communicator_contract" > "$out/communicator_nccl_hosts.log" 2>&1 || rc=1
+  grep -v "NCCL INFO" "$out/communicator_nccl_hosts.log" | tail -3
+  grep -qE "^[0-9]+ passed, 0 failed" "$out/communicator_nccl_hosts.log" || rc=1
+  grep -q "nranks 3 .*Init COMPLETE" "$out/communicator_nccl_hosts.log" ||
+    { echo "NCCL did not join the 3 ranks"; rc=1; }
   # The link between two stage processes sharing the GPU, as their
   # messages cross it (fitted here: pipec topology --fit linkprobe_cuda.json),
   # host-staged and by CUDA IPC.

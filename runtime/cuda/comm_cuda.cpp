@@ -30,8 +30,8 @@
 /// bus id when the device is set (`useDevice`, an allgather over MPI). For
 /// IPC a peer with the same host and UUID shares the GPU (a MIG instance
 /// has a UUID of its own, and instances cannot open each other's memory).
-/// For NCCL the key is the host and bus id, as NCCL's own duplicate check
-/// has it.
+/// For NCCL the key is the host (NCCL_HOSTID where set) and bus id, as
+/// NCCL's own duplicate check has it.
 ///
 /// CUDA IPC: the host-staged path costs a copy to the host, MPI's copy and
 /// a copy back (3.3 GB/s between two ranks sharing an H200, 2026-11-27);
@@ -337,21 +337,32 @@ public:
     char bus[64] = {0};
     check(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, ordinal),
           "the CUDA communicator: the GPU's PCI bus id");
-    // "IPC mode, NCCL mode, NCCL opened|bus id|host|UUID" of every rank.
+    // NCCL's own duplicate check compares its host hash, which it takes
+    // from NCCL_HOSTID when that is set (else the host), and the bus id.
+    // Mirrored here, so that ranks given hosts of their own by NCCL_HOSTID
+    // on one GPU (the GPU suite's way to run NCCL between two ranks on a
+    // one-GPU machine, over its socket transport) use NCCL as it lets them.
+    const char *hostId = std::getenv("NCCL_HOSTID");
+    std::string ncclHost = hostId && *hostId ? hostId : host;
+    std::replace(ncclHost.begin(), ncclHost.end(), '|', '_');
+    // "IPC mode, NCCL mode, NCCL opened|bus id|NCCL's host|host|UUID" of
+    // every rank.
     const std::string gpu = std::string(host) + "|" + uuid;
-    const std::string mine =
-        std::string(ipc ? "1" : "0") + (ncclWanted ? "1" : "0") +
-        (ncclLoaded ? "1" : "0") + "|" + std::string(bus) + "|" + gpu;
+    const std::string mine = std::string(ipc ? "1" : "0") +
+                             (ncclWanted ? "1" : "0") +
+                             (ncclLoaded ? "1" : "0") + "|" + std::string(bus) +
+                             "|" + ncclHost + "|" + gpu;
     const std::vector<std::string> all = inner_->allgather(
         mine, "the CUDA communicator: which ranks share a GPU");
     samePeer_.assign(all.size(), false);
     ncclGpuOf_.assign(all.size(), "");
     bool everyoneOpenedNccl = true;
     for (size_t r = 0; r < all.size(); ++r) {
-      const size_t bar = all[r].find('|', 4);
-      const std::string gpuOfR = all[r].substr(bar + 1);
-      ncclGpuOf_[r] = gpuOfR.substr(0, gpuOfR.find('|')) + "|" +
-                      all[r].substr(4, bar - 4); // host|bus id
+      const size_t busEnd = all[r].find('|', 4);
+      const size_t ncclHostEnd = all[r].find('|', busEnd + 1);
+      const std::string gpuOfR = all[r].substr(ncclHostEnd + 1);
+      ncclGpuOf_[r] = all[r].substr(busEnd + 1, ncclHostEnd - busEnd - 1) +
+                      "|" + all[r].substr(4, busEnd - 4); // host|bus id
       everyoneOpenedNccl = everyoneOpenedNccl && all[r][2] == '1';
       if (int(r) == rank())
         continue;

@@ -264,9 +264,12 @@ def case_dirs(cases_dir, name):
     return model, os.path.join(cases_dir, name), os.path.join(cases_dir, "data-" + model)
 
 
-def launch_cmd(mpirun, run_dir, extra):
+def launch_cmd(mpirun, run_dir, extra, host_per_rank=False):
     """mpirun's MPMD line for a run folder: one process per rank, in rank
-    order (manifest stages[].ranks), each with the run's flags."""
+    order (manifest stages[].ranks), each with the run's flags.
+    `host_per_rank`: each rank started with an NCCL_HOSTID of its own, so
+    that NCCL takes the ranks sharing the GPU for ranks on hosts of their
+    own (and joins them over its socket transport)."""
     with open(os.path.join(run_dir, "manifest.json")) as f:
         m = json.load(f)
     ranks = {}
@@ -278,8 +281,10 @@ def launch_cmd(mpirun, run_dir, extra):
     for i, r in enumerate(sorted(ranks)):
         if i:
             cmd.append(":")
-        cmd += ["-np", "1", os.path.join(run_dir, ranks[r]),
-                "--manifest", os.path.join(run_dir, "manifest.json")] + extra
+        cmd += ["-np", "1"]
+        if host_per_rank:
+            cmd += ["sh", "-c", f'NCCL_HOSTID=pipec-rank-{r} exec "$0" "$@"']
+        cmd += [os.path.join(run_dir, ranks[r]), "--manifest", os.path.join(run_dir, "manifest.json")] + extra
     return cmd
 
 
@@ -388,6 +393,8 @@ def run_cases(args):
             graphs_check(args, checks, cases_dir, name)
     if not only or NONDETERMINISTIC_CASE in only:
         nondeterministic_check(args, checks, cases_dir, NONDETERMINISTIC_CASE)
+    if not only or NCCL_HOSTS_CASE in only:
+        nccl_hosts_check(args, checks, cases_dir, NCCL_HOSTS_CASE)
     ipc_ok = True
     for name in IPC_CASES:
         if (not only or name in only) and ipc_ok:
@@ -530,6 +537,44 @@ def feed_prefetch_check(checks, cases_dir, names):
             asked += summary.get("feeds_filled_on_request", 0)
     checks.report(ahead > asked > 0, "feeds filled ahead",
                   f"{ahead} requests filled ahead, {asked} filled when asked, over {len(names)} cases")
+
+
+# NCCL's sums between ranks on the one GPU: the replicas of a stage, each
+# rank given a host of its own by NCCL_HOSTID (NCCL then accepts them and
+# joins them over its socket transport on loopback). A sum of two replicas
+# is a + b in either order, so the losses equal the default run's (MPI's
+# sums) bit for bit.
+NCCL_HOSTS_CASE = "mlp-s2-rr-replicas"
+
+
+def nccl_hosts_check(args, checks, cases_dir, name):
+    model, d, data_dir = case_dirs(cases_dir, name)
+    metrics = os.path.join(d, "nccl-hosts.jsonl")
+    for f in glob.glob(os.path.join(d, "nccl-hosts-summary.*.json")) + [metrics]:
+        if os.path.exists(f):
+            os.remove(f)
+    label = f"{name} PIPEC_NCCL=1, NCCL_HOSTID per rank"
+    try:
+        rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, case_steps(name), lr=case_lr(name)) +
+                                 ["--quiet", "--metrics", metrics,
+                                  "--checkpoint-dir", os.path.join(d, "nccl_hosts_ckpt"),
+                                  "--summary-out", os.path.join(d, "nccl-hosts-summary.{stage}.json")],
+                                 host_per_rank=True),
+                      timeout=120, env=dict(os.environ, PIPEC_NCCL="1", NCCL_SOCKET_IFNAME="lo",
+                                            NCCL_IB_DISABLE="1"))
+    except subprocess.TimeoutExpired:
+        subprocess.run(["pkill", "-9", "-f", d + "/stage"], check=False)
+        checks.report(False, label, "timed out after 120 s")
+        return
+    if rc != 0:
+        checks.report(False, label, f"exit {rc}: {out[-1500:]}")
+        return
+    transports = transports_of(os.path.join(d, "nccl-hosts-summary.*.json"))
+    got, want = losses(metrics), losses(os.path.join(d, "metrics.jsonl"))
+    used = bool(transports) and all("NCCL sums" in t for t in transports)
+    checks.report(got == want and used, label + ": losses bit for bit as MPI's sums, every rank's sums by NCCL",
+                  f"{len(got)} losses {'equal' if got == want else 'differ: ' + str(got) + ' ' + str(want)}; "
+                  f"transports {sorted(set(transports))}")
 
 
 def kernel_check(args, checks, cases_dir, name):
