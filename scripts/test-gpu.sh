@@ -137,6 +137,16 @@ run() {
   grep -qE "^[0-9]+ passed, 0 failed" "$out/communicator_nccl_hosts.log" || rc=1
   grep -q "nranks 3 .*Init COMPLETE" "$out/communicator_nccl_hosts.log" ||
     { echo "NCCL did not join the 3 ranks"; rc=1; }
+  # Every tensor message by ncclSend/ncclRecv (PIPEC_NCCL_P2P=1), the same
+  # way: the contract's tags asked in other orders than sent, sizes that
+  # differ, posted receives.
+  NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 PIPEC_NCCL_P2P=1 timeout 120 \
+    "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+    sh -c 'NCCL_HOSTID=pipec-rank-$OMPI_COMM_WORLD_RANK exec "$0"' \
+    "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_nccl_p2p.log" || rc=1
+  grep -qE "^[0-9]+ passed, 0 failed" "$out/communicator_nccl_p2p.log" || rc=1
+  grep -q "NCCL messages" "$out/communicator_nccl_p2p.log" ||
+    { echo "NCCL did not carry the messages"; rc=1; }
   # The link between two stage processes sharing the GPU, as their
   # messages cross it (fitted here: pipec topology --fit linkprobe_cuda.json),
   # host-staged and by CUDA IPC.

@@ -24,10 +24,11 @@
 /// communicator (comm_mpi.cpp) serves both runtimes today: on a device
 /// whose memory the host cannot read it stages every tensor through host
 /// memory with the device's copies. CUDA stage executables wrap it
-/// (runtime/cuda/comm_cuda.cpp) so that ranks sharing a GPU may move their
-/// tensors by CUDA IPC instead (PIPEC_CUDA_IPC=1). A NCCL communicator keeps
-/// the same contract with the tensors moved on the device (issue: GPU backend);
-/// it still bootstraps, and exchanges host values, over MPI.
+/// (runtime/cuda/comm_cuda.cpp): ranks sharing a GPU move their tensors by
+/// CUDA IPC (the default; PIPEC_CUDA_IPC=0 for host memory), and with
+/// PIPEC_NCCL=1 / PIPEC_NCCL_P2P=1 sums and messages between GPUs go by NCCL
+/// with the same contract (bootstrapped, and host values exchanged, over
+/// MPI).
 ///
 /// Contracts shared by every implementation:
 /// - A call that fails throws RtError naming `what` (the caller's words:

@@ -99,50 +99,59 @@ void FeedPrefetcher::feed(size_t feedIndex, int64_t step, int64_t mb,
   PerFeed &f = state_[feedIndex];
   const Key key{step, mb};
   std::unique_lock<std::mutex> lock(mutex_);
-  int use = find(f, key);
+  const int use = find(f, key);
   if (use >= 0) {
-    changed_.wait(lock, [&] { return f.buffers[use].state == State::Ready; });
+    // Foreseen: wait for its filling (letting messages move meanwhile),
+    // then only queue the copy.
+    while (f.buffers[use].state != State::Ready) {
+      if (waitHook_) {
+        lock.unlock();
+        waitHook_();
+        lock.lock();
+      }
+      changed_.wait_for(lock, std::chrono::microseconds(200),
+                        [&] { return f.buffers[use].state == State::Ready; });
+    }
     ++hits_;
-  } else {
-    // Not foreseen: a buffer that is not being filled, filled here.
-    changed_.wait(lock, [&] {
-      return f.buffers[0].state != State::Filling ||
-             f.buffers[1].state != State::Filling;
-    });
-    use = f.buffers[0].state != State::Filling ? 0 : 1;
     Buffer &b = f.buffers[use];
-    // (Only this thread hands buffers to the filling thread, and this one
-    // is not filling: it may be written without the lock.)
-    lock.unlock();
-    if (b.copyQueued)
-      b.copied->wait();
-    source.fill(step, mb, b.host);
-    lock.lock();
-    b.copyQueued = false;
-    b.error = nullptr;
+    b.state = State::Free;
+    b.key = Key{};
+    if (b.error) {
+      std::exception_ptr e = b.error;
+      b.error = nullptr;
+      std::rethrow_exception(e);
+    }
+    device_.toDeviceQueued(dst, b.host, bytes);
+    b.copied->record();
+    b.copyQueued = true;
+  } else {
+    // Not foreseen: filled here and uploaded as without the prefetcher
+    // (the device's own upload memory: no wait for the device).
     ++misses_;
+    lock.unlock();
+    HostView view(device_, dst, bytes, &unforeseen_);
+    source.fill(step, mb, view.get());
+    view.push();
+    lock.lock();
   }
-  Buffer &b = f.buffers[use];
-  b.state = State::Free;
-  b.key = Key{};
-  if (b.error) {
-    std::exception_ptr e = b.error;
-    b.error = nullptr;
-    std::rethrow_exception(e);
-  }
-  device_.toDeviceQueued(dst, b.host, bytes);
-  b.copied->record();
-  b.copyQueued = true;
 
   Key next;
   if (!learnAndPredict(f, key, next) || find(f, next) >= 0)
     return;
-  Buffer &other = f.buffers[1 - use];
-  if (other.state == State::Filling)
-    return; // (a guess still being filled: rare, and only a lost chance)
-  other.state = State::Filling;
-  other.key = next;
-  jobs_.push_back(Job{feedIndex, 1 - use, next});
+  // The buffer for the guess: one not being filled, best one whose last
+  // copy was not just queued (the filling thread waits for that copy).
+  int target = -1;
+  for (int i = 0; i < 2; ++i)
+    if (f.buffers[i].state != State::Filling &&
+        (target < 0 ||
+         (f.buffers[target].copyQueued && !f.buffers[i].copyQueued)))
+      target = i;
+  if (target < 0)
+    return; // (both filling guesses: rare, and only a lost chance)
+  Buffer &b = f.buffers[target];
+  b.state = State::Filling;
+  b.key = next;
+  jobs_.push_back(Job{feedIndex, target, next});
   lock.unlock();
   changed_.notify_all();
 }

@@ -21,9 +21,10 @@
 /// step, so each feed's order of microbatches in its first step (0, 1,
 /// ..., or 0, 2, ... for a replica) is its order in every step. A request
 /// that was not foreseen (the first one, a continuous pipeline's draining
-/// window) is filled on the spot, as before; the bytes are the same
-/// whichever way they were filled (Feed::fill is a function of the step and
-/// the microbatch).
+/// window) is filled when asked and uploaded as without the prefetcher
+/// (HostView, the device's upload memory); the bytes are the same whichever
+/// way they were filled (Feed::fill is a function of the step and the
+/// microbatch).
 ///
 /// Each feed has two buffers: one whose copy to the device may still be
 /// queued, one being filled. A buffer is refilled only once the device has
@@ -43,6 +44,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -65,6 +67,11 @@ public:
   /// the device range `dst` (spec().bytes bytes), and starts filling the
   /// microbatch expected next.
   void feed(size_t feed, int64_t step, int64_t mb, void *dst);
+
+  /// Called over and over while a request waits for its microbatch to be
+  /// filled (the runtime lets messages move meanwhile, as while it waits
+  /// for the device).
+  void setWaitHook(std::function<void()> hook) { waitHook_ = std::move(hook); }
 
   /// Returns once no microbatch is being filled ahead (the tests: the time
   /// a device takes between two requests).
@@ -120,6 +127,9 @@ private:
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<Job> jobs_;
+  std::function<void()> waitHook_;
+  /// The host copy of an unforeseen request (HostView's `reuse`).
+  std::vector<char> unforeseen_;
   bool stop_ = false;
   bool busy_ = false; ///< the filling thread is running a job
   int64_t hits_ = 0, misses_ = 0;

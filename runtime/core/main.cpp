@@ -156,9 +156,11 @@ void setUpFeeds(pipec_ctx &ctx) {
     throw RtError("PIPEC_FEED_PREFETCH=" + value +
                   ": expected 1 (fill the feeds' next microbatches ahead, the "
                   "default) or 0 (fill each when the program asks)");
-  if (!ctx.device->hostAccessible() && value != "0" && !ctx.feeds.empty())
+  if (!ctx.device->hostAccessible() && value != "0" && !ctx.feeds.empty()) {
     ctx.feedPrefetch = std::make_unique<FeedPrefetcher>(*ctx.device, ctx.feeds,
                                                         ctx.desc.microbatches);
+    ctx.feedPrefetch->setWaitHook([&ctx] { progressMessages(ctx); });
+  }
 }
 
 /// Finds the rank of replica 0 of the single stage that computes the loss.

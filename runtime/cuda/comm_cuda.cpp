@@ -76,6 +76,8 @@
 #include "core/mpi_errors.h"
 #include "cuda_rt.h"
 #include "device_factory.h"
+#include "nccl_api.h"
+#include "nccl_p2p.h"
 
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -175,68 +177,6 @@ public:
   }
 };
 
-/// NCCL's entry points, opened with dlopen ("libnccl.so.2") when
-/// PIPEC_NCCL=1 (<nccl.h> gives the signatures only: a GPU node without
-/// NCCL still runs every stage).
-struct Nccl {
-  void *library = nullptr;
-  decltype(&ncclGetUniqueId) getUniqueId = nullptr;
-  decltype(&ncclCommInitRank) commInitRank = nullptr;
-  decltype(&ncclAllReduce) allReduce = nullptr;
-  decltype(&ncclCommDestroy) commDestroy = nullptr;
-  decltype(&ncclGetErrorString) errorString = nullptr;
-  decltype(&ncclCommInitRankConfig) commInitRankConfig = nullptr;
-  std::string why; ///< why it is not there
-
-  /// ncclCommInitRank, blocking whatever NCCL_COMM_BLOCKING says (a
-  /// non-blocking communicator would answer ncclInProgress).
-  ncclResult_t init(ncclComm_t *comm, int nranks, ncclUniqueId id,
-                    int rank) const {
-    if (!commInitRankConfig)
-      return commInitRank(comm, nranks, id, rank);
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 1;
-    return commInitRankConfig(comm, nranks, id, rank, &config);
-  }
-
-  bool load() {
-    if (library)
-      return true;
-    for (const char *name : {"libnccl.so.2", "libnccl.so"})
-      if ((library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
-        break;
-    if (!library) {
-      const char *error = dlerror();
-      why = error ? error : "libnccl.so.2 not found";
-      return false;
-    }
-    getUniqueId = reinterpret_cast<decltype(getUniqueId)>(
-        dlsym(library, "ncclGetUniqueId"));
-    commInitRank = reinterpret_cast<decltype(commInitRank)>(
-        dlsym(library, "ncclCommInitRank"));
-    allReduce =
-        reinterpret_cast<decltype(allReduce)>(dlsym(library, "ncclAllReduce"));
-    commDestroy = reinterpret_cast<decltype(commDestroy)>(
-        dlsym(library, "ncclCommDestroy"));
-    errorString = reinterpret_cast<decltype(errorString)>(
-        dlsym(library, "ncclGetErrorString"));
-    commInitRankConfig = reinterpret_cast<decltype(commInitRankConfig)>(
-        dlsym(library, "ncclCommInitRankConfig"));
-    if (getUniqueId && commInitRank && allReduce && commDestroy && errorString)
-      return true;
-    why = "the NCCL found lacks ncclGetUniqueId, ncclCommInitRank, "
-          "ncclAllReduce, ncclCommDestroy or ncclGetErrorString";
-    dlclose(library);
-    library = nullptr;
-    return false;
-  }
-
-  void check(ncclResult_t r, const std::string &what) const {
-    if (r != ncclSuccess)
-      throw RtError(what + ": " + errorString(r));
-  }
-};
-
 /// A group of the CUDA communicator: the MPI group, and a NCCL
 /// communicator over the same ranks when every member has a GPU of its own
 /// (made at the group's first sum).
@@ -266,6 +206,26 @@ private:
 
 class CudaCommunicator;
 
+/// A posted receive of the NCCL path: NCCL's order is the sender's, so the
+/// receive is queued when the program asks for the message (nccl_p2p.h).
+class NcclPostedReceive : public PostedReceive {
+public:
+  NcclPostedReceive(NcclP2p &p2p, int64_t bytes, int peer, int tag,
+                    std::string what)
+      : p2p_(p2p), bytes_(bytes), peer_(peer), tag_(tag),
+        what_(std::move(what)) {}
+  void finish(void *dst) override {
+    p2p_.receive(dst, bytes_, peer_, tag_, what_);
+  }
+  int64_t stagingBytes() const override { return 0; }
+
+private:
+  NcclP2p &p2p_;
+  int64_t bytes_;
+  int peer_, tag_;
+  std::string what_;
+};
+
 class IpcPostedReceive : public PostedReceive {
 public:
   IpcPostedReceive(CudaCommunicator &owner, int64_t bytes, int peer, int tag,
@@ -294,7 +254,8 @@ public:
            (ipcPeers_ ? " + CUDA IPC between ranks sharing a GPU" : "") +
            (ncclUsed_ ? " + NCCL sums where a group's ranks have GPUs of "
                         "their own"
-                      : "");
+                      : "") +
+           (p2p_ ? " + NCCL messages" : "");
   }
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -311,12 +272,18 @@ public:
     const bool ncclWanted = switchedOn(
         "PIPEC_NCCL", false,
         "sums over groups of ranks on GPUs of their own by NCCL", "by MPI");
-    const bool ncclLoaded = ncclWanted && nccl_.load();
-    if (ncclWanted && !ncclLoaded)
+    const bool p2pWanted = switchedOn(
+        "PIPEC_NCCL_P2P", false,
+        "tensors between ranks on GPUs of their own by ncclSend/ncclRecv",
+        "by MPI or CUDA IPC");
+    const bool ncclLoaded = (ncclWanted || p2pWanted) && nccl_.load();
+    if ((ncclWanted || p2pWanted) && !ncclLoaded)
       std::fprintf(stderr,
-                   "pipec-rt: note: PIPEC_NCCL=1 but NCCL cannot be opened "
-                   "(%s): sums go over MPI\n",
+                   "pipec-rt: note: %s but NCCL cannot be opened (%s): it "
+                   "is not used\n",
+                   ncclWanted ? "PIPEC_NCCL=1" : "PIPEC_NCCL_P2P=1",
                    nccl_.why.c_str());
+    const bool p2pReady = p2pWanted && ncclLoaded && nccl_.send && nccl_.recv;
     // Every rank takes part in the allgather, so that the choice is the
     // same on both sides of every pair (each rank reads the variable the
     // launcher exported to all). The GPU is named by its UUID (one per MIG
@@ -343,31 +310,37 @@ public:
     // on one GPU (the GPU suite's way to run NCCL between two ranks on a
     // one-GPU machine, over its socket transport) use NCCL as it lets them.
     const char *hostId = std::getenv("NCCL_HOSTID");
-    std::string ncclHost = hostId && *hostId ? hostId : host;
+    std::string ncclHost = hostId ? hostId : host;
     std::replace(ncclHost.begin(), ncclHost.end(), '|', '_');
-    // "IPC mode, NCCL mode, NCCL opened|bus id|NCCL's host|host|UUID" of
-    // every rank.
+    // "IPC mode, NCCL mode, NCCL opened, NCCL P2P mode, NCCL's ncclSend
+    // and ncclRecv found|bus id|NCCL's host|host|UUID" of every rank.
     const std::string gpu = std::string(host) + "|" + uuid;
-    const std::string mine = std::string(ipc ? "1" : "0") +
-                             (ncclWanted ? "1" : "0") +
-                             (ncclLoaded ? "1" : "0") + "|" + std::string(bus) +
-                             "|" + ncclHost + "|" + gpu;
+    const std::string mine =
+        std::string(ipc ? "1" : "0") + (ncclWanted ? "1" : "0") +
+        (ncclLoaded ? "1" : "0") + (p2pWanted ? "1" : "0") +
+        (p2pReady ? "1" : "0") + "|" + std::string(bus) + "|" + ncclHost + "|" +
+        gpu;
+    constexpr size_t kFlags = 5;
     const std::vector<std::string> all = inner_->allgather(
         mine, "the CUDA communicator: which ranks share a GPU");
     samePeer_.assign(all.size(), false);
     ncclGpuOf_.assign(all.size(), "");
-    bool everyoneOpenedNccl = true;
+    bool everyoneOpenedNccl = true, everyoneHasP2p = true;
     for (size_t r = 0; r < all.size(); ++r) {
-      const size_t busEnd = all[r].find('|', 4);
+      const size_t busEnd = all[r].find('|', kFlags + 1);
       const size_t ncclHostEnd = all[r].find('|', busEnd + 1);
       const std::string gpuOfR = all[r].substr(ncclHostEnd + 1);
       ncclGpuOf_[r] = all[r].substr(busEnd + 1, ncclHostEnd - busEnd - 1) +
-                      "|" + all[r].substr(4, busEnd - 4); // host|bus id
+                      "|" +
+                      all[r].substr(kFlags + 1,
+                                    busEnd - kFlags - 1); // host|bus id
       everyoneOpenedNccl = everyoneOpenedNccl && all[r][2] == '1';
+      everyoneHasP2p = everyoneHasP2p && all[r][4] == '1';
       if (int(r) == rank())
         continue;
       for (auto [at, variable] :
-           {std::pair{0, "PIPEC_CUDA_IPC"}, std::pair{1, "PIPEC_NCCL"}})
+           {std::pair{0, "PIPEC_CUDA_IPC"}, std::pair{1, "PIPEC_NCCL"},
+            std::pair{3, "PIPEC_NCCL_P2P"}})
         if (all[r][size_t(at)] != mine[size_t(at)])
           throw RtError(std::string(variable) + " differs between rank " +
                         std::to_string(rank()) + " (" + mine[size_t(at)] +
@@ -378,6 +351,29 @@ public:
     }
     ncclOn_ = ncclWanted && everyoneOpenedNccl;
     stream_ = context(device.kernelContext(), "the CUDA communicator").stream;
+    // NCCL's messages: one world communicator pair, so every rank needs a
+    // GPU of its own as NCCL tells them apart (the same decision on every
+    // rank: it is made from the allgathered records).
+    if (p2pWanted) {
+      const std::set<std::string> gpus(ncclGpuOf_.begin(), ncclGpuOf_.end());
+      const char *whyNot =
+          !everyoneHasP2p ? "NCCL or its ncclSend/ncclRecv is missing on some "
+                            "rank"
+          : gpus.size() != ncclGpuOf_.size()
+              ? "some ranks share a GPU (NCCL refuses them; NCCL_HOSTID "
+                "tells them apart for a test)"
+              : nullptr;
+      if (whyNot) {
+        if (rank() == 0)
+          std::fprintf(stderr,
+                       "pipec-rt: note: PIPEC_NCCL_P2P=1 but %s: the tensors "
+                       "go by MPI or CUDA IPC\n",
+                       whyNot);
+      } else {
+        p2p_ = std::make_unique<NcclP2p>(nccl_, stream_, rank(), size());
+        p2p_->start(*inner_);
+      }
+    }
     // (Collective over every rank: with the variable on, each makes the
     // two communicators, whether it has a peer on its GPU or not.)
     if (!ipc)
@@ -393,6 +389,13 @@ public:
   void finalize() override {
     // (A failure while tearing down, on a device in a bad state, must not
     // keep the transport from closing: the job's result is already out.)
+    try {
+      if (p2p_)
+        p2p_->finish(*inner_);
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "pipec-rt: note: closing NCCL's messages: %s\n",
+                   e.what());
+    }
     try {
       closeIpc();
     } catch (const std::exception &e) {
@@ -537,6 +540,8 @@ public:
 
   std::unique_ptr<Transfer> send(const void *src, int64_t bytes, int peer,
                                  int tag, const std::string &what) override {
+    if (p2p_ && peer != rank()) // (to itself: NCCL would need a group)
+      return p2p_->send(src, bytes, peer, tag, what);
     if (!shares(peer))
       return inner_->send(src, bytes, peer, tag, what);
     auto transfer = std::make_unique<IpcTransfer>();
@@ -574,6 +579,8 @@ public:
 
   std::unique_ptr<PostedReceive> post(int64_t bytes, int peer, int tag,
                                       const std::string &what) override {
+    if (p2p_ && peer != rank())
+      return std::make_unique<NcclPostedReceive>(*p2p_, bytes, peer, tag, what);
     if (!shares(peer))
       return inner_->post(bytes, peer, tag, what);
     auto posted =
@@ -590,6 +597,10 @@ public:
 
   void receive(void *dst, int64_t bytes, int peer, int tag,
                const std::string &what) override {
+    if (p2p_ && peer != rank()) {
+      p2p_->receive(dst, bytes, peer, tag, what);
+      return;
+    }
     if (!shares(peer)) {
       inner_->receive(dst, bytes, peer, tag, what);
       return;
@@ -813,6 +824,9 @@ private:
   std::vector<std::string> ncclGpuOf_;
   Nccl nccl_;
   bool ncclOn_ = false, ncclUsed_ = false;
+  /// PIPEC_NCCL_P2P=1 where every rank has a GPU of its own: every tensor
+  /// message by NCCL (nccl_p2p.h).
+  std::unique_ptr<NcclP2p> p2p_;
   int ipcPeers_ = 0;
   MPI_Comm control_ = MPI_COMM_NULL, acks_ = MPI_COMM_NULL;
   std::map<int, std::vector<Slot>> slots_;

@@ -395,6 +395,12 @@ def run_cases(args):
         nondeterministic_check(args, checks, cases_dir, NONDETERMINISTIC_CASE)
     if not only or NCCL_HOSTS_CASE in only:
         nccl_hosts_check(args, checks, cases_dir, NCCL_HOSTS_CASE)
+    if not only or IPC_PREFETCH_CASE in only:
+        ipc_prefetch_check(args, checks, cases_dir, IPC_PREFETCH_CASE)
+    p2p_ok = True
+    for name, extra in NCCL_P2P_CASES:
+        if (not only or name in only) and p2p_ok:
+            p2p_ok = nccl_p2p_check(args, checks, cases_dir, name, extra)
     ipc_ok = True
     for name in IPC_CASES:
         if (not only or name in only) and ipc_ok:
@@ -475,7 +481,8 @@ def nondeterministic_check(args, checks, cases_dir, name):
 # arrive, so the losses equal the default run's bit for bit:
 # flush and continuous schedules, 4 ranks, a V schedule (two chunks per
 # rank, messages both ways), replicas (their sums stay on MPI), prefetched
-# receives (posted ones) and the GPT.
+# receives (posted ones; ipc_prefetch_check has them on CUDA IPC) and the
+# GPT.
 IPC_CASES = ["mlp-s4-1f1b", "mlp-s4-zb-h2", "mlp-s2-zb-v", "mlp-s2-rr-replicas", "gpt-s4-1f1b-flush"]
 IPC_PREFETCH_CASE = "mlp-s4-1f1b"
 
@@ -569,12 +576,72 @@ def nccl_hosts_check(args, checks, cases_dir, name):
     if rc != 0:
         checks.report(False, label, f"exit {rc}: {out[-1500:]}")
         return
-    transports = transports_of(os.path.join(d, "nccl-hosts-summary.*.json"))
+    # (Only the replicated stage 0 sums; stage 1 has one rank.)
+    transports = transports_of(os.path.join(d, "nccl-hosts-summary.0r*.json"))
     got, want = losses(metrics), losses(os.path.join(d, "metrics.jsonl"))
-    used = bool(transports) and all("NCCL sums" in t for t in transports)
-    checks.report(got == want and used, label + ": losses bit for bit as MPI's sums, every rank's sums by NCCL",
+    used = len(transports) == 2 and all("NCCL sums" in t for t in transports)
+    checks.report(got == want and used, label + ": losses bit for bit as MPI's sums, the replicas' sums by NCCL",
                   f"{len(got)} losses {'equal' if got == want else 'differ: ' + str(got) + ' ' + str(want)}; "
                   f"transports {sorted(set(transports))}")
+
+
+# The default transport with posted receives (--prefetch): CUDA IPC's
+# posted receive (IpcPostedReceive), against the default run.
+def ipc_prefetch_check(args, checks, cases_dir, name):
+    transport_check(args, checks, cases_dir, name, "ipc-prefetch", {}, ["--prefetch"],
+                    lambda t: "CUDA IPC" in t, "every rank on CUDA IPC")
+
+
+# NCCL's messages (PIPEC_NCCL_P2P=1, runtime/cuda/nccl_p2p.h) between the
+# ranks on the one GPU, each rank a host of its own to NCCL by NCCL_HOSTID
+# (NCCL's socket transport on loopback): the same bytes arrive, so the
+# losses equal the default run's bit for bit. A flush and a continuous
+# schedule on 4 ranks with posted receives, a V schedule (messages both
+# ways, two chunks per rank: tags asked in another order than sent), and
+# the GPT.
+NCCL_P2P_CASES = [("mlp-s4-1f1b", ["--prefetch"]), ("mlp-s4-zb-h2", []), ("mlp-s2-zb-v", []),
+                  ("gpt-s4-1f1b-flush", [])]
+
+
+def nccl_p2p_check(args, checks, cases_dir, name, extra):
+    return transport_check(args, checks, cases_dir, name, "nccl-p2p",
+                           {"PIPEC_NCCL_P2P": "1", "NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1"},
+                           extra, lambda t: "NCCL messages" in t, "every rank's messages by NCCL",
+                           host_per_rank=True)
+
+
+def transport_check(args, checks, cases_dir, name, tag, env, extra, used_by, used_words, host_per_rank=False):
+    """`name` once more with `env` and `extra` flags: losses bit for bit as
+    the default run's, and every rank's summary transport passing
+    `used_by`. False when the run failed or hung."""
+    model, d, data_dir = case_dirs(cases_dir, name)
+    metrics = os.path.join(d, f"{tag}.jsonl")
+    for f in glob.glob(os.path.join(d, f"{tag}-summary.*.json")) + [metrics]:
+        if os.path.exists(f):
+            os.remove(f)
+    label = f"{name} {' '.join(f'{k}={v}' for k, v in env.items() if k.startswith('PIPEC'))} {' '.join(extra)}".strip()
+    if host_per_rank:
+        label += " (NCCL_HOSTID per rank)"
+    try:
+        rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, case_steps(name), lr=case_lr(name)) +
+                                 ["--quiet", "--metrics", metrics, *extra,
+                                  "--checkpoint-dir", os.path.join(d, f"{tag}_ckpt"),
+                                  "--summary-out", os.path.join(d, f"{tag}-summary.{{stage}}.json")],
+                                 host_per_rank=host_per_rank),
+                      timeout=120, env=dict(os.environ, **env))
+    except subprocess.TimeoutExpired:
+        subprocess.run(["pkill", "-9", "-f", d + "/stage"], check=False)
+        checks.report(False, label, "timed out after 120 s")
+        return False
+    if rc != 0:
+        checks.report(False, label, f"exit {rc}: {out[-1500:]}")
+        return False
+    transports = transports_of(os.path.join(d, f"{tag}-summary.*.json"))
+    got, want = losses(metrics), losses(os.path.join(d, "metrics.jsonl"))
+    used = bool(transports) and all(used_by(t) for t in transports)
+    checks.report(got == want and used, f"{label}: losses bit for bit as the default run's, {used_words}",
+                  f"{len(got)} losses {'equal' if got == want else 'differ'}; transports {sorted(set(transports))}")
+    return True
 
 
 def kernel_check(args, checks, cases_dir, name):
