@@ -29,6 +29,18 @@
 ///    double per element; dScale = float(sumDyXhat), dBias = float(sumDy).
 ///    dX, dScale and dBias may each be NULL.
 ///
+/// With few channels and many values each (ResNet-50's first stages: 64 to
+/// 256 channels of 200 704 values at batch 64, fewer blocks than an H200's
+/// 132 SMs hold), each channel is split into `parts` contiguous ranges of
+/// its values, each a block's (splitParts): one kernel sums each range in
+/// double, the next (every block re-adding its channel's partial sums in
+/// part order: the same mean in every block) the centred squares (train) or
+/// dY and dY * xhat (grad) of each range, the last writes each range's
+/// outputs from the totals (block 0 of a channel the per-channel ones).
+/// The same formulas; the sums' order is fixed by the split, so the kernels
+/// stay deterministic, and differ from the one-block kernels' only in the
+/// order of double additions.
+///
 /// Inference: one thread per channel computes float(scale / sqrt(var +
 /// eps)) in double into the scratch buffer, then one thread per element
 /// applies ((x - mean) - lo) * a + bias in float (lo = 0 for a float mean).
@@ -48,7 +60,10 @@
 #include "cuda_rt.h"
 #include "pipec_rt.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 namespace pipec {
 namespace cuda {
@@ -180,6 +195,187 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Channels split across blocks
+//===----------------------------------------------------------------------===//
+
+constexpr int kPartBlock = 256;
+/// Values per part at least (fewer: the one-block kernels).
+constexpr int64_t kMinPartValues = 8192;
+
+/// Part p = blockIdx.x of channel ch = blockIdx.y: values [first, end).
+struct Part {
+  int64_t ch, p, first, end;
+  __device__ Part(int64_t count, int64_t chunk)
+      : ch(blockIdx.y), p(blockIdx.x), first(int64_t(blockIdx.x) * chunk),
+        end(first + chunk < count ? first + chunk : count) {}
+};
+
+/// Sum of `partial[ch * parts + 0 .. parts)`, in part order.
+__device__ double addParts(const double *partial, int64_t ch, int parts) {
+  double t = 0;
+  for (int q = 0; q < parts; ++q)
+    t += partial[ch * parts + q];
+  return t;
+}
+
+/// sums[ch * parts + p]: the sum of part p of channel ch.
+__global__ void __launch_bounds__(kPartBlock)
+    batchNormPartSums(const float *x, double *sums, int64_t c, int64_t s,
+                      int64_t count, int64_t chunk, int parts) {
+  __shared__ double red[32];
+  const Part part(count, chunk);
+  double acc = 0;
+  for (ChannelWalk w(part.first + threadIdx.x, blockDim.x, part.ch, c, s);
+       w.e < part.end; w.next())
+    acc += double(x[w.at]);
+  acc = blockReduce(acc, SumOp(), 0.0, red);
+  if (threadIdx.x == 0)
+    sums[part.ch * parts + part.p] = acc;
+}
+
+/// squares[ch * parts + p]: the centred sum of squares of part p.
+__global__ void __launch_bounds__(kPartBlock)
+    batchNormPartSquares(const float *x, const double *sums, double *squares,
+                         int64_t c, int64_t s, int64_t count, int64_t chunk,
+                         int parts) {
+  __shared__ double red[32];
+  const Part part(count, chunk);
+  const double mean =
+      addParts(sums, part.ch, parts) / (double(count) /* n * s */);
+  double acc = 0;
+  for (ChannelWalk w(part.first + threadIdx.x, blockDim.x, part.ch, c, s);
+       w.e < part.end; w.next()) {
+    const double d = double(x[w.at]) - mean;
+    acc = __dadd_rn(acc, __dmul_rn(d, d));
+  }
+  acc = blockReduce(acc, SumOp(), 0.0, red);
+  if (threadIdx.x == 0)
+    squares[part.ch * parts + part.p] = acc;
+}
+
+/// The train kernel's outputs from the partial sums (formulas above).
+__global__ void __launch_bounds__(kPartBlock) batchNormPartTrainApply(
+    const float *x, const float *scale, const float *bias, const float *runMean,
+    const float *runVar, float *y, float *savedMean, float *savedInvStd,
+    float *runMeanOut, float *runVarOut, const double *sums,
+    const double *squares, int64_t c, int64_t s, int64_t count, int64_t chunk,
+    int parts, double eps, double momentum) {
+  const Part part(count, chunk);
+  const int64_t ch = part.ch;
+  const double countD = double(count);
+  const double mean = addParts(sums, ch, parts) / countD;
+  const double var = addParts(squares, ch, parts) / countD;
+  const double invStd = 1.0 / sqrt(var + eps);
+  const float hi = float(mean);
+  const float lo = float(mean - double(hi));
+  const float a = float(double(scale[ch]) * invStd);
+  const float b = bias[ch];
+  for (ChannelWalk w(part.first + threadIdx.x, blockDim.x, ch, c, s);
+       w.e < part.end; w.next()) {
+    const int64_t at = w.at;
+    y[at] = __fadd_rn(__fmul_rn(__fsub_rn(__fsub_rn(x[at], hi), lo), a), b);
+  }
+  if (part.p == 0 && threadIdx.x == 0) {
+    if (savedMean)
+      savedMean[ch] = float(mean);
+    if (savedInvStd)
+      savedInvStd[ch] = float(invStd);
+    if (runMeanOut)
+      runMeanOut[ch] = float(__dadd_rn(__dmul_rn(momentum, double(runMean[ch])),
+                                       __dmul_rn(1.0 - momentum, mean)));
+    if (runVarOut)
+      runVarOut[ch] = float(__dadd_rn(__dmul_rn(momentum, double(runVar[ch])),
+                                      __dmul_rn(1.0 - momentum, var)));
+  }
+}
+
+/// dys / dyXhats[ch * parts + p]: part p's sums of dY and dY * xhat.
+__global__ void __launch_bounds__(kPartBlock)
+    batchNormPartGradSums(const float *x, const float *savedInvStd,
+                          const float *dy, const double *sums, double *dys,
+                          double *dyXhats, int64_t c, int64_t s, int64_t count,
+                          int64_t chunk, int parts) {
+  __shared__ double red[32];
+  const Part part(count, chunk);
+  const int64_t ch = part.ch;
+  const double meanD = addParts(sums, ch, parts) / double(count);
+  const double invStd = double(savedInvStd[ch]);
+  double sumDy = 0, sumDyXhat = 0;
+  for (ChannelWalk w(part.first + threadIdx.x, blockDim.x, ch, c, s);
+       w.e < part.end; w.next()) {
+    const int64_t at = w.at;
+    const double g = double(dy[at]);
+    const double xhat = __dmul_rn(double(x[at]) - meanD, invStd);
+    sumDy += g;
+    sumDyXhat = __dadd_rn(sumDyXhat, __dmul_rn(g, xhat));
+  }
+  sumDy = blockReduce(sumDy, SumOp(), 0.0, red);
+  sumDyXhat = blockReduce(sumDyXhat, SumOp(), 0.0, red);
+  if (threadIdx.x == 0) {
+    dys[ch * parts + part.p] = sumDy;
+    dyXhats[ch * parts + part.p] = sumDyXhat;
+  }
+}
+
+/// The grad kernel's outputs from the partial sums.
+__global__ void __launch_bounds__(kPartBlock)
+    batchNormPartGradApply(const float *x, const float *scale,
+                           const float *savedInvStd, const float *dy, float *dx,
+                           float *dScale, float *dBias, const double *sums,
+                           const double *dys, const double *dyXhats, int64_t c,
+                           int64_t s, int64_t count, int64_t chunk, int parts) {
+  const Part part(count, chunk);
+  const int64_t ch = part.ch;
+  const double countD = double(count);
+  const double meanD = addParts(sums, ch, parts) / countD;
+  const double invStd = double(savedInvStd[ch]);
+  const double sumDy = addParts(dys, ch, parts);
+  const double sumDyXhat = addParts(dyXhats, ch, parts);
+  if (dx) {
+    const double k = double(scale[ch]) * invStd;
+    const double meanDy = sumDy / countD;
+    const double meanDyXhat = sumDyXhat / countD;
+    for (ChannelWalk w(part.first + threadIdx.x, blockDim.x, ch, c, s);
+         w.e < part.end; w.next()) {
+      const int64_t at = w.at;
+      const double xhat = __dmul_rn(double(x[at]) - meanD, invStd);
+      const double inner =
+          __dsub_rn(double(dy[at]) - meanDy, __dmul_rn(xhat, meanDyXhat));
+      dx[at] = float(__dmul_rn(k, inner));
+    }
+  }
+  if (part.p == 0 && threadIdx.x == 0) {
+    if (dScale)
+      dScale[ch] = float(sumDyXhat);
+    if (dBias)
+      dBias[ch] = float(sumDy);
+  }
+}
+
+/// How many parts each of `c` channels of `count` values is split into: 1
+/// (the one-block kernels) where the channels alone fill the GPU, else
+/// enough for about four blocks per SM, each with kMinPartValues values at
+/// least. PIPEC_BN_SPLIT=0 keeps the one-block kernels.
+int splitParts(const Context &ctx, int64_t c, int64_t count) {
+  static const int sms = [&] {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount,
+                               ctx.device) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    const char *v = std::getenv("PIPEC_BN_SPLIT");
+    return v && std::string(v) == "0" ? 0 : n;
+  }();
+  const int64_t wanted = 4 * int64_t(sms);
+  if (sms == 0 || c >= wanted / 2)
+    return 1;
+  const int64_t parts =
+      std::min<int64_t>((wanted + c - 1) / c, count / kMinPartValues);
+  return int(std::max<int64_t>(1, std::min<int64_t>(parts, 1024)));
+}
+
 } // namespace
 } // namespace cuda
 } // namespace pipec
@@ -205,10 +401,32 @@ extern "C" void pipec_cuda_k_batchnorm_train(pipec_kctx *kc, void *const *bufs,
   const double momentum = reals ? reals[1] : kDefaultMomentum;
   if (n <= 0 || c <= 0 || s <= 0)
     return;
-  batchNormTrainChannels<<<rowGrid(c), rowBlock(n * s, 1024), 0, ctx.stream>>>(
+  const int64_t count = n * s;
+  const int parts = splitParts(ctx, c, count);
+  if (parts == 1) {
+    batchNormTrainChannels<<<rowGrid(c), rowBlock(count, 1024), 0,
+                             ctx.stream>>>(x, scale, bias, runMean, runVar, y,
+                                           savedMean, savedInvStd, runMeanOut,
+                                           runVarOut, n, c, s, eps, momentum);
+    checkLaunch("pipec_cuda_k_batchnorm_train");
+    return;
+  }
+  const char *kernel = "pipec_cuda_k_batchnorm_train";
+  const int64_t chunk = (count + parts - 1) / parts;
+  double *sums = static_cast<double *>(
+      scratch(ctx, size_t(2 * c * parts) * sizeof(double)));
+  double *squares = sums + c * parts;
+  const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(c));
+  batchNormPartSums<<<grid, kPartBlock, 0, ctx.stream>>>(x, sums, c, s, count,
+                                                         chunk, parts);
+  checkLaunch(kernel);
+  batchNormPartSquares<<<grid, kPartBlock, 0, ctx.stream>>>(
+      x, sums, squares, c, s, count, chunk, parts);
+  checkLaunch(kernel);
+  batchNormPartTrainApply<<<grid, kPartBlock, 0, ctx.stream>>>(
       x, scale, bias, runMean, runVar, y, savedMean, savedInvStd, runMeanOut,
-      runVarOut, n, c, s, eps, momentum);
-  checkLaunch("pipec_cuda_k_batchnorm_train");
+      runVarOut, sums, squares, c, s, count, chunk, parts, eps, momentum);
+  checkLaunch(kernel);
 }
 
 extern "C" void pipec_cuda_k_batchnorm_infer(pipec_kctx *kc, void *const *bufs,
@@ -262,7 +480,27 @@ extern "C" void pipec_cuda_k_batchnorm_grad(pipec_kctx *kc, void *const *bufs,
       check(cudaMemsetAsync(dBias, 0, size_t(c) * sizeof(float), st), kernel);
     return;
   }
-  batchNormGradChannels<<<rowGrid(c), rowBlock(n * s, 1024), 0, st>>>(
-      x, scale, savedInvStd, dy, dx, dScale, dBias, n, c, s);
+  const int64_t count = n * s;
+  const int parts = splitParts(ctx, c, count);
+  if (parts == 1) {
+    batchNormGradChannels<<<rowGrid(c), rowBlock(count, 1024), 0, st>>>(
+        x, scale, savedInvStd, dy, dx, dScale, dBias, n, c, s);
+    checkLaunch(kernel);
+    return;
+  }
+  const int64_t chunk = (count + parts - 1) / parts;
+  double *sums = static_cast<double *>(
+      scratch(ctx, size_t(3 * c * parts) * sizeof(double)));
+  double *dys = sums + c * parts, *dyXhats = dys + c * parts;
+  const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(c));
+  batchNormPartSums<<<grid, kPartBlock, 0, st>>>(x, sums, c, s, count, chunk,
+                                                 parts);
+  checkLaunch(kernel);
+  batchNormPartGradSums<<<grid, kPartBlock, 0, st>>>(
+      x, savedInvStd, dy, sums, dys, dyXhats, c, s, count, chunk, parts);
+  checkLaunch(kernel);
+  batchNormPartGradApply<<<grid, kPartBlock, 0, st>>>(
+      x, scale, savedInvStd, dy, dx, dScale, dBias, sums, dys, dyXhats, c, s,
+      count, chunk, parts);
   checkLaunch(kernel);
 }

@@ -291,6 +291,14 @@ TEST(CudaBatchNorm, Train) {
   batchNormTrainCase({8, 32, 196}, true, false, false);  // a block's worth
   batchNormTrainCase({3, 5, 4000}, false, false, false); // > 1024 per channel
   batchNormTrainCase({4, 7, 49, 100.f}, true, false, false); // large mean
+  // Few channels of many values: each channel split across blocks
+  // (batchnorm.cu, splitParts), in place too, with a last part shorter
+  // than the others, and with a large mean.
+  batchNormTrainCase({8, 4, 4096}, false, false, false);
+  batchNormTrainCase({8, 4, 4096}, true, false, true);
+  batchNormTrainCase({3, 5, 7001}, false, false, false);
+  batchNormTrainCase({16, 3, 2048, 100.f}, true, false, false);
+  batchNormTrainCase({8, 4, 4096}, false, true, false);
   BatchNorm other = {4, 3, 25};
   other.eps = 1e-3;
   other.momentum = 0.1;
@@ -354,6 +362,13 @@ TEST(CudaBatchNormGrad, AllOutputs) {
   batchNormGradCase({8, 32, 196}, true, true, true, false);
   batchNormGradCase({3, 5, 4000}, true, true, true, true);
   batchNormGradCase({4, 7, 49, 100.f}, true, true, true, false);
+  // Channels split across blocks (see CudaBatchNorm.Train).
+  batchNormGradCase({8, 4, 4096}, true, true, true, false);
+  batchNormGradCase({8, 4, 4096}, true, true, true, true);
+  batchNormGradCase({3, 5, 7001}, true, true, true, false);
+  batchNormGradCase({16, 3, 2048, 100.f}, true, true, true, false);
+  batchNormGradCase({8, 4, 4096}, false, true, false, false);
+  batchNormGradCase({8, 4, 4096}, true, false, false, false);
 }
 
 TEST(CudaBatchNormGrad, OptionalOutputs) {
