@@ -283,7 +283,8 @@ public:
                    "is not used\n",
                    ncclWanted ? "PIPEC_NCCL=1" : "PIPEC_NCCL_P2P=1",
                    nccl_.why.c_str());
-    const bool p2pReady = p2pWanted && ncclLoaded && nccl_.send && nccl_.recv;
+    const bool p2pReady = p2pWanted && ncclLoaded && nccl_.send && nccl_.recv &&
+                          nccl_.groupStart && nccl_.groupEnd;
     // Every rank takes part in the allgather, so that the choice is the
     // same on both sides of every pair (each rank reads the variable the
     // launcher exported to all). The GPU is named by its UUID (one per MIG

@@ -41,6 +41,8 @@ struct Nccl {
   decltype(&ncclSend) send = nullptr;
   decltype(&ncclRecv) recv = nullptr;
   decltype(&ncclCommAbort) commAbort = nullptr;
+  decltype(&ncclGroupStart) groupStart = nullptr;
+  decltype(&ncclGroupEnd) groupEnd = nullptr;
   std::string why; ///< why it is not there
 
   /// ncclCommInitRank, blocking whatever NCCL_COMM_BLOCKING says (a
@@ -81,6 +83,10 @@ struct Nccl {
     recv = reinterpret_cast<decltype(recv)>(dlsym(library, "ncclRecv"));
     commAbort =
         reinterpret_cast<decltype(commAbort)>(dlsym(library, "ncclCommAbort"));
+    groupStart = reinterpret_cast<decltype(groupStart)>(
+        dlsym(library, "ncclGroupStart"));
+    groupEnd =
+        reinterpret_cast<decltype(groupEnd)>(dlsym(library, "ncclGroupEnd"));
     if (getUniqueId && commInitRank && allReduce && commDestroy && errorString)
       return true;
     why = "the NCCL found lacks ncclGetUniqueId, ncclCommInitRank, "

@@ -80,6 +80,37 @@ void NcclP2p::start(rt::Communicator &mpi) {
   rt::mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup",
                "NCCL point-to-point: its control records");
   MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+  connectAll();
+}
+
+void NcclP2p::connectAll() {
+  const std::string what = "NCCL point-to-point: connecting every pair";
+  void *bytes = nullptr;
+  check(cudaMalloc(&bytes, size_t(2 * size_)), what);
+  char *in = static_cast<char *>(bytes), *out = in + size_;
+  check(cudaMemsetAsync(bytes, 0, size_t(2 * size_), compute_), what);
+  check(cudaStreamSynchronize(compute_), what);
+  // One group per communicator, each on its stream: a byte to every rank
+  // of that direction, a byte from every rank of the other.
+  for (const bool up : {true, false}) {
+    ncclComm_t comm = up ? up_ : down_;
+    cudaStream_t stream = up ? upStream_ : downStream_;
+    nccl_.check(nccl_.groupStart(), what + ": ncclGroupStart");
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_)
+        continue;
+      if ((q > rank_) == up)
+        nccl_.check(nccl_.send(out, 1, ncclUint8, q, comm, stream),
+                    what + ": ncclSend");
+      else
+        nccl_.check(nccl_.recv(in + q, 1, ncclUint8, q, comm, stream),
+                    what + ": ncclRecv");
+    }
+    nccl_.check(nccl_.groupEnd(), what + ": ncclGroupEnd");
+  }
+  check(cudaStreamSynchronize(upStream_), what);
+  check(cudaStreamSynchronize(downStream_), what);
+  check(cudaFree(bytes), what);
 }
 
 void NcclP2p::after(cudaStream_t waiter, cudaStream_t first,
@@ -126,23 +157,25 @@ std::unique_ptr<rt::Transfer> NcclP2p::send(const void *src, int64_t bytes,
   r.sequence = sent_[peer]++;
   static_assert(sizeof(Record) == sizeof transfer->record, "record size");
   std::memcpy(transfer->record, &r, sizeof r);
+  // The record first: the receiver may be waiting for it to queue its
+  // receive.
+  rt::mpiCheck(MPI_Isend(transfer->record, int(sizeof r), MPI_BYTE, peer, tag,
+                         control_, &transfer->request),
+               "MPI_Isend", what + ": its control record");
   if (bytes > 0) {
     std::vector<Slot> &slots = sendSlots_[peer];
     Slot &s = slots[size_t(freeSlot(slots, bytes, what))];
     check(cudaMemcpyAsync(s.data, src, size_t(bytes), cudaMemcpyDeviceToDevice,
                           compute_),
           what + ": the copy into the NCCL send slot");
-    cudaStream_t stream = streamTo(peer);
+    cudaStream_t stream = sendStream(peer);
     after(stream, compute_, what);
-    nccl_.check(nccl_.send(s.data, size_t(bytes), ncclUint8, peer, commTo(peer),
-                           stream),
+    nccl_.check(nccl_.send(s.data, size_t(bytes), ncclUint8, peer,
+                           sendComm(peer), stream),
                 what + ": ncclSend");
     check(cudaEventRecord(s.free, stream), what);
     s.used = true;
   }
-  rt::mpiCheck(MPI_Isend(transfer->record, int(sizeof r), MPI_BYTE, peer, tag,
-                         control_, &transfer->request),
-               "MPI_Isend", what + ": its control record");
   return transfer;
 }
 
@@ -171,9 +204,9 @@ void NcclP2p::queueEarly(int peer, int tag, const Record &r,
     std::vector<Slot> &slots = recvSlots_[peer];
     e.slot = freeSlot(slots, r.bytes, what);
     Slot &s = slots[size_t(e.slot)];
-    cudaStream_t stream = streamTo(peer);
+    cudaStream_t stream = recvStream(peer);
     nccl_.check(nccl_.recv(s.data, size_t(r.bytes), ncclUint8, peer,
-                           commTo(peer), stream),
+                           recvComm(peer), stream),
                 what + ": ncclRecv");
     check(cudaEventRecord(s.landed, stream), what);
     s.used = true;
@@ -219,10 +252,10 @@ void NcclP2p::receive(void *dst, int64_t bytes, int peer, int tag,
     const Record r = takeRecord(peer, got, what);
     if (got == tag && r.bytes == bytes) {
       if (bytes > 0) {
-        cudaStream_t stream = streamTo(peer);
+        cudaStream_t stream = recvStream(peer);
         after(stream, compute_, what); // the kernels done with `dst`
         nccl_.check(nccl_.recv(dst, size_t(bytes), ncclUint8, peer,
-                               commTo(peer), stream),
+                               recvComm(peer), stream),
                     what + ": ncclRecv");
         after(compute_, stream, what);
       }
@@ -234,42 +267,68 @@ void NcclP2p::receive(void *dst, int64_t bytes, int peer, int tag,
   }
 }
 
+void NcclP2p::takeTheRest(rt::Communicator &mpi) {
+  // How many messages each rank sent each other rank; the ones sent to this
+  // rank and not taken yet are received into slots.
+  std::vector<int64_t> mine(size_t(size_), 0),
+      all(size_t(size_) * size_t(size_));
+  for (const auto &[peer, n] : sent_)
+    mine[size_t(peer)] = n;
+  mpi.allgather(mine.data(), int(size_ * sizeof(int64_t)), all.data(),
+                "NCCL point-to-point: the messages sent");
+  const std::string what = "NCCL point-to-point: a message never asked for";
+  for (int q = 0; q < size_; ++q)
+    while (taken_[q] < all[size_t(q) * size_t(size_) + size_t(rank_)]) {
+      MPI_Status status;
+      rt::mpiCheck(MPI_Probe(q, MPI_ANY_TAG, control_, &status), "MPI_Probe",
+                   what);
+      const Record r = takeRecord(q, status.MPI_TAG, what);
+      queueEarly(q, status.MPI_TAG, r, what);
+    }
+}
+
 void NcclP2p::finish(rt::Communicator &mpi) {
   if (!up_)
     return;
-  // Every send queued has a receive queued by now on a clean end; a send
-  // never received (a program that sent more than its peer took) would
-  // keep the stream busy for ever: after a minute the communicators are
-  // aborted, with a note.
+  takeTheRest(mpi);
+  // Every send now has its receive queued: the streams end. A bounded
+  // wait all the same (a device in a bad state), and one decision for
+  // every rank: destroy the communicators, or abort them all.
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(60);
   bool done = false;
-  while (!done) {
-    cudaError_t up = cudaStreamQuery(upStream_),
-                down = cudaStreamQuery(downStream_);
-    done = up == cudaSuccess && down == cudaSuccess;
-    if (!done && ((up != cudaSuccess && up != cudaErrorNotReady) ||
-                  (down != cudaSuccess && down != cudaErrorNotReady) ||
-                  std::chrono::steady_clock::now() > deadline))
+  for (;;) {
+    const cudaError_t states[3] = {cudaStreamQuery(upStream_),
+                                   cudaStreamQuery(downStream_),
+                                   cudaStreamQuery(compute_)};
+    done = true;
+    bool failed = false;
+    for (cudaError_t e : states) {
+      done = done && e == cudaSuccess;
+      failed = failed || (e != cudaSuccess && e != cudaErrorNotReady);
+    }
+    if (done || failed || std::chrono::steady_clock::now() > deadline)
       break;
-    if (!done)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  cudaStreamSynchronize(compute_);
-  mpi.barrier("NCCL point-to-point: the end");
-  if (!done) {
-    std::fprintf(stderr,
-                 "pipec-rt: note: NCCL point-to-point: messages still queued "
-                 "at the end (sent, never received); aborting its "
-                 "communicators\n");
+  int64_t allDone = done ? 1 : 0;
+  mpi.allreduce(&allDone, 1, rt::ReduceOp::Min,
+                "NCCL point-to-point: whether every rank's messages ended");
+  if (allDone == 0) {
+    if (rank_ == 0)
+      std::fprintf(stderr,
+                   "pipec-rt: note: NCCL point-to-point: messages still "
+                   "queued at the end after a minute; its communicators are "
+                   "aborted\n");
     if (nccl_.commAbort) {
       nccl_.commAbort(up_);
       nccl_.commAbort(down_);
     }
-  } else {
-    nccl_.commDestroy(up_);
-    nccl_.commDestroy(down_);
+    up_ = down_ = nullptr;
+    return; // (the slots stay: the device may still use them)
   }
+  nccl_.commDestroy(up_);
+  nccl_.commDestroy(down_);
   up_ = down_ = nullptr;
   for (auto *all : {&sendSlots_, &recvSlots_})
     for (auto &[peer, slots] : *all)

@@ -28,9 +28,13 @@
 ///
 /// Neither host waits for the other's GPU; no host has to answer a request
 /// while it waits elsewhere. Messages to a higher rank go through one NCCL
-/// communicator on one stream, messages to a lower rank through another:
-/// on one communicator, rank A's send to B queued behind its receive from
-/// B, and B's the other way round, would wait for each other.
+/// communicator on one stream, messages to a lower rank through another
+/// (both sides of a message use the communicator of its direction): on one
+/// communicator, rank A's send to B queued behind its receive from B, and
+/// B's the other way round, would wait for each other. NCCL makes a pair's
+/// connection at its first message, and that needs both ranks: start()
+/// makes them all at once (one grouped byte per pair and direction), so a
+/// first ncclSend never blocks its host on the peer.
 ///
 /// Slots are reused once the device has passed their last use (an event,
 /// queried by the host), else a new one is allocated: a rank holds at most
@@ -104,11 +108,26 @@ private:
     Record record;
     int slot = -1;
   };
-  /// The communicator and stream of messages between this rank and `peer`.
-  ncclComm_t commTo(int peer) const { return peer > rank_ ? up_ : down_; }
-  cudaStream_t streamTo(int peer) const {
-    return peer > rank_ ? upStream_ : downStream_;
+  /// The communicator (and its stream) of a message by the direction it
+  /// travels: to a higher rank on `up_`, to a lower on `down_`. So a
+  /// send to `peer` and the peer's receive from this rank use the same one.
+  bool sendsUp(int peer) const { return peer > rank_; }
+  ncclComm_t sendComm(int peer) const { return sendsUp(peer) ? up_ : down_; }
+  cudaStream_t sendStream(int peer) const {
+    return sendsUp(peer) ? upStream_ : downStream_;
   }
+  ncclComm_t recvComm(int peer) const { return peer < rank_ ? up_ : down_; }
+  cudaStream_t recvStream(int peer) const {
+    return peer < rank_ ? upStream_ : downStream_;
+  }
+  /// start(): every connection of both communicators made at once (one
+  /// byte each way, grouped), so that no first ncclSend waits on the host
+  /// for its peer's first ncclRecv.
+  void connectAll();
+  /// finish(): the control records this rank never took (messages its
+  /// program never asked for), received into slots so that every send
+  /// completes.
+  void takeTheRest(rt::Communicator &mpi);
   int freeSlot(std::vector<Slot> &slots, int64_t bytes,
                const std::string &what);
   /// Receives `peer`'s next control record, of tag `tag`, and checks it.
