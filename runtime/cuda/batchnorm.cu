@@ -46,8 +46,9 @@
 /// applies ((x - mean) - lo) * a + bias in float (lo = 0 for a float mean).
 ///
 /// Y may alias X and dX may alias dY: the reductions finish (the block
-/// synchronises) before any element is written, and each element is read
-/// and written by one thread. Sums run in a different order than the CPU's
+/// synchronises; with split channels, the earlier kernels end) before any
+/// element is written, and each element is read and written by one
+/// thread. Sums run in a different order than the CPU's
 /// eight-lane ones, so double results may differ in their last bits, which
 /// changes a float result only on a rounding tie. Float products and sums
 /// use round-to-nearest intrinsics (no FMA contraction); so do the double
@@ -356,7 +357,8 @@ __global__ void __launch_bounds__(kPartBlock)
 /// How many parts each of `c` channels of `count` values is split into: 1
 /// (the one-block kernels) where the channels alone fill the GPU, else
 /// enough for about four blocks per SM, each with kMinPartValues values at
-/// least. PIPEC_BN_SPLIT=0 keeps the one-block kernels.
+/// least. PIPEC_BN_SPLIT=0 keeps the one-block kernels. The SM count (and
+/// the variable) are read once per process, from the first GPU that asks.
 int splitParts(const Context &ctx, int64_t c, int64_t count) {
   static const int sms = [&] {
     int n = 0;
@@ -499,7 +501,9 @@ extern "C" void pipec_cuda_k_batchnorm_grad(pipec_kctx *kc, void *const *bufs,
   batchNormPartGradSums<<<grid, kPartBlock, 0, st>>>(
       x, savedInvStd, dy, sums, dys, dyXhats, c, s, count, chunk, parts);
   checkLaunch(kernel);
-  batchNormPartGradApply<<<grid, kPartBlock, 0, st>>>(
+  // (Without dX only block 0 of each channel has work: the totals.)
+  batchNormPartGradApply<<<dx ? grid : dim3(1u, static_cast<unsigned>(c)),
+                           kPartBlock, 0, st>>>(
       x, scale, savedInvStd, dy, dx, dScale, dBias, sums, dys, dyXhats, c, s,
       count, chunk, parts);
   checkLaunch(kernel);

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 using pipec::cuda::channelOffset;
 using pipec::cuda::ChannelWalk;
 
@@ -42,6 +44,36 @@ TEST(CudaChannelWalk, VisitsWhatTheDivisionGave) {
           ++visited;
         }
         EXPECT_EQ(visited, t < count ? (count - t + k.block - 1) / k.block : 0);
+      }
+  }
+}
+
+// batchnorm.cu's split channels: a block's walk starts at its part's first
+// value plus its thread (anywhere in a row) and stops at the part's end.
+TEST(CudaChannelWalk, WalksFromAPartsStartToItsEnd) {
+  struct Case {
+    int64_t n, c, s, parts, block;
+  };
+  const Case cases[] = {{8, 4, 4096, 4, 256},
+                        {3, 5, 7001, 2, 256},
+                        {4096, 3, 7, 3, 256},
+                        {64, 64, 3136, 9, 256}};
+  for (const Case &k : cases) {
+    const int64_t count = k.n * k.s;
+    const int64_t chunk = (count + k.parts - 1) / k.parts;
+    for (int64_t ch : {int64_t(0), k.c - 1})
+      for (int64_t p = 0; p < k.parts; ++p) {
+        const int64_t first = p * chunk, end = std::min(first + chunk, count);
+        for (int64_t t : {int64_t(0), int64_t(5), k.block - 1}) {
+          int64_t e = first + t;
+          for (ChannelWalk w(first + t, k.block, ch, k.c, k.s); w.e < end;
+               w.next(), e += k.block)
+            ASSERT_EQ(w.at, channelOffset(e, ch, k.c, k.s))
+                << "s " << k.s << " part " << p << " thread " << t << " value "
+                << e;
+          EXPECT_GE(e, end);
+          EXPECT_LT(e, end + k.block);
+        }
       }
   }
 }

@@ -299,6 +299,7 @@ TEST(CudaBatchNorm, Train) {
   batchNormTrainCase({3, 5, 7001}, false, false, false);
   batchNormTrainCase({16, 3, 2048, 100.f}, true, false, false);
   batchNormTrainCase({8, 4, 4096}, false, true, false);
+  batchNormTrainCase({4096, 3, 7}, false, false, false); // rows < a block
   BatchNorm other = {4, 3, 25};
   other.eps = 1e-3;
   other.momentum = 0.1;
@@ -369,6 +370,7 @@ TEST(CudaBatchNormGrad, AllOutputs) {
   batchNormGradCase({16, 3, 2048, 100.f}, true, true, true, false);
   batchNormGradCase({8, 4, 4096}, false, true, false, false);
   batchNormGradCase({8, 4, 4096}, true, false, false, false);
+  batchNormGradCase({4096, 3, 7}, true, true, true, false); // rows < a block
 }
 
 TEST(CudaBatchNormGrad, OptionalOutputs) {
