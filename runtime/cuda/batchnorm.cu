@@ -74,6 +74,26 @@ constexpr double kDefaultEpsilon = 1e-5;
 constexpr double kDefaultMomentum = 0.9;
 constexpr int kBlock = 256;
 
+/// One value's share of the backward's sums: dY and dY * xhat.
+__device__ __forceinline__ void addGradTerms(float xv, float gv, double meanD,
+                                             double invStd, double &sumDy,
+                                             double &sumDyXhat) {
+  const double g = double(gv);
+  const double xhat = __dmul_rn(double(xv) - meanD, invStd);
+  sumDy += g;
+  sumDyXhat = __dadd_rn(sumDyXhat, __dmul_rn(g, xhat));
+}
+
+/// One value's dX: k (dY - mean dY - xhat mean(dY xhat)), in double.
+__device__ __forceinline__ float gradDx(float xv, float gv, double meanD,
+                                        double invStd, double k, double meanDy,
+                                        double meanDyXhat) {
+  const double xhat = __dmul_rn(double(xv) - meanD, invStd);
+  const double inner =
+      __dsub_rn(double(gv) - meanDy, __dmul_rn(xhat, meanDyXhat));
+  return float(__dmul_rn(k, inner));
+}
+
 __global__ void __launch_bounds__(1024)
     batchNormTrainChannels(const float *x, const float *scale,
                            const float *bias, const float *runMean,
@@ -166,11 +186,7 @@ __global__ void __launch_bounds__(1024)
     double sumDy = 0, sumDyXhat = 0;
     for (ChannelWalk w(threadIdx.x, blockDim.x, ch, c, s); w.e < count;
          w.next()) {
-      const int64_t at = w.at;
-      const double g = double(dy[at]);
-      const double xhat = __dmul_rn(double(x[at]) - meanD, invStd);
-      sumDy += g;
-      sumDyXhat = __dadd_rn(sumDyXhat, __dmul_rn(g, xhat));
+      addGradTerms(x[w.at], dy[w.at], meanD, invStd, sumDy, sumDyXhat);
     }
     sumDy = blockReduce(sumDy, SumOp(), 0.0, red);
     sumDyXhat = blockReduce(sumDyXhat, SumOp(), 0.0, red);
@@ -181,10 +197,7 @@ __global__ void __launch_bounds__(1024)
       for (ChannelWalk w(threadIdx.x, blockDim.x, ch, c, s); w.e < count;
            w.next()) {
         const int64_t at = w.at;
-        const double xhat = __dmul_rn(double(x[at]) - meanD, invStd);
-        const double inner =
-            __dsub_rn(double(dy[at]) - meanDy, __dmul_rn(xhat, meanDyXhat));
-        dx[at] = float(__dmul_rn(k, inner));
+        dx[at] = gradDx(x[at], dy[at], meanD, invStd, k, meanDy, meanDyXhat);
       }
     }
     if (threadIdx.x == 0) {
@@ -305,11 +318,7 @@ __global__ void __launch_bounds__(kPartBlock)
   double sumDy = 0, sumDyXhat = 0;
   for (ChannelWalk w(part.first + threadIdx.x, blockDim.x, ch, c, s);
        w.e < part.end; w.next()) {
-    const int64_t at = w.at;
-    const double g = double(dy[at]);
-    const double xhat = __dmul_rn(double(x[at]) - meanD, invStd);
-    sumDy += g;
-    sumDyXhat = __dadd_rn(sumDyXhat, __dmul_rn(g, xhat));
+    addGradTerms(x[w.at], dy[w.at], meanD, invStd, sumDy, sumDyXhat);
   }
   sumDy = blockReduce(sumDy, SumOp(), 0.0, red);
   sumDyXhat = blockReduce(sumDyXhat, SumOp(), 0.0, red);
@@ -340,10 +349,7 @@ __global__ void __launch_bounds__(kPartBlock)
     for (ChannelWalk w(part.first + threadIdx.x, blockDim.x, ch, c, s);
          w.e < part.end; w.next()) {
       const int64_t at = w.at;
-      const double xhat = __dmul_rn(double(x[at]) - meanD, invStd);
-      const double inner =
-          __dsub_rn(double(dy[at]) - meanDy, __dmul_rn(xhat, meanDyXhat));
-      dx[at] = float(__dmul_rn(k, inner));
+      dx[at] = gradDx(x[at], dy[at], meanD, invStd, k, meanDy, meanDyXhat);
     }
   }
   if (part.p == 0 && threadIdx.x == 0) {

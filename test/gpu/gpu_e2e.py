@@ -498,36 +498,11 @@ def transports_of(pattern):
 def ipc_check(args, checks, cases_dir, name):
     """False when the run failed or hung (the other cases of this check are
     then left out: a hang must not eat the device's time)."""
-    model, d, data_dir = case_dirs(cases_dir, name)
-    metrics = os.path.join(d, "staged.jsonl")
-    for f in glob.glob(os.path.join(d, "staged-summary.*.json")) + [metrics]:
-        if os.path.exists(f):
-            os.remove(f)
     extra = ["--prefetch"] if name == IPC_PREFETCH_CASE else []
-    label = f"{name} PIPEC_CUDA_IPC=0 PIPEC_NCCL=1{' --prefetch' if extra else ''}"
-    try:
-        rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, case_steps(name), lr=case_lr(name)) +
-                                 ["--quiet", "--metrics", metrics, *extra,
-                                  "--checkpoint-dir", os.path.join(d, "staged_ckpt"),
-                                  "--summary-out", os.path.join(d, "staged-summary.{stage}.json")]),
-                      timeout=120, env=dict(os.environ, PIPEC_CUDA_IPC="0", PIPEC_NCCL="1"))
-    except subprocess.TimeoutExpired:
-        subprocess.run(["pkill", "-9", "-f", d + "/stage"], check=False)
-        checks.report(False, label, "timed out after 120 s (the other cases of this check left out)")
-        return False
-    if rc != 0:
-        checks.report(False, label, f"exit {rc}: {out[-1500:]} (the other cases of this check left out)")
-        return False
-    staged = transports_of(os.path.join(d, "staged-summary.*.json"))
-    default = transports_of(os.path.join(d, "summary.*.json"))
-    got, want = losses(metrics), losses(os.path.join(d, "metrics.jsonl"))
-    used = (bool(default) and all("CUDA IPC" in t for t in default) and bool(staged)
-            and not any("CUDA IPC" in t for t in staged))
-    checks.report(got == want and used,
-                  label + ": losses bit for bit as the default run's, which had every rank on CUDA IPC",
-                  f"{len(got)} losses {'equal' if got == want else 'differ'}; transports: default "
-                  f"{sorted(set(default))}, PIPEC_CUDA_IPC=0 {sorted(set(staged))}")
-    return True
+    return transport_check(args, checks, cases_dir, name, "staged", {"PIPEC_CUDA_IPC": "0", "PIPEC_NCCL": "1"},
+                           extra, lambda t: "CUDA IPC" not in t,
+                           "every tensor through host memory, the default run's by CUDA IPC",
+                           default_by=lambda t: "CUDA IPC" in t)
 
 
 def feed_prefetch_check(checks, cases_dir, names):
@@ -555,34 +530,11 @@ NCCL_HOSTS_CASE = "mlp-s2-rr-replicas"
 
 
 def nccl_hosts_check(args, checks, cases_dir, name):
-    model, d, data_dir = case_dirs(cases_dir, name)
-    metrics = os.path.join(d, "nccl-hosts.jsonl")
-    for f in glob.glob(os.path.join(d, "nccl-hosts-summary.*.json")) + [metrics]:
-        if os.path.exists(f):
-            os.remove(f)
-    label = f"{name} PIPEC_NCCL=1, NCCL_HOSTID per rank"
-    try:
-        rc, out = run(launch_cmd(args.mpirun, d, train_args(model, data_dir, case_steps(name), lr=case_lr(name)) +
-                                 ["--quiet", "--metrics", metrics,
-                                  "--checkpoint-dir", os.path.join(d, "nccl_hosts_ckpt"),
-                                  "--summary-out", os.path.join(d, "nccl-hosts-summary.{stage}.json")],
-                                 host_per_rank=True),
-                      timeout=120, env=dict(os.environ, PIPEC_NCCL="1", NCCL_SOCKET_IFNAME="lo",
-                                            NCCL_IB_DISABLE="1"))
-    except subprocess.TimeoutExpired:
-        subprocess.run(["pkill", "-9", "-f", d + "/stage"], check=False)
-        checks.report(False, label, "timed out after 120 s")
-        return
-    if rc != 0:
-        checks.report(False, label, f"exit {rc}: {out[-1500:]}")
-        return
     # (Only the replicated stage 0 sums; stage 1 has one rank.)
-    transports = transports_of(os.path.join(d, "nccl-hosts-summary.0r*.json"))
-    got, want = losses(metrics), losses(os.path.join(d, "metrics.jsonl"))
-    used = len(transports) == 2 and all("NCCL sums" in t for t in transports)
-    checks.report(got == want and used, label + ": losses bit for bit as MPI's sums, the replicas' sums by NCCL",
-                  f"{len(got)} losses {'equal' if got == want else 'differ: ' + str(got) + ' ' + str(want)}; "
-                  f"transports {sorted(set(transports))}")
+    transport_check(args, checks, cases_dir, name, "nccl-hosts",
+                    {"PIPEC_NCCL": "1", "NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1"}, [],
+                    lambda t: "NCCL sums" in t, "the replicas' sums by NCCL", host_per_rank=True,
+                    summaries="0r*")
 
 
 # The default transport with posted receives (--prefetch): CUDA IPC's
@@ -610,10 +562,13 @@ def nccl_p2p_check(args, checks, cases_dir, name, extra):
                            host_per_rank=True)
 
 
-def transport_check(args, checks, cases_dir, name, tag, env, extra, used_by, used_words, host_per_rank=False):
+def transport_check(args, checks, cases_dir, name, tag, env, extra, used_by, used_words, host_per_rank=False,
+                    summaries="*", default_by=None):
     """`name` once more with `env` and `extra` flags: losses bit for bit as
-    the default run's, and every rank's summary transport passing
-    `used_by`. False when the run failed or hung."""
+    the default run's, and the summary transport of every rank (those of
+    `summaries`, a {stage} pattern) passing `used_by`, and with
+    `default_by` every rank's of the default run passing that. False when
+    the run failed or hung."""
     model, d, data_dir = case_dirs(cases_dir, name)
     metrics = os.path.join(d, f"{tag}.jsonl")
     for f in glob.glob(os.path.join(d, f"{tag}-summary.*.json")) + [metrics]:
@@ -636,9 +591,12 @@ def transport_check(args, checks, cases_dir, name, tag, env, extra, used_by, use
     if rc != 0:
         checks.report(False, label, f"exit {rc}: {out[-1500:]}")
         return False
-    transports = transports_of(os.path.join(d, f"{tag}-summary.*.json"))
+    transports = transports_of(os.path.join(d, f"{tag}-summary.{summaries}.json"))
     got, want = losses(metrics), losses(os.path.join(d, "metrics.jsonl"))
     used = bool(transports) and all(used_by(t) for t in transports)
+    if default_by:
+        default = transports_of(os.path.join(d, "summary.*.json"))
+        used = used and bool(default) and all(default_by(t) for t in default)
     checks.report(got == want and used, f"{label}: losses bit for bit as the default run's, {used_words}",
                   f"{len(got)} losses {'equal' if got == want else 'differ'}; transports {sorted(set(transports))}")
     return True
