@@ -729,3 +729,26 @@ TEST(CudaGemmBf16, RoundsOperandsToNearestBf16) {
   EXPECT_GE(worstF32, 1e-3) << "no bfloat16 rounding visible";
   EXPECT_LE(worstF32, 0.25) << "bfloat16 error larger than rounding explains";
 }
+
+// Operands whose element counts are not multiples of four: the rounding
+// runs four at a time, then the rest one at a time (gemm.cu, launchToBf16);
+// every element must be rounded all the same.
+TEST(CudaGemmBf16, OddSizesRoundEveryElement) {
+  PIPEC_REQUIRE_GPU();
+  Bf16Matmuls bf16;
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape &s :
+       {Shape{5, 7, 3}, Shape{1, 1, 1}, Shape{3, 5, 9}, Shape{2, 3, 4}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "m " << s.m << " n " << s.n << " k " << s.k);
+    std::vector<float> a = randf(size_t(s.m * s.k), -1, 1, 51);
+    std::vector<float> b = randf(size_t(s.k * s.n), -1, 1, 52);
+    std::vector<float> fromF32 = gpuGemm(a, b, s.m, s.n, s.k);
+    std::vector<float> fromBf16 =
+        gpuGemm(roundedToBf16(a), roundedToBf16(b), s.m, s.n, s.k);
+    for (size_t e = 0; e < fromF32.size(); ++e)
+      EXPECT_LE(std::abs(fromF32[e] - fromBf16[e]), 1e-6) << "element " << e;
+  }
+}
