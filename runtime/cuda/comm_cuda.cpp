@@ -19,6 +19,8 @@
 ///    two ranks on one GPU (NCCL refuses it) keeps MPI. Point-to-point
 ///    messages do not go by NCCL (runtime README, "Not yet": NCCL pairs
 ///    them by order, the runtime's contract by tag).
+/// At start-up the ranks sharing a GPU try CUDA IPC once (probeIpc); a
+/// pair that cannot open each other's memory keeps host memory.
 /// CUDA IPC is on by default since the GPU suite of 2026-11-27 (an H200:
 /// the communicator contract, five e2e cases bit for bit as host-staged,
 /// and the 4-stage GPT 6% faster). NCCL stays opt-in: the machines lent
@@ -348,8 +350,18 @@ public:
                         ") and rank " + std::to_string(r) + " (" +
                         all[r][size_t(at)] + ")");
       samePeer_[r] = ipc && gpuOfR == gpu;
-      ipcPeers_ += samePeer_[r];
     }
+    // Ranks sharing a GPU try CUDA IPC once first (every rank takes part:
+    // the same decision everywhere, from the allgathered records).
+    std::vector<std::string> gpuOfRank;
+    for (const std::string &record : all)
+      gpuOfRank.push_back(record.substr(
+          record.find('|', record.find('|', kFlags + 1) + 1) + 1));
+    if (ipc &&
+        std::set<std::string>(gpuOfRank.begin(), gpuOfRank.end()).size() !=
+            gpuOfRank.size())
+      probeIpc();
+    ipcPeers_ = int(std::count(samePeer_.begin(), samePeer_.end(), true));
     ncclOn_ = ncclWanted && everyoneOpenedNccl;
     stream_ = context(device.kernelContext(), "the CUDA communicator").stream;
     // NCCL's messages: one world communicator pair, so every rank needs a
@@ -403,6 +415,63 @@ public:
       std::fprintf(stderr, "pipec-rt: note: closing CUDA IPC: %s\n", e.what());
     }
     inner_->finalize();
+  }
+
+  /// Whether each pair of ranks sharing a GPU can open each other's CUDA
+  /// IPC memory (it cannot in some containers, or where the processes do
+  /// not see each other): each rank exports a small allocation, opens its
+  /// peers', and a pair keeps CUDA IPC only where both directions worked;
+  /// the others' tensors go through host memory, with a note. Collective
+  /// over every rank.
+  void probeIpc() {
+    const int n = size();
+    struct Exported {
+      cudaIpcMemHandle_t handle;
+      int32_t ok;
+    } mine{};
+    void *probe = nullptr;
+    bool allocated = cudaMalloc(&probe, 256) == cudaSuccess;
+    mine.ok =
+        allocated && cudaIpcGetMemHandle(&mine.handle, probe) == cudaSuccess;
+    std::string why = mine.ok ? "" : cudaGetErrorString(cudaGetLastError());
+    std::vector<Exported> all(static_cast<size_t>(n));
+    inner_->allgather(&mine, int(sizeof mine), all.data(),
+                      "CUDA IPC: trying it between ranks sharing a GPU");
+    std::vector<char> opened(static_cast<size_t>(n), 0);
+    for (int r = 0; r < n; ++r) {
+      if (!samePeer_[size_t(r)] || !all[size_t(r)].ok)
+        continue;
+      void *mapped = nullptr;
+      const cudaError_t e = cudaIpcOpenMemHandle(
+          &mapped, all[size_t(r)].handle, cudaIpcMemLazyEnablePeerAccess);
+      if (e == cudaSuccess) {
+        opened[size_t(r)] = 1;
+        cudaIpcCloseMemHandle(mapped);
+      } else {
+        cudaGetLastError(); // (not a sticky error)
+        if (why.empty())
+          why = cudaGetErrorString(e);
+      }
+    }
+    std::vector<char> matrix(size_t(n) * size_t(n));
+    inner_->allgather(opened.data(), n, matrix.data(),
+                      "CUDA IPC: which pairs can use it");
+    if (allocated)
+      cudaFree(probe); // (every peer closed it before the allgather)
+    for (int r = 0; r < n; ++r) {
+      if (!samePeer_[size_t(r)])
+        continue;
+      const bool both = matrix[size_t(rank()) * size_t(n) + size_t(r)] &&
+                        matrix[size_t(r) * size_t(n) + size_t(rank())];
+      if (!both) {
+        samePeer_[size_t(r)] = false;
+        std::fprintf(stderr,
+                     "pipec-rt: note: rank %d and rank %d share a GPU but "
+                     "cannot open each other's CUDA IPC memory%s%s: their "
+                     "tensors go through host memory\n",
+                     rank(), r, why.empty() ? "" : " here: ", why.c_str());
+      }
+    }
   }
 
   /// finalize's part for the IPC path.
