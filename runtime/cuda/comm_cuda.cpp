@@ -425,15 +425,25 @@ public:
   /// over every rank.
   void probeIpc() {
     const int n = size();
+    // (A message exports both: memory and an interprocess event.)
     struct Exported {
       cudaIpcMemHandle_t handle;
+      cudaIpcEventHandle_t event;
       int32_t ok;
     } mine{};
     void *probe = nullptr;
-    bool allocated = cudaMalloc(&probe, 256) == cudaSuccess;
-    mine.ok =
-        allocated && cudaIpcGetMemHandle(&mine.handle, probe) == cudaSuccess;
-    std::string why = mine.ok ? "" : cudaGetErrorString(cudaGetLastError());
+    cudaEvent_t event = nullptr;
+    const bool allocated = cudaMalloc(&probe, 256) == cudaSuccess;
+    const bool eventMade =
+        cudaEventCreateWithFlags(&event, cudaEventDisableTiming |
+                                             cudaEventInterprocess) ==
+        cudaSuccess;
+    mine.ok = allocated && eventMade &&
+              cudaIpcGetMemHandle(&mine.handle, probe) == cudaSuccess &&
+              cudaIpcGetEventHandle(&mine.event, event) == cudaSuccess;
+    std::string why = mine.ok ? ""
+                              : std::string("exporting: ") +
+                                    cudaGetErrorString(cudaGetLastError());
     std::vector<Exported> all(static_cast<size_t>(n));
     inner_->allgather(&mine, int(sizeof mine), all.data(),
                       "CUDA IPC: trying it between ranks sharing a GPU");
@@ -442,15 +452,22 @@ public:
       if (!samePeer_[size_t(r)] || !all[size_t(r)].ok)
         continue;
       void *mapped = nullptr;
-      const cudaError_t e = cudaIpcOpenMemHandle(
-          &mapped, all[size_t(r)].handle, cudaIpcMemLazyEnablePeerAccess);
+      cudaEvent_t theirs = nullptr;
+      cudaError_t e = cudaIpcOpenMemHandle(&mapped, all[size_t(r)].handle,
+                                           cudaIpcMemLazyEnablePeerAccess);
+      if (e == cudaSuccess) {
+        e = cudaIpcOpenEventHandle(&theirs, all[size_t(r)].event);
+        if (e == cudaSuccess)
+          cudaEventDestroy(theirs);
+        cudaIpcCloseMemHandle(mapped);
+      }
       if (e == cudaSuccess) {
         opened[size_t(r)] = 1;
-        cudaIpcCloseMemHandle(mapped);
       } else {
         cudaGetLastError(); // (not a sticky error)
         if (why.empty())
-          why = cudaGetErrorString(e);
+          why = std::string("opening rank ") + std::to_string(r) +
+                "'s: " + cudaGetErrorString(e);
       }
     }
     std::vector<char> matrix(size_t(n) * size_t(n));
@@ -458,6 +475,8 @@ public:
                       "CUDA IPC: which pairs can use it");
     if (allocated)
       cudaFree(probe); // (every peer closed it before the allgather)
+    if (eventMade)
+      cudaEventDestroy(event);
     for (int r = 0; r < n; ++r) {
       if (!samePeer_[size_t(r)])
         continue;
@@ -467,9 +486,11 @@ public:
         samePeer_[size_t(r)] = false;
         std::fprintf(stderr,
                      "pipec-rt: note: rank %d and rank %d share a GPU but "
-                     "cannot open each other's CUDA IPC memory%s%s: their "
+                     "cannot open each other's CUDA IPC memory (%s): their "
                      "tensors go through host memory\n",
-                     rank(), r, why.empty() ? "" : " here: ", why.c_str());
+                     rank(), r,
+                     why.empty() ? "the failure was on the other rank's side"
+                                 : why.c_str());
       }
     }
   }
