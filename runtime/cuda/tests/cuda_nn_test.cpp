@@ -752,3 +752,34 @@ TEST(CudaGemmBf16, OddSizesRoundEveryElement) {
       EXPECT_LE(std::abs(fromF32[e] - fromBf16[e]), 1e-6) << "element " << e;
   }
 }
+
+// The rounding from pointers that are not 16-byte aligned (a tensor view
+// at an odd offset): the one-at-a-time kernel, the same values.
+TEST(CudaGemmBf16, RoundingFromUnalignedPointers) {
+  PIPEC_REQUIRE_GPU();
+  pipec::cuda::Context &ctx = pipec::cuda::context(gpuContext(), "test");
+  const int64_t n = 1001;
+  std::vector<float> host = randf(size_t(n + 1), -3, 3, 61);
+  float *src = nullptr, *dst = nullptr;
+  ASSERT_EQ(cudaMalloc(&src, size_t(n + 1) * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dst, size_t(n + 1) * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(src, host.data(), size_t(n + 1) * sizeof(float),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  for (int offset = 0; offset < 2; ++offset) {
+    SCOPED_TRACE(::testing::Message() << "offset " << offset);
+    pipec::cuda::roundToBf16Values(ctx, src + offset, dst + offset, n - offset,
+                                   "test");
+    std::vector<float> got(static_cast<size_t>(n));
+    ASSERT_EQ(cudaMemcpy(got.data(), dst + offset,
+                         size_t(n - offset) * sizeof(float),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    const std::vector<float> want = roundedToBf16(
+        std::vector<float>(host.begin() + offset, host.begin() + n));
+    for (int64_t i = 0; i < n - offset; ++i)
+      ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << "element " << i;
+  }
+  cudaFree(src);
+  cudaFree(dst);
+}
