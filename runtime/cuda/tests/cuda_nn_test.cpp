@@ -770,6 +770,7 @@ TEST(CudaGemmBf16, RoundingFromUnalignedPointers) {
     SCOPED_TRACE(::testing::Message() << "offset " << offset);
     pipec::cuda::roundToBf16Values(ctx, src + offset, dst + offset, n - offset,
                                    "test");
+    ASSERT_EQ(cudaStreamSynchronize(ctx.stream), cudaSuccess);
     std::vector<float> got(static_cast<size_t>(n));
     ASSERT_EQ(cudaMemcpy(got.data(), dst + offset,
                          size_t(n - offset) * sizeof(float),
