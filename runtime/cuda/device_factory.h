@@ -23,8 +23,8 @@ namespace cuda {
 std::unique_ptr<rt::Device> makeCudaDevice(const rt::DeviceRequest &request);
 
 /// The communicator of CUDA stage executables: MPI, with tensors between
-/// ranks sharing a GPU moved by CUDA IPC when PIPEC_CUDA_IPC=1
-/// (comm_cuda.cpp).
+/// ranks sharing a GPU moved by CUDA IPC (unless PIPEC_CUDA_IPC=0), and
+/// NCCL's sums and messages when asked (comm_cuda.cpp).
 std::unique_ptr<rt::Communicator> makeCudaCommunicator(int &argc, char **&argv);
 
 } // namespace cuda

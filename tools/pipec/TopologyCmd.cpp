@@ -12,19 +12,19 @@
 /// train` and times messages of 8 bytes to 64 MiB through the runtime's own
 /// communicator and device, so a message costs what a stage's does (on the
 /// CPU a staging copy, then MPI; on a GPU also the copies to and from the
-/// host; with PIPEC_CUDA_IPC=1, which the launcher passes on, the CUDA
-/// IPC path between ranks sharing a GPU instead). `--fit PROBE.json` fits
-/// a file the probe wrote elsewhere (a GPU node needs no compiler:
-/// `mpirun -n 2 pipec-linkprobe-cuda --out F`).
-/// The link is latency + bytes / bandwidth fitted to the times of the
-/// messages of --fit-from .. --fit-to bytes (64 KiB .. 64 MiB by default;
-/// fitLink below). Smaller messages go by another protocol (OpenMPI's
-/// eager one, below 4 KiB here), and on one host the copies of messages
-/// that fit the caches run about twice as fast as the larger ones: fit the
-/// range the model's messages fall in. The host level says how many
-/// `processors` the processes share (--processors; for CPU stages the
-/// cores when they outnumber them), which the simulator's processor
-/// sharing uses. The device memory is the probed device's.
+/// host, or the CUDA IPC path between ranks sharing a GPU, the default;
+/// PIPEC_CUDA_IPC=0, which the launcher passes on, measures host-staged).
+/// `--fit PROBE.json` fits a file the probe wrote elsewhere (a GPU node needs
+/// no compiler: `mpirun -n 2 pipec-linkprobe-cuda --out F`). The link is
+/// latency + bytes / bandwidth fitted to the times of the messages of
+/// --fit-from .. --fit-to bytes (64 KiB .. 64 MiB by default; fitLink below).
+/// Smaller messages go by another protocol (OpenMPI's eager one, below 4 KiB
+/// here), and on one host the copies of messages that fit the caches run about
+/// twice as fast as the larger ones: fit the range the model's messages fall
+/// in. The host level says how many `processors` the processes share
+/// (--processors; for CPU stages the cores when they outnumber them), which the
+/// simulator's processor sharing uses. The device memory is the probed
+/// device's.
 ///
 //===----------------------------------------------------------------------===//
 
