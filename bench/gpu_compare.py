@@ -527,6 +527,9 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
         s1g, _ = run_pipec(args, r, "s1", RESNET_STEPS, flags=["--cuda-graphs"])
     # cuDNN's non-deterministic algorithms allowed (as PyTorch's default).
     s1n, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN_DETERMINISTIC": "0"})
+    # Batch norm's channels not split across blocks (runtime/cuda/batchnorm.cu,
+    # splitParts): what the split buys the first stages.
+    s1b, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_BN_SPLIT": "0"})
     if env("PIPEC_BENCH_PROFILE", "1") != "0":
         profile_pipec(args, r, "s1", microbatches=1, label="resnet50")
         # Where the step's time outside the ops goes (32 of 130 ms on an
@@ -536,6 +539,7 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
             ("fp32", "pipec, 1 stage, PIPEC_CUDNN=0 (im2col)", s1i),
             ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),
             ("fp32", "pipec, 1 stage, PIPEC_CUDNN_DETERMINISTIC=0", s1n),
+            ("fp32", "pipec, 1 stage, PIPEC_BN_SPLIT=0", s1b),
             ("fp32", "PyTorch eager", run_torch_resnet(r, False, profile=profile_torch)),
             ("bf16", "pipec --target cuda --precision bf16, 1 stage", sb),
             ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True))]
