@@ -129,7 +129,7 @@ run() {
   # makes it a host of its own to NCCL, which then passes its duplicate-GPU
   # check and joins the ranks over its socket transport (loopback); the
   # runtime keys NCCL's groups the same way (cuda/comm_cuda.cpp).
-  NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 PIPEC_NCCL=1 timeout 120 \
+  NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 PIPEC_NCCL=1 timeout 60 \
     "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     sh -c 'NCCL_HOSTID=pipec-rank-$OMPI_COMM_WORLD_RANK exec "$0"' \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" > "$out/communicator_nccl_hosts.log" 2>&1 || rc=1
@@ -140,7 +140,7 @@ run() {
   # Every tensor message by ncclSend/ncclRecv (PIPEC_NCCL_P2P=1), the same
   # way: the contract's tags asked in other orders than sent, sizes that
   # differ, posted receives.
-  NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 PIPEC_NCCL_P2P=1 timeout 120 \
+  NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 PIPEC_NCCL_P2P=1 timeout 60 \
     "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
     sh -c 'NCCL_HOSTID=pipec-rank-$OMPI_COMM_WORLD_RANK exec "$0"' \
     "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_nccl_p2p.log" || rc=1
