@@ -11,13 +11,22 @@
 #   scripts/test-gpu.sh run       on the GPU machine, in a copy of the
 #       repository with .gpu-bundle/ beside it: unpacks the packages into a
 #       private prefix, runs every CUDA kernel against its CPU twin
-#       (pipec_cuda_tests), runs the communicator contract and times the
-#       messages between two ranks on the GPU (pipec-linkprobe-cuda; fit
-#       them here with pipec topology --fit), reads pipec's exported schedule CSVs with
-#       PyTorch's torch.distributed.pipelining (test/gpu/torch_csv.py),
-#       then the e2e cases; the last line is the
+#       (pipec_cuda_tests), runs the communicator contract five ways
+#       (host-staged, CUDA IPC (the default), NCCL's sums, and NCCL's sums
+#       and messages across ranks given hosts of their own by NCCL_HOSTID),
+#       times the messages between two ranks on the GPU, host-staged and
+#       by CUDA IPC, and between host buffers (pipec-linkprobe(-cuda); fit
+#       them here with pipec topology --fit), reads pipec's exported
+#       schedule CSVs with PyTorch's torch.distributed.pipelining
+#       (test/gpu/torch_csv.py), then the e2e cases; the last line is the
 #       summary of the checks `N passed, M failed`, then the benchmark
 #       bench/gpu_compare.py (pipec against PyTorch on the same GPU).
+#   scripts/test-gpu.sh bench     the benchmark alone.
+#
+# Variables: PIPEC_GPU_ONLY=CASE,... runs only those e2e cases (no kernel
+# tests, no schedule CSVs); PIPEC_GPU_BENCH=0 leaves the benchmark out;
+# PIPEC_GPU_LINK_VARIANTS=1 probes the link under other MPI settings too;
+# the benchmark's own (PIPEC_BENCH_*) are in bench/gpu_compare.py.
 #
 # With the device tool: run(command="scripts/test-gpu.sh run",
 # carry=[".gpu-bundle/debs", ".gpu-bundle/packed.tar.gz"]). Results go to

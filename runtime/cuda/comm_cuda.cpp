@@ -16,14 +16,15 @@
 ///    scale. NCCL is opened with dlopen; its communicator is made at the
 ///    group's first sum, bootstrapped over MPI (the first member's unique
 ///    id reaches the others through the MPI group's own sum). A group with
-///    two ranks on one GPU (NCCL refuses it) keeps MPI. Point-to-point
-///    messages do not go by NCCL (runtime README, "Not yet": NCCL pairs
-///    them by order, the runtime's contract by tag).
+///    two ranks on one GPU (NCCL refuses it) keeps MPI;
+///  - with `PIPEC_NCCL_P2P=1`, where every rank has a GPU of its own, every
+///    tensor message goes by ncclSend / ncclRecv (nccl_p2p.h: NCCL pairs
+///    messages by order, the runtime's contract by tag).
 /// At start-up the ranks sharing a GPU try CUDA IPC once (probeIpc); a
 /// pair that cannot open each other's memory keeps host memory.
 /// CUDA IPC is on by default since the GPU suite of 2026-11-27 (an H200:
 /// the communicator contract, five e2e cases bit for bit as host-staged,
-/// and the 4-stage GPT 6% faster). NCCL stays opt-in: the machines lent
+/// and the 4-stage GPT 5.6% faster). NCCL stays opt-in: the machines lent
 /// to this project have one GPU, where NCCL can only make groups of one
 /// rank (the communicator contract checks those, and they passed there),
 /// so a sum between two GPUs by NCCL has never run.

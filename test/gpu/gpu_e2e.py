@@ -15,9 +15,15 @@ build machine has no GPU:
       the machine's GPUs: rank r uses GPU local_rank mod visible GPUs) and
       checks: every step's loss within 1e-4 (relative) of the CPU run, the
       final weights within 1e-4 (relative norm per tensor), a CPU
-      checkpoint resumed on the GPU, a NaN loss stopping the job with
-      pipec's message, and a killed rank ending the job with the rank named.
-      Prints one PASS/FAIL line per check and `N passed, M failed`.
+      checkpoint resumed on the GPU and a GPU one on the CPU, a NaN loss
+      stopping the job with pipec's message, a killed rank ending the job
+      with the rank named, the trace, builds run again with
+      --check-kernels, --cuda-graphs and PIPEC_CUDNN_DETERMINISTIC=0, the
+      feeds filled ahead, and the transports bit for bit against the
+      default run (host-staged, CUDA IPC with posted receives, NCCL's sums
+      and NCCL's messages across ranks given hosts of their own by
+      NCCL_HOSTID). Prints one PASS/FAIL line per check and
+      `N passed, M failed`.
 
 scripts/test-gpu.sh runs both halves.
 """
@@ -547,10 +553,10 @@ def ipc_prefetch_check(args, checks, cases_dir, name):
 # NCCL's messages (PIPEC_NCCL_P2P=1, runtime/cuda/nccl_p2p.h) between the
 # ranks on the one GPU, each rank a host of its own to NCCL by NCCL_HOSTID
 # (NCCL's socket transport on loopback): the same bytes arrive, so the
-# losses equal the default run's bit for bit. A flush and a continuous
-# schedule on 4 ranks with posted receives, a V schedule (messages both
+# losses equal the default run's bit for bit. A continuous schedule on 4
+# ranks with posted receives, zb-h2 on 4 ranks, a V schedule (messages both
 # ways, two chunks per rank: tags asked in another order than sent), and
-# the GPT.
+# the GPT (1f1b-flush, 4 ranks).
 NCCL_P2P_CASES = [("mlp-s4-1f1b", ["--prefetch"]), ("mlp-s4-zb-h2", []), ("mlp-s2-zb-v", []),
                   ("gpt-s4-1f1b-flush", [])]
 
