@@ -13,6 +13,13 @@
 namespace pipec {
 namespace rt {
 
+void fillWhenAsked(Device &device, const Feed &feed, int64_t step, int64_t mb,
+                   void *dst, std::vector<char> &reuse) {
+  HostView view(device, dst, feed.spec().bytes, &reuse);
+  feed.fill(step, mb, view.get());
+  view.push();
+}
+
 FeedPrefetcher::FeedPrefetcher(Device &device, const std::vector<Feed> &feeds,
                                int64_t microbatches)
     : device_(device), feeds_(feeds), microbatches_(microbatches),
@@ -129,9 +136,7 @@ void FeedPrefetcher::feed(size_t feedIndex, int64_t step, int64_t mb,
     // (the device's own upload memory: no wait for the device).
     ++misses_;
     lock.unlock();
-    HostView view(device_, dst, bytes, &unforeseen_);
-    source.fill(step, mb, view.get());
-    view.push();
+    fillWhenAsked(device_, source, step, mb, dst, unforeseen_);
     lock.lock();
   }
 

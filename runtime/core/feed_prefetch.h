@@ -53,6 +53,14 @@
 namespace pipec {
 namespace rt {
 
+/// Writes microbatch `mb` of step `step` of `feed` to the device range
+/// `dst` when the program asks: filled into a host copy (HostView, `reuse`
+/// grown as needed and not zeroed: every byte is written), then copied.
+/// The path without the prefetcher, and the prefetcher's for a request it
+/// did not foresee.
+void fillWhenAsked(Device &device, const Feed &feed, int64_t step, int64_t mb,
+                   void *dst, std::vector<char> &reuse);
+
 class FeedPrefetcher {
 public:
   /// `feeds` must outlive the prefetcher and not change; `microbatches`

@@ -150,13 +150,11 @@ void setUpFeeds(pipec_ctx &ctx) {
   }
   // A device the host cannot read: microbatches filled ahead
   // (feed_prefetch.h); PIPEC_FEED_PREFETCH=0 fills each when asked.
-  const char *prefetch = std::getenv("PIPEC_FEED_PREFETCH");
-  const std::string value = prefetch ? prefetch : "";
-  if (!value.empty() && value != "0" && value != "1")
-    throw RtError("PIPEC_FEED_PREFETCH=" + value +
-                  ": expected 1 (fill the feeds' next microbatches ahead, the "
-                  "default) or 0 (fill each when the program asks)");
-  if (!ctx.device->hostAccessible() && value != "0" && !ctx.feeds.empty()) {
+  const bool prefetch =
+      switchedOn("PIPEC_FEED_PREFETCH", true,
+                 "fill the feeds' next microbatches ahead, the default",
+                 "fill each when the program asks");
+  if (!ctx.device->hostAccessible() && prefetch && !ctx.feeds.empty()) {
     ctx.feedPrefetch = std::make_unique<FeedPrefetcher>(*ctx.device, ctx.feeds,
                                                         ctx.desc.microbatches);
     ctx.feedPrefetch->setWaitHook([&ctx] { progressMessages(ctx); });

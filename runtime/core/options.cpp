@@ -6,6 +6,8 @@
 
 #include "core/options.h"
 
+#include "core/error.h"
+
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -160,6 +162,16 @@ std::string usageText(const char *argv0) {
          "  --watchdog-first-step-s S  the first step (not yet timed) may "
          "take this long\n"
          "                         without progress (default 300)\n";
+}
+
+bool switchedOn(const char *name, bool byDefault, const char *on,
+                const char *off) {
+  const char *value = std::getenv(name);
+  const std::string v = value && *value ? value : byDefault ? "1" : "0";
+  if (v != "0" && v != "1")
+    throw RtError(std::string(name) + "=" + v + ": expected 1 (" + on +
+                  ") or 0 (" + off + ")");
+  return v == "1";
 }
 
 Options parseOptions(int argc, char **argv) {

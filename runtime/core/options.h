@@ -22,6 +22,13 @@
 namespace pipec {
 namespace rt {
 
+/// An on/off switch of the environment (unset or empty: `byDefault`); a
+/// value other than 0 or 1 is refused (RtError), saying what each means:
+/// PIPEC_FEED_PREFETCH, and the CUDA communicator's PIPEC_CUDA_IPC,
+/// PIPEC_NCCL and PIPEC_NCCL_P2P.
+bool switchedOn(const char *name, bool byDefault, const char *on,
+                const char *off);
+
 /// A bad command line: unknown flag, missing or malformed value.
 class UsageError : public std::runtime_error {
 public:

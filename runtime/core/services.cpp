@@ -40,11 +40,8 @@ extern "C" void pipec_rt_feed(pipec_ctx *ctx, int64_t feed, int64_t mb,
     checkPointer(dst, "pipec_rt_feed");
     if (c.feedPrefetch)
       return c.feedPrefetch->feed(size_t(feed), c.step, mb, dst);
-    const Feed &f = c.feeds[size_t(feed)];
-    // Every byte is written: the host copy is reused without zeroing.
-    HostView view(*c.device, dst, f.spec().bytes, &c.feedStaging);
-    f.fill(c.step, mb, view.get());
-    view.push();
+    fillWhenAsked(*c.device, c.feeds[size_t(feed)], c.step, mb, dst,
+                  c.feedStaging);
   });
 }
 

@@ -77,6 +77,7 @@
 #include "core/error.h"
 #include "core/mpi_c.h"
 #include "core/mpi_errors.h"
+#include "core/options.h"
 #include "cuda_rt.h"
 #include "device_factory.h"
 #include "nccl_api.h"
@@ -109,6 +110,7 @@ using rt::PostedReceive;
 using rt::ReduceOp;
 using rt::RtError;
 using rt::sizeMismatch;
+using rt::switchedOn;
 using rt::Transfer;
 
 constexpr uint32_t kMagic = 0x70697063; // "pipc"
@@ -130,18 +132,6 @@ struct Ack {
   int32_t firstUse = 0;
   cudaIpcEventHandle_t read{};
 };
-
-/// An on/off switch of the environment (unset: `byDefault`); a value other
-/// than 0 or 1 is refused, saying what each means.
-bool switchedOn(const char *name, bool byDefault, const char *on,
-                const char *off) {
-  const char *value = std::getenv(name);
-  const std::string v = value && *value ? value : byDefault ? "1" : "0";
-  if (v != "0" && v != "1")
-    throw RtError(std::string(name) + "=" + v + ": expected 1 (" + on +
-                  ") or 0 (" + off + ")");
-  return v == "1";
-}
 
 /// A sender's slot for one peer.
 struct Slot {
