@@ -74,6 +74,38 @@ constexpr double kDefaultEpsilon = 1e-5;
 constexpr double kDefaultMomentum = 0.9;
 constexpr int kBlock = 256;
 
+/// The training forward's y = ((x - hi) - lo) * a + b in float, with the
+/// double mean split into hi + lo floats and a = float(scale * invStd).
+struct TrainAffine {
+  float hi, lo, a, b;
+  __device__ TrainAffine(double mean, double invStd, float scale, float bias)
+      : hi(float(mean)), lo(float(mean - double(hi))),
+        a(float(double(scale) * invStd)), b(bias) {}
+  __device__ float operator()(float x) const {
+    return __fadd_rn(__fmul_rn(__fsub_rn(__fsub_rn(x, hi), lo), a), b);
+  }
+};
+
+/// The per-channel outputs of the training forward (each may be NULL). In
+/// the CPU's order: runMean is read before runMeanOut is written, runVar
+/// before runVarOut (they may alias).
+__device__ void writeTrainStatistics(int64_t ch, double mean, double var,
+                                     double invStd, const float *runMean,
+                                     const float *runVar, float *savedMean,
+                                     float *savedInvStd, float *runMeanOut,
+                                     float *runVarOut, double momentum) {
+  if (savedMean)
+    savedMean[ch] = float(mean);
+  if (savedInvStd)
+    savedInvStd[ch] = float(invStd);
+  if (runMeanOut)
+    runMeanOut[ch] = float(__dadd_rn(__dmul_rn(momentum, double(runMean[ch])),
+                                     __dmul_rn(1.0 - momentum, mean)));
+  if (runVarOut)
+    runVarOut[ch] = float(__dadd_rn(__dmul_rn(momentum, double(runVar[ch])),
+                                    __dmul_rn(1.0 - momentum, var)));
+}
+
 /// One value's share of the backward's sums: dY and dY * xhat.
 __device__ __forceinline__ void addGradTerms(float xv, float gv, double meanD,
                                              double invStd, double &sumDy,
@@ -118,30 +150,13 @@ __global__ void __launch_bounds__(1024)
     }
     const double var = blockReduce(acc, SumOp(), 0.0, red) / countD;
     const double invStd = 1.0 / sqrt(var + eps);
-    const float hi = float(mean);
-    const float lo = float(mean - double(hi));
-    const float a = float(double(scale[ch]) * invStd);
-    const float b = bias[ch];
+    const TrainAffine f(mean, invStd, scale[ch], bias[ch]);
     for (ChannelWalk w(threadIdx.x, blockDim.x, ch, c, s); w.e < count;
-         w.next()) {
-      const int64_t at = w.at;
-      y[at] = __fadd_rn(__fmul_rn(__fsub_rn(__fsub_rn(x[at], hi), lo), a), b);
-    }
-    if (threadIdx.x == 0) {
-      if (savedMean)
-        savedMean[ch] = float(mean);
-      if (savedInvStd)
-        savedInvStd[ch] = float(invStd);
-      // In the CPU's order: runMean is read before runMeanOut is written,
-      // runVar before runVarOut.
-      if (runMeanOut)
-        runMeanOut[ch] =
-            float(__dadd_rn(__dmul_rn(momentum, double(runMean[ch])),
-                            __dmul_rn(1.0 - momentum, mean)));
-      if (runVarOut)
-        runVarOut[ch] = float(__dadd_rn(__dmul_rn(momentum, double(runVar[ch])),
-                                        __dmul_rn(1.0 - momentum, var)));
-    }
+         w.next())
+      y[w.at] = f(x[w.at]);
+    if (threadIdx.x == 0)
+      writeTrainStatistics(ch, mean, var, invStd, runMean, runVar, savedMean,
+                           savedInvStd, runMeanOut, runVarOut, momentum);
   }
 }
 
@@ -281,27 +296,13 @@ __global__ void __launch_bounds__(kPartBlock) batchNormPartTrainApply(
   const double mean = addParts(sums, ch, parts) / countD;
   const double var = addParts(squares, ch, parts) / countD;
   const double invStd = 1.0 / sqrt(var + eps);
-  const float hi = float(mean);
-  const float lo = float(mean - double(hi));
-  const float a = float(double(scale[ch]) * invStd);
-  const float b = bias[ch];
+  const TrainAffine f(mean, invStd, scale[ch], bias[ch]);
   for (ChannelWalk w(part.first + threadIdx.x, blockDim.x, ch, c, s);
-       w.e < part.end; w.next()) {
-    const int64_t at = w.at;
-    y[at] = __fadd_rn(__fmul_rn(__fsub_rn(__fsub_rn(x[at], hi), lo), a), b);
-  }
-  if (part.p == 0 && threadIdx.x == 0) {
-    if (savedMean)
-      savedMean[ch] = float(mean);
-    if (savedInvStd)
-      savedInvStd[ch] = float(invStd);
-    if (runMeanOut)
-      runMeanOut[ch] = float(__dadd_rn(__dmul_rn(momentum, double(runMean[ch])),
-                                       __dmul_rn(1.0 - momentum, mean)));
-    if (runVarOut)
-      runVarOut[ch] = float(__dadd_rn(__dmul_rn(momentum, double(runVar[ch])),
-                                      __dmul_rn(1.0 - momentum, var)));
-  }
+       w.e < part.end; w.next())
+    y[w.at] = f(x[w.at]);
+  if (part.p == 0 && threadIdx.x == 0)
+    writeTrainStatistics(ch, mean, var, invStd, runMean, runVar, savedMean,
+                         savedInvStd, runMeanOut, runVarOut, momentum);
 }
 
 /// dys / dyXhats[ch * parts + p]: part p's sums of dY and dY * xhat.
