@@ -118,44 +118,41 @@ run() {
   "$BUNDLE/bin/pipec_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/kernels.log" | tail -40 || rc=1
   grep -q "FAILED" "$out/kernels.log" && rc=1
   fi
-  # The communicator contract with tensors in GPU memory (3 ranks, one GPU):
-  # host-staged (PIPEC_CUDA_IPC=0), then the default, CUDA IPC between the
-  # ranks (a hang is cut at 90 s).
-  PIPEC_CUDA_IPC=0 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
-    "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator.log" || rc=1
-  tail -1 "$out/communicator.log" | grep -q " 0 failed" || rc=1
-  timeout 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
-    "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_ipc.log" || rc=1
-  tail -1 "$out/communicator_ipc.log" | grep -q " 0 failed" || rc=1
-  grep -q "CUDA IPC" "$out/communicator_ipc.log" || { echo "CUDA IPC is not the default"; rc=1; }
-  # And with NCCL's sums (PIPEC_NCCL=1, opt-in): on one GPU only groups of
-  # one rank may use it (NCCL refuses two ranks on a GPU).
-  PIPEC_NCCL=1 timeout 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
-    "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_nccl.log" || rc=1
-  tail -1 "$out/communicator_nccl.log" | grep -q " 0 failed" || rc=1
-  grep -q "NCCL sums" "$out/communicator_nccl.log" || { echo "NCCL was not opened"; rc=1; }
-  # NCCL between the ranks on the one GPU: each rank's own NCCL_HOSTID
-  # makes it a host of its own to NCCL, which then passes its duplicate-GPU
-  # check and joins the ranks over its socket transport (loopback); the
-  # runtime keys NCCL's groups the same way (cuda/comm_cuda.cpp).
-  NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 PIPEC_NCCL=1 timeout 60 \
-    "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
-    sh -c 'NCCL_HOSTID=pipec-rank-$OMPI_COMM_WORLD_RANK exec "$0"' \
-    "$BUNDLE/bin/pipec_cuda_communicator_contract" > "$out/communicator_nccl_hosts.log" 2>&1 || rc=1
-  grep -v "NCCL INFO" "$out/communicator_nccl_hosts.log" | tail -3
-  grep -qE "^[0-9]+ passed, 0 failed" "$out/communicator_nccl_hosts.log" || rc=1
-  grep -q "nranks 3 .*Init COMPLETE" "$out/communicator_nccl_hosts.log" ||
-    { echo "NCCL did not join the 3 ranks"; rc=1; }
-  # Every tensor message by ncclSend/ncclRecv (PIPEC_NCCL_P2P=1), the same
-  # way: the contract's tags asked in other orders than sent, sizes that
-  # differ, posted receives.
-  NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 PIPEC_NCCL_P2P=1 timeout 60 \
-    "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
-    sh -c 'NCCL_HOSTID=pipec-rank-$OMPI_COMM_WORLD_RANK exec "$0"' \
-    "$BUNDLE/bin/pipec_cuda_communicator_contract" 2>&1 | tee "$out/communicator_nccl_p2p.log" || rc=1
-  grep -qE "^[0-9]+ passed, 0 failed" "$out/communicator_nccl_p2p.log" || rc=1
-  grep -q "NCCL messages" "$out/communicator_nccl_p2p.log" ||
-    { echo "NCCL did not carry the messages"; rc=1; }
+  # The communicator contract with tensors in GPU memory, 3 ranks sharing
+  # the GPU: contract LOG SECONDS MARKER [hosts] [VAR=VALUE ...] runs it
+  # with those variables ("hosts": each rank an NCCL_HOSTID of its own, a
+  # host of its own to NCCL, which then passes its duplicate-GPU check and
+  # joins the ranks over its socket transport on loopback; the runtime keys
+  # NCCL's groups the same way, cuda/comm_cuda.cpp). It passes when the
+  # summary says 0 failed and the log holds MARKER, the transport's name.
+  contract() {
+    local log=$out/$1 seconds=$2 marker=$3
+    shift 3
+    local wrap=()
+    if [ "${1:-}" = hosts ]; then
+      wrap=(sh -c 'NCCL_HOSTID=pipec-rank-$OMPI_COMM_WORLD_RANK exec "$0"')
+      shift
+    fi
+    env "$@" timeout "$seconds" "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+      "${wrap[@]}" "$BUNDLE/bin/pipec_cuda_communicator_contract" > "$log" 2>&1 || rc=1
+    grep -v "NCCL INFO" "$log" | tail -3
+    grep -qE "^[0-9]+ passed, 0 failed" "$log" || rc=1
+    grep -q "$marker" "$log" || { echo "contract: no '$marker' in $log"; rc=1; }
+  }
+  # Host-staged, then the default (CUDA IPC between the ranks), then with
+  # NCCL's sums (on one GPU only groups of one rank may use them: NCCL
+  # refuses two ranks on a GPU).
+  contract communicator.log 90 "MPI (host-staged): ok" PIPEC_CUDA_IPC=0
+  contract communicator_ipc.log 90 "CUDA IPC"
+  contract communicator_nccl.log 90 "NCCL sums" PIPEC_NCCL=1
+  # NCCL across the ranks given hosts of their own: sums over all three,
+  # then every tensor message by ncclSend/ncclRecv (PIPEC_NCCL_P2P=1: the
+  # contract's tags asked in other orders than sent, sizes that differ,
+  # posted receives).
+  contract communicator_nccl_hosts.log 60 "nranks 3 .*Init COMPLETE" hosts \
+    NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 PIPEC_NCCL=1
+  contract communicator_nccl_p2p.log 60 "NCCL messages" hosts \
+    NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 PIPEC_NCCL_P2P=1
   # The link between two stage processes sharing the GPU, as their
   # messages cross it (fitted here: pipec topology --fit linkprobe_cuda.json),
   # host-staged and by CUDA IPC.
