@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -194,6 +195,37 @@ def run_pipec(args, b, build, steps=None, env=None, flags=()):
         print(p.stdout[-2000:])
         return None, None
     return float(m.group(2)), float(m.group(1))
+
+
+def run_under_mps(measure):
+    """Starts CUDA's MPS control daemon in a private folder, returns
+    (measure(env of its clients)[0], note) and stops the daemon again;
+    (None, why) where it cannot start (no nvidia-cuda-mps-control, or the
+    GPU's compute mode refuses it). PIPEC_BENCH_MPS=0 skips it."""
+    if os.environ.get("PIPEC_BENCH_MPS", "1") == "0":
+        return None, None
+    control = shutil.which("nvidia-cuda-mps-control")
+    if not control:
+        return None, "CUDA MPS: nvidia-cuda-mps-control is not on this machine"
+    d = tempfile.mkdtemp(prefix="pipec-mps-")
+    mps_env = {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(d, "pipe"),
+               "CUDA_MPS_LOG_DIRECTORY": os.path.join(d, "log")}
+    for sub in mps_env.values():
+        os.makedirs(sub)
+    env = dict(os.environ, **mps_env)
+    started = subprocess.run([control, "-d"], env=env, capture_output=True, text=True)
+    if started.returncode != 0:
+        return None, f"CUDA MPS: the daemon did not start: {started.stderr.strip()}"
+    try:
+        value = measure(mps_env)[0]
+    finally:
+        subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True,
+                       timeout=30)
+        time.sleep(1)
+        log = os.path.join(mps_env["CUDA_MPS_LOG_DIRECTORY"], "control.log")
+        tail = open(log).read()[-600:] if os.path.exists(log) else ""
+        shutil.rmtree(d, ignore_errors=True)
+    return value, None if value is not None else f"CUDA MPS: the run failed; control.log: {tail}"
 
 
 def profile_pipec(args, b, build="s1", microbatches=MICROBATCHES, label="gpt"):
@@ -449,7 +481,7 @@ def run(args):
         parts = [p for p in parts if p not in ("profile", "trace")]
     if env("PIPEC_BENCH_GPT", "1") != "0":
         draw_weights(b, BUILDS)
-        s1 = s4 = s4np = sb = loss1 = loss4 = lossb = s1g = s4g = s4staged = None
+        s1 = s4 = s4np = sb = loss1 = loss4 = lossb = s1g = s4g = s4staged = s4mps = None
         if "pipec" in parts:
             s1, loss1 = run_pipec(args, b, "s1")
             s4, loss4 = run_pipec(args, b, "s4")
@@ -468,6 +500,13 @@ def run(args):
             # and during GPU waits (runtime/README.md, Communication).
             s4np, _ = run_pipec(args, b, "s4", env={"PIPEC_MESSAGE_PROGRESS": "0"})
             sb, lossb = run_pipec(args, b, "s1-bf16")
+            # The four stages under CUDA's Multi-Process Service, where the
+            # driver has it: the processes' kernels share the GPU instead
+            # of time-slicing between their contexts (the suspect of the
+            # ~150 us small messages and of the 4-stage overhead).
+            s4mps, mps_note = run_under_mps(lambda mps_env: run_pipec(args, b, "s4", env=mps_env))
+            if mps_note:
+                print(mps_note)
         if "profile" in parts:
             profile_pipec(args, b, "s1")
             profile_pipec(args, b, "s1-bf16")
@@ -478,6 +517,7 @@ def run(args):
                 ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
                 ("fp32", "pipec, 4 stages, PIPEC_MESSAGE_PROGRESS=0", s4np),
                 ("fp32", "pipec, 4 stages, PIPEC_CUDA_IPC=0 (host-staged)", s4staged),
+                ("fp32", "pipec, 4 stages, under CUDA MPS", s4mps),
                 ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),
                 ("fp32", "pipec, 4 stages, --cuda-graphs", s4g),
                 ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch) if eager else None)]

@@ -362,26 +362,20 @@ __global__ void __launch_bounds__(kPartBlock)
 }
 
 /// How many parts each of `c` channels of `count` values is split into: 1
-/// (the one-block kernels) where the channels alone fill the GPU, else
-/// enough for about four blocks per SM, each with kMinPartValues values at
-/// least. PIPEC_BN_SPLIT=0 keeps the one-block kernels. The SM count (and
-/// the variable) are read once per process, from the first GPU that asks.
+/// (the one-block kernels) where the channels alone make kSplitBlocks / 2
+/// blocks, else enough for about kSplitBlocks blocks, each with
+/// kMinPartValues values at least. kSplitBlocks is what an H100's or
+/// H200's 132 SMs hold at once (eight blocks of 256 threads each, 1056),
+/// and a constant rather than the GPU's SM count so
+/// that the split, and with it the order of the sums, depends on the shapes
+/// alone: GPUs with other SM counts give the same bits.
+/// PIPEC_BN_SPLIT=0 (Context::bnSplit) keeps the one-block kernels.
 int splitParts(const Context &ctx, int64_t c, int64_t count) {
-  static const int sms = [&] {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount,
-                               ctx.device) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    const char *v = std::getenv("PIPEC_BN_SPLIT");
-    return v && std::string(v) == "0" ? 0 : n;
-  }();
-  const int64_t wanted = 4 * int64_t(sms);
-  if (sms == 0 || c >= wanted / 2)
+  constexpr int64_t kSplitBlocks = 1024;
+  if (!ctx.bnSplit || c >= kSplitBlocks / 2)
     return 1;
   const int64_t parts =
-      std::min<int64_t>((wanted + c - 1) / c, count / kMinPartValues);
+      std::min<int64_t>((kSplitBlocks + c - 1) / c, count / kMinPartValues);
   return int(std::max<int64_t>(1, std::min<int64_t>(parts, 1024)));
 }
 

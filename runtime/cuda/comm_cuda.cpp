@@ -391,20 +391,25 @@ public:
   }
 
   void finalize() override {
-    // (A failure while tearing down, on a device in a bad state, must not
-    // keep the transport from closing: the job's result is already out.)
-    try {
-      if (p2p_)
-        p2p_->finish(*inner_);
-    } catch (const std::exception &e) {
-      std::fprintf(stderr, "pipec-rt: note: closing NCCL's messages: %s\n",
-                   e.what());
-    }
-    try {
-      closeIpc();
-    } catch (const std::exception &e) {
-      std::fprintf(stderr, "pipec-rt: note: closing CUDA IPC: %s\n", e.what());
-    }
+    // Both closes below are collective (NCCL's destroy, IPC's barriers). A
+    // rank whose part fails (a device in a bad state) cannot finish it, and
+    // its peers would wait in it for ever (the watchdog has stopped by
+    // now): it ends the job instead, saying why. The job's result is
+    // already out by then.
+    auto closeOrEndJob = [&](const char *what, auto close) {
+      try {
+        close();
+      } catch (const std::exception &e) {
+        std::fprintf(stderr,
+                     "pipec-rt: error: closing %s: %s (rank %d); ending the "
+                     "job, whose other ranks wait in the same close\n",
+                     what, e.what(), rank());
+        inner_->abort(1);
+      }
+    };
+    if (p2p_)
+      closeOrEndJob("NCCL's messages", [&] { p2p_->finish(*inner_); });
+    closeOrEndJob("CUDA IPC", [&] { closeIpc(); });
     inner_->finalize();
   }
 

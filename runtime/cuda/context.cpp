@@ -7,6 +7,7 @@
 #include "cudnn_conv.h"
 
 #include "core/error.h"
+#include "core/options.h"
 
 #include <cstdlib>
 #include <string>
@@ -45,6 +46,10 @@ void initContext(Context &c, int device, bool allowTf32, bool matmulBf16) {
                         std::to_string(c.device));
     return;
   }
+  // Read first: a refused value leaves nothing half made.
+  c.bnSplit = rt::switchedOn("PIPEC_BN_SPLIT", true,
+                             "batch norm of few channels split across blocks",
+                             "one block per channel");
   check(cudaSetDevice(device), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),

@@ -77,6 +77,9 @@ struct Context : pipec_kctx {
   /// table) was freed or moved: a CUDA graph captured before holds the old
   /// addresses and must be captured again (device.cpp, --cuda-graphs).
   uint64_t buffersMoved = 0;
+  /// Batch norm of few channels with many values split across blocks
+  /// (batchnorm.cu, splitParts); PIPEC_BN_SPLIT=0 turns it off.
+  bool bnSplit = true;
   /// cuBLAS's workspace (set once by initContext).
   void *blasWorkspace = nullptr;
   static constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
