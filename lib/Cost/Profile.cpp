@@ -9,6 +9,8 @@
 
 #include "pipec/Profile.h"
 
+#include "pipec/detail/JsonDocument.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -188,19 +190,10 @@ std::vector<int> Profile::producersOf(int i) const {
 }
 
 ProfileResult profileFromJson(const std::string &text) {
-  json doc = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded())
-    return fail("not valid JSON");
-  if (!doc.is_object())
-    return fail("top level must be a JSON object");
-
-  auto format = doc.find("format");
-  if (format == doc.end())
-    return fail(std::string("missing \"format\" (expected \"") +
-                kProfileFormat + "\")");
-  if (!format->is_string() || format->get<std::string>() != kProfileFormat)
-    return fail("unsupported format " + format->dump() + " (expected \"" +
-                kProfileFormat + "\")");
+  json doc;
+  if (std::string why = detail::openJsonDocument(text, kProfileFormat, doc);
+      !why.empty())
+    return fail(why);
 
   Profile profile;
   std::string error;

@@ -23,6 +23,8 @@
 
 #include "pipec/Topology.h"
 
+#include "pipec/detail/JsonDocument.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -271,19 +273,10 @@ std::string topologyError(const Topology &topology) {
 //===----------------------------------------------------------------------===//
 
 TopologyResult topologyFromJson(const std::string &text) {
-  json doc = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded())
-    return fail("not valid JSON");
-  if (!doc.is_object())
-    return fail("top level must be a JSON object");
-
-  auto format = doc.find("format");
-  if (format == doc.end())
-    return fail(std::string("missing \"format\" (expected \"") +
-                kTopologyFormat + "\")");
-  if (!format->is_string() || format->get<std::string>() != kTopologyFormat)
-    return fail("unsupported format " + format->dump() + " (expected \"" +
-                kTopologyFormat + "\")");
+  json doc;
+  if (std::string why = detail::openJsonDocument(text, kTopologyFormat, doc);
+      !why.empty())
+    return fail(why);
 
   Topology topology;
   std::string error;

@@ -10,6 +10,8 @@
 
 #include "pipec/Plan.h"
 
+#include "pipec/detail/JsonDocument.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -302,24 +304,10 @@ std::string planToJson(const Plan &plan) {
 
 PlanResult planFromJson(const std::string &text) {
   PlanResult result;
-  json doc = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    result.error = "plan: not valid JSON";
-    return result;
-  }
-  if (!doc.is_object()) {
-    result.error = "plan: top level must be a JSON object";
-    return result;
-  }
-  auto format = doc.find("format");
-  if (format == doc.end()) {
-    result.error = std::string("plan: missing \"format\" (expected \"") +
-                   kPlanFormat + "\")";
-    return result;
-  }
-  if (!format->is_string() || format->get<std::string>() != kPlanFormat) {
-    result.error = "plan: unsupported format " + format->dump() +
-                   " (expected \"" + kPlanFormat + "\")";
+  json doc;
+  if (std::string why = detail::openJsonDocument(text, kPlanFormat, doc);
+      !why.empty()) {
+    result.error = "plan: " + why;
     return result;
   }
 
