@@ -179,6 +179,10 @@ std::optional<DeviceModel> deviceModelFromJson(const std::string &text,
       !number("compute_efficiency", m.computeEfficiency, true) ||
       !number("bandwidth_efficiency", m.bandwidthEfficiency, true))
     return std::nullopt;
+  if (memory >= 9.2e18) { // beyond int64_t
+    error = "\"memory_bytes\" is too large (at most 9.2e18 bytes)";
+    return std::nullopt;
+  }
   m.memoryBytes = static_cast<int64_t>(memory);
   if (auto kinds = j.find("kinds"); kinds != j.end()) {
     if (!kinds->is_object()) {

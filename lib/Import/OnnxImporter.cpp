@@ -1262,7 +1262,7 @@ OwningOpRef<ModuleOp> Importer::run() {
                   ml_program::MLProgramDialect>();
   // Structure, operators and the checker come before the version
   // converter: libonnx's converter crashes on malformed graphs (found by
-  // scripts/fuzz-importer.sh).
+  // scripts/fuzz.sh importer).
   if (!load() || !separateInitializers() || !checkStructure() ||
       !checkSupported() || !check() || !upgradeOpset() || !check() ||
       !specialiseAndInfer() || !emit()) {

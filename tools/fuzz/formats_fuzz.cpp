@@ -8,7 +8,7 @@
 // the file. Each reader must accept the bytes or refuse them with a
 // message; a crash, a sanitizer report, a refusal without a message or an
 // exception other than the reader's own (say a JSON library's type error,
-// whose text names no field) aborts. Built by scripts/fuzz-formats.sh with
+// whose text names no field) aborts. Built by scripts/fuzz.sh formats with
 // clang's -fsanitize=fuzzer,address,undefined.
 //
 //===----------------------------------------------------------------------===//

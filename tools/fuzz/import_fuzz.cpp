@@ -3,7 +3,7 @@
 // Feeds arbitrary bytes to the importer (pipec::importOnnxBytes) with a
 // small batch. The importer must either produce a module that verifies or
 // return an error message; it must never crash, hang or leak. Built by
-// scripts/fuzz-importer.sh with clang's -fsanitize=fuzzer,address.
+// scripts/fuzz.sh importer with clang's -fsanitize=fuzzer,address.
 //
 //===----------------------------------------------------------------------===//
 #include "pipec/Import.h"

@@ -158,6 +158,13 @@ TEST(Calibrate, DeviceModelJsonRoundTripsAndIsChecked) {
   bad.replace(bad.find("0.7"), 3, "-0.7");
   EXPECT_FALSE(deviceModelFromJson(bad, error));
   EXPECT_NE(error.find("compute_efficiency"), std::string::npos) << error;
+  // A memory size past int64_t (found by scripts/fuzz.sh formats).
+  std::string huge = deviceModelToJson(d);
+  const std::string memoryKey = "\"memory_bytes\": ";
+  const size_t at = huge.find(memoryKey) + memoryKey.size();
+  huge.replace(at, huge.find(',', at) - at, "1.5e42");
+  EXPECT_FALSE(deviceModelFromJson(huge, error)) << huge;
+  EXPECT_NE(error.find("memory_bytes"), std::string::npos) << error;
   // A kind's line valid from a time past its end.
   DeviceModel inverted = d;
   DeviceModel::KindFit fit;
