@@ -216,12 +216,14 @@ public:
     if (bytes <= 0)
       return;
     if (bytes > kUploadSlotMax) {
-      // Large (weights at start-up): straight from pageable memory, waited
-      // for so that the caller may free `src` at once.
+      // Large (weights at start-up, a feed's microbatch of more than 64 MiB
+      // that the prefetcher did not foresee): straight from pageable
+      // memory, waited for so that the caller may free `src` at once;
+      // messages in flight move meanwhile (the wait hook).
       check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice,
                             kernels_.stream),
             "copy to the GPU");
-      check(cudaStreamSynchronize(kernels_.stream), "copy to the GPU");
+      waitForStream("copy to the GPU");
       return;
     }
     // Small and frequent (feeds, received messages, lr, rng, step): the
