@@ -12,7 +12,11 @@
 //     analytic model: TFLOP/s per GPU beside the published 153/149/141,
 //     with FLOPs from thesis.md §4.6 (eq. 4.2, with recomputation).
 //
-//   plan_quality [SOURCE_DIR]      (default: the source tree it was built from)
+//   plan_quality [SOURCE_DIR [GPT3_PROFILE...]]
+//       SOURCE_DIR: default the source tree it was built from.
+//       GPT3_PROFILE: the anchor again on these profiles (paths), say one
+//       written by `make_profiles.py --measured DEVICE.json --only
+//       gpt3-175b-tp8.json` with kernel efficiencies measured on a GPU.
 //
 //===----------------------------------------------------------------------===//
 #include "pipec/Planners.h"
@@ -33,11 +37,15 @@ std::string readAll(const std::string &path) {
   return s.str();
 }
 
+/// `profileName` is a file of examples/profiles, or a path when it holds
+/// a '/'.
 bool load(const std::string &root, const std::string &profileName,
           const std::string &topologyName, Profile &profile,
           Topology &topology) {
-  ProfileResult p =
-      profileFromJson(readAll(root + "/examples/profiles/" + profileName));
+  ProfileResult p = profileFromJson(
+      readAll(profileName.find('/') != std::string::npos
+                  ? profileName
+                  : root + "/examples/profiles/" + profileName));
   TopologyResult t =
       topologyFromJson(readAll(root + "/examples/topologies/" + topologyName));
   if (!p.ok || !t.ok) {
@@ -113,9 +121,10 @@ double gpt3Flops(double batch) {
   return 96 * batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
 }
 
-void gpt3Fidelity(const std::string &root) {
+void gpt3Fidelity(const std::string &root, const std::string &profileName) {
   std::printf("\n== GPT-3 175B, Megatron configuration (t=8, p=12, batch 1536, "
-              "microbatch 1, recompute), A100 80 GB fp16 analytic model\n");
+              "microbatch 1, recompute), A100 80 GB fp16, %s\n",
+              profileName.c_str());
   std::printf("%6s %4s %14s %16s %12s %8s\n", "GPUs", "d", "iteration (s)",
               "TFLOP/s per GPU", "published", "ratio");
   const struct {
@@ -128,7 +137,7 @@ void gpt3Fidelity(const std::string &root) {
   for (const auto &row : rows) {
     Profile profile;
     Topology topology;
-    if (!load(root, "gpt3-175b-tp8.json", row.topology, profile, topology))
+    if (!load(root, profileName, row.topology, profile, topology))
       continue;
     const int p = 12;
     int nodes = topology.numDevices(); // one device = one 8-GPU tensor group
@@ -164,8 +173,9 @@ void gpt3Fidelity(const std::string &root) {
                 sim.iterationSeconds, tflops, row.published,
                 tflops / row.published);
   }
-  std::printf("(the analytic model uses datasheet peaks; real kernels reach "
-              "50-90%% of them, so a ratio above 1 is expected)\n");
+  if (profileName == "gpt3-175b-tp8.json")
+    std::printf("(the analytic model uses datasheet peaks; real kernels "
+                "reach 50-90%% of them, so a ratio above 1 is expected)\n");
 }
 
 } // namespace
@@ -173,6 +183,8 @@ void gpt3Fidelity(const std::string &root) {
 int main(int argc, char **argv) {
   std::string root = argc > 1 ? argv[1] : PIPEC_SOURCE_DIR;
   planQuality(root);
-  gpt3Fidelity(root);
+  gpt3Fidelity(root, "gpt3-175b-tp8.json");
+  for (int i = 2; i < argc; ++i)
+    gpt3Fidelity(root, argv[i]);
   return 0;
 }

@@ -26,7 +26,9 @@
 # Variables: PIPEC_GPU_ONLY=CASE,... runs only those e2e cases (no kernel
 # tests, no schedule CSVs); PIPEC_GPU_BENCH=0 leaves the benchmark out;
 # PIPEC_GPU_LINK_VARIANTS=1 probes the link under other MPI settings too;
-# the benchmark's own (PIPEC_BENCH_*) are in bench/gpu_compare.py.
+# PIPEC_BENCH_GPT3=0 leaves out the GPT-3 layer's kernels
+# (bench/gpt3_layer_kernels.py); the benchmark's own (PIPEC_BENCH_*) are
+# in bench/gpu_compare.py.
 #
 # With the device tool: run(command="scripts/test-gpu.sh run",
 # carry=[".gpu-bundle/debs", ".gpu-bundle/packed.tar.gz"]). Results go to
@@ -194,6 +196,13 @@ print(sys.argv[2], ' '.join(f'{s*1e6:.1f}' for s in d['seconds'][:14]), 'us (8 B
   fi
   # The benchmark (figures, not checks): PIPEC_GPU_BENCH=0 skips it.
   if [ "${PIPEC_GPU_BENCH:-1}" != 0 ]; then
+    # The kernels of one GPT-3 layer (t = 8) in PyTorch bf16, for the GPT-3
+    # anchor's measured efficiencies (bench/gpt3_layer_kernels.py says how
+    # they are used here); half a minute. PIPEC_BENCH_GPT3=0 skips it.
+    if [ "${PIPEC_BENCH_GPT3:-1}" != 0 ]; then
+      timeout 180 python3 bench/gpt3_layer_kernels.py \
+        --out "$out/profile_gpt3_layer_bf16.json" 2>&1 | tee "$out/gpt3_layer.log" || true
+    fi
     PYTHONUNBUFFERED=1 python3 bench/gpu_compare.py run --bundle "$BUNDLE" \
       --mpirun "$P/usr/bin/orterun" --out "$out/gpu_compare.json" 2>&1 | tee "$out/bench.log" || true
   fi

@@ -12,6 +12,9 @@ Debian's /usr/bin/python3 (stdlib only):
 
     /usr/bin/python3 examples/profiles/make_profiles.py          # rewrite
     /usr/bin/python3 examples/profiles/make_profiles.py --check  # compare
+    /usr/bin/python3 examples/profiles/make_profiles.py --measured FIT.json \
+        --only gpt3-175b-tp8.json -o OUT.json  # measured efficiencies
+                                                # (MeasuredDevice below)
 
 The output is deterministic: rerunning reproduces the checked-in files byte
 for byte (--check says which file differs).
@@ -122,14 +125,75 @@ class Device:
         self.name = name
         self.peak, self.bandwidth, self.memory, self.overhead = DEVICES[name]
 
-    def seconds(self, flops, nbytes):
-        """t = max(FLOPs / peak, bytes / bandwidth) + overhead."""
+    def seconds(self, flops, nbytes, kind=None):
+        """t = max(FLOPs / peak, bytes / bandwidth) + overhead (the kernel's
+        kind plays no part in the datasheet model)."""
         return max(flops / self.peak, nbytes / self.bandwidth) + self.overhead
 
     def as_json(self):
         return {"name": self.name, "peak_flops": self.peak,
                 "bandwidth": self.bandwidth, "memory_bytes": self.memory,
                 "op_overhead_s": self.overhead}
+
+
+class MeasuredDevice:
+    """A device model calibrated on a measured profile (`pipec calibrate`
+    writes it: `pipec.device/1`), with DeviceModel::seconds' rule
+    (lib/Cost/CostModel.cpp): a kernel of a kind the file has a line for,
+    whose roofline lies in the line's [from, up_to], takes roofline /
+    efficiency + overhead; any other kernel max(FLOPs / (peak x compute
+    efficiency), bytes / (bandwidth x bandwidth efficiency)) + overhead.
+
+    `as_row` moves the efficiencies to another datasheet row (peak,
+    bandwidth, memory and launch overhead of DEVICES[as_row]): a kernel
+    keeps the share of the peak, or of the bandwidth, it reached where it
+    was measured, and a kind's fitted overhead; which line applies is
+    decided by its roofline on the measured device. That share is a
+    property of the kernel on the measured GPU, not of the other row's: an
+    assumption, said in each profile this writes.
+    """
+
+    def __init__(self, path, as_row=None):
+        with open(path) as f:
+            d = json.load(f)
+        if d.get("format") != "pipec.device/1":
+            raise ValueError("%s: not a pipec.device/1 file" % path)
+        self.path = path
+        self.measured_peak = float(d["peak_flops"])
+        self.measured_bandwidth = float(d["bandwidth"])
+        self.compute_efficiency = float(d["compute_efficiency"])
+        self.bandwidth_efficiency = float(d["bandwidth_efficiency"])
+        self.kinds = d.get("kinds", {})
+        if as_row:
+            self.name = as_row
+            self.peak, self.bandwidth, self.memory, self.overhead = \
+                DEVICES[as_row]
+        else:
+            self.name = d["name"]
+            self.peak, self.bandwidth = self.measured_peak, \
+                self.measured_bandwidth
+            self.memory, self.overhead = int(d["memory_bytes"]), \
+                float(d["op_overhead"])
+        self.measured_name = d["name"]
+
+    def seconds(self, flops, nbytes, kind=None):
+        line = self.kinds.get("matmul" if kind == "gemm" else kind)
+        if line and line.get("efficiency", 0) > 0:
+            measured = max(flops / self.measured_peak,
+                           nbytes / self.measured_bandwidth)
+            if measured >= line.get("from", 0) and (
+                    line.get("up_to", 0) <= 0 or measured <= line["up_to"]):
+                roofline = max(flops / self.peak, nbytes / self.bandwidth)
+                return roofline / line["efficiency"] + line.get("overhead", 0)
+        return max(flops / (self.peak * self.compute_efficiency),
+                   nbytes / (self.bandwidth * self.bandwidth_efficiency)) + \
+            self.overhead
+
+    def as_json(self):
+        return {"name": self.name, "peak_flops": self.peak,
+                "bandwidth": self.bandwidth, "memory_bytes": self.memory,
+                "op_overhead_s": self.overhead,
+                "kernel_efficiencies_from": self.measured_name}
 
 
 def ring_allreduce_seconds(nbytes, n, bandwidth, latency):
@@ -171,9 +235,9 @@ class Layer:
         e = self.e
         flops = 2.0 * m * n * k
         traffic = e * (m * k + k * n + m * n)
-        self.fwd.append((flops, traffic))
-        self.bwd.append((flops, traffic))  # dX = dY W^T
-        self.bwd.append((flops, traffic))  # dW = X^T dY
+        self.fwd.append((flops, traffic, "matmul"))
+        self.bwd.append((flops, traffic, "matmul"))  # dX = dY W^T
+        self.bwd.append((flops, traffic, "matmul"))  # dW = X^T dY
         self.params += k * n + (n if bias else 0)
         self.saved += e * m * k
 
@@ -182,9 +246,9 @@ class Layer:
         e = self.e
         flops = 2.0 * batch * m * n * k
         traffic = e * batch * (m * k + k * n + m * n)
-        self.fwd.append((flops, traffic))
-        self.bwd.append((flops, traffic))
-        self.bwd.append((flops, traffic))
+        self.fwd.append((flops, traffic, "matmul"))
+        self.bwd.append((flops, traffic, "matmul"))
+        self.bwd.append((flops, traffic, "matmul"))
         self.saved += e * batch * (m * k + k * n)
 
     def conv(self, b, c, h, w, cout, k, stride=1, pad=None, groups=1,
@@ -198,20 +262,22 @@ class Layer:
         weights = cout * (c // groups) * k * k
         flops = 2.0 * b * ho * wo * cout * (c // groups) * k * k
         traffic = e * (b * c * h * w + weights + b * cout * ho * wo)
-        self.fwd.append((flops, traffic))
-        self.bwd.append((flops, traffic))  # data gradient
-        self.bwd.append((flops, traffic))  # weight gradient
+        self.fwd.append((flops, traffic, "conv"))
+        self.bwd.append((flops, traffic, "conv"))  # data gradient
+        self.bwd.append((flops, traffic, "conv"))  # weight gradient
         self.params += weights + (cout if bias else 0)
         self.saved += e * b * c * h * w
         return ho, wo
 
     # Element-wise and memory-bound kernels --------------------------------
 
-    def elementwise(self, n, reads=1, writes=1, saved=0, e=None):
-        """A memory-bound kernel over n elements (no counted FLOPs)."""
+    def elementwise(self, n, reads=1, writes=1, saved=0, e=None, kind=None):
+        """A memory-bound kernel over n elements (no counted FLOPs); `kind`
+        is pipec's op kind where a measured device model has a line for it
+        (MeasuredDevice), None for the model's memory-bound class."""
         e = self.e if e is None else e
-        self.fwd.append((0.0, e * n * (reads + writes)))
-        self.bwd.append((0.0, e * n * (reads + writes + 1)))
+        self.fwd.append((0.0, e * n * (reads + writes), kind))
+        self.bwd.append((0.0, e * n * (reads + writes + 1), kind))
         self.saved += saved
 
     def relu(self, n, keep=False):
@@ -219,22 +285,25 @@ class Layer:
         by the consumer that saves it as its input (a convolution, linear
         layer or max pool, in this op or the next), unless `keep` says the
         consumer saves nothing (dropout, average pool)."""
-        self.elementwise(n, saved=self.e * n if keep else 0)
+        self.elementwise(n, saved=self.e * n if keep else 0, kind="relu")
 
     def batchnorm(self, n, channels):
         # Statistics pass + normalise pass; saves its input.
-        self.elementwise(n, reads=2, writes=1, saved=self.e * n)
+        self.elementwise(n, reads=2, writes=1, saved=self.e * n,
+                         kind="batch_norm")
         self.params += 2 * channels
 
     def layernorm(self, n, width):
-        self.elementwise(n, reads=2, writes=1, saved=self.e * n)
+        self.elementwise(n, reads=2, writes=1, saved=self.e * n,
+                         kind="layer_norm")
         self.params += 2 * width
 
     def dropout(self, n):
-        self.elementwise(n, reads=1, writes=1, saved=n)  # 1-byte mask
+        self.elementwise(n, reads=1, writes=1, saved=n,  # 1-byte mask
+                         kind="dropout")
 
     def add(self, n, operands=2):
-        self.elementwise(n, reads=operands, writes=1)
+        self.elementwise(n, reads=operands, writes=1, kind="add")
 
     def maxpool(self, b, c, h, w, k, stride, pad=None):
         if pad is None:
@@ -242,8 +311,9 @@ class Layer:
         ho = (h + 2 * pad - k) // stride + 1
         wo = (w + 2 * pad - k) // stride + 1
         n_in, n_out = b * c * h * w, b * c * ho * wo
-        self.fwd.append((0.0, self.e * (n_in + n_out)))
-        self.bwd.append((0.0, self.e * (n_in + n_out) + 8 * n_out))
+        self.fwd.append((0.0, self.e * (n_in + n_out), "max_pool"))
+        self.bwd.append((0.0, self.e * (n_in + n_out) + 8 * n_out,
+                         "max_pool"))
         self.saved += self.e * n_in + 8 * n_out  # input + int64 indices
         return ho, wo
 
@@ -253,20 +323,21 @@ class Layer:
         ho = (h + 2 * pad - k) // stride + 1
         wo = (w + 2 * pad - k) // stride + 1
         n_in, n_out = b * c * h * w, b * c * ho * wo
-        self.fwd.append((0.0, self.e * (n_in + n_out)))
-        self.bwd.append((0.0, self.e * (n_in + n_out)))
+        self.fwd.append((0.0, self.e * (n_in + n_out), "average_pool"))
+        self.bwd.append((0.0, self.e * (n_in + n_out), "average_pool"))
         return ho, wo
 
     def embedding(self, rows, vocab, width):
         """Gather `rows` rows of a vocab x width table; scatter-add back."""
-        self.fwd.append((0.0, self.e * rows * width * 2))
-        self.bwd.append((0.0, self.e * rows * width * 3))
+        self.fwd.append((0.0, self.e * rows * width * 2, "gather"))
+        self.bwd.append((0.0, self.e * rows * width * 3, "gather"))
         self.params += vocab * width
 
     def softmax_cross_entropy(self, rows, classes, e=None):
         e = self.e if e is None else e
         self.elementwise(rows * classes, reads=1, writes=1,
-                         saved=e * rows * classes, e=e)
+                         saved=e * rows * classes, e=e,
+                         kind="softmax_cross_entropy_loss")
 
     def lstm(self, b, t, n_in, hidden, directions=1):
         """cuDNN-style LSTM layer over t steps (PyTorch's two bias vectors).
@@ -280,19 +351,22 @@ class Layer:
             rows = b * t
             x_proj = (2.0 * rows * 4 * hidden * n_in,
                       e * (rows * n_in + n_in * 4 * hidden +
-                           rows * 4 * hidden))
+                           rows * 4 * hidden), "matmul")
             rec = (2.0 * b * 4 * hidden * hidden,
-                   e * (b * hidden + hidden * 4 * hidden + b * 4 * hidden))
-            gates = (0.0, e * b * hidden * 11)  # 8H gate inputs, c, -> h, c
+                   e * (b * hidden + hidden * 4 * hidden + b * 4 * hidden),
+                   "matmul")
+            # 8H gate inputs, c, -> h, c
+            gates = (0.0, e * b * hidden * 11, "lstm_gates")
             self.fwd.append(x_proj)
             for _ in range(t):
                 self.fwd.append(rec)
                 self.fwd.append(gates)
             for _ in range(t):
-                self.bwd.append((0.0, 2 * gates[1]))
+                self.bwd.append((0.0, 2 * gates[1], "lstm_gates"))
                 self.bwd.append(rec)  # dh_{t-1} = dgates W_hh^T
             self.bwd.append((rec[0] * t, e * (rows * hidden + hidden * 4 *
-                                                hidden + rows * 4 * hidden)))
+                                                hidden + rows * 4 * hidden),
+                             "matmul"))
             self.bwd.append(x_proj)  # dX
             self.bwd.append(x_proj)  # dW_ih
             self.params += 4 * hidden * (n_in + hidden) + 8 * hidden
@@ -307,15 +381,15 @@ class Layer:
     # Results ---------------------------------------------------------------
 
     def fwd_flops(self):
-        return sum(f for f, _ in self.fwd)
+        return sum(k[0] for k in self.fwd)
 
     def bwd_flops(self):
-        return sum(f for f, _ in self.bwd)
+        return sum(k[0] for k in self.bwd)
 
     def to_json(self, device, previous):
-        fwd_s = (sum(device.seconds(f, b) for f, b in self.fwd) +
+        fwd_s = (sum(device.seconds(*k) for k in self.fwd) +
                  self.fwd_comm_s)
-        bwd_s = (sum(device.seconds(f, b) for f, b in self.bwd) +
+        bwd_s = (sum(device.seconds(*k) for k in self.bwd) +
                  self.bwd_comm_s)
         param_bytes = (PARAM_BYTES * self.params if self.param_bytes is None
                        else self.param_bytes)
@@ -523,7 +597,7 @@ def amoeba_cell(name, b, f, stride, prev, prevprev, layers):
     n = b * f * ho * wo
     for _ in range(4):
         L.add(n)
-    L.elementwise(4 * n, reads=1, writes=1)  # concatenation
+    L.elementwise(4 * n, reads=1, writes=1, kind="concat")
     L.out_bytes = e * b * 4 * f * ho * wo
     layers.append(L)
     return (name, 4 * f, ho, wo)
@@ -645,8 +719,8 @@ def gnmt(b, layers_per_side=8, hidden=1024, seq=50, vocab=32320):
             # softmax, context = scores x values.
             L.gemm(T, hidden, hidden, bias=False)  # keys
             L.gemm(T, hidden, hidden)  # queries
-            L.elementwise(b * seq * seq * hidden, reads=2,
-                          writes=1)  # tanh(q + k), saved by the next bmm
+            L.elementwise(b * seq * seq * hidden, reads=2,  # tanh(q + k),
+                          writes=1, kind="tanh")  # saved by the next bmm
             L.bmm(b * seq, 1, seq, hidden)  # . v
             L.params += hidden + 1  # v and the normalisation scalar
             L.softmax_cross_entropy(b * seq, seq)  # softmax over sources
@@ -690,7 +764,7 @@ def transformer_layer(L, b, s, h, heads, tp=1, intra_bw=None, intra_lat=None):
     L.gemm(T, 3 * h // tp, h)  # QKV (column parallel)
     L.bmm(b * a, s, s, h // heads)  # Q K^T
     L.elementwise(b * a * s * s, reads=1, writes=1,
-                  saved=e * b * a * s * s)  # scale, mask, softmax
+                  saved=e * b * a * s * s, kind="softmax")  # scale, mask
     L.dropout(b * a * s * s)
     L.bmm(b * a, s, h // heads, s)  # attention x V
     L.gemm(T, h, h // tp, bias=False)  # output projection (row parallel)
@@ -700,7 +774,7 @@ def transformer_layer(L, b, s, h, heads, tp=1, intra_bw=None, intra_lat=None):
     L.layernorm(T * h, h)
     L.gemm(T, 4 * h // tp, h)  # fc1 (column parallel)
     L.elementwise(T * 4 * h // tp, reads=1, writes=1,
-                  saved=e * T * 4 * h // tp)  # GeLU
+                  saved=e * T * 4 * h // tp, kind="gelu")
     L.gemm(T, h, 4 * h // tp, bias=False)  # fc2 (row parallel)
     L.params += h
     L.add(T * h, operands=3)
@@ -856,8 +930,9 @@ PROFILES = [
 ]
 
 
-def render(model, device_name, microbatch, precision, note, layers):
-    device = Device(device_name)
+def render(model, device_name, microbatch, precision, note, layers,
+           device=None):
+    device = device or Device(device_name)
     names = set()
     ops = []
     previous = None
@@ -891,7 +966,21 @@ def main():
         os.path.abspath(__file__)), help="output folder")
     parser.add_argument("--check", action="store_true",
                         help="compare with the files instead of writing")
+    parser.add_argument("--measured", metavar="DEVICE.json",
+                        help="write one profile (--only) with the kernel "
+                        "efficiencies of this pipec.device/1 file (pipec "
+                        "calibrate) instead of the datasheet's")
+    parser.add_argument("--as-row", metavar="ROW",
+                        help="with --measured: the datasheet row the "
+                        "efficiencies move to (default: the profile's own)")
+    parser.add_argument("--only", metavar="FILE",
+                        help="with --measured: the profile to write "
+                        "(e.g. gpt3-175b-tp8.json)")
+    parser.add_argument("-o", dest="output", metavar="PATH",
+                        help="with --measured: where to write it")
     args = parser.parse_args()
+    if args.measured:
+        return write_measured(args)
     stale = []
     for filename, model, device, microbatch, precision, build, note in \
             PROFILES:
@@ -910,6 +999,32 @@ def main():
     if stale:
         print("out of date: " + ", ".join(stale), file=sys.stderr)
         return 1
+    return 0
+
+
+def write_measured(args):
+    """One profile of PROFILES with a MeasuredDevice's times."""
+    entry = next((p for p in PROFILES if p[0] == args.only), None)
+    if entry is None or not args.output:
+        print("--measured needs --only FILE (one of %s) and -o PATH" %
+              ", ".join(p[0] for p in PROFILES), file=sys.stderr)
+        return 2
+    filename, model, row, microbatch, precision, build, note = entry
+    row = args.as_row or row
+    if row not in DEVICES:
+        print("--as-row: unknown row %r (known: %s)" %
+              (row, ", ".join(DEVICES)), file=sys.stderr)
+        return 2
+    device = MeasuredDevice(args.measured, as_row=row)
+    note += (" Kernel times from the efficiencies of %s (%s), measured on "
+             "that device, moved to %s's datasheet peak and bandwidth "
+             "(each kernel keeps the share it reached there)." %
+             (os.path.basename(args.measured), device.measured_name, row))
+    text = render(model, row, microbatch, precision, note, build(), device)
+    with open(args.output, "w") as f:
+        f.write(text)
+    print("wrote %s (%s with %s's efficiencies)" %
+          (args.output, row, device.measured_name))
     return 0
 
 
