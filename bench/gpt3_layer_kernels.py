@@ -11,14 +11,15 @@ The layer is examples/profiles/make_profiles.py's transformer_layer with
 GPT-3's sizes (microbatch 1, sequence 2048, h = 12288, 96 heads, t = 8: 12
 heads of 128, the MLP's 6144 columns per GPU): its thirteen primitives
 (two layer norms, four GEMMs, two attention products, softmax, dropout,
-GeLU, two residual additions), each timed forward and backward in PyTorch
-eager in bfloat16 with CUDA events, the median of --repeats after
---warmup. The primitives' FLOPs and bytes are make_profiles.py's own
-(imported, not restated), so that `pipec calibrate` fits exactly the
+GeLU, two residual additions), each timed forward and backward (the
+additions forward only: measures_backward) in PyTorch eager in bfloat16
+with CUDA events, GPU time only, the median of --repeats after --warmup.
+The primitives' FLOPs and bytes are make_profiles.py's own (imported, not
+restated), so that `pipec calibrate` fits exactly the
 counts make_profiles.py --measured applies the fit to:
 
-    pipec calibrate profile.json --device h100-bf16 --name NAME \
-        -o examples/devices/NAME.json
+    pipec calibrate profile.json --device h200-bf16 --name NAME \
+        -o examples/devices/NAME.json        (the measuring GPU's row)
     make_profiles.py --measured examples/devices/NAME.json \
         --only gpt3-175b-tp8.json -o examples/profiles/gpt3-175b-tp8-measured.json
     build/bench/plan_quality . examples/profiles/gpt3-175b-tp8-measured.json
@@ -117,28 +118,42 @@ def torch_ops(torch):
     }
 
 
-def time_op(torch, make, forward, warmup, repeats):
-    """Median forward and backward seconds of one primitive."""
-    inputs = [x for x in make()]
+def time_op(torch, make, forward, warmup, repeats, backward=True):
+    """Median forward and backward seconds of one primitive, GPU time only:
+    a sleeping kernel queued ahead of each repetition keeps the GPU busy
+    while the host launches the forward and the backward, so neither
+    event waits for the host. The backward is torch.autograd.grad on the
+    inputs (no accumulation into .grad, which would add copies)."""
+    args = make()  # the forward's arguments (a bias may be None)
+    leaves = [x for x in args if x is not None]
     with torch.no_grad():
-        dy = torch.ones_like(forward(*inputs))  # made before the timing
+        dy = torch.ones_like(forward(*args))
     fwd, bwd = [], []
     for i in range(warmup + repeats):
-        for x in inputs:
-            if x is not None and x.grad is not None:
-                x.grad = None
         start, mid, end = (torch.cuda.Event(enable_timing=True)
                            for _ in range(3))
+        torch.cuda._sleep(50_000_000)  # some 25 ms of queue ahead
         start.record()
-        y = forward(*inputs)
+        y = forward(*args)
         mid.record()
-        y.backward(dy)
+        if backward:
+            torch.autograd.grad(y, leaves, dy)
         end.record()
         torch.cuda.synchronize()
+        del y
         if i >= warmup:
             fwd.append(start.elapsed_time(mid) / 1e3)
             bwd.append(mid.elapsed_time(end) / 1e3)
-    return statistics.median(fwd), statistics.median(bwd)
+    return statistics.median(fwd), (statistics.median(bwd) if backward
+                                     else 0.0)
+
+
+def measures_backward(kind):
+    """The residual additions' backward hands the gradient on unchanged (no
+    kernel in PyTorch; Megatron's fused bias-dropout-add applies the
+    mask): only their forward is measured, and the fit's `add` line, from
+    the forwards, costs make_profiles.py's backward."""
+    return kind != "add"
 
 
 def profile_ops(name, kind, fwd, bwd, fwd_s, bwd_s):
@@ -153,7 +168,8 @@ def profile_ops(name, kind, fwd, bwd, fwd_s, bwd_s):
                 "bwd_s": 0.0, "out_bytes": 0, "param_bytes": 0,
                 "saved_bytes": 0, "fwd_flops": sum(k[0] for k in kernels),
                 "bwd_flops": 0.0, "bytes": sum(k[1] for k in kernels)}
-    return [op("forward", fwd, fwd_s), op("backward", bwd, bwd_s)]
+    return [op("forward", fwd, fwd_s)] + (
+        [op("backward", bwd, bwd_s)] if measures_backward(kind) else [])
 
 
 def main():
@@ -186,11 +202,14 @@ def main():
     ops = []
     for name, kind, fwd, bwd in prims:
         make, forward = ops_by_name[name]
+        backward = measures_backward(kind)
         fwd_s, bwd_s = time_op(torch, make, forward, args.warmup,
-                               args.repeats)
+                               args.repeats, backward)
         ops += profile_ops(name, kind, fwd, bwd, fwd_s, bwd_s)
-        print("%-13s %-10s fwd %8.1f us  bwd %8.1f us" %
-              (name, kind, fwd_s * 1e6, bwd_s * 1e6), flush=True)
+        print("%-13s %-10s fwd %8.1f us  bwd %s" %
+              (name, kind, fwd_s * 1e6,
+               "%8.1f us" % (bwd_s * 1e6) if backward else "not measured"),
+              flush=True)
         torch.cuda.empty_cache()
     doc = {"format": "pipec.profile/1",
            "device": "cuda:0 (%s)" % torch.cuda.get_device_name(0),
@@ -203,8 +222,15 @@ def main():
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
     total = sum(o["fwd_s"] for o in ops)
-    print("wrote %s: %.2f ms per layer forward and backward" %
-          (args.out, total * 1e3))
+    name = torch.cuda.get_device_name(0)
+    row = next((r for gpu, r in (("H200", "h200-bf16"), ("H100", "h100-bf16"),
+                                 ("A100", "a100-80gb-fp16"))
+                if gpu in name), None)
+    print("wrote %s: %.2f ms per layer forward and backward; calibrate it "
+          "against %s" % (args.out, total * 1e3,
+                          "the %s row (pipec calibrate %s --device %s)" %
+                          (row, args.out, row) if row else
+                          "this GPU's datasheet row (%s has none)" % name))
     return 0
 
 

@@ -219,8 +219,11 @@ def run_under_mps(measure):
     try:
         value = measure(mps_env)[0]
     finally:
-        subprocess.run([control], input="quit\n", env=env, capture_output=True, text=True,
-                       timeout=30)
+        try:
+            subprocess.run([control], input="quit\n", env=env, capture_output=True,
+                           text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            print("CUDA MPS: the daemon did not answer `quit` within 30 s")
         time.sleep(1)
         log = os.path.join(mps_env["CUDA_MPS_LOG_DIRECTORY"], "control.log")
         tail = open(log).read()[-600:] if os.path.exists(log) else ""

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds a libFuzzer target with clang-14 (ASan + libFuzzer; UBSan too for
 # the file readers) against an existing build/ and runs it for a while:
-#   scripts/fuzz.sh importer [SECONDS] [extra libFuzzer args]
+#   scripts/fuzz.sh importer [SECONDS] [extra libFuzzer args] (SECONDS: 120)
 #       the ONNX importer (tools/fuzz/import_fuzz.cpp), seeded with ONNX's
 #       operator test models, a torch export and the lit tests' models;
 #   scripts/fuzz.sh formats [SECONDS] [extra libFuzzer args]
@@ -19,8 +19,11 @@ case "$TARGET" in
   importer | formats) shift ;;
   *) echo "usage: scripts/fuzz.sh importer|formats [SECONDS] [libFuzzer args]"; exit 2 ;;
 esac
-SECONDS_TO_RUN=${1:-120}
-shift || true
+SECONDS_TO_RUN=120
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then
+  SECONDS_TO_RUN=$1
+  shift
+fi
 CXX=${CXX_FUZZ:-clang++-14}
 OUT=build-fuzz
 command -v "$CXX" >/dev/null || {
@@ -29,17 +32,27 @@ command -v "$CXX" >/dev/null || {
 }
 
 # compile_objects NAME FLAGS INCLUDES SOURCES...: the instrumented objects,
-# listed in OBJECTS (kept between runs, rebuilt when their source is newer).
+# listed in OBJECTS. They are kept between runs in a folder named after the
+# compiler and flags, and rebuilt when their source or a header it
+# includes (the compiler's -MMD list) is newer.
 compile_objects() {
-  local name=$1 flags=$2 inc=$3
+  local name=$1 flags=$2 inc=$3 src obj dir dep
   shift 3
+  dir=$OUT/$name-obj-$(echo "$CXX $flags $inc" | md5sum | cut -c1-8)
   OBJECTS=()
-  mkdir -p "$OUT/$name-obj"
+  mkdir -p "$dir"
   echo "fuzz: compiling $name ($# files) with $CXX"
   for src in "$@"; do
-    obj="$OUT/$name-obj/${src//\//_}.o"
-    if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
-      $CXX $flags $inc -c "$src" -o "$obj"
+    obj="$dir/${src//\//_}.o"
+    local stale=1
+    if [ -f "$obj" ] && [ -f "${obj%.o}.d" ]; then
+      stale=0
+      for dep in $(sed -e 's/\\$//' -e 's/^[^:]*://' "${obj%.o}.d"); do
+        if [ "$dep" -nt "$obj" ]; then stale=1; break; fi
+      done
+    fi
+    if [ "$stale" = 1 ]; then
+      $CXX $flags $inc -MMD -MF "${obj%.o}.d" -c "$src" -o "$obj"
     fi
     OBJECTS+=("$obj")
   done
@@ -91,9 +104,9 @@ else
   for f in examples/topologies/*.json; do seed 6 "$f"; done
   for f in examples/devices/*.json; do seed 7 "$f"; done
   for f in bench/data/*/plan_*.json; do seed 4 "$f"; done
+  W=$(mktemp -d)
+  trap 'rm -rf "$W"' EXIT
   if [ -x build/bin/pipec ]; then
-    W=$(mktemp -d)
-    trap 'rm -rf "$W"' EXIT
     build/bin/pipec compile examples/mlp/mlp.onnx --stages 2 --microbatches 4 \
       --schedule zb-h1 -o "$W/run" >/dev/null 2>&1 || true
     build/bin/pipec plan --profile examples/profiles/vgg16.json \
@@ -109,7 +122,8 @@ else
       seed 2 "$W/stage0.json"
     fi
   fi
-  S=$(mktemp -d)
+  S=$W/small
+  mkdir -p "$S"
   /usr/bin/python3 - "$S" <<'PY'
 import json, struct, sys, numpy
 d = sys.argv[1]
@@ -124,7 +138,6 @@ PY
   seed 0 "$S/x.npy"
   seed 0 "$S/y.npy"
   seed 1 "$S/small.safetensors"
-  rm -rf "$S"
   BINARY=$OUT/formats_fuzz
   PREFIX=$OUT/formats-
 fi

@@ -115,6 +115,8 @@ DEVICES = {
     "a100-80gb-fp16": (312.0e12, 2.039e12, 80 * GIB,  5.0e-6),
     "h100":           (494.0e12, 3.35e12,  80 * GIB,  4.0e-6),
     "h100-bf16":      (989.0e12, 3.35e12,  80 * GIB,  4.0e-6),
+    "h200":           (494.0e12, 4.8e12,   141 * GIB, 4.0e-6),
+    "h200-bf16":      (989.0e12, 4.8e12,   141 * GIB, 4.0e-6),
 }
 
 PARAM_BYTES = 4  # fp32 weights, or the fp32 master copy (see above)

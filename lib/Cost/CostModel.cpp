@@ -24,6 +24,9 @@
 //      H100 SXM5: 494 TFLOP/s TF32, 989 TFLOP/s bf16/fp16 (dense; the
 //                 datasheet's 494.7 / 989.4 rounded down), 3,350 GB/s
 //                 HBM3, 80 GiB.
+//      H200 SXM:  the H100's compute, 4,800 GB/s HBM3e, 141 GiB (the
+//                 measuring GPU of bench/data's runs; a calibration on an
+//                 H200 takes its shares of these numbers).
 //  * Memory sizes are the marketed "GB", which for HBM are GiB (2^30).
 //    Usable memory is a little less; topologies carry their own
 //    device_memory_bytes, which is what planners check.
@@ -79,6 +82,8 @@ constexpr DeviceRow kDevices[] = {
     {"a100-80gb-fp16",   312.0e12,    2.039e12,   80 * kGiB, 5.0e-6},
     {"h100",             494.0e12,    3.35e12,    80 * kGiB, 4.0e-6},
     {"h100-bf16",        989.0e12,    3.35e12,    80 * kGiB, 4.0e-6},
+    {"h200",             494.0e12,    4.8e12,     141 * kGiB, 4.0e-6},
+    {"h200-bf16",        989.0e12,    4.8e12,     141 * kGiB, 4.0e-6},
 };
 // clang-format on
 

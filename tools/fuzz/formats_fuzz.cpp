@@ -63,21 +63,29 @@ void safetensorsImage(const std::string &bytes) {
 
 /// The manifest reader takes a path: the bytes go through a file.
 void manifest(const std::string &bytes) {
+  // One file per process, removed at exit.
   static std::string path = [] {
-    char dir[] = "/tmp/pipec-fuzz-XXXXXX";
-    if (!mkdtemp(dir))
-      fail("manifest", "cannot make a temporary folder");
-    return std::string(dir) + "/manifest.json";
+    char name[] = "/tmp/pipec-fuzz-manifest-XXXXXX";
+    int fd = mkstemp(name);
+    if (fd < 0)
+      fail("manifest", "cannot make a temporary file");
+    close(fd);
+    static std::string kept = name;
+    std::atexit([] { std::remove(kept.c_str()); });
+    return kept;
   }();
   std::FILE *f = std::fopen(path.c_str(), "wb");
   if (!f)
     fail("manifest", "cannot write the temporary file");
   std::fwrite(bytes.data(), 1, bytes.size(), f);
   std::fclose(f);
-  pipec::formats::Manifest m;
-  std::string error;
-  if (!pipec::formats::readManifest(path, m, error))
-    refusedWith("manifest", error);
+  // The throwing reader: its wrapper without exceptions turns every
+  // exception into a refusal, which would hide another library's.
+  try {
+    (void)pipec::formats::readManifest(path);
+  } catch (const pipec::formats::FormatError &e) {
+    refusedWith("manifest", e.what());
+  }
 }
 
 } // namespace

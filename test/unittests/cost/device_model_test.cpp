@@ -33,6 +33,8 @@ TEST(CostDeviceModel, NamedDevicesHaveTheirDatasheetNumbers) {
       {"a100-80gb-fp16", 312e12, 2.039e12, 80 * kGiB},
       {"h100", 494e12, 3.35e12, 80 * kGiB},
       {"h100-bf16", 989e12, 3.35e12, 80 * kGiB},
+      {"h200", 494e12, 4.8e12, 141 * kGiB},
+      {"h200-bf16", 989e12, 4.8e12, 141 * kGiB},
   };
   for (const Expected &e : expected) {
     SCOPED_TRACE(e.name);
@@ -85,7 +87,7 @@ TEST(CostDeviceModel, MixedPrecisionDoublesOrBetterThePeakNotTheBandwidth) {
   for (auto [fp32, half] :
        {std::pair{"v100", "v100-fp16"}, std::pair{"a100", "a100-fp16"},
         std::pair{"a100-80gb", "a100-80gb-fp16"},
-        std::pair{"h100", "h100-bf16"}}) {
+        std::pair{"h100", "h100-bf16"}, std::pair{"h200", "h200-bf16"}}) {
     SCOPED_TRACE(half);
     DeviceModel a = *deviceModel(fp32), b = *deviceModel(half);
     EXPECT_GE(b.peakFlops, 2 * a.peakFlops - 1e9);
