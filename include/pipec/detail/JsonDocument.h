@@ -1,5 +1,4 @@
-//===- JsonDocument.h - The opening checks of pipec's JSON documents -*- C++
-//-*-===//
+//===- JsonDocument.h - Opening checks of JSON documents ---*- C++ -*-===//
 //
 // Part of pipec. Used by the readers of lib/Cost and lib/Plan; needs
 // nlohmann-json, which the public headers do not.
