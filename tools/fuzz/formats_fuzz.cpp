@@ -42,6 +42,15 @@ void refusedWith(const char *reader, const std::string &error) {
     fail(reader, "refused without a message");
 }
 
+/// A reader that returns {ok, error, ...}.
+template <typename Result>
+void readWith(const char *reader, Result (*read)(const std::string &),
+              const std::string &bytes) {
+  Result r = read(bytes);
+  if (!r.ok)
+    refusedWith(reader, r.error);
+}
+
 /// A safetensors image: an 8-byte little-endian header length, the header,
 /// then the data section (safetensors::File::open's split, in memory).
 void safetensorsImage(const std::string &bytes) {
@@ -124,27 +133,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       reader = "manifest";
       manifest(bytes);
       break;
-    case 4: {
+    case 4:
       reader = "plan";
-      pipec::PlanResult r = pipec::planFromJson(bytes);
-      if (!r.ok)
-        refusedWith(reader, r.error);
+      readWith(reader, &pipec::planFromJson, bytes);
       break;
-    }
-    case 5: {
+    case 5:
       reader = "profile";
-      pipec::ProfileResult r = pipec::profileFromJson(bytes);
-      if (!r.ok)
-        refusedWith(reader, r.error);
+      readWith(reader, &pipec::profileFromJson, bytes);
       break;
-    }
-    case 6: {
+    case 6:
       reader = "topology";
-      pipec::TopologyResult r = pipec::topologyFromJson(bytes);
-      if (!r.ok)
-        refusedWith(reader, r.error);
+      readWith(reader, &pipec::topologyFromJson, bytes);
       break;
-    }
     case 7: {
       reader = "device";
       std::string error;
@@ -152,13 +152,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         refusedWith(reader, error);
       break;
     }
-    case 8: {
+    case 8:
       reader = "schedule csv";
-      pipec::CsvSchedule r = pipec::parseScheduleCsv(bytes);
-      if (!r.ok)
-        refusedWith(reader, r.error);
+      readWith(reader, &pipec::parseScheduleCsv, bytes);
       break;
-    }
     }
   } catch (const std::exception &e) {
     std::fprintf(stderr, "formats_fuzz: %s threw: %s\n", reader, e.what());
