@@ -49,10 +49,6 @@ NcclP2p::NcclP2p(const Nccl &nccl, cudaStream_t compute, int rank, int size)
     : nccl_(nccl), compute_(compute), rank_(rank), size_(size) {
   check(cudaEventCreateWithFlags(&order_, cudaEventDisableTiming),
         "NCCL point-to-point: an event");
-  check(cudaStreamCreateWithFlags(&upStream_, cudaStreamNonBlocking),
-        "NCCL point-to-point: a stream");
-  check(cudaStreamCreateWithFlags(&downStream_, cudaStreamNonBlocking),
-        "NCCL point-to-point: a stream");
 }
 
 NcclP2p::~NcclP2p() {
@@ -61,24 +57,41 @@ NcclP2p::~NcclP2p() {
 }
 
 void NcclP2p::start(rt::Communicator &mpi) {
-  ncclUniqueId ids[2];
-  std::memset(ids, 0, sizeof ids);
-  if (rank_ == 0)
-    for (ncclUniqueId &id : ids)
-      nccl_.check(nccl_.getUniqueId(&id),
-                  "NCCL point-to-point: ncclGetUniqueId");
-  std::vector<char> all(size_t(size_) * sizeof ids);
-  mpi.allgather(ids, int(sizeof ids), all.data(),
-                "NCCL point-to-point: the unique ids");
-  std::memcpy(ids, all.data(), sizeof ids); // rank 0's
-  nccl_.check(nccl_.init(&up_, size_, ids[0], rank_),
-              "NCCL point-to-point: ncclCommInitRank (messages to higher "
-              "ranks)");
-  nccl_.check(nccl_.init(&down_, size_, ids[1], rank_),
-              "NCCL point-to-point: ncclCommInitRank (messages to lower "
-              "ranks)");
+  const std::string what = "NCCL point-to-point";
+  // Each rank makes the unique ids of the pairs it sends on, one per
+  // receiver; the receivers read theirs from the gathered table.
+  const size_t idBytes = sizeof(ncclUniqueId), row = size_t(size_) * idBytes;
+  std::vector<char> mine(row, 0), all(row * size_t(size_));
+  for (int q = 0; q < size_; ++q)
+    if (q != rank_)
+      nccl_.check(nccl_.getUniqueId(reinterpret_cast<ncclUniqueId *>(
+                      mine.data() + size_t(q) * idBytes)),
+                  what + ": ncclGetUniqueId");
+  mpi.allgather(mine.data(), int(row), all.data(),
+                what + ": the pairs' unique ids");
+  to_.assign(size_t(size_), Pair());
+  from_.assign(size_t(size_), Pair());
+  // Every ordered pair (a, b) in one order on every rank: a pair's two
+  // ranks each block in its ncclCommInitRank until the other comes, and
+  // the earliest pair not yet made always has both ranks at it.
+  for (int a = 0; a < size_; ++a)
+    for (int b = 0; b < size_; ++b) {
+      if (a == b || (rank_ != a && rank_ != b))
+        continue;
+      Pair &pair = rank_ == a ? to_[size_t(b)] : from_[size_t(a)];
+      ncclUniqueId id;
+      std::memcpy(&id, all.data() + size_t(a) * row + size_t(b) * idBytes,
+                  idBytes);
+      nccl_.check(nccl_.init(&pair.comm, 2, id,
+                             rank_ == a ? kSenderRank : kReceiverRank),
+                  what + ": ncclCommInitRank (rank " + std::to_string(a) +
+                      " to rank " + std::to_string(b) + ")");
+      check(cudaStreamCreateWithFlags(&pair.stream, cudaStreamNonBlocking),
+            what + ": a stream");
+    }
+  started_ = true;
   rt::mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup",
-               "NCCL point-to-point: its control records");
+               what + ": its control records");
   MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
   connectAll();
 }
@@ -86,30 +99,33 @@ void NcclP2p::start(rt::Communicator &mpi) {
 void NcclP2p::connectAll() {
   const std::string what = "NCCL point-to-point: connecting every pair";
   void *bytes = nullptr;
-  check(cudaMalloc(&bytes, size_t(2 * size_)), what);
-  char *in = static_cast<char *>(bytes), *out = in + size_;
-  check(cudaMemsetAsync(bytes, 0, size_t(2 * size_), compute_), what);
+  check(cudaMalloc(&bytes, 2), what);
+  check(cudaMemsetAsync(bytes, 0, 2, compute_), what);
   check(cudaStreamSynchronize(compute_), what);
-  // One group per communicator, each on its stream: a byte to every rank
-  // of that direction, a byte from every rank of the other.
-  for (const bool up : {true, false}) {
-    ncclComm_t comm = up ? up_ : down_;
-    cudaStream_t stream = up ? upStream_ : downStream_;
-    nccl_.check(nccl_.groupStart(), what + ": ncclGroupStart");
-    for (int q = 0; q < size_; ++q) {
-      if (q == rank_)
+  char *out = static_cast<char *>(bytes), *in = out + 1;
+  // A byte over every pair, in the order the pairs were made (a first
+  // message may block its host until the peer's first one comes), then
+  // every pair's stream waited for.
+  for (int a = 0; a < size_; ++a)
+    for (int b = 0; b < size_; ++b) {
+      if (a == b || (rank_ != a && rank_ != b))
         continue;
-      if ((q > rank_) == up)
-        nccl_.check(nccl_.send(out, 1, ncclUint8, q, comm, stream),
+      if (rank_ == a) {
+        const Pair &pair = to_[size_t(b)];
+        nccl_.check(nccl_.send(out, 1, ncclUint8, kReceiverRank, pair.comm,
+                               pair.stream),
                     what + ": ncclSend");
-      else
-        nccl_.check(nccl_.recv(in + q, 1, ncclUint8, q, comm, stream),
-                    what + ": ncclRecv");
+      } else {
+        const Pair &pair = from_[size_t(a)];
+        nccl_.check(
+            nccl_.recv(in, 1, ncclUint8, kSenderRank, pair.comm, pair.stream),
+            what + ": ncclRecv");
+      }
     }
-    nccl_.check(nccl_.groupEnd(), what + ": ncclGroupEnd");
-  }
-  check(cudaStreamSynchronize(upStream_), what);
-  check(cudaStreamSynchronize(downStream_), what);
+  for (const std::vector<Pair> *pairs : {&to_, &from_})
+    for (const Pair &pair : *pairs)
+      if (pair.stream)
+        check(cudaStreamSynchronize(pair.stream), what);
   check(cudaFree(bytes), what);
 }
 
@@ -157,25 +173,26 @@ std::unique_ptr<rt::Transfer> NcclP2p::send(const void *src, int64_t bytes,
   r.sequence = sent_[peer]++;
   static_assert(sizeof(Record) == sizeof transfer->record, "record size");
   std::memcpy(transfer->record, &r, sizeof r);
-  // The record first: the receiver may be waiting for it to queue its
-  // receive.
-  rt::mpiCheck(MPI_Isend(transfer->record, int(sizeof r), MPI_BYTE, peer, tag,
-                         control_, &transfer->request),
-               "MPI_Isend", what + ": its control record");
   if (bytes > 0) {
     std::vector<Slot> &slots = sendSlots_[peer];
     Slot &s = slots[size_t(freeSlot(slots, bytes, what))];
     check(cudaMemcpyAsync(s.data, src, size_t(bytes), cudaMemcpyDeviceToDevice,
                           compute_),
           what + ": the copy into the NCCL send slot");
-    cudaStream_t stream = sendStream(peer);
-    after(stream, compute_, what);
-    nccl_.check(nccl_.send(s.data, size_t(bytes), ncclUint8, peer,
-                           sendComm(peer), stream),
+    const Pair &pair = to_[size_t(peer)];
+    after(pair.stream, compute_, what);
+    nccl_.check(nccl_.send(s.data, size_t(bytes), ncclUint8, kReceiverRank,
+                           pair.comm, pair.stream),
                 what + ": ncclSend");
-    check(cudaEventRecord(s.free, stream), what);
+    check(cudaEventRecord(s.free, pair.stream), what);
     s.used = true;
   }
+  // The record last: a receiver queues one ncclRecv per record, so a
+  // record goes out only for a send that is queued (none when the copy or
+  // a slot failed above).
+  rt::mpiCheck(MPI_Isend(transfer->record, int(sizeof r), MPI_BYTE, peer, tag,
+                         control_, &transfer->request),
+               "MPI_Isend", what + ": its control record");
   return transfer;
 }
 
@@ -204,11 +221,11 @@ void NcclP2p::queueEarly(int peer, int tag, const Record &r,
     std::vector<Slot> &slots = recvSlots_[peer];
     e.slot = freeSlot(slots, r.bytes, what);
     Slot &s = slots[size_t(e.slot)];
-    cudaStream_t stream = recvStream(peer);
-    nccl_.check(nccl_.recv(s.data, size_t(r.bytes), ncclUint8, peer,
-                           recvComm(peer), stream),
+    const Pair &pair = from_[size_t(peer)];
+    nccl_.check(nccl_.recv(s.data, size_t(r.bytes), ncclUint8, kSenderRank,
+                           pair.comm, pair.stream),
                 what + ": ncclRecv");
-    check(cudaEventRecord(s.landed, stream), what);
+    check(cudaEventRecord(s.landed, pair.stream), what);
     s.used = true;
     s.busy = true;
   }
@@ -252,12 +269,12 @@ void NcclP2p::receive(void *dst, int64_t bytes, int peer, int tag,
     const Record r = takeRecord(peer, got, what);
     if (got == tag && r.bytes == bytes) {
       if (bytes > 0) {
-        cudaStream_t stream = recvStream(peer);
-        after(stream, compute_, what); // the kernels done with `dst`
-        nccl_.check(nccl_.recv(dst, size_t(bytes), ncclUint8, peer,
-                               recvComm(peer), stream),
+        const Pair &pair = from_[size_t(peer)];
+        after(pair.stream, compute_, what); // the kernels done with `dst`
+        nccl_.check(nccl_.recv(dst, size_t(bytes), ncclUint8, kSenderRank,
+                               pair.comm, pair.stream),
                     what + ": ncclRecv");
-        after(compute_, stream, what);
+        after(compute_, pair.stream, what);
       }
       return;
     }
@@ -288,22 +305,25 @@ void NcclP2p::takeTheRest(rt::Communicator &mpi) {
 }
 
 void NcclP2p::finish(rt::Communicator &mpi) {
-  if (!up_)
+  if (!started_)
     return;
   takeTheRest(mpi);
   // Every send now has its receive queued: the streams end. A bounded
   // wait all the same (a device in a bad state), and one decision for
   // every rank: destroy the communicators, or abort them all.
+  std::vector<cudaStream_t> streams = {compute_};
+  for (const std::vector<Pair> *pairs : {&to_, &from_})
+    for (const Pair &pair : *pairs)
+      if (pair.stream)
+        streams.push_back(pair.stream);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(60);
   bool done = false;
   for (;;) {
-    const cudaError_t states[3] = {cudaStreamQuery(upStream_),
-                                   cudaStreamQuery(downStream_),
-                                   cudaStreamQuery(compute_)};
     done = true;
     bool failed = false;
-    for (cudaError_t e : states) {
+    for (cudaStream_t stream : streams) {
+      const cudaError_t e = cudaStreamQuery(stream);
       done = done && e == cudaSuccess;
       failed = failed || (e != cudaSuccess && e != cudaErrorNotReady);
     }
@@ -314,22 +334,35 @@ void NcclP2p::finish(rt::Communicator &mpi) {
   int64_t allDone = done ? 1 : 0;
   mpi.allreduce(&allDone, 1, rt::ReduceOp::Min,
                 "NCCL point-to-point: whether every rank's messages ended");
+  started_ = false;
   if (allDone == 0) {
     if (rank_ == 0)
       std::fprintf(stderr,
                    "pipec-rt: note: NCCL point-to-point: messages still "
                    "queued at the end after a minute; its communicators are "
                    "aborted\n");
-    if (nccl_.commAbort) {
-      nccl_.commAbort(up_);
-      nccl_.commAbort(down_);
-    }
-    up_ = down_ = nullptr;
-    return; // (the slots stay: the device may still use them)
+    for (const std::vector<Pair> *pairs : {&to_, &from_})
+      for (const Pair &pair : *pairs)
+        if (pair.comm && nccl_.commAbort)
+          nccl_.commAbort(pair.comm);
+    return; // (the slots and streams stay: the device may still use them)
   }
-  nccl_.commDestroy(up_);
-  nccl_.commDestroy(down_);
-  up_ = down_ = nullptr;
+  // Destroyed in the order they were made (each destroy may wait for the
+  // pair's other rank).
+  for (int a = 0; a < size_; ++a)
+    for (int b = 0; b < size_; ++b) {
+      if (a == b || (rank_ != a && rank_ != b))
+        continue;
+      Pair &pair = rank_ == a ? to_[size_t(b)] : from_[size_t(a)];
+      const ncclResult_t r = nccl_.commDestroy(pair.comm);
+      if (r != ncclSuccess)
+        std::fprintf(stderr,
+                     "pipec-rt: note: NCCL point-to-point: destroying the "
+                     "communicator of rank %d to rank %d: %s\n",
+                     a, b, nccl_.errorString(r));
+      cudaStreamDestroy(pair.stream);
+      pair = Pair();
+    }
   for (auto *all : {&sendSlots_, &recvSlots_})
     for (auto &[peer, slots] : *all)
       for (Slot &s : slots) {
@@ -340,10 +373,7 @@ void NcclP2p::finish(rt::Communicator &mpi) {
   sendSlots_.clear();
   recvSlots_.clear();
   early_.clear();
-  cudaStreamDestroy(upStream_);
-  cudaStreamDestroy(downStream_);
   cudaEventDestroy(order_);
-  upStream_ = downStream_ = nullptr;
   order_ = nullptr;
   MPI_Comm_free(&control_);
 }

@@ -27,14 +27,20 @@
 ///     receives of their tags copy out. NCCL's order is the sender's.
 ///
 /// Neither host waits for the other's GPU; no host has to answer a request
-/// while it waits elsewhere. Messages to a higher rank go through one NCCL
-/// communicator on one stream, messages to a lower rank through another
-/// (both sides of a message use the communicator of its direction): on one
-/// communicator, rank A's send to B queued behind its receive from B, and
-/// B's the other way round, would wait for each other. NCCL makes a pair's
-/// connection at its first message, and that needs both ranks: start()
-/// makes them all at once (one grouped byte per pair and direction), so a
-/// first ncclSend never blocks its host on the peer.
+/// while it waits elsewhere. Every ordered pair of ranks has a NCCL
+/// communicator of its own (two ranks: the sender and the receiver) with a
+/// stream of its own at each end, so a rank never sends and receives on
+/// one communicator, and its messages to one peer never queue behind those
+/// to, or from, another. (A communicator per direction, the first design,
+/// could hang: on one communicator and stream a rank's send to its
+/// successor queued before its receive from its predecessor, the kernels
+/// waiting for that receive, and the successor doing the same the other
+/// way round wait for each other in a DualPipeV step, and across peers in
+/// the interleaved loop.) NCCL makes a pair's connection at its first
+/// message, and that needs both ranks: start() makes every pair's
+/// communicator and connection in one order that all ranks follow, so a
+/// first ncclSend never blocks its host on the peer. A rank joins 2(n - 1)
+/// communicators: fine for pipelines of tens of ranks.
 ///
 /// Slots are reused once the device has passed their last use (an event,
 /// queried by the host), else a new one is allocated: a rank holds at most
@@ -108,20 +114,15 @@ private:
     Record record;
     int slot = -1;
   };
-  /// The communicator (and its stream) of a message by the direction it
-  /// travels: to a higher rank on `up_`, to a lower on `down_`. So a
-  /// send to `peer` and the peer's receive from this rank use the same one.
-  bool sendsUp(int peer) const { return peer > rank_; }
-  ncclComm_t sendComm(int peer) const { return sendsUp(peer) ? up_ : down_; }
-  cudaStream_t sendStream(int peer) const {
-    return sendsUp(peer) ? upStream_ : downStream_;
-  }
-  ncclComm_t recvComm(int peer) const { return peer < rank_ ? up_ : down_; }
-  cudaStream_t recvStream(int peer) const {
-    return peer < rank_ ? upStream_ : downStream_;
-  }
-  /// start(): every connection of both communicators made at once (one
-  /// byte each way, grouped), so that no first ncclSend waits on the host
+  /// The communicator and stream of one ordered pair at this end; in the
+  /// two-rank communicator the sender is rank 0, the receiver rank 1.
+  struct Pair {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+  };
+  static constexpr int kSenderRank = 0, kReceiverRank = 1;
+  /// start(): every pair's connection made (one byte each, in one order
+  /// that every rank follows), so that no first ncclSend waits on the host
   /// for its peer's first ncclRecv.
   void connectAll();
   /// finish(): the control records this rank never took (messages its
@@ -142,8 +143,10 @@ private:
   const Nccl &nccl_;
   cudaStream_t compute_;
   int rank_, size_;
-  ncclComm_t up_ = nullptr, down_ = nullptr;
-  cudaStream_t upStream_ = nullptr, downStream_ = nullptr;
+  /// Per peer: the pair this rank sends it on, and the one it receives
+  /// from it on (none for this rank itself).
+  std::vector<Pair> to_, from_;
+  bool started_ = false;
   MPI_Comm control_ = MPI_COMM_NULL;
   /// Per peer: the sequence numbers of the next message sent and of the
   /// next control record to take; the slots; the early messages by tag.

@@ -50,6 +50,10 @@ GPT_MID = ["--batch", "8", "--seq", "64", "--layers", "4", "--dim", "128", "--he
 MODELS = {
     # name: (generator, its flags, lr, uses data files)
     "mlp": ("examples/mlp/make_mlp.py", ["--hidden", "64,32,16"], 0.1, False),
+    # Eight layers for the V schedules on 4 ranks (2p stages), with 128 KiB
+    # messages (microbatch 128 x 256 floats).
+    "mlp-wide": ("examples/mlp/make_mlp.py", ["--hidden", "256,256,256,256,256,256,256",
+                                              "--batch", "1024"], 0.05, False),
     "gpt": ("examples/gpt/make_gpt.py", GPT_SMALL, 0.1, True),
     "gpt-padmask": ("examples/gpt/make_gpt.py", GPT_SMALL + ["--padding-mask"], 0.1, True),
     "gpt-mid": ("examples/gpt/make_gpt.py", GPT_MID, 0.05, True),
@@ -74,6 +78,10 @@ CASES = [
                                    "--chunks", "2"]),
     ("mlp-s2-zb-v", "mlp", ["--stages", "2", "--microbatches", "4", "--schedule", "zb-v"]),
     ("mlp-s2-dualpipev", "mlp", ["--stages", "2", "--microbatches", "4", "--schedule", "dualpipev"]),
+    ("mlp-wide-s4-dualpipev", "mlp-wide", ["--stages", "4", "--microbatches", "8",
+                                           "--schedule", "dualpipev"]),
+    ("mlp-wide-s4-interleaved", "mlp-wide", ["--stages", "4", "--microbatches", "8",
+                                             "--schedule", "interleaved", "--chunks", "2"]),
     ("mlp-s2-rr-replicas", "mlp", ["--stages", "2", "--microbatches", "4", "--replicas", "2,1"]),
     ("mlp-s2-split-replicas", "mlp", ["--stages", "2", "--microbatches", "4", "--replicas", "2,1",
                                       "--replica-mode", "split"]),
@@ -404,9 +412,9 @@ def run_cases(args):
     if not only or IPC_PREFETCH_CASE in only:
         ipc_prefetch_check(args, checks, cases_dir, IPC_PREFETCH_CASE)
     p2p_ok = True
-    for name, extra in NCCL_P2P_CASES:
+    for name, extra, env in NCCL_P2P_CASES:
         if (not only or name in only) and p2p_ok:
-            p2p_ok = nccl_p2p_check(args, checks, cases_dir, name, extra)
+            p2p_ok = nccl_p2p_check(args, checks, cases_dir, name, extra, env)
     ipc_ok = True
     for name in IPC_CASES:
         if (not only or name in only) and ipc_ok:
@@ -555,15 +563,22 @@ def ipc_prefetch_check(args, checks, cases_dir, name):
 # (NCCL's socket transport on loopback): the same bytes arrive, so the
 # losses equal the default run's bit for bit. A continuous schedule on 4
 # ranks with posted receives, zb-h2 on 4 ranks, a V schedule (messages both
-# ways, two chunks per rank: tags asked in another order than sent), and
-# the GPT (1f1b-flush, 4 ranks).
-NCCL_P2P_CASES = [("mlp-s4-1f1b", ["--prefetch"]), ("mlp-s4-zb-h2", []), ("mlp-s2-zb-v", []),
-                  ("gpt-s4-1f1b-flush", [])]
+# ways, two chunks per rank: tags asked in another order than sent), the
+# GPT (1f1b-flush, 4 ranks), and DualPipeV and the interleaved loop on 4
+# ranks with messages larger than NCCL's buffers (NCCL_BUFFSIZE=64 KiB
+# against 128 KiB messages, so no send ends before its receive is queued):
+# the patterns that hung the first design, one communicator per direction
+# (runtime/README.md, NCCL point-to-point).
+NCCL_P2P_CASES = [("mlp-s4-1f1b", ["--prefetch"], {}), ("mlp-s4-zb-h2", [], {}),
+                  ("mlp-s2-zb-v", [], {}), ("gpt-s4-1f1b-flush", [], {}),
+                  ("mlp-wide-s4-dualpipev", [], {"NCCL_BUFFSIZE": "65536"}),
+                  ("mlp-wide-s4-interleaved", [], {"NCCL_BUFFSIZE": "65536"})]
 
 
-def nccl_p2p_check(args, checks, cases_dir, name, extra):
+def nccl_p2p_check(args, checks, cases_dir, name, extra, env=None):
     return transport_check(args, checks, cases_dir, name, "nccl-p2p",
-                           {"PIPEC_NCCL_P2P": "1", "NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1"},
+                           dict({"PIPEC_NCCL_P2P": "1", "NCCL_SOCKET_IFNAME": "lo",
+                                 "NCCL_IB_DISABLE": "1"}, **(env or {})),
                            extra, lambda t: "NCCL messages" in t, "every rank's messages by NCCL",
                            host_per_rank=True)
 
