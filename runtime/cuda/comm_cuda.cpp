@@ -277,7 +277,7 @@ public:
                    ncclWanted ? "PIPEC_NCCL=1" : "PIPEC_NCCL_P2P=1",
                    nccl_.why.c_str());
     const bool p2pReady = p2pWanted && ncclLoaded && nccl_.send && nccl_.recv &&
-                          nccl_.groupStart && nccl_.groupEnd;
+                          !std::getenv("NCCL_COMM_ID");
     // Every rank takes part in the allgather, so that the choice is the
     // same on both sides of every pair (each rank reads the variable the
     // launcher exported to all). The GPU is named by its UUID (one per MIG
@@ -355,14 +355,16 @@ public:
     ipcPeers_ = int(std::count(samePeer_.begin(), samePeer_.end(), true));
     ncclOn_ = ncclWanted && everyoneOpenedNccl;
     stream_ = context(device.kernelContext(), "the CUDA communicator").stream;
-    // NCCL's messages: one world communicator pair, so every rank needs a
-    // GPU of its own as NCCL tells them apart (the same decision on every
-    // rank: it is made from the allgathered records).
+    // NCCL's messages: a communicator per ordered pair of ranks, so every
+    // rank needs a GPU of its own as NCCL tells them apart (the same
+    // decision on every rank: it is made from the allgathered records).
     if (p2pWanted) {
       const std::set<std::string> gpus(ncclGpuOf_.begin(), ncclGpuOf_.end());
       const char *whyNot =
-          !everyoneHasP2p ? "NCCL or its ncclSend/ncclRecv is missing on some "
-                            "rank"
+          !everyoneHasP2p
+              ? "on some rank NCCL or its ncclSend/ncclRecv is missing, or "
+                "NCCL_COMM_ID is set (which would give every pair's "
+                "communicator the same id)"
           : gpus.size() != ncclGpuOf_.size()
               ? "some ranks share a GPU (NCCL refuses them; NCCL_HOSTID "
                 "tells them apart for a test)"

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 namespace pipec {
@@ -59,28 +60,42 @@ NcclP2p::~NcclP2p() {
 void NcclP2p::start(rt::Communicator &mpi) {
   const std::string what = "NCCL point-to-point";
   // Each rank makes the unique ids of the pairs it sends on, one per
-  // receiver; the receivers read theirs from the gathered table.
-  const size_t idBytes = sizeof(ncclUniqueId), row = size_t(size_) * idBytes;
+  // receiver, behind a flag saying whether it could; the receivers read
+  // theirs from the gathered table. A rank that could not still takes
+  // part in the allgather, and then every rank refuses alike.
+  const size_t idBytes = sizeof(ncclUniqueId), head = 8,
+               row = head + size_t(size_) * idBytes;
   std::vector<char> mine(row, 0), all(row * size_t(size_));
-  for (int q = 0; q < size_; ++q)
-    if (q != rank_)
-      nccl_.check(nccl_.getUniqueId(reinterpret_cast<ncclUniqueId *>(
-                      mine.data() + size_t(q) * idBytes)),
-                  what + ": ncclGetUniqueId");
+  std::string failure;
+  try {
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_)
+        nccl_.check(nccl_.getUniqueId(reinterpret_cast<ncclUniqueId *>(
+                        mine.data() + head + size_t(q) * idBytes)),
+                    what + ": ncclGetUniqueId");
+    mine[0] = 1;
+  } catch (const std::exception &e) {
+    failure = e.what();
+  }
   mpi.allgather(mine.data(), int(row), all.data(),
                 what + ": the pairs' unique ids");
-  to_.assign(size_t(size_), Pair());
-  from_.assign(size_t(size_), Pair());
-  // Every ordered pair (a, b) in one order on every rank: a pair's two
-  // ranks each block in its ncclCommInitRank until the other comes, and
-  // the earliest pair not yet made always has both ranks at it.
-  for (int a = 0; a < size_; ++a)
-    for (int b = 0; b < size_; ++b) {
-      if (a == b || (rank_ != a && rank_ != b))
-        continue;
-      Pair &pair = rank_ == a ? to_[size_t(b)] : from_[size_t(a)];
+  for (int q = 0; q < size_; ++q)
+    if (all[size_t(q) * row] != 1)
+      throw rt::RtError(failure.empty() ? what + ": rank " + std::to_string(q) +
+                                              " could not make its unique ids"
+                                        : failure);
+  // From here on a rank that fails leaves its pair partners waiting in
+  // NCCL: it ends the job instead.
+  try {
+    to_.assign(size_t(size_), Pair());
+    from_.assign(size_t(size_), Pair());
+    // Every ordered pair (a, b) in one order on every rank: a pair's two
+    // ranks each block in its ncclCommInitRank until the other comes, and
+    // the earliest pair not yet made always has both ranks at it.
+    forEachPair([&](int a, int b, Pair &pair) {
       ncclUniqueId id;
-      std::memcpy(&id, all.data() + size_t(a) * row + size_t(b) * idBytes,
+      std::memcpy(&id,
+                  all.data() + size_t(a) * row + head + size_t(b) * idBytes,
                   idBytes);
       nccl_.check(nccl_.init(&pair.comm, 2, id,
                              rank_ == a ? kSenderRank : kReceiverRank),
@@ -88,12 +103,26 @@ void NcclP2p::start(rt::Communicator &mpi) {
                       " to rank " + std::to_string(b) + ")");
       check(cudaStreamCreateWithFlags(&pair.stream, cudaStreamNonBlocking),
             what + ": a stream");
-    }
-  started_ = true;
-  rt::mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup",
-               what + ": its control records");
-  MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
-  connectAll();
+    });
+    started_ = true;
+    rt::mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup",
+                 what + ": its control records");
+    MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+    connectAll();
+  } catch (const std::exception &e) {
+    std::fprintf(stderr,
+                 "pipec-rt: error: %s (rank %d); ending the job, whose other "
+                 "ranks wait for this one in NCCL\n",
+                 e.what(), rank_);
+    mpi.abort(1);
+  }
+}
+
+void NcclP2p::forEachPair(const std::function<void(int, int, Pair &)> &f) {
+  for (int a = 0; a < size_; ++a)
+    for (int b = 0; b < size_; ++b)
+      if (a != b && (rank_ == a || rank_ == b))
+        f(a, b, rank_ == a ? to_[size_t(b)] : from_[size_t(a)]);
 }
 
 void NcclP2p::connectAll() {
@@ -106,22 +135,16 @@ void NcclP2p::connectAll() {
   // A byte over every pair, in the order the pairs were made (a first
   // message may block its host until the peer's first one comes), then
   // every pair's stream waited for.
-  for (int a = 0; a < size_; ++a)
-    for (int b = 0; b < size_; ++b) {
-      if (a == b || (rank_ != a && rank_ != b))
-        continue;
-      if (rank_ == a) {
-        const Pair &pair = to_[size_t(b)];
-        nccl_.check(nccl_.send(out, 1, ncclUint8, kReceiverRank, pair.comm,
-                               pair.stream),
-                    what + ": ncclSend");
-      } else {
-        const Pair &pair = from_[size_t(a)];
-        nccl_.check(
-            nccl_.recv(in, 1, ncclUint8, kSenderRank, pair.comm, pair.stream),
-            what + ": ncclRecv");
-      }
-    }
+  forEachPair([&](int a, int, Pair &pair) {
+    if (rank_ == a)
+      nccl_.check(
+          nccl_.send(out, 1, ncclUint8, kReceiverRank, pair.comm, pair.stream),
+          what + ": ncclSend");
+    else
+      nccl_.check(
+          nccl_.recv(in, 1, ncclUint8, kSenderRank, pair.comm, pair.stream),
+          what + ": ncclRecv");
+  });
   for (const std::vector<Pair> *pairs : {&to_, &from_})
     for (const Pair &pair : *pairs)
       if (pair.stream)
@@ -170,7 +193,7 @@ std::unique_ptr<rt::Transfer> NcclP2p::send(const void *src, int64_t bytes,
   Record r;
   r.magic = kRecordMagic;
   r.bytes = bytes;
-  r.sequence = sent_[peer]++;
+  r.sequence = sent_[peer]; // (counted once the record is out, below)
   static_assert(sizeof(Record) == sizeof transfer->record, "record size");
   std::memcpy(transfer->record, &r, sizeof r);
   if (bytes > 0) {
@@ -193,6 +216,7 @@ std::unique_ptr<rt::Transfer> NcclP2p::send(const void *src, int64_t bytes,
   rt::mpiCheck(MPI_Isend(transfer->record, int(sizeof r), MPI_BYTE, peer, tag,
                          control_, &transfer->request),
                "MPI_Isend", what + ": its control record");
+  ++sent_[peer];
   return transfer;
 }
 
@@ -341,28 +365,28 @@ void NcclP2p::finish(rt::Communicator &mpi) {
                    "pipec-rt: note: NCCL point-to-point: messages still "
                    "queued at the end after a minute; its communicators are "
                    "aborted\n");
-    for (const std::vector<Pair> *pairs : {&to_, &from_})
-      for (const Pair &pair : *pairs)
-        if (pair.comm && nccl_.commAbort)
-          nccl_.commAbort(pair.comm);
+    // (In the order the pairs were made: an abort, like a destroy, may
+    // wait for the pair's other rank.)
+    forEachPair([&](int, int, Pair &pair) {
+      if (nccl_.commAbort)
+        nccl_.commAbort(pair.comm);
+      pair.comm = nullptr;
+    });
+    MPI_Comm_free(&control_);
     return; // (the slots and streams stay: the device may still use them)
   }
   // Destroyed in the order they were made (each destroy may wait for the
   // pair's other rank).
-  for (int a = 0; a < size_; ++a)
-    for (int b = 0; b < size_; ++b) {
-      if (a == b || (rank_ != a && rank_ != b))
-        continue;
-      Pair &pair = rank_ == a ? to_[size_t(b)] : from_[size_t(a)];
-      const ncclResult_t r = nccl_.commDestroy(pair.comm);
-      if (r != ncclSuccess)
-        std::fprintf(stderr,
-                     "pipec-rt: note: NCCL point-to-point: destroying the "
-                     "communicator of rank %d to rank %d: %s\n",
-                     a, b, nccl_.errorString(r));
-      cudaStreamDestroy(pair.stream);
-      pair = Pair();
-    }
+  forEachPair([&](int a, int b, Pair &pair) {
+    const ncclResult_t r = nccl_.commDestroy(pair.comm);
+    if (r != ncclSuccess)
+      std::fprintf(stderr,
+                   "pipec-rt: note: NCCL point-to-point: destroying the "
+                   "communicator of rank %d to rank %d: %s\n",
+                   a, b, nccl_.errorString(r));
+    cudaStreamDestroy(pair.stream);
+    pair = Pair();
+  });
   for (auto *all : {&sendSlots_, &recvSlots_})
     for (auto &[peer, slots] : *all)
       for (Slot &s : slots) {

@@ -59,6 +59,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -75,9 +76,12 @@ public:
   NcclP2p(const NcclP2p &) = delete;
   NcclP2p &operator=(const NcclP2p &) = delete;
 
-  /// Collective over every rank: the two NCCL communicators, from unique
-  /// ids made by rank 0 and gathered over `mpi`, and the control records'
-  /// MPI communicator.
+  /// Collective over every rank: every ordered pair's two-rank NCCL
+  /// communicator (the sender makes the pair's unique id; the ids are
+  /// gathered over `mpi`), connected, and the control records' MPI
+  /// communicator. A rank that cannot make its ids refuses with the others
+  /// (RtError on every rank); a failure after that ends the job (its pair
+  /// partners wait in NCCL).
   void start(rt::Communicator &mpi);
   /// Collective: waits (a bounded time) for the queued sends, then frees
   /// everything; a send never received is aborted with a note.
@@ -125,6 +129,11 @@ private:
   /// that every rank follows), so that no first ncclSend waits on the host
   /// for its peer's first ncclRecv.
   void connectAll();
+  /// Calls f(a, b, this rank's end of the pair a -> b) for every ordered
+  /// pair this rank is in, in the one order every rank follows (pairs are
+  /// made, connected, destroyed and aborted in it: each may wait for the
+  /// pair's other rank).
+  void forEachPair(const std::function<void(int, int, Pair &)> &f);
   /// finish(): the control records this rank never took (messages its
   /// program never asked for), received into slots so that every send
   /// completes.

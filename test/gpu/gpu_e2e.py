@@ -50,10 +50,10 @@ GPT_MID = ["--batch", "8", "--seq", "64", "--layers", "4", "--dim", "128", "--he
 MODELS = {
     # name: (generator, its flags, lr, uses data files)
     "mlp": ("examples/mlp/make_mlp.py", ["--hidden", "64,32,16"], 0.1, False),
-    # Eight layers for the V schedules on 4 ranks (2p stages), with 128 KiB
-    # messages (microbatch 128 x 256 floats).
+    # Eight layers for the V schedules on 4 ranks (2p stages), with 256 KiB
+    # messages (microbatch 256 x 256 floats).
     "mlp-wide": ("examples/mlp/make_mlp.py", ["--hidden", "256,256,256,256,256,256,256",
-                                              "--batch", "1024"], 0.05, False),
+                                              "--batch", "2048"], 0.05, False),
     "gpt": ("examples/gpt/make_gpt.py", GPT_SMALL, 0.1, True),
     "gpt-padmask": ("examples/gpt/make_gpt.py", GPT_SMALL + ["--padding-mask"], 0.1, True),
     "gpt-mid": ("examples/gpt/make_gpt.py", GPT_MID, 0.05, True),
@@ -565,14 +565,17 @@ def ipc_prefetch_check(args, checks, cases_dir, name):
 # ranks with posted receives, zb-h2 on 4 ranks, a V schedule (messages both
 # ways, two chunks per rank: tags asked in another order than sent), the
 # GPT (1f1b-flush, 4 ranks), and DualPipeV and the interleaved loop on 4
-# ranks with messages larger than NCCL's buffers (NCCL_BUFFSIZE=64 KiB
-# against 128 KiB messages, so no send ends before its receive is queued):
-# the patterns that hung the first design, one communicator per direction
-# (runtime/README.md, NCCL point-to-point).
+# ranks with messages larger than NCCL's buffers (256 KiB messages against
+# 64 KiB buffers, one channel, 16 KiB network chunks, so no send ends
+# before its receive is queued): the patterns that could hang the first
+# design, one communicator per direction (runtime/README.md, NCCL
+# point-to-point).
+SMALL_NCCL_BUFFERS = {"NCCL_BUFFSIZE": "65536", "NCCL_P2P_NET_CHUNKSIZE": "16384",
+                      "NCCL_NCHANNELS_PER_NET_PEER": "1", "NCCL_MAX_NCHANNELS": "1"}
 NCCL_P2P_CASES = [("mlp-s4-1f1b", ["--prefetch"], {}), ("mlp-s4-zb-h2", [], {}),
                   ("mlp-s2-zb-v", [], {}), ("gpt-s4-1f1b-flush", [], {}),
-                  ("mlp-wide-s4-dualpipev", [], {"NCCL_BUFFSIZE": "65536"}),
-                  ("mlp-wide-s4-interleaved", [], {"NCCL_BUFFSIZE": "65536"})]
+                  ("mlp-wide-s4-dualpipev", [], SMALL_NCCL_BUFFERS),
+                  ("mlp-wide-s4-interleaved", [], SMALL_NCCL_BUFFERS)]
 
 
 def nccl_p2p_check(args, checks, cases_dir, name, extra, env=None):
@@ -595,7 +598,9 @@ def transport_check(args, checks, cases_dir, name, tag, env, extra, used_by, use
     for f in glob.glob(os.path.join(d, f"{tag}-summary.*.json")) + [metrics]:
         if os.path.exists(f):
             os.remove(f)
-    label = f"{name} {' '.join(f'{k}={v}' for k, v in env.items() if k.startswith('PIPEC'))} {' '.join(extra)}".strip()
+    shown = {k: v for k, v in env.items()
+             if k.startswith("PIPEC") or k in SMALL_NCCL_BUFFERS}
+    label = f"{name} {' '.join(f'{k}={v}' for k, v in shown.items())} {' '.join(extra)}".strip()
     if host_per_rank:
         label += " (NCCL_HOSTID per rank)"
     try:
