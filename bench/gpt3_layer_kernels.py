@@ -95,9 +95,12 @@ def torch_ops(torch):
         return lambda: (t(rows, cols_in), t(cols_out, cols_in),
                         t(cols_out) if bias else None)
 
+    layer_norm = (lambda: (t(S, H), t(H), t(H)),
+                  lambda x, w, b: F.layer_norm(x, (H,), w, b))
+    residual = (lambda: (t(S, H), t(S, H), t(S, H)),
+                lambda x, y, z: x + y + z)
     return {
-        "ln1": (lambda: (t(S, H), t(H), t(H)),
-                lambda x, w, b: F.layer_norm(x, (H,), w, b)),
+        "ln1": layer_norm,
         "qkv": (linear(S, H, 3 * H // TP, True), F.linear),
         "scores": (lambda: (t(B * a, S, d), t(B * a, d, S)), torch.bmm),
         "softmax": (lambda: (t(B * a, S, S),),
@@ -106,15 +109,12 @@ def torch_ops(torch):
                          lambda x: F.dropout(x, 0.1, training=True)),
         "context": (lambda: (t(B * a, S, S), t(B * a, S, d)), torch.bmm),
         "proj": (linear(S, H // TP, H, False), F.linear),
-        "residual1": (lambda: (t(S, H), t(S, H), t(S, H)),
-                      lambda x, y, z: x + y + z),
-        "ln2": (lambda: (t(S, H), t(H), t(H)),
-                lambda x, w, b: F.layer_norm(x, (H,), w, b)),
+        "residual1": residual,
+        "ln2": layer_norm,
         "fc1": (linear(S, H, hd, True), F.linear),
         "gelu": (lambda: (t(S, hd),), lambda x: F.gelu(x, approximate="tanh")),
         "fc2": (linear(S, hd, H, False), F.linear),
-        "residual2": (lambda: (t(S, H), t(S, H), t(S, H)),
-                      lambda x, y, z: x + y + z),
+        "residual2": residual,
     }
 
 

@@ -45,11 +45,7 @@ bool FeedPrefetcher::stop(std::chrono::milliseconds timeout) {
 
 FeedPrefetcher::~FeedPrefetcher() {
   errorLocation().stopThreads = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  changed_.notify_all();
+  stop(std::chrono::milliseconds(0)); // (the join below waits)
   thread_.join();
   // (A failed fence must not keep the memory from being returned: the
   // run's result is already out.)

@@ -890,12 +890,7 @@ private:
     if (best >= 0)
       return best;
     Slot s;
-    s.capacity = std::max<int64_t>(bytes, int64_t(1) << 16);
-    void *p = nullptr;
-    check(cudaMalloc(&p, size_t(s.capacity)), what + ": a CUDA IPC slot of " +
-                                                  std::to_string(s.capacity) +
-                                                  " bytes");
-    s.data = static_cast<char *>(p);
+    s.data = allocateSlot(bytes, s.capacity, what + ": a CUDA IPC slot");
     check(cudaEventCreateWithFlags(&s.written, cudaEventDisableTiming |
                                                    cudaEventInterprocess),
           what);

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/options.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -36,6 +37,14 @@ void checkBlas(cublasStatus_t s, const char *what) {
 }
 
 void fail(const char *what) { throw rt::RtError(what); }
+
+char *allocateSlot(int64_t bytes, int64_t &capacity, const std::string &what) {
+  capacity = std::max<int64_t>(bytes, int64_t(1) << 16);
+  void *p = nullptr;
+  check(cudaMalloc(&p, size_t(capacity)),
+        what + " of " + std::to_string(capacity) + " bytes");
+  return static_cast<char *>(p);
+}
 
 void checkLaunch(const char *kernel) { check(cudaGetLastError(), kernel); }
 

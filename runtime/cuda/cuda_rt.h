@@ -107,6 +107,11 @@ inline void check(cudaError_t e, const std::string &what) {
 }
 /// Throws RtError "<what>: cuBLAS status N" unless `s` is success.
 void checkBlas(cublasStatus_t s, const char *what);
+/// Device memory for a message slot of the communicators (CUDA IPC, NCCL
+/// messages) that holds `bytes`: at least 64 KiB, so that small messages
+/// share slots; `capacity` gets its size. Throws RtError "<what> of N
+/// bytes: <CUDA error>" when it cannot be had.
+char *allocateSlot(int64_t bytes, int64_t &capacity, const std::string &what);
 /// Throws RtError with `what` (an unsupported parameter, say).
 [[noreturn]] void fail(const char *what);
 

@@ -145,10 +145,9 @@ void NcclP2p::connectAll() {
           nccl_.recv(in, 1, ncclUint8, kSenderRank, pair.comm, pair.stream),
           what + ": ncclRecv");
   });
-  for (const std::vector<Pair> *pairs : {&to_, &from_})
-    for (const Pair &pair : *pairs)
-      if (pair.stream)
-        check(cudaStreamSynchronize(pair.stream), what);
+  forEachPair([&](int, int, Pair &pair) {
+    check(cudaStreamSynchronize(pair.stream), what);
+  });
   check(cudaFree(bytes), what);
 }
 
@@ -173,12 +172,7 @@ int NcclP2p::freeSlot(std::vector<Slot> &slots, int64_t bytes,
       check(e, what);
   }
   Slot s;
-  s.capacity = std::max<int64_t>(bytes, int64_t(1) << 16);
-  void *p = nullptr;
-  check(cudaMalloc(&p, size_t(s.capacity)), what + ": a NCCL message slot of " +
-                                                std::to_string(s.capacity) +
-                                                " bytes");
-  s.data = static_cast<char *>(p);
+  s.data = allocateSlot(bytes, s.capacity, what + ": a NCCL message slot");
   check(cudaEventCreateWithFlags(&s.free, cudaEventDisableTiming), what);
   check(cudaEventCreateWithFlags(&s.landed, cudaEventDisableTiming), what);
   slots.push_back(s);
@@ -220,8 +214,13 @@ std::unique_ptr<rt::Transfer> NcclP2p::send(const void *src, int64_t bytes,
   return transfer;
 }
 
-NcclP2p::Record NcclP2p::takeRecord(int peer, int tag,
+NcclP2p::Record NcclP2p::takeRecord(int peer, int &tag,
                                     const std::string &what) {
+  // A probe for any tag from one sender finds its earliest record.
+  MPI_Status status;
+  rt::mpiCheck(MPI_Probe(peer, MPI_ANY_TAG, control_, &status), "MPI_Probe",
+               what);
+  tag = status.MPI_TAG;
   Record r;
   rt::mpiCheck(MPI_Recv(&r, int(sizeof r), MPI_BYTE, peer, tag, control_,
                         MPI_STATUS_IGNORE),
@@ -280,16 +279,12 @@ void NcclP2p::receive(void *dst, int64_t bytes, int peer, int tag,
     landEarly(e, peer, dst, what);
     return;
   }
-  // The peer's records before this tag's, in the order sent (a probe for
-  // any tag from one sender finds its earliest message), each received
-  // into a slot; then this tag's, straight into `dst` when its size is
-  // right. A record of another size stays queued for a receive of its own
-  // size, as MPI keeps such a message.
+  // The peer's records before this tag's, in the order sent, each
+  // received into a slot; then this tag's, straight into `dst` when its
+  // size is right. A record of another size stays queued for a receive of
+  // its own size, as MPI keeps such a message.
   for (;;) {
-    MPI_Status status;
-    rt::mpiCheck(MPI_Probe(peer, MPI_ANY_TAG, control_, &status), "MPI_Probe",
-                 what);
-    const int got = status.MPI_TAG;
+    int got = 0;
     const Record r = takeRecord(peer, got, what);
     if (got == tag && r.bytes == bytes) {
       if (bytes > 0) {
@@ -320,11 +315,9 @@ void NcclP2p::takeTheRest(rt::Communicator &mpi) {
   const std::string what = "NCCL point-to-point: a message never asked for";
   for (int q = 0; q < size_; ++q)
     while (taken_[q] < all[size_t(q) * size_t(size_) + size_t(rank_)]) {
-      MPI_Status status;
-      rt::mpiCheck(MPI_Probe(q, MPI_ANY_TAG, control_, &status), "MPI_Probe",
-                   what);
-      const Record r = takeRecord(q, status.MPI_TAG, what);
-      queueEarly(q, status.MPI_TAG, r, what);
+      int tag = 0;
+      const Record r = takeRecord(q, tag, what);
+      queueEarly(q, tag, r, what);
     }
 }
 
@@ -336,10 +329,7 @@ void NcclP2p::finish(rt::Communicator &mpi) {
   // wait all the same (a device in a bad state), and one decision for
   // every rank: destroy the communicators, or abort them all.
   std::vector<cudaStream_t> streams = {compute_};
-  for (const std::vector<Pair> *pairs : {&to_, &from_})
-    for (const Pair &pair : *pairs)
-      if (pair.stream)
-        streams.push_back(pair.stream);
+  forEachPair([&](int, int, Pair &pair) { streams.push_back(pair.stream); });
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(60);
   bool done = false;

@@ -140,8 +140,9 @@ private:
   void takeTheRest(rt::Communicator &mpi);
   int freeSlot(std::vector<Slot> &slots, int64_t bytes,
                const std::string &what);
-  /// Receives `peer`'s next control record, of tag `tag`, and checks it.
-  Record takeRecord(int peer, int tag, const std::string &what);
+  /// Receives `peer`'s next control record (in the order sent), sets `tag`
+  /// to its tag, and checks it.
+  Record takeRecord(int peer, int &tag, const std::string &what);
   /// Queues the ncclRecv of a message received ahead of its receive (or
   /// of another size than asked) into a slot.
   void queueEarly(int peer, int tag, const Record &r, const std::string &what);
