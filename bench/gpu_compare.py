@@ -484,7 +484,7 @@ def run(args):
         parts = [p for p in parts if p not in ("profile", "trace")]
     if env("PIPEC_BENCH_GPT", "1") != "0":
         draw_weights(b, BUILDS)
-        s1 = s4 = s4np = sb = loss1 = loss4 = lossb = s1g = s4g = s4staged = s4mps = None
+        s1 = s4 = s4np = sb = sbnp = loss1 = loss4 = lossb = s1g = s4g = s4staged = s4mps = None
         if "pipec" in parts:
             s1, loss1 = run_pipec(args, b, "s1")
             s4, loss4 = run_pipec(args, b, "s4")
@@ -503,6 +503,13 @@ def run(args):
             # and during GPU waits (runtime/README.md, Communication).
             s4np, _ = run_pipec(args, b, "s4", env={"PIPEC_MESSAGE_PROGRESS": "0"})
             sb, lossb = run_pipec(args, b, "s1-bf16")
+            # bf16 products of unaligned shapes on the tensors' own shapes
+            # instead of padded to multiples of 8 (runtime/cuda/gemm.cu; at
+            # this size the 50257-word output layer).
+            sbnp, lossbnp = run_pipec(args, b, "s1-bf16", env={"PIPEC_BF16_PAD": "0"})
+            if sbnp is not None and lossbnp is not None and lossb is not None and \
+                    abs(lossbnp - lossb) > 1e-3 * abs(lossb):
+                print(f"PIPEC_BF16_PAD=0: final loss {lossbnp} against {lossb} padded")
             # The four stages under CUDA's Multi-Process Service, where the
             # driver has it: the processes' kernels share the GPU instead
             # of time-slicing between their contexts (the suspect of the
@@ -532,6 +539,7 @@ def run(args):
             del os.environ["PIPEC_CUBLAS_MATH"]
             rows.append(("fp32", "pipec --target cuda, 1 stage, cuBLAS pedantic math", sp))
         rows.append(("bf16", "pipec --target cuda --precision bf16, 1 stage", sb))
+        rows.append(("bf16", "pipec bf16, 1 stage, PIPEC_BF16_PAD=0", sbnp))
         rows.append(("bf16", "PyTorch eager, autocast bf16",
                      run_torch(False, bf16=True, profile=profile_torch) if eager else None))
         if "compile" in parts:

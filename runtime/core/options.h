@@ -25,7 +25,8 @@ namespace rt {
 /// An on/off switch of the environment (unset or empty: `byDefault`); a
 /// value other than 0 or 1 is refused (RtError), saying what each means:
 /// PIPEC_FEED_PREFETCH, the CUDA communicator's PIPEC_CUDA_IPC,
-/// PIPEC_NCCL and PIPEC_NCCL_P2P, and the CUDA kernels' PIPEC_BN_SPLIT.
+/// PIPEC_NCCL and PIPEC_NCCL_P2P, and the CUDA kernels' PIPEC_BN_SPLIT and
+/// PIPEC_BF16_PAD.
 bool switchedOn(const char *name, bool byDefault, const char *on,
                 const char *off);
 

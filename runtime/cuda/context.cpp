@@ -59,6 +59,10 @@ void initContext(Context &c, int device, bool allowTf32, bool matmulBf16) {
   c.bnSplit = rt::switchedOn("PIPEC_BN_SPLIT", true,
                              "batch norm of few channels split across blocks",
                              "one block per channel");
+  c.bf16Pad = rt::switchedOn(
+      "PIPEC_BF16_PAD", true,
+      "bfloat16 products of unaligned shapes padded to multiples of 8",
+      "bfloat16 products on the tensors' own shapes");
   check(cudaSetDevice(device), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),

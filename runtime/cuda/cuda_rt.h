@@ -69,6 +69,15 @@ struct Context : pipec_kctx {
   /// and does not round to nearest).
   void *bf16Staging = nullptr;
   size_t bf16StagingBytes = 0;
+  /// With matmulBf16: a product whose dimensions, leading dimensions or
+  /// batch strides are not multiples of 8 elements (16 bytes of bfloat16),
+  /// or whose float32 result is not 16-byte aligned (GPT-2's 50257-word
+  /// vocabulary), is staged with every dimension padded to a multiple of 8
+  /// (zeros) and multiplied into an aligned float32 result in the staging
+  /// buffer, then copied out; cuBLAS's tensor-core kernels need that
+  /// alignment for their fast variants (gemm.cu). PIPEC_BF16_PAD=0 turns
+  /// it off.
+  bool bf16Pad = true;
   /// The device tables of the multi-tensor kernels' calls (optimizer.cu):
   /// uploaded on a call site's first call, kept while its buffers are the
   /// same (the arena's are, step after step).

@@ -753,6 +753,46 @@ TEST(CudaGemmBf16, OddSizesRoundEveryElement) {
   }
 }
 
+// Shapes whose dimensions, leading dimensions, batch strides or result are
+// not multiples of 8 take the padded path (gemm.cu, paddedBf16Gemm): the
+// operands packed with zeros, the result through an aligned buffer unless
+// it needs no padding. Against the CPU's emulation (the same rounding,
+// exact products): every transpose, bias form, alpha and beta, the result
+// written directly (only K padded) and copied out; then the same shapes on
+// the unpadded path (PIPEC_BF16_PAD=0).
+TEST(CudaGemmBf16, PaddedShapesMatchCpu) {
+  PIPEC_REQUIRE_GPU();
+  Bf16Matmuls bf16;
+  pipec::cuda::Context &ctx = pipec::cuda::context(gpuContext(), "test");
+  for (bool pad : {true, false}) {
+    SCOPED_TRACE(::testing::Message() << "PIPEC_BF16_PAD=" << pad);
+    ctx.bf16Pad = pad;
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        gemmCase(37, 53, 29, ta, tb, Bias::None, 1, 0);
+        gemmCase(37, 53, 29, ta, tb, Bias::Full, 0.5, 1);
+        gemmCase(16, 24, 29, ta, tb, Bias::Row, 1, 1);
+        gemmCase(5, 3, 70, ta, tb, Bias::Transposed, -2, 0.5);
+        gemmCase(1, 1, 1, ta, tb, Bias::None, 1, 0);
+      }
+    // An odd vocabulary (GPT-2's lm_head is 50257 wide): the forward, the
+    // input's gradient (K odd) and the weight's (N odd).
+    gemmCase(64, 1003, 48, false, false, Bias::None, 1, 0, 1e-4, 1e-4);
+    gemmCase(64, 48, 1003, false, true, Bias::None, 1, 0, 1e-4, 1e-4);
+    gemmCase(48, 1003, 64, true, false, Bias::None, 1, 0, 1e-4, 1e-4);
+    const int64_t m = 13, n = 21, k = 17, b = 5;
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        bmmCase({b}, {m * k}, {k * n}, b * m * k, b * k * n, m, n, k, ta, tb);
+        bmmCase({b}, {m * k}, {0}, b * m * k, k * n, m, n, k, ta, tb, 0.5);
+        bmmCase({b}, {0}, {k * n}, m * k, b * k * n, m, n, k, ta, tb, -2);
+      }
+    // Aligned matrices 132 elements apart (a batch stride off by 4).
+    bmmCase({3}, {132}, {64}, 3 * 132, 3 * 64, 16, 8, 8, false, false);
+  }
+  ctx.bf16Pad = true;
+}
+
 // The rounding from pointers that are not 16-byte aligned (a tensor view
 // at an odd offset): the one-at-a-time kernel, the same values.
 TEST(CudaGemmBf16, RoundingFromUnalignedPointers) {

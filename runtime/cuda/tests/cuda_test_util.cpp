@@ -190,8 +190,14 @@ std::vector<float> roundedToBf16(std::vector<float> v) {
   return v;
 }
 
-Bf16Matmuls::Bf16Matmuls() { testContext().matmulBf16 = true; }
-Bf16Matmuls::~Bf16Matmuls() { testContext().matmulBf16 = false; }
+Bf16Matmuls::Bf16Matmuls() {
+  testContext().matmulBf16 = true;
+  cpuContext()->matmulBf16 = true;
+}
+Bf16Matmuls::~Bf16Matmuls() {
+  testContext().matmulBf16 = false;
+  cpuContext()->matmulBf16 = false;
+}
 
 } // namespace cudatest
 } // namespace pipec

@@ -80,8 +80,9 @@ void expectSameAsCpu(const std::string &name, std::vector<Arg> args,
 /// even), kept as float32.
 std::vector<float> roundedToBf16(std::vector<float> v);
 
-/// The context's matrix products in bfloat16 for one test (what a
-/// `--precision bf16` stage sets at start-up).
+/// The contexts' matrix products in bfloat16 for one test (what a
+/// `--precision bf16` stage sets at start-up), the GPU's and the CPU
+/// reference's: the CPU kernels round the operands the same way.
 struct Bf16Matmuls {
   Bf16Matmuls();
   ~Bf16Matmuls();
