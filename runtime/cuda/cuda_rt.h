@@ -78,6 +78,10 @@ struct Context : pipec_kctx {
   /// alignment for their fast variants (gemm.cu). PIPEC_BF16_PAD=0 turns
   /// it off.
   bool bf16Pad = true;
+  /// The padded float32 result is staged in parts of at most this many
+  /// bytes (whole columns, or whole matrices of a batch; GPT-2's logits
+  /// are 1.6 GB at microbatch 8). Tests make it small to run the parts.
+  int64_t bf16PadPartBytes = int64_t(256) << 20;
   /// The device tables of the multi-tensor kernels' calls (optimizer.cu):
   /// uploaded on a call site's first call, kept while its buffers are the
   /// same (the arena's are, step after step).

@@ -37,8 +37,9 @@
 /// time, against 380 TFLOP/s for the aligned MLP products. Such products
 /// are staged padded: m, n and k rounded up to multiples of 8 with zeros
 /// (exact zeros in every sum), the result computed into an aligned float32
-/// buffer after the operands in the staging buffer and copied out (with
-/// beta C added there), unless only k needed padding. Aligned products
+/// buffer after the operands in the staging buffer (in parts of at most
+/// 256 MiB) and copied out, beta C added there, unless only k needed
+/// padding. Aligned products
 /// keep the plain copy of their span. PIPEC_BF16_PAD=0 turns padding off.
 ///
 //===----------------------------------------------------------------------===//
@@ -48,6 +49,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -232,13 +234,38 @@ bool needsPadding(int m, int n, int k, int lda, int64_t strideA, int ldb,
   return ldc % 4 != 0 || reinterpret_cast<uintptr_t>(c) % 16 != 0;
 }
 
+/// cublasGemmEx / cublasGemmStridedBatchedEx on bfloat16 operands with a
+/// float32 result and float32 arithmetic.
+void bf16Blas(Context &ctx, cublasOperation_t ta, cublasOperation_t tb,
+              int64_t m, int64_t n, int64_t k, float alpha,
+              const __nv_bfloat16 *a, int64_t lda, int64_t strideA,
+              const __nv_bfloat16 *b, int64_t ldb, int64_t strideB, float beta,
+              float *c, int64_t ldc, int64_t strideC, int64_t batch,
+              const char *what) {
+  if (batch == 1)
+    checkBlas(cublasGemmEx(ctx.blas, ta, tb, int(m), int(n), int(k), &alpha, a,
+                           CUDA_R_16BF, int(lda), b, CUDA_R_16BF, int(ldb),
+                           &beta, c, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT),
+              what);
+  else
+    checkBlas(cublasGemmStridedBatchedEx(
+                  ctx.blas, ta, tb, int(m), int(n), int(k), &alpha, a,
+                  CUDA_R_16BF, int(lda), strideA, b, CUDA_R_16BF, int(ldb),
+                  strideB, &beta, c, CUDA_R_32F, int(ldc), strideC, int(batch),
+                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              what);
+}
+
 /// The padded bfloat16 product: both operands packed with m, n and k
 /// rounded up to multiples of 8 (zeros, which add exact zeros to every
 /// sum), multiplied into C directly when m and n need no padding and C is
-/// aligned, else into a float32 result of mP x nP per matrix in the
-/// staging buffer, then copied out. The products are those of the rounded
-/// operands, as on the unpadded path; only cuBLAS's choice of kernel (the
-/// order of the float32 sums) differs.
+/// aligned; else into a float32 result of mP x nP per matrix in the
+/// staging buffer, then copied out, in parts of at most
+/// Context::bf16PadPartBytes (whole columns of one matrix, or whole
+/// matrices of a batch). The products are those of the rounded operands, as on
+/// the unpadded path; only cuBLAS's choice of kernel (the order of the float32
+/// sums) differs.
 void paddedBf16Gemm(Context &ctx, cublasOperation_t ta, cublasOperation_t tb,
                     int m, int n, int k, float alpha, const float *a, int lda,
                     int64_t strideA, const float *b, int ldb, int64_t strideB,
@@ -258,46 +285,62 @@ void paddedBf16Gemm(Context &ctx, cublasOperation_t ta, cublasOperation_t tb,
   // A batch stride of 0 broadcasts one matrix: it is packed once.
   const int64_t aCount = batch > 1 && strideA != 0 ? batch : 1;
   const int64_t bCount = batch > 1 && strideB != 0 ? batch : 1;
+  const int64_t aStrideP = aCount > 1 ? aRowsP * aColsP : 0;
+  const int64_t bStrideP = bCount > 1 ? bRowsP * bColsP : 0;
   const bool direct = mP == m && nP == n && ldc % 4 == 0 &&
                       (batch == 1 || strideC % 4 == 0) &&
                       reinterpret_cast<uintptr_t>(c) % 16 == 0;
+  // The result's part: `partCols` columns of the one matrix, or
+  // `partBatch` whole matrices (at least 8 columns or one matrix).
+  const int64_t columnBytes = mP * 4;
+  const int64_t partCols =
+      batch > 1 ? nP
+                : std::min(nP, std::max<int64_t>(8, ctx.bf16PadPartBytes /
+                                                        columnBytes / 8 * 8));
+  const int64_t partBatch =
+      batch > 1
+          ? std::max<int64_t>(1, ctx.bf16PadPartBytes / (columnBytes * nP))
+          : 1;
   auto rounded256 = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const size_t bytesA = rounded256(size_t(aRowsP * aColsP * aCount) * 2);
   const size_t bytesB = rounded256(size_t(bRowsP * bColsP * bCount) * 2);
-  const size_t bytesR = direct ? 0 : size_t(mP * nP) * size_t(batch) * 4;
+  const size_t bytesR = direct
+                            ? 0
+                            : size_t(columnBytes * partCols) *
+                                  size_t(std::min<int64_t>(partBatch, batch));
   char *staging =
       static_cast<char *>(bf16Staging(ctx, bytesA + bytesB + bytesR));
   auto *da = reinterpret_cast<__nv_bfloat16 *>(staging);
   auto *db = reinterpret_cast<__nv_bfloat16 *>(staging + bytesA);
-  float *r = direct ? c : reinterpret_cast<float *>(staging + bytesA + bytesB);
   cudaStream_t stream = ctx.stream;
   packBf16<<<columnGrid(aColsP * aCount), columnBlock(aRowsP), 0, stream>>>(
       a, lda, strideA, aRows, aCols, da, aRowsP, aColsP, aCount);
   packBf16<<<columnGrid(bColsP * bCount), columnBlock(bRowsP), 0, stream>>>(
       b, ldb, strideB, bRows, bCols, db, bRowsP, bColsP, bCount);
   checkLaunch(what);
-  const float rBeta = direct ? beta : 0.0f;
-  const int ldr = direct ? ldc : int(mP);
-  const int64_t strideR = direct ? strideC : mP * nP;
-  if (batch == 1)
-    checkBlas(cublasGemmEx(ctx.blas, ta, tb, int(mP), int(nP), int(kP), &alpha,
-                           da, CUDA_R_16BF, int(aRowsP), db, CUDA_R_16BF,
-                           int(bRowsP), &rBeta, r, CUDA_R_32F, ldr,
-                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-              what);
-  else
-    checkBlas(cublasGemmStridedBatchedEx(
-                  ctx.blas, ta, tb, int(mP), int(nP), int(kP), &alpha, da,
-                  CUDA_R_16BF, int(aRowsP), aCount > 1 ? aRowsP * aColsP : 0,
-                  db, CUDA_R_16BF, int(bRowsP),
-                  bCount > 1 ? bRowsP * bColsP : 0, &rBeta, r, CUDA_R_32F, ldr,
-                  strideR, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-              what);
-  if (direct)
+  if (direct) {
+    bf16Blas(ctx, ta, tb, mP, nP, kP, alpha, da, aRowsP, aStrideP, db, bRowsP,
+             bStrideP, beta, c, ldc, strideC, batch, what);
     return;
-  unpadResult<<<columnGrid(int64_t(n) * batch), columnBlock(m), 0, stream>>>(
-      r, mP, nP, m, n, c, ldc, strideC, batch, beta);
-  checkLaunch(what);
+  }
+  float *r = reinterpret_cast<float *>(staging + bytesA + bytesB);
+  for (int64_t g0 = 0; g0 < batch; g0 += partBatch) {
+    const int64_t gs = std::min<int64_t>(partBatch, batch - g0);
+    for (int64_t j0 = 0; j0 < n; j0 += partCols) {
+      // Columns j0 .. j0 + cols of op(B) and of the result: B's columns
+      // (stored k x n) or rows (stored n x k, an offset of j0 values,
+      // 16-byte aligned as j0 is a multiple of 8).
+      const int64_t cols = std::min<int64_t>(partCols, n - j0);
+      const __nv_bfloat16 *bPart = db + g0 * bStrideP + (nb ? j0 * bRowsP : j0);
+      bf16Blas(ctx, ta, tb, mP, roundUp8(cols), kP, alpha, da + g0 * aStrideP,
+               aRowsP, aStrideP, bPart, bRowsP, bStrideP, 0.0f, r, mP,
+               mP * roundUp8(cols), gs, what);
+      unpadResult<<<columnGrid(cols * gs), columnBlock(m), 0, stream>>>(
+          r, mP, roundUp8(cols), m, cols, c + g0 * strideC + j0 * ldc, ldc,
+          strideC, gs, beta);
+      checkLaunch(what);
+    }
+  }
 }
 
 /// Row-major Y[MxN] = alpha op(A) op(B) + beta Y for one matrix; beta is 0

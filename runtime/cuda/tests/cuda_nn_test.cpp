@@ -758,15 +758,22 @@ TEST(CudaGemmBf16, OddSizesRoundEveryElement) {
 // operands packed with zeros, the result through an aligned buffer unless
 // it needs no padding. Against the CPU's emulation (the same rounding,
 // exact products): every transpose, bias form, alpha and beta, the result
-// written directly (only K padded) and copied out; then the same shapes on
-// the unpadded path (PIPEC_BF16_PAD=0).
+// written directly (only K padded) and copied out, whole and in parts;
+// then the same shapes on the unpadded path (PIPEC_BF16_PAD=0).
 TEST(CudaGemmBf16, PaddedShapesMatchCpu) {
   PIPEC_REQUIRE_GPU();
   Bf16Matmuls bf16;
   pipec::cuda::Context &ctx = pipec::cuda::context(gpuContext(), "test");
-  for (bool pad : {true, false}) {
-    SCOPED_TRACE(::testing::Message() << "PIPEC_BF16_PAD=" << pad);
+  // Padded with the result staged whole, padded with it staged in parts
+  // of 8 columns or one matrix (1 KiB), not padded.
+  const std::pair<bool, int64_t> modes[] = {
+      {true, ctx.bf16PadPartBytes}, {true, 1024}, {false, 0}};
+  const int64_t partBytes = ctx.bf16PadPartBytes;
+  for (const auto &[pad, part] : modes) {
+    SCOPED_TRACE(::testing::Message() << "PIPEC_BF16_PAD=" << pad
+                                      << ", parts of " << part << " bytes");
     ctx.bf16Pad = pad;
+    ctx.bf16PadPartBytes = part;
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb) {
         gemmCase(37, 53, 29, ta, tb, Bias::None, 1, 0);
@@ -791,6 +798,7 @@ TEST(CudaGemmBf16, PaddedShapesMatchCpu) {
     bmmCase({3}, {132}, {64}, 3 * 132, 3 * 64, 16, 8, 8, false, false);
   }
   ctx.bf16Pad = true;
+  ctx.bf16PadPartBytes = partBytes;
 }
 
 // The rounding from pointers that are not 16-byte aligned (a tensor view
