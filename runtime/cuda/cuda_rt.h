@@ -73,15 +73,19 @@ struct Context : pipec_kctx {
   /// batch strides are not multiples of 8 elements (16 bytes of bfloat16),
   /// or whose float32 result is not 16-byte aligned (GPT-2's 50257-word
   /// vocabulary), is staged with every dimension padded to a multiple of 8
-  /// (zeros) and multiplied into an aligned float32 result in the staging
-  /// buffer, then copied out; cuBLAS's tensor-core kernels need that
-  /// alignment for their fast variants (gemm.cu). PIPEC_BF16_PAD=0 turns
-  /// it off.
+  /// (zeros); it is multiplied straight into its result when only K was
+  /// padded and the result is aligned, else into an aligned float32 buffer
+  /// in the staging, then copied out. cuBLAS's tensor-core kernels need
+  /// that alignment for their fast variants (gemm.cu). PIPEC_BF16_PAD=0
+  /// turns it off.
   bool bf16Pad = true;
   /// The padded float32 result is staged in parts of at most this many
   /// bytes (whole columns, or whole matrices of a batch; GPT-2's logits
   /// are 1.6 GB at microbatch 8). Tests make it small to run the parts.
   int64_t bf16PadPartBytes = int64_t(256) << 20;
+  /// Padded products multiplied straight into their result, and parts of
+  /// padded results copied out (for the tests: which path ran).
+  int64_t bf16PaddedDirect = 0, bf16PaddedParts = 0;
   /// The device tables of the multi-tensor kernels' calls (optimizer.cu):
   /// uploaded on a call site's first call, kept while its buffers are the
   /// same (the arena's are, step after step).

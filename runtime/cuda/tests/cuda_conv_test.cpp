@@ -151,26 +151,32 @@ TEST(CudaConv, CudnnIsLoaded) {
 // --precision bf16 on operands that are bfloat16 values already: the
 // products are exact, so cuDNN (TF32 math on the rounded operands) and
 // im2col (bfloat16 GEMMs) both equal the CPU's float32 convolution to the
-// order of the sums.
+// order of the sums. The second shape's channels (3 in, 5 out) and patch
+// length (27) make im2col's GEMMs take gemm.cu's padded path.
 TEST(CudaConv, Bf16OnBf16Operands) {
   PIPEC_REQUIRE_GPU();
   Bf16Matmuls bf16;
-  const Conv cv = Conv(3, 8, 12, 12, 16, 3, 3).pad(1);
-  const std::vector<int64_t> ints = cv.ints();
-  const size_t xCount = size_t(3 * 8 * 12 * 12), wCount = size_t(16 * 8 * 9),
-               yCount = size_t(3 * 16 * 12 * 12);
-  const std::vector<float> x = roundedToBf16(randf(xCount, -1, 1, 41));
-  const std::vector<float> w = roundedToBf16(randf(wCount, -1, 1, 42));
-  const std::vector<float> dy = roundedToBf16(randf(yCount, -1, 1, 43));
-  for (bool dnn : {true, false}) {
-    SCOPED_TRACE(dnn ? "cuDNN if taken" : "im2col + cuBLAS");
-    CudnnSetting setting(dnn);
-    expectSameAsCpu("conv2d", {in(x), in(w), null(), out(yCount)}, ints, {},
-                    kRtol, atolFor(8 * 9));
-    expectSameAsCpu("conv2d_grad_input", {in(dy), in(w), out(xCount)}, ints, {},
-                    kRtol, atolFor(16 * 9));
-    expectSameAsCpu("conv2d_grad_weight", {in(dy), in(x), out(wCount)}, ints,
-                    {}, kRtol, atolFor(3 * 12 * 12));
+  for (const Conv &cv : {Conv(3, 8, 12, 12, 16, 3, 3).pad(1),
+                         Conv(2, 3, 7, 7, 5, 3, 3).pad(1)}) {
+    SCOPED_TRACE(::testing::Message() << "C " << cv.c << " M " << cv.m);
+    const std::vector<int64_t> ints = cv.ints();
+    const int64_t patch = cv.c * cv.kh * cv.kw, pixels = cv.oh() * cv.ow();
+    const size_t xCount = size_t(cv.n * cv.c * cv.h * cv.w),
+                 wCount = size_t(cv.m * patch),
+                 yCount = size_t(cv.n * cv.m * pixels);
+    const std::vector<float> x = roundedToBf16(randf(xCount, -1, 1, 41));
+    const std::vector<float> w = roundedToBf16(randf(wCount, -1, 1, 42));
+    const std::vector<float> dy = roundedToBf16(randf(yCount, -1, 1, 43));
+    for (bool dnn : {true, false}) {
+      SCOPED_TRACE(dnn ? "cuDNN if taken" : "im2col + cuBLAS");
+      CudnnSetting setting(dnn);
+      expectSameAsCpu("conv2d", {in(x), in(w), null(), out(yCount)}, ints, {},
+                      kRtol, atolFor(patch));
+      expectSameAsCpu("conv2d_grad_input", {in(dy), in(w), out(xCount)}, ints,
+                      {}, kRtol, atolFor(cv.m * cv.kh * cv.kw));
+      expectSameAsCpu("conv2d_grad_weight", {in(dy), in(x), out(wCount)}, ints,
+                      {}, kRtol, atolFor(cv.n * pixels));
+    }
   }
 }
 

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -652,15 +653,17 @@ TEST(CudaOptimizer, Adagrad) {
 
 namespace {
 
-/// `x` rounded to the nearest bfloat16 (ties to even), as a float.
-/// Runs pipec_cuda_k_gemm (Y = A B, no C) on the GPU and returns Y.
+/// Runs pipec_cuda_k_gemm (Y = A B, no C) on the GPU and returns Y; Y
+/// holds NaN before the call with `nanY`, else zeros.
 std::vector<float> gpuGemm(const std::vector<float> &a,
                            const std::vector<float> &b, int64_t m, int64_t n,
-                           int64_t k) {
+                           int64_t k, bool nanY = false) {
   float *d[3] = {};
   const size_t sizes[3] = {a.size(), b.size(), size_t(m * n)};
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(cudaMalloc(&d[i], sizes[i] * 4), cudaSuccess);
+  // Y before the call: NaN (all bits set) or zeros.
+  EXPECT_EQ(cudaMemset(d[2], nanY ? 0xFF : 0, sizes[2] * 4), cudaSuccess);
   cudaMemcpy(d[0], a.data(), a.size() * 4, cudaMemcpyHostToDevice);
   cudaMemcpy(d[1], b.data(), b.size() * 4, cudaMemcpyHostToDevice);
   void *bufs[4] = {d[0], d[1], nullptr, d[2]};
@@ -753,51 +756,155 @@ TEST(CudaGemmBf16, OddSizesRoundEveryElement) {
   }
 }
 
+/// The bf16 path a product takes (gemm.cu): the tensors' own shapes,
+/// padded straight into the result, or padded through the staged result
+/// copied out in parts.
+enum class Bf16Path { Plain, Direct, CopyOut };
+
+/// Runs `product` (one kernel call) and checks the path it took through the
+/// context's counters: `parts` copied-out parts (-1: at least one).
+void expectBf16Path(Bf16Path want, int64_t parts,
+                    const std::function<void()> &product) {
+  pipec::cuda::Context &ctx = pipec::cuda::context(gpuContext(), "test");
+  const int64_t direct0 = ctx.bf16PaddedDirect, parts0 = ctx.bf16PaddedParts;
+  product();
+  const int64_t direct = ctx.bf16PaddedDirect - direct0,
+                copied = ctx.bf16PaddedParts - parts0;
+  if (!ctx.bf16Pad)
+    want = Bf16Path::Plain;
+  EXPECT_EQ(direct, want == Bf16Path::Direct ? 1 : 0) << "straight into Y";
+  if (want != Bf16Path::CopyOut)
+    EXPECT_EQ(copied, 0) << "parts copied out";
+  else if (parts < 0)
+    EXPECT_GE(copied, 1) << "parts copied out";
+  else
+    EXPECT_EQ(copied, parts) << "parts copied out";
+}
+
 // Shapes whose dimensions, leading dimensions, batch strides or result are
 // not multiples of 8 take the padded path (gemm.cu, paddedBf16Gemm): the
-// operands packed with zeros, the result through an aligned buffer unless
-// it needs no padding. Against the CPU's emulation (the same rounding,
-// exact products): every transpose, bias form, alpha and beta, the result
-// written directly (only K padded) and copied out, whole and in parts;
-// then the same shapes on the unpadded path (PIPEC_BF16_PAD=0).
+// operands packed with zeros, the result written directly when only K is
+// padded, else staged and copied out, whole or in parts. Against the CPU's
+// emulation (the same rounding, exact products) with the sums' tolerance
+// of ExactOnBf16Operands: transposes, bias forms, alpha and beta; each
+// case checks which path it took. Then the same shapes on the unpadded
+// path (PIPEC_BF16_PAD=0).
 TEST(CudaGemmBf16, PaddedShapesMatchCpu) {
   PIPEC_REQUIRE_GPU();
   Bf16Matmuls bf16;
   pipec::cuda::Context &ctx = pipec::cuda::context(gpuContext(), "test");
-  // Padded with the result staged whole, padded with it staged in parts
-  // of 8 columns or one matrix (1 KiB), not padded.
-  const std::pair<bool, int64_t> modes[] = {
-      {true, ctx.bf16PadPartBytes}, {true, 1024}, {false, 0}};
   const int64_t partBytes = ctx.bf16PadPartBytes;
-  for (const auto &[pad, part] : modes) {
-    SCOPED_TRACE(::testing::Message() << "PIPEC_BF16_PAD=" << pad
-                                      << ", parts of " << part << " bytes");
-    ctx.bf16Pad = pad;
-    ctx.bf16PadPartBytes = part;
+  // Padded with the result staged whole; in parts of 8 columns or one
+  // matrix (1 KiB); in parts of 8 columns or two matrices (3 KiB); not
+  // padded. `whole`, `small`, `medium`: parts expected in the three
+  // padded modes.
+  struct Mode {
+    bool pad;
+    int64_t partBytes;
+    int index;
+  };
+  const Mode modes[] = {
+      {true, partBytes, 0}, {true, 1024, 1}, {true, 3072, 2}, {false, 0, 0}};
+  for (const Mode &mode : modes) {
+    SCOPED_TRACE(::testing::Message()
+                 << "PIPEC_BF16_PAD=" << mode.pad << ", parts of "
+                 << mode.partBytes << " bytes");
+    ctx.bf16Pad = mode.pad;
+    ctx.bf16PadPartBytes = mode.partBytes;
+    auto parts = [&](int64_t whole, int64_t small, int64_t medium) {
+      const int64_t byMode[] = {whole, small, medium};
+      return byMode[mode.index];
+    };
+    const double tol = 1e-5;
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb) {
-        gemmCase(37, 53, 29, ta, tb, Bias::None, 1, 0);
-        gemmCase(37, 53, 29, ta, tb, Bias::Full, 0.5, 1);
-        gemmCase(16, 24, 29, ta, tb, Bias::Row, 1, 1);
-        gemmCase(5, 3, 70, ta, tb, Bias::Transposed, -2, 0.5);
-        gemmCase(1, 1, 1, ta, tb, Bias::None, 1, 0);
+        // cuBLAS sees m = 53 (odd), n = 37: copied out, 8 columns a part
+        // in the small modes.
+        expectBf16Path(Bf16Path::CopyOut, parts(1, 5, 5), [&] {
+          gemmCase(37, 53, 29, ta, tb, Bias::None, 1, 0, tol, tol);
+        });
+        expectBf16Path(Bf16Path::CopyOut, parts(1, 5, 5), [&] {
+          gemmCase(37, 53, 29, ta, tb, Bias::Full, 0.5, 1, tol, tol);
+        });
+        // Only K (29) padded: straight into Y, beta Y added by cuBLAS.
+        expectBf16Path(Bf16Path::Direct, 0, [&] {
+          gemmCase(16, 24, 29, ta, tb, Bias::Row, 1, 1, tol, tol);
+        });
+        expectBf16Path(Bf16Path::CopyOut, 1, [&] {
+          gemmCase(5, 3, 70, ta, tb, Bias::Transposed, -2, 0.5, tol, tol);
+        });
+        expectBf16Path(Bf16Path::CopyOut, 1, [&] {
+          gemmCase(1, 1, 1, ta, tb, Bias::Scalar, 1, 1, tol, tol);
+        });
       }
     // An odd vocabulary (GPT-2's lm_head is 50257 wide): the forward, the
-    // input's gradient (K odd) and the weight's (N odd).
-    gemmCase(64, 1003, 48, false, false, Bias::None, 1, 0, 1e-4, 1e-4);
-    gemmCase(64, 48, 1003, false, true, Bias::None, 1, 0, 1e-4, 1e-4);
-    gemmCase(48, 1003, 64, true, false, Bias::None, 1, 0, 1e-4, 1e-4);
+    // input's gradient (K odd: straight into Y) and the weight's (N odd).
+    expectBf16Path(Bf16Path::CopyOut, parts(1, 8, 8), [&] {
+      gemmCase(64, 1003, 48, false, false, Bias::None, 1, 0, 1e-4, 1e-4);
+    });
+    expectBf16Path(Bf16Path::Direct, 0, [&] {
+      gemmCase(64, 48, 1003, false, true, Bias::None, 1, 0, 1e-4, 1e-4);
+    });
+    expectBf16Path(Bf16Path::CopyOut, parts(1, 6, 6), [&] {
+      gemmCase(48, 1003, 64, true, false, Bias::None, 1, 0, 1e-4, 1e-4);
+    });
     const int64_t m = 13, n = 21, k = 17, b = 5;
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb) {
-        bmmCase({b}, {m * k}, {k * n}, b * m * k, b * k * n, m, n, k, ta, tb);
-        bmmCase({b}, {m * k}, {0}, b * m * k, k * n, m, n, k, ta, tb, 0.5);
-        bmmCase({b}, {0}, {k * n}, m * k, b * k * n, m, n, k, ta, tb, -2);
+        // Five 21 x 13 results (24 x 16 padded, 1536 bytes): one part
+        // whole, one matrix a part, two matrices a part.
+        expectBf16Path(Bf16Path::CopyOut, parts(1, 5, 3), [&] {
+          bmmCase({b}, {m * k}, {k * n}, b * m * k, b * k * n, m, n, k, ta, tb,
+                  1, tol, tol);
+        });
+        // Broadcasts: packed once (one GEMM of b * M rows where A is not
+        // transposed and B is shared).
+        expectBf16Path(Bf16Path::CopyOut, -1, [&] {
+          bmmCase({b}, {m * k}, {0}, b * m * k, k * n, m, n, k, ta, tb, 0.5,
+                  tol, tol);
+        });
+        expectBf16Path(Bf16Path::CopyOut, -1, [&] {
+          bmmCase({b}, {0}, {k * n}, m * k, b * k * n, m, n, k, ta, tb, -2, tol,
+                  tol);
+        });
       }
-    // Aligned matrices 132 elements apart (a batch stride off by 4).
-    bmmCase({3}, {132}, {64}, 3 * 132, 3 * 64, 16, 8, 8, false, false);
+    // Aligned matrices 132 elements apart (a batch stride off by 4):
+    // packed, then straight into Y.
+    expectBf16Path(Bf16Path::Direct, 0, [&] {
+      bmmCase({3}, {132}, {64}, 3 * 132, 3 * 64, 16, 8, 8, false, false, 1, tol,
+              tol);
+    });
   }
   ctx.bf16Pad = true;
+  ctx.bf16PadPartBytes = partBytes;
+}
+
+// beta == 0 never reads Y on the padded paths: a Y of NaN before the call
+// gives the same result as a Y of zeros (copied out, whole and in parts;
+// straight into Y).
+TEST(CudaGemmBf16, PaddedNeverReadsYWithoutBeta) {
+  PIPEC_REQUIRE_GPU();
+  Bf16Matmuls bf16;
+  pipec::cuda::Context &ctx = pipec::cuda::context(gpuContext(), "test");
+  const int64_t partBytes = ctx.bf16PadPartBytes;
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (int64_t part : {partBytes, int64_t(1024)}) {
+    ctx.bf16PadPartBytes = part;
+    for (const Shape &s : {Shape{37, 53, 29}, Shape{16, 24, 29}}) {
+      SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k "
+                                        << s.k << ", parts of " << part);
+      const std::vector<float> a = randf(size_t(s.m * s.k), -1, 1, 71);
+      const std::vector<float> b = randf(size_t(s.k * s.n), -1, 1, 72);
+      const std::vector<float> clean = gpuGemm(a, b, s.m, s.n, s.k, false);
+      const std::vector<float> fromNaN = gpuGemm(a, b, s.m, s.n, s.k, true);
+      for (size_t e = 0; e < clean.size(); ++e) {
+        ASSERT_FALSE(std::isnan(fromNaN[e])) << "element " << e;
+        ASSERT_EQ(fromNaN[e], clean[e]) << "element " << e;
+      }
+    }
+  }
   ctx.bf16PadPartBytes = partBytes;
 }
 
