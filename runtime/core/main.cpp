@@ -41,6 +41,7 @@
 #include <sched.h>
 #include <set>
 #include <sys/resource.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace pipec::rt;
@@ -304,6 +305,13 @@ void leaveJob(pipec_ctx &ctx, RankState state) {
   setStatusState(state);
   errorLocation().comm = nullptr;
   ctx.comm->finalize();
+  armTeardownDeadline(ctx.options.teardownSeconds);
+  // The deadline's test (test/e2e/bad_input.py): a teardown that never
+  // ends, as with a GPU that stopped answering.
+  if (const char *hang = std::getenv("PIPEC_TEARDOWN_TEST_HANG");
+      hang && std::string(hang) == "1")
+    while (true)
+      std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 /// Start-up refusals are agreed on before anyone stops: every rank runs
@@ -331,6 +339,11 @@ void agreeOnStartup(pipec_ctx &ctx, const std::function<void()> &phase) {
     std::fprintf(stderr, "%s\n", formatError(error).c_str());
   std::fflush(stderr);
   leaveJob(ctx, RankState::Error);
+  // As fatal(): a thread that does not stop (the feed prefetcher in a
+  // device wait) must not run on while std::exit destroys what it uses.
+  const ErrorLocation &loc = errorLocation();
+  if (loc.stopThreads && !loc.stopThreads())
+    std::_Exit(1);
   std::exit(1);
 }
 

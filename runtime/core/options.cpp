@@ -266,6 +266,16 @@ Options parseOptions(int argc, char **argv) {
   }
   if (o.resume && !o.resumeFrom.empty())
     throw UsageError("give --resume or --resume-from, not both");
+  // (An environment variable: pipec train passes every PIPEC_ one to every
+  // rank.)
+  if (const char *v = std::getenv("PIPEC_TEARDOWN_TIMEOUT_S"); v && *v) {
+    char *end = nullptr;
+    o.teardownSeconds = std::strtod(v, &end);
+    if (*end != '\0' || !(o.teardownSeconds >= 0) ||
+        !std::isfinite(o.teardownSeconds))
+      throw RtError(std::string("PIPEC_TEARDOWN_TIMEOUT_S=") + v +
+                    ": expected seconds (a number >= 0; 0: no deadline)");
+  }
   return o;
 }
 

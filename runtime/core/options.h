@@ -96,6 +96,10 @@ struct Options {
   /// longest step), so a long operation is not taken for a hang once a step
   /// has been timed.
   double watchdogFirstStepSeconds = 300;
+  /// PIPEC_TEARDOWN_TIMEOUT_S: how long the local teardown after the
+  /// transport has closed may take before the rank ends itself (core/
+  /// watchdog.h, armTeardownDeadline); 0 = no deadline.
+  double teardownSeconds = 60;
 };
 
 /// Parses argv[1..argc); throws UsageError.

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unistd.h>
 
@@ -160,6 +161,27 @@ void stopWatchdog() {
   }
   s.stopCv.notify_all();
   s.thread.join();
+}
+
+void armTeardownDeadline(double seconds) {
+  if (!(seconds > 0))
+    return;
+  char shown[32];
+  std::snprintf(shown, sizeof shown, "%g", seconds);
+  const std::string line = formatError(
+      std::string("this rank's local teardown (device memory, streams, "
+                  "threads) did not finish ") +
+      shown +
+      " s after its part in the job ended (a GPU that stopped answering?); "
+      "ending the process (PIPEC_TEARDOWN_TIMEOUT_S); the run's results "
+      "were written before");
+  std::thread([seconds, line] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+    ::_exit(kWatchdogExit);
+  }).detach();
 }
 
 void watchdogProgress() { state().lastProgressNs = nowNs(); }

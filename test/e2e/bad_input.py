@@ -406,6 +406,31 @@ def main():
             problems.append("checkpoint files were written although the input was rejected")
         R.report(f"train {name}", problems, line)
 
+    # A rank whose local teardown never ends after the job (a GPU that
+    # stopped answering; simulated by PIPEC_TEARDOWN_TEST_HANG): it ends
+    # itself PIPEC_TEARDOWN_TIMEOUT_S after its transport closed, with one
+    # line and status 4, and the run's checkpoint is complete.
+    os.environ.update(PIPEC_TEARDOWN_TIMEOUT_S="2", PIPEC_TEARDOWN_TEST_HANG="1")
+    try:
+        problems, line, out, secs = check_failure(
+            train(A, "--steps", "2", "--inputs", xs, "--labels", ys, tag="teardown"),
+            [r"teardown", r"did not finish 2 s", r"results were written"],
+            extra_lines=r"^done: ", only_error_line=True, timeout=90)
+    finally:
+        del os.environ["PIPEC_TEARDOWN_TIMEOUT_S"], os.environ["PIPEC_TEARDOWN_TEST_HANG"]
+    problems += checkpoint_problems(p("ckpt-teardown"), 2, init_names)[0]
+    if secs > 45:
+        problems.append(f"took {secs:.0f} s")
+    R.report("train teardown-that-never-ends", problems, line)
+    os.environ["PIPEC_TEARDOWN_TIMEOUT_S"] = "soon"
+    try:
+        problems, line, _, _ = check_failure(
+            train(A, "--steps", "1", "--inputs", xs, "--labels", ys, tag="teardown-bad"),
+            [r"PIPEC_TEARDOWN_TIMEOUT_S=soon", r"expected seconds"])
+    finally:
+        del os.environ["PIPEC_TEARDOWN_TIMEOUT_S"]
+    R.report("train PIPEC_TEARDOWN_TIMEOUT_S-not-a-number", problems, line)
+
     # A stage binary started with the manifest of another build.
     mixed = p("build-mb4-with-mb8-manifest")
     shutil.copytree(A, mixed)
