@@ -6,6 +6,7 @@ efficiencies from a measurement instead of datasheet peaks.
 
     python3 bench/gpt3_layer_kernels.py --out profile.json     (GPU machine)
     /usr/bin/python3 bench/gpt3_layer_kernels.py --dry-run     (anywhere)
+    python3 bench/gpt3_layer_kernels.py --check-on-cpu 64      (with PyTorch)
 
 The layer is examples/profiles/make_profiles.py's transformer_layer with
 GPT-3's sizes (microbatch 1, sequence 2048, h = 12288, 96 heads, t = 8: 12
@@ -81,10 +82,11 @@ def primitives():
     return out
 
 
-def torch_ops(torch):
-    """name -> (make inputs, forward) on the GPU in bfloat16."""
+def torch_ops(torch, dev="cuda", dtype=None, S=S):
+    """name -> (make inputs, forward) on `dev` in `dtype` (bfloat16 unless
+    given), at sequence length S (--check-on-cpu shortens it)."""
     F = torch.nn.functional
-    dev, bf = "cuda", torch.bfloat16
+    bf = dtype or torch.bfloat16
     a, d, hd = HEADS // TP, H // HEADS, 4 * H // TP
 
     def t(*shape, grad=True):
@@ -172,6 +174,33 @@ def profile_ops(name, kind, fwd, bwd, fwd_s, bwd_s):
         [op("backward", bwd, bwd_s)] if measures_backward(kind) else [])
 
 
+def check_on_cpu(torch, seq):
+    """Every primitive's inputs, forward and backward once on the CPU in
+    float32 at sequence length `seq` (GPT-3's widths): the shapes and the
+    autograd calls that the GPU run times, checked where there is no GPU.
+    Returns the number of failures."""
+    torch.manual_seed(0)
+    failures = 0
+    for name, (make, forward) in torch_ops(torch, "cpu", torch.float32,
+                                           seq).items():
+        try:
+            args = make()
+            leaves = [x for x in args if x is not None]
+            y = forward(*args)
+            grads = torch.autograd.grad(y, leaves, torch.ones_like(y))
+            bad = [i for i, (g, x) in enumerate(zip(grads, leaves))
+                   if g is None or g.shape != x.shape or
+                   not bool(torch.isfinite(g).all())]
+            if bad or not bool(torch.isfinite(y).all()):
+                raise ValueError("gradients of inputs %s missing, misshapen "
+                                 "or not finite" % bad)
+            print("%-13s ok: output %s" % (name, tuple(y.shape)))
+        except Exception as e:  # noqa: BLE001 - every failure is reported
+            failures += 1
+            print("%-13s FAILED: %s: %s" % (name, type(e).__name__, e))
+    return failures
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", help="the pipec.profile/1 to write")
@@ -179,8 +208,27 @@ def main():
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--dry-run", action="store_true",
                         help="list the primitives and their counts; no GPU")
+    parser.add_argument("--check-on-cpu", type=int, metavar="SEQ",
+                        help="run each primitive's forward and backward once "
+                             "on the CPU (float32, sequence SEQ), no timing")
+    parser.add_argument("--skip-status", type=int, default=0,
+                        help="exit status when skipped for want of PyTorch "
+                             "(ctest's SKIP_RETURN_CODE)")
     args = parser.parse_args()
     prims = primitives()
+    if args.check_on_cpu:
+        try:
+            import torch
+        except ImportError:
+            print("skipped: no PyTorch here")
+            return args.skip_status
+        missing = {name for name, _, _, _ in prims} - set(torch_ops(torch))
+        if missing:
+            print("no PyTorch op for %s" % sorted(missing))
+            return 1
+        failures = check_on_cpu(torch, args.check_on_cpu)
+        print("%d passed, %d failed" % (len(prims) - failures, failures))
+        return 1 if failures else 0
     if args.dry_run:
         for name, kind, fwd, bwd in prims:
             print("%-13s %-10s fwd %9.3f GFLOP %8.1f MB  bwd %9.3f GFLOP "
