@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -179,16 +180,16 @@ def pipec_launch(args, b, build, extra):
                                "--labels", os.path.join(b, "y.npy")])
 
 
-def run_pipec(args, b, build, steps=None, env=None, flags=()):
+def run_pipec(args, b, build, steps=None, env=None, flags=(), timeout=180):
     shutil.rmtree(os.path.join(b, build, "checkpoints"), ignore_errors=True)
     cmd = pipec_launch(args, b, build, ["--steps", str(steps or STEPS)] + list(flags))
     try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180,
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
                            env=dict(os.environ, **(env or {})))
     except subprocess.TimeoutExpired:
         # (The ranks outlive a killed launcher: end them, or they hold the GPU.)
         subprocess.run(["pkill", "-9", "-f", os.path.join(b, build) + "/stage"], check=False)
-        print(f"{build} {' '.join(f'{k}={v}' for k, v in (env or {}).items())}: timed out after 180 s")
+        print(f"{build} {' '.join(f'{k}={v}' for k, v in (env or {}).items())}: timed out after {timeout} s")
         return None, None
     m = re.search(r"done: .* final loss ([0-9.]+)\s+([0-9.]+) samples/s", p.stdout)
     if p.returncode != 0 or not m:
@@ -200,8 +201,11 @@ def run_pipec(args, b, build, steps=None, env=None, flags=()):
 def run_under_mps(measure):
     """Starts CUDA's MPS control daemon in a private folder, returns
     (measure(env of its clients)[0], note) and stops the daemon again;
-    (None, why) where it cannot start (no nvidia-cuda-mps-control, or the
-    GPU's compute mode refuses it). PIPEC_BENCH_MPS=0 skips it."""
+    (None, why) where it cannot start (no nvidia-cuda-mps-control, a GPU
+    whose compute mode refuses it) or no client reached it (a client that
+    cannot reach the daemon runs without MPS: that run is not counted).
+    PIPEC_BENCH_MPS=0 skips it. Run last: a client that hangs under MPS
+    costs the measure's timeout."""
     if os.environ.get("PIPEC_BENCH_MPS", "1") == "0":
         return None, None
     control = shutil.which("nvidia-cuda-mps-control")
@@ -213,22 +217,49 @@ def run_under_mps(measure):
     for sub in mps_env.values():
         os.makedirs(sub)
     env = dict(os.environ, **mps_env)
-    started = subprocess.run([control, "-d"], env=env, capture_output=True, text=True)
-    if started.returncode != 0:
-        return None, f"CUDA MPS: the daemon did not start: {started.stderr.strip()}"
+    log = os.path.join(mps_env["CUDA_MPS_LOG_DIRECTORY"], "control.log")
+
+    def log_tail():
+        return open(log).read()[-600:] if os.path.exists(log) else ""
+
+    # (The daemon forks and keeps what it inherits: no pipes to it, or
+    # waiting for their end never returns.)
     try:
-        value = measure(mps_env)[0]
+        started = subprocess.run([control, "-d"], env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(d, ignore_errors=True)
+        return None, "CUDA MPS: nvidia-cuda-mps-control -d did not return within 30 s"
+    if started.returncode != 0:
+        shutil.rmtree(d, ignore_errors=True)
+        return None, f"CUDA MPS: the daemon did not start (status {started.returncode})"
+    value, note = None, None
+    try:
+        pipe = os.path.join(mps_env["CUDA_MPS_PIPE_DIRECTORY"], "control")
+        for _ in range(50):
+            if os.path.exists(pipe):
+                break
+            time.sleep(0.1)
+        if not os.path.exists(pipe):
+            note = f"CUDA MPS: the daemon's control pipe did not appear within 5 s; control.log: {log_tail()}"
+        else:
+            value = measure(mps_env)[0]
     finally:
         try:
-            subprocess.run([control], input="quit\n", env=env, capture_output=True,
-                           text=True, timeout=30)
+            subprocess.run([control], input="quit\n", env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, text=True, timeout=30)
         except subprocess.TimeoutExpired:
             print("CUDA MPS: the daemon did not answer `quit` within 30 s")
         time.sleep(1)
-        log = os.path.join(mps_env["CUDA_MPS_LOG_DIRECTORY"], "control.log")
-        tail = open(log).read()[-600:] if os.path.exists(log) else ""
+        tail = log_tail()
         shutil.rmtree(d, ignore_errors=True)
-    return value, None if value is not None else f"CUDA MPS: the run failed; control.log: {tail}"
+    if note:
+        return None, note
+    if value is None:
+        return None, f"CUDA MPS: the run failed; control.log: {tail}"
+    if "NEW CLIENT" not in tail.upper() and "STARTING NEW SERVER" not in tail.upper():
+        return None, f"CUDA MPS: no client reached the daemon (the run went without MPS; not counted); control.log: {tail}"
+    return value, None
 
 
 def profile_pipec(args, b, build="s1", microbatches=MICROBATCHES, label="gpt"):
@@ -484,7 +515,7 @@ def run(args):
         parts = [p for p in parts if p not in ("profile", "trace")]
     if env("PIPEC_BENCH_GPT", "1") != "0":
         draw_weights(b, BUILDS)
-        s1 = s4 = s4np = sb = sbnp = loss1 = loss4 = lossb = s1g = s4g = s4staged = s4mps = None
+        s1 = s4 = s4np = sb = sbnp = loss1 = loss4 = lossb = s1g = s4g = s4staged = None
         if "pipec" in parts:
             s1, loss1 = run_pipec(args, b, "s1")
             s4, loss4 = run_pipec(args, b, "s4")
@@ -510,13 +541,6 @@ def run(args):
             if sbnp is not None and lossbnp is not None and lossb is not None and \
                     abs(lossbnp - lossb) > 1e-3 * abs(lossb):
                 print(f"PIPEC_BF16_PAD=0: final loss {lossbnp} against {lossb} padded")
-            # The four stages under CUDA's Multi-Process Service, where the
-            # driver has it: the processes' kernels share the GPU instead
-            # of time-slicing between their contexts (the suspect of the
-            # ~150 us small messages and of the 4-stage overhead).
-            s4mps, mps_note = run_under_mps(lambda mps_env: run_pipec(args, b, "s4", env=mps_env))
-            if mps_note:
-                print(mps_note)
         if "profile" in parts:
             profile_pipec(args, b, "s1")
             profile_pipec(args, b, "s1-bf16")
@@ -527,7 +551,6 @@ def run(args):
                 ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
                 ("fp32", "pipec, 4 stages, PIPEC_MESSAGE_PROGRESS=0", s4np),
                 ("fp32", "pipec, 4 stages, PIPEC_CUDA_IPC=0 (host-staged)", s4staged),
-                ("fp32", "pipec, 4 stages, under CUDA MPS", s4mps),
                 ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),
                 ("fp32", "pipec, 4 stages, --cuda-graphs", s4g),
                 ("fp32", "PyTorch eager", run_torch(False, profile=profile_torch) if eager else None)]
@@ -552,6 +575,21 @@ def run(args):
     if "resnet" in parts and os.path.isdir(os.path.join(b, "resnet50")):
         result["resnet50"] = run_resnet(args, os.path.join(b, "resnet50"), config, name, env, profile_torch,
                                         "compile" in parts)
+    # Last (a client that hangs under MPS costs only its own 90 s): the four
+    # stages under CUDA's Multi-Process Service, where the driver has it;
+    # the processes' kernels then share the GPU instead of time-slicing
+    # between their contexts (the suspect of the ~150 us small messages and
+    # of the 4-stage overhead).
+    if env("PIPEC_BENCH_GPT", "1") != "0" and "pipec" in parts:
+        s4mps, mps_note = run_under_mps(
+            lambda mps_env: run_pipec(args, b, "s4", env=mps_env, timeout=90))
+        if mps_note:
+            print(mps_note)
+        result["gpt_mps"] = print_table(
+            f"\nGPT {LAYERS} layers, 4 stages on the one GPU, with and without CUDA MPS; {name}",
+            [("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
+             ("fp32", "pipec, 4 stages, under CUDA MPS", s4mps)],
+            flops_per_step(), BATCH, name)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
@@ -605,6 +643,9 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
 
 
 def main():
+    # A `timeout` around the benchmark sends SIGTERM: end through SystemExit
+    # so that `finally` blocks run (the MPS daemon is stopped).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare")

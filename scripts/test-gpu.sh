@@ -27,8 +27,10 @@
 # tests, no schedule CSVs); PIPEC_GPU_BENCH=0 leaves the benchmark out;
 # PIPEC_GPU_LINK_VARIANTS=1 probes the link under other MPI settings too;
 # PIPEC_BENCH_GPT3=0 leaves out the GPT-3 layer's kernels
-# (bench/gpt3_layer_kernels.py); the benchmark's own (PIPEC_BENCH_*) are
-# in bench/gpu_compare.py.
+# (bench/gpt3_layer_kernels.py); PIPEC_BENCH_TIMEOUT_S (default 400) caps
+# the benchmark; the benchmark's own (PIPEC_BENCH_*) are in
+# bench/gpu_compare.py. Every step has a time limit, and the results so far
+# are packed into $OUT after each part.
 #
 # With the device tool: run(command="scripts/test-gpu.sh run",
 # carry=[".gpu-bundle/debs", ".gpu-bundle/packed.tar.gz"]). Results go to
@@ -105,11 +107,14 @@ run() {
   local out=$BUNDLE/results
   rm -rf "$out"; mkdir -p "$out"
   export PIPEC_GPU_RESULTS=$out
-  if [ -n "${OUT:-}" ]; then
-    # shellcheck disable=SC2064 # the paths are fixed now
-    trap "tar czf '$OUT/results.tgz' -C '$BUNDLE' results 2>/dev/null;
-          cp '$out/e2e.log' '$out/bench.log' '$OUT/' 2>/dev/null || true" EXIT
-  fi
+  # pack: the results so far into $OUT (after each part too, in case the
+  # device tool stops the command before the trap runs; never fails).
+  pack() {
+    [ -n "${OUT:-}" ] || return 0
+    tar czf "$OUT/results.tgz" -C "$BUNDLE" results 2>/dev/null || true
+    cp "$BUNDLE/results/e2e.log" "$BUNDLE/results/bench.log" "$OUT/" 2>/dev/null || true
+  }
+  trap pack EXIT
   nvidia-smi -L || true
   echo "cuBLAS from $cublas"
   local rc=0
@@ -117,8 +122,9 @@ run() {
   # PIPEC_GPU_ONLY=CASE,... runs those e2e cases without the kernel tests
   # and the schedule CSVs (the communicator's checks and link still run).
   if [ -z "${PIPEC_GPU_ONLY:-}" ]; then
-  "$BUNDLE/bin/pipec_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/kernels.log" | tail -40 || rc=1
+  timeout -k 10 300 "$BUNDLE/bin/pipec_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/kernels.log" | tail -40 || rc=1
   grep -q "FAILED" "$out/kernels.log" && rc=1
+  pack
   fi
   # The communicator contract with tensors in GPU memory, 3 ranks sharing
   # the GPU: contract LOG SECONDS MARKER [hosts] [VAR=VALUE ...] runs it
@@ -135,9 +141,11 @@ run() {
       wrap=(sh -c 'NCCL_HOSTID=pipec-rank-$OMPI_COMM_WORLD_RANK exec "$0"')
       shift
     fi
-    env "$@" timeout "$seconds" "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+    env "$@" timeout -k 10 "$seconds" "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
       "${wrap[@]}" "$BUNDLE/bin/pipec_cuda_communicator_contract" > "$log" 2>&1 || rc=1
-    grep -v "NCCL INFO" "$log" | tail -3
+    # (grep finds nothing in a log of NCCL INFO lines only, a killed run's:
+    # not a reason to end the script, under pipefail.)
+    { grep -v "NCCL INFO" "$log" || true; } | tail -3
     grep -qE "^[0-9]+ passed, 0 failed" "$log" || rc=1
     grep -q "$marker" "$log" || { echo "contract: no '$marker' in $log"; rc=1; }
   }
@@ -158,16 +166,17 @@ run() {
   # The link between two stage processes sharing the GPU, as their
   # messages cross it (fitted here: pipec topology --fit linkprobe_cuda.json),
   # host-staged and by CUDA IPC.
-  PIPEC_CUDA_IPC=0 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+  pack
+  PIPEC_CUDA_IPC=0 timeout -k 10 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda.json" || rc=1
   [ -f "$out/linkprobe_cuda.json" ] && cat "$out/linkprobe_cuda.json"
-  timeout 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+  timeout -k 10 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda_ipc.json" || rc=1
   [ -f "$out/linkprobe_cuda_ipc.json" ] && cat "$out/linkprobe_cuda_ipc.json"
   # The same between host buffers, to tell MPI's share from the GPU's (on
   # the H200 of 2026-11-27 messages up to 16 KiB took 152 us with GPU
   # buffers and 32 KiB ones 28 us).
-  "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+  timeout -k 10 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe" --out "$out/linkprobe_cpu.json" || true
   [ -f "$out/linkprobe_cpu.json" ] && cat "$out/linkprobe_cpu.json"
   # PIPEC_GPU_LINK_VARIANTS=1: the host-staged probe under other MPI
@@ -182,17 +191,19 @@ run() {
         "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_${v%%:*}.json" >/dev/null 2>&1 || true
       [ -f "$out/linkprobe_${v%%:*}.json" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); \
 print(sys.argv[2], ' '.join(f'{s*1e6:.1f}' for s in d['seconds'][:14]), 'us (8 B .. 64 KiB)')" \
-        "$out/linkprobe_${v%%:*}.json" "${v%%:*}"
+        "$out/linkprobe_${v%%:*}.json" "${v%%:*}" || true
     done
   fi
   if [ -z "${PIPEC_GPU_ONLY:-}" ]; then
   # The exported schedule CSVs through torch.distributed.pipelining's reader.
-  python3 test/gpu/torch_csv.py run --bundle "$BUNDLE" 2>&1 | tee "$out/torch_csv.log" || rc=1
+  timeout -k 10 120 python3 test/gpu/torch_csv.py run --bundle "$BUNDLE" 2>&1 | tee "$out/torch_csv.log" || rc=1
   tail -1 "$out/torch_csv.log" | grep -q " 0 failed" || rc=1
   fi
+  pack
   PYTHONUNBUFFERED=1 python3 test/gpu/gpu_e2e.py run --bundle "$BUNDLE" --mpirun "$P/usr/bin/orterun" \
     ${PIPEC_GPU_ONLY:+--only "$PIPEC_GPU_ONLY"} 2>&1 | tee "$out/e2e.log" || rc=1
   tail -1 "$out/e2e.log" | grep -q " 0 failed" || rc=1
+  pack
   fi
   # The benchmark (figures, not checks): PIPEC_GPU_BENCH=0 skips it.
   if [ "${PIPEC_GPU_BENCH:-1}" != 0 ]; then
@@ -200,11 +211,16 @@ print(sys.argv[2], ' '.join(f'{s*1e6:.1f}' for s in d['seconds'][:14]), 'us (8 B
     # anchor's measured efficiencies (bench/gpt3_layer_kernels.py says how
     # they are used here); half a minute. PIPEC_BENCH_GPT3=0 skips it.
     if [ "${PIPEC_BENCH_GPT3:-1}" != 0 ]; then
-      timeout 180 python3 bench/gpt3_layer_kernels.py \
+      timeout -k 10 180 python3 bench/gpt3_layer_kernels.py \
         --out "$out/profile_gpt3_layer_bf16.json" 2>&1 | tee "$out/gpt3_layer.log" || true
+      pack
     fi
-    PYTHONUNBUFFERED=1 python3 bench/gpu_compare.py run --bundle "$BUNDLE" \
-      --mpirun "$P/usr/bin/orterun" --out "$out/gpu_compare.json" 2>&1 | tee "$out/bench.log" || true
+    # At most PIPEC_BENCH_TIMEOUT_S (default 400 s: with the GPT-3 step's
+    # 180 s at most, within the device tool's 600 s command limit), so that
+    # what it measured comes back.
+    PYTHONUNBUFFERED=1 timeout -k 10 "${PIPEC_BENCH_TIMEOUT_S:-400}" python3 bench/gpu_compare.py run \
+      --bundle "$BUNDLE" --mpirun "$P/usr/bin/orterun" --out "$out/gpu_compare.json" 2>&1 |
+      tee "$out/bench.log" || true
   fi
   return $rc
 }
