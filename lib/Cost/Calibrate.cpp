@@ -81,7 +81,10 @@ Calibration calibrateDevice(const Profile &measured, const DeviceModel &base) {
     fit.upTo = 4 * rMax;
     // Least squares t = a r + b over the kind's kernels.
     bool fitted = false;
-    if (k.points.size() >= 2 && rMin > 0 && rMax >= 1.5 * rMin) {
+    // (A span of exactly 1.5, an element-wise kernel's backward of three
+    // tensors against its forward of two, counts: the slack keeps the
+    // rounding of the two rooflines from deciding.)
+    if (k.points.size() >= 2 && rMin > 0 && rMax >= 1.5 * rMin * (1 - 1e-9)) {
       double n = 0, sr = 0, st = 0, srr = 0, srt = 0;
       for (const auto &[r, t] : k.points) {
         n += 1;

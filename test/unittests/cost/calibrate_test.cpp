@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -106,6 +107,35 @@ TEST(Calibrate, KindsOverrideTheClasses) {
   EXPECT_NEAR(c.model.seconds(1e7, 0, "matmul"), 1.5e-5 + 1e-6, 1e-12);
   EXPECT_NEAR(c.model.seconds(1e11, 0, "matmul"), 0.15 + 1e-6, 1e-9);
   EXPECT_NEAR(c.model.seconds(1e9, 0, "matmul"), 2e-3 + 1e-6, 1e-12);
+}
+
+TEST(Calibrate, AKindSpanningExactlyOneAndAHalfGetsItsLine) {
+  // An element-wise kind whose backward moves 3 tensors where its forward
+  // moves 2 (softmax, GeLU, dropout in gpt3_layer_kernels.py's profile):
+  // their rooflines differ by exactly 1.5x, the least span a line is fitted
+  // over. Whether 1.5 x the smaller one rounds above the larger must not
+  // decide it: every size gets the line (share and overhead recovered).
+  const DeviceModel d = roundDevice();
+  int lines = 0, sizes = 0;
+  for (double n = 1234567; n < 5e8; n *= 1.37) {
+    Profile p;
+    for (double bytes : {2 * n, 3 * n}) {
+      ProfileOp o;
+      o.op = "softmax";
+      o.fwdFlops = bytes / 100;
+      o.touchedBytes = bytes;
+      o.fwdSeconds = bytes / (d.bandwidth * 0.7) + 3e-6;
+      p.ops.push_back(o);
+    }
+    Calibration c = calibrateDevice(p, d);
+    ASSERT_TRUE(c.ok) << c.error;
+    ++sizes;
+    const DeviceModel::KindFit &fit = c.model.kinds.at("softmax");
+    if (std::abs(fit.overhead - 3e-6) < 1e-12 &&
+        std::abs(fit.efficiency - 0.7) < 1e-9)
+      ++lines;
+  }
+  EXPECT_EQ(lines, sizes);
 }
 
 TEST(Calibrate, AClassWithoutKernelsKeepsItsEfficiency) {
