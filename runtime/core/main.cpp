@@ -300,12 +300,17 @@ void leaveJob(pipec_ctx &ctx, RankState state) {
   if (auto report = reinterpret_cast<Report>(
           dlsym(RTLD_DEFAULT, "pipec_rt_check_report")))
     report();
+  // Every rank is here (a peer may still have been writing its last
+  // checkpoint: no limit on this wait). What follows is quick unless a GPU
+  // stopped answering: the groups' and the transport's closes (NCCL's and
+  // CUDA IPC's touch the GPU), then the local teardown; it gets a deadline.
+  ctx.comm->barrier("leaving the job");
+  armTeardownDeadline(ctx.options.teardownSeconds);
   ctx.stageGroup.reset();
   ctx.tieGroups.clear();
   setStatusState(state);
   errorLocation().comm = nullptr;
   ctx.comm->finalize();
-  armTeardownDeadline(ctx.options.teardownSeconds);
   // The deadline's test (test/e2e/bad_input.py): a teardown that never
   // ends, as with a GPU that stopped answering.
   if (const char *hang = std::getenv("PIPEC_TEARDOWN_TEST_HANG");

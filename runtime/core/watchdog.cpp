@@ -169,10 +169,11 @@ void armTeardownDeadline(double seconds) {
   char shown[32];
   std::snprintf(shown, sizeof shown, "%g", seconds);
   const std::string line = formatError(
-      std::string("this rank's local teardown (device memory, streams, "
-                  "threads) did not finish ") +
+      std::string("this rank's teardown (closing its transport, device "
+                  "memory, streams, threads) did not finish ") +
       shown +
-      " s after its part in the job ended (a GPU that stopped answering?); "
+      " s after every rank ended its part in the job (a GPU that stopped "
+      "answering?); "
       "ending the process (PIPEC_TEARDOWN_TIMEOUT_S); the run's results "
       "were written before");
   std::thread([seconds, line] {

@@ -58,11 +58,12 @@ void startWatchdog(double seconds, int rank, WatchdogPeers peers,
 /// Stops it (the run ended normally or reported its own error).
 void stopWatchdog();
 
-/// After this rank's part in the job has ended and its transport is closed,
-/// what is left is local: the device's teardown (a GPU's memory, streams,
-/// library handles, the feed prefetcher's thread) and the process's exit.
-/// Nothing watches it any more, so a GPU that stopped answering would hang
-/// the rank there for good. This starts a detached thread that, after
+/// Once every rank has ended its part in the job, what is left is quick:
+/// the closes of its groups and transport (NCCL's and CUDA IPC's touch the
+/// GPU), the device's teardown (a GPU's memory, streams, library handles,
+/// the feed prefetcher's thread) and the process's exit. Nothing watches it
+/// any more, so a GPU that stopped answering would hang the rank there for
+/// good. This starts a detached thread that, after
 /// `seconds` (<= 0: never), prints one error line saying so (the run's
 /// results were written before) and ends the process with status 4
 /// (kWatchdogExit), without unwinding anything. The line is formatted now,
