@@ -756,6 +756,18 @@ TEST(CudaGemmBf16, OddSizesRoundEveryElement) {
   }
 }
 
+/// Restores the context's padding settings (PIPEC_BF16_PAD, the part
+/// size) when a test that changes them ends, however it ends.
+struct PadSettings {
+  pipec::cuda::Context &ctx = pipec::cuda::context(gpuContext(), "test");
+  const bool pad = ctx.bf16Pad;
+  const int64_t partBytes = ctx.bf16PadPartBytes;
+  ~PadSettings() {
+    ctx.bf16Pad = pad;
+    ctx.bf16PadPartBytes = partBytes;
+  }
+};
+
 /// The bf16 path a product takes (gemm.cu): the tensors' own shapes,
 /// padded straight into the result, or padded through the staged result
 /// copied out in parts.
@@ -792,8 +804,9 @@ void expectBf16Path(Bf16Path want, int64_t parts,
 TEST(CudaGemmBf16, PaddedShapesMatchCpu) {
   PIPEC_REQUIRE_GPU();
   Bf16Matmuls bf16;
-  pipec::cuda::Context &ctx = pipec::cuda::context(gpuContext(), "test");
-  const int64_t partBytes = ctx.bf16PadPartBytes;
+  PadSettings saved;
+  pipec::cuda::Context &ctx = saved.ctx;
+  const int64_t partBytes = saved.partBytes;
   // Padded with the result staged whole; in parts of 8 columns or one
   // matrix (1 KiB); in parts of 8 columns or two matrices (3 KiB); not
   // padded. `whole`, `small`, `medium`: parts expected in the three
@@ -875,8 +888,6 @@ TEST(CudaGemmBf16, PaddedShapesMatchCpu) {
               tol);
     });
   }
-  ctx.bf16Pad = true;
-  ctx.bf16PadPartBytes = partBytes;
 }
 
 // beta == 0 never reads Y on the padded paths: a Y of NaN before the call
@@ -885,13 +896,12 @@ TEST(CudaGemmBf16, PaddedShapesMatchCpu) {
 TEST(CudaGemmBf16, PaddedNeverReadsYWithoutBeta) {
   PIPEC_REQUIRE_GPU();
   Bf16Matmuls bf16;
-  pipec::cuda::Context &ctx = pipec::cuda::context(gpuContext(), "test");
-  const int64_t partBytes = ctx.bf16PadPartBytes;
+  PadSettings saved;
   struct Shape {
     int64_t m, n, k;
   };
-  for (int64_t part : {partBytes, int64_t(1024)}) {
-    ctx.bf16PadPartBytes = part;
+  for (int64_t part : {saved.partBytes, int64_t(1024)}) {
+    saved.ctx.bf16PadPartBytes = part;
     for (const Shape &s : {Shape{37, 53, 29}, Shape{16, 24, 29}}) {
       SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k "
                                         << s.k << ", parts of " << part);
@@ -905,7 +915,6 @@ TEST(CudaGemmBf16, PaddedNeverReadsYWithoutBeta) {
       }
     }
   }
-  ctx.bf16PadPartBytes = partBytes;
 }
 
 // The rounding from pointers that are not 16-byte aligned (a tensor view
