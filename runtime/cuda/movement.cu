@@ -74,10 +74,11 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // Broadcast and the row-copy transpose
 //===----------------------------------------------------------------------===//
 
-/// Y[i] = X[offset of i] for the contiguous Y of the nest.
-template <typename I>
-__global__ void gatherStrided(const float *__restrict__ x,
-                              float *__restrict__ y, Nest<1> nest, int64_t n) {
+/// Y[i] = X[offset of i] for the contiguous Y of the nest; V is float, or
+/// float4 for a nest in units of four floats (inFours).
+template <typename I, typename V>
+__global__ void gatherStrided(const V *__restrict__ x, V *__restrict__ y,
+                              Nest<1> nest, int64_t n) {
   for (int64_t i = gridStart(); i < n; i += gridStep()) {
     int64_t off[1];
     nestOffsets(nest, I(i), off);
@@ -85,16 +86,26 @@ __global__ void gatherStrided(const float *__restrict__ x,
   }
 }
 
-void launchGatherStrided(Context &ctx, const float *x, float *y,
-                         const Nest<1> &nest, const char *kernel) {
+template <typename V>
+void launchGatherStridedAs(Context &ctx, const V *x, V *y,
+                           const Nest<1> &nest) {
   const int64_t n = numelOf(nest);
   cudaStream_t s = ctx.stream;
   if (fits32(n))
-    gatherStrided<uint32_t>
+    gatherStrided<uint32_t, V>
         <<<gridFor(n, kBlock), kBlock, 0, s>>>(x, y, nest, n);
   else
-    gatherStrided<uint64_t>
+    gatherStrided<uint64_t, V>
         <<<gridFor(n, kBlock), kBlock, 0, s>>>(x, y, nest, n);
+}
+
+void launchGatherStrided(Context &ctx, const float *x, float *y,
+                         const Nest<1> &nest, const char *kernel) {
+  if (inFours(nest, {x, y}))
+    launchGatherStridedAs(ctx, reinterpret_cast<const float4 *>(x),
+                          reinterpret_cast<float4 *>(y), inUnitsOfFour(nest));
+  else
+    launchGatherStridedAs(ctx, x, y, nest);
   checkLaunch(kernel);
 }
 
@@ -164,6 +175,29 @@ __global__ void stridedCopyKernel(const float *src, float *dst, Nest<2> par,
     }
     dst[off[1]] = acc;
   }
+}
+
+/// dst = src over a nest without serial dimensions (operand 0: src, 1:
+/// dst); V is float, or float4 for a nest in units of four floats.
+template <typename I, typename V>
+__global__ void copyNest(const V *src, V *dst, Nest<2> par, int64_t n) {
+  for (int64_t i = gridStart(); i < n; i += gridStep()) {
+    int64_t off[2];
+    nestOffsets(par, I(i), off);
+    dst[off[1]] = src[off[0]];
+  }
+}
+
+template <typename V>
+void launchCopyNest(Context &ctx, const V *src, V *dst, const Nest<2> &par) {
+  const int64_t n = numelOf(par);
+  cudaStream_t s = ctx.stream;
+  if (fits32(n))
+    copyNest<uint32_t, V>
+        <<<gridFor(n, kBlock), kBlock, 0, s>>>(src, dst, par, n);
+  else
+    copyNest<uint64_t, V>
+        <<<gridFor(n, kBlock), kBlock, 0, s>>>(src, dst, par, n);
 }
 
 //===----------------------------------------------------------------------===//
@@ -596,6 +630,16 @@ extern "C" void pipec_cuda_k_strided_copy(pipec_kctx *kc, void *const *bufs,
   }
   const float *src = static_cast<const float *>(bufs[0]) + srcOffset;
   float *dst = static_cast<float *>(bufs[1]) + dstOffset;
+  // A plain copy (every element of dst written once, from one src element:
+  // slices, pads, concatenations) four floats at a time where it can.
+  // (An exactly in-place copy reads and writes the same four floats in one
+  // thread, as one at a time.)
+  if (!accumulate && serial.rank == 0 && inFours(par, {src, dst})) {
+    launchCopyNest(ctx, reinterpret_cast<const float4 *>(src),
+                   reinterpret_cast<float4 *>(dst), inUnitsOfFour(par));
+    checkLaunch(kernel);
+    return;
+  }
   const int64_t n = numelOf(par);
   cudaStream_t s = ctx.stream;
   if (fits32(n))

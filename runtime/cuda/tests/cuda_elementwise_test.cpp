@@ -641,6 +641,7 @@ TEST(CudaBroadcast, ShapesAndStrides) {
   run({347}, {300, 347});
   run({300, 1}, {300, 347});
   run({2, 1, 4, 1}, {2, 3, 4, 5});
+  run({1, 3, 8}, {5, 3, 8}); // rows of 8 repeated: four floats at a time
   run({1, 1, 1}, {1, 1, 1});
   // X read through transposed strides.
   expectSameAsCpu("broadcast", {in(randf(6)), out(6)}, {2, 3, 2, 1, 3});
@@ -695,6 +696,19 @@ TEST(CudaStridedCopy, SlicesReversalsAndAccumulate) {
     // Nothing to copy.
     expectSameAsCpu("strided_copy", {in(src), out(5)},
                     copyInts({0, 5}, {5, 1}, 0, {5, 1}, 0, acc));
+    // Four floats at a time (movement.cu, inFours) where rows of a multiple
+    // of 4 start 16-byte aligned: rows 2..7, columns 4..15 (offset 44);
+    // columns 2..13 (offset 42) one at a time; the middle third of [8, 48]
+    // rows, as attention's q/k/v split.
+    expectSameAsCpu("strided_copy", {in(src), out(72)},
+                    copyInts({6, 12}, {20, 1}, 44, {12, 1}, 0, acc));
+    expectSameAsCpu("strided_copy", {in(src), out(72)},
+                    copyInts({6, 12}, {20, 1}, 42, {12, 1}, 0, acc));
+    expectSameAsCpu("strided_copy", {in(randf(384, -1.f, 1.f, 703)), out(128)},
+                    copyInts({8, 16}, {48, 1}, 16, {16, 1}, 0, acc));
+    // Into the middle of a wider destination (a concatenation's part).
+    expectSameAsCpu("strided_copy", {in(randf(128, -1.f, 1.f, 704)), out(384)},
+                    copyInts({8, 16}, {16, 1}, 0, {48, 1}, 32, acc));
   }
 }
 
@@ -718,6 +732,10 @@ TEST(CudaTranspose, PermutationsOfRank2To4) {
       {{5, 33, 40}, {1, 2, 0}},
       {{5, 33, 40}, {0, 1, 2}},
       {{2, 17, 6, 24}, {0, 2, 1, 3}},
+      // Attention's heads (the innermost dimension kept: four floats at a
+      // time), and with an innermost extent that is not a multiple of 4.
+      {{2, 16, 12, 64}, {0, 2, 1, 3}},
+      {{2, 16, 12, 6}, {0, 2, 1, 3}},
       {{2, 17, 6, 24}, {0, 2, 3, 1}},
       {{2, 17, 6, 24}, {3, 2, 1, 0}},
       {{2, 17, 6, 24}, {0, 1, 3, 2}},
