@@ -29,8 +29,11 @@ What PyTorch eager runs is close to, not the same as, Megatron's kernels:
 the GEMMs are cuBLAS's in both; Megatron fuses scale, mask and softmax,
 bias and GeLU, and bias, dropout and the residual addition, where eager
 runs softmax alone, GeLU alone and two additions (so the memory-bound
-primitives here are, if anything, slower than Megatron's). The
-efficiencies are the measuring GPU's (an H100 or H200); plan_quality's
+primitives here are, if anything, slower than Megatron's). A product's
+backward is two GEMMs (and, for qkv and fc1, PyTorch's bias-gradient sum)
+timed as one op, so the fit gives it one launch overhead where
+make_profiles.py --measured charges one per kernel: some microseconds
+against GEMMs of 0.1-1 ms here. The efficiencies are the measuring GPU's (an H100 or H200); plan_quality's
 anchor is an A100, so the shares of peak are moved to another GPU
 (MeasuredDevice in make_profiles.py says how).
 """
