@@ -705,6 +705,7 @@ struct NNAutodiffPass
                             "shape to take a loss, got ")
              << out.getType();
     Value lossValue;
+    int64_t lossLayers = 0; // the layers (ops) appended here
     b.setInsertionPoint(ret);
     Location loc = NameLoc::get(b.getStringAttr("loss"), out.getLoc());
     if (loss == "cross-entropy") {
@@ -746,6 +747,7 @@ struct NNAutodiffPass
                       out, labels, Value(), b.getStringAttr("mean"),
                       IntegerAttr())
                       .getLoss();
+      lossLayers = feedType != labelType ? 2 : 1;
     } else if (loss == "model") {
       if (outType.getRank() != 0)
         return last.emitError("loss=model needs a scalar model output 0, got ")
@@ -762,6 +764,8 @@ struct NNAutodiffPass
     SmallVector<DictionaryAttr> lossAttrs{b.getDictionaryAttr(
         {b.getNamedAttr(pipe::attrs::kLoss, UnitAttr::get(&getContext()))})};
     last.setAllResultAttrs(lossAttrs);
+    getOperation()->setAttr(pipe::attrs::kLossLayers,
+                            b.getI64IntegerAttr(lossLayers));
     return success();
   }
 

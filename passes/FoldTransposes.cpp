@@ -62,13 +62,55 @@ struct NNFoldTransposesPass
       }
       return trans;
     };
+    // Then an operand that a transpose keeping the innermost dimension in
+    // one of the last two places produced (attention's [B, S, H, D] ->
+    // [B, H, S, D] heads, and [B, S, H, D] -> [B, H, D, S] keys) is read
+    // through a permutation instead (perm_a / perm_b): the matrix rows
+    // stay contiguous, the kernel steps over them by strides. A transpose
+    // putting it second to last is the one that keeps it last with the
+    // last two swapped: the trans flag toggles.
+    auto view = [&](OpOperand &operand, bool trans,
+                    std::optional<ArrayRef<int64_t>> have,
+                    SmallVectorImpl<int64_t> &perm) {
+      auto t = operand.get().getDefiningOp<pipec::nn::TransposeOp>();
+      if (!t || have)
+        return trans;
+      ArrayRef<int64_t> p = t.getPerm();
+      const int64_t rank = int64_t(p.size());
+      if (rank < 2)
+        return trans;
+      perm.assign(p.begin(), p.end());
+      if (p[rank - 2] == rank - 1) {
+        std::swap(perm[rank - 2], perm[rank - 1]);
+        trans = !trans;
+      } else if (p[rank - 1] != rank - 1) {
+        perm.clear();
+        return trans;
+      }
+      maybeDead.insert(t);
+      operand.set(t.getInput());
+      return trans;
+    };
     getOperation().walk([&](pipec::nn::MatMulOp mm) {
+      Builder b(mm.getContext());
       if (bool ta = peel(mm.getAMutable(), mm.getTransA());
           ta != mm.getTransA())
         mm.setTransA(ta);
       if (bool tb = peel(mm.getBMutable(), mm.getTransB());
           tb != mm.getTransB())
         mm.setTransB(tb);
+      SmallVector<int64_t> perm;
+      if (bool ta = view(mm.getAMutable(), mm.getTransA(), mm.getPermA(), perm);
+          !perm.empty()) {
+        mm.setTransA(ta);
+        mm.setPermAAttr(b.getDenseI64ArrayAttr(perm));
+      }
+      perm.clear();
+      if (bool tb = view(mm.getBMutable(), mm.getTransB(), mm.getPermB(), perm);
+          !perm.empty()) {
+        mm.setTransB(tb);
+        mm.setPermBAttr(b.getDenseI64ArrayAttr(perm));
+      }
     });
     // Until none is left to erase: a transpose of a transpose dies only
     // after its reader.

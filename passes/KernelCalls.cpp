@@ -169,30 +169,53 @@ static std::optional<KernelCall> matmulKernelCall(Operation *op) {
             {g.getAlpha().convertToDouble(), g.getBeta().convertToDouble()}};
       })
       .Case([](MatMulOp mm) -> std::optional<KernelCall> {
-        auto a = shapeOf(mm.getA()), b = shapeOf(mm.getB());
+        // The operands as read (through perm_a / perm_b).
+        SmallVector<int64_t> a = mm.operandShape(0), b = mm.operandShape(1);
         auto y = shapeOf(mm.getOutput());
         int64_t nb = y.size() - 2;
         ArrayRef<int64_t> batch = y.drop_back(2);
-        // Batch strides of A and B in elements (0 where broadcast).
-        auto batchStrides = [&](ArrayRef<int64_t> s) {
-          SmallVector<int64_t> dims(s.drop_back(2));
-          SmallVector<int64_t> st = broadcastStrides(dims, nb, batch);
-          int64_t mat = s[s.size() - 2] * s.back();
-          for (int64_t &x : st)
-            x *= mat;
-          return st;
+        // An operand's strides in elements as read: its stored (dense)
+        // strides, permuted by perm_a / perm_b.
+        auto viewStrides = [](Value v, std::optional<ArrayRef<int64_t>> perm) {
+          ArrayRef<int64_t> stored = shapeOf(v);
+          SmallVector<int64_t> dense(stored.size());
+          int64_t stride = 1;
+          for (int64_t i = int64_t(stored.size()) - 1; i >= 0; --i) {
+            dense[i] = stride;
+            stride *= stored[i];
+          }
+          if (!perm)
+            return dense;
+          SmallVector<int64_t> view;
+          for (int64_t p : *perm)
+            view.push_back(dense[p]);
+          return view;
         };
+        // Batch strides of A and B in elements (0 where broadcast), aligned
+        // to Y's batch dimensions from the right.
+        auto batchStrides = [&](ArrayRef<int64_t> s, ArrayRef<int64_t> st) {
+          SmallVector<int64_t> out(nb, 0);
+          const int64_t ob = int64_t(s.size()) - 2, offset = nb - ob;
+          for (int64_t i = 0; i < ob; ++i)
+            out[offset + i] = s[i] == 1 && batch[offset + i] != 1 ? 0 : st[i];
+          return out;
+        };
+        SmallVector<int64_t> as = viewStrides(mm.getA(), mm.getPermA());
+        SmallVector<int64_t> bs = viewStrides(mm.getB(), mm.getPermB());
         KernelCall c{"pipec_k_batch_matmul",
                      {mm.getA(), mm.getB(), mm.getOutput()},
                      {nb},
                      {mm.getAlpha().convertToDouble()}};
         llvm::append_range(c.ints, batch);
-        llvm::append_range(c.ints, batchStrides(a));
-        llvm::append_range(c.ints, batchStrides(b));
+        llvm::append_range(c.ints, batchStrides(a, as));
+        llvm::append_range(c.ints, batchStrides(b, bs));
         // K is the inner dimension of op(A) (nn-fold-transposes).
         const bool ta = mm.getTransA(), tb = mm.getTransB();
         int64_t k = ta ? a[a.size() - 2] : a.back();
-        c.ints.append({y[nb], y[nb + 1], k, ta ? 1 : 0, tb ? 1 : 0});
+        // The leading dimensions: the stride between the rows of A's and
+        // B's stored matrices (their row count apart when dense).
+        c.ints.append({y[nb], y[nb + 1], k, ta ? 1 : 0, tb ? 1 : 0,
+                       as[as.size() - 2], bs[bs.size() - 2]});
         return c;
       })
       .Default([](Operation *) { return std::nullopt; });

@@ -75,6 +75,47 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
                                  SmallVectorImpl<Value> &operandGrads) {
   Value dy = resultGrads[0];
   Location loc = getLoc();
+  if (getPermA() || getPermB()) {
+    // Operands read through permutations (nn-fold-transposes, after
+    // differentiation; for completeness): the product of the permuted
+    // operands, differentiated, its gradients permuted back.
+    auto permuted = [&](Value v, std::optional<ArrayRef<int64_t>> perm,
+                        int which) -> Value {
+      if (!perm)
+        return v;
+      auto t = cast<RankedTensorType>(v.getType());
+      return TransposeOp::create(
+          b, loc,
+          RankedTensorType::get(operandShape(which), t.getElementType()), v,
+          b.getDenseI64ArrayAttr(*perm));
+    };
+    auto back = [&](Value g, std::optional<ArrayRef<int64_t>> perm) -> Value {
+      if (!perm)
+        return g;
+      SmallVector<int64_t> inverse(perm->size()), shape(perm->size());
+      auto gt = cast<RankedTensorType>(g.getType());
+      for (size_t i = 0; i < perm->size(); ++i) {
+        inverse[(*perm)[i]] = int64_t(i);
+        shape[(*perm)[i]] = gt.getDimSize(int64_t(i));
+      }
+      return TransposeOp::create(
+          b, loc, RankedTensorType::get(shape, gt.getElementType()), g,
+          b.getDenseI64ArrayAttr(inverse));
+    };
+    Value a = permuted(fwd(getA()), getPermA(), 0);
+    Value bb = permuted(fwd(getB()), getPermB(), 1);
+    auto plain =
+        MatMulOp::create(b, loc, getOutput().getType(), a, bb, getAlphaAttr(),
+                         getTransAAttr(), getTransBAttr(), nullptr, nullptr);
+    SmallVector<Value> grads;
+    if (failed(plain.buildVJP(
+            b, resultGrads, [](Value v) { return v; }, grads)))
+      return failure();
+    operandGrads.push_back(back(grads[0], getPermA()));
+    operandGrads.push_back(back(grads[1], getPermB()));
+    plain.erase();
+    return success();
+  }
   if (getTransA() || getTransB()) {
     // Y = alpha op(A) op(B) (set by nn-fold-transposes, which runs after
     // differentiation; handled for completeness): differentiate the plain
@@ -85,7 +126,7 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
     Value opB = getTransB() ? transposeLast2(b, loc, bb) : bb;
     auto plain = MatMulOp::create(b, loc, getOutput().getType(), opA, opB,
                                   getAlphaAttr(), b.getBoolAttr(false),
-                                  b.getBoolAttr(false));
+                                  b.getBoolAttr(false), nullptr, nullptr);
     SmallVector<Value> grads;
     if (failed(plain.buildVJP(
             b, resultGrads, [](Value v) { return v; }, grads)))
@@ -132,9 +173,10 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
   auto noTrans = b.getBoolAttr(false);
   Value daFull =
       MatMulOp::create(b, loc, full(at), dy, transposeLast2(b, loc, bb),
-                       getAlphaAttr(), noTrans, noTrans);
-  Value dbFull = MatMulOp::create(b, loc, full(bt), transposeLast2(b, loc, a),
-                                  dy, getAlphaAttr(), noTrans, noTrans);
+                       getAlphaAttr(), noTrans, noTrans, nullptr, nullptr);
+  Value dbFull =
+      MatMulOp::create(b, loc, full(bt), transposeLast2(b, loc, a), dy,
+                       getAlphaAttr(), noTrans, noTrans, nullptr, nullptr);
   operandGrads.push_back(sumTo(b, loc, daFull, at));
   operandGrads.push_back(sumTo(b, loc, dbFull, bt));
   return success();

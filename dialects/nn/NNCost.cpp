@@ -20,8 +20,8 @@ int64_t GemmOp::getForwardFlops() {
   return 2 * numel(getOutput()) * k + (getC() ? numel(getOutput()) : 0);
 }
 int64_t MatMulOp::getForwardFlops() {
-  auto a = cast<RankedTensorType>(getA().getType());
-  int64_t k = a.getDimSize(a.getRank() - (getTransA() ? 2 : 1));
+  SmallVector<int64_t> a = operandShape(0);
+  int64_t k = a[a.size() - (getTransA() ? 2 : 1)];
   return 2 * numel(getOutput()) * k;
 }
 int64_t AddOp::getForwardFlops() { return numel(getOutput()); }

@@ -147,6 +147,13 @@ def NN_MatMulOp : NN_Op<"matmul", [DeclareOpInterfaceMethods<NN_CostOpInterface>
     dY B^T and A^T dY), so that the kernel reads the matrix transposed
     instead of copying it.
 
+    `perm_a` / `perm_b` (set by nn-fold-transposes too) read that operand
+    through a permutation that keeps its innermost dimension innermost:
+    the operand used is transpose(A, perm_a), read in place through
+    strides (an nn.transpose it replaces, such as attention's
+    [B, S, H, D] -> [B, H, S, D] heads, is not copied). Then trans_a
+    applies to the permuted operand's last two dimensions.
+
     ```mlir
     %y = nn.matmul %a, %b : (tensor<4x8x16xf32>, tensor<16x32xf32>) -> tensor<4x8x32xf32>
     %s = nn.matmul %q, %k {alpha = 1.250000e-01 : f32} : (tensor<2x8x64xf32>, tensor<2x64x8xf32>) -> tensor<2x8x8xf32>
@@ -156,10 +163,17 @@ def NN_MatMulOp : NN_Op<"matmul", [DeclareOpInterfaceMethods<NN_CostOpInterface>
   let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b,
                        DefaultValuedAttr<F32Attr, "1.0">:$alpha,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_a,
-                       DefaultValuedAttr<BoolAttr, "false">:$trans_b);
+                       DefaultValuedAttr<BoolAttr, "false">:$trans_b,
+                       OptionalAttr<DenseI64ArrayAttr>:$perm_a,
+                       OptionalAttr<DenseI64ArrayAttr>:$perm_b);
   let results = (outs NN_FloatTensor:$output);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The shape of operand `a` (0) or `b` (1) as the product reads it:
+    /// its type's shape through perm_a / perm_b (before trans_a / trans_b).
+    ::llvm::SmallVector<int64_t> operandShape(int which);
+  }];
 }
 
 def NN_AddOp : NN_BinaryOp<"add", "addition">;

@@ -81,10 +81,50 @@ static std::pair<int64_t, int64_t> matrixDims(RankedTensorType t, bool trans) {
   return trans ? std::make_pair(c, r) : std::make_pair(r, c);
 }
 
+SmallVector<int64_t> MatMulOp::operandShape(int which) {
+  auto t = rt(which == 0 ? getA() : getB());
+  std::optional<ArrayRef<int64_t>> perm = which == 0 ? getPermA() : getPermB();
+  if (!perm)
+    return SmallVector<int64_t>(t.getShape());
+  SmallVector<int64_t> shape;
+  for (int64_t p : *perm)
+    shape.push_back(p >= 0 && p < t.getRank() ? t.getDimSize(p) : 0);
+  return shape;
+}
+
+/// A matmul operand permutation: a permutation of the operand's `rank`
+/// dimensions that keeps the innermost one innermost (its rows are read
+/// in place, through strides).
+static LogicalResult verifyOperandPerm(MatMulOp op,
+                                       std::optional<ArrayRef<int64_t>> perm,
+                                       int64_t rank, const char *name) {
+  if (!perm)
+    return success();
+  if (int64_t(perm->size()) != rank)
+    return op.emitOpError(name) << " has " << perm->size()
+                                << " entries for an operand of rank " << rank;
+  SmallVector<bool> seen(rank, false);
+  for (int64_t p : *perm) {
+    if (p < 0 || p >= rank || seen[p])
+      return op.emitOpError(name) << " is not a permutation";
+    seen[p] = true;
+  }
+  if (rank > 0 && perm->back() != rank - 1)
+    return op.emitOpError(name)
+           << " must keep the innermost dimension innermost";
+  return success();
+}
+
 LogicalResult MatMulOp::verify() {
   auto a = rt(getA()), b = rt(getB()), out = rt(getOutput());
   if (a.getRank() < 2 || b.getRank() < 2)
     return emitOpError("operands must have rank >= 2");
+  if (failed(verifyOperandPerm(*this, getPermA(), a.getRank(), "perm_a")) ||
+      failed(verifyOperandPerm(*this, getPermB(), b.getRank(), "perm_b")))
+    return failure();
+  // The operands as read (through perm_a / perm_b).
+  a = RankedTensorType::get(operandShape(0), a.getElementType());
+  b = RankedTensorType::get(operandShape(1), b.getElementType());
   auto [aRows, aCols] = matrixDims(a, getTransA());
   auto [bRows, bCols] = matrixDims(b, getTransB());
   if (aCols != bRows)

@@ -35,6 +35,10 @@ inline constexpr llvm::StringLiteral kPlan = "pipe.plan";
 inline constexpr llvm::StringLiteral kFeed = "pipe.feed";
 inline constexpr llvm::StringLiteral kLoss = "pipe.loss";
 inline constexpr llvm::StringLiteral kLossSeed = "pipe.loss_seed";
+/// On the module: how many layers (ops) autodiff appended to the last stage
+/// for the loss (a plan's last stage covers them, as profiles count them;
+/// later passes may fold ops away, so they are not counted again).
+inline constexpr llvm::StringLiteral kLossLayers = "pipe.loss_layers";
 inline constexpr llvm::StringLiteral kFwdArg = "pipe.fwd_arg";
 inline constexpr llvm::StringLiteral kFwdResult = "pipe.fwd_result";
 inline constexpr llvm::StringLiteral kGradOf = "pipe.grad_of";

@@ -35,16 +35,22 @@ bool fitsBlas(int64_t m, int64_t n, int64_t k) {
 }
 
 /// Y[MxN] (+)= alpha * op(A) * op(B) for one matrix; `accumulate` selects
-/// beta = 1 (Y already holds the bias) or beta = 0. Requires M, N, K > 0.
+/// beta = 1 (Y already holds the bias) or beta = 0. `lda` / `ldb`: the
+/// stride between the rows of A's and B's stored (row-major) matrices, 0
+/// when they are dense. Requires M, N, K > 0.
 template <class T>
 void gemm(pipec::cpu::KernelContext &kc, const T *a, const T *b, T *y,
           int64_t m, int64_t n, int64_t k, bool transA, bool transB, T alpha,
-          bool accumulate) {
-  if (fitsBlas(m, n, k)) {
+          bool accumulate, int64_t lda = 0, int64_t ldb = 0) {
+  if (lda == 0)
+    lda = transA ? m : k;
+  if (ldb == 0)
+    ldb = transB ? k : n;
+  if (fitsBlas(m, n, k) && lda <= INT_MAX && ldb <= INT_MAX) {
     blasGemm(kc, transA ? CblasTrans : CblasNoTrans,
              transB ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
-             blasint(k), alpha, a, blasint(transA ? m : k), b,
-             blasint(transB ? k : n), T(accumulate ? 1 : 0), y, blasint(n));
+             blasint(k), alpha, a, blasint(lda), b, blasint(ldb),
+             T(accumulate ? 1 : 0), y, blasint(n));
     return;
   }
   // Beyond a 32-bit BLAS interface: a plain (slow but correct) loop nest.
@@ -52,8 +58,8 @@ void gemm(pipec::cpu::KernelContext &kc, const T *a, const T *b, T *y,
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0;
       for (int64_t p = 0; p < k; ++p)
-        acc += double(transA ? a[p * m + i] : a[i * k + p]) *
-               double(transB ? b[j * k + p] : b[p * n + j]);
+        acc += double(transA ? a[p * lda + i] : a[i * lda + p]) *
+               double(transB ? b[j * ldb + p] : b[p * ldb + j]);
       T v = T(alpha * acc);
       y[i * n + j] = accumulate ? y[i * n + j] + v : v;
     }
@@ -119,6 +125,9 @@ void batchMatmulKernel(pipec::cpu::KernelContext &kc, void *const *bufs,
   const int64_t *tail = ints + 1 + 3 * nb;
   int64_t m = tail[0], n = tail[1], k = tail[2];
   bool transA = tail[3] != 0, transB = tail[4] != 0;
+  // The rows' strides of the stored matrices (0: dense).
+  const int64_t lda = tail[5] != 0 ? tail[5] : (transA ? m : k);
+  const int64_t ldb = tail[6] != 0 ? tail[6] : (transB ? k : n);
   T alpha = reals ? T(reals[0]) : T(1);
   if (m <= 0 || n <= 0)
     return;
@@ -143,15 +152,18 @@ void batchMatmulKernel(pipec::cpu::KernelContext &kc, void *const *bufs,
 
   // A stack of row-major A matrices against one shared B is a single GEMM
   // with batches * M rows (the common [batch, seq, K] x [K, N] MatMul).
+  // (Its rows are then evenly spaced: m rows `lda` apart per matrix, the
+  // matrices m * lda apart.)
   if (nest.rank == 1 && nest.strides[1][0] == 0 && !transA &&
-      nest.strides[0][0] == m * k) {
-    gemm(kc, a, b, y, batches * m, n, k, transA, transB, alpha, false);
+      nest.strides[0][0] == m * lda) {
+    gemm(kc, a, b, y, batches * m, n, k, transA, transB, alpha, false, lda,
+         ldb);
     return;
   }
   int64_t batch = 0;
   forEachIndex(nest, nest.rank, [&](const int64_t *offsets) {
     gemm(kc, a + offsets[0], b + offsets[1], y + batch * yMatrix, m, n, k,
-         transA, transB, alpha, false);
+         transA, transB, alpha, false, lda, ldb);
     ++batch;
   });
 }

@@ -375,16 +375,22 @@ void paddedBf16Gemm(Context &ctx, cublasOperation_t ta, cublasOperation_t tb,
 }
 
 /// Row-major Y[MxN] = alpha op(A) op(B) + beta Y for one matrix; beta is 0
-/// or 1. Requires M, N, K > 0.
+/// or 1. `lda` / `ldb`: the strides between the rows of A's and B's stored
+/// matrices (0: dense). Requires M, N, K > 0.
 void gemmOne(Context &ctx, const float *a, const float *b, float *y, int64_t m,
              int64_t n, int64_t k, bool transA, bool transB, float alpha,
-             float beta, const char *kernel) {
-  if (!fitsInt(m) || !fitsInt(n) || !fitsInt(k))
+             float beta, const char *kernel, int64_t lda = 0, int64_t ldb = 0) {
+  if (lda == 0)
+    lda = transA ? m : k;
+  if (ldb == 0)
+    ldb = transB ? k : n;
+  if (!fitsInt(m) || !fitsInt(n) || !fitsInt(k) || !fitsInt(lda) ||
+      !fitsInt(ldb))
     fail((std::string(kernel) +
           ": a matrix dimension exceeds cuBLAS's 32-bit limit")
              .c_str());
   gemm(ctx, blasOp(transB), blasOp(transA), int(n), int(m), int(k), alpha, b,
-       int(transB ? k : n), a, int(transA ? m : k), beta, y, int(n), kernel);
+       int(ldb), a, int(lda), beta, y, int(n), kernel);
 }
 
 /// Canonical batch loop nest of batch_matmul: extents >= 2, strides in
@@ -545,6 +551,9 @@ extern "C" void pipec_cuda_k_batch_matmul(pipec_kctx *kc, void *const *bufs,
   const int64_t *tail = ints + 1 + 3 * nb;
   const int64_t m = tail[0], n = tail[1], k = tail[2];
   const bool transA = tail[3] != 0, transB = tail[4] != 0;
+  // The rows' strides of the stored matrices (0: dense).
+  const int64_t lda = tail[5] != 0 ? tail[5] : (transA ? m : k);
+  const int64_t ldb = tail[6] != 0 ? tail[6] : (transB ? k : n);
   const float alpha = reals ? float(reals[0]) : 1.0f;
   if (m <= 0 || n <= 0)
     return;
@@ -563,19 +572,21 @@ extern "C" void pipec_cuda_k_batch_matmul(pipec_kctx *kc, void *const *bufs,
     return;
   }
   if (nest.rank == 0) {
-    gemmOne(ctx, a, b, y, m, n, k, transA, transB, alpha, 0.0f, kName);
+    gemmOne(ctx, a, b, y, m, n, k, transA, transB, alpha, 0.0f, kName, lda,
+            ldb);
     return;
   }
   // A stack of row-major A matrices against one shared B is one GEMM with
   // batches * M rows (the common [batch, seq, K] x [K, N] MatMul), as on
-  // the CPU.
-  if (nest.rank == 1 && nest.b[0] == 0 && !transA && nest.a[0] == m * k &&
+  // the CPU (the rows evenly spaced: matrices m * lda apart).
+  if (nest.rank == 1 && nest.b[0] == 0 && !transA && nest.a[0] == m * lda &&
       fitsInt(batches * m)) {
-    gemmOne(ctx, a, b, y, batches * m, n, k, transA, transB, alpha, 0.0f,
-            kName);
+    gemmOne(ctx, a, b, y, batches * m, n, k, transA, transB, alpha, 0.0f, kName,
+            lda, ldb);
     return;
   }
-  if (!fitsInt(m) || !fitsInt(n) || !fitsInt(k))
+  if (!fitsInt(m) || !fitsInt(n) || !fitsInt(k) || !fitsInt(lda) ||
+      !fitsInt(ldb))
     fail("pipec_cuda_k_batch_matmul: a matrix dimension exceeds cuBLAS's "
          "32-bit limit");
 
@@ -589,10 +600,9 @@ extern "C" void pipec_cuda_k_batch_matmul(pipec_kctx *kc, void *const *bufs,
   int64_t aOff = 0, bOff = 0, yOff = 0;
   while (true) {
     gemmStridedBatched(ctx, blasOp(transB), blasOp(transA), int(n), int(m),
-                       int(k), alpha, b + bOff, int(transB ? k : n),
-                       nest.b[inner], a + aOff, int(transA ? m : k),
-                       nest.a[inner], 0.0f, y + yOff, int(n), yMatrix,
-                       int(innerCount), kName);
+                       int(k), alpha, b + bOff, int(ldb), nest.b[inner],
+                       a + aOff, int(lda), nest.a[inner], 0.0f, y + yOff,
+                       int(n), yMatrix, int(innerCount), kName);
     yOff += innerCount * yMatrix;
     int d = inner - 1;
     for (; d >= 0; --d) {

@@ -70,9 +70,13 @@ void pipec_k_gemm(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
 /// Y[b] = alpha * op(A[b]) * op(B[b]).
 /// bufs: [A, B, Y]
 /// ints: [nb, batchDims[nb], aBatchStrides[nb], bBatchStrides[nb], M, N, K,
-///        transA, transB]
+///        transA, transB, lda, ldb]
 ///   Batch strides are in elements (0 where that operand is broadcast). Y is
-///   contiguous [batchDims..., M, N].
+///   contiguous [batchDims..., M, N]. lda / ldb: the stride in elements
+///   between the rows of A's and B's stored row-major matrices (MxK, or KxM
+///   when transposed; the elements of a row are contiguous); 0 means dense
+///   (K or M for A, N or K for B). An operand read through a permutation
+///   (nn.matmul's perm_a / perm_b) has other strides.
 /// reals: [alpha]
 void pipec_k_batch_matmul(pipec_kctx *kc, void *const *bufs,
                           const int64_t *ints, const double *reals);

@@ -240,6 +240,52 @@ TEST(KernelBatchMatmul, SharedRightOperand) {
     }
 }
 
+TEST(KernelBatchMatmul, RowsThroughLeadingDimensions) {
+  // Operands read in place through a permutation (nn.matmul's perm_a /
+  // perm_b): attention's [B, S, H, D] heads as [B, H, S, D] matrices, rows
+  // H * D apart. The same product, bit for bit, as on dense copies; the
+  // single-GEMM stack of A's rows too (B shared, A's rows evenly spaced).
+  std::mt19937 rng(5);
+  const int64_t B = 2, S = 5, H = 3, D = 4;
+  Floats q = randomFloats(rng, B * S * H * D),
+         k = randomFloats(rng, B * S * H * D);
+  // Dense [B, H, S, D] copies.
+  Floats qd(q.size()), kd(k.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t from = size_t(((b * S + s) * H + h) * D + d);
+          const size_t to = size_t(((b * H + h) * S + s) * D + d);
+          qd[to] = q[from];
+          kd[to] = k[from];
+        }
+  for (bool transB : {true, false}) {
+    SCOPED_TRACE(::testing::Message() << "transB " << transB);
+    // Q K^T ([S, D] x [D, S]), or Q^T K ([D, S] x [S, D]) with transA.
+    const bool transA = !transB;
+    const int64_t m = transA ? D : S, n = transA ? D : S, kk = transA ? S : D;
+    Floats want(size_t(B * H * m * n)), got(want.size(), kNaN);
+    batchMatmul(qd.data(), kd.data(), want.data(), {B, H}, {H * S * D, S * D},
+                {H * S * D, S * D}, m, n, kk, transA, transB, 0.5);
+    batchMatmul(q.data(), k.data(), got.data(), {B, H}, {S * H * D, D},
+                {S * H * D, D}, m, n, kk, transA, transB, 0.5, H * D, H * D);
+    EXPECT_EQ(got, want);
+  }
+  // Rows of A strided, B shared: [B * S] rows of one head against [D, 3].
+  Floats w = randomFloats(rng, D * 3);
+  Floats want(size_t(B * S * 3)), got(want.size(), kNaN);
+  Floats q0(size_t(B * S * D));
+  for (int64_t r = 0; r < B * S; ++r)
+    for (int64_t d = 0; d < D; ++d)
+      q0[size_t(r * D + d)] = q[size_t(r * H * D + d)];
+  batchMatmul(q0.data(), w.data(), want.data(), {B}, {S * D}, {0}, S, 3, D,
+              false, false, 1);
+  batchMatmul(q.data(), w.data(), got.data(), {B}, {S * H * D}, {0}, S, 3, D,
+              false, false, 1, H * D, 0);
+  EXPECT_EQ(got, want);
+}
+
 TEST(KernelBatchMatmul, ZeroSizes) {
   Floats y(12, kNaN);
   // Empty batch: nothing written.

@@ -157,16 +157,19 @@ inline void gemm(const float *a, const float *b, const float *c, float *y,
   pipec_k_gemm(kctx(), bufs, ints, reals);
 }
 
+/// `lda` / `ldb`: the strides between the stored matrices' rows (0:
+/// dense).
 inline void batchMatmul(const float *a, const float *b, float *y,
                         const Dims &batch, const Dims &aBatchStrides,
                         const Dims &bBatchStrides, int64_t m, int64_t n,
-                        int64_t k, bool transA, bool transB, double alpha) {
+                        int64_t k, bool transA, bool transB, double alpha,
+                        int64_t lda = 0, int64_t ldb = 0) {
   void *bufs[] = {const_cast<float *>(a), const_cast<float *>(b), y};
   Dims ints = {int64_t(batch.size())};
   ints.insert(ints.end(), batch.begin(), batch.end());
   ints.insert(ints.end(), aBatchStrides.begin(), aBatchStrides.end());
   ints.insert(ints.end(), bBatchStrides.begin(), bBatchStrides.end());
-  ints.insert(ints.end(), {m, n, k, transA, transB});
+  ints.insert(ints.end(), {m, n, k, transA, transB, lda, ldb});
   double reals[] = {alpha};
   pipec_k_batch_matmul(kctx(), bufs, ints.data(), reals);
 }

@@ -868,14 +868,13 @@ void Compilation::fillPlan() {
                               static_cast<int>(devices.size()), devices});
   }
   // The loss that autodiff appended is a layer of the last stage too (as in
-  // the profiles `pipec profile` measures), so the plan covers it.
-  int layersNow = 0;
-  for (int s = 0; s < o.stages * o.chunks; ++s)
-    if (auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd")))
-      for (Operation &op : fwd.getBody().front())
-        layersNow += isLayer(&op) ? 1 : 0;
-  if (!planOut.stages.empty() && layersNow > planOut.stages.back().lastLayer + 1)
-    planOut.stages.back().lastLayer = layersNow - 1;
+  // the profiles `pipec profile` measures), so the plan covers it. (Counted
+  // by autodiff: the ops now in the stages are fewer where
+  // nn-fold-transposes read a transpose's input in place.)
+  if (auto appended =
+          (*module)->getAttrOfType<IntegerAttr>(pipe::attrs::kLossLayers);
+      appended && !planOut.stages.empty())
+    planOut.stages.back().lastLayer += static_cast<int>(appended.getInt());
   // Recomputation per stage, as the recompute pass recorded it.
   for (size_t s = 0; s < planOut.stages.size(); ++s)
     if (auto fwd = module->lookupSymbol<func::FuncOp>(stageFuncName(s, "fwd")))

@@ -30,9 +30,9 @@ struct MatMuls : NodeContext {
       return false;
     if (rtype(in(0)).getRank() < 2 || rtype(in(1)).getRank() < 2)
       return fail(where + ": 1-D MatMul operands are not supported yet");
-    return out0(
-        nn::MatMulOp::create(b, loc, rt0, in(0), in(1), b.getF32FloatAttr(1.0f),
-                             b.getBoolAttr(false), b.getBoolAttr(false)));
+    return out0(nn::MatMulOp::create(
+        b, loc, rt0, in(0), in(1), b.getF32FloatAttr(1.0f),
+        b.getBoolAttr(false), b.getBoolAttr(false), nullptr, nullptr));
   }
 };
 

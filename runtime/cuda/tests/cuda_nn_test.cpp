@@ -21,6 +21,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -188,7 +189,7 @@ void bmmCase(std::vector<int64_t> dims, std::vector<int64_t> as,
   ints.insert(ints.end(), dims.begin(), dims.end());
   ints.insert(ints.end(), as.begin(), as.end());
   ints.insert(ints.end(), bs.begin(), bs.end());
-  ints.insert(ints.end(), {m, n, k, ta, tb});
+  ints.insert(ints.end(), {m, n, k, ta, tb, 0, 0});
   expectSameAsCpu("batch_matmul",
                   {in(randf(size_t(aCount), -1, 1, 11)),
                    in(randf(size_t(bCount), -1, 1, 12)),
@@ -211,6 +212,41 @@ TEST(CudaBatchMatmul, OneBatchDim) {
   // No batch dimension at all, and unit batch dims only.
   bmmCase({}, {}, {}, m * k, k * n, m, n, k, false, false);
   bmmCase({1, 1}, {0, 0}, {0, 0}, m * k, k * n, m, n, k, true, false);
+}
+
+// Operands read in place through a permutation (nn.matmul's perm_a /
+// perm_b): attention's [B, S, H, D] heads as [B, H, S, D] matrices, rows
+// H * D apart (lda, ldb), in float32 and bf16 (D = 4: the padded path; D =
+// 8, H = 2: rows 16 apart, the plain one).
+TEST(CudaBatchMatmul, RowsThroughLeadingDimensions) {
+  PIPEC_REQUIRE_GPU();
+  for (bool bf16 : {false, true})
+    for (const auto &[H, D] : {std::pair<int64_t, int64_t>{3, 4}, {2, 8}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << (bf16 ? "bf16" : "float32") << " H " << H << " D " << D);
+      std::optional<Bf16Matmuls> rounding;
+      if (bf16)
+        rounding.emplace();
+      const int64_t B = 2, S = 5, n = B * S * H * D;
+      for (bool transB : {true, false}) {
+        const bool transA = !transB;
+        const int64_t m = transA ? D : S, nn = transA ? D : S,
+                      k = transA ? S : D;
+        expectSameAsCpu("batch_matmul",
+                        {in(randf(size_t(n), -1, 1, 91)),
+                         in(randf(size_t(n), -1, 1, 92)),
+                         out(size_t(B * H * m * nn))},
+                        {2, B, H, S * H * D, D, S * H * D, D, m, nn, k, transA,
+                         transB, H * D, H * D},
+                        {0.5}, 1e-5, 1e-5);
+      }
+      // A's rows strided against a shared B: one GEMM of the stacked rows.
+      expectSameAsCpu(
+          "batch_matmul",
+          {in(randf(size_t(n), -1, 1, 93)), in(randf(size_t(D * 3), -1, 1, 94)),
+           out(size_t(B * S * 3))},
+          {1, B, S * H * D, 0, S, 3, D, 0, 0, H * D, 0}, {1.0}, 1e-5, 1e-5);
+    }
 }
 
 TEST(CudaBatchMatmul, TwoBatchDims) {
@@ -699,7 +735,8 @@ TEST(CudaGemmBf16, ExactOnBf16Operands) {
                   {in(roundedToBf16(randf(size_t(batches * m * k), -1, 1, 33))),
                    in(roundedToBf16(randf(size_t(batches * k * n), -1, 1, 34))),
                    out(size_t(batches * m * n))},
-                  {1, batches, m * k, k * n, m, n, k, 0, 1}, {0.5}, 1e-5, 1e-5);
+                  {1, batches, m * k, k * n, m, n, k, 0, 1, 0, 0}, {0.5}, 1e-5,
+                  1e-5);
 }
 
 // Float32 operands: cuBLAS rounds each to the nearest bfloat16 (ties to
