@@ -345,6 +345,19 @@ public:
   /// From now on only the ranks' own lines pass (pipec is stopping the
   /// launcher; what it says while dying is not the user's business).
   void mute() { muted = true; }
+  /// Until every rank has joined the job (started()), the launcher's help
+  /// blocks are held: if pipec ends the job at the start-up deadline, its
+  /// own line says what happened and they are dropped (OpenMPI may report
+  /// the rank that exited before MPI_Init in a block of its own, before or
+  /// after the deadline, as the machine's load decides); otherwise they
+  /// come out when the job starts or ends.
+  void holdUntilStarted() { startingUp = true; }
+  void started() {
+    startingUp = false;
+    for (const std::string &text : startBlocks)
+      emit(text);
+    startBlocks.clear();
+  }
   void feed(const char *data, size_t n) {
     pending.append(data, n);
     size_t eol;
@@ -361,6 +374,12 @@ public:
       emit(block);
     block.clear();
     inBlock = false;
+    const bool stoppedAtStart = report && (!report->notStarted.empty() ||
+                                           !report->waitingInInit.empty());
+    if (!stoppedAtStart)
+      for (const std::string &text : startBlocks)
+        emit(text);
+    startBlocks.clear();
     if (!knownFailure() && !sawWatchdog)
       for (const std::string &text : held)
         emit(text);
@@ -418,8 +437,12 @@ private:
         return;
       }
       block += text;
-      if (!isLauncherNoise(block) && !explained(block))
-        emit(block);
+      if (!isLauncherNoise(block) && !explained(block)) {
+        if (startingUp)
+          startBlocks.push_back(block);
+        else
+          emit(block);
+      }
       block.clear();
       inBlock = false;
       return;
@@ -535,8 +558,9 @@ private:
   }
 
   std::string pending, block;
+  std::vector<std::string> startBlocks; ///< held until the job started
   bool inBlock = false, sawWatchdog = false, muted = false,
-       stepCancelled = false;
+       stepCancelled = false, startingUp = false;
   LauncherReport *report;
 };
 
@@ -697,6 +721,8 @@ int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
   std::optional<Clock::time_point> stopAt, killAt, drainUntil;
   const Clock::time_point launched = Clock::now();
   bool allStarted = !start || start->ranks == 0;
+  if (!allStarted)
+    filter.holdUntilStarted();
   int status = 0;
   bool exited = false;
   int interrupted = 0;
@@ -739,6 +765,8 @@ int pipec::driver::runLauncher(const std::vector<std::string> &cmd,
       std::vector<int> never, waiting;
       ranksNotStarted(*start, never, waiting);
       allStarted = never.empty() && waiting.empty();
+      if (allStarted)
+        filter.started();
       if (!allStarted &&
           now - launched > std::chrono::duration<double>(start->seconds)) {
         if (report) {
