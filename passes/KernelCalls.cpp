@@ -29,6 +29,14 @@ int64_t numel(Value v) {
   return cast<RankedTensorType>(v.getType()).getNumElements();
 }
 
+/// Element strides of a dense row-major tensor of `shape`.
+SmallVector<int64_t> contiguousStrides(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
 /// Element strides of `shape` viewed as right-aligned inside `rank` dims,
 /// 0 along dimensions of size 1 (broadcast) or missing.
 SmallVector<int64_t> broadcastStrides(ArrayRef<int64_t> shape, int64_t rank,
@@ -177,13 +185,7 @@ static std::optional<KernelCall> matmulKernelCall(Operation *op) {
         // An operand's strides in elements as read: its stored (dense)
         // strides, permuted by perm_a / perm_b.
         auto viewStrides = [](Value v, std::optional<ArrayRef<int64_t>> perm) {
-          ArrayRef<int64_t> stored = shapeOf(v);
-          SmallVector<int64_t> dense(stored.size());
-          int64_t stride = 1;
-          for (int64_t i = int64_t(stored.size()) - 1; i >= 0; --i) {
-            dense[i] = stride;
-            stride *= stored[i];
-          }
+          SmallVector<int64_t> dense = contiguousStrides(shapeOf(v));
           if (!perm)
             return dense;
           SmallVector<int64_t> view;
@@ -390,13 +392,6 @@ static FailureOr<SmallVector<KernelCall, 1>> kernelCallsOf(Operation *op) {
 //===----------------------------------------------------------------------===//
 
 namespace {
-
-SmallVector<int64_t> contiguousStrides(ArrayRef<int64_t> shape) {
-  SmallVector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
-    strides[i] = strides[i + 1] * shape[i + 1];
-  return strides;
-}
 
 /// pipec_k_strided_copy of `dims` elements.
 KernelCall stridedCopy(Value src, Value dst, ArrayRef<int64_t> dims,

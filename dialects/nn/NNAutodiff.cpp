@@ -56,18 +56,34 @@ LogicalResult GemmOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
-/// Transpose of the last two dimensions.
-static Value transposeLast2(OpBuilder &b, Location loc, Value v) {
+/// `v` transposed by `perm` (result dimension i is v's dimension perm[i]).
+static Value transposeBy(OpBuilder &b, Location loc, Value v,
+                         ArrayRef<int64_t> perm) {
   auto t = cast<RankedTensorType>(v.getType());
-  SmallVector<int64_t> perm, shape;
-  for (int64_t i = 0; i < t.getRank(); ++i)
-    perm.push_back(i);
-  std::swap(perm[t.getRank() - 1], perm[t.getRank() - 2]);
+  SmallVector<int64_t> shape;
   for (int64_t p : perm)
     shape.push_back(t.getDimSize(p));
   return TransposeOp::create(
       b, loc, RankedTensorType::get(shape, t.getElementType()), v,
       b.getDenseI64ArrayAttr(perm));
+}
+
+/// The permutation that undoes `perm`.
+static SmallVector<int64_t> inversePerm(ArrayRef<int64_t> perm) {
+  SmallVector<int64_t> inverse(perm.size());
+  for (auto [i, p] : llvm::enumerate(perm))
+    inverse[p] = int64_t(i);
+  return inverse;
+}
+
+/// Transpose of the last two dimensions.
+static Value transposeLast2(OpBuilder &b, Location loc, Value v) {
+  const int64_t rank = cast<RankedTensorType>(v.getType()).getRank();
+  SmallVector<int64_t> perm;
+  for (int64_t i = 0; i < rank; ++i)
+    perm.push_back(i);
+  std::swap(perm[rank - 1], perm[rank - 2]);
+  return transposeBy(b, loc, v, perm);
 }
 
 LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
@@ -79,31 +95,14 @@ LogicalResult MatMulOp::buildVJP(OpBuilder &b, ArrayRef<Value> resultGrads,
     // Operands read through permutations (nn-fold-transposes, after
     // differentiation; for completeness): the product of the permuted
     // operands, differentiated, its gradients permuted back.
-    auto permuted = [&](Value v, std::optional<ArrayRef<int64_t>> perm,
-                        int which) -> Value {
-      if (!perm)
-        return v;
-      auto t = cast<RankedTensorType>(v.getType());
-      return TransposeOp::create(
-          b, loc,
-          RankedTensorType::get(operandShape(which), t.getElementType()), v,
-          b.getDenseI64ArrayAttr(*perm));
+    auto permuted = [&](Value v, std::optional<ArrayRef<int64_t>> perm) {
+      return perm ? transposeBy(b, loc, v, *perm) : v;
     };
-    auto back = [&](Value g, std::optional<ArrayRef<int64_t>> perm) -> Value {
-      if (!perm)
-        return g;
-      SmallVector<int64_t> inverse(perm->size()), shape(perm->size());
-      auto gt = cast<RankedTensorType>(g.getType());
-      for (size_t i = 0; i < perm->size(); ++i) {
-        inverse[(*perm)[i]] = int64_t(i);
-        shape[(*perm)[i]] = gt.getDimSize(int64_t(i));
-      }
-      return TransposeOp::create(
-          b, loc, RankedTensorType::get(shape, gt.getElementType()), g,
-          b.getDenseI64ArrayAttr(inverse));
+    auto back = [&](Value g, std::optional<ArrayRef<int64_t>> perm) {
+      return perm ? transposeBy(b, loc, g, inversePerm(*perm)) : g;
     };
-    Value a = permuted(fwd(getA()), getPermA(), 0);
-    Value bb = permuted(fwd(getB()), getPermB(), 1);
+    Value a = permuted(fwd(getA()), getPermA());
+    Value bb = permuted(fwd(getB()), getPermB());
     auto plain =
         MatMulOp::create(b, loc, getOutput().getType(), a, bb, getAlphaAttr(),
                          getTransAAttr(), getTransBAttr(), nullptr, nullptr);
@@ -302,12 +301,9 @@ LogicalResult ReshapeOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
 LogicalResult TransposeOp::buildVJP(OpBuilder &b, ArrayRef<Value> g,
                                     function_ref<Value(Value)>,
                                     SmallVectorImpl<Value> &out) {
-  ArrayRef<int64_t> perm = getPerm();
-  SmallVector<int64_t> inverse(perm.size());
-  for (auto [i, p] : llvm::enumerate(perm))
-    inverse[p] = i;
-  out.push_back(TransposeOp::create(b, getLoc(), getInput().getType(), g[0],
-                                    b.getDenseI64ArrayAttr(inverse)));
+  out.push_back(
+      TransposeOp::create(b, getLoc(), getInput().getType(), g[0],
+                          b.getDenseI64ArrayAttr(inversePerm(getPerm()))));
   return success();
 }
 

@@ -248,6 +248,13 @@ unsigned columnGrid(int64_t columns) {
                                           : columns);
 }
 
+/// Whether a float32 result (leading dimension ldc, matrix g at g * strideC)
+/// starts every column 16 bytes aligned.
+bool alignedResult(const float *c, int64_t ldc, int64_t strideC, int batch) {
+  return ldc % 4 == 0 && (batch == 1 || strideC % 4 == 0) &&
+         reinterpret_cast<uintptr_t>(c) % 16 == 0;
+}
+
 /// Whether a bfloat16 product (column-major, as cuBLAS sees it) must take
 /// the padded path: some dimension, leading dimension or batch stride is
 /// not a multiple of 8, or the float32 result is not 16-byte aligned
@@ -262,31 +269,31 @@ bool needsPadding(int m, int n, int k, int lda, int64_t strideA, int ldb,
     return false;
   if (off8(m) || off8(n) || off8(k) || off8(lda) || off8(ldb))
     return true;
-  if (batch > 1 && (off8(strideA) || off8(strideB) || strideC % 4 != 0))
+  if (batch > 1 && (off8(strideA) || off8(strideB)))
     return true;
-  return ldc % 4 != 0 || reinterpret_cast<uintptr_t>(c) % 16 != 0;
+  return !alignedResult(c, ldc, strideC, batch);
 }
 
-/// cublasGemmEx / cublasGemmStridedBatchedEx on bfloat16 operands with a
-/// float32 result and float32 arithmetic.
-void bf16Blas(Context &ctx, cublasOperation_t ta, cublasOperation_t tb,
-              int64_t m, int64_t n, int64_t k, float alpha,
-              const __nv_bfloat16 *a, int64_t lda, int64_t strideA,
-              const __nv_bfloat16 *b, int64_t ldb, int64_t strideB, float beta,
-              float *c, int64_t ldc, int64_t strideC, int64_t batch,
-              const char *what) {
+/// C = alpha op(A) op(B) + beta C by cublasGemmEx (batch 1) or
+/// cublasGemmStridedBatchedEx: operands of `type` (float32, or bfloat16
+/// staged), a float32 result, arithmetic `compute`.
+void blasProduct(Context &ctx, cublasOperation_t ta, cublasOperation_t tb,
+                 int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                 int64_t lda, int64_t strideA, const void *b, int64_t ldb,
+                 int64_t strideB, cudaDataType_t type,
+                 cublasComputeType_t compute, float beta, float *c, int64_t ldc,
+                 int64_t strideC, int64_t batch, const char *what) {
   if (batch == 1)
     checkBlas(cublasGemmEx(ctx.blas, ta, tb, int(m), int(n), int(k), &alpha, a,
-                           CUDA_R_16BF, int(lda), b, CUDA_R_16BF, int(ldb),
-                           &beta, c, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F,
-                           CUBLAS_GEMM_DEFAULT),
+                           type, int(lda), b, type, int(ldb), &beta, c,
+                           CUDA_R_32F, int(ldc), compute, CUBLAS_GEMM_DEFAULT),
               what);
   else
     checkBlas(cublasGemmStridedBatchedEx(
-                  ctx.blas, ta, tb, int(m), int(n), int(k), &alpha, a,
-                  CUDA_R_16BF, int(lda), strideA, b, CUDA_R_16BF, int(ldb),
-                  strideB, &beta, c, CUDA_R_32F, int(ldc), strideC, int(batch),
-                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                  ctx.blas, ta, tb, int(m), int(n), int(k), &alpha, a, type,
+                  int(lda), strideA, b, type, int(ldb), strideB, &beta, c,
+                  CUDA_R_32F, int(ldc), strideC, int(batch), compute,
+                  CUBLAS_GEMM_DEFAULT),
               what);
 }
 
@@ -316,9 +323,8 @@ void paddedBf16Gemm(Context &ctx, cublasOperation_t ta, cublasOperation_t tb,
   const int64_t bCount = batch > 1 && strideB != 0 ? batch : 1;
   const int64_t aStrideP = aCount > 1 ? aRowsP * aColsP : 0;
   const int64_t bStrideP = bCount > 1 ? bRowsP * bColsP : 0;
-  const bool direct = mP == m && nP == n && ldc % 4 == 0 &&
-                      (batch == 1 || strideC % 4 == 0) &&
-                      reinterpret_cast<uintptr_t>(c) % 16 == 0;
+  const bool direct =
+      mP == m && nP == n && alignedResult(c, ldc, strideC, batch);
   // The result's part: `partCols` columns of the one matrix, or
   // `partBatch` whole matrices (at least 8 columns or one matrix).
   const int64_t columnBytes = mP * 4;
@@ -348,8 +354,9 @@ void paddedBf16Gemm(Context &ctx, cublasOperation_t ta, cublasOperation_t tb,
       b, ldb, strideB, bRows, bCols, db, bRowsP, bColsP, bCount);
   checkLaunch(what);
   if (direct) {
-    bf16Blas(ctx, ta, tb, mP, nP, kP, alpha, da, aRowsP, aStrideP, db, bRowsP,
-             bStrideP, beta, c, ldc, strideC, batch, what);
+    blasProduct(ctx, ta, tb, mP, nP, kP, alpha, da, aRowsP, aStrideP, db,
+                bRowsP, bStrideP, CUDA_R_16BF, CUBLAS_COMPUTE_32F, beta, c, ldc,
+                strideC, batch, what);
     ++ctx.bf16PaddedDirect;
     return;
   }
@@ -362,9 +369,10 @@ void paddedBf16Gemm(Context &ctx, cublasOperation_t ta, cublasOperation_t tb,
       // 16-byte aligned as j0 is a multiple of 8).
       const int64_t cols = std::min<int64_t>(partCols, n - j0);
       const __nv_bfloat16 *bPart = db + g0 * bStrideP + (nb ? j0 * bRowsP : j0);
-      bf16Blas(ctx, ta, tb, mP, roundUp8(cols), kP, alpha, da + g0 * aStrideP,
-               aRowsP, aStrideP, bPart, bRowsP, bStrideP, 0.0f, r, mP,
-               mP * roundUp8(cols), gs, what);
+      blasProduct(ctx, ta, tb, mP, roundUp8(cols), kP, alpha,
+                  da + g0 * aStrideP, aRowsP, aStrideP, bPart, bRowsP, bStrideP,
+                  CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0.0f, r, mP,
+                  mP * roundUp8(cols), gs, what);
       unpadResult<<<columnGrid(cols * gs), columnBlock(m), 0, stream>>>(
           r, mP, roundUp8(cols), m, cols, c + g0 * strideC + j0 * ldc, ldc,
           strideC, gs, beta);
@@ -477,17 +485,8 @@ void gemmStridedBatched(Context &ctx, cublasOperation_t ta,
     type = CUDA_R_16BF;
     compute = CUBLAS_COMPUTE_32F;
   }
-  if (batch == 1)
-    checkBlas(cublasGemmEx(ctx.blas, ta, tb, m, n, k, &alpha, pa, type, lda, pb,
-                           type, ldb, &beta, c, CUDA_R_32F, ldc, compute,
-                           CUBLAS_GEMM_DEFAULT),
-              what);
-  else
-    checkBlas(cublasGemmStridedBatchedEx(
-                  ctx.blas, ta, tb, m, n, k, &alpha, pa, type, lda, strideA, pb,
-                  type, ldb, strideB, &beta, c, CUDA_R_32F, ldc, strideC, batch,
-                  compute, CUBLAS_GEMM_DEFAULT),
-              what);
+  blasProduct(ctx, ta, tb, m, n, k, alpha, pa, lda, strideA, pb, ldb, strideB,
+              type, compute, beta, c, ldc, strideC, batch, what);
 }
 
 } // namespace cuda
