@@ -195,6 +195,10 @@ def run_pipec(args, b, build, steps=None, env=None, flags=(), timeout=180):
     if p.returncode != 0 or not m:
         print(p.stdout[-2000:])
         return None, None
+    # (Each row as it ends: a benchmark stopped by its time limit keeps
+    # what it measured.)
+    print(f"{build} {' '.join(f'{k}={v}' for k, v in (env or {}).items())} {' '.join(flags)}: "
+          f"{float(m.group(2)):.2f} samples/s, final loss {m.group(1)}", flush=True)
     return float(m.group(2)), float(m.group(1))
 
 

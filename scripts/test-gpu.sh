@@ -30,7 +30,11 @@
 # (bench/gpt3_layer_kernels.py); PIPEC_BENCH_TIMEOUT_S (default 400) caps
 # the benchmark; the benchmark's own (PIPEC_BENCH_*) are in
 # bench/gpu_compare.py. Every step has a time limit, and the results so far
-# are packed into $OUT after each part.
+# are packed into $OUT after each part. PIPEC_GPU_DEADLINE_S=N ends the
+# whole run within N seconds (the device tool's command limit): each step's
+# limit is cut to what is left, the e2e cases leave PIPEC_GPU_BENCH_RESERVE_S
+# (default 0) to the benchmark, and a step with under 20 s left is skipped
+# with a line saying so.
 #
 # With the device tool: run(command="scripts/test-gpu.sh run",
 # carry=[".gpu-bundle/debs", ".gpu-bundle/packed.tar.gz"]). Results go to
@@ -118,14 +122,43 @@ run() {
   nvidia-smi -L || true
   echo "cuBLAS from $cublas"
   local rc=0
+  # limit WANT [RESERVE]: WANT seconds, or what is left before the deadline
+  # less RESERVE and 10 s for packing, whichever is less (0: skip the step).
+  local deadline=$((SECONDS + ${PIPEC_GPU_DEADLINE_S:-1000000}))
+  limit() {
+    local want=$1 left=$((deadline - SECONDS - ${2:-0} - 10))
+    [ "$left" -lt "$want" ] && want=$left
+    [ "$want" -lt 20 ] && want=0
+    echo "$want"
+  }
+  skipped() { echo "test-gpu: skipped $1: the deadline (PIPEC_GPU_DEADLINE_S) is too close"; rc=1; return 1; }
+  # bounded WANT NAME COMMAND...: COMMAND under timeout's limit(WANT), or
+  # skipped (status 1) where none is left. (timeout 0 would mean none.)
+  bounded() {
+    local t name=$2; t=$(limit "$1"); shift 2
+    [ "$t" -gt 0 ] || { skipped "$name"; return 1; }
+    timeout -k 10 "$t" "$@"
+  }
+  # The kernels of one GPT-3 layer (t = 8) in PyTorch bf16, for the GPT-3
+  # anchor's measured efficiencies (bench/gpt3_layer_kernels.py says how
+  # they are used here); half a minute, early, as it is short.
+  # PIPEC_BENCH_GPT3=0 (or PIPEC_GPU_BENCH=0) skips it.
+  gpt3_layer() {
+    [ "${PIPEC_BENCH_GPT3:-1}" != 0 ] && [ "${PIPEC_GPU_BENCH:-1}" != 0 ] || return 0
+    bounded 180 "the GPT-3 layer's kernels" python3 bench/gpt3_layer_kernels.py \
+      --out "$out/profile_gpt3_layer_bf16.json" 2>&1 | tee "$out/gpt3_layer.log" || true
+    pack
+  }
   if [ -z "${PIPEC_GPU_BENCH_ONLY:-}" ]; then
   # PIPEC_GPU_ONLY=CASE,... runs those e2e cases without the kernel tests
   # and the schedule CSVs (the communicator's checks and link still run).
   if [ -z "${PIPEC_GPU_ONLY:-}" ]; then
-  timeout -k 10 300 "$BUNDLE/bin/pipec_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/kernels.log" | tail -40 || rc=1
+  bounded 300 "the kernel tests" "$BUNDLE/bin/pipec_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/kernels.log" | tail -40 || rc=1
   grep -q "FAILED" "$out/kernels.log" && rc=1
+  grep -q "PASSED" "$out/kernels.log" || rc=1
   pack
   fi
+  gpt3_layer
   # The communicator contract with tensors in GPU memory, 3 ranks sharing
   # the GPU: contract LOG SECONDS MARKER [hosts] [VAR=VALUE ...] runs it
   # with those variables ("hosts": each rank an NCCL_HOSTID of its own, a
@@ -141,7 +174,7 @@ run() {
       wrap=(sh -c 'NCCL_HOSTID=pipec-rank-$OMPI_COMM_WORLD_RANK exec "$0"')
       shift
     fi
-    env "$@" timeout -k 10 "$seconds" "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
+    bounded "$seconds" "the communicator contract ($log)" env "$@" "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 3 \
       "${wrap[@]}" "$BUNDLE/bin/pipec_cuda_communicator_contract" > "$log" 2>&1 || rc=1
     # (grep finds nothing in a log of NCCL INFO lines only, a killed run's:
     # not a reason to end the script, under pipefail.)
@@ -167,16 +200,16 @@ run() {
   # messages cross it (fitted here: pipec topology --fit linkprobe_cuda.json),
   # host-staged and by CUDA IPC.
   pack
-  PIPEC_CUDA_IPC=0 timeout -k 10 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+  PIPEC_CUDA_IPC=0 bounded 90 "the link probe" "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda.json" || rc=1
   [ -f "$out/linkprobe_cuda.json" ] && cat "$out/linkprobe_cuda.json"
-  timeout -k 10 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+  bounded 90 "the link probe (CUDA IPC)" "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe-cuda" --out "$out/linkprobe_cuda_ipc.json" || rc=1
   [ -f "$out/linkprobe_cuda_ipc.json" ] && cat "$out/linkprobe_cuda_ipc.json"
   # The same between host buffers, to tell MPI's share from the GPU's (on
   # the H200 of 2026-11-27 messages up to 16 KiB took 152 us with GPU
   # buffers and 32 KiB ones 28 us).
-  timeout -k 10 90 "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
+  bounded 90 "the link probe (host buffers)" "$P/usr/bin/orterun" --oversubscribe --bind-to none -n 2 \
     "$BUNDLE/bin/pipec-linkprobe" --out "$out/linkprobe_cpu.json" || true
   [ -f "$out/linkprobe_cpu.json" ] && cat "$out/linkprobe_cpu.json"
   # PIPEC_GPU_LINK_VARIANTS=1: the host-staged probe under other MPI
@@ -196,31 +229,34 @@ print(sys.argv[2], ' '.join(f'{s*1e6:.1f}' for s in d['seconds'][:14]), 'us (8 B
   fi
   if [ -z "${PIPEC_GPU_ONLY:-}" ]; then
   # The exported schedule CSVs through torch.distributed.pipelining's reader.
-  timeout -k 10 120 python3 test/gpu/torch_csv.py run --bundle "$BUNDLE" 2>&1 | tee "$out/torch_csv.log" || rc=1
+  bounded 120 "the schedule CSVs" python3 test/gpu/torch_csv.py run --bundle "$BUNDLE" 2>&1 | tee "$out/torch_csv.log" || rc=1
   tail -1 "$out/torch_csv.log" | grep -q " 0 failed" || rc=1
   fi
   pack
-  PYTHONUNBUFFERED=1 python3 test/gpu/gpu_e2e.py run --bundle "$BUNDLE" --mpirun "$P/usr/bin/orterun" \
-    ${PIPEC_GPU_ONLY:+--only "$PIPEC_GPU_ONLY"} 2>&1 | tee "$out/e2e.log" || rc=1
-  tail -1 "$out/e2e.log" | grep -q " 0 failed" || rc=1
+  local t; t=$(limit 1800 "${PIPEC_GPU_BENCH_RESERVE_S:-0}")
+  if [ "$t" -gt 0 ]; then
+    PYTHONUNBUFFERED=1 timeout -k 10 "$t" python3 test/gpu/gpu_e2e.py run --bundle "$BUNDLE" \
+      --mpirun "$P/usr/bin/orterun" ${PIPEC_GPU_ONLY:+--only "$PIPEC_GPU_ONLY"} 2>&1 | tee "$out/e2e.log" || rc=1
+    tail -1 "$out/e2e.log" | grep -q " 0 failed" || rc=1
+  else
+    skipped "the e2e cases" || true
+  fi
   pack
   fi
   # The benchmark (figures, not checks): PIPEC_GPU_BENCH=0 skips it.
   if [ "${PIPEC_GPU_BENCH:-1}" != 0 ]; then
-    # The kernels of one GPT-3 layer (t = 8) in PyTorch bf16, for the GPT-3
-    # anchor's measured efficiencies (bench/gpt3_layer_kernels.py says how
-    # they are used here); half a minute. PIPEC_BENCH_GPT3=0 skips it.
-    if [ "${PIPEC_BENCH_GPT3:-1}" != 0 ]; then
-      timeout -k 10 180 python3 bench/gpt3_layer_kernels.py \
-        --out "$out/profile_gpt3_layer_bf16.json" 2>&1 | tee "$out/gpt3_layer.log" || true
-      pack
-    fi
+    [ -n "${PIPEC_GPU_BENCH_ONLY:-}" ] && gpt3_layer
     # At most PIPEC_BENCH_TIMEOUT_S (default 400 s: with the GPT-3 step's
     # 180 s at most, within the device tool's 600 s command limit), so that
-    # what it measured comes back.
-    PYTHONUNBUFFERED=1 timeout -k 10 "${PIPEC_BENCH_TIMEOUT_S:-400}" python3 bench/gpu_compare.py run \
-      --bundle "$BUNDLE" --mpirun "$P/usr/bin/orterun" --out "$out/gpu_compare.json" 2>&1 |
-      tee "$out/bench.log" || true
+    # what it measured comes back (each pipec row is printed as it ends).
+    t=$(limit "${PIPEC_BENCH_TIMEOUT_S:-400}")
+    if [ "$t" -gt 0 ]; then
+      PYTHONUNBUFFERED=1 timeout -k 10 "$t" python3 bench/gpu_compare.py run \
+        --bundle "$BUNDLE" --mpirun "$P/usr/bin/orterun" --out "$out/gpu_compare.json" 2>&1 |
+        tee "$out/bench.log" || true
+    else
+      skipped "the benchmark" || true
+    fi
   fi
   return $rc
 }
