@@ -519,9 +519,16 @@ def run(args):
         parts = [p for p in parts if p not in ("profile", "trace")]
     if env("PIPEC_BENCH_GPT", "1") != "0":
         draw_weights(b, BUILDS)
-        s1 = s4 = s4np = sb = sbnp = loss1 = loss4 = lossb = s1g = s4g = s4staged = None
+        s1 = s4 = s4np = sb = sbnp = loss1 = loss4 = lossb = s1g = s4g = s4staged = s1loop = None
         if "pipec" in parts:
             s1, loss1 = run_pipec(args, b, "s1")
+            # Attention's float32 products over permuted heads as one call
+            # per sequence instead of one over dense copies (gemm.cu,
+            # gatheredProduct): 1.14-1.81x slower on an H200, 2026-11-27.
+            s1loop, loss1loop = run_pipec(args, b, "s1", env={"PIPEC_BATCH_GATHER": "0"})
+            if s1loop is not None and loss1loop is not None and loss1 is not None and \
+                    abs(loss1loop - loss1) > 1e-5 * abs(loss1):
+                print(f"PIPEC_BATCH_GATHER=0: final loss {loss1loop} against {loss1} gathered")
             s4, loss4 = run_pipec(args, b, "s4")
             # Each stage function replayed as a CUDA graph (measured on an
             # H200 on 2026-11-27: +1% and -1.5%; PIPEC_BENCH_GRAPHS=1).
@@ -552,6 +559,7 @@ def run(args):
             trace_pipec(args, b, "s4")
         eager = "eager" in parts
         rows = [("fp32", "pipec --target cuda, 1 stage", s1),
+                ("fp32", "pipec, 1 stage, PIPEC_BATCH_GATHER=0", s1loop),
                 ("fp32", "pipec --target cuda, 4 stages on the one GPU", s4),
                 ("fp32", "pipec, 4 stages, PIPEC_MESSAGE_PROGRESS=0", s4np),
                 ("fp32", "pipec, 4 stages, PIPEC_CUDA_IPC=0 (host-staged)", s4staged),
@@ -613,18 +621,21 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
     draw_weights(r, RESNET_BUILDS)
     s1, loss1 = run_pipec(args, r, "s1", RESNET_STEPS)
     sb, lossb = run_pipec(args, r, "s1-bf16", RESNET_STEPS)
-    # The convolutions without cuDNN (im2col + cuBLAS), for what cuDNN buys.
-    s1i, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN": "0"})
-    s1g = None
-    if env("PIPEC_BENCH_GRAPHS", "0") != "0":  # (-6% on an H200, 2026-11-27)
-        s1g, _ = run_pipec(args, r, "s1", RESNET_STEPS, flags=["--cuda-graphs"])
-    # cuDNN's non-deterministic algorithms allowed (as PyTorch's default).
-    s1n, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN_DETERMINISTIC": "0"})
-    # Batch norm's channels not split across blocks (runtime/cuda/batchnorm.cu,
-    # splitParts): what the split buys the first stages.
-    s1b, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_BN_SPLIT": "0"})
+    s1i = s1g = s1n = s1b = None
+    # PIPEC_BENCH_RESNET_VARIANTS=0: only the two pipec rows above.
+    if env("PIPEC_BENCH_RESNET_VARIANTS", "1") != "0":
+        # The convolutions without cuDNN (im2col + cuBLAS), for what cuDNN buys.
+        s1i, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN": "0"})
+        if env("PIPEC_BENCH_GRAPHS", "0") != "0":  # (-6% on an H200, 2026-11-27)
+            s1g, _ = run_pipec(args, r, "s1", RESNET_STEPS, flags=["--cuda-graphs"])
+        # cuDNN's non-deterministic algorithms allowed (as PyTorch's default).
+        s1n, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_CUDNN_DETERMINISTIC": "0"})
+        # Batch norm's channels not split across blocks (runtime/cuda/batchnorm.cu,
+        # splitParts): what the split buys the first stages.
+        s1b, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_BN_SPLIT": "0"})
     if env("PIPEC_BENCH_PROFILE", "1") != "0":
         profile_pipec(args, r, "s1", microbatches=1, label="resnet50")
+        profile_pipec(args, r, "s1-bf16", microbatches=1, label="resnet50")
         # Where the step's time outside the ops goes (16.7 of 112 ms on an
         # H200 before the feeds were filled ahead, 0.86 ms after;
         # 2026-11-27).
@@ -636,7 +647,7 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
             ("fp32", "pipec, 1 stage, PIPEC_BN_SPLIT=0", s1b),
             ("fp32", "PyTorch eager", run_torch_resnet(r, False, profile=profile_torch)),
             ("bf16", "pipec --target cuda --precision bf16, 1 stage", sb),
-            ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True))]
+            ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True, profile=profile_torch))]
     if compiled:
         rows += torch_compiled_rows(lambda bf16: run_torch_resnet(r, True, bf16=bf16))
     flops = resnet50_flops(batch)

@@ -63,6 +63,11 @@ void initContext(Context &c, int device, bool allowTf32, bool matmulBf16) {
       "PIPEC_BF16_PAD", true,
       "bfloat16 products of unaligned shapes padded to multiples of 8",
       "bfloat16 products on the tensors' own shapes");
+  c.batchGather = rt::switchedOn(
+      "PIPEC_BATCH_GATHER", true,
+      "float32 batched products over permuted operands as one call over "
+      "dense copies",
+      "one call per outer batch index");
   check(cudaSetDevice(device), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),

@@ -86,6 +86,14 @@ struct Context : pipec_kctx {
   /// Padded products multiplied straight into their result, and parts of
   /// padded results copied out (for the tests: which path ran).
   int64_t bf16PaddedDirect = 0, bf16PaddedParts = 0;
+  /// Float32 batched products whose batches no single strided-batched
+  /// call covers (a permuted operand) that were made one call over
+  /// operands gathered densely (gemm.cu, pipec_cuda_k_batch_matmul; for the
+  /// tests: which path ran).
+  int64_t batchGathered = 0;
+  /// PIPEC_BATCH_GATHER=0 turns that off (the loop over the outer batch
+  /// dimension instead).
+  bool batchGather = true;
   /// The device tables of the multi-tensor kernels' calls (optimizer.cu):
   /// uploaded on a call site's first call, kept while its buffers are the
   /// same (the arena's are, step after step).
@@ -136,6 +144,14 @@ char *allocateSlot(int64_t bytes, int64_t &capacity, const std::string &what);
 void *scratch(Context &c, size_t bytes);
 /// The bfloat16 operand staging of at least `bytes` bytes (matmulBf16).
 void *bf16Staging(Context &c, size_t bytes);
+
+/// y = the view of x with extents dims[rank] and element strides
+/// strides[rank] (rank <= 8), written densely in row-major order (float4
+/// at a time where the view allows); on the context's stream. Defined in
+/// movement.cu.
+void gatherDense(Context &ctx, const float *x, float *y, int rank,
+                 const int64_t *dims, const int64_t *strides,
+                 const char *kernel);
 
 /// dst[i] = src[i] rounded to the nearest bfloat16 value (ties to even),
 /// kept as float32 (n elements, on the context's stream). Defined in

@@ -24,7 +24,11 @@
 /// kernel's (unit dimensions dropped, dimensions contiguous for both
 /// operands merged). The innermost remaining dimension is one
 /// cublasSgemmStridedBatched call (a stride of 0 broadcasts that operand);
-/// outer dimensions, left only by irregular broadcasts, loop on the host.
+/// outer dimensions loop on the host. Those are left by irregular
+/// broadcasts, and by operands read through a permutation (attention's
+/// heads, nn-fold-transposes): in float32 such a product is instead one
+/// call over dense copies of its uneven operands (gatheredProduct;
+/// PIPEC_BATCH_GATHER=0 keeps the loop).
 ///
 /// bfloat16 products (`--precision bf16`, Context::matmulBf16) round their
 /// operands into the staging buffer and run on the tensor cores. cuBLAS's
@@ -441,6 +445,81 @@ bool canonicalize(int64_t nb, const int64_t *dims, const int64_t *as,
   return true;
 }
 
+/// Whether the batches of an operand stored rows x ld per matrix follow
+/// one another evenly, `rows * ld` apart (then any run of its batch
+/// dimensions merges into one stride).
+bool evenlySpaced(const BatchNest &nest, const int64_t *strides, int64_t rows,
+                  int64_t ld) {
+  int64_t want = rows * ld;
+  for (int d = nest.rank - 1; d >= 0; --d) {
+    if (strides[d] != want)
+      return false;
+    want *= nest.dims[d];
+  }
+  return true;
+}
+
+/// A float32 product whose batch dimensions do not merge into one stride,
+/// because an operand is read through a permutation (attention's heads,
+/// [B,S,H,D] read as [B,H,S,D]: heads D apart, sequences S*H*D apart;
+/// nn-fold-transposes), as one strided-batched call over dense copies of
+/// the operands that are not evenly spaced. The loop over the outer batch
+/// dimension instead issues B calls of H small products: on an H200
+/// (2026-11-27, third run) GPT-2's float32 attention products took
+/// 1.14-1.81x their time over dense operands that way. The copies are
+/// float4 gathers into scratch (about 12 us for 25 MB there). Returns
+/// false, computing nothing, for a batch that broadcasts an operand (a
+/// stride of 0: copying it would multiply its bytes), for bf16 (the staging
+/// copies the operands anyway) and where the view exceeds the gather's rank.
+bool gatheredProduct(Context &ctx, const BatchNest &nest, int64_t batches,
+                     const float *a, const float *b, float *y, int64_t m,
+                     int64_t n, int64_t k, bool transA, bool transB,
+                     int64_t lda, int64_t ldb, float alpha, const char *what) {
+  if (!ctx.batchGather || ctx.matmulBf16 || nest.rank < 2 ||
+      nest.rank + 2 > 8 || !fitsInt(batches))
+    return false;
+  for (int d = 0; d < nest.rank; ++d)
+    if (nest.a[d] == 0 || nest.b[d] == 0)
+      return false;
+  const int64_t aRows = transA ? k : m, aCols = transA ? m : k;
+  const int64_t bRows = transB ? n : k, bCols = transB ? k : n;
+  const bool gatherA = !evenlySpaced(nest, nest.a, aRows, lda);
+  const bool gatherB = !evenlySpaced(nest, nest.b, bRows, ldb);
+  // (At least one is uneven, or canonicalize would have merged the nest.)
+  const int64_t aFloats =
+      gatherA ? (batches * aRows * aCols + 63) / 64 * 64 : 0;
+  const int64_t bFloats = gatherB ? batches * bRows * bCols : 0;
+  float *space = static_cast<float *>(
+      scratch(ctx, sizeof(float) * size_t(aFloats + bFloats)));
+  // The view of one operand: the batch dimensions, then its rows and
+  // columns.
+  auto gather = [&](const float *x, const int64_t *strides, int64_t rows,
+                    int64_t cols, int64_t ld, float *dense) {
+    int64_t dims[8], steps[8];
+    for (int d = 0; d < nest.rank; ++d) {
+      dims[d] = nest.dims[d];
+      steps[d] = strides[d];
+    }
+    dims[nest.rank] = rows;
+    steps[nest.rank] = ld;
+    dims[nest.rank + 1] = cols;
+    steps[nest.rank + 1] = 1;
+    gatherDense(ctx, x, dense, nest.rank + 2, dims, steps, what);
+  };
+  if (gatherA)
+    gather(a, nest.a, aRows, aCols, lda, space);
+  if (gatherB)
+    gather(b, nest.b, bRows, bCols, ldb, space + aFloats);
+  const float *pa = gatherA ? space : a, *pb = gatherB ? space + aFloats : b;
+  const int64_t ldA = gatherA ? aCols : lda, ldB = gatherB ? bCols : ldb;
+  // Row-major Y = A B is column-major Y^T = B^T A^T.
+  gemmStridedBatched(ctx, blasOp(transB), blasOp(transA), int(n), int(m),
+                     int(k), alpha, pb, int(ldB), bRows * ldB, pa, int(ldA),
+                     aRows * ldA, 0.0f, y, int(n), m * n, int(batches), what);
+  ++ctx.batchGathered;
+  return true;
+}
+
 } // namespace
 
 void roundToBf16Values(Context &ctx, const float *src, float *dst, int64_t n,
@@ -589,8 +668,12 @@ extern "C" void pipec_cuda_k_batch_matmul(pipec_kctx *kc, void *const *bufs,
     fail("pipec_cuda_k_batch_matmul: a matrix dimension exceeds cuBLAS's "
          "32-bit limit");
 
+  if (gatheredProduct(ctx, nest, batches, a, b, y, m, n, k, transA, transB, lda,
+                      ldb, alpha, kName))
+    return;
+
   // The innermost batch dimension is one strided-batched call; the outer
-  // ones (irregular broadcasts only) loop here.
+  // ones (broadcasts, and bf16 permuted operands) loop here.
   const int inner = nest.rank - 1;
   const int64_t innerCount = nest.dims[inner];
   if (!fitsInt(innerCount))

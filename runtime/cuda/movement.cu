@@ -570,6 +570,17 @@ gatherGradSums(const float *__restrict__ dy, const uint64_t *__restrict__ keys,
 }
 
 } // namespace
+
+void gatherDense(Context &ctx, const float *x, float *y, int rank,
+                 const int64_t *dims, const int64_t *strides,
+                 const char *kernel) {
+  checkRank(rank, kernel);
+  const int64_t *const nestStrides[1] = {strides};
+  Nest<1> nest;
+  if (buildNest(rank, dims, nestStrides, nest))
+    launchGatherStrided(ctx, x, y, nest, kernel);
+}
+
 } // namespace cuda
 } // namespace pipec
 

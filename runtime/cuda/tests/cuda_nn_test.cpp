@@ -228,10 +228,14 @@ TEST(CudaBatchMatmul, RowsThroughLeadingDimensions) {
       if (bf16)
         rounding.emplace();
       const int64_t B = 2, S = 5, n = B * S * H * D;
+      pipec::cuda::Context &ctx = pipec::cuda::context(gpuContext(), "test");
       for (bool transB : {true, false}) {
         const bool transA = !transB;
         const int64_t m = transA ? D : S, nn = transA ? D : S,
                       k = transA ? S : D;
+        // The heads' batch dimensions do not merge: in float32 one call
+        // over dense copies (gemm.cu, gatheredProduct), in bf16 a loop.
+        const int64_t gathered0 = ctx.batchGathered;
         expectSameAsCpu("batch_matmul",
                         {in(randf(size_t(n), -1, 1, 91)),
                          in(randf(size_t(n), -1, 1, 92)),
@@ -239,6 +243,18 @@ TEST(CudaBatchMatmul, RowsThroughLeadingDimensions) {
                         {2, B, H, S * H * D, D, S * H * D, D, m, nn, k, transA,
                          transB, H * D, H * D},
                         {0.5}, 1e-5, 1e-5);
+        EXPECT_EQ(ctx.batchGathered - gathered0, bf16 ? 0 : 1);
+      }
+      // Only B read through the heads' permutation, A dense.
+      {
+        const int64_t gathered0 = ctx.batchGathered;
+        expectSameAsCpu(
+            "batch_matmul",
+            {in(randf(size_t(B * H * S * S), -1, 1, 95)),
+             in(randf(size_t(n), -1, 1, 96)), out(size_t(B * H * S * D))},
+            {2, B, H, H * S * S, S * S, S * H * D, D, S, D, S, 0, 0, 0, H * D},
+            {1.0}, 1e-5, 1e-5);
+        EXPECT_EQ(ctx.batchGathered - gathered0, bf16 ? 0 : 1);
       }
       // A's rows strided against a shared B: one GEMM of the stacked rows.
       expectSameAsCpu(

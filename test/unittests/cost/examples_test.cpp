@@ -404,22 +404,27 @@ TEST(CostExamples, MeasuredDeviceModelsAreTheirProfilesCalibration) {
   // examples/devices: each file is what `pipec calibrate` gives on the
   // measured profile it names (bench/data), with its name and memory.
   struct Shipped {
-    const char *file, *profile, *base;
+    const char *file, *run, *profile, *base;
   };
-  const fs::path data =
-      fs::path(PIPEC_SOURCE_DIR) / "bench" / "data" / "h200-2026-11-27";
+  const fs::path data = fs::path(PIPEC_SOURCE_DIR) / "bench" / "data";
   for (const Shipped &s :
-       {Shipped{"h200-fp32-gpt2.json", "profile_gpt2_fp32.json", "h100"},
-        Shipped{"h200-fp32-resnet50.json", "profile_resnet50_fp32.json",
-                "h100"},
-        Shipped{"h200-bf16-gpt2.json", "profile_gpt2_bf16.json",
-                "h100-bf16"}}) {
+       {Shipped{"h200-fp32-gpt2.json", "h200-2026-11-27",
+                "profile_gpt2_fp32.json", "h100"},
+        Shipped{"h200-fp32-resnet50.json", "h200-2026-11-27",
+                "profile_resnet50_fp32.json", "h100"},
+        Shipped{"h200-bf16-gpt2.json", "h200-2026-11-27",
+                "profile_gpt2_bf16.json", "h100-bf16"},
+        // GPT-3's layer (t = 8) in PyTorch bf16: the GPT-3 anchor's
+        // efficiencies (examples/profiles/gpt3-175b-tp8-measured.json).
+        Shipped{"h200-bf16-measured.json", "h200-2026-11-27c",
+                "profile_gpt3_layer_bf16.json", "h200-bf16"}}) {
     SCOPED_TRACE(s.file);
     std::string error;
     std::optional<DeviceModel> shipped =
         deviceModelFromJson(readText(examplesDir("devices") / s.file), error);
     ASSERT_TRUE(shipped) << error;
-    ProfileResult measured = profileFromJson(readText(data / s.profile));
+    ProfileResult measured =
+        profileFromJson(readText(data / s.run / s.profile));
     ASSERT_TRUE(measured.ok) << measured.error;
     std::optional<DeviceModel> base = deviceModelByNameOrFile(s.base, error);
     ASSERT_TRUE(base) << error;
