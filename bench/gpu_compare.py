@@ -621,7 +621,13 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
     draw_weights(r, RESNET_BUILDS)
     s1, loss1 = run_pipec(args, r, "s1", RESNET_STEPS)
     sb, lossb = run_pipec(args, r, "s1-bf16", RESNET_STEPS)
-    s1i = s1g = s1n = s1b = None
+    # The bf16 convolutions on bfloat16 tensors in cuDNN (cudnn_conv.cpp,
+    # PIPEC_CUDNN_BF16=1) instead of TF32 on float32 tensors of bfloat16
+    # values (22.8 of 43.7 ms on an H200, 2026-11-27).
+    sbt, lossbt = run_pipec(args, r, "s1-bf16", RESNET_STEPS, env={"PIPEC_CUDNN_BF16": "1"})
+    if sbt is not None and lossbt is not None and lossb is not None and abs(lossbt - lossb) > 1e-2 * abs(lossb):
+        print(f"PIPEC_CUDNN_BF16=1: final loss {lossbt} against {lossb}")
+    s1i = s1g = s1n = s1b = sbi = None
     # PIPEC_BENCH_RESNET_VARIANTS=0: only the two pipec rows above.
     if env("PIPEC_BENCH_RESNET_VARIANTS", "1") != "0":
         # The convolutions without cuDNN (im2col + cuBLAS), for what cuDNN buys.
@@ -633,6 +639,8 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
         # Batch norm's channels not split across blocks (runtime/cuda/batchnorm.cu,
         # splitParts): what the split buys the first stages.
         s1b, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_BN_SPLIT": "0"})
+        # bf16 convolutions as im2col + bfloat16 GEMMs (float32 results).
+        sbi, _ = run_pipec(args, r, "s1-bf16", RESNET_STEPS, env={"PIPEC_CUDNN": "0"})
     if env("PIPEC_BENCH_PROFILE", "1") != "0":
         profile_pipec(args, r, "s1", microbatches=1, label="resnet50")
         profile_pipec(args, r, "s1-bf16", microbatches=1, label="resnet50")
@@ -647,6 +655,8 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
             ("fp32", "pipec, 1 stage, PIPEC_BN_SPLIT=0", s1b),
             ("fp32", "PyTorch eager", run_torch_resnet(r, False, profile=profile_torch)),
             ("bf16", "pipec --target cuda --precision bf16, 1 stage", sb),
+            ("bf16", "pipec bf16, PIPEC_CUDNN_BF16=1 (bf16 tensors)", sbt),
+            ("bf16", "pipec bf16, PIPEC_CUDNN=0 (im2col)", sbi),
             ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True, profile=profile_torch))]
     if compiled:
         rows += torch_compiled_rows(lambda bf16: run_torch_resnet(r, True, bf16=bf16))

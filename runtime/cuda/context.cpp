@@ -68,6 +68,10 @@ void initContext(Context &c, int device, bool allowTf32, bool matmulBf16) {
       "float32 batched products over permuted operands as one call over "
       "dense copies",
       "one call per outer batch index");
+  c.cudnnBf16 = rt::switchedOn(
+      "PIPEC_CUDNN_BF16", false,
+      "bf16 convolutions on cuDNN with bfloat16 operands and results",
+      "bf16 convolutions in TF32 on float32 tensors holding bfloat16 values");
   check(cudaSetDevice(device), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),

@@ -91,6 +91,10 @@ struct Context : pipec_kctx {
   /// operands gathered densely (gemm.cu, pipec_cuda_k_batch_matmul; for the
   /// tests: which path ran).
   int64_t batchGathered = 0;
+  /// `--precision bf16` convolutions on cuDNN with bfloat16 operands and
+  /// results (PIPEC_CUDNN_BF16=1; cudnn_conv.cpp) instead of TF32
+  /// arithmetic on float32 tensors holding bfloat16 values. Off by default.
+  bool cudnnBf16 = false;
   /// PIPEC_BATCH_GATHER=0 turns that off (the loop over the outer batch
   /// dimension instead).
   bool batchGather = true;
@@ -144,6 +148,14 @@ char *allocateSlot(int64_t bytes, int64_t &capacity, const std::string &what);
 void *scratch(Context &c, size_t bytes);
 /// The bfloat16 operand staging of at least `bytes` bytes (matmulBf16).
 void *bf16Staging(Context &c, size_t bytes);
+
+/// dst (n bfloat16 values) = src rounded to the nearest bfloat16 (ties to
+/// even); and back, each bfloat16 widened to its float32 value. On the
+/// context's stream; defined in gemm.cu.
+void toBf16Storage(Context &c, const float *src, void *dst, int64_t n,
+                   const char *what);
+void fromBf16Storage(Context &c, const void *src, float *dst, int64_t n,
+                     const char *what);
 
 /// y = the view of x with extents dims[rank] and element strides
 /// strides[rank] (rank <= 8), written densely in row-major order (float4

@@ -49,6 +49,8 @@ bool setCudnnEnabled(bool enabled);
 
 /// How many convolution passes cuDNN ran in this process.
 int64_t cudnnCallsRun();
+/// Of those, the ones on bfloat16 tensors (PIPEC_CUDNN_BF16=1).
+int64_t cudnnBf16CallsRun();
 
 /// The loaded cuDNN's version (e.g. 91900), or 0 when none is loaded.
 int cudnnVersionLoaded();

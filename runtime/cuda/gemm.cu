@@ -135,6 +135,22 @@ void launchToBf16(const float *src, T *dst, int64_t n, cudaStream_t stream) {
   toBf16<<<gridFor(n), 256, 0, stream>>>(src, dst, n);
 }
 
+/// dst[i] = the float32 value of the bfloat16 src[i], four at a time
+/// where both pointers allow (8-byte loads, 16-byte stores).
+__global__ void fromBf16(const __nv_bfloat16 *src, float *dst, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __bfloat162float(src[i]);
+}
+__global__ void fromBf16x4(const Bf16x4 *src, float4 *dst, int64_t n4) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const Bf16x4 x = src[i];
+    dst[i] = make_float4(__bfloat162float(x.v[0]), __bfloat162float(x.v[1]),
+                         __bfloat162float(x.v[2]), __bfloat162float(x.v[3]));
+  }
+}
+
 /// Elements from the first to the last one that `batch` stored
 /// column-major matrices of `rows` x `cols` (leading dimension ld, matrix g
 /// at g * stride) reach.
@@ -521,6 +537,34 @@ bool gatheredProduct(Context &ctx, const BatchNest &nest, int64_t batches,
 }
 
 } // namespace
+
+void toBf16Storage(Context &ctx, const float *src, void *dst, int64_t n,
+                   const char *what) {
+  if (n <= 0)
+    return;
+  launchToBf16(src, static_cast<__nv_bfloat16 *>(dst), n, ctx.stream);
+  checkLaunch(what);
+}
+
+void fromBf16Storage(Context &ctx, const void *src, float *dst, int64_t n,
+                     const char *what) {
+  if (n <= 0)
+    return;
+  const auto *s16 = static_cast<const __nv_bfloat16 *>(src);
+  const int64_t n4 = n / 4;
+  if (n4 > 0 && reinterpret_cast<uintptr_t>(src) % alignof(Bf16x4) == 0 &&
+      reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    fromBf16x4<<<gridFor(n4), 256, 0, ctx.stream>>>(
+        reinterpret_cast<const Bf16x4 *>(src), reinterpret_cast<float4 *>(dst),
+        n4);
+    if (n > 4 * n4)
+      fromBf16<<<1, 32, 0, ctx.stream>>>(s16 + 4 * n4, dst + 4 * n4,
+                                         n - 4 * n4);
+  } else {
+    fromBf16<<<gridFor(n), 256, 0, ctx.stream>>>(s16, dst, n);
+  }
+  checkLaunch(what);
+}
 
 void roundToBf16Values(Context &ctx, const float *src, float *dst, int64_t n,
                        const char *what) {

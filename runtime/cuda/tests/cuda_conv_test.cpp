@@ -180,6 +180,45 @@ TEST(CudaConv, Bf16OnBf16Operands) {
   }
 }
 
+// PIPEC_CUDNN_BF16=1: cuDNN on bfloat16 tensors. On bfloat16 operands the
+// float32 sums are the CPU's up to their order, and then rounded once to
+// bfloat16: within 2^-8 of the CPU's float32 result (plus the sums'
+// rounding near cancellations). The counter says the bf16 path ran.
+TEST(CudaConv, Bf16Tensors) {
+  PIPEC_REQUIRE_GPU();
+  Bf16Matmuls bf16;
+  pipec::cuda::Context &ctx = pipec::cuda::context(gpuContext(), "test");
+  const bool was = ctx.cudnnBf16;
+  ctx.cudnnBf16 = true;
+  for (const Conv &cv :
+       {Conv(3, 8, 12, 12, 16, 3, 3).pad(1), Conv(2, 16, 9, 9, 32, 1, 1),
+        Conv(2, 3, 7, 7, 5, 3, 3).pad(1)}) {
+    SCOPED_TRACE(::testing::Message() << "C " << cv.c << " M " << cv.m);
+    const std::vector<int64_t> ints = cv.ints();
+    const int64_t patch = cv.c * cv.kh * cv.kw, pixels = cv.oh() * cv.ow();
+    const size_t xCount = size_t(cv.n * cv.c * cv.h * cv.w),
+                 wCount = size_t(cv.m * patch),
+                 yCount = size_t(cv.n * cv.m * pixels);
+    const std::vector<float> x = roundedToBf16(randf(xCount, -1, 1, 44));
+    const std::vector<float> w = roundedToBf16(randf(wCount, -1, 1, 45));
+    const std::vector<float> dy = roundedToBf16(randf(yCount, -1, 1, 46));
+    const int64_t calls0 = pipec::cuda::cudnnBf16CallsRun();
+    constexpr double kRounding = 1.0 / 256;
+    expectSameAsCpu("conv2d", {in(x), in(w), null(), out(yCount)}, ints, {},
+                    kRounding, atolFor(patch));
+    expectSameAsCpu("conv2d_grad_input", {in(dy), in(w), out(xCount)}, ints, {},
+                    kRounding, atolFor(cv.m * cv.kh * cv.kw));
+    expectSameAsCpu("conv2d_grad_weight", {in(dy), in(x), out(wCount)}, ints,
+                    {}, kRounding, atolFor(cv.n * pixels));
+    // (A shape cuDNN refuses in bfloat16 runs on im2col + cuBLAS.)
+    if (pipec::cuda::cudnnVersionLoaded() != 0) {
+      EXPECT_GT(pipec::cuda::cudnnBf16CallsRun(), calls0)
+          << "no pass ran on bfloat16 tensors";
+    }
+  }
+  ctx.cudnnBf16 = was;
+}
+
 TEST(CudaConv, Pointwise) {
   PIPEC_REQUIRE_GPU();
   checkConvVariants(Conv(1, 4, 5, 7, 6, 1, 1));
