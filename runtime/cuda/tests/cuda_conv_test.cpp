@@ -148,6 +148,26 @@ TEST(CudaConv, CudnnIsLoaded) {
   EXPECT_EQ(ran, 3);
 }
 
+/// The three passes of `cv` on operands that are bfloat16 values already
+/// (drawn from `seed`), against the CPU's within `rtol`.
+void checkBf16Passes(const Conv &cv, unsigned seed, double rtol) {
+  SCOPED_TRACE(::testing::Message() << "C " << cv.c << " M " << cv.m);
+  const std::vector<int64_t> ints = cv.ints();
+  const int64_t patch = cv.c * cv.kh * cv.kw, pixels = cv.oh() * cv.ow();
+  const size_t xCount = size_t(cv.n * cv.c * cv.h * cv.w),
+               wCount = size_t(cv.m * patch),
+               yCount = size_t(cv.n * cv.m * pixels);
+  const std::vector<float> x = roundedToBf16(randf(xCount, -1, 1, seed));
+  const std::vector<float> w = roundedToBf16(randf(wCount, -1, 1, seed + 1));
+  const std::vector<float> dy = roundedToBf16(randf(yCount, -1, 1, seed + 2));
+  expectSameAsCpu("conv2d", {in(x), in(w), null(), out(yCount)}, ints, {}, rtol,
+                  atolFor(patch));
+  expectSameAsCpu("conv2d_grad_input", {in(dy), in(w), out(xCount)}, ints, {},
+                  rtol, atolFor(cv.m * cv.kh * cv.kw));
+  expectSameAsCpu("conv2d_grad_weight", {in(dy), in(x), out(wCount)}, ints, {},
+                  rtol, atolFor(cv.n * pixels));
+}
+
 // --precision bf16 on operands that are bfloat16 values already: the
 // products are exact, so cuDNN (TF32 math on the rounded operands) and
 // im2col (bfloat16 GEMMs) both equal the CPU's float32 convolution to the
@@ -156,27 +176,12 @@ TEST(CudaConv, CudnnIsLoaded) {
 TEST(CudaConv, Bf16OnBf16Operands) {
   PIPEC_REQUIRE_GPU();
   Bf16Matmuls bf16;
-  for (const Conv &cv : {Conv(3, 8, 12, 12, 16, 3, 3).pad(1),
-                         Conv(2, 3, 7, 7, 5, 3, 3).pad(1)}) {
-    SCOPED_TRACE(::testing::Message() << "C " << cv.c << " M " << cv.m);
-    const std::vector<int64_t> ints = cv.ints();
-    const int64_t patch = cv.c * cv.kh * cv.kw, pixels = cv.oh() * cv.ow();
-    const size_t xCount = size_t(cv.n * cv.c * cv.h * cv.w),
-                 wCount = size_t(cv.m * patch),
-                 yCount = size_t(cv.n * cv.m * pixels);
-    const std::vector<float> x = roundedToBf16(randf(xCount, -1, 1, 41));
-    const std::vector<float> w = roundedToBf16(randf(wCount, -1, 1, 42));
-    const std::vector<float> dy = roundedToBf16(randf(yCount, -1, 1, 43));
-    for (bool dnn : {true, false}) {
-      SCOPED_TRACE(dnn ? "cuDNN if taken" : "im2col + cuBLAS");
-      CudnnSetting setting(dnn);
-      expectSameAsCpu("conv2d", {in(x), in(w), null(), out(yCount)}, ints, {},
-                      kRtol, atolFor(patch));
-      expectSameAsCpu("conv2d_grad_input", {in(dy), in(w), out(xCount)}, ints,
-                      {}, kRtol, atolFor(cv.m * cv.kh * cv.kw));
-      expectSameAsCpu("conv2d_grad_weight", {in(dy), in(x), out(wCount)}, ints,
-                      {}, kRtol, atolFor(cv.n * pixels));
-    }
+  for (bool dnn : {true, false}) {
+    SCOPED_TRACE(dnn ? "cuDNN if taken" : "im2col + cuBLAS");
+    CudnnSetting setting(dnn);
+    for (const Conv &cv : {Conv(3, 8, 12, 12, 16, 3, 3).pad(1),
+                           Conv(2, 3, 7, 7, 5, 3, 3).pad(1)})
+      checkBf16Passes(cv, 41, kRtol);
   }
 }
 
@@ -193,23 +198,8 @@ TEST(CudaConv, Bf16Tensors) {
   for (const Conv &cv :
        {Conv(3, 8, 12, 12, 16, 3, 3).pad(1), Conv(2, 16, 9, 9, 32, 1, 1),
         Conv(2, 3, 7, 7, 5, 3, 3).pad(1)}) {
-    SCOPED_TRACE(::testing::Message() << "C " << cv.c << " M " << cv.m);
-    const std::vector<int64_t> ints = cv.ints();
-    const int64_t patch = cv.c * cv.kh * cv.kw, pixels = cv.oh() * cv.ow();
-    const size_t xCount = size_t(cv.n * cv.c * cv.h * cv.w),
-                 wCount = size_t(cv.m * patch),
-                 yCount = size_t(cv.n * cv.m * pixels);
-    const std::vector<float> x = roundedToBf16(randf(xCount, -1, 1, 44));
-    const std::vector<float> w = roundedToBf16(randf(wCount, -1, 1, 45));
-    const std::vector<float> dy = roundedToBf16(randf(yCount, -1, 1, 46));
     const int64_t calls0 = pipec::cuda::cudnnBf16CallsRun();
-    constexpr double kRounding = 1.0 / 256;
-    expectSameAsCpu("conv2d", {in(x), in(w), null(), out(yCount)}, ints, {},
-                    kRounding, atolFor(patch));
-    expectSameAsCpu("conv2d_grad_input", {in(dy), in(w), out(xCount)}, ints, {},
-                    kRounding, atolFor(cv.m * cv.kh * cv.kw));
-    expectSameAsCpu("conv2d_grad_weight", {in(dy), in(x), out(wCount)}, ints,
-                    {}, kRounding, atolFor(cv.n * pixels));
+    checkBf16Passes(cv, 44, 1.0 / 256);
     // (A shape cuDNN refuses in bfloat16 runs on im2col + cuBLAS.)
     if (pipec::cuda::cudnnVersionLoaded() != 0) {
       EXPECT_GT(pipec::cuda::cudnnBf16CallsRun(), calls0)
