@@ -225,6 +225,10 @@ bool load(State &s) {
 /// cuDNN's math type for the context's arithmetic, and whether an
 /// algorithm of math type `got` computes it.
 cudnnMathType_t wantedMath(const Context &c) {
+  // (bfloat16 tensors: tensor-core algorithms are offered for the
+  // descriptor's math type CUDNN_TENSOR_OP_MATH.)
+  if (c.matmulBf16 && c.cudnnBf16)
+    return CUDNN_TENSOR_OP_MATH;
   return c.allowTf32 || c.matmulBf16 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 bool mathAllowed(cudnnMathType_t wanted, cudnnMathType_t got) {

@@ -486,13 +486,18 @@ bool evenlySpaced(const BatchNest &nest, const int64_t *strides, int64_t rows,
 /// float4 gathers into scratch (about 12 us for 25 MB there). Returns
 /// false, computing nothing, for a batch that broadcasts an operand (a
 /// stride of 0: copying it would multiply its bytes), for bf16 (the staging
-/// copies the operands anyway) and where the view exceeds the gather's rank.
+/// copies the operands anyway), where the loop would make fewer than 4
+/// calls, and where the view exceeds the gather's rank.
 bool gatheredProduct(Context &ctx, const BatchNest &nest, int64_t batches,
                      const float *a, const float *b, float *y, int64_t m,
                      int64_t n, int64_t k, bool transA, bool transB,
                      int64_t lda, int64_t ldb, float alpha, const char *what) {
   if (!ctx.batchGather || ctx.matmulBf16 || nest.rank < 2 ||
       nest.rank + 2 > 8 || !fitsInt(batches))
+    return false;
+  // (A loop of a few calls, each of many products, fills the GPU anyway:
+  // GPT-2's slow case looped 8 times. Copying would only cost memory.)
+  if (batches / nest.dims[nest.rank - 1] < 4)
     return false;
   for (int d = 0; d < nest.rank; ++d)
     if (nest.a[d] == 0 || nest.b[d] == 0)
