@@ -627,6 +627,10 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
     sbt, lossbt = run_pipec(args, r, "s1-bf16", RESNET_STEPS, env={"PIPEC_CUDNN_BF16": "1"})
     if sbt is not None and lossbt is not None and lossb is not None and abs(lossbt - lossb) > 1e-2 * abs(lossb):
         print(f"PIPEC_CUDNN_BF16=1: final loss {lossbt} against {lossb}")
+    # 1x1 convolutions on cuDNN instead of as cuBLAS products (conv.cu,
+    # pointwiseProduct): their backward took 43.5 of 91 ms on an H200.
+    s1c, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_POINTWISE_GEMM": "0"})
+    sbc, _ = run_pipec(args, r, "s1-bf16", RESNET_STEPS, env={"PIPEC_POINTWISE_GEMM": "0"})
     s1i = s1g = s1n = s1b = sbi = None
     # PIPEC_BENCH_RESNET_VARIANTS=0: only the two pipec rows above.
     if env("PIPEC_BENCH_RESNET_VARIANTS", "1") != "0":
@@ -649,12 +653,14 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
         # 2026-11-27).
         trace_pipec(args, r, "s1", label="resnet50")
     rows = [("fp32", "pipec --target cuda, 1 stage", s1),
+            ("fp32", "pipec, 1 stage, PIPEC_POINTWISE_GEMM=0 (1x1 on cuDNN)", s1c),
             ("fp32", "pipec, 1 stage, PIPEC_CUDNN=0 (im2col)", s1i),
             ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),
             ("fp32", "pipec, 1 stage, PIPEC_CUDNN_DETERMINISTIC=0", s1n),
             ("fp32", "pipec, 1 stage, PIPEC_BN_SPLIT=0", s1b),
             ("fp32", "PyTorch eager", run_torch_resnet(r, False, profile=profile_torch)),
             ("bf16", "pipec --target cuda --precision bf16, 1 stage", sb),
+            ("bf16", "pipec bf16, PIPEC_POINTWISE_GEMM=0 (1x1 on cuDNN)", sbc),
             ("bf16", "pipec bf16, PIPEC_CUDNN_BF16=1 (bf16 tensors)", sbt),
             ("bf16", "pipec bf16, PIPEC_CUDNN=0 (im2col)", sbi),
             ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True, profile=profile_torch))]

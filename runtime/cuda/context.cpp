@@ -68,6 +68,10 @@ void initContext(Context &c, int device, bool allowTf32, bool matmulBf16) {
       "float32 batched products over permuted operands as one call over "
       "dense copies",
       "one call per outer batch index");
+  c.pointwiseGemm =
+      rt::switchedOn("PIPEC_POINTWISE_GEMM", true,
+                     "1x1 convolutions as cuBLAS matrix products",
+                     "1x1 convolutions on cuDNN (or im2col + cuBLAS)");
   c.cudnnBf16 = rt::switchedOn(
       "PIPEC_CUDNN_BF16", false,
       "bf16 convolutions on cuDNN with bfloat16 operands and results",

@@ -8,6 +8,20 @@
 //===----------------------------------------------------------------------===//
 ///
 /// \file
+/// 1x1 convolutions (one group, unpadded, any stride: ResNet's bottleneck
+/// and projection convolutions) are matrix products first
+/// (pointwiseProduct; PIPEC_POINTWISE_GEMM=0 sends them on as below): Y[n]
+/// = W X[n] and dX[n] = W^T dY[n] as strided-batched products over the
+/// images, dW = sum over n of dY[n] X[n]^T either per image into partial
+/// products summed in image order or as one product over gathered [M,
+/// N*P] and [C, N*P] operands, whichever moves fewer bytes; with a stride
+/// the pixels read are gathered first (and dX scattered back, zeros
+/// between). All deterministic. Why: cuDNN's deterministic algorithms ran
+/// the backward of ResNet-50's 1x1 convolutions at 4-12 TFLOP/s on an H200
+/// (43.5 of the 91 ms float32 step, 2026-11-27; the 3x3 ones ran at about
+/// 37), where a float32 GEMM of these shapes runs at several times that.
+/// Written after that run: not yet run on a GPU.
+///
 /// ONNX Conv in NCHW on cuDNN when the process has it (cudnn_conv.h: each
 /// pass asks cudnnConvolution first; the bias is added after cuDNN's
 /// forward), else, and for what cuDNN cannot express, as im2col + cuBLAS
@@ -397,6 +411,151 @@ Plan makePlan(Context &ctx, const ConvShape &s) {
   return plan;
 }
 
+//===----------------------------------------------------------------------===//
+// 1x1 convolutions as matrix products
+//===----------------------------------------------------------------------===//
+
+/// Whether `s` is a 1x1 convolution the products below compute (one group,
+/// no padding, the output the strided input's size) and the context takes
+/// them (PIPEC_POINTWISE_GEMM).
+bool pointwiseProduct(const Context &ctx, const ConvShape &s) {
+  return ctx.pointwiseGemm && s.kh == 1 && s.kw == 1 && s.groups == 1 &&
+         s.pt == 0 && s.pl == 0 && s.h > 0 && s.w > 0 &&
+         s.oh == (s.h - 1) / s.sh + 1 && s.ow == (s.w - 1) / s.sw + 1;
+}
+
+/// Whether a 1x1 convolution reads every input pixel (stride 1): then X is
+/// its own [N, C, P] operand.
+bool everyPixel(const ConvShape &s) { return s.sh == 1 && s.sw == 1; }
+
+/// dst[n, c, i, j] = src[n, c, i * sH, j * sW]: the pixels a strided 1x1
+/// convolution reads, densely ([N, C, P]).
+void gatherStridedPixels(Context &ctx, const float *src, float *dst,
+                         const ConvShape &s, const char *kName) {
+  const int64_t dims[4] = {s.n, s.c, s.oh, s.ow};
+  const int64_t strides[4] = {s.c * s.h * s.w, s.h * s.w, s.sh * s.w, s.sw};
+  gatherDense(ctx, src, dst, 4, dims, strides, kName);
+}
+
+/// dx = 0 but at the pixels a strided 1x1 convolution read, which get dense
+/// [N, C, P] (one thread per dense value).
+template <typename I>
+__global__ void scatterStridedPixels(const float *__restrict__ dense,
+                                     float *__restrict__ dx, I c, I oh, I ow,
+                                     I h, I w, I sh, I sw, I total) {
+  for (I e = I(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += I(gridDim.x) * blockDim.x) {
+    const I j = e % ow, i = (e / ow) % oh, plane = e / (ow * oh);
+    dx[plane * h * w + i * sh * w + j * sw] = dense[e];
+  }
+}
+
+/// dW[e] = sum over n of part[n][e] in image order (deterministic).
+template <typename I>
+__global__ void sumImages(const float *__restrict__ part,
+                          float *__restrict__ dw, I images, I count) {
+  for (I e = I(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
+       e += I(gridDim.x) * blockDim.x) {
+    float sum = 0.0f;
+    for (I n = 0; n < images; ++n)
+      sum += part[n * count + e];
+    dw[e] = sum;
+  }
+}
+
+/// The forward: Y[n] (M x P) = W (M x C) X[n] (C x P), one strided-batched
+/// product over the images (W shared), then the bias.
+void pointwiseForward(Context &ctx, const ConvShape &s, const float *x,
+                      const float *w, const float *bias, float *y,
+                      const char *kName) {
+  const float *xs = x;
+  if (!everyPixel(s)) {
+    float *dense = static_cast<float *>(
+        scratch(ctx, sizeof(float) * size_t(s.n * s.c * s.p)));
+    gatherStridedPixels(ctx, x, dense, s, kName);
+    xs = dense;
+  }
+  gemmGroups(ctx, false, false, s.m, s.p, s.c, w, s.c, 0, xs, s.p, s.c * s.p, y,
+             s.p, s.m * s.p, s.n, 0.0f, kName);
+  if (bias)
+    addBias(ctx, y, bias, s.n, s.m, s.p, kName);
+}
+
+/// The input gradient: dX[n] (C x P) = W^T (C x M) dY[n] (M x P); with a
+/// stride, into dense [N, C, P] first, then to the pixels read (zeros
+/// elsewhere).
+void pointwiseGradInput(Context &ctx, const ConvShape &s, const float *dy,
+                        const float *w, float *dx, const char *kName) {
+  float *dxs = dx;
+  if (!everyPixel(s))
+    dxs = static_cast<float *>(
+        scratch(ctx, sizeof(float) * size_t(s.n * s.c * s.p)));
+  gemmGroups(ctx, true, false, s.c, s.p, s.m, w, s.c, 0, dy, s.p, s.m * s.p,
+             dxs, s.p, s.c * s.p, s.n, 0.0f, kName);
+  if (dxs == dx)
+    return;
+  check(cudaMemsetAsync(dx, 0, sizeof(float) * size_t(s.xCount()), ctx.stream),
+        kName);
+  const int64_t total = s.n * s.c * s.p;
+  if (small(s.xCount()))
+    scatterStridedPixels<int32_t>
+        <<<gridFor(total, kBlock), kBlock, 0, ctx.stream>>>(
+            dxs, dx, int32_t(s.c), int32_t(s.oh), int32_t(s.ow), int32_t(s.h),
+            int32_t(s.w), int32_t(s.sh), int32_t(s.sw), int32_t(total));
+  else
+    scatterStridedPixels<int64_t>
+        <<<gridFor(total, kBlock), kBlock, 0, ctx.stream>>>(
+            dxs, dx, s.c, s.oh, s.ow, s.h, s.w, s.sh, s.sw, total);
+  checkLaunch(kName);
+}
+
+/// The weight gradient: dW (M x C) = sum over n of dY[n] (M x P) X[n]^T
+/// (P x C), deterministically, by whichever moves fewer bytes:
+///  - per image into [N, M, C] partial products, then summed in image
+///    order (few channels, many pixels: ResNet's first stages);
+///  - dY and X gathered to [M, N*P] and [C, N*P], then one product over
+///    all pixels (many channels, few pixels).
+void pointwiseGradWeight(Context &ctx, const ConvShape &s, const float *dy,
+                         const float *x, float *dw, const char *kName) {
+  const int64_t pixels = s.n * s.p;
+  const double partialBytes = 2.0 * double(s.n) * double(s.m * s.c);
+  const double gatherBytes = 2.0 * double(s.m + s.c) * double(pixels);
+  if (partialBytes <= gatherBytes) {
+    const int64_t denseX = everyPixel(s) ? 0 : (s.n * s.c * s.p + 63) / 64 * 64;
+    float *base = static_cast<float *>(
+        scratch(ctx, sizeof(float) * size_t(denseX + s.n * s.m * s.c)));
+    const float *xs = x;
+    if (denseX > 0) {
+      gatherStridedPixels(ctx, x, base, s, kName);
+      xs = base;
+    }
+    float *part = base + denseX;
+    gemmGroups(ctx, false, true, s.m, s.c, s.p, dy, s.p, s.m * s.p, xs, s.p,
+               s.c * s.p, part, s.c, s.m * s.c, s.n, 0.0f, kName);
+    const int64_t count = s.m * s.c;
+    if (small(s.n * count))
+      sumImages<int32_t><<<gridFor(count, kBlock), kBlock, 0, ctx.stream>>>(
+          part, dw, int32_t(s.n), int32_t(count));
+    else
+      sumImages<int64_t><<<gridFor(count, kBlock), kBlock, 0, ctx.stream>>>(
+          part, dw, s.n, count);
+    checkLaunch(kName);
+    return;
+  }
+  const int64_t dyFloats = (s.m * pixels + 63) / 64 * 64;
+  float *dyt = static_cast<float *>(
+      scratch(ctx, sizeof(float) * size_t(dyFloats + s.c * pixels)));
+  float *xt = dyt + dyFloats;
+  const int64_t dyDims[3] = {s.m, s.n, s.p};
+  const int64_t dyStrides[3] = {s.p, s.m * s.p, 1};
+  gatherDense(ctx, dy, dyt, 3, dyDims, dyStrides, kName);
+  const int64_t xDims[4] = {s.c, s.n, s.oh, s.ow};
+  const int64_t xStrides[4] = {s.h * s.w, s.c * s.h * s.w, s.sh * s.w, s.sw};
+  gatherDense(ctx, x, xt, 4, xDims, xStrides, kName);
+  gemmGroups(ctx, false, true, s.m, s.c, pixels, dyt, pixels, 0, xt, pixels, 0,
+             dw, s.c, 0, 1, 0.0f, kName);
+}
+
 } // namespace
 } // namespace cuda
 } // namespace pipec
@@ -426,6 +585,11 @@ extern "C" void pipec_cuda_k_conv2d(pipec_kctx *kc, void *const *bufs,
   if (s.k == 0) {
     // No input channels: Y is the bias (or zeros).
     fill(ctx, y, s.yCount(), 0.0f, b, s.m, s.p, kName);
+    return;
+  }
+  if (pointwiseProduct(ctx, s)) {
+    ++ctx.pointwiseProducts;
+    pointwiseForward(ctx, s, x, w, b, y, kName);
     return;
   }
   if (cudnnConvolution(ctx, ConvPass::Forward, s, x, w, y)) {
@@ -476,6 +640,11 @@ extern "C" void pipec_cuda_k_conv2d_grad_input(pipec_kctx *kc,
         kName);
     return;
   }
+  if (pointwiseProduct(ctx, s)) {
+    ++ctx.pointwiseProducts;
+    pointwiseGradInput(ctx, s, dy, w, dx, kName);
+    return;
+  }
   if (cudnnConvolution(ctx, ConvPass::GradInput, s, dy, w, dx))
     return;
   Plan plan = makePlan(ctx, s);
@@ -520,6 +689,11 @@ extern "C" void pipec_cuda_k_conv2d_grad_weight(pipec_kctx *kc,
     check(
         cudaMemsetAsync(dw, 0, sizeof(float) * size_t(s.wCount()), ctx.stream),
         kName);
+    return;
+  }
+  if (pointwiseProduct(ctx, s)) {
+    ++ctx.pointwiseProducts;
+    pointwiseGradWeight(ctx, s, dy, x, dw, kName);
     return;
   }
   if (cudnnConvolution(ctx, ConvPass::GradWeight, s, dy, x, dw))

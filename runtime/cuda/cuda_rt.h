@@ -91,6 +91,11 @@ struct Context : pipec_kctx {
   /// operands gathered densely (gemm.cu, pipec_cuda_k_batch_matmul; for the
   /// tests: which path ran).
   int64_t batchGathered = 0;
+  /// 1x1 convolutions (one group, unpadded, any stride) as cuBLAS matrix
+  /// products instead of cuDNN (conv.cu; PIPEC_POINTWISE_GEMM=0 turns it
+  /// off), and how many passes ran so (for the tests).
+  bool pointwiseGemm = true;
+  int64_t pointwiseProducts = 0;
   /// `--precision bf16` convolutions on cuDNN with bfloat16 operands and
   /// results (PIPEC_CUDNN_BF16=1; cudnn_conv.cpp) instead of TF32
   /// arithmetic on float32 tensors holding bfloat16 values. Off by default.

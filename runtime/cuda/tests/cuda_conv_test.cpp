@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 using namespace pipec::cudatest;
@@ -85,6 +86,19 @@ struct CudnnSetting {
   bool was;
 };
 
+/// 1x1 convolutions as matrix products (PIPEC_POINTWISE_GEMM) on or off for
+/// one scope.
+struct PointwiseSetting {
+  explicit PointwiseSetting(bool on)
+      : ctx(pipec::cuda::context(gpuContext(), "test")),
+        was(ctx.pointwiseGemm) {
+    ctx.pointwiseGemm = on;
+  }
+  ~PointwiseSetting() { ctx.pointwiseGemm = was; }
+  pipec::cuda::Context &ctx;
+  bool was;
+};
+
 /// The three kernels on random X, W, B, dY against the CPU.
 void checkConv(const Conv &cv, unsigned seed = 1) {
   SCOPED_TRACE(::testing::Message()
@@ -107,11 +121,15 @@ void checkConv(const Conv &cv, unsigned seed = 1) {
   const std::vector<float> dy = randf(yCount, -1, 1, seed + 3);
   const std::vector<int64_t> ints = cv.ints();
 
-  // On cuDNN (where the process has it and it takes the shape), then on
-  // im2col + cuBLAS.
-  for (bool dnn : {true, false}) {
-    SCOPED_TRACE(dnn ? "cuDNN if taken" : "im2col + cuBLAS");
+  // A 1x1 convolution as matrix products, if it is one; on cuDNN (where
+  // the process has it and it takes the shape); on im2col + cuBLAS.
+  for (int path : {0, 1, 2}) {
+    const bool dnn = path < 2;
+    SCOPED_TRACE(path == 0   ? "1x1 products if taken, else cuDNN"
+                 : path == 1 ? "cuDNN if taken"
+                             : "im2col + cuBLAS");
     CudnnSetting setting(dnn);
+    PointwiseSetting products(path == 0);
     expectSameAsCpu("conv2d",
                     {in(x), in(w), cv.bias ? in(b) : null(), out(yCount)}, ints,
                     {}, kRtol, atolFor(cg * cv.kh * cv.kw));
@@ -205,6 +223,7 @@ TEST(CudaConv, Bf16Tensors) {
   PIPEC_REQUIRE_GPU();
   Bf16Matmuls bf16;
   Bf16Tensors tensors(true);
+  PointwiseSetting cudnnOnly(false); // (the 1x1 shape on cuDNN too)
   int major = 0;
   (void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
   for (const Conv &cv :
@@ -229,6 +248,58 @@ TEST(CudaConv, Pointwise) {
   // (Not with C / groups == 1 on one image: the CPU kernel's grad_input
   // then adds to dX instead of overwriting it.)
   checkConvVariants(Conv(1, 2, 3, 3, 1, 1, 1), 5);
+}
+
+// 1x1 convolutions as cuBLAS products (conv.cu, pointwiseProduct): stride
+// 1 (X is the operand), strides 2 and 3 on odd sizes (the pixels read are
+// gathered, dX scattered back with zeros between), with and without bias;
+// the weight gradient through per-image partial sums (few channels, many
+// pixels) and through gathered [M, N*P] x [C, N*P] operands (the other
+// way round). In float32, and in bf16 (bfloat16 products, float32 sums,
+// as the CPU emulates) on bfloat16 operands. Every pass takes the path.
+TEST(CudaConv, PointwiseAsProducts) {
+  PIPEC_REQUIRE_GPU();
+  PointwiseSetting products(true);
+  pipec::cuda::Context &ctx = products.ctx;
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "float32");
+    std::optional<Bf16Matmuls> rounding;
+    if (bf16)
+      rounding.emplace();
+    for (Conv cv :
+         {Conv(3, 5, 7, 6, 4, 1, 1), Conv(2, 4, 9, 7, 6, 1, 1).stride(2, 2),
+          Conv(2, 3, 8, 11, 5, 1, 1).stride(3, 2),
+          // Many channels, few pixels: the gathered product.
+          Conv(4, 40, 2, 2, 48, 1, 1),
+          Conv(4, 40, 3, 3, 48, 1, 1).stride(2, 2)})
+      for (bool bias : {false, true}) {
+        cv.withBias(bias);
+        SCOPED_TRACE(::testing::Message()
+                     << "N " << cv.n << " C " << cv.c << " M " << cv.m
+                     << " stride " << cv.sh << "," << cv.sw << " bias "
+                     << bias);
+        const std::vector<int64_t> ints = cv.ints();
+        const size_t xCount = size_t(cv.n * cv.c * cv.h * cv.w),
+                     wCount = size_t(cv.m * cv.c),
+                     yCount = size_t(cv.n * cv.m * cv.oh() * cv.ow());
+        auto draw = [&](size_t n, unsigned seed) {
+          std::vector<float> v = randf(n, -1, 1, seed);
+          return bf16 ? roundedToBf16(v) : v;
+        };
+        const std::vector<float> x = draw(xCount, 61), w = draw(wCount, 62),
+                                 b = draw(size_t(cv.m), 63),
+                                 dy = draw(yCount, 64);
+        const int64_t before = ctx.pointwiseProducts;
+        expectSameAsCpu("conv2d",
+                        {in(x), in(w), bias ? in(b) : null(), out(yCount)},
+                        ints, {}, kRtol, atolFor(cv.c));
+        expectSameAsCpu("conv2d_grad_input", {in(dy), in(w), out(xCount)}, ints,
+                        {}, kRtol, atolFor(cv.m));
+        expectSameAsCpu("conv2d_grad_weight", {in(dy), in(x), out(wCount)},
+                        ints, {}, kRtol, atolFor(cv.n * cv.oh() * cv.ow()));
+        EXPECT_EQ(ctx.pointwiseProducts - before, 3);
+      }
+  }
 }
 
 TEST(CudaConv, Kernel3x3) {
