@@ -418,15 +418,36 @@ Plan makePlan(Context &ctx, const ConvShape &s) {
 /// Whether `s` is a 1x1 convolution the products below compute (one group,
 /// no padding, the output the strided input's size) and the context takes
 /// them (PIPEC_POINTWISE_GEMM).
-bool pointwiseProduct(const Context &ctx, const ConvShape &s) {
-  return ctx.pointwiseGemm && s.kh == 1 && s.kw == 1 && s.groups == 1 &&
-         s.pt == 0 && s.pl == 0 && s.h > 0 && s.w > 0 &&
-         s.oh == (s.h - 1) / s.sh + 1 && s.ow == (s.w - 1) / s.sw + 1;
-}
-
 /// Whether a 1x1 convolution reads every input pixel (stride 1): then X is
 /// its own [N, C, P] operand.
 bool everyPixel(const ConvShape &s) { return s.sh == 1 && s.sw == 1; }
+
+/// The weight gradient's two ways, in floats of scratch (which moves fewer
+/// bytes: see pointwiseGradWeight).
+double partialFloats(const ConvShape &s) {
+  return double(s.n) * double(s.m) * double(s.c);
+}
+double gatheredFloats(const ConvShape &s) {
+  return double(s.m + s.c) * double(s.n) * double(s.p);
+}
+
+/// Whether `s` is a 1x1 convolution the products below compute (one group,
+/// no padding, the output the strided input's size) and the context takes
+/// them (PIPEC_POINTWISE_GEMM), within kPointwiseScratch of scratch for
+/// `pass` (else the convolution goes on to cuDNN or im2col as before).
+constexpr double kPointwiseScratch = 1024.0 * 1024 * 1024;
+bool pointwiseProduct(const Context &ctx, const ConvShape &s, ConvPass pass) {
+  if (!ctx.pointwiseGemm || s.kh != 1 || s.kw != 1 || s.groups != 1 ||
+      s.pt != 0 || s.pl != 0 || s.h <= 0 || s.w <= 0 ||
+      s.oh != (s.h - 1) / s.sh + 1 || s.ow != (s.w - 1) / s.sw + 1)
+    return false;
+  const double dense = everyPixel(s) ? 0.0 : double(s.n * s.c * s.p);
+  const double floats =
+      pass == ConvPass::GradWeight
+          ? std::min(partialFloats(s) + dense, gatheredFloats(s))
+          : dense;
+  return floats * sizeof(float) <= kPointwiseScratch;
+}
 
 /// dst[n, c, i, j] = src[n, c, i * sH, j * sW]: the pixels a strided 1x1
 /// convolution reads, densely ([N, C, P]).
@@ -510,7 +531,8 @@ void pointwiseGradInput(Context &ctx, const ConvShape &s, const float *dy,
 }
 
 /// The weight gradient: dW (M x C) = sum over n of dY[n] (M x P) X[n]^T
-/// (P x C), deterministically, by whichever moves fewer bytes:
+/// (P x C), deterministically, by whichever needs less scratch (about the
+/// bytes it moves):
 ///  - per image into [N, M, C] partial products, then summed in image
 ///    order (few channels, many pixels: ResNet's first stages);
 ///  - dY and X gathered to [M, N*P] and [C, N*P], then one product over
@@ -518,9 +540,8 @@ void pointwiseGradInput(Context &ctx, const ConvShape &s, const float *dy,
 void pointwiseGradWeight(Context &ctx, const ConvShape &s, const float *dy,
                          const float *x, float *dw, const char *kName) {
   const int64_t pixels = s.n * s.p;
-  const double partialBytes = 2.0 * double(s.n) * double(s.m * s.c);
-  const double gatherBytes = 2.0 * double(s.m + s.c) * double(pixels);
-  if (partialBytes <= gatherBytes) {
+  const double dense = everyPixel(s) ? 0.0 : double(s.n * s.c * s.p);
+  if (partialFloats(s) + dense <= gatheredFloats(s)) {
     const int64_t denseX = everyPixel(s) ? 0 : (s.n * s.c * s.p + 63) / 64 * 64;
     float *base = static_cast<float *>(
         scratch(ctx, sizeof(float) * size_t(denseX + s.n * s.m * s.c)));
@@ -587,7 +608,7 @@ extern "C" void pipec_cuda_k_conv2d(pipec_kctx *kc, void *const *bufs,
     fill(ctx, y, s.yCount(), 0.0f, b, s.m, s.p, kName);
     return;
   }
-  if (pointwiseProduct(ctx, s)) {
+  if (pointwiseProduct(ctx, s, ConvPass::Forward)) {
     ++ctx.pointwiseProducts;
     pointwiseForward(ctx, s, x, w, b, y, kName);
     return;
@@ -640,7 +661,7 @@ extern "C" void pipec_cuda_k_conv2d_grad_input(pipec_kctx *kc,
         kName);
     return;
   }
-  if (pointwiseProduct(ctx, s)) {
+  if (pointwiseProduct(ctx, s, ConvPass::GradInput)) {
     ++ctx.pointwiseProducts;
     pointwiseGradInput(ctx, s, dy, w, dx, kName);
     return;
@@ -691,7 +712,7 @@ extern "C" void pipec_cuda_k_conv2d_grad_weight(pipec_kctx *kc,
         kName);
     return;
   }
-  if (pointwiseProduct(ctx, s)) {
+  if (pointwiseProduct(ctx, s, ConvPass::GradWeight)) {
     ++ctx.pointwiseProducts;
     pointwiseGradWeight(ctx, s, dy, x, dw, kName);
     return;
