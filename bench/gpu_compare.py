@@ -654,15 +654,15 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
         trace_pipec(args, r, "s1", label="resnet50")
     rows = [("fp32", "pipec --target cuda, 1 stage", s1),
             ("fp32", "pipec, 1 stage, PIPEC_POINTWISE_GEMM=0 (1x1 on cuDNN)", s1c),
-            ("fp32", "pipec, 1 stage, PIPEC_CUDNN=0 (im2col)", s1i),
+            ("fp32", "pipec, PIPEC_CUDNN=0 (im2col; 1x1 as products)", s1i),
             ("fp32", "pipec, 1 stage, --cuda-graphs", s1g),
             ("fp32", "pipec, 1 stage, PIPEC_CUDNN_DETERMINISTIC=0", s1n),
             ("fp32", "pipec, 1 stage, PIPEC_BN_SPLIT=0", s1b),
             ("fp32", "PyTorch eager", run_torch_resnet(r, False, profile=profile_torch)),
             ("bf16", "pipec --target cuda --precision bf16, 1 stage", sb),
             ("bf16", "pipec bf16, PIPEC_POINTWISE_GEMM=0 (1x1 on cuDNN)", sbc),
-            ("bf16", "pipec bf16, PIPEC_CUDNN_BF16=1 (bf16 tensors)", sbt),
-            ("bf16", "pipec bf16, PIPEC_CUDNN=0 (im2col)", sbi),
+            ("bf16", "pipec bf16, PIPEC_CUDNN_BF16=1 (1x1 as products)", sbt),
+            ("bf16", "pipec bf16, PIPEC_CUDNN=0 (1x1 as products)", sbi),
             ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True, profile=profile_torch))]
     if compiled:
         rows += torch_compiled_rows(lambda bf16: run_torch_resnet(r, True, bf16=bf16))
