@@ -14,7 +14,7 @@
 /// = W X[n] and dX[n] = W^T dY[n] as strided-batched products over the
 /// images, dW = sum over n of dY[n] X[n]^T either per image into partial
 /// products summed in image order or as one product over gathered [M,
-/// N*P] and [C, N*P] operands, whichever moves fewer bytes; with a stride
+/// N*P] and [C, N*P] operands, whichever needs less scratch; with a stride
 /// the pixels read are gathered first (and dX scattered back, zeros
 /// between). All deterministic. Why: cuDNN's deterministic algorithms ran
 /// the backward of ResNet-50's 1x1 convolutions at 4-12 TFLOP/s on an H200
@@ -432,7 +432,7 @@ double gatheredFloats(const ConvShape &s) {
 /// no padding, the output the strided input's size) and the context takes
 /// them (PIPEC_POINTWISE_GEMM), within kPointwiseScratch of scratch for
 /// `pass` (else the convolution goes on to cuDNN or im2col as before;
-/// ResNet-50 at batch 64 needs at most 85 MiB).
+/// ResNet-50 at batch 64 needs at most about 85 MB).
 constexpr double kPointwiseScratch = 2 * kScratchBudget;
 bool pointwiseProduct(const Context &ctx, const ConvShape &s, ConvPass pass) {
   if (!ctx.pointwiseGemm || s.kh != 1 || s.kw != 1 || s.groups != 1 ||

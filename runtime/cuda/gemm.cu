@@ -722,7 +722,8 @@ extern "C" void pipec_cuda_k_batch_matmul(pipec_kctx *kc, void *const *bufs,
     return;
 
   // The innermost batch dimension is one strided-batched call; the outer
-  // ones (broadcasts, and bf16 permuted operands) loop here.
+  // ones (broadcasts, and permuted operands in bf16 or over fewer than 4
+  // outer batches) loop here.
   const int inner = nest.rank - 1;
   const int64_t innerCount = nest.dims[inner];
   if (!fitsInt(innerCount))
