@@ -29,7 +29,9 @@
 ///    as PyTorch's autocast convolutions do. The tensor cores then run at
 ///    their bfloat16 rate on half the bytes; the H200's ResNet-50 took
 ///    22.8 of its 43.7 ms bf16 step in TF32 convolutions (2026-11-27).
-///    Written after that run: not yet run on a GPU.
+///    Written after that run: not yet run on a GPU. (1x1 convolutions do
+///    not reach cuDNN unless PIPEC_POINTWISE_GEMM=0: conv.cu multiplies
+///    them as bfloat16 matrix products with float32 sums.)
 ///
 /// Algorithm: the first call of a pass for a shape (and arithmetic) times
 /// cuDNN's algorithms on the call's own buffers (cudnnFind*AlgorithmEx,
