@@ -157,8 +157,8 @@ run() {
   grep -q "FAILED" "$out/kernels.log" && rc=1
   grep -q "PASSED" "$out/kernels.log" || rc=1
   pack
-  fi
   gpt3_layer
+  fi
   # The communicator contract with tensors in GPU memory, 3 ranks sharing
   # the GPU: contract LOG SECONDS MARKER [hosts] [VAR=VALUE ...] runs it
   # with those variables ("hosts": each rank an NCCL_HOSTID of its own, a
