@@ -447,27 +447,15 @@ bool pointwiseProduct(const Context &ctx, const ConvShape &s, ConvPass pass) {
   return floats * sizeof(float) <= kPointwiseScratch;
 }
 
-/// dst[n, c, i, j] = src[n, c, i * sH, j * sW]: the pixels a strided 1x1
-/// convolution reads, densely ([N, C, P]).
-void gatherStridedPixels(Context &ctx, const float *src, float *dst,
-                         const ConvShape &s, const char *kName) {
-  const int64_t dims[4] = {s.n, s.c, s.oh, s.ow};
-  const int64_t strides[4] = {s.c * s.h * s.w, s.h * s.w, s.sh * s.w, s.sw};
-  gatherDense(ctx, src, dst, 4, dims, strides, kName);
-}
-
-/// dx = 0 but at the pixels a strided 1x1 convolution read, which get dense
-/// [N, C, P] (one thread per dense value).
-template <typename I>
-__global__ void scatterStridedPixels(const float *__restrict__ dense,
-                                     float *__restrict__ dx, I c, I oh, I ow,
-                                     I h, I w, I sh, I sw, I total) {
-  for (I e = I(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
-       e += I(gridDim.x) * blockDim.x) {
-    const I j = e % ow, i = (e / ow) % oh, plane = e / (ow * oh);
-    dx[plane * h * w + i * sh * w + j * sw] = dense[e];
-  }
-}
+/// The pixels a strided 1x1 convolution reads, [N, C, oH, oW] of X:
+/// gathered densely ([N, C, P]) before the products, and dX's scattered
+/// back from dense after them.
+struct PixelsRead {
+  int64_t dims[4], strides[4];
+  explicit PixelsRead(const ConvShape &s)
+      : dims{s.n, s.c, s.oh, s.ow}, strides{s.c * s.h * s.w, s.h * s.w,
+                                            s.sh * s.w, s.sw} {}
+};
 
 /// dW[e] = sum over n of part[n][e] in image order (deterministic).
 template <typename I>
@@ -491,7 +479,8 @@ void pointwiseForward(Context &ctx, const ConvShape &s, const float *x,
   if (!everyPixel(s)) {
     float *dense = static_cast<float *>(
         scratch(ctx, sizeof(float) * size_t(s.n * s.c * s.p)));
-    gatherStridedPixels(ctx, x, dense, s, kName);
+    const PixelsRead read(s);
+    gatherDense(ctx, x, dense, 4, read.dims, read.strides, kName);
     xs = dense;
   }
   gemmGroups(ctx, false, false, s.m, s.p, s.c, w, s.c, 0, xs, s.p, s.c * s.p, y,
@@ -515,17 +504,8 @@ void pointwiseGradInput(Context &ctx, const ConvShape &s, const float *dy,
     return;
   check(cudaMemsetAsync(dx, 0, sizeof(float) * size_t(s.xCount()), ctx.stream),
         kName);
-  const int64_t total = s.n * s.c * s.p;
-  if (small(s.xCount()))
-    scatterStridedPixels<int32_t>
-        <<<gridFor(total, kBlock), kBlock, 0, ctx.stream>>>(
-            dxs, dx, int32_t(s.c), int32_t(s.oh), int32_t(s.ow), int32_t(s.h),
-            int32_t(s.w), int32_t(s.sh), int32_t(s.sw), int32_t(total));
-  else
-    scatterStridedPixels<int64_t>
-        <<<gridFor(total, kBlock), kBlock, 0, ctx.stream>>>(
-            dxs, dx, s.c, s.oh, s.ow, s.h, s.w, s.sh, s.sw, total);
-  checkLaunch(kName);
+  const PixelsRead read(s);
+  scatterDense(ctx, dxs, dx, 4, read.dims, read.strides, kName);
 }
 
 /// The weight gradient: dW (M x C) = sum over n of dY[n] (M x P) X[n]^T
@@ -545,7 +525,8 @@ void pointwiseGradWeight(Context &ctx, const ConvShape &s, const float *dy,
         scratch(ctx, sizeof(float) * size_t(denseX + s.n * s.m * s.c)));
     const float *xs = x;
     if (denseX > 0) {
-      gatherStridedPixels(ctx, x, base, s, kName);
+      const PixelsRead read(s);
+      gatherDense(ctx, x, base, 4, read.dims, read.strides, kName);
       xs = base;
     }
     float *part = base + denseX;

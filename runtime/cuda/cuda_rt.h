@@ -169,6 +169,11 @@ void fromBf16Storage(Context &c, const void *src, float *dst, int64_t n,
 void gatherDense(Context &ctx, const float *x, float *y, int rank,
                  const int64_t *dims, const int64_t *strides,
                  const char *kernel);
+/// Its mirror: the view of y (dims, strides; no two of its elements the
+/// same) = the dense x, row-major; the rest of y is left as it is.
+void scatterDense(Context &ctx, const float *x, float *y, int rank,
+                  const int64_t *dims, const int64_t *strides,
+                  const char *kernel);
 
 /// dst[i] = src[i] rounded to the nearest bfloat16 value (ties to even),
 /// kept as float32 (n elements, on the context's stream). Defined in

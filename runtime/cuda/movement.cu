@@ -581,6 +581,27 @@ void gatherDense(Context &ctx, const float *x, float *y, int rank,
     launchGatherStrided(ctx, x, y, nest, kernel);
 }
 
+void scatterDense(Context &ctx, const float *x, float *y, int rank,
+                  const int64_t *dims, const int64_t *strides,
+                  const char *kernel) {
+  checkRank(rank, kernel);
+  int64_t dense[kMaxRank];
+  for (int64_t d = rank - 1, step = 1; d >= 0; --d) {
+    dense[d] = step;
+    step *= dims[d];
+  }
+  const int64_t *const nestStrides[2] = {dense, strides};
+  Nest<2> nest;
+  if (!buildNest(rank, dims, nestStrides, nest))
+    return;
+  if (inFours(nest, {x, y}))
+    launchCopyNest(ctx, reinterpret_cast<const float4 *>(x),
+                   reinterpret_cast<float4 *>(y), inUnitsOfFour(nest));
+  else
+    launchCopyNest(ctx, x, y, nest);
+  checkLaunch(kernel);
+}
+
 } // namespace cuda
 } // namespace pipec
 
