@@ -202,6 +202,13 @@ def run_pipec(args, b, build, steps=None, env=None, flags=(), timeout=180):
     return float(m.group(2)), float(m.group(1))
 
 
+def say_loss_apart(switch, loss, reference, rtol, against=""):
+    """Prints a line when a switched run's final loss is more than rtol
+    (relative) from the reference run's (either missing: nothing)."""
+    if loss is not None and reference is not None and abs(loss - reference) > rtol * abs(reference):
+        print(f"{switch}: final loss {loss} against {reference}{' ' + against if against else ''}")
+
+
 def run_under_mps(measure):
     """Starts CUDA's MPS control daemon in a private folder, returns
     (measure(env of its clients)[0], note) and stops the daemon again;
@@ -526,9 +533,7 @@ def run(args):
             # per sequence instead of one over dense copies (gemm.cu,
             # gatheredProduct): 1.14-1.81x slower on an H200, 2026-11-27.
             s1loop, loss1loop = run_pipec(args, b, "s1", env={"PIPEC_BATCH_GATHER": "0"})
-            if s1loop is not None and loss1loop is not None and loss1 is not None and \
-                    abs(loss1loop - loss1) > 1e-5 * abs(loss1):
-                print(f"PIPEC_BATCH_GATHER=0: final loss {loss1loop} against {loss1} gathered")
+            say_loss_apart("PIPEC_BATCH_GATHER=0", loss1loop, loss1, 1e-5, "gathered")
             s4, loss4 = run_pipec(args, b, "s4")
             # Each stage function replayed as a CUDA graph (measured on an
             # H200 on 2026-11-27: +1% and -1.5%; PIPEC_BENCH_GRAPHS=1).
@@ -539,8 +544,7 @@ def run(args):
             # CUDA IPC (the default, runtime/cuda/comm_cuda.cpp); the same
             # bytes, so the same loss.
             s4staged, loss4staged = run_pipec(args, b, "s4", env={"PIPEC_CUDA_IPC": "0"})
-            if s4staged is not None and loss4staged != loss4:
-                print(f"PIPEC_CUDA_IPC=0: final loss {loss4staged} against {loss4} by CUDA IPC")
+            say_loss_apart("PIPEC_CUDA_IPC=0", loss4staged, loss4, 0.0, "by CUDA IPC")
             # The same without the runtime's message progress between ops
             # and during GPU waits (runtime/README.md, Communication).
             s4np, _ = run_pipec(args, b, "s4", env={"PIPEC_MESSAGE_PROGRESS": "0"})
@@ -549,9 +553,7 @@ def run(args):
             # instead of padded to multiples of 8 (runtime/cuda/gemm.cu; at
             # this size the 50257-word output layer).
             sbnp, lossbnp = run_pipec(args, b, "s1-bf16", env={"PIPEC_BF16_PAD": "0"})
-            if sbnp is not None and lossbnp is not None and lossb is not None and \
-                    abs(lossbnp - lossb) > 1e-3 * abs(lossb):
-                print(f"PIPEC_BF16_PAD=0: final loss {lossbnp} against {lossb} padded")
+            say_loss_apart("PIPEC_BF16_PAD=0", lossbnp, lossb, 1e-3, "padded")
         if "profile" in parts:
             profile_pipec(args, b, "s1")
             profile_pipec(args, b, "s1-bf16")
@@ -625,8 +627,7 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
     # PIPEC_CUDNN_BF16=1) instead of TF32 on float32 tensors of bfloat16
     # values (22.8 of 43.7 ms on an H200, 2026-11-27).
     sbt, lossbt = run_pipec(args, r, "s1-bf16", RESNET_STEPS, env={"PIPEC_CUDNN_BF16": "1"})
-    if sbt is not None and lossbt is not None and lossb is not None and abs(lossbt - lossb) > 1e-2 * abs(lossb):
-        print(f"PIPEC_CUDNN_BF16=1: final loss {lossbt} against {lossb}")
+    say_loss_apart("PIPEC_CUDNN_BF16=1", lossbt, lossb, 1e-2)
     # 1x1 convolutions on cuDNN instead of as cuBLAS products (conv.cu,
     # pointwiseProduct): their backward took 43.5 of 91 ms on an H200.
     s1c, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_POINTWISE_GEMM": "0"})
