@@ -51,14 +51,26 @@ struct NNConvertPrecisionPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (activations != "f32" &&
+        (activations != "bf16" || precision != "bf16")) {
+      module.emitError("--nn-convert-precision: activations '")
+          << activations << "' (f32, or bf16 with precision bf16)";
+      return signalPassFailure();
+    }
     if (precision == "f32")
       return;
     if (precision == "bf16") {
-      // Tensors stay float32; the lowering records that the matrix
-      // products round their operands to bfloat16 (stage description
-      // "matmul_precision").
+      // The lowering records that the matrix products round their
+      // operands to bfloat16 (stage description "matmul_precision").
+      // Tensors stay float32 unless activations are stored in bf16.
+      if (activations == "bf16" &&
+          failed(pipec::storeActivationsInBf16(module)))
+        return signalPassFailure();
       module->setAttr("pipec.precision",
                       StringAttr::get(module.getContext(), precision));
+      if (activations == "bf16")
+        module->setAttr("pipec.activations",
+                        StringAttr::get(module.getContext(), activations));
       return;
     }
     if (precision != "f64") {

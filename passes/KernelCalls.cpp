@@ -533,6 +533,15 @@ elementwiseKernelCalls(Operation *op) {
       .Case([](CastOp o) {
         bool fromInt = elementTypeOf(o.getInput()).isInteger(64);
         bool toInt = elementTypeOf(o.getOutput()).isInteger(64);
+        bool fromBf16 = elementTypeOf(o.getInput()).isBF16();
+        bool toBf16 = elementTypeOf(o.getOutput()).isBF16();
+        if (fromBf16 != toBf16)
+          return Calls{KernelCall{
+              "pipec_k_cast",
+              {o.getInput(), o.getOutput()},
+              {toBf16 ? PIPEC_CAST_F32_TO_BF16 : PIPEC_CAST_BF16_TO_F32,
+               numel(o.getOutput())},
+              {}}};
         if (fromInt == toInt)
           return Calls{copy(o.getInput(), o.getOutput())};
         return Calls{KernelCall{"pipec_k_cast",

@@ -75,6 +75,14 @@ namespace pipec {
 /// half (@sK_bwdw) for the zero-bubble schedules.
 mlir::LogicalResult splitBackward(mlir::ModuleOp module, int64_t stage);
 
+/// `--precision bf16 --activations bf16`: every float tensor a forward or
+/// backward stage function produces is stored in bfloat16 (an nn.cast after
+/// its op, and one back to f32 before each reader), except weights,
+/// constants, scalars, statistics and the weight gradients' sums; the
+/// functions' boundaries and the pipeline's messages follow their values
+/// (StoreActivationsBf16.cpp).
+mlir::LogicalResult storeActivationsInBf16(mlir::ModuleOp module);
+
 /// Plans the arena of the rank running (stage, replica) of the module's
 /// pipe.pipeline, on a copy of the module.
 mlir::FailureOr<ArenaPlan> planStageArena(mlir::ModuleOp module, int64_t stage,

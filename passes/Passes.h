@@ -49,6 +49,9 @@ struct TrainingPipelineOptions {
   /// "f32", or "f64": every float tensor becomes f64 once the schedule is
   /// built (--nn-convert-precision), the exact reference mode.
   std::string precision = "f32";
+  /// With precision "bf16": "f32", or "bf16" to store activations, their
+  /// gradients, messages and stash in bfloat16 (storeActivationsInBf16).
+  std::string activations = "f32";
 };
 
 /// Reverse sweep of reverse-mode differentiation: for each op of `ops`, last

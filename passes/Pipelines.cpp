@@ -54,7 +54,7 @@ void pipec::buildSchedulingPipeline(OpPassManager &pm,
   schedule.splitSamples = o.splitSamples;
   pm.addPass(createPipeBuildSchedulePass(schedule));
   if (o.precision != "f32")
-    pm.addPass(createNNConvertPrecisionPass({o.precision}));
+    pm.addPass(createNNConvertPrecisionPass({o.precision, o.activations}));
   pm.addPass(createPipeVerifySchedulePass());
   pm.addPass(createPipePlanMemoryPass());
 }

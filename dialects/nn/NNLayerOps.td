@@ -515,10 +515,13 @@ def NN_WhereOp : NN_Op<"where", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
 
 def NN_CastOp : NN_Op<"cast", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
     DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
-  let summary = "Element type conversion between f32 and i64 (ONNX Cast).";
+  let summary = "Element type conversion between f32 and i64 (ONNX Cast), or f32 and bf16.";
   let description = [{
     i64 to f32 rounds to the nearest float; f32 to i64 truncates toward zero
     (numpy astype), NaN and out-of-range values give INT64_MIN. Same shape.
+    f32 to bf16 rounds to the nearest bfloat16, ties to even (a NaN stays
+    a NaN); bf16 to f32 is exact. Only `--activations bf16` writes the
+    bf16 ones (after autodiff: they have no gradient of their own).
     A float result's gradient goes back to a float input (an identity);
     integer operands get none.
 
@@ -526,8 +529,8 @@ def NN_CastOp : NN_Op<"cast", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
     %f = nn.cast %mask : tensor<4x16xi64> -> tensor<4x16xf32>
     ```
   }];
-  let arguments = (ins NN_FloatOrI64Tensor:$input);
-  let results = (outs NN_FloatOrI64Tensor:$output);
+  let arguments = (ins NN_CastTensor:$input);
+  let results = (outs NN_CastTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
   let hasFolder = 1;

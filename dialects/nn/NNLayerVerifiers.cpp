@@ -311,5 +311,10 @@ LogicalResult CastOp::verify() {
            << shapeStr(rt(getOutput()).getShape())
            << " must equal the input shape "
            << shapeStr(rt(getInput()).getShape());
+  Type from = rt(getInput()).getElementType(),
+       to = rt(getOutput()).getElementType();
+  if ((from.isBF16() || to.isBF16()) && !(from.isF32() || to.isF32()))
+    return emitOpError("converts bf16 only to or from f32, not ")
+           << from << " to " << to;
   return success();
 }

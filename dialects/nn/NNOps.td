@@ -66,6 +66,8 @@ class NN_Op<string mnemonic, list<Trait> traits = []>
 def NN_FloatTensor : RankedTensorOf<[F32, F64]>;
 def NN_I64Tensor : RankedTensorOf<[I64]>;
 def NN_FloatOrI64Tensor : RankedTensorOf<[F32, F64, I64]>;
+// nn.cast's operands: also bfloat16 (the storage of --activations bf16).
+def NN_CastTensor : RankedTensorOf<[F32, F64, BF16, I64]>;
 
 class NN_UnaryOp<string mnemonic, string what, list<Trait> traits = []>
     : NN_Op<mnemonic, traits # [SameOperandsAndResultType,

@@ -31,18 +31,7 @@ namespace {
 
 /// x rounded to the nearest bfloat16 (ties to even), as a float; a NaN
 /// stays a (quiet) NaN.
-float roundToBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0)
-    bits |= 0x00400000u; // NaN: quiet, payload kept
-  else
-    bits += 0x7FFFu + ((bits >> 16) & 1u);
-  bits &= 0xFFFF0000u;
-  float y;
-  std::memcpy(&y, &bits, sizeof y);
-  return y;
-}
+float roundToBf16(float x) { return fromBf16Bits(bf16Bits(x)); }
 
 /// The rows x cols matrix at `x` (leading dimension ld) rounded into
 /// `out` (leading dimension cols).

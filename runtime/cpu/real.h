@@ -28,6 +28,7 @@
 #include <cblas.h>
 
 #include <cstdint>
+#include <cstring>
 
 /// Defines the two C entry points `sym` (float) and `sym##_f64` (double) of
 /// the kernel template `impl<T>(bufs, ints, reals)`, which needs nothing
@@ -74,6 +75,26 @@ inline void blasGemm(KernelContext &, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,
                      double beta, double *c, blasint ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
               ldc);
+}
+
+/// The bits of the bfloat16 nearest to x (ties to even); a NaN stays a
+/// quiet NaN with its sign and the top of its payload.
+inline uint16_t bf16Bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0)
+    bits |= 0x00400000u; // NaN: quiet, payload kept
+  else
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+
+/// The float32 value of bfloat16 bits (exact).
+inline float fromBf16Bits(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float y;
+  std::memcpy(&y, &bits, sizeof y);
+  return y;
 }
 
 } // namespace cpu

@@ -154,6 +154,22 @@ void whereKernel(void *const *bufs, const int64_t *ints, const double *) {
 template <class T>
 void castKernel(void *const *bufs, const int64_t *ints, const double *) {
   const int64_t direction = ints[0], n = ints[1];
+  // bfloat16 storage (--activations bf16): float32 builds only, so T is
+  // float (the float64 twin rounds through float first).
+  if (direction == PIPEC_CAST_F32_TO_BF16) {
+    const T *x = static_cast<const T *>(bufs[0]);
+    uint16_t *y = static_cast<uint16_t *>(bufs[1]);
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = pipec::cpu::bf16Bits(float(x[i]));
+    return;
+  }
+  if (direction == PIPEC_CAST_BF16_TO_F32) {
+    const uint16_t *x = static_cast<const uint16_t *>(bufs[0]);
+    T *y = static_cast<T *>(bufs[1]);
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = T(pipec::cpu::fromBf16Bits(x[i]));
+    return;
+  }
   if (direction == PIPEC_CAST_I64_TO_F32) {
     const int64_t *x = static_cast<const int64_t *>(bufs[0]);
     T *y = static_cast<T *>(bufs[1]);

@@ -766,6 +766,17 @@ extern "C" void pipec_cuda_k_cast(pipec_kctx *kc, void *const *bufs,
   if (n <= 0)
     return;
   cudaStream_t s = ctx.stream;
+  // bfloat16 storage (--activations bf16), on gemm.cu's staging copies.
+  if (direction == PIPEC_CAST_F32_TO_BF16) {
+    toBf16Storage(ctx, static_cast<const float *>(bufs[0]), bufs[1], n,
+                  "pipec_cuda_k_cast");
+    return;
+  }
+  if (direction == PIPEC_CAST_BF16_TO_F32) {
+    fromBf16Storage(ctx, bufs[0], static_cast<float *>(bufs[1]), n,
+                    "pipec_cuda_k_cast");
+    return;
+  }
   if (direction == PIPEC_CAST_I64_TO_F32)
     castI64ToF32<<<gridFor(n, kBlock), kBlock, 0, s>>>(
         static_cast<const int64_t *>(bufs[0]), static_cast<float *>(bufs[1]),

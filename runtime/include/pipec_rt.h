@@ -130,6 +130,11 @@ void pipec_k_cast(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
 enum {
   PIPEC_CAST_I64_TO_F32 = 0,
   PIPEC_CAST_F32_TO_I64 = 1,
+  /* float32 to bfloat16 (uint16 storage): nearest, ties to even; a NaN
+   * stays a quiet NaN. `--activations bf16` only. */
+  PIPEC_CAST_F32_TO_BF16 = 2,
+  /* bfloat16 to float32: exact. */
+  PIPEC_CAST_BF16_TO_F32 = 3,
 };
 
 /// Elementwise unary op. bufs: [X, Y] (Y may alias X). ints: [opcode, n].

@@ -21,12 +21,15 @@ import json
 import os
 import sys
 
+import numpy as np
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from e2e_common import Checks, losses_of, pipec_workdir_args, run  # noqa: E402
 
 MODELS = {
+    "mlp": ("examples/mlp/make_mlp.py", ["--batch", "8"], "0.05"),
     "gpt": ("examples/gpt/make_gpt.py", ["--batch", "4", "--seq", "16", "--layers", "2", "--dim", "32",
                                          "--heads", "2", "--vocab", "64"], "0.1"),
     "resnet": ("examples/resnet/make_resnet.py", ["--batch", "8", "--width", "8", "--blocks", "1"], "0.05"),
@@ -35,11 +38,49 @@ BUILDS = {  # name: compile flags
     "f32-s1": ["--stages", "1", "--microbatches", "2"],
     "bf16-s1": ["--stages", "1", "--microbatches", "2", "--precision", "bf16"],
     "bf16-s2": ["--stages", "2", "--microbatches", "2", "--precision", "bf16"],
+    "bf16a-s1": ["--stages", "1", "--microbatches", "2", "--precision", "bf16", "--activations", "bf16"],
+    "bf16a-s2": ["--stages", "2", "--microbatches", "2", "--precision", "bf16", "--activations", "bf16"],
+    "bf16a-zb": ["--stages", "2", "--microbatches", "2", "--precision", "bf16", "--activations", "bf16",
+                 "--schedule", "zb-h1"],
+    "bf16a-rc": ["--stages", "2", "--microbatches", "2", "--precision", "bf16", "--activations", "bf16",
+                 "--recompute", "full"],
 }
 
 
 def rel_diff(a, b):
     return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+
+
+def to_bf16(x):
+    """float32 array rounded to the nearest bfloat16 (ties to even)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def mlp_first_loss(model_path, x, y, store_bf16):
+    """The MLP's loss on the first global batch, computed here in numpy the
+    way --precision bf16 defines it: each Gemm multiplies its operands
+    rounded to bfloat16 and adds the float32 bias; with store_bf16
+    (--activations bf16) every op's result is rounded to bfloat16 too."""
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.load(model_path)
+    w = {t.name: numpy_helper.to_array(t).astype(np.float32) for t in model.graph.initializer}
+    store = to_bf16 if store_bf16 else (lambda v: v)
+    h = store(x.reshape(x.shape[0], -1).astype(np.float32))
+    for node in model.graph.node:
+        if node.op_type == "Gemm":
+            wt, b = w[node.input[1]], w[node.input[2]]
+            h = store((to_bf16(h) @ to_bf16(wt).T + b).astype(np.float32))
+        elif node.op_type == "Relu":
+            h = store(np.maximum(h, 0))
+        elif node.op_type == "Tanh":
+            h = store(np.tanh(h).astype(np.float32))
+    z = h.astype(np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return float(-logp[np.arange(len(y)), y].mean())
 
 
 def main():
@@ -78,6 +119,31 @@ def main():
         checks.report(1e-5 < diff < 1e-2, f"{model}: bf16 parts from f32 within bfloat16 rounding",
                       f"max rel loss diff {diff:.2e} (losses f32 {loss['f32-s1'][-1]:.6f}, "
                       f"bf16 {loss['bf16-s1'][-1]:.6f})")
+        # --activations bf16: the same numbers on every schedule, apart from
+        # bf16 products alone by its roundings, and half the stash.
+        for build in ("bf16a-s2", "bf16a-zb", "bf16a-rc"):
+            diff = rel_diff(loss[build], loss["bf16a-s1"])
+            checks.report(diff <= 1e-6, f"{model}: {build} equals bf16a on 1 stage",
+                          f"max rel loss diff {diff:.1e} over 4 steps")
+        diff = rel_diff(loss["bf16a-s1"], loss["bf16-s1"])
+        far = rel_diff(loss["bf16a-s1"], loss["f32-s1"])
+        checks.report(1e-6 < diff and far < 1e-2, f"{model}: bf16 activations part from bf16 products, track f32",
+                      f"max rel loss diff {diff:.2e} from bf16 products, {far:.2e} from f32")
+        arenas = {b: [st["arena_bytes"] for st in json.load(open(os.path.join(d, b, "manifest.json")))["stages"]]
+                  for b in ("bf16-s2", "bf16a-s2")}
+        checks.report(all(a < f for a, f in zip(arenas["bf16a-s2"], arenas["bf16-s2"])),
+                      f"{model}: bf16 activations shrink every stage's arena",
+                      f"arena bytes {arenas['bf16a-s2']} against {arenas['bf16-s2']}")
+        if model == "mlp":
+            x, yl = np.load(os.path.join(d, "x.npy")), np.load(os.path.join(d, "y.npy"))
+            batch = int(MODELS[model][1][1])
+            for build, store in (("bf16-s1", False), ("bf16a-s1", True)):
+                want = mlp_first_loss(os.path.join(d, "model.onnx"), x[:batch], yl[:batch], store)
+                other = mlp_first_loss(os.path.join(d, "model.onnx"), x[:batch], yl[:batch], not store)
+                got = loss[build][0]
+                checks.report(abs(got - want) <= 1e-6 * abs(want) < abs(other - want),
+                              f"mlp: {build}'s first loss is numpy's emulation of its rounding",
+                              f"pipec {got:.8f}, numpy {want:.8f}, the other rounding {other:.8f}")
         manifest = json.load(open(os.path.join(d, "bf16-s2", "manifest.json")))
         _, meta = run(["strings", os.path.join(d, "bf16-s2", "stage0")])
         meta = meta.replace(" ", "")

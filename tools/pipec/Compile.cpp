@@ -415,6 +415,7 @@ bool Compilation::check() {
   tpo.warmup = o.warmup;
   tpo.cuts = o.cuts;
   tpo.precision = o.precision;
+  tpo.activations = o.activations;
   if (split)
     tpo.splitSamples = int(microbatch);
   return true;
@@ -578,6 +579,8 @@ std::string Compilation::buildKey(llvm::StringRef modelBytes) const {
   for (int l : o.cuts)
     key += "|c" + std::to_string(l);
   key += "|p" + o.precision;
+  if (o.activations != "f32")
+    key += "|a" + o.activations;
   if (o.untieWeights)
     key += "|u";
   if (o.noFuse)
@@ -1222,6 +1225,13 @@ static void declareCompileOptions(Args &a) {
            "accumulate in float32, everything else float32 (tensor cores "
            "on --target cuda; emulated exactly on the CPU)",
            "f32")
+      .opt("--activations",
+           "f32, or bf16 (with --precision bf16): every activation, "
+           "activation gradient, message and stash slot is stored in "
+           "bfloat16 (each op computes in float32 and rounds its result "
+           "once); weights, weight-gradient sums, optimizer state, "
+           "normalisation statistics and the loss stay float32",
+           "f32")
       .opt("--target",
            "cpu, or cuda: stage executables that train on NVIDIA GPUs (rank "
            "r on GPU local_rank mod visible GPUs; needs a compiler built "
@@ -1404,6 +1414,17 @@ static bool parseModelOptions(const Args &a, CompileOptions &o) {
   if (o.precision != "f32" && o.precision != "f64" && o.precision != "bf16")
     return !fail("compile",
                  "--precision is f32, f64 or bf16, got '" + o.precision + "'",
+                 2);
+  o.activations = a.get("--activations");
+  if (o.activations != "f32" && o.activations != "bf16")
+    return !fail("compile",
+                 "--activations is f32 or bf16, got '" + o.activations + "'",
+                 2);
+  if (o.activations == "bf16" && o.precision != "bf16")
+    return !fail("compile",
+                 "--activations bf16 needs --precision bf16 (bfloat16 "
+                 "storage with float32 or float64 arithmetic is not a mode "
+                 "pipec has)",
                  2);
   o.target = a.get("--target");
   if (o.target != "cpu" && o.target != "cuda")

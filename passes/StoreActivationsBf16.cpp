@@ -1,0 +1,284 @@
+//===- StoreActivationsBf16.cpp - activations stored in bfloat16 ----------===//
+//
+// Part of pipec. `--nn-convert-precision=precision=bf16 activations=bf16`
+// (pipec compile --precision bf16 --activations bf16).
+//
+//===----------------------------------------------------------------------===//
+///
+/// \file
+/// The numerics of bf16 storage, written into the IR so that every target
+/// runs them and the CPU target defines them:
+///
+///   - every float tensor an op of a forward or backward stage function
+///     produces is stored in bfloat16: the op computes in float32 (on
+///     operands widened from bfloat16, exactly) and its result is rounded
+///     once, to nearest even, by an `nn.cast` to bf16 right after it;
+///   - except what stays float32: weights (global loads), constants, the
+///     loss and other scalars, normalisation statistics and dropout masks
+///     (isUndifferentiatedResult, DropoutOp's mask), and the weight
+///     gradients' partial sums (a value written to a global, or read only
+///     by ops whose results are all written to globals: the
+///     `.grad` accumulation and batch-norm running statistics);
+///   - feeds (the model's inputs and labels) stay as the runtime writes
+///     them;
+///   - the stage functions' boundaries follow their values: a message, a
+///     stashed activation or a value carried to the weight half is bf16
+///     when its value is, and the gradient of a value has the value's
+///     type, so that messages, stash slots and the arena plan size them at
+///     2 bytes with no special case.
+///
+/// Each op that reads a bf16 value gets an `nn.cast` to f32 in front of it.
+/// The kernels are the float32 ones: the casts are the whole change, on
+/// the CPU and on CUDA alike. (A kernel that reads and writes bfloat16
+/// itself would compute the same numbers without the casts' passes over
+/// memory; none exists yet: runtime/README.md, "bf16 storage".)
+///
+/// Runs after the schedule is built, forward functions in stage order (a
+/// stage's messages come from earlier stages), then backward functions,
+/// then the weight halves of zero-bubble backwards; the pipeline's
+/// pipe.send / pipe.recv types then follow the functions' signatures.
+///
+//===----------------------------------------------------------------------===//
+#include "passes/PassUtils.h"
+#include "passes/Passes.h"
+
+#include "dialects/pipe/PipeDialect.h"
+#include "mlir/Dialect/MLProgram/IR/MLProgram.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+using namespace mlir;
+using namespace pipec;
+
+namespace {
+
+/// A float32 tensor of rank 1 or more: what may be stored in bfloat16.
+bool isActivationType(Type t) {
+  auto r = dyn_cast<RankedTensorType>(t);
+  return r && r.getRank() > 0 && r.getElementType().isF32();
+}
+
+RankedTensorType withElement(Type t, Type element) {
+  auto r = cast<RankedTensorType>(t);
+  return RankedTensorType::get(r.getShape(), element, r.getEncoding());
+}
+
+bool isGlobalStore(Operation *op) { return isa<ml_program::GlobalStoreOp>(op); }
+
+class Bf16Storage {
+public:
+  explicit Bf16Storage(ModuleOp module)
+      : module(module), b(module.getContext()),
+        bf16(BFloat16Type::get(module.getContext())),
+        f32(Float32Type::get(module.getContext())) {}
+
+  LogicalResult run() {
+    for (StringRef kind : {"fwd", "bwd", "bwdw"})
+      for (func::FuncOp fn : getStageFuncs(module, kind))
+        if (failed(convert(fn)))
+          return failure();
+    retypeMessages();
+    return success();
+  }
+
+private:
+  ModuleOp module;
+  OpBuilder b;
+  Type bf16, f32;
+  /// The casts this pass inserted (they are not rewritten again).
+  llvm::SmallPtrSet<Operation *, 16> inserted;
+
+  func::FuncOp stageFunc(int64_t stage, StringRef kind) {
+    return module.lookupSymbol<func::FuncOp>(stageFuncName(stage, kind));
+  }
+
+  /// A value that is written to a global, or read only by ops whose
+  /// results are all only written to globals (gradient accumulation,
+  /// running statistics), or carried to the weight half of a zero-bubble
+  /// backward where it is such a value: these stay float32.
+  bool feedsGlobals(Value v) {
+    if (v.use_empty())
+      return false;
+    if (llvm::any_of(v.getUsers(), isGlobalStore))
+      return true;
+    return llvm::all_of(v.getUses(), [&](OpOperand &use) {
+      Operation *user = use.getOwner();
+      if (isa<func::ReturnOp>(user))
+        return carriedToGlobals(user, use.getOperandNumber());
+      return user->getNumResults() > 0 &&
+             llvm::all_of(user->getResults(), [](Value r) {
+               return !r.use_empty() &&
+                      llvm::all_of(r.getUsers(), isGlobalStore);
+             });
+    });
+  }
+
+  /// Whether result `index` of the function `ret` returns from is carried
+  /// (pipe.carry = k) to a weight-half argument that feedsGlobals.
+  bool carriedToGlobals(Operation *ret, unsigned index) {
+    auto fn = ret->getParentOfType<func::FuncOp>();
+    auto carry = fn.getResultAttrOfType<IntegerAttr>(index, "pipe.carry");
+    auto stage = fn->getAttrOfType<IntegerAttr>("pipe.stage");
+    if (!carry || !stage)
+      return false;
+    func::FuncOp bwdw = stageFunc(stage.getInt(), "bwdw");
+    for (unsigned i = 0; bwdw && i < bwdw.getNumArguments(); ++i)
+      if (auto c = bwdw.getArgAttrOfType<IntegerAttr>(i, "pipe.carried"))
+        if (c.getInt() == carry.getInt())
+          return feedsGlobals(bwdw.getArgument(i));
+    return false;
+  }
+
+  /// Whether `r`, an op result of a stage function, is stored in bfloat16.
+  bool storedInBf16(OpResult r) {
+    Operation *op = r.getOwner();
+    if (!isActivationType(r.getType()) ||
+        isa<ml_program::GlobalLoadOp, nn::ConstantOp, nn::FillOp>(op))
+      return false;
+    if (isUndifferentiatedResult(r) ||
+        (isa<nn::DropoutOp>(op) && r.getResultNumber() == 1))
+      return false;
+    return !feedsGlobals(r);
+  }
+
+  /// The type argument `i` of `fn` takes: that of the value it stands for
+  /// (a converted function's result or argument), or its own.
+  FailureOr<Type> argType(func::FuncOp fn, unsigned i) {
+    Type own = fn.getArgument(i).getType();
+    if (!isActivationType(own) || fn.getArgAttr(i, "pipe.feed"))
+      return own;
+    auto stageAttr = fn->getAttrOfType<IntegerAttr>("pipe.stage");
+    auto from = fn.getArgAttrOfType<DenseI64ArrayAttr>(i, "pipe.from");
+    auto gradFrom = fn.getArgAttrOfType<DenseI64ArrayAttr>(i, "pipe.grad_from");
+    auto fwdArg = fn.getArgAttrOfType<IntegerAttr>(i, "pipe.fwd_arg");
+    auto fwdResult = fn.getArgAttrOfType<IntegerAttr>(i, "pipe.fwd_result");
+    auto carried = fn.getArgAttrOfType<IntegerAttr>(i, "pipe.carried");
+    auto fail = [&](const Twine &what) -> FailureOr<Type> {
+      return fn.emitError("bf16 activations: argument ")
+             << i << " of @" << fn.getSymName() << ": " << what;
+    };
+    if (from && from.size() == 2) {
+      func::FuncOp src = stageFunc(from[0], "fwd");
+      if (!src || from[1] >= src.getNumResults())
+        return fail("no forward result it comes from");
+      return src.getResultTypes()[from[1]];
+    }
+    if (gradFrom && gradFrom.size() == 2) {
+      func::FuncOp consumer = stageFunc(gradFrom[0], "fwd");
+      if (!consumer || gradFrom[1] >= consumer.getNumArguments())
+        return fail("no forward argument it is the gradient of");
+      return consumer.getArgumentTypes()[gradFrom[1]];
+    }
+    if (!stageAttr)
+      return own;
+    func::FuncOp fwd = stageFunc(stageAttr.getInt(), "fwd");
+    if (fwdArg || fwdResult) {
+      int64_t k = fwdArg ? fwdArg.getInt() : fwdResult.getInt();
+      unsigned n = !fwd     ? 0
+                   : fwdArg ? fwd.getNumArguments()
+                            : fwd.getNumResults();
+      if (k < 0 || k >= n)
+        return fail("no forward value it stashes");
+      return fwdArg ? fwd.getArgumentTypes()[k] : fwd.getResultTypes()[k];
+    }
+    if (carried) {
+      func::FuncOp bwd = stageFunc(stageAttr.getInt(), "bwd");
+      for (unsigned r = 0; bwd && r < bwd.getNumResults(); ++r)
+        if (auto c = bwd.getResultAttrOfType<IntegerAttr>(r, "pipe.carry"))
+          if (c.getInt() == carried.getInt())
+            return bwd.getResultTypes()[r];
+      return fail("no input-gradient half's result carries it");
+    }
+    return own;
+  }
+
+  Value castTo(Value v, Type element, Operation *before) {
+    b.setInsertionPoint(before);
+    auto c =
+        nn::CastOp::create(b, v.getLoc(), withElement(v.getType(), element), v);
+    inserted.insert(c);
+    return c.getResult();
+  }
+
+  LogicalResult convert(func::FuncOp fn) {
+    if (fn.isExternal())
+      return success();
+    Block &body = fn.getBody().front();
+    // Arguments first (their sources are converted already).
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+      FailureOr<Type> t = argType(fn, i);
+      if (failed(t))
+        return failure();
+      body.getArgument(i).setType(*t);
+    }
+    // Results stored in bfloat16: a cast right after the op.
+    SmallVector<OpResult> stored;
+    fn.walk([&](Operation *op) {
+      for (OpResult r : op->getResults())
+        if (storedInBf16(r))
+          stored.push_back(r);
+    });
+    for (OpResult r : stored) {
+      b.setInsertionPointAfter(r.getOwner());
+      auto c =
+          nn::CastOp::create(b, r.getLoc(), withElement(r.getType(), bf16), r);
+      inserted.insert(c);
+      r.replaceAllUsesExcept(c.getResult(), c);
+    }
+    // Every other reader of a bf16 value reads it widened.
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    SmallVector<Operation *> readers;
+    fn.walk([&](Operation *op) {
+      if (op != ret && !inserted.contains(op))
+        readers.push_back(op);
+    });
+    for (Operation *op : readers)
+      for (OpOperand &use : op->getOpOperands()) {
+        auto t = dyn_cast<RankedTensorType>(use.get().getType());
+        if (t && t.getElementType().isBF16())
+          use.set(castTo(use.get(), f32, op));
+      }
+    // Results: their values' types, but a gradient has the type of the
+    // value it is the gradient of.
+    func::FuncOp fwd;
+    if (auto s = fn->getAttrOfType<IntegerAttr>("pipe.stage"))
+      fwd = stageFunc(s.getInt(), "fwd");
+    for (unsigned r = 0; r < ret.getNumOperands(); ++r) {
+      Value v = ret.getOperand(r);
+      auto of = fn.getResultAttrOfType<IntegerAttr>(r, "pipe.grad_of_arg");
+      if (!of || !fwd || of.getInt() < 0 ||
+          of.getInt() >= fwd.getNumArguments())
+        continue;
+      auto want = cast<RankedTensorType>(fwd.getArgumentTypes()[of.getInt()]);
+      auto have = dyn_cast<RankedTensorType>(v.getType());
+      if (have && have.getElementType() != want.getElementType())
+        ret.setOperand(r, castTo(v, want.getElementType(), ret));
+    }
+    fn.setType(FunctionType::get(fn.getContext(), body.getArgumentTypes(),
+                                 ret.getOperandTypes()));
+    return success();
+  }
+
+  /// pipe.send / pipe.recv carry the type of the result / argument they
+  /// move.
+  void retypeMessages() {
+    module.walk([&](Operation *op) {
+      if (auto send = dyn_cast<pipe::SendOp>(op)) {
+        if (auto fn = module.lookupSymbol<func::FuncOp>(send.getFunc()))
+          if (send.getIndex() < fn.getNumResults())
+            send.setType(fn.getResultTypes()[send.getIndex()]);
+      } else if (auto recv = dyn_cast<pipe::RecvOp>(op)) {
+        if (auto fn = module.lookupSymbol<func::FuncOp>(recv.getFunc()))
+          if (recv.getIndex() < fn.getNumArguments())
+            recv.setType(fn.getArgumentTypes()[recv.getIndex()]);
+      }
+    });
+  }
+};
+
+} // namespace
+
+LogicalResult pipec::storeActivationsInBf16(ModuleOp module) {
+  return Bf16Storage(module).run();
+}
