@@ -10,6 +10,7 @@
 
 #include "kernels_test_util.h"
 
+#include <cstring>
 #include <limits>
 
 using namespace pipec_test;
@@ -131,6 +132,71 @@ TEST(KernelWhere, SelectsWithThreeWayBroadcasting) {
           EXPECT_EQ(out[o], pick ? x[xi0] : y[yi0]);
       });
     }
+  }
+}
+
+/// The float32 value of bfloat16 bits, and the bits of a float32.
+static float bitsToFloat(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+static uint32_t floatToBits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+TEST(KernelCast, Bf16NearestTiesToEvenAndBack) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1); 1 +
+  // 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: ties to even (up);
+  // just above a tie rounds up; the largest float rounds to infinity; a
+  // subnormal keeps its top bits; a signalling NaN comes back quiet.
+  Floats x = {1.0f,
+              bitsToFloat(0x3F808000u),
+              bitsToFloat(0x3F818000u),
+              bitsToFloat(0x3F808001u),
+              -0.0f,
+              -2.5f,
+              std::numeric_limits<float>::max(),
+              -inf,
+              bitsToFloat(0x00012345u),
+              bitsToFloat(0x7F800001u),
+              nan};
+  std::vector<uint16_t> b(x.size());
+  int64_t k[2] = {PIPEC_CAST_F32_TO_BF16, int64_t(x.size())};
+  void *bufs[2] = {x.data(), b.data()};
+  pipec_k_cast(kctx(), bufs, k, nullptr);
+  std::vector<uint16_t> want = {0x3F80, 0x3F80, 0x3F82, 0x3F81, 0x8000, 0xC020,
+                                0x7F80, 0xFF80, 0x0001, 0x7FC0, 0x7FC0};
+  EXPECT_EQ(b, want);
+
+  Floats back(b.size());
+  int64_t k2[2] = {PIPEC_CAST_BF16_TO_F32, int64_t(b.size())};
+  void *bufs2[2] = {b.data(), back.data()};
+  pipec_k_cast(kctx(), bufs2, k2, nullptr);
+  for (size_t i = 0; i < b.size(); ++i)
+    EXPECT_EQ(floatToBits(back[i]), uint32_t(b[i]) << 16) << "element " << i;
+  // Every bfloat16 widens exactly and rounds back to itself.
+  std::vector<uint16_t> all(1 << 16);
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i] = uint16_t(i);
+  Floats wide(all.size());
+  void *bufs3[2] = {all.data(), wide.data()};
+  int64_t k3[2] = {PIPEC_CAST_BF16_TO_F32, int64_t(all.size())};
+  pipec_k_cast(kctx(), bufs3, k3, nullptr);
+  std::vector<uint16_t> again(all.size());
+  void *bufs4[2] = {wide.data(), again.data()};
+  int64_t k4[2] = {PIPEC_CAST_F32_TO_BF16, int64_t(all.size())};
+  pipec_k_cast(kctx(), bufs4, k4, nullptr);
+  for (size_t i = 0; i < all.size(); ++i) {
+    bool nanBits = (i & 0x7F80) == 0x7F80 && (i & 0x7F) != 0;
+    if (nanBits) // quiet NaNs stay themselves; signalling ones get quiet
+      EXPECT_EQ(again[i], uint16_t(i | 0x40)) << "bits " << i;
+    else
+      EXPECT_EQ(again[i], all[i]) << "bits " << i;
   }
 }
 

@@ -391,6 +391,38 @@ TEST(CudaCast, BothDirectionsAndOutOfRange) {
                   {PIPEC_CAST_I64_TO_F32, int64_t(many.size())});
 }
 
+/// bfloat16 storage (--activations bf16): float32 to bfloat16 bits, bit
+/// for bit as the CPU rounds (nearest, ties to even), and back. The bf16
+/// buffers travel as int64 words (four bfloat16 each), compared exactly;
+/// NaNs only widen (their rounded bits may differ in the payload).
+TEST(CudaCast, Bf16BitsAsTheCpu) {
+  PIPEC_REQUIRE_GPU();
+  std::vector<float> f = randf(4096, -3.f, 3.f, 7);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {0.f,      -0.f,      1.00390625f, 1.01171875f,
+                            inf,      -inf,      3.0e38f,     -3.3e38f,
+                            1.0e-40f, -1.0e-41f, 65504.f,     1.0e-38f};
+  for (size_t i = 0; i < std::size(specials); ++i)
+    f[i] = specials[i];
+  expectSameAsCpu("cast", {in(f), outI64(f.size() / 4)},
+                  {PIPEC_CAST_F32_TO_BF16, int64_t(f.size())});
+  // Every bfloat16 bit pattern widened (NaNs included).
+  std::vector<int64_t> words(1 << 14);
+  for (size_t w = 0; w < words.size(); ++w) {
+    uint64_t v = 0;
+    for (int j = 0; j < 4; ++j)
+      v |= uint64_t(uint16_t(4 * w + j)) << (16 * j);
+    words[w] = int64_t(v);
+  }
+  expectSameAsCpu("cast", {inI64(words), out(words.size() * 4)},
+                  {PIPEC_CAST_BF16_TO_F32, int64_t(words.size() * 4)});
+  // An odd count (the vector path's tail; the last word's unwritten
+  // half keeps its initial content on both sides).
+  std::vector<float> odd = randf(1027, -1.f, 1.f, 9);
+  expectSameAsCpu("cast", {in(odd), outI64(257)},
+                  {PIPEC_CAST_F32_TO_BF16, 1027});
+}
+
 //===----------------------------------------------------------------------===//
 // Unary
 //===----------------------------------------------------------------------===//

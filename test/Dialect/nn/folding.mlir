@@ -108,3 +108,15 @@ func.func @constants() -> (tensor<3xf32>, tensor<3xf32>) {
   %unused = nn.constant dense<5.0> : tensor<3xf32>
   return %a, %b : tensor<3xf32>, tensor<3xf32>
 }
+
+// -----
+
+// A round trip through bf16 rounds: neither cast folds away.
+// CHECK-LABEL: func.func @bf16_round_trip
+// CHECK: %[[B:.*]] = nn.cast %{{.*}} : tensor<4xf32> -> tensor<4xbf16>
+// CHECK: nn.cast %[[B]] : tensor<4xbf16> -> tensor<4xf32>
+func.func @bf16_round_trip(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %b = nn.cast %x : tensor<4xf32> -> tensor<4xbf16>
+  %y = nn.cast %b : tensor<4xbf16> -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}

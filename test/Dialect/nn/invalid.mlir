@@ -144,3 +144,11 @@ func.func @relu_type(%a: tensor<4xi64>) -> tensor<4xi64> {
   %0 = nn.relu %a : tensor<4xi64>
   return %0 : tensor<4xi64>
 }
+
+// -----
+
+func.func @cast_bf16_int(%a: tensor<4xbf16>) -> tensor<4xi64> {
+  // expected-error @+1 {{converts bf16 only to or from f32, not 'bf16' to 'i64'}}
+  %0 = nn.cast %a : tensor<4xbf16> -> tensor<4xi64>
+  return %0 : tensor<4xi64>
+}
