@@ -64,11 +64,13 @@ LR = 0.05
 FP32_PEAK = {"H200": 67e12, "H100": 67e12, "A100": 19.5e12}
 BF16_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
 # The pipec builds: folder -> (stages, extra compile flags).
-BUILDS = {"s1": (1, []), "s4": (4, []), "s1-bf16": (1, ["--precision", "bf16"])}
+BUILDS = {"s1": (1, []), "s4": (4, []), "s1-bf16": (1, ["--precision", "bf16"]),
+          "s1-bf16a": (1, ["--precision", "bf16", "--activations", "bf16"])}
 # ResNet-50: the batch per configuration (one microbatch), and its builds
 # (in bench/resnet50/).
 RESNET_BATCH = {"small": 8, "gpt2": 64}
-RESNET_BUILDS = {"s1": (1, []), "s1-bf16": (1, ["--precision", "bf16"])}
+RESNET_BUILDS = {"s1": (1, []), "s1-bf16": (1, ["--precision", "bf16"]),
+                 "s1-bf16a": (1, ["--precision", "bf16", "--activations", "bf16"])}
 RESNET_STEPS = 6
 
 
@@ -526,7 +528,7 @@ def run(args):
         parts = [p for p in parts if p not in ("profile", "trace")]
     if env("PIPEC_BENCH_GPT", "1") != "0":
         draw_weights(b, BUILDS)
-        s1 = s4 = s4np = sb = sbnp = loss1 = loss4 = lossb = s1g = s4g = s4staged = s1loop = None
+        s1 = s4 = s4np = sb = sbnp = sba = loss1 = loss4 = lossb = s1g = s4g = s4staged = s1loop = None
         if "pipec" in parts:
             s1, loss1 = run_pipec(args, b, "s1")
             # Attention's float32 products over permuted heads as one call
@@ -554,6 +556,10 @@ def run(args):
             # this size the 50257-word output layer).
             sbnp, lossbnp = run_pipec(args, b, "s1-bf16", env={"PIPEC_BF16_PAD": "0"})
             say_loss_apart("PIPEC_BF16_PAD=0", lossbnp, lossb, 1e-3, "padded")
+            # Activations, messages and stash stored in bfloat16 (--activations
+            # bf16: float32 kernels between nn.cast ops, so far).
+            sba, lossba = run_pipec(args, b, "s1-bf16a")
+            say_loss_apart("--activations bf16", lossba, lossb, 1e-2)
         if "profile" in parts:
             profile_pipec(args, b, "s1")
             profile_pipec(args, b, "s1-bf16")
@@ -577,6 +583,7 @@ def run(args):
             rows.append(("fp32", "pipec --target cuda, 1 stage, cuBLAS pedantic math", sp))
         rows.append(("bf16", "pipec --target cuda --precision bf16, 1 stage", sb))
         rows.append(("bf16", "pipec bf16, 1 stage, PIPEC_BF16_PAD=0", sbnp))
+        rows.append(("bf16", "pipec bf16, 1 stage, --activations bf16", sba))
         rows.append(("bf16", "PyTorch eager, autocast bf16",
                      run_torch(False, bf16=True, profile=profile_torch) if eager else None))
         if "compile" in parts:
@@ -632,6 +639,11 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
     # pointwiseProduct): their backward took 43.5 of 91 ms on an H200.
     s1c, _ = run_pipec(args, r, "s1", RESNET_STEPS, env={"PIPEC_POINTWISE_GEMM": "0"})
     sbc, _ = run_pipec(args, r, "s1-bf16", RESNET_STEPS, env={"PIPEC_POINTWISE_GEMM": "0"})
+    # Activations stored in bfloat16 (--activations bf16), alone and with
+    # the convolutions on bfloat16 tensors.
+    sba, lossba = run_pipec(args, r, "s1-bf16a", RESNET_STEPS)
+    say_loss_apart("--activations bf16", lossba, lossb, 1e-2)
+    sbat, _ = run_pipec(args, r, "s1-bf16a", RESNET_STEPS, env={"PIPEC_CUDNN_BF16": "1"})
     s1i = s1g = s1n = s1b = sbi = None
     # PIPEC_BENCH_RESNET_VARIANTS=0: only the two pipec rows above.
     if env("PIPEC_BENCH_RESNET_VARIANTS", "1") != "0":
@@ -663,6 +675,8 @@ def run_resnet(args, r, config, name, env, profile_torch, compiled):
             ("bf16", "pipec --target cuda --precision bf16, 1 stage", sb),
             ("bf16", "pipec bf16, PIPEC_POINTWISE_GEMM=0 (1x1 on cuDNN)", sbc),
             ("bf16", "pipec bf16, PIPEC_CUDNN_BF16=1 (1x1 as products)", sbt),
+            ("bf16", "pipec bf16, --activations bf16", sba),
+            ("bf16", "pipec bf16, --activations bf16, PIPEC_CUDNN_BF16=1", sbat),
             ("bf16", "pipec bf16, PIPEC_CUDNN=0 (1x1 as products)", sbi),
             ("bf16", "PyTorch eager, autocast bf16", run_torch_resnet(r, False, bf16=True, profile=profile_torch))]
     if compiled:

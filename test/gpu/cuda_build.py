@@ -146,12 +146,30 @@ def main():
                          in meta.replace(" ", ""))
     checks.report(rc == 0 and descs == [True, True], "compile --target cuda --precision bf16",
                   f"exit {rc}, stage descriptions bf16 matmuls / f32 tensors: {descs} {text[-300:] if rc else ''}")
+    # --activations bf16: the stages' messages are half the bytes of the
+    # float32 build's (what the stage binaries were lowered with).
+    sizes = {}
+    for act in ("f32", "bf16"):
+        o = os.path.join(w, f"mlp-cuda-act-{act}")
+        rc, text = run([args.pipec, "compile", mlp, "--target", "cuda", "--precision", "bf16", "--activations", act,
+                        "--stages", "2", "--microbatches", "2", "-o", o, "--quiet", "--emit-mlir"])
+        if rc == 0:
+            mlir = open(os.path.join(o, "pipeline.mlir")).read()
+            sizes[act] = sorted(set(re.findall(r"pipe\.send [^\n]*: tensor<([^>]*)>", mlir)))
+    checks.report(sizes.get("bf16") and all(t.endswith("xbf16") for t in sizes["bf16"])
+                  and [t[:-len("bf16")] for t in sizes["bf16"]] == [t[:-len("f32")] for t in sizes.get("f32", [])],
+                  "compile --target cuda --activations bf16: bf16 messages",
+                  f"sent tensors {sizes} {text[-300:] if rc else ''}")
     # Refusals: one error line, nothing written.
     cases += [
         ("unknown precision", [mlp, "--precision", "f16"], ["--precision is f32, f64 or bf16, got 'f16'"]),
         ("float64 on cuda", [mlp, "--target", "cuda", "--precision", "f64"],
          ["--target cuda trains in float32"]),
         ("unknown target", [mlp, "--target", "tpu"], ["--target is cpu or cuda, got 'tpu'"]),
+        ("bf16 activations without bf16 products", [mlp, "--activations", "bf16"],
+         ["--activations bf16 needs --precision bf16"]),
+        ("unknown activations", [mlp, "--precision", "bf16", "--activations", "f16"],
+         ["--activations is f32 or bf16, got 'f16'"]),
     ]
     for name, cmd, wants in cases:
         o = os.path.join(w, "refused-" + name.replace(" ", "-"))

@@ -126,6 +126,12 @@ CASES = [
     ("gpt-s1-bf16", "gpt", ["--stages", "1", "--microbatches", "2", "--precision", "bf16"]),
     ("gpt-s2-bf16", "gpt", ["--stages", "2", "--microbatches", "4", "--precision", "bf16"]),
     ("resnet-s2-bf16", "resnet", ["--stages", "2", "--microbatches", "4", "--precision", "bf16"]),
+    # --activations bf16: every activation, message and stash slot in
+    # bfloat16 (nn.cast around float32 kernels), against the CPU build.
+    ("gpt-s2-act-bf16", "gpt", ["--stages", "2", "--microbatches", "4", "--precision", "bf16",
+                                "--activations", "bf16"]),
+    ("resnet-s2-act-bf16", "resnet", ["--stages", "2", "--microbatches", "4", "--precision", "bf16",
+                                      "--activations", "bf16"]),
 ]
 # A bf16 run on the GPU against the CPU's emulation: the products are exact
 # in float32 on both, but the GPU sums them on the tensor cores, whose
