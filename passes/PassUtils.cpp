@@ -38,7 +38,18 @@ SmallVector<std::string> pipec::uniqueLayerNames(ArrayRef<Operation *> ops) {
 }
 
 bool pipec::isLayer(Operation *op) {
-  return isa<nn::CostOpInterface>(op) && !isa<nn::ConstantOp>(op);
+  return isa<nn::CostOpInterface>(op) && !isa<nn::ConstantOp>(op) &&
+         !isStorageCast(op);
+}
+
+bool pipec::isStorageCast(Operation *op) {
+  auto castOp = dyn_cast<nn::CastOp>(op);
+  if (!castOp)
+    return false;
+  auto bf16 = [](Value v) {
+    return cast<RankedTensorType>(v.getType()).getElementType().isBF16();
+  };
+  return bf16(castOp.getInput()) || bf16(castOp.getOutput());
 }
 
 func::FuncOp pipec::getModelFunc(ModuleOp module) {

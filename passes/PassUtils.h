@@ -24,8 +24,15 @@ std::string layerName(mlir::Operation *op, int index);
 /// the others. Profiles key ops by these names.
 llvm::SmallVector<std::string> uniqueLayerNames(llvm::ArrayRef<mlir::Operation *> ops);
 
-/// A "layer" of the planner: an nn op that does work (not a constant).
+/// A "layer" of the planner: an nn op that does work (not a constant, not
+/// a storage cast).
 bool isLayer(mlir::Operation *op);
+
+/// An nn.cast to or from bf16: the rounding and widening of
+/// `--activations bf16` (storeActivationsInBf16). Not a layer: its kernel
+/// is charged to the layer whose location it carries (the op whose result
+/// it rounds, or the op it widens an operand for).
+bool isStorageCast(mlir::Operation *op);
 
 /// The model function of an imported module (`@main`), or null with an
 /// error emitted: none, a declaration, or more than one block.

@@ -193,10 +193,12 @@ private:
     return own;
   }
 
+  /// `v` cast to `element` right before `before`, at its location (the
+  /// profile charges the cast to the reader's layer).
   Value castTo(Value v, Type element, Operation *before) {
     b.setInsertionPoint(before);
-    auto c =
-        nn::CastOp::create(b, v.getLoc(), withElement(v.getType(), element), v);
+    auto c = nn::CastOp::create(b, before->getLoc(),
+                                withElement(v.getType(), element), v);
     inserted.insert(c);
     return c.getResult();
   }

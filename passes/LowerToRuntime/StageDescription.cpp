@@ -105,9 +105,13 @@ void StageLowering::describeOps(formats::StageDesc &d) {
     formats::OpSpec spec;
     spec.name = names[op];
     spec.op = op->getName().stripDialect().str();
-    for (Value v : op->getOperands())
-      if (Operation *def = v.getDefiningOp(); def && names.count(def))
+    for (Value v : op->getOperands()) {
+      Operation *def = v.getDefiningOp();
+      while (def && isStorageCast(def)) // --activations bf16
+        def = def->getOperand(0).getDefiningOp();
+      if (def && names.count(def))
         spec.inputs.push_back(names[def]);
+    }
     if (auto cost = op->getAttrOfType<nn::CostAttr>("nn.cost")) {
       spec.outBytes = cost.getOutBytes();
       spec.paramBytes = cost.getParamBytes();
@@ -115,6 +119,14 @@ void StageLowering::describeOps(formats::StageDesc &d) {
       for (Value r : op->getResults())
         spec.outBytes += nn::tensorBytes(r.getType());
     }
+    // A result stored in bfloat16 (the cast after the op) takes its bytes.
+    for (Value r : op->getResults())
+      for (Operation *user : r.getUsers())
+        if (isStorageCast(user)) {
+          spec.outBytes -= nn::tensorBytes(r.getType()) -
+                           nn::tensorBytes(user->getResult(0).getType());
+          break;
+        }
     // What this stage really stashes and works in (the cost annotation's
     // saved bytes are an estimate made before differentiation).
     spec.savedBytes = saved[i];

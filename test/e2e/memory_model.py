@@ -58,6 +58,14 @@ RUNS += [("s2-gpipe-none", 2, 4, "gpipe", "none", 1),
          ("s4-zb-h2-none", 4, 8, "zb-h2", "none", 1),
          ("s2-zb-v-none", 2, 4, "zb-v", "none", 2),
          ("s2-dualpipev-none", 2, 4, "dualpipev", "none", 2)]
+RUNS = [r + ([],) for r in RUNS]
+# Activations stored in bfloat16 (--precision bf16 --activations bf16),
+# against a profile measured the same way (its stash, scratch and message
+# bytes are the bf16 build's).
+BF16A = ["--precision", "bf16", "--activations", "bf16"]
+RUNS += [("s4-1f1b-flush-none-bf16a", 4, 8, "1f1b-flush", "none", 1, BF16A),
+         ("s4-1f1b-flush-selective-bf16a", 4, 8, "1f1b-flush", "selective", 1, BF16A),
+         ("s4-zb-h1-none-bf16a", 4, 8, "zb-h1", "none", 1, BF16A)]
 TOLERANCE = 0.05
 
 
@@ -87,19 +95,20 @@ def main():
             report(False, f"{model} generate", out[-400:])
             continue
         profiles = {}
-        for tag, stages, microbatches, schedule, mode, chunks in RUNS:
+        for tag, stages, microbatches, schedule, mode, chunks, flags in RUNS:
             microbatch = batch // microbatches
-            profile = os.path.join(d, f"profile-mb{microbatch}.json")
-            if microbatch not in profiles:
+            key = (microbatch, tuple(flags))
+            profile = os.path.join(d, f"profile-mb{microbatch}{'-bf16a' if flags else ''}.json")
+            if key not in profiles:
                 rc, out = run([args.pipec, "profile", onnx_path, "-o", profile, "--steps", "1",
-                               "--microbatch", str(microbatch)])
-                profiles[microbatch] = rc == 0
+                               "--microbatch", str(microbatch)] + flags)
+                profiles[key] = rc == 0
                 if rc != 0:
                     report(False, f"{model} profile (microbatch {microbatch})", out[-500:])
                 elif json.load(open(profile)).get("memory_model") != "arena":
-                    profiles[microbatch] = False
+                    profiles[key] = False
                     report(False, f"{model} profile", "no memory_model \"arena\" in the profile")
-                else:
+                elif not flags:
                     # The optimizer's time is charged to the first op
                     # reading each weight (opt_s), never to an op without.
                     ops = json.load(open(profile))["ops"]
@@ -126,12 +135,12 @@ def main():
                            and json.load(open(model_json)).get("format") == "pipec.device/1",
                            f"{model} calibrate on its own profile",
                            fit.group(0) if fit else out[-300:])
-            if not profiles[microbatch]:
+            if not profiles[key]:
                 continue
             o = os.path.join(d, tag)
             rc, out = run([args.pipec, "compile", onnx_path, "-o", o, "--quiet", "--stages", str(stages),
                            "--microbatches", str(microbatches), "--schedule", schedule, "--recompute", mode,
-                           "--chunks", str(chunks)])
+                           "--chunks", str(chunks)] + flags)
             if rc != 0:
                 report(False, f"{model} {tag} compile", out[-500:])
                 continue

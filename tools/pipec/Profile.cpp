@@ -35,6 +35,15 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
            "cpu, or cuda (per-op times on the GPU: each op's "
            "kernels, the device synchronised around it)",
            "cpu")
+      .opt("--precision",
+           "f32, or bf16: the ops measured as `pipec compile --precision "
+           "bf16` runs them",
+           "f32")
+      .opt("--activations",
+           "f32, or bf16 (with --precision bf16): activations stored in "
+           "bfloat16, as `pipec compile --activations bf16` (the memory "
+           "model's bytes then halve with them)",
+           "f32")
       .opt("--threads", "BLAS threads of the measuring process (default: "
                         "every core, or OPENBLAS_NUM_THREADS). A stage "
                         "process gets cores / processes on its host: "
@@ -91,6 +100,17 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
   o.batch = micro;
   o.quiet = true;
   o.target = a.get("--target");
+  o.precision = a.get("--precision");
+  o.activations = a.get("--activations");
+  if (o.precision != "f32" && o.precision != "bf16")
+    return fail("profile",
+                "--precision is f32 or bf16, got '" + o.precision + "'", 2);
+  if (o.activations != "f32" &&
+      (o.activations != "bf16" || o.precision != "bf16"))
+    return fail("profile",
+                "--activations is f32, or bf16 with --precision bf16, got '" +
+                    o.activations + "'",
+                2);
   if (!parseInputShapes(a, o.inputShapes, "profile"))
     return 2;
   llvm::outs() << "pipec profile: compiling " << o.model << " (one stage)\n";
