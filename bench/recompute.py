@@ -7,7 +7,10 @@
 For the GPT example (4 layers, d=128, 4 heads, sequence 64, batch 32) and
 the ResNet example (width 16, 2 blocks per stage, batch 32), compiled with
 1f1b-flush on `--stages` stages and `--microbatches` microbatches and
-`--recompute none|full|selective`, prints per mode:
+`--recompute none|full|selective`, and with `--precision bf16` (products
+in bf16) without and with `--activations bf16` (activations, messages and
+stash in bfloat16; the last also with selective recomputation), prints per
+mode:
 - the planned arena per stage (`arena_bytes` of the rank summaries) and
   its sum, with the ratio to `none`;
 - the peak RSS per rank (`max_rss_bytes`: the arena plus the runtime, MPI
@@ -18,7 +21,8 @@ the ResNet example (width 16, 2 blocks per stage, batch 32), compiled with
   model, `pipec simulate OUT/plan.json`, whose stages carry the compiled
   recomputation modes): the arena it predicts per stage, as the ratio of
   the sums to the planned arenas and the worst stage's ratio.
-Losses are compared with `none` (they must be identical).
+Losses are compared with `none` (they must be identical), the bf16
+activation rows with each other (identical) and with float32.
 """
 import argparse
 import glob
@@ -38,6 +42,12 @@ MODELS = {
                                          "--heads", "4", "--vocab", "256"], 0.1),
     "resnet": ("examples/resnet/make_resnet.py", ["--batch", "32", "--width", "16", "--blocks", "2"], 0.05),
 }
+
+BF16 = ["--precision", "bf16"]
+BF16A = BF16 + ["--activations", "bf16"]
+# Rows: (label, --recompute, precision flags); ratios are to the first.
+MODES = [("none", "none", []), ("full", "full", []), ("selective", "selective", []),
+         ("bf16", "none", BF16), ("bf16 act", "none", BF16A), ("bf16 act+selective", "selective", BF16A)]
 
 
 def run(cmd, env):
@@ -70,17 +80,27 @@ def main():
         onnx_path = os.path.join(d, f"{model}.onnx")
         run(["/usr/bin/python3", os.path.join(ROOT, script), "-o", onnx_path, "--data-steps", "1"] + extra, env)
         data = ["--inputs", os.path.join(d, "x.npy"), "--labels", os.path.join(d, "y.npy")]
-        profile = os.path.join(d, "profile.json")
-        run([args.pipec, "profile", onnx_path, "-o", profile, "--steps", "3",
-             "--microbatch", str(int(extra[extra.index("--batch") + 1]) // args.microbatches)], env)
+        profiles = {}
         print(f"\n{model} ({' '.join(extra)})")
-        print(f"{'mode':10} {'arena/stage (KiB)':34} {'arena':>9} {'ratio':>6} {'peak RSS':>9} "
+        print(f"{'mode':20} {'arena/stage (KiB)':34} {'arena':>9} {'ratio':>6} {'peak RSS':>9} "
               f"{'step ms':>8} {'ratio':>6} {'sim/arena':>9} {'worst':>6}  losses")
         base = None
-        for mode in ("none", "full", "selective"):
-            o = os.path.join(d, mode)
+        reference = {}
+        for label, mode, flags in MODES:
+            # The profile of the same precision (its stash and message bytes
+            # are what the simulator predicts the arena from); the cuts of
+            # every row come from the float32 one, so the rows compare.
+            key = tuple(flags)
+            if key not in profiles:
+                profiles[key] = os.path.join(d, f"profile{len(profiles)}.json")
+                run([args.pipec, "profile", onnx_path, "-o", profiles[key], "--steps", "3",
+                     "--microbatch", str(int(extra[extra.index("--batch") + 1]) // args.microbatches)] + flags,
+                    env)
+            profile = profiles[key]
+            o = os.path.join(d, label.replace(" ", "_").replace("+", "_"))
             run([args.pipec, "compile", onnx_path, "-o", o, "--quiet", "--stages", str(args.stages),
-                 "--microbatches", str(args.microbatches), "--recompute", mode, "--profile", profile], env)
+                 "--microbatches", str(args.microbatches), "--recompute", mode, "--profile", profiles[()]]
+                + flags, env)
             run([args.pipec, "train", o, "--steps", str(args.steps), "--lr", str(lr), "--quiet",
                  "--summary-out", os.path.join(o, "summary.json"), *data], env)
             summaries = sorted((json.load(open(f)) for f in glob.glob(os.path.join(o, "summary*.json"))),
@@ -98,10 +118,19 @@ def main():
             worst = max((p / a for p, a in zip(predicted, arenas)), key=lambda r: abs(r - 1))
             if base is None:
                 base = (sum(arenas), step, losses)
-            print(f"{mode:10} {' '.join(f'{a / 1024:.0f}' for a in arenas):34} "
+            # Recomputation changes no number: identical to the row without
+            # it of the same precision; bf16 rows say how far they are
+            # from float32.
+            same = reference.setdefault(key, losses)
+            if flags:
+                far = max(abs(a - b) / abs(b) for a, b in zip(losses, base[2]))
+                verdict = ("identical" if losses == same else "DIFFER") + f", {far:.1e} from f32"
+            else:
+                verdict = "identical" if losses == same else "DIFFER"
+            print(f"{label:20} {' '.join(f'{a / 1024:.0f}' for a in arenas):34} "
                   f"{sum(arenas) / 1024:8.0f}K {sum(arenas) / base[0]:6.2f} {rss / 2**20:8.0f}M "
                   f"{step:8.2f} {step / base[1]:6.2f} {sum(predicted) / sum(arenas):9.3f} {worst:6.3f}  "
-                  f"{'identical' if losses == base[2] else 'DIFFER'}")
+                  f"{verdict}")
     print(f"\n(work folder {work})")
 
 
