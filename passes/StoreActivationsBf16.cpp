@@ -27,7 +27,9 @@
 ///     type, so that messages, stash slots and the arena plan size them at
 ///     2 bytes with no special case.
 ///
-/// Each op that reads a bf16 value gets an `nn.cast` to f32 in front of it.
+/// A reshape or flatten of a bf16 value is a bf16 value (it moves bytes).
+/// Each other op that reads a bf16 value gets an `nn.cast` to f32 in front
+/// of it.
 /// The kernels are the float32 ones: the casts are the whole change, on
 /// the CPU and on CUDA alike. (A kernel that reads and writes bfloat16
 /// itself would compute the same numbers without the casts' passes over
@@ -39,6 +41,7 @@
 /// pipe.send / pipe.recv types then follow the functions' signatures.
 ///
 //===----------------------------------------------------------------------===//
+#include "passes/KernelCalls.h"
 #include "passes/PassUtils.h"
 #include "passes/Passes.h"
 
@@ -218,7 +221,7 @@ private:
     SmallVector<OpResult> stored;
     fn.walk([&](Operation *op) {
       for (OpResult r : op->getResults())
-        if (storedInBf16(r))
+        if (!isViewOp(op) && storedInBf16(r))
           stored.push_back(r);
     });
     for (OpResult r : stored) {
@@ -235,12 +238,32 @@ private:
       if (op != ret && !inserted.contains(op))
         readers.push_back(op);
     });
-    for (Operation *op : readers)
+    for (Operation *op : readers) {
+      // A reshape or flatten moves bytes: of a bf16 value, it is one (no
+      // casts); of a float32 one, it is stored like any op's result.
+      if (isViewOp(op)) {
+        Value in = op->getOperand(0), out = op->getResult(0);
+        auto t = cast<RankedTensorType>(in.getType());
+        if (t.getElementType().isBF16() &&
+            isa<nn::ReshapeOp, nn::FlattenOp>(op)) {
+          out.setType(withElement(out.getType(), bf16));
+          continue;
+        }
+        if (storedInBf16(cast<OpResult>(out))) {
+          b.setInsertionPointAfter(op);
+          auto c = nn::CastOp::create(b, out.getLoc(),
+                                      withElement(out.getType(), bf16), out);
+          inserted.insert(c);
+          out.replaceAllUsesExcept(c.getResult(), c);
+          continue;
+        }
+      }
       for (OpOperand &use : op->getOpOperands()) {
         auto t = dyn_cast<RankedTensorType>(use.get().getType());
         if (t && t.getElementType().isBF16())
           use.set(castTo(use.get(), f32, op));
       }
+    }
     // Results: their values' types, but a gradient has the type of the
     // value it is the gradient of.
     func::FuncOp fwd;

@@ -66,8 +66,10 @@ class NN_Op<string mnemonic, list<Trait> traits = []>
 def NN_FloatTensor : RankedTensorOf<[F32, F64]>;
 def NN_I64Tensor : RankedTensorOf<[I64]>;
 def NN_FloatOrI64Tensor : RankedTensorOf<[F32, F64, I64]>;
-// nn.cast's operands: also bfloat16 (the storage of --activations bf16).
+// nn.cast's and nn.reshape's operands: also bfloat16 (the storage of
+// --activations bf16; a reshape or flatten of a bf16 value stays bf16).
 def NN_CastTensor : RankedTensorOf<[F32, F64, BF16, I64]>;
+def NN_ViewFloatTensor : RankedTensorOf<[F32, F64, BF16]>;
 
 class NN_UnaryOp<string mnemonic, string what, list<Trait> traits = []>
     : NN_Op<mnemonic, traits # [SameOperandsAndResultType,
@@ -224,8 +226,8 @@ def NN_FlattenOp : NN_Op<"flatten", [DeclareOpInterfaceMethods<NN_CostOpInterfac
     %y = nn.flatten %x {axis = 1 : i64} : tensor<8x1x28x28xf32> -> tensor<8x784xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$input, DefaultValuedAttr<I64Attr, "1">:$axis);
-  let results = (outs NN_FloatTensor:$output);
+  let arguments = (ins NN_ViewFloatTensor:$input, DefaultValuedAttr<I64Attr, "1">:$axis);
+  let results = (outs NN_ViewFloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
   let hasFolder = 1;
@@ -242,8 +244,8 @@ def NN_ReshapeOp : NN_Op<"reshape", [DeclareOpInterfaceMethods<NN_CostOpInterfac
     %y = nn.reshape %x : tensor<8x784xf32> -> tensor<8x28x28xf32>
     ```
   }];
-  let arguments = (ins NN_FloatOrI64Tensor:$input);
-  let results = (outs NN_FloatOrI64Tensor:$output);
+  let arguments = (ins NN_CastTensor:$input);
+  let results = (outs NN_CastTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
   let hasFolder = 1;

@@ -168,6 +168,9 @@ LogicalResult FlattenOp::verify() {
     return emitOpError("result must be ")
            << shapeStr({outer, inner}) << ", got "
            << shapeStr(rt(getOutput()).getShape());
+  if (in.getElementType() != rt(getOutput()).getElementType())
+    return emitOpError("element type changes from ")
+           << in.getElementType() << " to " << rt(getOutput()).getElementType();
   return success();
 }
 
@@ -176,6 +179,10 @@ LogicalResult ReshapeOp::verify() {
     return emitOpError("element count changes from ")
            << rt(getInput()).getNumElements() << " to "
            << rt(getOutput()).getNumElements();
+  if (rt(getInput()).getElementType() != rt(getOutput()).getElementType())
+    return emitOpError("element type changes from ")
+           << rt(getInput()).getElementType() << " to "
+           << rt(getOutput()).getElementType();
   return success();
 }
 

@@ -152,3 +152,11 @@ func.func @cast_bf16_int(%a: tensor<4xbf16>) -> tensor<4xi64> {
   %0 = nn.cast %a : tensor<4xbf16> -> tensor<4xi64>
   return %0 : tensor<4xi64>
 }
+
+// -----
+
+func.func @reshape_changes_type(%a: tensor<4xbf16>) -> tensor<2x2xf32> {
+  // expected-error @+1 {{element type changes from 'bf16' to 'f32'}}
+  %0 = nn.reshape %a : tensor<4xbf16> -> tensor<2x2xf32>
+  return %0 : tensor<2x2xf32>
+}
