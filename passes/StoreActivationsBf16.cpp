@@ -27,7 +27,8 @@
 ///     type, so that messages, stash slots and the arena plan size them at
 ///     2 bytes with no special case.
 ///
-/// A reshape or flatten of a bf16 value is a bf16 value (it moves bytes).
+/// A view (reshape, flatten, identity) of a bf16 value is a bf16 value (it
+/// moves bytes).
 /// Each other op that reads a bf16 value gets an `nn.cast` to f32 in front
 /// of it.
 /// The kernels are the float32 ones: the casts are the whole change, on
@@ -239,13 +240,13 @@ private:
         readers.push_back(op);
     });
     for (Operation *op : readers) {
-      // A reshape or flatten moves bytes: of a bf16 value, it is one (no
-      // casts); of a float32 one, it is stored like any op's result.
+      // A view (reshape, flatten, identity) moves bytes: of a bf16 value,
+      // it is one (no casts); of a float32 one, it is stored like any op's
+      // result.
       if (isViewOp(op)) {
         Value in = op->getOperand(0), out = op->getResult(0);
         auto t = cast<RankedTensorType>(in.getType());
-        if (t.getElementType().isBF16() &&
-            isa<nn::ReshapeOp, nn::FlattenOp>(op)) {
+        if (t.getElementType().isBF16()) {
           out.setType(withElement(out.getType(), bf16));
           continue;
         }

@@ -66,8 +66,9 @@ class NN_Op<string mnemonic, list<Trait> traits = []>
 def NN_FloatTensor : RankedTensorOf<[F32, F64]>;
 def NN_I64Tensor : RankedTensorOf<[I64]>;
 def NN_FloatOrI64Tensor : RankedTensorOf<[F32, F64, I64]>;
-// nn.cast's and nn.reshape's operands: also bfloat16 (the storage of
-// --activations bf16; a reshape or flatten of a bf16 value stays bf16).
+// nn.cast's and the view ops' operands (reshape, flatten, identity): also
+// bfloat16 (the storage of --activations bf16; a view of a bf16 value
+// stays bf16).
 def NN_CastTensor : RankedTensorOf<[F32, F64, BF16, I64]>;
 def NN_ViewFloatTensor : RankedTensorOf<[F32, F64, BF16]>;
 
@@ -189,6 +190,9 @@ def NN_ReluOp : NN_UnaryOp<"relu", "Relu">;
 def NN_TanhOp : NN_UnaryOp<"tanh", "Tanh">;
 def NN_SigmoidOp : NN_UnaryOp<"sigmoid", "Sigmoid">;
 def NN_IdentityOp : NN_UnaryOp<"identity", "Identity"> {
+  // Also bf16: an identity of a stored activation stays bf16.
+  let arguments = (ins NN_ViewFloatTensor:$input);
+  let results = (outs NN_ViewFloatTensor:$output);
   let hasFolder = 1;
 }
 

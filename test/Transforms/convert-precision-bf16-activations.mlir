@@ -17,10 +17,11 @@
 // CHECK-NEXT: %[[YW:.*]] = nn.cast %[[YB]] : tensor<2x4xbf16> -> tensor<2x4xf32>
 // CHECK-NEXT: %[[R:.*]] = nn.relu %[[YW]]
 // CHECK-NEXT: %[[RB:.*]] = nn.cast %[[R]] : tensor<2x4xf32> -> tensor<2x4xbf16>
-// A reshape of a bf16 value is one (it moves bytes: no casts).
+// A view of a bf16 value is one (it moves bytes: no casts).
 // CHECK-NEXT: %[[V:.*]] = nn.reshape %[[RB]] : tensor<2x4xbf16> -> tensor<8xbf16>
 // CHECK-NEXT: %[[VV:.*]] = nn.reshape %[[V]] : tensor<8xbf16> -> tensor<2x4xbf16>
-// CHECK-NEXT: return %[[VV]], %[[YB]]
+// CHECK-NEXT: %[[ID:.*]] = nn.identity %[[VV]] : tensor<2x4xbf16>
+// CHECK-NEXT: return %[[ID]], %[[YB]]
 
 // The weight gradient's product and its sum stay f32.
 // CHECK-LABEL: func.func @s0_bwd
@@ -73,7 +74,8 @@ module {
     %r = nn.relu %y : tensor<2x4xf32>
     %v = nn.reshape %r : tensor<2x4xf32> -> tensor<8xf32>
     %vv = nn.reshape %v : tensor<8xf32> -> tensor<2x4xf32>
-    return %vv, %y : tensor<2x4xf32>, tensor<2x4xf32>
+    %id = nn.identity %vv : tensor<2x4xf32>
+    return %id, %y : tensor<2x4xf32>, tensor<2x4xf32>
   }
   func.func @s0_bwd(%g: tensor<2x4xf32> {pipe.grad_from = array<i64: 1, 0>}, %y: tensor<2x4xf32> {pipe.fwd_result = 1 : i64}, %x: tensor<2x4xf32> {pipe.fwd_arg = 0 : i64}) attributes {pipe.stage = 0 : i64} {
     %d = nn.relu_grad %y, %g : tensor<2x4xf32>
