@@ -97,53 +97,91 @@ private:
     return module.lookupSymbol<func::FuncOp>(stageFuncName(stage, kind));
   }
 
-  /// A value that is written to a global, or read only by ops whose
-  /// results are all only written to globals (gradient accumulation,
-  /// running statistics), or carried to the weight half of a zero-bubble
-  /// backward where it is such a value: these stay float32.
-  bool feedsGlobals(Value v) {
-    if (v.use_empty())
-      return false;
-    if (llvm::any_of(v.getUsers(), isGlobalStore))
-      return true;
-    return llvm::all_of(v.getUses(), [&](OpOperand &use) {
-      Operation *user = use.getOwner();
-      if (isa<func::ReturnOp>(user))
-        return carriedToGlobals(user, use.getOperandNumber());
-      return user->getNumResults() > 0 &&
-             llvm::all_of(user->getResults(), [](Value r) {
-               return !r.use_empty() &&
-                      llvm::all_of(r.getUsers(), isGlobalStore);
-             });
-    });
+  /// The values of `fn` that feed only globals: written to a global, or
+  /// read only by sums and moves (add, scale, sum_to_shape, transpose,
+  /// views) whose results all feed only globals, or carried to the weight
+  /// half of a zero-bubble backward where they do. These are a weight
+  /// gradient's partial sums however they are summed and moved before the
+  /// accumulation (and running statistics): they stay float32. The walk
+  /// stops at every other op: the activation gradient a weight gradient's
+  /// product reads is an activation (were it followed through, a first
+  /// stage's whole backward, which returns no input gradient, would stay
+  /// float32 and the pipeline would part from one stage).
+  llvm::DenseSet<Value> feedingGlobals(func::FuncOp fn) {
+    llvm::DenseSet<Value> set;
+    auto feeds = [&](Value v) {
+      return !v.use_empty() && llvm::all_of(v.getUses(), [&](OpOperand &use) {
+        Operation *user = use.getOwner();
+        if (isGlobalStore(user))
+          return true;
+        if (isa<func::ReturnOp>(user))
+          return carriedToGlobals(fn, use.getOperandNumber());
+        return isa<nn::AddOp, nn::ScaleOp, nn::SumToShapeOp, nn::TransposeOp,
+                   nn::ReshapeOp, nn::FlattenOp, nn::IdentityOp>(user) &&
+               llvm::all_of(user->getResults(),
+                            [&](Value r) { return set.contains(r); });
+      });
+    };
+    // Users come after their operands: one walk from the end.
+    Block &body = fn.getBody().front();
+    for (Operation &op : llvm::reverse(body))
+      for (Value r : op.getResults())
+        if (feeds(r))
+          set.insert(r);
+    for (BlockArgument a : body.getArguments())
+      if (feeds(a))
+        set.insert(a);
+    return set;
   }
 
-  /// Whether result `index` of the function `ret` returns from is carried
-  /// (pipe.carry = k) to a weight-half argument that feedsGlobals.
-  bool carriedToGlobals(Operation *ret, unsigned index) {
-    auto fn = ret->getParentOfType<func::FuncOp>();
+  /// Whether result `index` of `fn` is carried (pipe.carry = k) to a
+  /// weight-half argument that feeds only globals.
+  bool carriedToGlobals(func::FuncOp fn, unsigned index) {
     auto carry = fn.getResultAttrOfType<IntegerAttr>(index, "pipe.carry");
     auto stage = fn->getAttrOfType<IntegerAttr>("pipe.stage");
     if (!carry || !stage)
       return false;
     func::FuncOp bwdw = stageFunc(stage.getInt(), "bwdw");
-    for (unsigned i = 0; bwdw && i < bwdw.getNumArguments(); ++i)
+    if (!bwdw || bwdw == fn || bwdw.isExternal())
+      return false;
+    for (unsigned i = 0; i < bwdw.getNumArguments(); ++i)
       if (auto c = bwdw.getArgAttrOfType<IntegerAttr>(i, "pipe.carried"))
         if (c.getInt() == carry.getInt())
-          return feedsGlobals(bwdw.getArgument(i));
+          return feedingGlobals(bwdw).contains(bwdw.getArgument(i));
     return false;
   }
 
-  /// Whether `r`, an op result of a stage function, is stored in bfloat16.
-  bool storedInBf16(OpResult r) {
-    Operation *op = r.getOwner();
-    if (!isActivationType(r.getType()) ||
-        isa<ml_program::GlobalLoadOp, nn::ConstantOp, nn::FillOp>(op))
-      return false;
-    if (isUndifferentiatedResult(r) ||
-        (isa<nn::DropoutOp>(op) && r.getResultNumber() == 1))
-      return false;
-    return !feedsGlobals(r);
+  /// The results of `fn` computed from weights and constants alone (global
+  /// loads, their views and transposes): weights, which stay float32.
+  static llvm::DenseSet<Value> weightDerived(func::FuncOp fn) {
+    llvm::DenseSet<Value> set;
+    fn.walk([&](Operation *op) {
+      bool derived =
+          isa<ml_program::GlobalLoadOp, nn::ConstantOp, nn::FillOp>(op) ||
+          (op->getNumOperands() > 0 &&
+           llvm::all_of(op->getOperands(),
+                        [&](Value v) { return set.contains(v); }));
+      if (derived)
+        set.insert(op->result_begin(), op->result_end());
+    });
+    return set;
+  }
+
+  /// The op results of `fn` stored in bfloat16: float tensors that are not
+  /// weights, statistics, dropout masks or values feeding only globals.
+  llvm::DenseSet<Value> storedInBf16(func::FuncOp fn) {
+    llvm::DenseSet<Value> globals = feedingGlobals(fn),
+                          weights = weightDerived(fn), stored;
+    fn.walk([&](Operation *op) {
+      for (OpResult r : op->getResults()) {
+        if (!isActivationType(r.getType()) || globals.contains(r) ||
+            weights.contains(r) || isUndifferentiatedResult(r) ||
+            (isa<nn::DropoutOp>(op) && r.getResultNumber() == 1))
+          continue;
+        stored.insert(r);
+      }
+    });
+    return stored;
   }
 
   /// The type argument `i` of `fn` takes: that of the value it stands for
@@ -218,11 +256,13 @@ private:
         return failure();
       body.getArgument(i).setType(*t);
     }
-    // Results stored in bfloat16: a cast right after the op.
+    // Results stored in bfloat16 (decided on the function as it is): a
+    // cast right after the op; views below.
+    llvm::DenseSet<Value> toStore = storedInBf16(fn);
     SmallVector<OpResult> stored;
     fn.walk([&](Operation *op) {
       for (OpResult r : op->getResults())
-        if (!isViewOp(op) && storedInBf16(r))
+        if (!isViewOp(op) && toStore.contains(r))
           stored.push_back(r);
     });
     for (OpResult r : stored) {
@@ -250,7 +290,7 @@ private:
           out.setType(withElement(out.getType(), bf16));
           continue;
         }
-        if (storedInBf16(cast<OpResult>(out))) {
+        if (toStore.contains(out)) {
           b.setInsertionPointAfter(op);
           auto c = nn::CastOp::create(b, out.getLoc(),
                                       withElement(out.getType(), bf16), out);

@@ -119,14 +119,24 @@ void StageLowering::describeOps(formats::StageDesc &d) {
       for (Value r : op->getResults())
         spec.outBytes += nn::tensorBytes(r.getType());
     }
-    // A result stored in bfloat16 (the cast after the op) takes its bytes.
-    for (Value r : op->getResults())
-      for (Operation *user : r.getUsers())
-        if (isStorageCast(user)) {
-          spec.outBytes -= nn::tensorBytes(r.getType()) -
-                           nn::tensorBytes(user->getResult(0).getType());
-          break;
-        }
+    // --activations bf16: a result stored in bfloat16 (a view of a bf16
+    // value, or rounded by the cast after the op) takes 2 bytes an
+    // element; the cost annotation counted it in float32, before the
+    // conversion (the sum of the types above counts a bf16 view right).
+    const bool costed = op->hasAttr("nn.cost");
+    for (Value r : op->getResults()) {
+      auto type = cast<RankedTensorType>(r.getType());
+      bool stored =
+          (costed && type.getElementType().isBF16()) ||
+          llvm::any_of(r.getUsers(), [](Operation *user) {
+            return isStorageCast(user) &&
+                   cast<RankedTensorType>(user->getResult(0).getType())
+                       .getElementType()
+                       .isBF16();
+          });
+      if (stored)
+        spec.outBytes -= 2 * type.getNumElements();
+    }
     // What this stage really stashes and works in (the cost annotation's
     // saved bytes are an estimate made before differentiation).
     spec.savedBytes = saved[i];

@@ -131,7 +131,8 @@ enum {
   PIPEC_CAST_I64_TO_F32 = 0,
   PIPEC_CAST_F32_TO_I64 = 1,
   /* float32 to bfloat16 (uint16 storage): nearest, ties to even; a NaN
-   * stays a quiet NaN. `--activations bf16` only. */
+   * stays a quiet NaN (the CPU keeps its sign and payload, CUDA writes
+   * 0x7FFF). `--activations bf16` only. */
   PIPEC_CAST_F32_TO_BF16 = 2,
   /* bfloat16 to float32: exact. */
   PIPEC_CAST_BF16_TO_F32 = 3,

@@ -11,8 +11,11 @@
 // CHECK: module attributes {pipec.activations = "bf16", pipec.precision = "bf16"}
 // CHECK-LABEL: func.func @s0_fwd
 // CHECK-SAME: (%[[X:.*]]: tensor<2x4xf32> {pipe.feed = 0 : i64}) -> (tensor<2x4xbf16>, tensor<2x4xbf16> {pipe.saved})
-// CHECK: %[[W:.*]] = ml_program.global_load @w : tensor<4x4xf32>
-// CHECK: %[[Y:.*]] = nn.gemm %[[X]], %[[W]]
+// A view of a weight is a weight: f32, no casts.
+// CHECK: ml_program.global_load @w : tensor<4x4xf32>
+// CHECK-NEXT: nn.reshape %{{.*}} : tensor<4x4xf32> -> tensor<16xf32>
+// CHECK-NEXT: %[[W:.*]] = nn.reshape %{{.*}} : tensor<16xf32> -> tensor<4x4xf32>
+// CHECK-NEXT: %[[Y:.*]] = nn.gemm %[[X]], %[[W]]
 // CHECK-NEXT: %[[YB:.*]] = nn.cast %[[Y]] : tensor<2x4xf32> -> tensor<2x4xbf16>
 // CHECK-NEXT: %[[YW:.*]] = nn.cast %[[YB]] : tensor<2x4xbf16> -> tensor<2x4xf32>
 // CHECK-NEXT: %[[R:.*]] = nn.relu %[[YW]]
@@ -23,18 +26,32 @@
 // CHECK-NEXT: %[[ID:.*]] = nn.identity %[[VV]] : tensor<2x4xbf16>
 // CHECK-NEXT: return %[[ID]], %[[YB]]
 
-// The weight gradient's product and its sum stay f32.
+// The two partial sums of one weight's gradient (one through a
+// transpose) and the bias gradient through its views stay f32, however far
+// from the accumulation; the activation gradient their products read is
+// stored in bf16 (even in the first layer, which needs no input gradient).
 // CHECK-LABEL: func.func @s0_bwd
 // CHECK-SAME: (%[[G:.*]]: tensor<2x4xbf16> {pipe.grad_from = array<i64: 1, 0>}, %[[SY:.*]]: tensor<2x4xbf16> {pipe.fwd_result = 1 : i64}, %[[SX:.*]]: tensor<2x4xf32> {pipe.fwd_arg = 0 : i64})
 // CHECK-DAG: nn.cast %[[SY]] : tensor<2x4xbf16> -> tensor<2x4xf32>
 // CHECK-DAG: nn.cast %[[G]] : tensor<2x4xbf16> -> tensor<2x4xf32>
-// CHECK: %[[D:.*]] = nn.relu_grad
-// CHECK-NEXT: %[[DB:.*]] = nn.cast %[[D]] : tensor<2x4xf32> -> tensor<2x4xbf16>
-// CHECK-NEXT: %[[DW:.*]] = nn.cast %[[DB]] : tensor<2x4xbf16> -> tensor<2x4xf32>
-// CHECK-NEXT: %[[P:.*]] = nn.gemm %[[DW]], %[[SX]] {{.*}} -> tensor<4x4xf32>
+// CHECK: %[[D0:.*]] = nn.relu_grad
+// CHECK-NEXT: %[[DB:.*]] = nn.cast %[[D0]] : tensor<2x4xf32> -> tensor<2x4xbf16>
+// CHECK-NEXT: %[[D:.*]] = nn.cast %[[DB]] : tensor<2x4xbf16> -> tensor<2x4xf32>
+// CHECK-NEXT: %[[P:.*]] = nn.gemm %[[D]], %[[SX]] {{.*}} -> tensor<4x4xf32>
+// CHECK-NEXT: %[[DX:.*]] = nn.cast %[[DB]] : tensor<2x4xbf16> -> tensor<2x4xf32>
+// CHECK-NEXT: %[[P2:.*]] = nn.gemm %[[SX]], %[[DX]] {{.*}} -> tensor<4x4xf32>
+// CHECK-NEXT: %[[P2T:.*]] = nn.transpose %[[P2]] {{.*}} -> tensor<4x4xf32>
+// CHECK-NEXT: %[[TWO:.*]] = nn.add %[[P]], %[[P2T]] : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
 // CHECK-NEXT: ml_program.global_load @w.grad
-// CHECK-NEXT: %[[S:.*]] = nn.add {{.*}}, %[[P]] : tensor<4x4xf32>
+// CHECK-NEXT: %[[S:.*]] = nn.add {{.*}}, %[[TWO]] : tensor<4x4xf32>
 // CHECK-NEXT: ml_program.global_store @w.grad = %[[S]] : tensor<4x4xf32>
+// CHECK-NEXT: %[[DS:.*]] = nn.cast %[[DB]] : tensor<2x4xbf16> -> tensor<2x4xf32>
+// CHECK-NEXT: nn.sum_to_shape %[[DS]] : tensor<2x4xf32> -> tensor<4xf32>
+// CHECK-NEXT: nn.reshape %{{.*}} : tensor<4xf32> -> tensor<1x4xf32>
+// CHECK-NEXT: nn.reshape %{{.*}} : tensor<1x4xf32> -> tensor<4xf32>
+// CHECK-NEXT: ml_program.global_load @bias.grad
+// CHECK-NEXT: nn.add {{.*}} : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+// CHECK-NEXT: ml_program.global_store @bias.grad
 
 // Batch norm: the output is stored in bf16; its statistics (stashed) and
 // the running statistics stay f32. The loss is f32.
@@ -66,10 +83,13 @@ module {
   ml_program.global private mutable @w.grad(dense<0.0> : tensor<4x4xf32>) : tensor<4x4xf32> {pipe.grad_of = @w}
   ml_program.global private mutable @scale(dense<1.0> : tensor<4xf32>) : tensor<4xf32>
   ml_program.global private mutable @bias(dense<0.0> : tensor<4xf32>) : tensor<4xf32>
+  ml_program.global private mutable @bias.grad(dense<0.0> : tensor<4xf32>) : tensor<4xf32> {pipe.grad_of = @bias}
   ml_program.global private mutable @rm(dense<0.0> : tensor<4xf32>) : tensor<4xf32>
   ml_program.global private mutable @rv(dense<1.0> : tensor<4xf32>) : tensor<4xf32>
   func.func @s0_fwd(%x: tensor<2x4xf32> {pipe.feed = 0 : i64}) -> (tensor<2x4xf32>, tensor<2x4xf32> {pipe.saved}) attributes {pipe.stage = 0 : i64} {
-    %w = ml_program.global_load @w : tensor<4x4xf32>
+    %w0 = ml_program.global_load @w : tensor<4x4xf32>
+    %wv = nn.reshape %w0 : tensor<4x4xf32> -> tensor<16xf32>
+    %w = nn.reshape %wv : tensor<16xf32> -> tensor<4x4xf32>
     %y = nn.gemm %x, %w {trans_b = true} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
     %r = nn.relu %y : tensor<2x4xf32>
     %v = nn.reshape %r : tensor<2x4xf32> -> tensor<8xf32>
@@ -80,9 +100,18 @@ module {
   func.func @s0_bwd(%g: tensor<2x4xf32> {pipe.grad_from = array<i64: 1, 0>}, %y: tensor<2x4xf32> {pipe.fwd_result = 1 : i64}, %x: tensor<2x4xf32> {pipe.fwd_arg = 0 : i64}) attributes {pipe.stage = 0 : i64} {
     %d = nn.relu_grad %y, %g : tensor<2x4xf32>
     %dw = nn.gemm %d, %x {beta = 0.0 : f32, trans_a = true} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<4x4xf32>
+    %dx = nn.gemm %x, %d {beta = 0.0 : f32, trans_a = true} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<4x4xf32>
+    %dxt = nn.transpose %dx {perm = array<i64: 1, 0>} : tensor<4x4xf32> -> tensor<4x4xf32>
+    %two = nn.add %dw, %dxt : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
     %acc = ml_program.global_load @w.grad : tensor<4x4xf32>
-    %s = nn.add %acc, %dw : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+    %s = nn.add %acc, %two : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
     ml_program.global_store @w.grad = %s : tensor<4x4xf32>
+    %db = nn.sum_to_shape %d : tensor<2x4xf32> -> tensor<4xf32>
+    %dbv = nn.reshape %db : tensor<4xf32> -> tensor<1x4xf32>
+    %dbw = nn.reshape %dbv : tensor<1x4xf32> -> tensor<4xf32>
+    %bacc = ml_program.global_load @bias.grad : tensor<4xf32>
+    %bs = nn.add %bacc, %dbw : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+    ml_program.global_store @bias.grad = %bs : tensor<4xf32>
     return
   }
   func.func @s1_fwd(%a: tensor<2x4xf32> {pipe.from = array<i64: 0, 0>}, %l: tensor<2xi64> {pipe.feed = -1 : i64}) -> (tensor<f32> {pipe.loss}, tensor<2x4xf32> {pipe.saved}, tensor<4xf32> {pipe.saved}) attributes {pipe.stage = 1 : i64} {

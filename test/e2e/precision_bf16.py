@@ -21,8 +21,9 @@ With `--activations bf16` (every activation, message and stash slot
 stored in bfloat16; passes/StoreActivationsBf16.cpp), on the MLP, GPT and
 ResNet:
 
-  - 1F1B-flush on 2 stages, zb-h1 and full recomputation equal 1 stage
-    (every loss within 1e-6; in fact bit for bit);
+  - 1F1B-flush on 2 stages, zb-h1, full recomputation and interleaved
+    (2 x 2 chunks) equal 1 stage (every loss within 1e-6; in fact bit for
+    bit);
   - it parts from bf16 products alone (the stores do round) and stays
     within 1e-2 of float32;
   - every stage's arena is smaller than the bf16-products build's;
@@ -58,6 +59,8 @@ BUILDS = {  # name: compile flags
                  "--schedule", "zb-h1"],
     "bf16a-rc": ["--stages", "2", "--microbatches", "2", "--precision", "bf16", "--activations", "bf16",
                  "--recompute", "full"],
+    "bf16a-il": ["--stages", "2", "--microbatches", "2", "--precision", "bf16", "--activations", "bf16",
+                 "--schedule", "interleaved", "--chunks", "2"],
 }
 
 
@@ -135,7 +138,7 @@ def main():
                       f"bf16 {loss['bf16-s1'][-1]:.6f})")
         # --activations bf16: the same numbers on every schedule, apart from
         # bf16 products alone by its roundings, and half the stash.
-        for build in ("bf16a-s2", "bf16a-zb", "bf16a-rc"):
+        for build in ("bf16a-s2", "bf16a-zb", "bf16a-rc", "bf16a-il"):
             diff = rel_diff(loss[build], loss["bf16a-s1"])
             checks.report(diff <= 1e-6, f"{model}: {build} equals bf16a on 1 stage",
                           f"max rel loss diff {diff:.1e} over 4 steps")
