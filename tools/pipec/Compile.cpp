@@ -463,6 +463,15 @@ void Compilation::noteImport() {
       numbering + ", " + std::to_string(params) + " parameters; global batch " +
       std::to_string(batch) + " = " + std::to_string(o.microbatches) +
       " microbatches of " + std::to_string(microbatch));
+  if (o.precision == "f64")
+    say("precision f64: every kernel, buffer, message and checkpoint in "
+        "double");
+  else if (o.precision == "bf16")
+    say(std::string("precision bf16: matrix products on bfloat16 operands, "
+                    "float32 sums") +
+        (o.activations == "bf16"
+             ? "; activations, messages and stash stored in bfloat16"
+             : "; every tensor float32"));
   if (auto names = (*module)->getAttrOfType<ArrayAttr>("pipec.gradient_free")) {
     std::string list;
     for (auto [i, n] : llvm::enumerate(names.getAsValueRange<StringAttr>()))
