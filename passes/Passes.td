@@ -106,7 +106,8 @@ def PipeRecomputePass : Pass<"pipe-recompute", "mlir::ModuleOp"> {
     forward's version under weight stashing and for every synchronous
     schedule, so the numbers equal those without recomputation.
     Each changed `@sK_fwd` records `pipe.recompute` (the mode) and
-    `pipe.recompute_saved_bytes` (stash bytes per microbatch before).
+    `pipe.recompute_saved` (the types of the stashed results before, which
+    nn-convert-precision converts with the stash).
   }];
   let options = [
     ListOption<"mode", "mode", "std::string",

@@ -67,7 +67,7 @@ public:
   LogicalResult run() {
     auto ret = cast<func::ReturnOp>(fwd.getBody().front().getTerminator());
     numOut = 0;
-    int64_t savedBytes = 0;
+    SmallVector<Attribute> savedTypes;
     for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
       bool saved = fwd.getResultAttr(i, "pipe.saved") != nullptr;
       if (!saved && i != numOut)
@@ -78,11 +78,13 @@ public:
       if (!saved)
         ++numOut;
       else
-        savedBytes += nn::tensorBytes(ret.getOperand(i).getType());
+        savedTypes.push_back(TypeAttr::get(ret.getOperand(i).getType()));
     }
+    // The types, not their bytes: nn-convert-precision converts them with
+    // the stash (f64, bf16 activations), so --report's remark compares
+    // like with like.
     Builder attrs(fwd.getContext());
-    fwd->setAttr("pipe.recompute_saved_bytes",
-                 attrs.getI64IntegerAttr(savedBytes));
+    fwd->setAttr("pipe.recompute_saved", attrs.getArrayAttr(savedTypes));
     if (numOut == ret.getNumOperands())
       return success(); // nothing stashed beyond the inputs
     copyForwardIntoBackward(ret);

@@ -323,6 +323,18 @@ private:
     }
     fn.setType(FunctionType::get(fn.getContext(), body.getArgumentTypes(),
                                  ret.getOperandTypes()));
+    // What recomputation took out of the stash would have been stored in
+    // bf16 too (statistics, a few vectors, counted so as well): --report
+    // compares it with the stash as it is.
+    if (auto saved = fn->getAttrOfType<ArrayAttr>("pipe.recompute_saved")) {
+      SmallVector<Attribute> types;
+      for (auto t : saved.getAsRange<TypeAttr>())
+        types.push_back(TypeAttr::get(isActivationType(t.getValue())
+                                          ? withElement(t.getValue(), bf16)
+                                          : t.getValue()));
+      fn->setAttr("pipe.recompute_saved",
+                  ArrayAttr::get(fn.getContext(), types));
+    }
     return success();
   }
 

@@ -204,9 +204,8 @@ struct PipePlanMemoryPass
     std::map<int64_t, int64_t> removed;
     std::map<int64_t, std::string> modes;
     for (auto [q, fwd] : llvm::enumerate(getStageFuncs(module, "fwd"))) {
-      auto before =
-          fwd ? fwd->getAttrOfType<IntegerAttr>("pipe.recompute_saved_bytes")
-              : IntegerAttr();
+      auto before = fwd ? fwd->getAttrOfType<ArrayAttr>("pipe.recompute_saved")
+                        : ArrayAttr();
       auto mode =
           fwd ? fwd->getAttrOfType<StringAttr>("pipe.recompute") : StringAttr();
       if (!before || !mode)
@@ -216,7 +215,10 @@ struct PipePlanMemoryPass
         if (fwd.getResultAttr(i, "pipe.saved"))
           after += nn::tensorBytes(fwd.getResultTypes()[i]);
       const int64_t position = positions > 0 ? int64_t(q) % positions : 0;
-      removed[position] += before.getInt() - after;
+      int64_t beforeBytes = 0;
+      for (auto t : before.getAsRange<TypeAttr>())
+        beforeBytes += nn::tensorBytes(t.getValue());
+      removed[position] += beforeBytes - after;
       std::string &m = modes[position];
       if (m.find(mode.getValue().str()) == std::string::npos)
         m += (m.empty() ? "" : "/") + mode.getValue().str();

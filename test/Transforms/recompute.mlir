@@ -6,8 +6,8 @@
 // RUN: pipec-opt %S/Inputs/differentiated.mlir --pipe-recompute=mode=full | FileCheck %s --check-prefix=FULL
 // Full: the forward returns its loss only; the backward re-runs relu and
 // gemm on the stashed input (no global write repeated, no cost attributes).
-// FULL: func.func @s0_fwd({{.*}}) -> tensor<4x5xf32> attributes {pipe.recompute_saved_bytes = 0 : i64
-// FULL: func.func @s1_fwd({{.*}}) -> (tensor<f32> {pipe.loss}) attributes {pipe.recompute = "full", pipe.recompute_saved_bytes = 128 : i64
+// FULL: func.func @s0_fwd({{.*}}) -> tensor<4x5xf32> attributes {pipe.recompute_saved = []
+// FULL: func.func @s1_fwd({{.*}}) -> (tensor<f32> {pipe.loss}) attributes {pipe.recompute = "full", pipe.recompute_saved = [tensor<4x3xf32>, tensor<4x5xf32>]
 // FULL: func.func @s1_bwd(%[[SEED:.*]]: tensor<f32> {pipe.loss_seed}, %[[LABELS:.*]]: tensor<4xi64> {pipe.fwd_arg = 1 : i64}, %[[IN:.*]]: tensor<4x5xf32> {pipe.fwd_arg = 0 : i64}) -> (tensor<4x5xf32> {pipe.grad_of_arg = 0 : i64})
 // FULL-NEXT:   %[[R:.*]] = nn.relu %[[IN]] : tensor<4x5xf32>
 // FULL:        %[[LOGITS:.*]] = nn.gemm %[[R]], {{.*}}trans_b = true
