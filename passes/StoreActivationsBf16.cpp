@@ -13,12 +13,13 @@
 ///     produces is stored in bfloat16: the op computes in float32 (on
 ///     operands widened from bfloat16, exactly) and its result is rounded
 ///     once, to nearest even, by an `nn.cast` to bf16 right after it;
-///   - except what stays float32: weights (global loads), constants, the
+///   - except what stays float32: weights and what is computed from them
+///     alone (global loads, their views and transposes), constants, the
 ///     loss and other scalars, normalisation statistics and dropout masks
 ///     (isUndifferentiatedResult, DropoutOp's mask), and the weight
-///     gradients' partial sums (a value written to a global, or read only
-///     by ops whose results are all written to globals: the
-///     `.grad` accumulation and batch-norm running statistics);
+///     gradients' partial sums (feedingGlobals: values read only by sums
+///     and moves that end in a global, the `.grad` accumulation or the
+///     running statistics, also across a zero-bubble split);
 ///   - feeds (the model's inputs and labels) stay as the runtime writes
 ///     them;
 ///   - the stage functions' boundaries follow their values: a message, a
