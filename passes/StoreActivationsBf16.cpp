@@ -65,8 +65,7 @@ bool isActivationType(Type t) {
 }
 
 RankedTensorType withElement(Type t, Type element) {
-  auto r = cast<RankedTensorType>(t);
-  return RankedTensorType::get(r.getShape(), element, r.getEncoding());
+  return cast<RankedTensorType>(t).clone(element);
 }
 
 bool isGlobalStore(Operation *op) { return isa<ml_program::GlobalStoreOp>(op); }
@@ -246,6 +245,16 @@ private:
     return c.getResult();
   }
 
+  /// Rounds `r` to bf16 by a cast right after its op; every reader then
+  /// reads the cast.
+  void roundAfter(Value r) {
+    b.setInsertionPointAfter(r.getDefiningOp());
+    auto c =
+        nn::CastOp::create(b, r.getLoc(), withElement(r.getType(), bf16), r);
+    inserted.insert(c);
+    r.replaceAllUsesExcept(c.getResult(), c);
+  }
+
   LogicalResult convert(func::FuncOp fn) {
     if (fn.isExternal())
       return success();
@@ -266,13 +275,8 @@ private:
         if (!isViewOp(op) && toStore.contains(r))
           stored.push_back(r);
     });
-    for (OpResult r : stored) {
-      b.setInsertionPointAfter(r.getOwner());
-      auto c =
-          nn::CastOp::create(b, r.getLoc(), withElement(r.getType(), bf16), r);
-      inserted.insert(c);
-      r.replaceAllUsesExcept(c.getResult(), c);
-    }
+    for (OpResult r : stored)
+      roundAfter(r);
     // Every other reader of a bf16 value reads it widened.
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     SmallVector<Operation *> readers;
@@ -292,11 +296,7 @@ private:
           continue;
         }
         if (toStore.contains(out)) {
-          b.setInsertionPointAfter(op);
-          auto c = nn::CastOp::create(b, out.getLoc(),
-                                      withElement(out.getType(), bf16), out);
-          inserted.insert(c);
-          out.replaceAllUsesExcept(c.getResult(), c);
+          roundAfter(out);
           continue;
         }
       }

@@ -1425,16 +1425,8 @@ static bool parseModelOptions(const Args &a, CompileOptions &o) {
                  "--precision is f32, f64 or bf16, got '" + o.precision + "'",
                  2);
   o.activations = a.get("--activations");
-  if (o.activations != "f32" && o.activations != "bf16")
-    return !fail("compile",
-                 "--activations is f32 or bf16, got '" + o.activations + "'",
-                 2);
-  if (o.activations == "bf16" && o.precision != "bf16")
-    return !fail("compile",
-                 "--activations bf16 needs --precision bf16 (bfloat16 "
-                 "storage with float32 or float64 arithmetic is not a mode "
-                 "pipec has)",
-                 2);
+  if (!checkActivations(o, "compile"))
+    return false;
   o.target = a.get("--target");
   if (o.target != "cpu" && o.target != "cuda")
     return !fail("compile", "--target is cpu or cuda, got '" + o.target + "'",
@@ -1463,6 +1455,21 @@ static bool parseModelOptions(const Args &a, CompileOptions &o) {
   }
   if (!parseInputShapes(a, o.inputShapes, "compile"))
     return false;
+  return true;
+}
+
+bool pipec::driver::checkActivations(const CompileOptions &o,
+                                     const std::string &command) {
+  if (o.activations != "f32" && o.activations != "bf16")
+    return !fail(command,
+                 "--activations is f32 or bf16, got '" + o.activations + "'",
+                 2);
+  if (o.activations == "bf16" && o.precision != "bf16")
+    return !fail(command,
+                 "--activations bf16 needs --precision bf16 (bfloat16 "
+                 "storage with float32 or float64 arithmetic is not a mode "
+                 "pipec has)",
+                 2);
   return true;
 }
 

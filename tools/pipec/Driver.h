@@ -145,6 +145,10 @@ struct CompileOptions {
 /// Returns 0 or prints one error line and returns non-zero.
 int compileModel(const CompileOptions &options);
 
+/// Fails (false, with one error line under `command`) when `--activations`
+/// is neither f32 nor bf16, or bf16 without `--precision bf16`.
+bool checkActivations(const CompileOptions &o, const std::string &command);
+
 /// Directory of the running executable (to find sibling tools).
 
 } // namespace pipec::driver

@@ -21,6 +21,30 @@
 
 using namespace pipec::driver;
 
+/// Where the profile goes, checked before a minute of measuring: a
+/// regular file (or none yet) in a folder that exists. The runtime writes it
+/// to a temporary name and renames it over the target, which would replace
+/// a device file. 0 if good, else the exit code after the error line.
+static int checkProfileOut(const std::string &out) {
+  if (out.empty())
+    return fail("profile", "-o needs a file name", 2);
+  std::error_code ec;
+  const std::filesystem::path path = std::filesystem::absolute(out, ec);
+  const auto status = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(status))
+    return fail("profile", "-o '" + out + "' is a folder; give a file name", 2);
+  if (std::filesystem::exists(status) &&
+      !std::filesystem::is_regular_file(status))
+    return fail("profile", "-o '" + out + "' exists and is not a regular file",
+                2);
+  if (!std::filesystem::is_directory(path.parent_path(), ec))
+    return fail("profile",
+                "-o '" + out + "': the folder '" + path.parent_path().string() +
+                    "' does not exist",
+                2);
+  return 0;
+}
+
 int pipec::driver::runProfile(const std::vector<std::string> &argv,
                               const char *argv0) {
   Args a("profile", argv);
@@ -63,30 +87,8 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
     return 2;
   if (threads > 0) // the runtime and the launcher honour it
     setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  {
-    // Where the profile goes, checked before a minute of measuring: a
-    // regular file (or none yet) in a folder that exists. The runtime
-    // writes it to a temporary name and renames it over the target, which
-    // would replace a device file.
-    const std::string out = a.get("-o");
-    if (out.empty())
-      return fail("profile", "-o needs a file name", 2);
-    std::error_code ec;
-    const std::filesystem::path path = std::filesystem::absolute(out, ec);
-    const auto status = std::filesystem::status(path, ec);
-    if (std::filesystem::is_directory(status))
-      return fail("profile", "-o '" + out + "' is a folder; give a file name",
-                  2);
-    if (std::filesystem::exists(status) &&
-        !std::filesystem::is_regular_file(status))
-      return fail("profile",
-                  "-o '" + out + "' exists and is not a regular file", 2);
-    if (!std::filesystem::is_directory(path.parent_path(), ec))
-      return fail("profile",
-                  "-o '" + out + "': the folder '" +
-                      path.parent_path().string() + "' does not exist",
-                  2);
-  }
+  if (int rc = checkProfileOut(a.get("-o")))
+    return rc;
   if (a.get("--target") != "cpu" && a.get("--target") != "cuda")
     return fail("profile",
                 "--target is cpu or cuda, got '" + a.get("--target") + "'", 2);
@@ -105,12 +107,8 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
   if (o.precision != "f32" && o.precision != "bf16")
     return fail("profile",
                 "--precision is f32 or bf16, got '" + o.precision + "'", 2);
-  if (o.activations != "f32" &&
-      (o.activations != "bf16" || o.precision != "bf16"))
-    return fail("profile",
-                "--activations is f32, or bf16 with --precision bf16, got '" +
-                    o.activations + "'",
-                2);
+  if (!checkActivations(o, "profile"))
+    return 2;
   if (!parseInputShapes(a, o.inputShapes, "profile"))
     return 2;
   llvm::outs() << "pipec profile: compiling " << o.model << " (one stage)\n";
