@@ -52,9 +52,11 @@ struct NNConvertPrecisionPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (activations != "f32" &&
-        (activations != "bf16" || precision != "bf16")) {
+        ((activations != "bf16" && activations != "bf16-casts") ||
+         precision != "bf16")) {
       module.emitError("--nn-convert-precision: activations '")
-          << activations << "' (f32, or bf16 with precision bf16)";
+          << activations
+          << "' (f32, or bf16 or bf16-casts with precision bf16)";
       return signalPassFailure();
     }
     if (precision == "f32")
@@ -63,12 +65,12 @@ struct NNConvertPrecisionPass
       // The lowering records that the matrix products round their
       // operands to bfloat16 (stage description "matmul_precision").
       // Tensors stay float32 unless activations are stored in bf16.
-      if (activations == "bf16" &&
-          failed(pipec::storeActivationsInBf16(module)))
+      if (activations != "f32" &&
+          failed(pipec::storeActivationsInBf16(module, activations == "bf16")))
         return signalPassFailure();
       module->setAttr("pipec.precision",
                       StringAttr::get(module.getContext(), precision));
-      if (activations == "bf16")
+      if (activations != "f32")
         module->setAttr("pipec.activations",
                         StringAttr::get(module.getContext(), activations));
       return;

@@ -125,6 +125,40 @@ static bool isRuntimeKernel(StringRef name) {
   return kernels.contains(name);
 }
 
+bool pipec::hasBf16Variant(StringRef kernel) {
+  static const llvm::StringSet<> kernels = {
+#define PIPEC_KERNEL(sym)
+#define PIPEC_KERNEL_BF16(sym) #sym,
+#include "pipec_kernels.def"
+  };
+  return kernels.contains(kernel);
+}
+
+/// A call with a bfloat16 tensor (--activations bf16) goes to the kernel's
+/// `_bf16` variant, its ints prefixed by which buffers are bfloat16 inputs
+/// and outputs (include/pipec_rt.h, "Bfloat16 storage"). nn.cast converts
+/// bfloat16 itself and pipec_k_copy moves bytes.
+static LogicalResult useBf16Variant(Operation *op, KernelCall &call) {
+  auto isBf16 = [](Value v) { return v && elementTypeOf(v).isBF16(); };
+  if (call.kernel == "pipec_k_cast" || call.kernel == "pipec_k_copy" ||
+      llvm::none_of(call.buffers, isBf16))
+    return success();
+  if (!hasBf16Variant(call.kernel))
+    return op->emitError("internal error: '")
+           << op->getName() << "' reads or writes a bfloat16 tensor, but "
+           << call.kernel
+           << " has no bfloat16 variant (PIPEC_KERNEL_BF16 in "
+              "runtime/include/pipec_kernels.def)";
+  SmallVector<int64_t> prefix{int64_t(call.buffers.size())};
+  for (Value v : call.buffers)
+    prefix.push_back(!isBf16(v)                  ? 0
+                     : v.getDefiningOp() == op ? -numel(v)
+                                               : numel(v));
+  call.ints.insert(call.ints.begin(), prefix.begin(), prefix.end());
+  call.kernel += "_bf16";
+  return success();
+}
+
 FailureOr<SmallVector<KernelCall, 1>> pipec::getKernelCalls(Operation *op) {
   auto calls = kernelCallsOf(op);
   if (failed(calls))
@@ -134,6 +168,9 @@ FailureOr<SmallVector<KernelCall, 1>> pipec::getKernelCalls(Operation *op) {
       return op->emitError("internal error: '")
              << op->getName() << "' lowers to " << call.kernel
              << ", which runtime/include/pipec_kernels.def does not list";
+  for (KernelCall &call : *calls)
+    if (failed(useBf16Variant(op, call)))
+      return failure();
   // A call with a float64 tensor goes to the kernel's float64 twin (same
   // layout; pipec_kernels.def). pipec_k_copy moves bytes of any type. Its
   // real parameters that are float32 values (the ops' f32 attributes:

@@ -28,9 +28,16 @@ struct KernelCall {
 /// flatten, identity): the result may share the operand's buffer.
 bool isViewOp(mlir::Operation *op);
 
+/// Whether `kernel` ("pipec_k_binary") also exists as `kernel_bf16`, which
+/// reads and writes bfloat16 tensors (PIPEC_KERNEL_BF16 in
+/// runtime/include/pipec_kernels.def).
+bool hasBf16Variant(llvm::StringRef kernel);
+
 /// The kernel calls computing `op`, in order (most ops need one; concat
 /// one per input, slice_grad a fill and a copy); failure (with an error on
-/// `op`) for an op no kernel implements.
+/// `op`) for an op no kernel implements. A call with a float64 tensor goes
+/// to the kernel's `_f64` twin, one with a bfloat16 tensor to its `_bf16`
+/// variant.
 mlir::FailureOr<llvm::SmallVector<KernelCall, 1>>
 getKernelCalls(mlir::Operation *op);
 

@@ -87,8 +87,11 @@ mlir::LogicalResult splitBackward(mlir::ModuleOp module, int64_t stage);
 /// its op, and one back to f32 before each reader), except weights,
 /// constants, scalars, statistics and the weight gradients' sums; the
 /// functions' boundaries and the pipeline's messages follow their values
-/// (StoreActivationsBf16.cpp).
-mlir::LogicalResult storeActivationsInBf16(mlir::ModuleOp module);
+/// (StoreActivationsBf16.cpp). With `kernelsStore`, the ops whose kernels
+/// have bf16 variants read and write bf16 themselves, without the casts;
+/// else every op is between casts (the reference form, the same numbers).
+mlir::LogicalResult storeActivationsInBf16(mlir::ModuleOp module,
+                                           bool kernelsStore);
 
 /// Plans the arena of the rank running (stage, replica) of the module's
 /// pipe.pipeline, on a copy of the module.

@@ -50,7 +50,8 @@ struct TrainingPipelineOptions {
   /// built (--nn-convert-precision), the exact reference mode.
   std::string precision = "f32";
   /// With precision "bf16": "f32", or "bf16" to store activations, their
-  /// gradients, messages and stash in bfloat16 (storeActivationsInBf16).
+  /// gradients, messages and stash in bfloat16 (storeActivationsInBf16),
+  /// or "bf16-casts", the same with every op between casts.
   std::string activations = "f32";
 };
 

@@ -200,7 +200,7 @@ def NNConvertPrecisionPass : Pass<"nn-convert-precision", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"precision", "precision", "std::string", "\"f64\"", "f64; f32 leaves the module as it is; bf16 leaves the types and marks the module (`pipec.precision = \"bf16\"`: the matrix products round their operands to bfloat16)">,
-    Option<"activations", "activations", "std::string", "\"f32\"", "with precision=bf16: f32 (the default), or bf16: every float tensor the stage functions produce is stored in bfloat16 (nn.cast after its op and before its readers) except weights, constants, scalars, statistics and weight-gradient sums; messages and stash follow">,
+    Option<"activations", "activations", "std::string", "\"f32\"", "with precision=bf16: f32 (the default), or bf16: every float tensor the stage functions produce is stored in bfloat16 (nn.cast after its op and before its readers) except weights, constants, scalars, statistics and weight-gradient sums; messages and stash follow; the ops whose kernels have bf16 variants read and write bf16 themselves; or bf16-casts: the same with every op between casts (the reference form)">,
   ];
 }
 

@@ -50,6 +50,8 @@
 #include "dialects/pipe/PipeDialect.h"
 #include "mlir/Dialect/MLProgram/IR/MLProgram.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
@@ -72,8 +74,8 @@ bool isGlobalStore(Operation *op) { return isa<ml_program::GlobalStoreOp>(op); }
 
 class Bf16Storage {
 public:
-  explicit Bf16Storage(ModuleOp module)
-      : module(module), b(module.getContext()),
+  Bf16Storage(ModuleOp module, bool kernelsStore)
+      : module(module), kernelsStore(kernelsStore), b(module.getContext()),
         bf16(BFloat16Type::get(module.getContext())),
         f32(Float32Type::get(module.getContext())) {}
 
@@ -88,6 +90,9 @@ public:
 
 private:
   ModuleOp module;
+  /// Ops whose kernels have bf16 variants read and write bf16 themselves
+  /// (storeInKernels); else every op is between casts.
+  bool kernelsStore;
   OpBuilder b;
   Type bf16, f32;
   /// The casts this pass inserted (they are not rewritten again).
@@ -322,6 +327,8 @@ private:
       if (have && have.getElementType() != want.getElementType())
         ret.setOperand(r, castTo(v, want.getElementType(), ret));
     }
+    if (kernelsStore)
+      storeInKernels(fn);
     fn.setType(FunctionType::get(fn.getContext(), body.getArgumentTypes(),
                                  ret.getOperandTypes()));
     // What recomputation took out of the stash would have been stored in
@@ -337,6 +344,86 @@ private:
                   ArrayAttr::get(fn.getContext(), types));
     }
     return success();
+  }
+
+  /// Whether `op` may read and write bf16 itself: the dialect accepts bf16
+  /// tensors on it (NN_Bf16Storage) and each of its kernels has a `_bf16`
+  /// variant.
+  static bool storesInKernels(Operation *op) {
+    if (!op->hasTrait<nn::OpTrait::Bf16Storage>())
+      return false;
+    ScopedDiagnosticHandler quiet(op->getContext(),
+                                  [](Diagnostic &) { return success(); });
+    auto calls = getKernelCalls(op);
+    return succeeded(calls) &&
+           llvm::all_of(*calls, [](const KernelCall &call) {
+             return hasBf16Variant(call.kernel);
+           });
+  }
+
+  /// The casts around the ops that read and write bf16 themselves
+  /// (storesInKernels) are folded into them: such an op reads a bf16
+  /// operand instead of its widening cast, and its result is bf16 instead
+  /// of being rounded by a cast, where the op's types then verify (a
+  /// unary op's operand and result share one type, say). The numbers do not
+  /// change (the kernel rounds as the cast did), only the casts' passes and
+  /// their float32 tensors go.
+  void storeInKernels(func::FuncOp fn) {
+    SmallVector<Operation *> ops;
+    fn.walk([&](Operation *op) {
+      if (!inserted.contains(op) && storesInKernels(op))
+        ops.push_back(op);
+    });
+    auto insertedCast = [&](Operation *op, bool toBf16) -> nn::CastOp {
+      auto c = dyn_cast_or_null<nn::CastOp>(op);
+      if (!c || !inserted.contains(c))
+        return nullptr;
+      bool narrows = cast<RankedTensorType>(c.getOutput().getType())
+                         .getElementType()
+                         .isBF16();
+      return narrows == toBf16 ? c : nullptr;
+    };
+    for (Operation *op : ops) {
+      SmallVector<std::pair<OpOperand *, Value>> widened;
+      for (OpOperand &use : op->getOpOperands())
+        if (nn::CastOp c = insertedCast(use.get().getDefiningOp(), false)) {
+          widened.push_back({&use, use.get()});
+          use.set(c.getInput());
+        }
+      SmallVector<std::pair<OpResult, nn::CastOp>> rounded;
+      for (OpResult r : op->getResults())
+        if (r.hasOneUse())
+          if (nn::CastOp c = insertedCast(*r.getUsers().begin(), true)) {
+            rounded.push_back({r, c});
+            r.setType(c.getOutput().getType());
+          }
+      if (widened.empty() && rounded.empty())
+        continue;
+      ScopedDiagnosticHandler quiet(op->getContext(),
+                                    [](Diagnostic &) { return success(); });
+      if (failed(mlir::verify(op, /*verifyRecursively=*/false))) {
+        for (auto [use, was] : widened)
+          use->set(was);
+        for (auto [r, c] : rounded)
+          r.setType(c.getInput().getType());
+        continue;
+      }
+      for (auto [r, c] : rounded) {
+        c.getOutput().replaceAllUsesWith(r);
+        inserted.erase(c);
+        c->erase();
+      }
+    }
+    // The widening casts no op reads any more.
+    SmallVector<Operation *> dead;
+    fn.walk([&](nn::CastOp c) {
+      if (inserted.contains(c) && c->use_empty())
+        dead.push_back(c);
+    });
+    for (Operation *c : dead) {
+      inserted.erase(c);
+      c->erase();
+    }
   }
 
   /// pipe.send / pipe.recv carry the type of the result / argument they
@@ -358,6 +445,7 @@ private:
 
 } // namespace
 
-LogicalResult pipec::storeActivationsInBf16(ModuleOp module) {
-  return Bf16Storage(module).run();
+LogicalResult pipec::storeActivationsInBf16(ModuleOp module,
+                                            bool kernelsStore) {
+  return Bf16Storage(module, kernelsStore).run();
 }

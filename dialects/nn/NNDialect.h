@@ -28,6 +28,22 @@ struct FieldParser<llvm::APFloat> {
 };
 } // namespace mlir
 
+namespace pipec::nn {
+/// NN_Bf16Storage: an op whose tensors are bf16 beside f32 ones only (bf16
+/// storage of --activations bf16 never meets the f64 reference mode).
+mlir::LogicalResult verifyBf16Storage(mlir::Operation *op);
+namespace OpTrait {
+template <typename ConcreteType>
+class Bf16Storage
+    : public mlir::OpTrait::TraitBase<ConcreteType, Bf16Storage> {
+public:
+  static mlir::LogicalResult verifyTrait(mlir::Operation *op) {
+    return verifyBf16Storage(op);
+  }
+};
+} // namespace OpTrait
+} // namespace pipec::nn
+
 #include "dialects/nn/NNDialect.h.inc"
 #include "dialects/nn/NNInterfaces.h.inc"
 

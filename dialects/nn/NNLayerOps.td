@@ -22,7 +22,7 @@ def NN_ReciprocalOp : NN_UnaryOp<"reciprocal", "Reciprocal">;
 def NN_GeluOp : NN_UnaryOp<"gelu", "Gelu">;
 
 class NN_ParamUnaryOp<string mnemonic, string what, dag attrs>
-    : NN_Op<mnemonic, [SameOperandsAndResultType,
+    : NN_Op<mnemonic, [NN_Bf16Storage, SameOperandsAndResultType,
         DeclareOpInterfaceMethods<NN_CostOpInterface>,
         DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = "Elementwise " # what # " (ONNX " # what # ").";
@@ -33,8 +33,8 @@ class NN_ParamUnaryOp<string mnemonic, string what, dag attrs>
     %y = nn.}] # mnemonic # [{ %x {...} : tensor<8x128xf32>
     ```
   }];
-  let arguments = !con((ins NN_FloatTensor:$input), attrs);
-  let results = (outs NN_FloatTensor:$output);
+  let arguments = !con((ins NN_StorageFloatTensor:$input), attrs);
+  let results = (outs NN_StorageFloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($output)";
 }
 def NN_LeakyReluOp : NN_ParamUnaryOp<"leaky_relu", "LeakyRelu",
@@ -48,7 +48,7 @@ def NN_PowOp : NN_BinaryOp<"pow", "power">;
 def NN_MaxOp : NN_BinaryOp<"max", "maximum">;
 def NN_MinOp : NN_BinaryOp<"min", "minimum">;
 
-def NN_UnaryGradOp : NN_Op<"unary_grad", [SameOperandsAndResultType,
+def NN_UnaryGradOp : NN_Op<"unary_grad", [NN_Bf16Storage, SameOperandsAndResultType,
     DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
   let summary = "Backward of an elementwise function: dX = dY * f'(.)";
   let description = [{
@@ -61,10 +61,10 @@ def NN_UnaryGradOp : NN_Op<"unary_grad", [SameOperandsAndResultType,
     %dx = nn.unary_grad %x, %dy {kind = "erf"} : tensor<8x128xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$forward, NN_FloatTensor:$grad, StrAttr:$kind,
+  let arguments = (ins NN_StorageFloatTensor:$forward, NN_StorageFloatTensor:$grad, StrAttr:$kind,
                        DefaultValuedAttr<F64Attr, "0.0">:$alpha,
                        DefaultValuedAttr<F64Attr, "0.0">:$beta);
-  let results = (outs NN_FloatTensor:$output);
+  let results = (outs NN_StorageFloatTensor:$output);
   let assemblyFormat = "$forward `,` $grad attr-dict `:` type($output)";
   let hasVerifier = 1;
 }
@@ -246,7 +246,7 @@ def NN_ResizeLinearGradOp : NN_Op<"resize_linear_grad", [DeclareOpInterfaceMetho
   let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($output)";
 }
 
-def NN_BatchNormOp : NN_Op<"batch_norm", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+def NN_BatchNormOp : NN_Op<"batch_norm", [NN_Bf16Storage, DeclareOpInterfaceMethods<NN_CostOpInterface>,
     DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>,
     AllTypesMatch<["input", "output"]>,
     AllTypesMatch<["scale", "bias", "running_mean", "running_var", "saved_mean",
@@ -263,12 +263,12 @@ def NN_BatchNormOp : NN_Op<"batch_norm", [DeclareOpInterfaceMethods<NN_CostOpInt
         : tensor<8x16x32x32xf32>, tensor<16xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale, NN_FloatTensor:$bias,
-                       NN_FloatTensor:$running_mean, NN_FloatTensor:$running_var,
+  let arguments = (ins NN_StorageFloatTensor:$input, NN_StorageFloatTensor:$scale, NN_StorageFloatTensor:$bias,
+                       NN_StorageFloatTensor:$running_mean, NN_StorageFloatTensor:$running_var,
                        F32Attr:$epsilon, F32Attr:$momentum);
-  let results = (outs NN_FloatTensor:$output, NN_FloatTensor:$saved_mean,
-                      NN_FloatTensor:$saved_inv_std, NN_FloatTensor:$new_running_mean,
-                      NN_FloatTensor:$new_running_var);
+  let results = (outs NN_StorageFloatTensor:$output, NN_StorageFloatTensor:$saved_mean,
+                      NN_StorageFloatTensor:$saved_inv_std, NN_StorageFloatTensor:$new_running_mean,
+                      NN_StorageFloatTensor:$new_running_var);
   let assemblyFormat = "operands attr-dict `:` type($input) `,` type($scale)";
   let hasVerifier = 1;
 }
@@ -293,7 +293,7 @@ def NN_BatchNormInferenceOp : NN_Op<"batch_norm_inference", [DeclareOpInterfaceM
   let assemblyFormat = "operands attr-dict `:` type($input) `,` type($scale)";
 }
 
-def NN_BatchNormGradOp : NN_Op<"batch_norm_grad", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+def NN_BatchNormGradOp : NN_Op<"batch_norm_grad", [NN_Bf16Storage, DeclareOpInterfaceMethods<NN_CostOpInterface>,
     AllTypesMatch<["input", "grad", "input_grad"]>,
     AllTypesMatch<["scale", "saved_mean", "saved_inv_std", "scale_grad", "bias_grad"]>]> {
   let summary = "Gradients of training-mode batch normalization.";
@@ -302,15 +302,15 @@ def NN_BatchNormGradOp : NN_Op<"batch_norm_grad", [DeclareOpInterfaceMethods<NN_
     %dx, %dscale, %dbias = nn.batch_norm_grad %x, %scale, %m, %is, %dy : tensor<8x16x32x32xf32>, tensor<16xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale,
-                       NN_FloatTensor:$saved_mean, NN_FloatTensor:$saved_inv_std,
-                       NN_FloatTensor:$grad);
-  let results = (outs NN_FloatTensor:$input_grad, NN_FloatTensor:$scale_grad,
-                      NN_FloatTensor:$bias_grad);
+  let arguments = (ins NN_StorageFloatTensor:$input, NN_StorageFloatTensor:$scale,
+                       NN_StorageFloatTensor:$saved_mean, NN_StorageFloatTensor:$saved_inv_std,
+                       NN_StorageFloatTensor:$grad);
+  let results = (outs NN_StorageFloatTensor:$input_grad, NN_StorageFloatTensor:$scale_grad,
+                      NN_StorageFloatTensor:$bias_grad);
   let assemblyFormat = "operands attr-dict `:` type($input) `,` type($scale)";
 }
 
-def NN_LayerNormOp : NN_Op<"layer_norm", [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+def NN_LayerNormOp : NN_Op<"layer_norm", [NN_Bf16Storage, DeclareOpInterfaceMethods<NN_CostOpInterface>,
     DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = "LayerNormalization over the trailing dimensions from `axis`.";
   let description = [{
@@ -322,14 +322,14 @@ def NN_LayerNormOp : NN_Op<"layer_norm", [DeclareOpInterfaceMethods<NN_CostOpInt
         : (tensor<8x64x128xf32>, tensor<128xf32>, tensor<128xf32>) -> (tensor<8x64x128xf32>, tensor<512xf32>, tensor<512xf32>)
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale,
-                       Optional<NN_FloatTensor>:$bias, I64Attr:$axis, F32Attr:$epsilon);
-  let results = (outs NN_FloatTensor:$output, NN_FloatTensor:$mean, NN_FloatTensor:$inv_std);
+  let arguments = (ins NN_StorageFloatTensor:$input, NN_StorageFloatTensor:$scale,
+                       Optional<NN_StorageFloatTensor>:$bias, I64Attr:$axis, F32Attr:$epsilon);
+  let results = (outs NN_StorageFloatTensor:$output, NN_StorageFloatTensor:$mean, NN_StorageFloatTensor:$inv_std);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 
-def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
+def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [NN_Bf16Storage, DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
   let summary = "Gradients of layer normalization.";
   let description = [{
     ```mlir
@@ -338,10 +338,10 @@ def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [DeclareOpInterfaceMethods<NN_
         -> (tensor<8x64x128xf32>, tensor<128xf32>, tensor<128xf32>)
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale, NN_FloatTensor:$mean,
-                       NN_FloatTensor:$inv_std, NN_FloatTensor:$grad, I64Attr:$axis);
-  let results = (outs NN_FloatTensor:$input_grad, NN_FloatTensor:$scale_grad,
-                      NN_FloatTensor:$bias_grad);
+  let arguments = (ins NN_StorageFloatTensor:$input, NN_StorageFloatTensor:$scale, NN_StorageFloatTensor:$mean,
+                       NN_StorageFloatTensor:$inv_std, NN_StorageFloatTensor:$grad, I64Attr:$axis);
+  let results = (outs NN_StorageFloatTensor:$input_grad, NN_StorageFloatTensor:$scale_grad,
+                      NN_StorageFloatTensor:$bias_grad);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 

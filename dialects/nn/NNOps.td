@@ -71,9 +71,22 @@ def NN_FloatOrI64Tensor : RankedTensorOf<[F32, F64, I64]>;
 // stays bf16).
 def NN_CastTensor : RankedTensorOf<[F32, F64, BF16, I64]>;
 def NN_ViewFloatTensor : RankedTensorOf<[F32, F64, BF16]>;
+// The float tensors of the ops whose kernels have bfloat16-storage
+// variants (PIPEC_KERNEL_BF16 in runtime/include/pipec_kernels.def):
+// elementwise arithmetic and activations, their gradients, softmax, batch
+// and layer normalisation. With --activations bf16 such an op may read and
+// write bf16 tensors directly: it reads each bf16 operand widened to f32
+// (exactly), computes in f32 as it does on f32 tensors, and rounds each
+// bf16 result once to the nearest bf16 (ties to even), which is what the
+// same op between nn.cast ops computes. bf16 mixes with f32 only
+// (NN_Bf16Storage).
+def NN_StorageFloatTensor : RankedTensorOf<[F32, F64, BF16]>;
+def NN_Bf16Storage : NativeOpTrait<"Bf16Storage"> {
+  let cppNamespace = "::pipec::nn::OpTrait";
+}
 
 class NN_UnaryOp<string mnemonic, string what, list<Trait> traits = []>
-    : NN_Op<mnemonic, traits # [SameOperandsAndResultType,
+    : NN_Op<mnemonic, traits # [NN_Bf16Storage, SameOperandsAndResultType,
         DeclareOpInterfaceMethods<NN_CostOpInterface>,
         DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = "Elementwise " # what # " (ONNX " # what # ").";
@@ -84,13 +97,13 @@ class NN_UnaryOp<string mnemonic, string what, list<Trait> traits = []>
     %y = nn.}] # mnemonic # [{ %x : tensor<8x128xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$input);
-  let results = (outs NN_FloatTensor:$output);
+  let arguments = (ins NN_StorageFloatTensor:$input);
+  let results = (outs NN_StorageFloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($output)";
 }
 
 class NN_BinaryOp<string mnemonic, string what>
-    : NN_Op<mnemonic, [DeclareOpInterfaceMethods<NN_CostOpInterface>,
+    : NN_Op<mnemonic, [NN_Bf16Storage, DeclareOpInterfaceMethods<NN_CostOpInterface>,
         DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = "Elementwise " # what # " with numpy broadcasting.";
   let description = [{
@@ -102,8 +115,8 @@ class NN_BinaryOp<string mnemonic, string what>
     %y = nn.}] # mnemonic # [{ %a, %b : tensor<8x128xf32>, tensor<128xf32> -> tensor<8x128xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs);
-  let results = (outs NN_FloatTensor:$output);
+  let arguments = (ins NN_StorageFloatTensor:$lhs, NN_StorageFloatTensor:$rhs);
+  let results = (outs NN_StorageFloatTensor:$output);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($output)";
   let hasVerifier = 1;
 }
@@ -197,7 +210,7 @@ def NN_IdentityOp : NN_UnaryOp<"identity", "Identity"> {
 }
 
 class NN_SoftmaxBase<string mnemonic, string what>
-    : NN_Op<mnemonic, [SameOperandsAndResultType,
+    : NN_Op<mnemonic, [NN_Bf16Storage, SameOperandsAndResultType,
         DeclareOpInterfaceMethods<NN_CostOpInterface>,
         DeclareOpInterfaceMethods<NN_DifferentiableOpInterface>]> {
   let summary = what # " along one axis (ONNX " # what # ").";
@@ -210,10 +223,10 @@ class NN_SoftmaxBase<string mnemonic, string what>
     %y = nn.}] # mnemonic # [{ %x {axis = -1 : i64} : tensor<8x10xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$input,
+  let arguments = (ins NN_StorageFloatTensor:$input,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
                        UnitAttr:$coerce_2d);
-  let results = (outs NN_FloatTensor:$output);
+  let results = (outs NN_StorageFloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($output)";
   let hasVerifier = 1;
 }
@@ -317,7 +330,7 @@ def NN_SoftmaxCrossEntropyLossOp : NN_Op<"softmax_cross_entropy_loss",
 //===----------------------------------------------------------------------===//
 
 class NN_ActivationGradOp<string mnemonic, string what, string saved>
-    : NN_Op<mnemonic, [SameOperandsAndResultType,
+    : NN_Op<mnemonic, [NN_Bf16Storage, SameOperandsAndResultType,
         DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
   let summary = "Backward of " # what # ": dX from the forward " # saved # " and dY.";
   let description = "Computes the input gradient of " # what # [{ from the
@@ -327,15 +340,15 @@ class NN_ActivationGradOp<string mnemonic, string what, string saved>
     %dx = nn.}] # mnemonic # [{ %t, %dy : tensor<8x128xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$forward, NN_FloatTensor:$grad);
-  let results = (outs NN_FloatTensor:$output);
+  let arguments = (ins NN_StorageFloatTensor:$forward, NN_StorageFloatTensor:$grad);
+  let results = (outs NN_StorageFloatTensor:$output);
   let assemblyFormat = "$forward `,` $grad attr-dict `:` type($output)";
 }
 def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad", "Relu", "input">;
 def NN_TanhGradOp : NN_ActivationGradOp<"tanh_grad", "Tanh", "output">;
 def NN_SigmoidGradOp : NN_ActivationGradOp<"sigmoid_grad", "Sigmoid", "output">;
 
-def NN_SoftmaxGradOp : NN_Op<"softmax_grad", [SameOperandsAndResultType,
+def NN_SoftmaxGradOp : NN_Op<"softmax_grad", [NN_Bf16Storage, SameOperandsAndResultType,
     DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
   let summary = "Backward of softmax / log-softmax from the forward output.";
   let description = [{
@@ -346,10 +359,10 @@ def NN_SoftmaxGradOp : NN_Op<"softmax_grad", [SameOperandsAndResultType,
     %dx = nn.softmax_grad %y, %dy {axis = 1 : i64} : tensor<8x10xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$output_value, NN_FloatTensor:$grad,
+  let arguments = (ins NN_StorageFloatTensor:$output_value, NN_StorageFloatTensor:$grad,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
                        UnitAttr:$coerce_2d, UnitAttr:$log);
-  let results = (outs NN_FloatTensor:$output);
+  let results = (outs NN_StorageFloatTensor:$output);
   let assemblyFormat = "$output_value `,` $grad attr-dict `:` type($output)";
 }
 
@@ -372,7 +385,7 @@ def NN_SumToShapeOp : NN_Op<"sum_to_shape", [DeclareOpInterfaceMethods<NN_CostOp
   let hasFolder = 1;
 }
 
-def NN_ScaleOp : NN_Op<"scale", [SameOperandsAndResultType,
+def NN_ScaleOp : NN_Op<"scale", [NN_Bf16Storage, SameOperandsAndResultType,
     DeclareOpInterfaceMethods<NN_CostOpInterface>]> {
   let summary = "Multiplies every element by a constant factor.";
   let description = [{
@@ -380,8 +393,8 @@ def NN_ScaleOp : NN_Op<"scale", [SameOperandsAndResultType,
     %y = nn.scale %x {factor = -1.0 : f64} : tensor<8xf32>
     ```
   }];
-  let arguments = (ins NN_FloatTensor:$input, F64Attr:$factor);
-  let results = (outs NN_FloatTensor:$output);
+  let arguments = (ins NN_StorageFloatTensor:$input, F64Attr:$factor);
+  let results = (outs NN_StorageFloatTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($output)";
   let hasFolder = 1;
 }

@@ -22,6 +22,25 @@ static std::string shapeStr(ArrayRef<int64_t> shape) {
   return s + "]";
 }
 
+LogicalResult pipec::nn::verifyBf16Storage(Operation *op) {
+  auto isElement = [](Type t, auto pred) {
+    auto r = dyn_cast<RankedTensorType>(t);
+    return r && pred(r.getElementType());
+  };
+  auto types = llvm::concat<const Type>(op->getOperandTypes(),
+                                        op->getResultTypes());
+  bool bf16 = llvm::any_of(types, [&](Type t) {
+    return isElement(t, [](Type e) { return e.isBF16(); });
+  });
+  bool f64 = llvm::any_of(types, [&](Type t) {
+    return isElement(t, [](Type e) { return e.isF64(); });
+  });
+  if (bf16 && f64)
+    return op->emitOpError("mixes bf16 and f64 tensors (bf16 storage, "
+                           "--activations bf16, goes with f32 only)");
+  return success();
+}
+
 /// Shared check of the elementwise binary ops.
 static LogicalResult verifyBroadcastBinary(Operation *op) {
   auto lhs = rt(op->getOperand(0)), rhs = rt(op->getOperand(1));

@@ -31,6 +31,9 @@ struct KernelContext : pipec_kctx {
   KernelContext() : pipec_kctx(Kind::Cpu) {}
   /// The bfloat16-rounded copies of a product's two operands.
   std::vector<float> bf16A, bf16B;
+  /// The float32 copies of a `_bf16` kernel's bfloat16 buffers, one per
+  /// buffer index (cpu/bf16_storage.cpp).
+  std::vector<std::vector<float>> bf16Wide;
 
   /// At least `n` elements of T of kernel working memory (contents
   /// undefined; valid until the next call on this context).

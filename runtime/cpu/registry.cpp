@@ -26,6 +26,9 @@ constexpr KernelEntry kKernels[] = {
 #define PIPEC_KERNEL(sym) {#sym, &sym}, {#sym "_f64", &sym##_f64},
 #define PIPEC_KERNEL_BYTES(sym) {#sym, &sym},
 #include "pipec_kernels.def"
+#define PIPEC_KERNEL(sym)
+#define PIPEC_KERNEL_BF16(sym) {#sym "_bf16", &sym##_bf16},
+#include "pipec_kernels.def"
 };
 
 } // namespace

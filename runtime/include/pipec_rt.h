@@ -400,6 +400,28 @@ void pipec_k_dropout(pipec_kctx *kc, void *const *bufs, const int64_t *ints,
 #define PIPEC_KERNEL_BYTES(sym)
 #include "pipec_kernels.def"
 
+/*===----------------------------------------------------------------------===*
+ * Bfloat16 storage. The kernels include/pipec_kernels.def lists with
+ * PIPEC_KERNEL_BF16 also exist as `<name>_bf16`, which reads and writes
+ * some of its tensors as bfloat16 (uint16 bit patterns; `pipec compile
+ * --activations bf16`). Its ints are a prefix describing the buffers,
+ * then `<name>`'s own ints:
+ *   ints: [nbufs, s[nbufs], <name>'s ints...]
+ *   s[i] = 0: buffer i is as `<name>` has it (float32, or int64);
+ *   s[i] = n > 0: buffer i is an input of n bfloat16 values;
+ *   s[i] = -n < 0: buffer i is an output of n bfloat16 values.
+ * The result is, bit for bit, `<name>` run on the bfloat16 inputs widened
+ * to float32 (exactly) with every bfloat16 output rounded once to the
+ * nearest bfloat16 (ties to even; pipec_k_cast's PIPEC_CAST_F32_TO_BF16):
+ * the kernel between casts, without the casts' float32 tensors. A
+ * bfloat16 output never aliases a buffer of another element type.
+ *===----------------------------------------------------------------------===*/
+#define PIPEC_KERNEL(sym)
+#define PIPEC_KERNEL_BF16(sym)                                                 \
+  void sym##_bf16(pipec_kctx *kc, void *const *bufs, const int64_t *ints,      \
+                  const double *reals);
+#include "pipec_kernels.def"
+
 /// Looks a kernel up by its symbol name ("pipec_k_gemm", "pipec_k_gemm_f64");
 /// NULL if unknown. Used by in-process executors (profiling, conformance
 /// tests).

@@ -1,14 +1,16 @@
-// RUN: pipec-opt %s --nn-convert-precision="precision=bf16 activations=bf16" | FileCheck %s
+// RUN: pipec-opt %s --nn-convert-precision="precision=bf16 activations=bf16-casts" | FileCheck %s
+// RUN: pipec-opt %s --nn-convert-precision="precision=bf16 activations=bf16" | FileCheck %s --check-prefix=KERN
 // RUN: not pipec-opt %s --nn-convert-precision="precision=f32 activations=bf16" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not pipec-opt %s --nn-convert-precision="precision=bf16 activations=f16" 2>&1 | FileCheck %s --check-prefix=BAD
 
-// --activations bf16: every float tensor an op produces is rounded to
-// bf16 by a cast after it and widened before each reader; weights, the
+// --activations bf16-casts (the reference form): every float tensor an op
+// produces is rounded to bf16 by a cast after it and widened before each
+// reader; weights, the
 // weight gradient's partial sum, batch-norm statistics and running
 // statistics, feeds and the loss stay f32. Boundaries follow their values:
 // the message and its gradient, the stash, the pipeline's send/recv.
 
-// CHECK: module attributes {pipec.activations = "bf16", pipec.precision = "bf16"}
+// CHECK: module attributes {pipec.activations = "bf16-casts", pipec.precision = "bf16"}
 // CHECK-LABEL: func.func @s0_fwd
 // CHECK-SAME: (%[[X:.*]]: tensor<2x4xf32> {pipe.feed = 0 : i64}) -> (tensor<2x4xbf16>, tensor<2x4xbf16> {pipe.saved})
 // A view of a weight is a weight: f32, no casts.
@@ -76,7 +78,36 @@
 // CHECK: pipe.recv %{{.*}} from 0 channel 0 into @s1_fwd[0] : tensor<2x4xbf16>
 // CHECK: pipe.send %{{.*}} to 0 channel 1 from @s1_bwd[0] : tensor<2x4xbf16>
 
-// BAD: activations '{{.*}}' (f32, or bf16 with precision bf16)
+// --activations bf16: the same numbers, but the ops whose kernels have
+// bf16 variants (relu, relu_grad, tanh, tanh_grad, batch_norm) read and
+// write bf16 themselves, without casts; the others (gemm, the loss,
+// sum_to_shape) stay between casts.
+// KERN: module attributes {pipec.activations = "bf16", pipec.precision = "bf16"}
+// KERN-LABEL: func.func @s0_fwd
+// KERN: %[[Y:.*]] = nn.gemm
+// KERN-NEXT: %[[YB:.*]] = nn.cast %[[Y]] : tensor<2x4xf32> -> tensor<2x4xbf16>
+// KERN-NEXT: %[[R:.*]] = nn.relu %[[YB]] : tensor<2x4xbf16>
+// KERN-NEXT: nn.reshape %[[R]] : tensor<2x4xbf16> -> tensor<8xbf16>
+// KERN-LABEL: func.func @s0_bwd
+// KERN-SAME: (%[[G:.*]]: tensor<2x4xbf16> {pipe.grad_from = array<i64: 1, 0>}, %[[SY:.*]]: tensor<2x4xbf16> {pipe.fwd_result = 1 : i64}
+// KERN-NEXT: %[[D:.*]] = nn.relu_grad %[[SY]], %[[G]] : tensor<2x4xbf16>
+// KERN-NEXT: nn.cast %[[D]] : tensor<2x4xbf16> -> tensor<2x4xf32>
+// KERN-NEXT: nn.gemm
+// KERN-LABEL: func.func @s1_fwd
+// KERN-SAME: (%[[A:.*]]: tensor<2x4xbf16> {pipe.from = array<i64: 0, 0>}
+// KERN: %[[OUT:[^,]*]], %[[SM:[^,]*]], %{{.*}} = nn.batch_norm %[[A]], {{.*}} : tensor<2x4xbf16>, tensor<4xf32>
+// KERN: %[[T:.*]] = nn.tanh %[[OUT]] : tensor<2x4xbf16>
+// KERN-NEXT: %[[TW:.*]] = nn.cast %[[T]] : tensor<2x4xbf16> -> tensor<2x4xf32>
+// KERN-NEXT: nn.softmax_cross_entropy_loss %[[TW]]
+// KERN: return %{{.*}}, %[[T]], %[[SM]] : tensor<f32>, tensor<2x4xbf16>, tensor<4xf32>
+// KERN-LABEL: func.func @s1_bwd
+// KERN: %[[LG:.*]] = nn.softmax_cross_entropy_loss_grad
+// KERN-NEXT: %[[LB:.*]] = nn.cast %[[LG]] : tensor<2x4xf32> -> tensor<2x4xbf16>
+// KERN-NEXT: %[[TG:.*]] = nn.tanh_grad %{{.*}}, %[[LB]] : tensor<2x4xbf16>
+// KERN-NEXT: return %[[TG]] : tensor<2x4xbf16>
+// KERN-NOT: nn.cast
+
+// BAD: activations '{{.*}}' (f32, or bf16 or bf16-casts with precision bf16)
 
 module {
   ml_program.global private mutable @w(dense<0.5> : tensor<4x4xf32>) : tensor<4x4xf32>

@@ -471,6 +471,9 @@ void Compilation::noteImport() {
                     "float32 sums") +
         (o.activations == "bf16"
              ? "; activations, messages and stash stored in bfloat16"
+         : o.activations == "bf16-casts"
+             ? "; activations, messages and stash stored in bfloat16, "
+               "every op between casts"
              : "; every tensor float32"));
   if (auto names = (*module)->getAttrOfType<ArrayAttr>("pipec.gradient_free")) {
     std::string list;
@@ -1239,7 +1242,10 @@ static void declareCompileOptions(Args &a) {
            "activation gradient, message and stash slot is stored in "
            "bfloat16 (each op computes in float32 and rounds its result "
            "once); weights, weight-gradient sums, optimizer state, "
-           "normalisation statistics and the loss stay float32",
+           "normalisation statistics and the loss stay float32; "
+           "bf16-casts: the same numbers with every op between casts and "
+           "float32 kernels (the reference the bf16 kernels are checked "
+           "against)",
            "f32")
       .opt("--target",
            "cpu, or cuda: stage executables that train on NVIDIA GPUs (rank "
@@ -1460,15 +1466,17 @@ static bool parseModelOptions(const Args &a, CompileOptions &o) {
 
 bool pipec::driver::checkActivations(const CompileOptions &o,
                                      const std::string &command) {
-  if (o.activations != "f32" && o.activations != "bf16")
+  if (o.activations != "f32" && o.activations != "bf16" &&
+      o.activations != "bf16-casts")
     return !fail(command,
-                 "--activations is f32 or bf16, got '" + o.activations + "'",
+                 "--activations is f32, bf16 or bf16-casts, got '" +
+                     o.activations + "'",
                  2);
-  if (o.activations == "bf16" && o.precision != "bf16")
+  if (o.activations != "f32" && o.precision != "bf16")
     return !fail(command,
-                 "--activations bf16 needs --precision bf16 (bfloat16 "
-                 "storage with float32 or float64 arithmetic is not a mode "
-                 "pipec has)",
+                 "--activations " + o.activations +
+                     " needs --precision bf16 (bfloat16 storage with float32 "
+                     "or float64 arithmetic is not a mode pipec has)",
                  2);
   return true;
 }

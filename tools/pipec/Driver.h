@@ -120,7 +120,8 @@ struct CompileOptions {
   /// "f32", or "f64": the float64 reference mode (every kernel and buffer
   /// in double; weights widened exactly; checkpoints in F64).
   std::string precision = "f32";
-  /// --activations: "f32", or "bf16" (with precision "bf16").
+  /// --activations: "f32", or "bf16" / "bf16-casts" (with precision
+  /// "bf16").
   std::string activations = "f32";
   /// cpu, or cuda: stage executables with the CUDA runtime.
   std::string target = "cpu";

@@ -140,7 +140,7 @@ func.func @sgd_lr(%w: tensor<4xf32>, %g: tensor<4xf32>, %lr: tensor<1xf32>) -> t
 // -----
 
 func.func @relu_type(%a: tensor<4xi64>) -> tensor<4xi64> {
-  // expected-error @+1 {{must be ranked tensor of 32-bit float or 64-bit float values}}
+  // expected-error @+1 {{must be ranked tensor of 32-bit float or 64-bit float or bfloat16 type values}}
   %0 = nn.relu %a : tensor<4xi64>
   return %0 : tensor<4xi64>
 }
@@ -158,5 +158,30 @@ func.func @cast_bf16_int(%a: tensor<4xbf16>) -> tensor<4xi64> {
 func.func @reshape_changes_type(%a: tensor<4xbf16>) -> tensor<2x2xf32> {
   // expected-error @+1 {{element type changes from 'bf16' to 'f32'}}
   %0 = nn.reshape %a : tensor<4xbf16> -> tensor<2x2xf32>
+  return %0 : tensor<2x2xf32>
+}
+
+// -----
+
+// bf16 storage (--activations bf16) goes with f32 only.
+func.func @bf16_beside_f64(%a: tensor<4xbf16>, %b: tensor<4xf64>) -> tensor<4xf64> {
+  // expected-error @+1 {{mixes bf16 and f64 tensors}}
+  %0 = nn.add %a, %b : tensor<4xbf16>, tensor<4xf64> -> tensor<4xf64>
+  return %0 : tensor<4xf64>
+}
+
+// -----
+
+func.func @bf16_unary_result_f32(%a: tensor<4xbf16>) -> tensor<4xf32> {
+  // expected-error @+1 {{requires the same type for all operands and results}}
+  %0 = "nn.relu"(%a) : (tensor<4xbf16>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @bf16_gemm(%a: tensor<2x2xbf16>, %b: tensor<2x2xf32>) -> tensor<2x2xf32> {
+  // expected-error @+1 {{must be ranked tensor of 32-bit float or 64-bit float values}}
+  %0 = nn.gemm %a, %b : (tensor<2x2xbf16>, tensor<2x2xf32>) -> tensor<2x2xf32>
   return %0 : tensor<2x2xf32>
 }
