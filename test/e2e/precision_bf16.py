@@ -32,7 +32,12 @@ ResNet:
   - the MLP's first loss equals numpy's emulation of each build's
     roundings within 1e-6, closer than to the other build's;
   - every PyTorch export of test/e2e/torch_exported trains on 2 stages
-    with the 1-stage losses, finite.
+    with the 1-stage losses, finite;
+  - the bf16 kernels (elementwise, softmax and normalisation reading and
+    writing bfloat16 themselves) give, bit for bit, the losses of
+    `--activations bf16-casts`, where every op is between casts and runs
+    its float32 kernel (MLP, GPT, ResNet on 1 and 2 stages, every export
+    on 1), and their arenas are no larger (smaller for GPT and ResNet).
 """
 import json
 import os
@@ -58,6 +63,9 @@ BUILDS = {  # name: compile flags
     "bf16-s2": ["--stages", "2", "--microbatches", "2", "--precision", "bf16"],
     "bf16a-s1": ["--stages", "1", "--microbatches", "2", "--precision", "bf16", "--activations", "bf16"],
     "bf16a-s2": ["--stages", "2", "--microbatches", "2", "--precision", "bf16", "--activations", "bf16"],
+    "bf16c-s1": ["--stages", "1", "--microbatches", "2", "--precision", "bf16", "--activations", "bf16-casts"],
+    "bf16c-s2": ["--stages", "2", "--microbatches", "2", "--precision", "bf16", "--activations",
+                 "bf16-casts"],
     "bf16a-zb": ["--stages", "2", "--microbatches", "2", "--precision", "bf16", "--activations", "bf16",
                  "--schedule", "zb-h1"],
     "bf16a-rc": ["--stages", "2", "--microbatches", "2", "--precision", "bf16", "--activations", "bf16",
@@ -150,10 +158,21 @@ def main():
         checks.report(1e-6 < diff and far < 1e-2, f"{model}: bf16 activations part from bf16 products, track f32",
                       f"max rel loss diff {diff:.2e} from bf16 products, {far:.2e} from f32")
         arenas = {b: [st["arena_bytes"] for st in json.load(open(os.path.join(d, b, "manifest.json")))["stages"]]
-                  for b in ("bf16-s2", "bf16a-s2")}
-        checks.report(all(a < f for a, f in zip(arenas["bf16a-s2"], arenas["bf16-s2"])),
+                  for b in ("bf16-s2", "bf16a-s2", "bf16c-s2")}
+        checks.report(all(a < f for a, f in zip(arenas["bf16c-s2"], arenas["bf16-s2"])),
                       f"{model}: bf16 activations shrink every stage's arena",
-                      f"arena bytes {arenas['bf16a-s2']} against {arenas['bf16-s2']}")
+                      f"arena bytes {arenas['bf16c-s2']} against {arenas['bf16-s2']}")
+        # The bf16 kernels (elementwise, softmax, normalisation reading and
+        # writing bf16 themselves) compute what their ops between casts do.
+        for s1, s2 in (("bf16a-s1", "bf16c-s1"), ("bf16a-s2", "bf16c-s2")):
+            checks.report(loss[s1] == loss[s2], f"{model}: {s1} (bf16 kernels) equals {s2} (casts) bit for bit",
+                          f"losses {loss[s1]} and {loss[s2]}")
+        # (The MLP's arenas hold its float32 inputs at their peak: no
+        # smaller there.)
+        checks.report(all(a <= c for a, c in zip(arenas["bf16a-s2"], arenas["bf16c-s2"]))
+                      and (model == "mlp" or sum(arenas["bf16a-s2"]) < sum(arenas["bf16c-s2"])),
+                      f"{model}: the bf16 kernels' arenas are smaller than the casts'",
+                      f"arena bytes {arenas['bf16a-s2']} against {arenas['bf16c-s2']}")
         if model == "gpt":
             # A checkpoint of a bf16-activation run resumes bit for bit
             # (Adam: the optimizer state is float32 in it).
@@ -199,11 +218,12 @@ def main():
             continue
         batch = int(np.load(os.path.join(folder, "x.npy"), mmap_mode="r").shape[0])
         runs = {}
-        for stages in ("1", "2"):
-            o = os.path.join(a.workdir, f"export-{name}-s{stages}")
+        for stages, act in (("1", "bf16"), ("2", "bf16"), ("1", "bf16-casts")):
+            key = stages if act == "bf16" else "casts"
+            o = os.path.join(a.workdir, f"export-{name}-s{key}")
             rc, out = run([a.pipec, "compile", os.path.join(folder, "model.onnx"), "-o", o, "--quiet",
                            "--batch", str(batch), "--stages", stages, "--microbatches", "2",
-                           "--precision", "bf16", "--activations", "bf16"])
+                           "--precision", "bf16", "--activations", act])
             if rc == 0:
                 rc, out = run([a.pipec, "train", o, "--steps", "2", "--lr", "0.01", "--quiet",
                                "--inputs", os.path.join(folder, "x.npy"),
@@ -212,11 +232,12 @@ def main():
                 checks.report(False, f"export {name}: bf16 activations on {stages} stage(s)",
                               f"exit {rc}: {out[-600:]}")
                 break
-            runs[stages] = losses_of(o)
-        if len(runs) == 2:
+            runs[key] = losses_of(o)
+        if len(runs) == 3:
             finite = all(np.isfinite(runs["1"]))
-            checks.report(finite and runs["2"] == runs["1"], f"export {name}: bf16 activations, 2 stages equal 1",
-                          f"losses {runs['1']} and {runs['2']}")
+            checks.report(finite and runs["2"] == runs["1"] == runs["casts"],
+                          f"export {name}: bf16 activations, 2 stages equal 1 and the casts' form",
+                          f"losses {runs['1']}, {runs['2']}, casts {runs['casts']}")
     return checks.summary()
 
 
