@@ -125,6 +125,10 @@ void destroyContext(Context &c) {
     cudaFree(c.scratch);
   if (c.bf16Staging)
     cudaFree(c.bf16Staging);
+  if (c.bf16Wide)
+    cudaFree(c.bf16Wide);
+  c.bf16Wide = nullptr;
+  c.bf16WideBytes = 0;
   cublasDestroy(c.blas);
   if (c.blasWorkspace)
     cudaFree(c.blasWorkspace);
@@ -158,6 +162,11 @@ static void *grow(Context &c, void *&buffer, size_t &size, size_t bytes,
 
 void *scratch(Context &c, size_t bytes) {
   return grow(c, c.scratch, c.scratchBytes, bytes, "scratch");
+}
+
+void *bf16Wide(Context &c, size_t bytes) {
+  return grow(c, c.bf16Wide, c.bf16WideBytes, bytes,
+              "float32 copies of bfloat16 buffers");
 }
 
 void *bf16Staging(Context &c, size_t bytes) {

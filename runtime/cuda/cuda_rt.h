@@ -69,6 +69,13 @@ struct Context : pipec_kctx {
   /// and does not round to nearest).
   void *bf16Staging = nullptr;
   size_t bf16StagingBytes = 0;
+  /// The float32 copies of a `_bf16` kernel's bfloat16 buffers where no
+  /// kernel reads and writes them itself (bf16_storage.cpp).
+  void *bf16Wide = nullptr;
+  size_t bf16WideBytes = 0;
+  /// `_bf16` calls that ran their float32 twin on such copies (for the
+  /// tests: which path ran).
+  int64_t bf16Widened = 0;
   /// With matmulBf16: a product whose dimensions, leading dimensions or
   /// batch strides are not multiples of 8 elements (16 bytes of bfloat16),
   /// or whose float32 result is not 16-byte aligned (GPT-2's 50257-word
@@ -153,6 +160,8 @@ char *allocateSlot(int64_t bytes, int64_t &capacity, const std::string &what);
 void *scratch(Context &c, size_t bytes);
 /// The bfloat16 operand staging of at least `bytes` bytes (matmulBf16).
 void *bf16Staging(Context &c, size_t bytes);
+/// The `_bf16` kernels' float32 copies, at least `bytes` bytes.
+void *bf16Wide(Context &c, size_t bytes);
 
 /// dst (n bfloat16 values) = src rounded to the nearest bfloat16 (ties to
 /// even); and back, each bfloat16 widened to its float32 value. On the
@@ -228,6 +237,25 @@ struct Strides {
   int64_t b[kMaxRank] = {};
   int64_t c[kMaxRank] = {};
 };
+
+} // namespace cuda
+namespace rt {
+struct Bf16Buffers;
+}
+namespace cuda {
+
+/// The `_bf16` kernels that read and write bfloat16 themselves
+/// (elementwise.cu): each launches and returns true for the calls it
+/// covers (its storage combinations, 32-bit element counts, known
+/// opcodes), else returns false and the caller runs the float32 twin on
+/// float32 copies (bf16_storage.cpp). Same parameters as the entry points,
+/// the prefix read into `st`.
+bool binaryBf16(Context &ctx, void *const *bufs, const rt::Bf16Buffers &st,
+                const double *reals);
+bool unaryBf16(Context &ctx, void *const *bufs, const rt::Bf16Buffers &st,
+               const double *reals);
+bool unaryGradBf16(Context &ctx, void *const *bufs, const rt::Bf16Buffers &st,
+                   const double *reals);
 
 } // namespace cuda
 } // namespace pipec

@@ -33,14 +33,18 @@
 ///
 //===----------------------------------------------------------------------===//
 
+#include "core/bf16_storage.h"
 #include "cuda_rt.h"
 #include "pipec_rt.h"
 #include "strided.cuh"
+
+#include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <utility>
 
 namespace pipec {
 namespace cuda {
@@ -951,3 +955,163 @@ extern "C" void pipec_cuda_k_fill(pipec_kctx *kc, void *const *bufs,
   const float value = reals ? float(reals[0]) : 0.0f;
   launchFill(ctx, static_cast<float *>(bufs[0]), n, value, "pipec_cuda_k_fill");
 }
+
+//===----------------------------------------------------------------------===//
+// bfloat16 storage (pipec_cuda_k_*_bf16, bf16_storage.cpp)
+//===----------------------------------------------------------------------===//
+
+namespace pipec {
+namespace cuda {
+namespace {
+
+/// An element as float32: bfloat16 widens exactly.
+__device__ __forceinline__ float loadAs(const float *p, int64_t i) {
+  return p[i];
+}
+__device__ __forceinline__ float loadAs(const __nv_bfloat16 *p, int64_t i) {
+  return __bfloat162float(p[i]);
+}
+/// A result stored: bfloat16 rounds to nearest, ties to even (as the
+/// casts do, gemm.cu's toBf16).
+__device__ __forceinline__ void storeAs(float *p, int64_t i, float v) {
+  p[i] = v;
+}
+__device__ __forceinline__ void storeAs(__nv_bfloat16 *p, int64_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
+
+/// binaryKernel with each of A, B, Y float32 or bfloat16.
+template <class Op, class A, class B, class Y>
+__global__ void binaryStorageKernel(const A *a, const B *b, Y *y, Nest<2> nest,
+                                    int64_t n, Op op) {
+  for (int64_t i = gridStart(); i < n; i += gridStep()) {
+    int64_t off[2];
+    nestOffsets(nest, uint32_t(i), off);
+    const float av = loadAs(a, off[0]), bv = loadAs(b, off[1]);
+    storeAs(y, i, op(av, bv));
+  }
+}
+
+template <int Op>
+__global__ void unaryBf16Kernel(const __nv_bfloat16 *x, __nv_bfloat16 *y,
+                                int64_t n, float alpha, float beta) {
+  for (int64_t i = gridStart(); i < n; i += gridStep())
+    storeAs(y, i, unaryFwd<Op>(loadAs(x, i), alpha, beta));
+}
+
+template <int Op>
+__global__ void unaryGradBf16Kernel(const __nv_bfloat16 *t,
+                                    const __nv_bfloat16 *dy, __nv_bfloat16 *dx,
+                                    int64_t n, float alpha, float beta) {
+  for (int64_t i = gridStart(); i < n; i += gridStep()) {
+    const float tv = loadAs(t, i), g = loadAs(dy, i);
+    storeAs(dx, i, unaryBwd<Op>(tv, g, alpha, beta));
+  }
+}
+
+/// Calls `fn` with `p` as a float32 or a bfloat16 pointer.
+template <class Fn> void asStorage(bool bf16, void *p, Fn &&fn) {
+  if (bf16)
+    fn(static_cast<__nv_bfloat16 *>(p));
+  else
+    fn(static_cast<float *>(p));
+}
+
+/// The opcodes whose unary kernels are their formula alone (COPY and
+/// POW_SCALAR's special exponents go through the float32 twin).
+using FormulaOps =
+    std::integer_sequence<int, PIPEC_UN_RELU, PIPEC_UN_TANH, PIPEC_UN_SIGMOID,
+                          PIPEC_UN_NEG, PIPEC_UN_SCALE, PIPEC_UN_EXP,
+                          PIPEC_UN_ERF, PIPEC_UN_GELU, PIPEC_UN_GELU_TANH,
+                          PIPEC_UN_SQRT, PIPEC_UN_LOG, PIPEC_UN_LEAKY_RELU,
+                          PIPEC_UN_CLIP, PIPEC_UN_ABS, PIPEC_UN_RECIPROCAL>;
+
+/// Calls `fn` with std::integral_constant<int, opcode> when `opcode` is one
+/// of `Ops`; false otherwise.
+template <int... Ops, class Fn>
+bool withFormulaOp(int64_t opcode, std::integer_sequence<int, Ops...>,
+                   Fn &&fn) {
+  bool found = false;
+  ((opcode == Ops && !found ? (fn(std::integral_constant<int, Ops>()),
+                               found = true)
+                            : false),
+   ...);
+  return found;
+}
+
+/// Whether every buffer of the call is bfloat16 (the only combination of
+/// the unary kernels' ops, whose operands and result share one type).
+bool allBf16(const rt::Bf16Buffers &st) {
+  for (int i = 0; i < st.count; ++i)
+    if (st.sizes[i] == 0)
+      return false;
+  return true;
+}
+
+} // namespace
+
+bool binaryBf16(Context &ctx, void *const *bufs, const rt::Bf16Buffers &st,
+                const double *) {
+  const char *name = "pipec_cuda_k_binary_bf16";
+  if (st.count != 3 || st.isOutput(0) || st.isOutput(1) || st.isInput(2))
+    return false;
+  Nest<2> nest;
+  if (!binaryNest(st.rest, nest, name))
+    return true;
+  const int64_t n = numelOf(nest);
+  if (!fits32(n))
+    return false;
+  cudaStream_t s = ctx.stream;
+  return withBinaryOp(st.rest[0], bIsScalar(st.rest), [&](auto op) {
+    asStorage(st.sizes[0] != 0, bufs[0], [&](auto *a) {
+      asStorage(st.sizes[1] != 0, bufs[1], [&](auto *b) {
+        asStorage(st.sizes[2] != 0, bufs[2], [&](auto *y) {
+          binaryStorageKernel<<<gridFor(n, kBlock), kBlock, 0, s>>>(
+              a, b, y, nest, n, op);
+        });
+      });
+    });
+    checkLaunch(name);
+  });
+}
+
+bool unaryBf16(Context &ctx, void *const *bufs, const rt::Bf16Buffers &st,
+               const double *reals) {
+  const int64_t opcode = st.rest[0], n = st.rest[1];
+  if (st.count != 2 || !allBf16(st) || !st.isInput(0) || !st.isOutput(1))
+    return false;
+  if (n <= 0)
+    return true;
+  const UnaryParams p(opcode, reals);
+  const auto *x = static_cast<const __nv_bfloat16 *>(bufs[0]);
+  auto *y = static_cast<__nv_bfloat16 *>(bufs[1]);
+  return withFormulaOp(opcode, FormulaOps(), [&](auto op) {
+    unaryBf16Kernel<decltype(op)::value>
+        <<<gridFor(n, kBlock), kBlock, 0, ctx.stream>>>(x, y, n, p.alpha,
+                                                         p.beta);
+    checkLaunch("pipec_cuda_k_unary_bf16");
+  });
+}
+
+bool unaryGradBf16(Context &ctx, void *const *bufs, const rt::Bf16Buffers &st,
+                   const double *reals) {
+  const int64_t opcode = st.rest[0], n = st.rest[1];
+  if (st.count != 3 || !allBf16(st) || !st.isInput(0) || !st.isInput(1) ||
+      !st.isOutput(2))
+    return false;
+  if (n <= 0)
+    return true;
+  const UnaryParams p(opcode, reals);
+  const auto *t = static_cast<const __nv_bfloat16 *>(bufs[0]);
+  const auto *dy = static_cast<const __nv_bfloat16 *>(bufs[1]);
+  auto *dx = static_cast<__nv_bfloat16 *>(bufs[2]);
+  return withFormulaOp(opcode, FormulaOps(), [&](auto op) {
+    unaryGradBf16Kernel<decltype(op)::value>
+        <<<gridFor(n, kBlock), kBlock, 0, ctx.stream>>>(t, dy, dx, n, p.alpha,
+                                                         p.beta);
+    checkLaunch("pipec_cuda_k_unary_grad_bf16");
+  });
+}
+
+} // namespace cuda
+} // namespace pipec

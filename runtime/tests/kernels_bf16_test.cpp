@@ -1,171 +1,138 @@
-//===- kernels_bf16_test.cpp - bfloat16 matrix products on the CPU --------===//
+//===- kernels_bf16_test.cpp - The `_bf16` kernels on the CPU -------------===//
 //
-// Part of pipec's runtime tests. `--precision bf16` on the CPU target: every
-// matrix product (gemm, batch_matmul, the convolutions' GEMMs) rounds its
-// operands to the nearest bfloat16 first (cpu/matmul_bf16.cpp). A kernel in
-// that mode must equal, bit for bit, the float32 kernel on operands rounded
-// beforehand (the products are exact in float32 either way), and must
-// differ from the float32 kernel on the original operands.
+// Part of pipec. pipec_k_NAME_bf16 (include/pipec_rt.h, "Bfloat16
+// storage") against pipec_k_NAME between pipec_k_cast's conversions, bit
+// for bit, and the refusals of a malformed prefix.
 //
 //===----------------------------------------------------------------------===//
 
-#include "cpu/real.h"
-#include "kernels_nn_test_util.h"
+#include "kernels_test_util.h"
 
-#include <gtest/gtest.h>
+#include "core/error.h"
 
 #include <cstring>
-#include <limits>
-#include <random>
+#include <string>
 
 using namespace pipec_test;
 
 namespace {
 
-/// The tests' kernel context's matrix products in bfloat16 while in scope.
-struct Bf16Matmuls {
-  Bf16Matmuls() { kctx()->matmulBf16 = true; }
-  ~Bf16Matmuls() { kctx()->matmulBf16 = false; }
-};
+using Bits = std::vector<uint16_t>;
 
-/// `x` rounded to the nearest bfloat16, ties to even (an independent
-/// formulation of the rule: the nearer of the two bfloat16 neighbours).
-float nearestBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  uint32_t down = bits & 0xFFFF0000u, up = down + 0x10000u;
-  float lo, hi;
-  std::memcpy(&lo, &down, 4);
-  std::memcpy(&hi, &up, 4);
-  const double dl = std::fabs(double(x) - lo), dh = std::fabs(double(hi) - x);
-  if (dl < dh)
-    return lo;
-  if (dh < dl)
-    return hi;
-  return (down >> 16) % 2 == 0 ? lo : hi;
+Bits toBf16(const Floats &x) {
+  Bits b(x.size());
+  int64_t k[2] = {PIPEC_CAST_F32_TO_BF16, int64_t(x.size())};
+  void *bufs[2] = {const_cast<float *>(x.data()), b.data()};
+  pipec_k_cast(kctx(), bufs, k, nullptr);
+  return b;
 }
 
-Floats rounded(Floats v) {
+Floats widen(const Bits &b) {
+  Floats x(b.size());
+  int64_t k[2] = {PIPEC_CAST_BF16_TO_F32, int64_t(b.size())};
+  void *bufs[2] = {const_cast<uint16_t *>(b.data()), x.data()};
+  pipec_k_cast(kctx(), bufs, k, nullptr);
+  return x;
+}
+
+Floats uniform(size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  Floats v(n);
   for (float &x : v)
-    x = nearestBf16(x);
+    x = d(rng);
   return v;
 }
 
 } // namespace
 
-TEST(KernelBf16, GemmEqualsFloat32GemmOfRoundedOperands) {
-  std::mt19937 rng(5);
-  const int64_t m = 19, n = 23, k = 37;
-  for (int ta = 0; ta < 2; ++ta)
-    for (int tb = 0; tb < 2; ++tb) {
-      Floats a = randomFloats(rng, m * k), b = randomFloats(rng, k * n);
-      Floats c = randomFloats(rng, n);
-      Floats want(m * n), got(m * n), plain(m * n);
-      gemm(rounded(a).data(), rounded(b).data(), c.data(), want.data(), m, n, k,
-           ta, tb, true, 0, 1, 0.5, 1.0);
-      gemm(a.data(), b.data(), c.data(), plain.data(), m, n, k, ta, tb, true, 0,
-           1, 0.5, 1.0);
-      {
-        Bf16Matmuls bf16;
-        gemm(a.data(), b.data(), c.data(), got.data(), m, n, k, ta, tb, true, 0,
-             1, 0.5, 1.0);
-      }
-      EXPECT_EQ(got, want) << "tA " << ta << " tB " << tb;
-      EXPECT_NE(got, plain) << "no bfloat16 rounding visible";
+TEST(KernelBf16Storage, EveryVariantIsRegistered) {
+  int listed = 0;
+#define PIPEC_KERNEL(sym)
+#define PIPEC_KERNEL_BF16(sym)                                                 \
+  ++listed;                                                                    \
+  EXPECT_EQ(pipec_rt_find_kernel(#sym "_bf16"), &sym##_bf16) << #sym;
+#include "pipec_kernels.def"
+  EXPECT_GE(listed, 9);
+}
+
+// A bias added in place to a bf16 activation (A bf16, B f32, Y = A) and a
+// bf16 partial added to a float32 sum (A f32, B bf16, Y f32): the float32
+// kernel between casts, bit for bit.
+TEST(KernelBf16Storage, BinaryIsTheFloatKernelBetweenCasts) {
+  const int64_t rows = 5, cols = 12, n = rows * cols;
+  Bits a = toBf16(uniform(size_t(n), -3.f, 3.f, 1));
+  Floats bias = uniform(size_t(cols), -1.f, 1.f, 2);
+  // Reference: widen, add, round.
+  Floats aw = widen(a), yw(static_cast<size_t>(n));
+  std::vector<int64_t> ints = {PIPEC_BIN_ADD, 2, rows, cols, cols, 1, 0, 1};
+  void *ref[3] = {aw.data(), bias.data(), yw.data()};
+  pipec_k_binary(kctx(), ref, ints.data(), nullptr);
+  const Bits want = toBf16(yw);
+  std::vector<int64_t> pre = {3, n, 0, -n};
+  pre.insert(pre.end(), ints.begin(), ints.end());
+  void *bufs[3] = {a.data(), bias.data(), a.data()};
+  pipec_k_binary_bf16(kctx(), bufs, pre.data(), nullptr);
+  EXPECT_EQ(a, want);
+
+  Floats sum = uniform(size_t(n), -1.f, 1.f, 3), got(static_cast<size_t>(n));
+  Bits part = toBf16(uniform(size_t(n), -1.f, 1.f, 4));
+  Floats partW = widen(part), ref2(static_cast<size_t>(n));
+  std::vector<int64_t> same = {PIPEC_BIN_ADD, 1, n, 1, 1};
+  void *r2[3] = {sum.data(), partW.data(), ref2.data()};
+  pipec_k_binary(kctx(), r2, same.data(), nullptr);
+  std::vector<int64_t> pre2 = {3, 0, n, 0};
+  pre2.insert(pre2.end(), same.begin(), same.end());
+  void *b2[3] = {sum.data(), part.data(), got.data()};
+  pipec_k_binary_bf16(kctx(), b2, pre2.data(), nullptr);
+  EXPECT_EQ(std::memcmp(got.data(), ref2.data(), got.size() * 4), 0);
+}
+
+// Layer norm reads a bf16 X, writes a bf16 Y and float32 statistics.
+TEST(KernelBf16Storage, LayerNormIsTheFloatKernelBetweenCasts) {
+  const int64_t outer = 6, inner = 40, n = outer * inner;
+  Bits x = toBf16(uniform(size_t(n), -2.f, 2.f, 5));
+  Floats scale = uniform(size_t(inner), 0.5f, 1.5f, 6),
+         bias = uniform(size_t(inner), -0.5f, 0.5f, 7);
+  Floats xw = widen(x), yw(static_cast<size_t>(n)), mean(static_cast<size_t>(outer)),
+         inv(static_cast<size_t>(outer));
+  int64_t ints[2] = {outer, inner};
+  double eps[1] = {1e-5};
+  void *ref[6] = {xw.data(),   scale.data(), bias.data(),
+                  yw.data(),   mean.data(),  inv.data()};
+  pipec_k_layernorm(kctx(), ref, ints, eps);
+  Bits y(static_cast<size_t>(n));
+  Floats mean2(static_cast<size_t>(outer)), inv2(static_cast<size_t>(outer));
+  int64_t pre[9] = {6, n, 0, 0, -n, 0, 0, outer, inner};
+  void *bufs[6] = {x.data(), scale.data(), bias.data(),
+                   y.data(), mean2.data(), inv2.data()};
+  pipec_k_layernorm_bf16(kctx(), bufs, pre, eps);
+  EXPECT_EQ(y, toBf16(yw));
+  EXPECT_EQ(std::memcmp(mean.data(), mean2.data(), mean.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(inv.data(), inv2.data(), inv.size() * 4), 0);
+}
+
+TEST(KernelBf16Storage, MalformedPrefixIsRefused) {
+  Bits a(4), y(4);
+  Floats b(4);
+  void *bufs[3] = {a.data(), b.data(), y.data()};
+  auto refusal = [&](std::vector<int64_t> prefix) {
+    std::vector<int64_t> ints = prefix;
+    for (int64_t v : {int64_t(PIPEC_BIN_ADD), int64_t(1), int64_t(4),
+                      int64_t(1), int64_t(1)})
+      ints.push_back(v);
+    try {
+      pipec_k_binary_bf16(kctx(), bufs, ints.data(), nullptr);
+    } catch (const pipec::rt::RtError &e) {
+      return std::string(e.what());
     }
-}
-
-TEST(KernelBf16, BatchMatmulAndConvolutionToo) {
-  std::mt19937 rng(6);
-  // [3, 8, 12] x [3, 12, 5]
-  Floats a = randomFloats(rng, 3 * 8 * 12), b = randomFloats(rng, 3 * 12 * 5);
-  Floats want(3 * 8 * 5), got(3 * 8 * 5);
-  batchMatmul(rounded(a).data(), rounded(b).data(), want.data(), {3}, {8 * 12},
-              {12 * 5}, 8, 5, 12, false, false, 1.0);
-  {
-    Bf16Matmuls bf16;
-    batchMatmul(a.data(), b.data(), got.data(), {3}, {8 * 12}, {12 * 5}, 8, 5,
-                12, false, false, 1.0);
-  }
-  EXPECT_EQ(got, want);
-
-  ConvParams p;
-  p.n = 2, p.c = 3, p.h = 9, p.w = 7, p.m = 4, p.kh = 3, p.kw = 3;
-  p.pt = p.pl = p.pb = p.pr = 1;
-  p.hasBias = true;
-  Floats x = randomFloats(rng, p.xCount()), w = randomFloats(rng, p.wCount());
-  Floats bias = randomFloats(rng, p.m);
-  Floats y0(p.yCount()), y1(p.yCount());
-  conv2d(p, rounded(x).data(), rounded(w).data(), bias.data(), y0.data());
-  {
-    Bf16Matmuls bf16;
-    conv2d(p, x.data(), w.data(), bias.data(), y1.data());
-  }
-  EXPECT_EQ(y1, y0);
-}
-
-TEST(KernelBf16, RoundingTiesInfinityAndNaN) {
-  Bf16Matmuls bf16;
-  // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: to even (1). 1 + 3 * 2^-8
-  // is a tie between 1 + 2^-7 and 1 + 2^-6: to even (1 + 2^-6). The
-  // largest float rounds to infinity; a NaN stays a NaN.
-  const float inf = std::numeric_limits<float>::infinity();
-  Floats a = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 3.4028235e38f,
-              std::numeric_limits<float>::quiet_NaN()};
-  Floats one = {1.0f};
-  Floats y(4);
-  // [4, 1] x [1, 1]: y = a * 1.
-  gemm(a.data(), one.data(), nullptr, y.data(), 4, 1, 1, false, false, false, 0,
-       0, 1.0, 0.0);
-  EXPECT_EQ(y[0], 1.0f);
-  EXPECT_EQ(y[1], 1.0f + 0x1p-6f);
-  EXPECT_EQ(y[2], inf);
-  EXPECT_TRUE(std::isnan(y[3]));
-}
-
-// ABI 3: the arithmetic travels in the kernel context, not in the process.
-// Two contexts side by side keep their own, a context made "like" another
-// copies it, and a kernel that needs its context refuses a missing one.
-TEST(KernelContext, ArithmeticIsPerContext) {
-  std::mt19937 rng(7);
-  const int64_t m = 9, n = 11, k = 13;
-  Floats a = randomFloats(rng, m * k), b = randomFloats(rng, k * n);
-  pipec_kctx *f32 = pipec_rt_cpu_kernel_context_new(nullptr);
-  pipec::cpu::KernelContext bf16Ctx;
-  bf16Ctx.matmulBf16 = true;
-  pipec_kctx *like = pipec_rt_cpu_kernel_context_new(&bf16Ctx);
-  EXPECT_TRUE(like->matmulBf16);
-  EXPECT_FALSE(f32->matmulBf16);
-  auto run = [&](pipec_kctx *kc) {
-    Floats y(size_t(m * n));
-    void *bufs[] = {a.data(), b.data(), nullptr, y.data()};
-    const int64_t ints[] = {m, n, k, 0, 0, 0, 0, 0};
-    const double reals[] = {1.0, 0.0};
-    pipec_k_gemm(kc, bufs, ints, reals);
-    return y;
+    return std::string("(no error)");
   };
-  Floats plain = run(f32), viaLike = run(like), viaBf16 = run(&bf16Ctx);
-  EXPECT_EQ(viaLike, viaBf16);
-  EXPECT_NE(plain, viaBf16) << "no bfloat16 rounding visible";
-  Floats want(size_t(m * n));
-  gemm(rounded(a).data(), rounded(b).data(), nullptr, want.data(), m, n, k, 0,
-       0, false, 0, 0, 1.0, 0.0);
-  EXPECT_EQ(viaBf16, want);
-  // The process-wide test context was not touched.
-  EXPECT_EQ(run(kctx()), plain);
-  pipec_rt_cpu_kernel_context_free(like);
-  pipec_rt_cpu_kernel_context_free(f32);
-
-  Floats y(size_t(m * n));
-  void *bufs[] = {a.data(), b.data(), nullptr, y.data()};
-  const int64_t ints[] = {m, n, k, 0, 0, 0, 0, 0};
-  const double reals[] = {1.0, 0.0};
-  try {
-    pipec_k_gemm(nullptr, bufs, ints, reals);
-    ADD_FAILURE() << "a missing kernel context was accepted";
-  } catch (const std::exception &e) {
-    EXPECT_NE(std::string(e.what()).find("pipec_k_gemm: no kernel context"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_NE(refusal({0}).find("counts 0 buffers"), std::string::npos);
+  EXPECT_NE(refusal({17}).find("counts 17 buffers"), std::string::npos);
+  EXPECT_NE(refusal({3, 0, 0, 0}).find("no buffer is bfloat16"),
+            std::string::npos);
+  bufs[2] = nullptr;
+  EXPECT_NE(refusal({3, 4, 0, -4}).find("bfloat16 buffer 2 is null"),
+            std::string::npos);
 }

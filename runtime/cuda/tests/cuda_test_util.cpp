@@ -48,6 +48,40 @@ Arg alias(int k) {
   return a;
 }
 
+Arg inBf16(const std::vector<float> &v) {
+  Arg a;
+  a.kind = Arg::BF16;
+  for (float x : roundedToBf16(v)) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    a.h.push_back(uint16_t(bits >> 16));
+  }
+  return a;
+}
+Arg outBf16(size_t n) {
+  static unsigned seed = 2000;
+  Arg a = inBf16(randf(n, -1.f, 1.f, seed++));
+  a.output = true;
+  return a;
+}
+std::vector<int64_t> bf16Ints(const std::vector<Arg> &args,
+                              std::vector<int64_t> ints) {
+  std::vector<int64_t> out{int64_t(args.size())};
+  for (const Arg &a : args) {
+    const int64_t n = int64_t(a.h.size());
+    out.push_back(a.kind != Arg::BF16 ? 0 : a.output ? -n : n);
+  }
+  out.insert(out.end(), ints.begin(), ints.end());
+  return out;
+}
+
+static float widened(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 std::vector<float> randf(size_t n, float lo, float hi, unsigned seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> d(lo, hi);
@@ -90,7 +124,17 @@ bool haveGpu() {
 }
 
 static size_t bytesOf(const Arg &a) {
-  return a.kind == Arg::F32 ? a.f.size() * 4 : a.i.size() * 8;
+  return a.kind == Arg::F32    ? a.f.size() * 4
+         : a.kind == Arg::BF16 ? a.h.size() * 2
+                               : a.i.size() * 8;
+}
+static bool hasData(const Arg &a) {
+  return a.kind == Arg::F32 || a.kind == Arg::I64 || a.kind == Arg::BF16;
+}
+static void *dataOf(Arg &a) {
+  return a.kind == Arg::F32    ? static_cast<void *>(a.f.data())
+         : a.kind == Arg::BF16 ? static_cast<void *>(a.h.data())
+                               : static_cast<void *>(a.i.data());
 }
 
 void expectSameAsCpu(const std::string &name, std::vector<Arg> args,
@@ -109,25 +153,20 @@ void expectSameAsCpu(const std::string &name, std::vector<Arg> args,
   std::vector<void *> cpuBufs(args.size(), nullptr),
       gpuBufs(args.size(), nullptr);
   for (size_t k = 0; k < host.size(); ++k) {
-    Arg &a = host[k];
-    if (a.kind == Arg::F32)
-      cpuBufs[k] = a.f.data();
-    else if (a.kind == Arg::I64)
-      cpuBufs[k] = a.i.data();
+    if (hasData(host[k]))
+      cpuBufs[k] = dataOf(host[k]);
   }
   for (size_t k = 0; k < host.size(); ++k)
     if (host[k].kind == Arg::Alias)
       cpuBufs[k] = cpuBufs[host[k].aliasOf];
 
   for (size_t k = 0; k < args.size(); ++k) {
-    const Arg &a = args[k];
-    if (a.kind != Arg::F32 && a.kind != Arg::I64)
+    Arg &a = args[k];
+    if (!hasData(a))
       continue;
     size_t n = bytesOf(a);
     ASSERT_EQ(cudaMalloc(&gpuBufs[k], n ? n : 1), cudaSuccess);
-    const void *src = a.kind == Arg::F32 ? (const void *)a.f.data()
-                                         : (const void *)a.i.data();
-    ASSERT_EQ(cudaMemcpy(gpuBufs[k], src, n, cudaMemcpyHostToDevice),
+    ASSERT_EQ(cudaMemcpy(gpuBufs[k], dataOf(a), n, cudaMemcpyHostToDevice),
               cudaSuccess);
   }
   for (size_t k = 0; k < args.size(); ++k)
@@ -148,7 +187,7 @@ void expectSameAsCpu(const std::string &name, std::vector<Arg> args,
     for (const Arg &other : args)
       if (other.kind == Arg::Alias && other.aliasOf == int(k))
         compared = true;
-    if (!compared || (a.kind != Arg::F32 && a.kind != Arg::I64))
+    if (!compared || !hasData(a))
       continue;
     size_t n = bytesOf(a);
     std::vector<char> back(n);
@@ -162,10 +201,16 @@ void expectSameAsCpu(const std::string &name, std::vector<Arg> args,
       continue;
     }
     double rt = a.rtol >= 0 ? a.rtol : rtol, at = a.atol >= 0 ? a.atol : atol;
-    const float *g = reinterpret_cast<const float *>(back.data());
+    const bool bf16 = a.kind == Arg::BF16;
+    const size_t count = bf16 ? host[k].h.size() : host[k].f.size();
     int bad = 0;
-    for (size_t e = 0; e < host[k].f.size(); ++e) {
-      double c = host[k].f[e], v = g[e];
+    for (size_t e = 0; e < count; ++e) {
+      uint16_t gh = 0;
+      float gf = 0;
+      std::memcpy(bf16 ? static_cast<void *>(&gh) : static_cast<void *>(&gf),
+                  back.data() + e * (bf16 ? 2 : 4), bf16 ? 2 : 4);
+      double c = bf16 ? widened(host[k].h[e]) : host[k].f[e],
+             v = bf16 ? widened(gh) : gf;
       bool same = (std::isnan(c) && std::isnan(v)) || v == c ||
                   std::fabs(v - c) <= at + rt * std::fabs(c);
       if (!same && bad++ < 5)
@@ -173,10 +218,10 @@ void expectSameAsCpu(const std::string &name, std::vector<Arg> args,
                       << ": cuda " << v << ", cpu " << c;
     }
     EXPECT_EQ(bad, 0) << name << " buffer " << k << ": " << bad << " of "
-                      << host[k].f.size() << " elements differ";
+                      << count << " elements differ";
   }
   for (size_t k = 0; k < args.size(); ++k)
-    if (args[k].kind == Arg::F32 || args[k].kind == Arg::I64)
+    if (hasData(args[k]))
       cudaFree(gpuBufs[k]);
 }
 

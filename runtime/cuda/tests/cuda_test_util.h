@@ -35,9 +35,11 @@ namespace cudatest {
 
 /// One entry of a kernel's `bufs`.
 struct Arg {
-  enum Kind { F32, I64, Null, Alias } kind = F32;
+  enum Kind { F32, I64, Null, Alias, BF16 } kind = F32;
   std::vector<float> f;
   std::vector<int64_t> i;
+  /// BF16: bfloat16 bit patterns (compared widened, with the tolerance).
+  std::vector<uint16_t> h;
   /// Compared after the call (an output of the kernel).
   bool output = false;
   /// Alias: the same pointer as argument `aliasOf`.
@@ -57,6 +59,15 @@ Arg outI64(size_t n);
 Arg null();
 /// The pointer of argument k (an in-place output: compared through k).
 Arg alias(int k);
+
+/// bfloat16 input (`v` rounded to the nearest bfloat16) / output of n
+/// values with random initial content.
+Arg inBf16(const std::vector<float> &v);
+Arg outBf16(size_t n);
+/// `ints` of a `_bf16` kernel: the prefix describing `args` (a BF16 input
+/// n, output -n, anything else 0; include/pipec_rt.h) before them.
+std::vector<int64_t> bf16Ints(const std::vector<Arg> &args,
+                              std::vector<int64_t> ints);
 
 /// n floats uniform in [lo, hi), from a fixed seed per call site.
 std::vector<float> randf(size_t n, float lo = -1.f, float hi = 1.f,
