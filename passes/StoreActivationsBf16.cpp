@@ -31,11 +31,14 @@
 /// A view (reshape, flatten, identity) of a bf16 value is a bf16 value (it
 /// moves bytes).
 /// Each other op that reads a bf16 value gets an `nn.cast` to f32 in front
-/// of it.
-/// The kernels are the float32 ones: the casts are the whole change, on
-/// the CPU and on CUDA alike. (A kernel that reads and writes bfloat16
-/// itself would compute the same numbers without the casts' passes over
-/// memory; none exists yet: runtime/README.md, "bf16 storage".)
+/// of it: the reference form (activations=bf16-casts), float32 kernels
+/// between casts.
+/// With activations=bf16, the ops whose kernels have bf16 variants
+/// (NN_Bf16Storage ops whose every kernel is PIPEC_KERNEL_BF16) then read
+/// and write bf16 themselves: their casts are folded into them
+/// (storeInKernels), which computes the same numbers without the casts'
+/// passes over memory and float32 tensors (runtime/README.md, "bf16
+/// storage").
 ///
 /// Runs after the schedule is built, forward functions in stage order (a
 /// stage's messages come from earlier stages), then backward functions,

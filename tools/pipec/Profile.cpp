@@ -64,9 +64,10 @@ int pipec::driver::runProfile(const std::vector<std::string> &argv,
            "bf16` runs them",
            "f32")
       .opt("--activations",
-           "f32, or bf16 (with --precision bf16): activations stored in "
-           "bfloat16, as `pipec compile --activations bf16` (the memory "
-           "model's bytes then halve with them)",
+           "f32, or bf16 / bf16-casts (with --precision bf16): "
+           "activations stored in bfloat16, as `pipec compile "
+           "--activations` does (the memory model's bytes then halve with "
+           "them)",
            "f32")
       .opt("--threads", "BLAS threads of the measuring process (default: "
                         "every core, or OPENBLAS_NUM_THREADS). A stage "
