@@ -31,8 +31,8 @@ stage (`arena_bytes` in OUT/manifest.json, what the rank allocates) within
   computes for its weight half (the profile's carried_bytes).
 
 With `--precision bf16 --activations bf16-casts` (every op between
-casts, the reference form of bfloat16 storage) the same 5% holds (in fact
-0.1%) for 1f1b-flush with --recompute none and selective and zb-h1. With
+casts, the reference form of bfloat16 storage) the same 5% holds (worst
+0.963) for 1f1b-flush with --recompute none and selective and zb-h1. With
 `--activations bf16` (elementwise, softmax and normalisation ops reading
 and writing bfloat16 themselves) the same three runs are held to 6%: the
 arena model's placement of gradients and working sets was fitted to the
