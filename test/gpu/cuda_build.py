@@ -169,7 +169,7 @@ def main():
         ("bf16 activations without bf16 products", [mlp, "--activations", "bf16"],
          ["--activations bf16 needs --precision bf16"]),
         ("unknown activations", [mlp, "--precision", "bf16", "--activations", "f16"],
-         ["--activations is f32 or bf16, got 'f16'"]),
+         ["--activations is f32, bf16 or bf16-casts, got 'f16'"]),
     ]
     for name, cmd, wants in cases:
         o = os.path.join(w, "refused-" + name.replace(" ", "-"))
