@@ -23,18 +23,13 @@ static std::string shapeStr(ArrayRef<int64_t> shape) {
 }
 
 LogicalResult pipec::nn::verifyBf16Storage(Operation *op) {
-  auto isElement = [](Type t, auto pred) {
-    auto r = dyn_cast<RankedTensorType>(t);
-    return r && pred(r.getElementType());
-  };
-  auto types = llvm::concat<const Type>(op->getOperandTypes(),
-                                        op->getResultTypes());
-  bool bf16 = llvm::any_of(types, [&](Type t) {
-    return isElement(t, [](Type e) { return e.isBF16(); });
-  });
-  bool f64 = llvm::any_of(types, [&](Type t) {
-    return isElement(t, [](Type e) { return e.isF64(); });
-  });
+  bool bf16 = false, f64 = false;
+  for (Type t :
+       llvm::concat<const Type>(op->getOperandTypes(), op->getResultTypes()))
+    if (auto r = dyn_cast<RankedTensorType>(t)) {
+      bf16 |= r.getElementType().isBF16();
+      f64 |= r.getElementType().isF64();
+    }
   if (bf16 && f64)
     return op->emitOpError("mixes bf16 and f64 tensors (bf16 storage, "
                            "--activations bf16, goes with f32 only)");

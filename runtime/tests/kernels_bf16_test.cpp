@@ -19,29 +19,20 @@ namespace {
 
 using Bits = std::vector<uint16_t>;
 
+/// `x` through pipec_k_cast in `direction` (float32 <-> bfloat16 bits).
+template <class To, class From>
+std::vector<To> castAll(int64_t direction, const std::vector<From> &x) {
+  std::vector<To> y(x.size());
+  int64_t k[2] = {direction, int64_t(x.size())};
+  void *bufs[2] = {const_cast<From *>(x.data()), y.data()};
+  pipec_k_cast(kctx(), bufs, k, nullptr);
+  return y;
+}
 Bits toBf16(const Floats &x) {
-  Bits b(x.size());
-  int64_t k[2] = {PIPEC_CAST_F32_TO_BF16, int64_t(x.size())};
-  void *bufs[2] = {const_cast<float *>(x.data()), b.data()};
-  pipec_k_cast(kctx(), bufs, k, nullptr);
-  return b;
+  return castAll<uint16_t>(PIPEC_CAST_F32_TO_BF16, x);
 }
-
 Floats widen(const Bits &b) {
-  Floats x(b.size());
-  int64_t k[2] = {PIPEC_CAST_BF16_TO_F32, int64_t(b.size())};
-  void *bufs[2] = {const_cast<uint16_t *>(b.data()), x.data()};
-  pipec_k_cast(kctx(), bufs, k, nullptr);
-  return x;
-}
-
-Floats uniform(size_t n, float lo, float hi, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  Floats v(n);
-  for (float &x : v)
-    x = d(rng);
-  return v;
+  return castAll<float>(PIPEC_CAST_BF16_TO_F32, b);
 }
 
 } // namespace
@@ -60,9 +51,10 @@ TEST(KernelBf16Storage, EveryVariantIsRegistered) {
 // bf16 partial added to a float32 sum (A f32, B bf16, Y f32): the float32
 // kernel between casts, bit for bit.
 TEST(KernelBf16Storage, BinaryIsTheFloatKernelBetweenCasts) {
+  std::mt19937 rng(1);
   const int64_t rows = 5, cols = 12, n = rows * cols;
-  Bits a = toBf16(uniform(size_t(n), -3.f, 3.f, 1));
-  Floats bias = uniform(size_t(cols), -1.f, 1.f, 2);
+  Bits a = toBf16(randomFloats(rng, n, -3.f, 3.f));
+  Floats bias = randomFloats(rng, cols, -1.f, 1.f);
   // Reference: widen, add, round.
   Floats aw = widen(a), yw(static_cast<size_t>(n));
   std::vector<int64_t> ints = {PIPEC_BIN_ADD, 2, rows, cols, cols, 1, 0, 1};
@@ -75,8 +67,8 @@ TEST(KernelBf16Storage, BinaryIsTheFloatKernelBetweenCasts) {
   pipec_k_binary_bf16(kctx(), bufs, pre.data(), nullptr);
   EXPECT_EQ(a, want);
 
-  Floats sum = uniform(size_t(n), -1.f, 1.f, 3), got(static_cast<size_t>(n));
-  Bits part = toBf16(uniform(size_t(n), -1.f, 1.f, 4));
+  Floats sum = randomFloats(rng, n, -1.f, 1.f), got(static_cast<size_t>(n));
+  Bits part = toBf16(randomFloats(rng, n, -1.f, 1.f));
   Floats partW = widen(part), ref2(static_cast<size_t>(n));
   std::vector<int64_t> same = {PIPEC_BIN_ADD, 1, n, 1, 1};
   void *r2[3] = {sum.data(), partW.data(), ref2.data()};
@@ -90,10 +82,11 @@ TEST(KernelBf16Storage, BinaryIsTheFloatKernelBetweenCasts) {
 
 // Layer norm reads a bf16 X, writes a bf16 Y and float32 statistics.
 TEST(KernelBf16Storage, LayerNormIsTheFloatKernelBetweenCasts) {
+  std::mt19937 rng(5);
   const int64_t outer = 6, inner = 40, n = outer * inner;
-  Bits x = toBf16(uniform(size_t(n), -2.f, 2.f, 5));
-  Floats scale = uniform(size_t(inner), 0.5f, 1.5f, 6),
-         bias = uniform(size_t(inner), -0.5f, 0.5f, 7);
+  Bits x = toBf16(randomFloats(rng, n, -2.f, 2.f));
+  Floats scale = randomFloats(rng, inner, 0.5f, 1.5f),
+         bias = randomFloats(rng, inner, -0.5f, 0.5f);
   Floats xw = widen(x), yw(static_cast<size_t>(n)), mean(static_cast<size_t>(outer)),
          inv(static_cast<size_t>(outer));
   int64_t ints[2] = {outer, inner};

@@ -1,6 +1,7 @@
 //===- cuda_test_util.cpp - CUDA kernels against the CPU kernels ----------===//
 #include "cuda_test_util.h"
 
+#include "cpu/real.h"
 #include "cuda_rt.h"
 #include "pipec_rt.h"
 
@@ -51,11 +52,8 @@ Arg alias(int k) {
 Arg inBf16(const std::vector<float> &v) {
   Arg a;
   a.kind = Arg::BF16;
-  for (float x : roundedToBf16(v)) {
-    uint32_t bits;
-    std::memcpy(&bits, &x, 4);
-    a.h.push_back(uint16_t(bits >> 16));
-  }
+  for (float x : v)
+    a.h.push_back(cpu::bf16Bits(x));
   return a;
 }
 Arg outBf16(size_t n) {
@@ -73,13 +71,6 @@ std::vector<int64_t> bf16Ints(const std::vector<Arg> &args,
   }
   out.insert(out.end(), ints.begin(), ints.end());
   return out;
-}
-
-static float widened(uint16_t h) {
-  uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 std::vector<float> randf(size_t n, float lo, float hi, unsigned seed) {
@@ -209,8 +200,8 @@ void expectSameAsCpu(const std::string &name, std::vector<Arg> args,
       float gf = 0;
       std::memcpy(bf16 ? static_cast<void *>(&gh) : static_cast<void *>(&gf),
                   back.data() + e * (bf16 ? 2 : 4), bf16 ? 2 : 4);
-      double c = bf16 ? widened(host[k].h[e]) : host[k].f[e],
-             v = bf16 ? widened(gh) : gf;
+      double c = bf16 ? cpu::fromBf16Bits(host[k].h[e]) : host[k].f[e],
+             v = bf16 ? cpu::fromBf16Bits(gh) : gf;
       bool same = (std::isnan(c) && std::isnan(v)) || v == c ||
                   std::fabs(v - c) <= at + rt * std::fabs(c);
       if (!same && bad++ < 5)
