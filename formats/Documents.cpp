@@ -248,6 +248,21 @@ void parseOps(const Reader &r, const std::string &what, StageDesc &d) {
         named.has("bwd_scratch_bytes") ? named.integer("bwd_scratch_bytes") : 0;
     spec.carriedBytes =
         named.has("carried_bytes") ? named.integer("carried_bytes") : 0;
+    spec.bwdRecomputedScratchBytes =
+        named.has("bwd_scratch_recomputed_bytes")
+            ? named.integer("bwd_scratch_recomputed_bytes")
+            : 0;
+    if (named.has("saved_reads"))
+      for (const Json &read : named.list("saved_reads")) {
+        if (!read.is_array() || read.size() != 2 ||
+            !read[0].is_number_integer() || !read[1].is_number_integer() ||
+            read[1].get<int64_t>() < 0)
+          throw FormatError(what + " op '" + spec.name +
+                            "': \"saved_reads\" must list [op offset, bytes] "
+                            "pairs of integers (bytes >= 0)");
+        spec.savedReads.push_back(
+            {read[0].get<int64_t>(), read[1].get<int64_t>()});
+      }
     spec.fwdFlops = named.number("fwd_flops", 0);
     spec.bwdFlops = named.number("bwd_flops", 0);
     spec.touchedBytes = named.number("bytes", 0);
@@ -536,18 +551,21 @@ std::string writeStageDesc(const StageDesc &d) {
   j["loss"] = d.loss;
   j["ops"] = Json::array();
   for (const OpSpec &o : d.ops)
-    j["ops"].push_back({{"name", o.name},
-                        {"op", o.op},
-                        {"out_bytes", o.outBytes},
-                        {"param_bytes", o.paramBytes},
-                        {"saved_bytes", o.savedBytes},
-                        {"fwd_scratch_bytes", o.fwdScratchBytes},
-                        {"bwd_scratch_bytes", o.bwdScratchBytes},
-                        {"carried_bytes", o.carriedBytes},
-                        {"fwd_flops", o.fwdFlops},
-                        {"bwd_flops", o.bwdFlops},
-                        {"bytes", o.touchedBytes},
-                        {"inputs", o.inputs}});
+    j["ops"].push_back(
+        {{"name", o.name},
+         {"op", o.op},
+         {"out_bytes", o.outBytes},
+         {"param_bytes", o.paramBytes},
+         {"saved_bytes", o.savedBytes},
+         {"fwd_scratch_bytes", o.fwdScratchBytes},
+         {"bwd_scratch_bytes", o.bwdScratchBytes},
+         {"carried_bytes", o.carriedBytes},
+         {"saved_reads", o.savedReads},
+         {"bwd_scratch_recomputed_bytes", o.bwdRecomputedScratchBytes},
+         {"fwd_flops", o.fwdFlops},
+         {"bwd_flops", o.bwdFlops},
+         {"bytes", o.touchedBytes},
+         {"inputs", o.inputs}});
   if (!d.fusedUpdates.empty()) {
     j["fused_updates"] = Json::array();
     for (const FusedUpdate &f : d.fusedUpdates)

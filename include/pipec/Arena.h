@@ -67,11 +67,22 @@ struct ScratchBuffer {
 
 /// Offsets for `buffers` such that two buffers share bytes only when their
 /// lifetimes are disjoint (inclusive bounds: a kernel's output never
-/// overlaps its inputs). Largest first (ties: earlier first use), each at
-/// the lowest offset free for its whole lifetime. `total` gets the bytes
-/// needed; an unused buffer gets offset 0 and no bytes.
+/// overlaps its inputs). Finding the tightest packing is NP-hard (dynamic
+/// storage allocation), so greedy packings are tried: the buffers in one
+/// of seven orders (by size, by the bytes live through their lifetime, by
+/// first use, by lifetime), each placed at the lowest offset free for its
+/// whole lifetime or in the smallest gap that holds it; then, short of the
+/// most bytes live at one step (no packing needs less), a bounded local
+/// search from the best order (swap two buffers, keep the order when it
+/// packs no worse; seeded: the same plan everywhere). The tightest found
+/// is taken. `total` gets the bytes needed; an unused buffer gets offset 0
+/// and no bytes.
 std::vector<int64_t> packByLifetime(const std::vector<ScratchBuffer> &buffers,
                                     int64_t &total);
+
+/// The bytes of `buffers` live at each step, 0 to the last step any uses.
+std::vector<int64_t>
+liveScratchBytes(const std::vector<ScratchBuffer> &buffers);
 
 } // namespace pipec
 

@@ -33,6 +33,15 @@ struct ProfileOp {
   /// slot from its input half to the op's weight gradient (0: nothing, or
   /// unknown).
   int64_t carriedBytes = 0;
+  /// Recomputation's lifetimes (memory_model "arena"; `pipec profile`
+  /// measures them): the op's saved values by the op whose backward reads
+  /// them last, as (that op's index minus this op's, bytes), and the op's
+  /// backward working set with the saved values it reads last in scratch
+  /// until their last read. A recomputed value lives in scratch from the
+  /// start of the backward until that read. Empty / 0: unknown (the model
+  /// then keeps a value until the backward of the op after its own).
+  std::vector<std::pair<int, int64_t>> savedReads = {};
+  int64_t bwdRecomputedScratchBytes = 0;
   /// The optimizer's update of this op's parameters, once (per step, or per
   /// update of a continuous schedule); independent of the microbatch size.
   /// `pipec profile` measures it with the optimizer it compiled for.

@@ -136,11 +136,33 @@ readOp(const json &entry, size_t i,
         std::make_pair("saved_bytes", &op.savedBytes),
         std::make_pair("fwd_scratch_bytes", &op.fwdScratchBytes),
         std::make_pair("bwd_scratch_bytes", &op.bwdScratchBytes),
-        std::make_pair("carried_bytes", &op.carriedBytes)}) {
+        std::make_pair("carried_bytes", &op.carriedBytes),
+        std::make_pair("bwd_scratch_recomputed_bytes",
+                       &op.bwdRecomputedScratchBytes)}) {
     std::optional<int64_t> bytes = readCount(entry, key, what, error);
     if (!bytes)
       return std::nullopt;
     *field = *bytes;
+  }
+  if (auto reads = entry.find("saved_reads");
+      reads != entry.end() && !reads->is_null()) {
+    const int64_t numOps = static_cast<int64_t>(indexOfName.size());
+    const std::string shape =
+        ": 'saved_reads' must list [op offset, bytes] pairs of integers, "
+        "the offset to an op of the profile and the bytes non-negative";
+    if (!reads->is_array())
+      return failOp(what + shape);
+    for (const json &read : *reads) {
+      if (!read.is_array() || read.size() != 2 ||
+          !read[0].is_number_integer() || !read[1].is_number_integer())
+        return failOp(what + shape);
+      const int64_t offset = read[0].get<int64_t>(),
+                    bytes = read[1].get<int64_t>();
+      const int64_t reader = static_cast<int64_t>(i) + offset;
+      if (bytes < 0 || reader < 0 || reader >= numOps)
+        return failOp(what + shape + " (got " + read.dump() + ")");
+      op.savedReads.push_back({static_cast<int>(offset), bytes});
+    }
   }
 
   auto inputs = entry.find("inputs");
@@ -285,12 +307,16 @@ std::string profileToJson(const Profile &profile) {
                           {"out_bytes", op.outBytes},
                           {"param_bytes", op.paramBytes},
                           {"saved_bytes", op.savedBytes}};
-    if (op.fwdScratchBytes > 0 || op.bwdScratchBytes > 0) {
+    if (op.fwdScratchBytes > 0 || op.bwdScratchBytes > 0 ||
+        op.bwdRecomputedScratchBytes > 0) {
       entry["fwd_scratch_bytes"] = op.fwdScratchBytes;
       entry["bwd_scratch_bytes"] = op.bwdScratchBytes;
+      entry["bwd_scratch_recomputed_bytes"] = op.bwdRecomputedScratchBytes;
     }
     if (op.carriedBytes > 0)
       entry["carried_bytes"] = op.carriedBytes;
+    if (!op.savedReads.empty())
+      entry["saved_reads"] = op.savedReads;
     if (op.optSeconds > 0)
       entry["opt_s"] = op.optSeconds;
     if (op.fwdFlops > 0 || op.bwdFlops > 0 || op.touchedBytes > 0) {

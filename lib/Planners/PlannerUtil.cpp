@@ -234,9 +234,12 @@ Profile scaleProfile(const Profile &profile, int64_t microbatchSize) {
   for (ProfileOp &op : scaled.ops) {
     op.fwdSeconds *= f;
     op.bwdSeconds *= f;
-    for (int64_t *bytes : {&op.outBytes, &op.savedBytes, &op.fwdScratchBytes,
-                           &op.bwdScratchBytes, &op.carriedBytes})
+    for (int64_t *bytes :
+         {&op.outBytes, &op.savedBytes, &op.fwdScratchBytes,
+          &op.bwdScratchBytes, &op.carriedBytes, &op.bwdRecomputedScratchBytes})
       scale(*bytes);
+    for (auto &read : op.savedReads)
+      scale(read.second);
   }
   return scaled;
 }

@@ -331,6 +331,14 @@ private:
   }
   std::vector<int64_t> gradientsHeldInIo(int q,
                                          const std::vector<bool> &sentOn) const;
+  /// Per op first + i of stage q: the recomputed bytes live through its
+  /// whole backward, and its backward working set with the recomputed
+  /// values it reads last (arenaOfStage).
+  struct RecomputedLifetimes {
+    std::vector<int64_t> liveBefore, working;
+  };
+  RecomputedLifetimes
+  recomputedLifetimes(int q, const std::vector<int64_t> &heldOf) const;
   std::string assignDevices();
   /// Steps to simulate and the steady-state window (continuous schedules);
   /// notes whether a device is shared. Returns the number of ranks.
@@ -1094,6 +1102,64 @@ Simulator::gradientsHeldInIo(int q, const std::vector<bool> &sentOn) const {
   return ioHeld;
 }
 
+/// Recomputation puts the saved values the slot does not hold (heldOf: the
+/// bytes op first + i keeps there) in scratch at the start of the
+/// backward; each lives until the backward of the op that reads it last
+/// (the profile's saved_reads; without them, the op after the one that
+/// computes it, which reads it as an input). Op l's backward therefore
+/// finds the values whose last reader comes after it in the backward's
+/// order (an earlier op) for its whole run, and those it reads last for
+/// part of it: the profile's bwd_scratch_recomputed_bytes is that working
+/// set, measured, when every value l reads last is recomputed; otherwise
+/// they are added to bwd_scratch_bytes whole. Held bytes are taken off an
+/// op's largest saved values first (an output sent on is its largest).
+/// Values of earlier stages are held (the stage's inputs).
+Simulator::RecomputedLifetimes
+Simulator::recomputedLifetimes(int q,
+                               const std::vector<int64_t> &heldOf) const {
+  const int first = plan.stages[q].firstLayer, last = plan.stages[q].lastLayer;
+  const size_t n = size_t(last - first + 1);
+  std::vector<int64_t> freed(n, 0);       // recomputed bytes op i reads last
+  std::vector<bool> partlyHeld(n, false); // it reads last a held value too
+  for (int k = 0; k <= last; ++k) {
+    const ProfileOp &op = profile.ops[size_t(k)];
+    std::vector<std::pair<int, int64_t>> reads = op.savedReads;
+    if (reads.empty() && op.savedBytes > 0)
+      reads.push_back({1, op.savedBytes});
+    std::stable_sort(
+        reads.begin(), reads.end(),
+        [](const auto &a, const auto &b) { return a.second > b.second; });
+    int64_t heldLeft = k < first ? 0 : heldOf[size_t(k - first)];
+    for (auto [offset, bytes] : reads) {
+      const int reader = k + offset;
+      if (k < first) {
+        if (reader >= first && reader <= last)
+          partlyHeld[size_t(reader - first)] = true;
+        continue;
+      }
+      const size_t at = size_t(std::clamp(reader, first, last) - first);
+      const int64_t held = std::min(bytes, heldLeft);
+      heldLeft -= held;
+      if (held > 0)
+        partlyHeld[at] = true;
+      freed[at] += bytes - held;
+    }
+  }
+  RecomputedLifetimes lifetimes{std::vector<int64_t>(n, 0),
+                                std::vector<int64_t>(n, 0)};
+  int64_t live = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const ProfileOp &op = profile.ops[size_t(first) + i];
+    lifetimes.liveBefore[i] = live;
+    live += freed[i];
+    lifetimes.working[i] = freed[i] == 0 ? op.bwdScratchBytes
+                           : !partlyHeld[i] && op.bwdRecomputedScratchBytes > 0
+                               ? op.bwdRecomputedScratchBytes
+                               : op.bwdScratchBytes + freed[i];
+  }
+  return lifetimes;
+}
+
 /// The arena model of stage q (memory_model "arena", the layout of
 /// passes/LowerToRuntime): a stash slot holds the stage's inputs, its
 /// outputs (sent on) and what its backward keeps (saved_bytes, charged to
@@ -1105,8 +1171,8 @@ Simulator::gradientsHeldInIo(int q, const std::vector<bool> &sentOn) const {
 /// convolutions (the recomputed ops start from them); the backward first
 /// recomputes the rest in scratch, op by op (each op's forward working set
 /// on top of what was recomputed before it), then frees it as its sweep
-/// passes (each op's backward working set on top of what the ops before it
-/// recomputed: its own values were last read by its consumers' backwards).
+/// passes (each recomputed value once the op that reads it last has read
+/// it: recomputedLifetimes).
 /// Zero-bubble schedules also carry values from the backward's input half
 /// to its weight half in the slot (carried_bytes). Gradients the stage
 /// holds in io (its outputs', passed on through additions, and its
@@ -1139,6 +1205,22 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
           (expensive(t) ? startsFrom : needed)[size_t(t - first)] = true;
     }
   const std::vector<int64_t> ioHeld = gradientsHeldInIo(q, sentOn);
+  // What each op stashes in the slot (selective: the expensive ops'
+  // results the recomputed ops start from; outputs sent on).
+  std::vector<int64_t> heldOf(needed.size(), 0);
+  for (int l = first; l <= last; ++l) {
+    const ProfileOp &op = profile.ops[size_t(l)];
+    int64_t &held = heldOf[size_t(l - first)];
+    held = mode == "none" ? op.savedBytes
+           : mode == "selective" && expensive(l)
+               ? std::max(op.savedBytes, startsFrom[size_t(l - first)]
+                                             ? arenaAlign(op.outBytes)
+                                             : 0)
+               : 0;
+    if (sentOn[size_t(l)])
+      held = std::max(held, arenaAlign(op.outBytes));
+  }
+  const RecomputedLifetimes lifetimes = recomputedLifetimes(q, heldOf);
   int64_t slot = 0, outputs = 0, plain = 0;
   int64_t recomputed = 0, forwardPeak = 0, backwardPeak = 0;
   // A split backward (zero bubble) carries the weight half's inputs in the
@@ -1152,25 +1234,22 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
     const ProfileOp &op = profile.ops[size_t(l)];
     if (carries)
       slot += op.carriedBytes;
-    int64_t held = mode == "none" ? op.savedBytes
-                   : mode == "selective" && expensive(l)
-                       ? std::max(op.savedBytes, startsFrom[size_t(l - first)]
-                                                     ? arenaAlign(op.outBytes)
-                                                     : 0)
-                       : 0;
-    if (sentOn[size_t(l)]) {
-      held = std::max(held, arenaAlign(op.outBytes));
+    const size_t i = size_t(l - first);
+    const int64_t held = heldOf[i];
+    if (sentOn[size_t(l)])
       outputs += arenaAlign(op.outBytes);
-    }
     const int64_t backward =
-        std::max<int64_t>(0, op.bwdScratchBytes - ioHeld[size_t(l - first)]);
+        std::max<int64_t>(0, op.bwdScratchBytes - ioHeld[i]);
     slot += held;
     plain = std::max({plain, op.fwdScratchBytes, backward});
-    // When op l's backward runs, the values it computed were read by its
-    // consumers' backwards, which ran before it: what the ops before it
-    // recomputed is still held.
     forwardPeak = std::max(forwardPeak, recomputed + op.fwdScratchBytes);
-    backwardPeak = std::max(backwardPeak, recomputed + backward);
+    // Op l's backward finds every recomputed value some op at or before it
+    // still reads: in full those whose last reader is before it, and its
+    // own working set with those it reads last.
+    backwardPeak =
+        std::max(backwardPeak,
+                 lifetimes.liveBefore[i] +
+                     std::max<int64_t>(0, lifetimes.working[i] - ioHeld[i]));
     // (A view of a stage input, stashed as a copy without recomputation,
     // is recomputed as a view again: no bytes.)
     if (!isViewKind(op.op))

@@ -297,6 +297,66 @@ void StageLowering::attributeCarried(Chunk &c) {
   }
 }
 
+/// For the profile's memory model of recomputation, which stashes less and
+/// recomputes the rest at the start of the backward, in scratch: the layer
+/// whose backward reads each stashed forward result last (a recomputed
+/// value lives until that read: it is the one layer whose working set it
+/// joins for part of its steps), and each layer's backward working set
+/// with the stashed values it reads last in scratch until their last read.
+/// A backward step of no layer (a transpose the autodiff added) belongs to
+/// the layer of the step before it.
+void StageLowering::attributeSavedReads(Chunk &c) {
+  const size_t layers = c.layerOps.size();
+  c.layerSavedReads.assign(layers, {});
+  c.layerScratchBwdRecomputed.assign(c.layerScratchBwd.begin(),
+                                     c.layerScratchBwd.end());
+  c.layerScratchBwdRecomputed.resize(layers, 0);
+  const std::vector<Step> &steps = c.bwd.steps;
+  std::vector<int64_t> layerAt(steps.size(), -1);
+  int64_t current = -1;
+  auto ownLayer = [&](const Step &step) -> int64_t {
+    const int64_t layer = step.opId - c.opBase;
+    return step.opId >= 0 && layer < int64_t(layers) ? layer : -1;
+  };
+  for (auto [i, step] : llvm::enumerate(steps)) {
+    if (ownLayer(step) >= 0)
+      current = ownLayer(step);
+    layerAt[i] = current;
+  }
+  // (last step reading it, bytes) of the values each layer reads last.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> released(layers);
+  auto ret = cast<func::ReturnOp>(c.fwd.fn.getBody().front().getTerminator());
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    const int64_t owner = layerOf(c, v);
+    if (!c.fwd.fn.getResultAttr(unsigned(i), "pipe.saved") || owner < 0 ||
+        i >= c.fwd.results.size())
+      continue;
+    const Buffer &slot = c.fwd.results[i];
+    int64_t last = -1;
+    for (auto [j, step] : llvm::enumerate(steps))
+      if (llvm::is_contained(step.buffers, slot))
+        last = int64_t(j);
+    const int64_t reader =
+        last >= 0 && layerAt[size_t(last)] >= 0 ? layerAt[size_t(last)] : owner;
+    const int64_t bytes =
+        alignUp(std::max<int64_t>(nn::tensorBytes(v.getType()), 4));
+    c.layerSavedReads[size_t(owner)].push_back({reader - owner, bytes});
+    if (last >= 0)
+      released[size_t(reader)].push_back({last, bytes});
+  }
+  for (auto [i, step] : llvm::enumerate(steps)) {
+    const int64_t layer = ownLayer(step);
+    if (layer < 0 || i >= c.bwd.scratchLive.size())
+      continue;
+    int64_t live = c.bwd.scratchLive[i];
+    for (auto [last, bytes] : released[size_t(layer)])
+      if (last >= int64_t(i))
+        live += bytes;
+    int64_t &peak = c.layerScratchBwdRecomputed[size_t(layer)];
+    peak = std::max(peak, live);
+  }
+}
+
 /// Offsets for the scratch buffers of one function: buffer i lives from
 /// the first to the last step that names it, and two buffers share bytes
 /// only when their lifetimes are disjoint (packByLifetime,
@@ -315,23 +375,18 @@ int64_t StageLowering::assignScratch(Chunk &c, FunctionPlan &fp,
         sb.last = int64_t(i);
       }
   // Scratch bytes live at each step (for the profile's memory model).
-  std::vector<int64_t> live(fp.steps.size() + 1, 0);
-  for (const ScratchBuffer &sb : scratch)
-    if (sb.first >= 0) {
-      live[size_t(sb.first)] += sb.bytes;
-      live[size_t(sb.last) + 1] -= sb.bytes;
-    }
+  fp.scratchLive = liveScratchBytes(scratch);
+  fp.scratchLive.resize(fp.steps.size(), 0);
   SmallVector<int64_t> &perLayer =
       fp.phase == 0 ? c.layerScratchFwd : c.layerScratchBwd;
   perLayer.resize(c.layerOps.size(), 0);
-  int64_t running = 0;
   for (auto [i, step] : llvm::enumerate(fp.steps)) {
-    running += live[i];
     int64_t layer = step.opId - c.opBase;
     // The optimizer's steps (phase 2) are charged time, not a layer's
     // working set.
     if (fp.phase <= 1 && step.opId >= 0 && layer < int64_t(perLayer.size()))
-      perLayer[size_t(layer)] = std::max(perLayer[size_t(layer)], running);
+      perLayer[size_t(layer)] =
+          std::max(perLayer[size_t(layer)], fp.scratchLive[i]);
   }
   int64_t total = 0;
   std::vector<int64_t> offset = packByLifetime(scratch, total);
@@ -567,5 +622,6 @@ LogicalResult StageLowering::collectChunk(Chunk &c) {
       return failure();
   fuseUpdates(c.step);
   attributeCarried(c);
+  attributeSavedReads(c);
   return success();
 }

@@ -87,7 +87,8 @@ void StageLowering::describeFeeds(formats::StageDesc &d, int64_t &microbatch) {
 void StageLowering::describeOps(formats::StageDesc &d) {
   llvm::DenseMap<Operation *, std::string> names;
   SmallVector<Operation *> layerOps;
-  SmallVector<int64_t> saved, fwdScratch, bwdScratch, carried;
+  SmallVector<int64_t> saved, fwdScratch, bwdScratch, carried, bwdRecomputed;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> savedReads;
   for (auto &c : chunks) {
     layerOps.append(c->layerOps.begin(), c->layerOps.end());
     auto add = [&](SmallVector<int64_t> &all, const SmallVector<int64_t> &v) {
@@ -98,6 +99,10 @@ void StageLowering::describeOps(formats::StageDesc &d) {
     add(fwdScratch, c->layerScratchFwd);
     add(bwdScratch, c->layerScratchBwd);
     add(carried, c->layerCarried);
+    add(bwdRecomputed, c->layerScratchBwdRecomputed);
+    savedReads.insert(savedReads.end(), c->layerSavedReads.begin(),
+                      c->layerSavedReads.end());
+    savedReads.resize(layerOps.size());
   }
   for (auto [op, name] : llvm::zip(layerOps, uniqueLayerNames(layerOps)))
     names[op] = name;
@@ -143,6 +148,8 @@ void StageLowering::describeOps(formats::StageDesc &d) {
     spec.fwdScratchBytes = fwdScratch[i];
     spec.bwdScratchBytes = bwdScratch[i];
     spec.carriedBytes = carried[i];
+    spec.savedReads = savedReads[i];
+    spec.bwdRecomputedScratchBytes = bwdRecomputed[i];
     // The cost model's work of one microbatch (the stage's tensors are a
     // microbatch's), recorded so a profile can calibrate a device model.
     if (auto cost = dyn_cast<nn::CostOpInterface>(op)) {

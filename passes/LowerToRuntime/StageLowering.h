@@ -73,6 +73,8 @@ struct FunctionPlan {
   llvm::DenseMap<Value, Buffer> buffers;
   std::vector<Step> steps;
   SmallVector<Buffer> args, results;
+  /// Scratch bytes live at each step (assignScratch).
+  std::vector<int64_t> scratchLive;
 };
 
 /// One pipeline stage of the rank being lowered: a rank runs one stage, or
@@ -99,6 +101,12 @@ struct Chunk {
   /// Per layer: what a split backward (zero bubble) would carry from its
   /// input half to the weight half for it (attributeCarried).
   SmallVector<int64_t> layerCarried;
+  /// Per layer, for recomputation's lifetimes (attributeSavedReads): its
+  /// stashed results by the layer whose backward reads them last (offset
+  /// to that layer, bytes), and its backward working set with the stashed
+  /// values it reads last in scratch until their last read.
+  SmallVector<std::vector<std::pair<int64_t, int64_t>>> layerSavedReads;
+  SmallVector<int64_t> layerScratchBwdRecomputed;
   int64_t versionedBytes = 0; ///< weights region prefix read through wbase
   int64_t lossResult = -1;
   int64_t lossSeedArg = -1;
@@ -138,6 +146,7 @@ private:
   int64_t assignScratch(Chunk &c, FunctionPlan &fp, ArrayRef<int64_t> bytes);
   void attributeStash(Chunk &c);
   void attributeCarried(Chunk &c);
+  void attributeSavedReads(Chunk &c);
   void fuseUpdates(FunctionPlan &fp);
   Buffer weightBuffer(Chunk &c, StringRef global, Type type);
   Buffer constBuffer(nn::ConstantOp op);

@@ -108,6 +108,9 @@ std::string Profiler::toJson(const StageDesc &desc,
     o["fwd_scratch_bytes"] = op.fwdScratchBytes;
     o["bwd_scratch_bytes"] = op.bwdScratchBytes;
     o["carried_bytes"] = op.carriedBytes;
+    o["bwd_scratch_recomputed_bytes"] = op.bwdRecomputedScratchBytes;
+    if (!op.savedReads.empty())
+      o["saved_reads"] = op.savedReads;
     if (op.fwdFlops > 0 || op.bwdFlops > 0 || op.touchedBytes > 0) {
       o["fwd_flops"] = op.fwdFlops;
       o["bwd_flops"] = op.bwdFlops;

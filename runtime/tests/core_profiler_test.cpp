@@ -27,6 +27,8 @@ StageDesc twoOpStage() {
   d.microbatch = 4;
   d.ops = {{"/fc/Gemm", "Gemm", 64, 80, 32, 96, 128, 48, {}},
            {"/relu", "Relu", 64, 0, 64, 0, 0, 0, {"/fc/Gemm"}}};
+  d.ops[0].savedReads = {{1, 32}};
+  d.ops[1].bwdRecomputedScratchBytes = 32;
   return d;
 }
 
@@ -72,6 +74,9 @@ TEST(CoreProfiler, AveragesPerMicrobatchAndSkipsWarmup) {
   EXPECT_EQ(gemm["fwd_scratch_bytes"], 96);
   EXPECT_EQ(gemm["bwd_scratch_bytes"], 128);
   EXPECT_EQ(gemm["carried_bytes"], 48);
+  EXPECT_EQ(gemm["saved_reads"], nlohmann::json::parse("[[1, 32]]"));
+  EXPECT_EQ(j["ops"][1]["bwd_scratch_recomputed_bytes"], 32);
+  EXPECT_FALSE(j["ops"][1].contains("saved_reads"));
   EXPECT_EQ(gemm["out_bytes"], 64);
   // Mean per microbatch = total / (steps * microbatches); per step for opt.
   EXPECT_DOUBLE_EQ(gemm["fwd_s"].get<double>(), p.seconds(0, 0) / 4);

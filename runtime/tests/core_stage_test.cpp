@@ -308,6 +308,8 @@ TEST(CoreStageDesc, WriterRoundTrips) {
   j["ops"][0]["fwd_scratch_bytes"] = 128;
   j["ops"][0]["bwd_scratch_bytes"] = 192;
   j["ops"][0]["carried_bytes"] = 64;
+  j["ops"][0]["saved_reads"] = Json::parse("[[0, 32]]");
+  j["ops"][0]["bwd_scratch_recomputed_bytes"] = 224;
   j["fused_updates"] = Json::parse(R"([{"ops": [0], "elements": [12]}])");
   StageDesc a = parseStageDesc(j.dump());
   std::string text = formats::writeStageDesc(a);
@@ -339,6 +341,9 @@ TEST(CoreStageDesc, WriterRoundTrips) {
   EXPECT_EQ(b.ops[0].fwdScratchBytes, 128);
   EXPECT_EQ(b.ops[0].bwdScratchBytes, 192);
   EXPECT_EQ(b.ops[0].carriedBytes, 64);
+  EXPECT_EQ(b.ops[0].savedReads,
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 32}}));
+  EXPECT_EQ(b.ops[0].bwdRecomputedScratchBytes, 224);
   ASSERT_EQ(b.fusedUpdates.size(), 1u);
   EXPECT_EQ(b.fusedUpdates[0].ops, std::vector<int64_t>{0});
   EXPECT_EQ(b.fusedUpdates[0].elements, std::vector<int64_t>{12});

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The simulator's memory model predicts every rank's arena within 5%.
+"""The simulator's memory model predicts every rank's arena within 3%.
 
     /usr/bin/python3 test/e2e/memory_model.py --pipec build/bin/pipec --workdir DIR [--models gpt,resnet,mlp]
 
@@ -16,7 +16,7 @@ depend on measured times), and `pipec simulate OUT/plan.json --profile
 PROFILE` (whose stages
 carry the compiled recomputation modes) must predict the arena of every
 stage (`arena_bytes` in OUT/manifest.json, what the rank allocates) within
-5%:
+3%:
 
 - 1f1b-flush, 4 stages, 8 microbatches, with --recompute none, full and
   selective (stage s stashes 4 - s microbatches);
@@ -31,14 +31,16 @@ stage (`arena_bytes` in OUT/manifest.json, what the rank allocates) within
   computes for its weight half (the profile's carried_bytes).
 
 With `--precision bf16 --activations bf16-casts` (every op between
-casts, the reference form of bfloat16 storage) the same 5% holds (worst
-0.963) for 1f1b-flush with --recompute none and selective and zb-h1. With
-`--activations bf16` (elementwise, softmax and normalisation ops reading
-and writing bfloat16 themselves) the same three runs are held to 6%: the
-arena model's placement of gradients and working sets was fitted to the
-casts' form, and without the casts it is off by up to 5.3% (GPT,
-selective recomputation: one float32 attention-score tensor too many in
-the predicted working set). Fitting it to the kernels' form is open work.
+casts, the reference form of bfloat16 storage) and `--activations bf16`
+(elementwise, softmax and normalisation ops reading and writing bfloat16
+themselves) the same 3% holds for 1f1b-flush with --recompute none and
+selective and zb-h1.
+
+The ranges measured (2026-11-27): 0.983 to 1.028 over all 180 ranks; the
+recomputation runs within 0.2% but ResNet's selective bf16 stage 1
+(0.983: the scratch packing falls 62 KB short of the bytes live at once,
+which is what the model predicts), the zero-bubble runs over by up to
+2.8% (the model of what the weight half carries is an upper bound).
 
 Nothing is trained. Prints one line per rank and `N passed, M failed`.
 """
@@ -78,9 +80,7 @@ for suffix, flags in (("bf16c", BF16C), ("bf16a", BF16A)):
     RUNS += [("s4-1f1b-flush-none-" + suffix, 4, 8, "1f1b-flush", "none", 1, flags),
              ("s4-1f1b-flush-selective-" + suffix, 4, 8, "1f1b-flush", "selective", 1, flags),
              ("s4-zb-h1-none-" + suffix, 4, 8, "zb-h1", "none", 1, flags)]
-TOLERANCE = 0.05
-# The bf16 kernels' form (see above): the arena model is not fitted to it.
-TOLERANCE_BF16_KERNELS = 0.06
+TOLERANCE = 0.03
 
 
 def main():
@@ -171,8 +171,7 @@ def main():
                 continue
             for s, (p, a) in enumerate(zip(predicted, arenas)):
                 ratio = p / a
-                tolerance = TOLERANCE_BF16_KERNELS if flags == BF16A else TOLERANCE
-                report(abs(ratio - 1) <= tolerance, f"{model} {tag} stage {s}",
+                report(abs(ratio - 1) <= TOLERANCE, f"{model} {tag} stage {s}",
                        f"predicted {p} bytes, arena {a} bytes, ratio {ratio:.4f}")
     return checks.summary()
 

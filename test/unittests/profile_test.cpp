@@ -121,18 +121,26 @@ TEST(ProfileTest, ArenaMemoryModelRoundTrips) {
   ProfileResult read = profileFromJson(
       R"({"format": "pipec.profile/1", "memory_model": "arena", "ops": [
         {"name": "fc", "op": "gemm", "out_bytes": 64, "saved_bytes": 128,
-         "fwd_scratch_bytes": 192, "bwd_scratch_bytes": 256},
+         "fwd_scratch_bytes": 192, "bwd_scratch_bytes": 256,
+         "saved_reads": [[1, 64], [0, 64]],
+         "bwd_scratch_recomputed_bytes": 320},
         {"name": "relu", "op": "relu", "out_bytes": 64}]})");
   ASSERT_TRUE(read.ok) << read.error;
   const Profile &p = read.profile;
   EXPECT_EQ(p.memoryModel, "arena");
   EXPECT_EQ(p.ops[0].fwdScratchBytes, 192);
   EXPECT_EQ(p.ops[0].bwdScratchBytes, 256);
+  EXPECT_EQ(p.ops[0].bwdRecomputedScratchBytes, 320);
+  EXPECT_EQ(p.ops[0].savedReads,
+            (std::vector<std::pair<int, int64_t>>{{1, 64}, {0, 64}}));
   EXPECT_EQ(p.ops[1].fwdScratchBytes, 0); // absent: unknown
+  EXPECT_TRUE(p.ops[1].savedReads.empty());
   ProfileResult back = profileFromJson(profileToJson(p));
   ASSERT_TRUE(back.ok) << back.error;
   EXPECT_EQ(back.profile.memoryModel, "arena");
   EXPECT_EQ(back.profile.ops[0].bwdScratchBytes, 256);
+  EXPECT_EQ(back.profile.ops[0].savedReads, p.ops[0].savedReads);
+  EXPECT_EQ(back.profile.ops[0].bwdRecomputedScratchBytes, 320);
   EXPECT_EQ(profileToJson(back.profile), profileToJson(p));
   // A profile without it stays the estimate model, and writes none.
   ProfileResult plain = profileFromJson(withOps(R"({"name": "a"})"));
@@ -145,6 +153,11 @@ TEST(ProfileTest, ArenaMemoryModelRoundTrips) {
                  "'memory_model' must be \"arena\"");
   expectRejected(withOps(R"({"name": "a", "bwd_scratch_bytes": -1})"),
                  "op 0 ('a'): 'bwd_scratch_bytes' must be non-negative");
+  // A reader outside the profile, a negative size, a bad shape.
+  for (const char *reads : {"[[1, 64]]", "[[0, -64]]", "[[0]]", "{}"})
+    expectRejected(
+        withOps(std::string(R"({"name": "a", "saved_reads": )") + reads + "}"),
+        "op 0 ('a'): 'saved_reads' must list [op offset, bytes]");
 }
 
 TEST(ProfileTest, OptimizerAndCopyTimesRoundTrip) {

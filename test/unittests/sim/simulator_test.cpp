@@ -597,6 +597,54 @@ TEST(SimMemory, ArenaModelMatchesTheLoweringsLayout) {
   EXPECT_EQ(frozen.memory[1].activations, 3 * 64 + 64);
 }
 
+TEST(SimMemory, RecomputedValuesLiveUntilTheirLastReader) {
+  // Stage 1 = gemm(1) -> gelu(2) -> gemm(3) -> softmax(4), fully
+  // recomputed. gemm(1)'s result is read last by gelu(2)'s backward,
+  // gelu(2)'s by gemm(3)'s (its weight gradient: it widens the value
+  // before its peak, so the value is gone by then), softmax(4)'s by its
+  // own. Backward order 4, 3, 2, 1: at 3, only gemm(1)'s 64 bytes are
+  // live in full (gelu's 128 are inside 3's measured working set, 300);
+  // at 4, gemm(1)'s and gelu's 192 with softmax's own set with its output
+  // (114). Peak 64 + 300.
+  Profile profile = uniformProfile(5, 1, 2, /*outBytes=*/64);
+  profile.memoryModel = "arena";
+  const char *kinds[] = {"gemm", "gemm", "gelu", "gemm", "softmax"};
+  const int64_t saved[] = {0, 64, 128, 0, 64}, bwd[] = {0, 100, 80, 300, 50},
+                recomputedBwd[] = {0, 100, 144, 300, 114};
+  for (int l = 0; l < 5; ++l) {
+    profile.ops[l].op = kinds[l];
+    profile.ops[l].savedBytes = saved[l];
+    profile.ops[l].bwdScratchBytes = bwd[l];
+  }
+  profile.ops[0].paramBytes = profile.ops[1].paramBytes = 64;
+  Plan plan = twoStagePlan("1f1b-flush", 4, 0, 4);
+  plan.stages[1].recompute = "full";
+  // Without the lifetimes, each value lives until the backward of the op
+  // after its own: at 3, gemm(1)'s and gelu's (192) under 3's 300.
+  SimResult before = simulate(profile, plan);
+  ASSERT_TRUE(before.ok) << before.error;
+  EXPECT_EQ(before.memory[1].scratch, 192 + 300);
+  profile.ops[1].savedReads = {{1, 64}};
+  profile.ops[2].savedReads = {{1, 128}};
+  profile.ops[4].savedReads = {{0, 64}};
+  // The readers without their measured working sets: each value it reads
+  // last counts in full on top (64 + 300 + 128 at gemm(3)).
+  SimResult readers = simulate(profile, plan);
+  ASSERT_TRUE(readers.ok) << readers.error;
+  EXPECT_EQ(readers.memory[1].scratch, 64 + 300 + 128);
+  for (int l = 0; l < 5; ++l)
+    profile.ops[l].bwdRecomputedScratchBytes = recomputedBwd[l];
+  SimResult measured = simulate(profile, plan);
+  ASSERT_TRUE(measured.ok) << measured.error;
+  EXPECT_EQ(measured.memory[1].scratch, 64 + 300);
+  // Without recomputation the values are in the slot: the working sets
+  // alone (300).
+  plan.stages[1].recompute = "";
+  SimResult none = simulate(profile, plan);
+  ASSERT_TRUE(none.ok) << none.error;
+  EXPECT_EQ(none.memory[1].scratch, 300);
+}
+
 TEST(SimMemory, GradientsHeldInIoLeaveScratch) {
   // A residual block: gemm(0) -> relu(1) -> gemm(2), add(3) = gemm(2) +
   // relu(1), sent to stage 1 (gemm(4) -> relu(5)). The one-stage profile's

@@ -86,6 +86,13 @@ struct OpSpec {
   /// What a split backward (zero bubble) carries for the op.
   int64_t carriedBytes = 0;
   std::vector<std::string> inputs;
+  /// The op's stashed values by the op whose backward reads them last:
+  /// (that op's index minus this op's, bytes). With recomputation a value
+  /// lives in scratch until then.
+  std::vector<std::pair<int64_t, int64_t>> savedReads = {};
+  /// The op's backward working set with the stashed values it reads last
+  /// in scratch until their last read (as recomputation has them).
+  int64_t bwdRecomputedScratchBytes = 0;
   /// The cost model's count of one microbatch's work (nn::CostOpInterface):
   /// forward and backward FLOPs and the bytes the forward touches, written
   /// into the profile beside the measured times (pipec/Calibrate.h).
