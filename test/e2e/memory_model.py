@@ -36,11 +36,12 @@ casts, the reference form of bfloat16 storage) and `--activations bf16`
 themselves) the same 3% holds for 1f1b-flush with --recompute none and
 selective and zb-h1.
 
-The ranges measured (2026-11-27): 0.983 to 1.028 over all 180 ranks; the
-recomputation runs within 0.2% but ResNet's selective bf16 stage 1
-(0.983: the scratch packing falls 62 KB short of the bytes live at once,
-which is what the model predicts), the zero-bubble runs over by up to
-2.8% (the model of what the weight half carries is an upper bound).
+Measured 2026-11-27: 0.983 to 1.028 over all 180 ranks. The
+recomputation runs are within 0.2%, except ResNet's selective bf16 stage
+1 (0.983: the model predicts the scratch bytes live at once, and the
+lowering's packing falls 62 KB short of that bound there); the
+zero-bubble runs are over by up to 2.8% (what the weight half carries is
+estimated from the unsplit backward).
 
 Nothing is trained. Prints one line per rank and `N passed, M failed`.
 """
