@@ -9,8 +9,9 @@ the ResNet example (width 16, 2 blocks per stage, batch 32), compiled with
 1f1b-flush on `--stages` stages and `--microbatches` microbatches and
 `--recompute none|full|selective`, and with `--precision bf16` (products
 in bf16) without and with `--activations bf16` (activations, messages and
-stash in bfloat16; the last also with selective recomputation), prints per
-mode:
+stash in bfloat16; also with selective recomputation), and the same two
+with `--activations bf16-casts` (every op between casts: the reference
+form the bf16 kernels replace), prints per mode:
 - the planned arena per stage (`arena_bytes` of the rank summaries) and
   its sum, with the ratio to `none`;
 - the peak RSS per rank (`max_rss_bytes`: the arena plus the runtime, MPI
@@ -22,7 +23,8 @@ mode:
   recomputation modes): the arena it predicts per stage, as the ratio of
   the sums to the planned arenas and the worst stage's ratio.
 Losses are compared with `none` (they must be identical), the bf16
-activation rows with each other (identical) and with float32.
+activation rows, kernels and casts, with each other (identical) and with
+float32.
 """
 import argparse
 import glob
@@ -45,9 +47,11 @@ MODELS = {
 
 BF16 = ["--precision", "bf16"]
 BF16A = BF16 + ["--activations", "bf16"]
+BF16C = BF16 + ["--activations", "bf16-casts"]
 # Rows: (label, --recompute, precision flags); ratios are to the first.
 MODES = [("none", "none", []), ("full", "full", []), ("selective", "selective", []),
-         ("bf16", "none", BF16), ("bf16 act", "none", BF16A), ("bf16 act+selective", "selective", BF16A)]
+         ("bf16", "none", BF16), ("bf16 act", "none", BF16A), ("bf16 act+selective", "selective", BF16A),
+         ("bf16 casts", "none", BF16C), ("bf16 casts+selective", "selective", BF16C)]
 
 
 def run(cmd, env):
@@ -119,9 +123,9 @@ def main():
             if base is None:
                 base = (sum(arenas), step, losses)
             # Recomputation changes no number: identical to the row without
-            # it of the same precision; bf16 rows say how far they are
-            # from float32.
-            same = reference.setdefault(key, losses)
+            # it of the same precision (the casts' form: to the bf16
+            # kernels' rows); bf16 rows say how far they are from float32.
+            same = reference.setdefault(tuple(BF16A) if flags == BF16C else key, losses)
             if flags:
                 far = max(abs(a - b) / abs(b) for a, b in zip(losses, base[2]))
                 verdict = ("identical" if losses == same else "DIFFER") + f", {far:.1e} from f32"

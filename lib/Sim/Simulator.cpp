@@ -1113,7 +1113,8 @@ Simulator::gradientsHeldInIo(int q, const std::vector<bool> &sentOn) const {
 /// set, measured, when every value l reads last is recomputed; otherwise
 /// they are added to bwd_scratch_bytes whole. Held bytes are taken off an
 /// op's largest saved values first (an output sent on is its largest).
-/// Values of earlier stages are held (the stage's inputs).
+/// Values of earlier stages are held (the stage's inputs); values only a
+/// later stage reads are its inputs, not this stage's.
 Simulator::RecomputedLifetimes
 Simulator::recomputedLifetimes(int q,
                                const std::vector<int64_t> &heldOf) const {
@@ -1137,6 +1138,8 @@ Simulator::recomputedLifetimes(int q,
           partlyHeld[size_t(reader - first)] = true;
         continue;
       }
+      if (reader > last && !op.savedReads.empty())
+        continue; // a later stage's input
       const size_t at = size_t(std::clamp(reader, first, last) - first);
       const int64_t held = std::min(bytes, heldLeft);
       heldLeft -= held;
@@ -1205,22 +1208,55 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
           (expensive(t) ? startsFrom : needed)[size_t(t - first)] = true;
     }
   const std::vector<int64_t> ioHeld = gradientsHeldInIo(q, sentOn);
+  // What the stage's backward reads of each op's saved values: a value
+  // only a later stage's backward reads (saved_reads) is that stage's
+  // input, stashed there.
+  std::vector<int64_t> savedHere(needed.size(), 0);
+  for (int l = first; l <= last; ++l) {
+    const ProfileOp &op = profile.ops[size_t(l)];
+    int64_t &here = savedHere[size_t(l - first)];
+    here = op.savedReads.empty() ? op.savedBytes : 0;
+    for (auto [offset, bytes] : op.savedReads)
+      if (l + offset <= last)
+        here += bytes;
+  }
   // What each op stashes in the slot (selective: the expensive ops'
   // results the recomputed ops start from; outputs sent on).
   std::vector<int64_t> heldOf(needed.size(), 0);
   for (int l = first; l <= last; ++l) {
     const ProfileOp &op = profile.ops[size_t(l)];
+    const int64_t saved = savedHere[size_t(l - first)];
     int64_t &held = heldOf[size_t(l - first)];
-    held = mode == "none" ? op.savedBytes
+    held = mode == "none" ? saved
            : mode == "selective" && expensive(l)
-               ? std::max(op.savedBytes, startsFrom[size_t(l - first)]
-                                             ? arenaAlign(op.outBytes)
-                                             : 0)
+               ? std::max(saved, startsFrom[size_t(l - first)]
+                                     ? arenaAlign(op.outBytes)
+                                     : 0)
                : 0;
     if (sentOn[size_t(l)])
       held = std::max(held, arenaAlign(op.outBytes));
   }
   const RecomputedLifetimes lifetimes = recomputedLifetimes(q, heldOf);
+  // The ops the recomputation runs: those whose values the stage's
+  // backward reads and the slot does not hold, and the ops feeding them;
+  // an op whose result is in the slot (an output sent on, a selective
+  // start) is read from there.
+  std::vector<bool> runs(needed.size(), false);
+  for (int l = last; l >= first && mode != "none"; --l) {
+    const size_t i = size_t(l - first);
+    const ProfileOp &op = profile.ops[size_t(l)];
+    if (sentOn[size_t(l)] ||
+        (heldOf[i] > 0 && heldOf[i] >= arenaAlign(op.outBytes)))
+      continue;
+    bool read = savedHere[i] > heldOf[i];
+    for (int c = l + 1; c <= last && !read; ++c)
+      if (runs[size_t(c - first)]) {
+        const std::vector<int> producers = profile.producersOf(c);
+        read =
+            std::find(producers.begin(), producers.end(), l) != producers.end();
+      }
+    runs[i] = read;
+  }
   int64_t slot = 0, outputs = 0, plain = 0;
   int64_t recomputed = 0, forwardPeak = 0, backwardPeak = 0;
   // A split backward (zero bubble) carries the weight half's inputs in the
@@ -1242,7 +1278,8 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
         std::max<int64_t>(0, op.bwdScratchBytes - ioHeld[i]);
     slot += held;
     plain = std::max({plain, op.fwdScratchBytes, backward});
-    forwardPeak = std::max(forwardPeak, recomputed + op.fwdScratchBytes);
+    if (runs[i])
+      forwardPeak = std::max(forwardPeak, recomputed + op.fwdScratchBytes);
     // Op l's backward finds every recomputed value some op at or before it
     // still reads: in full those whose last reader is before it, and its
     // own working set with those it reads last.
@@ -1253,7 +1290,7 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
     // (A view of a stage input, stashed as a copy without recomputation,
     // is recomputed as a view again: no bytes.)
     if (!isViewKind(op.op))
-      recomputed += std::max<int64_t>(0, op.savedBytes - held);
+      recomputed += std::max<int64_t>(0, savedHere[i] - held);
   }
   // A stage with no trained weight in or before it gets no gradient: it
   // has no backward, receives no gradient of its outputs, and its

@@ -645,6 +645,41 @@ TEST(SimMemory, RecomputedValuesLiveUntilTheirLastReader) {
   EXPECT_EQ(none.memory[1].scratch, 300);
 }
 
+TEST(SimMemory, ValuesOnlyALaterStageReadsAreItsInputs) {
+  // Stage 0 = gemm(0) -> transpose(1) -> gemm(2), stage 1 = gemm(3), which
+  // reads gemm(2)'s output; transpose(1)'s value is saved for gemm(3)'s
+  // backward (the value stage 1 receives, under another op's name: a
+  // folded transpose). Stage 0's backward never reads it: no stash there,
+  // and full recomputation does not run transpose(1), whose forward
+  // working set (100) would sit on gemm(0)'s recomputed 200 bytes.
+  Profile profile = uniformProfile(4, 1, 2, /*outBytes=*/64);
+  profile.memoryModel = "arena";
+  const char *kinds[] = {"gemm", "transpose", "gemm", "gemm"};
+  const int64_t saved[] = {200, 64, 64, 0}, fwd[] = {0, 100, 0, 0};
+  for (int l = 0; l < 4; ++l) {
+    profile.ops[l].op = kinds[l];
+    profile.ops[l].savedBytes = saved[l];
+    profile.ops[l].fwdScratchBytes = fwd[l];
+    profile.ops[l].paramBytes = 64;
+  }
+  Plan plan = twoStagePlan("1f1b-flush", 4, 2, 3);
+  // Without saved_reads: transpose(1)'s 64 bytes stashed in each of 2
+  // slots (gemm(2)'s are its output, sent on).
+  SimResult before = simulate(profile, plan);
+  EXPECT_EQ(before.memory[0].activations, 2 * (200 + 64 + 64));
+  profile.ops[0].savedReads = {{1, 200}};
+  profile.ops[1].savedReads = {{2, 64}};
+  profile.ops[2].savedReads = {{1, 64}};
+  SimResult none = simulate(profile, plan);
+  EXPECT_EQ(none.memory[0].activations, 2 * (200 + 64));
+  plan.stages[0].recompute = "full";
+  SimResult full = simulate(profile, plan);
+  EXPECT_EQ(full.memory[0].scratch, 200); // gemm(0)'s value
+  profile.ops[1].savedReads.clear();
+  SimResult runsIt = simulate(profile, plan);
+  EXPECT_EQ(runsIt.memory[0].scratch, 200 + 100);
+}
+
 TEST(SimMemory, GradientsHeldInIoLeaveScratch) {
   // A residual block: gemm(0) -> relu(1) -> gemm(2), add(3) = gemm(2) +
   // relu(1), sent to stage 1 (gemm(4) -> relu(5)). The one-stage profile's
