@@ -86,6 +86,16 @@ SimResult simulate(const Profile &profile, const Plan &plan,
   return result;
 }
 
+/// An arena-model profile (memory_model "arena") of a chain of ops of
+/// these kinds, outputs of 64 bytes.
+Profile arenaChain(const std::vector<std::string> &kinds) {
+  Profile profile = uniformProfile(int(kinds.size()), 1, 2, /*outBytes=*/64);
+  profile.memoryModel = "arena";
+  for (size_t l = 0; l < kinds.size(); ++l)
+    profile.ops[l].op = kinds[l];
+  return profile;
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -606,13 +616,10 @@ TEST(SimMemory, RecomputedValuesLiveUntilTheirLastReader) {
   // live in full (gelu's 128 are inside 3's measured working set, 300);
   // at 4, gemm(1)'s and gelu's 192 with softmax's own set with its output
   // (114). Peak 64 + 300.
-  Profile profile = uniformProfile(5, 1, 2, /*outBytes=*/64);
-  profile.memoryModel = "arena";
-  const char *kinds[] = {"gemm", "gemm", "gelu", "gemm", "softmax"};
+  Profile profile = arenaChain({"gemm", "gemm", "gelu", "gemm", "softmax"});
   const int64_t saved[] = {0, 64, 128, 0, 64}, bwd[] = {0, 100, 80, 300, 50},
                 recomputedBwd[] = {0, 100, 144, 300, 114};
   for (int l = 0; l < 5; ++l) {
-    profile.ops[l].op = kinds[l];
     profile.ops[l].savedBytes = saved[l];
     profile.ops[l].bwdScratchBytes = bwd[l];
   }
@@ -652,12 +659,9 @@ TEST(SimMemory, ValuesOnlyALaterStageReadsAreItsInputs) {
   // folded transpose). Stage 0's backward never reads it: no stash there,
   // and full recomputation does not run transpose(1), whose forward
   // working set (100) would sit on gemm(0)'s recomputed 200 bytes.
-  Profile profile = uniformProfile(4, 1, 2, /*outBytes=*/64);
-  profile.memoryModel = "arena";
-  const char *kinds[] = {"gemm", "transpose", "gemm", "gemm"};
+  Profile profile = arenaChain({"gemm", "transpose", "gemm", "gemm"});
   const int64_t saved[] = {200, 64, 64, 0}, fwd[] = {0, 100, 0, 0};
   for (int l = 0; l < 4; ++l) {
-    profile.ops[l].op = kinds[l];
     profile.ops[l].savedBytes = saved[l];
     profile.ops[l].fwdScratchBytes = fwd[l];
     profile.ops[l].paramBytes = 64;
@@ -688,12 +692,9 @@ TEST(SimMemory, GradientsHeldInIoLeaveScratch) {
   // to both operands: it stands for relu(1)'s partial gradient through
   // gemm(2)'s backward (which counted it: 256 = dY + dX + dW + partial).
   // Stage 1's input gradient is gemm(4)'s dX, written into io itself.
-  Profile profile = uniformProfile(6, 1, 2, /*outBytes=*/64);
-  profile.memoryModel = "arena";
-  const char *kinds[] = {"gemm", "relu", "gemm", "add", "gemm", "relu"};
+  Profile profile = arenaChain({"gemm", "relu", "gemm", "add", "gemm", "relu"});
   const int64_t bwd[] = {128, 192, 256, 0, 200, 128};
   for (int l = 0; l < 6; ++l) {
-    profile.ops[l].op = kinds[l];
     profile.ops[l].savedBytes = 64;
     profile.ops[l].bwdScratchBytes = bwd[l];
     profile.ops[l].inputs =
@@ -721,11 +722,8 @@ TEST(SimMemory, StagesAfterUntrainedOnesGetNoInputGradient) {
   // bytes. Stage 0 has no backward (no gradient of its output comes back,
   // one slot), and stage 1's input gets no gradient (io: its output's
   // gradient only).
-  Profile profile = uniformProfile(4, 1, 2, /*outBytes=*/64);
-  profile.memoryModel = "arena";
-  const char *kinds[] = {"flatten", "gemm", "relu", "gemm"};
+  Profile profile = arenaChain({"flatten", "gemm", "relu", "gemm"});
   for (int l = 0; l < 4; ++l) {
-    profile.ops[l].op = kinds[l];
     profile.ops[l].savedBytes = 64;
     profile.ops[l].paramBytes = l % 2 ? 64 : 0;
     profile.ops[l].carriedBytes = l == 3 ? 64 : 0; // gemm(3)'s dY
