@@ -186,7 +186,7 @@ std::vector<int64_t> packByLifetime(const std::vector<ScratchBuffer> &buffers,
   // the pairs whose lifetimes meet). On the 339 distinct functions of the
   // e2e models (GPT, ResNet, MLP; float32 and bf16; every recomputation
   // mode) the orders alone reach the bound in 290, the search in 39 more,
-  // in 0.55 s for all of them (0.07 s for the largest, 487 buffers); a
+  // in 0.43 s for all of them (0.07 s for the largest, 487 buffers); a
   // budget ten times larger finds no more. The generator is seeded and
   // taken modulo n (std::mt19937's sequence is fixed by the standard): the
   // same plan on every platform.
