@@ -52,6 +52,10 @@ public:
                         "\" is not an integer >= " + std::to_string(min));
     return v.get<int64_t>();
   }
+  /// An integer >= `min`, `dflt` when absent.
+  int64_t integerOr(const char *key, int64_t dflt, int64_t min = 0) const {
+    return has(key) ? integer(key, min) : dflt;
+  }
   /// A non-negative finite number, `dflt` when absent.
   double number(const char *key, double dflt) const {
     if (!has(key))
@@ -237,21 +241,14 @@ void parseOps(const Reader &r, const std::string &what, StageDesc &d) {
     spec.name = orr.str("name");
     Reader named(o, what + " op '" + spec.name + "'");
     spec.op = named.str("op");
-    spec.outBytes = named.has("out_bytes") ? named.integer("out_bytes") : 0;
-    spec.paramBytes =
-        named.has("param_bytes") ? named.integer("param_bytes") : 0;
-    spec.savedBytes =
-        named.has("saved_bytes") ? named.integer("saved_bytes") : 0;
-    spec.fwdScratchBytes =
-        named.has("fwd_scratch_bytes") ? named.integer("fwd_scratch_bytes") : 0;
-    spec.bwdScratchBytes =
-        named.has("bwd_scratch_bytes") ? named.integer("bwd_scratch_bytes") : 0;
-    spec.carriedBytes =
-        named.has("carried_bytes") ? named.integer("carried_bytes") : 0;
+    spec.outBytes = named.integerOr("out_bytes", 0);
+    spec.paramBytes = named.integerOr("param_bytes", 0);
+    spec.savedBytes = named.integerOr("saved_bytes", 0);
+    spec.fwdScratchBytes = named.integerOr("fwd_scratch_bytes", 0);
+    spec.bwdScratchBytes = named.integerOr("bwd_scratch_bytes", 0);
+    spec.carriedBytes = named.integerOr("carried_bytes", 0);
     spec.bwdRecomputedScratchBytes =
-        named.has("bwd_scratch_recomputed_bytes")
-            ? named.integer("bwd_scratch_recomputed_bytes")
-            : 0;
+        named.integerOr("bwd_scratch_recomputed_bytes", 0);
     if (named.has("saved_reads"))
       for (const Json &read : named.list("saved_reads")) {
         if (!read.is_array() || read.size() != 2 ||
@@ -335,11 +332,10 @@ StageDesc parseStageDesc(const std::string &json) {
                       std::to_string(d.globalBatch) + ")");
   d.schedule = r.has("schedule") ? r.str("schedule") : "";
   parsePolicy(r, what, d);
-  d.windowReach = r.has("window_reach") ? r.integer("window_reach")
-                                        : int64_t(d.numStages - 1);
+  d.windowReach = r.integerOr("window_reach", int64_t(d.numStages - 1));
   d.arenaBytes = r.integer("arena_bytes");
-  d.replica = r.has("replica") ? r.integer("replica") : 0;
-  d.chunks = r.has("chunks") ? r.integer("chunks", 1) : 1;
+  d.replica = r.integerOr("replica", 0);
+  d.chunks = r.integerOr("chunks", 1, 1);
   if (r.has("placement")) {
     std::string placement = r.str("placement");
     if (placement != "loop" && placement != "v")
@@ -352,7 +348,7 @@ StageDesc parseStageDesc(const std::string &json) {
                         "not " +
                         std::to_string(d.chunks));
   }
-  d.replicas = r.has("replicas") ? r.integer("replicas", 1) : 1;
+  d.replicas = r.integerOr("replicas", 1, 1);
   if (d.replica >= d.replicas)
     throw FormatError(what + ": replica " + std::to_string(d.replica) +
                       " is not below replicas " + std::to_string(d.replicas));
@@ -364,9 +360,8 @@ StageDesc parseStageDesc(const std::string &json) {
   std::tie(d.sliceFirst, d.sliceSize) =
       d.replicaSplit ? replicaSlice(d.microbatch, d.replicas, d.replica)
                      : std::make_pair(int64_t(0), d.microbatch);
-  d.versionedBytes =
-      r.has("versioned_bytes") ? r.integer("versioned_bytes") : 0;
-  d.slots = r.has("slots") ? r.integer("slots", 1) : 1;
+  d.versionedBytes = r.integerOr("versioned_bytes", 0);
+  d.slots = r.integerOr("slots", 1, 1);
   if (d.versionedBytes < 0 || d.versionedBytes > d.arenaBytes || d.slots < 1)
     throw FormatError(what + ": versioned_bytes (" +
                       std::to_string(d.versionedBytes) + ") or slots (" +
@@ -451,7 +446,7 @@ Manifest readManifest(const std::string &path) {
     m.hasLabels = true;
     m.labels = {"labels", lr.shape("shape"),
                 lr.has("dtype") ? lr.str("dtype") : "i64",
-                lr.has("classes") ? lr.integer("classes") : 0};
+                lr.integerOr("classes", 0)};
   }
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   for (const Json &s : r.list("stages")) {
@@ -476,7 +471,7 @@ Manifest readManifest(const std::string &path) {
                           " has a rank that is not a non-negative integer");
       st.ranks.push_back(rank.get<int>());
     }
-    st.arenaBytes = sr.has("arena_bytes") ? sr.integer("arena_bytes") : 0;
+    st.arenaBytes = sr.integerOr("arena_bytes", 0);
     m.stages.push_back(std::move(st));
   }
   return m;

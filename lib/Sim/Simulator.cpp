@@ -339,6 +339,12 @@ private:
   };
   RecomputedLifetimes
   recomputedLifetimes(int q, const std::vector<int64_t> &heldOf) const;
+  /// The saved values of op k that the backward of a stage ending at op
+  /// `last` reads, as (reader - k, bytes): the profile's saved_reads up to
+  /// `last` (a value only a later stage reads is that stage's input), or
+  /// without them all of saved_bytes, read by the op after k (at most
+  /// `last`).
+  std::vector<std::pair<int, int64_t>> savedReadsUpTo(int k, int last) const;
   std::string assignDevices();
   /// Steps to simulate and the steady-state window (continuous schedules);
   /// notes whether a device is shared. Returns the number of ranks.
@@ -1115,6 +1121,18 @@ Simulator::gradientsHeldInIo(int q, const std::vector<bool> &sentOn) const {
 /// op's largest saved values first (an output sent on is its largest).
 /// Values of earlier stages are held (the stage's inputs); values only a
 /// later stage reads are its inputs, not this stage's.
+std::vector<std::pair<int, int64_t>> Simulator::savedReadsUpTo(int k,
+                                                               int last) const {
+  const ProfileOp &op = profile.ops[size_t(k)];
+  std::vector<std::pair<int, int64_t>> reads;
+  for (auto [offset, bytes] : op.savedReads)
+    if (k + offset <= last)
+      reads.push_back({offset, bytes});
+  if (op.savedReads.empty() && op.savedBytes > 0)
+    reads.push_back({std::min(k + 1, last) - k, op.savedBytes});
+  return reads;
+}
+
 Simulator::RecomputedLifetimes
 Simulator::recomputedLifetimes(int q,
                                const std::vector<int64_t> &heldOf) const {
@@ -1123,10 +1141,7 @@ Simulator::recomputedLifetimes(int q,
   std::vector<int64_t> freed(n, 0);       // recomputed bytes op i reads last
   std::vector<bool> partlyHeld(n, false); // it reads last a held value too
   for (int k = 0; k <= last; ++k) {
-    const ProfileOp &op = profile.ops[size_t(k)];
-    std::vector<std::pair<int, int64_t>> reads = op.savedReads;
-    if (reads.empty() && op.savedBytes > 0)
-      reads.push_back({1, op.savedBytes});
+    std::vector<std::pair<int, int64_t>> reads = savedReadsUpTo(k, last);
     std::stable_sort(
         reads.begin(), reads.end(),
         [](const auto &a, const auto &b) { return a.second > b.second; });
@@ -1134,13 +1149,11 @@ Simulator::recomputedLifetimes(int q,
     for (auto [offset, bytes] : reads) {
       const int reader = k + offset;
       if (k < first) {
-        if (reader >= first && reader <= last)
+        if (reader >= first)
           partlyHeld[size_t(reader - first)] = true;
         continue;
       }
-      if (reader > last && !op.savedReads.empty())
-        continue; // a later stage's input
-      const size_t at = size_t(std::clamp(reader, first, last) - first);
+      const size_t at = size_t(std::max(reader, first) - first);
       const int64_t held = std::min(bytes, heldLeft);
       heldLeft -= held;
       if (held > 0)
@@ -1208,18 +1221,11 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
           (expensive(t) ? startsFrom : needed)[size_t(t - first)] = true;
     }
   const std::vector<int64_t> ioHeld = gradientsHeldInIo(q, sentOn);
-  // What the stage's backward reads of each op's saved values: a value
-  // only a later stage's backward reads (saved_reads) is that stage's
-  // input, stashed there.
+  // What the stage's backward reads of each op's saved values.
   std::vector<int64_t> savedHere(needed.size(), 0);
-  for (int l = first; l <= last; ++l) {
-    const ProfileOp &op = profile.ops[size_t(l)];
-    int64_t &here = savedHere[size_t(l - first)];
-    here = op.savedReads.empty() ? op.savedBytes : 0;
-    for (auto [offset, bytes] : op.savedReads)
-      if (l + offset <= last)
-        here += bytes;
-  }
+  for (int l = first; l <= last; ++l)
+    for (auto [offset, bytes] : savedReadsUpTo(l, last))
+      savedHere[size_t(l - first)] += bytes;
   // What each op stashes in the slot (selective: the expensive ops'
   // results the recomputed ops start from; outputs sent on).
   std::vector<int64_t> heldOf(needed.size(), 0);
@@ -1241,21 +1247,19 @@ void Simulator::arenaOfStage(int q, const std::vector<bool> &sentOn) {
   // backward reads and the slot does not hold, and the ops feeding them;
   // an op whose result is in the slot (an output sent on, a selective
   // start) is read from there.
-  std::vector<bool> runs(needed.size(), false);
+  // (Consumers come first: an op that runs marks what it reads.)
+  std::vector<bool> runs(needed.size(), false), fed(needed.size(), false);
   for (int l = last; l >= first && mode != "none"; --l) {
     const size_t i = size_t(l - first);
     const ProfileOp &op = profile.ops[size_t(l)];
     if (sentOn[size_t(l)] ||
         (heldOf[i] > 0 && heldOf[i] >= arenaAlign(op.outBytes)))
       continue;
-    bool read = savedHere[i] > heldOf[i];
-    for (int c = l + 1; c <= last && !read; ++c)
-      if (runs[size_t(c - first)]) {
-        const std::vector<int> producers = profile.producersOf(c);
-        read =
-            std::find(producers.begin(), producers.end(), l) != producers.end();
-      }
-    runs[i] = read;
+    runs[i] = fed[i] || savedHere[i] > heldOf[i];
+    if (runs[i])
+      for (int t : profile.producersOf(l))
+        if (t >= first && t < l)
+          fed[size_t(t - first)] = true;
   }
   int64_t slot = 0, outputs = 0, plain = 0;
   int64_t recomputed = 0, forwardPeak = 0, backwardPeak = 0;
